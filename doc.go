@@ -1,0 +1,25 @@
+// Package mongolock provides distributed locks on MongoDB.
+//
+// A lock is one document in a collection (default "distributed_locks"),
+// taken with a single atomic findOneAndUpdate whose aggregation-pipeline
+// update is judged by the server's clock ($$NOW), so client clocks never
+// matter. A held lock is a Handle: a background goroutine extends its lease,
+// and its Context and Lost channel signal loss before the server would let
+// anyone else in. Every acquisition carries a fencing token that strictly
+// increases per lock name.
+//
+// Basic use:
+//
+//	p, err := mongolock.NewProvider(db)
+//	...
+//	h, err := p.Lock("reports").Acquire(ctx)
+//	if err != nil {
+//		return err
+//	}
+//	defer h.Release(context.Background())
+//	// work with h.Context(), pass h.FencingToken() to the protected resource
+//
+// The document format is compatible with DistributedLock.MongoDB 1.0: Go and
+// .NET services can share a lock. See the README for the guarantees and the
+// differences.
+package mongolock

@@ -1,0 +1,207 @@
+package mongolock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// A Handle is one acquisition of a lock. While it is held, a background
+// goroutine extends its lease every extension cadence; the goroutine ends
+// when the handle is released or lost.
+//
+// Loss (the lease could not be extended in time, or someone else took the
+// lock over, or its document was deleted) closes Lost and cancels Context
+// with the cause ErrLockLost, before the server would let anyone else take
+// the lock, so work that must not run unprotected can stop in time.
+//
+// A Handle is safe for concurrent use.
+type Handle struct {
+	lock   *Lock
+	lockID string
+	token  int64
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	lost   chan struct{}
+
+	stopKeeper context.CancelFunc // ends the extension loop
+	keeperDone chan struct{}      // closed when the extension loop has ended
+
+	mu       sync.Mutex
+	lostErr  error // why the lock was lost; wraps ErrLockLost
+	released bool  // Release was called
+}
+
+func newHandle(l *Lock, lockID string, token int64, sent time.Time) *Handle {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	kctx, stop := context.WithCancel(context.Background())
+	h := &Handle{
+		lock:       l,
+		lockID:     lockID,
+		token:      token,
+		ctx:        ctx,
+		cancel:     cancel,
+		lost:       make(chan struct{}),
+		stopKeeper: stop,
+		keeperDone: make(chan struct{}),
+	}
+	go h.keep(kctx, sent)
+	return h
+}
+
+// Name returns the name of the lock this handle holds.
+func (h *Handle) Name() string { return h.lock.name }
+
+// FencingToken returns this acquisition's fencing token. Tokens of one lock
+// name strictly increase across acquisitions, including after an expiry, a
+// takeover or the deletion of the lock document. Pass it to the resource the
+// lock protects so that it can refuse writes from a holder that lost the
+// lock and does not know it yet (a write with a token lower than the last
+// one it accepted).
+func (h *Handle) FencingToken() int64 { return h.token }
+
+// Context returns a context that is done when the lock is lost or released.
+// On loss, context.Cause returns ErrLockLost; on release, context.Canceled.
+func (h *Handle) Context() context.Context { return h.ctx }
+
+// Lost returns a channel that is closed when the lock is lost. It is never
+// closed by a normal Release.
+func (h *Handle) Lost() <-chan struct{} { return h.lost }
+
+// Release releases the lock, if it is still held, in one owner-checked round
+// trip bounded by ctx: others can take it at once, and its fencing token is
+// kept for the next holder to outrank. The handle stops extending the lease
+// before Release returns.
+//
+// The first call returns nil if the lock was still held, and an error
+// wrapping ErrLockLost if it had been lost. If the round trip fails (ctx
+// ended, network), Release returns that error and frees the lock in the
+// background with a short timeout; failing that, the lock frees itself when
+// its lease expires. Later calls return nil.
+func (h *Handle) Release(ctx context.Context) error {
+	if ctx == nil {
+		return h.lock.errorf("release", errNilContext)
+	}
+	h.mu.Lock()
+	if h.released {
+		h.mu.Unlock()
+		return nil
+	}
+	h.released = true
+	h.mu.Unlock()
+
+	// Stop extending before releasing, so that no extension can follow the
+	// release.
+	h.stopKeeper()
+	<-h.keeperDone
+	if err := h.lossError(); err != nil {
+		return h.lock.errorf("release", err)
+	}
+
+	p := h.lock.p
+	res, err := p.coll.UpdateOne(ctx, ownerFilter(h.lock.name, h.lockID), releaseUpdate)
+	switch {
+	case err != nil:
+		p.releaseInBackground(h.lock.name, h.lockID)
+		h.cancel(context.Canceled)
+		return h.lock.errorf("release", err)
+	case res.MatchedCount == 0:
+		h.markLost(fmt.Errorf("%w: at release, the lock was held by someone else or its document was gone", ErrLockLost))
+		return h.lock.errorf("release", h.lossError())
+	}
+	h.cancel(context.Canceled)
+	return nil
+}
+
+func (h *Handle) lossError() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lostErr
+}
+
+// markLost records why the lock was lost and signals it, once.
+func (h *Handle) markLost(why error) {
+	h.mu.Lock()
+	first := h.lostErr == nil
+	if first {
+		h.lostErr = why
+	}
+	h.mu.Unlock()
+	if first {
+		close(h.lost)
+		h.cancel(ErrLockLost)
+	}
+}
+
+// extendUpdate pushes the lease to $$NOW + expiry.
+func extendUpdate(expiry time.Duration) mongo.Pipeline {
+	return mongo.Pipeline{{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: leaseEnd(expiry)}}}}}
+}
+
+// keep is the extension loop (guarantee 5 in PROTOCOL.md). The lease is
+// measured on the client's monotonic clock from when the last successful
+// acquire or extend was *sent*: the server computed its expiresAt from a
+// $$NOW no earlier than that, so the client's deadline (minus a safety
+// margin) comes before the server's. If no extension succeeds by then, the
+// lock is signalled lost, before anyone else can take it. Transient errors
+// are retried until the deadline; a reply that matched nothing (someone else
+// holds the lock, or its document was deleted) is loss at once.
+func (h *Handle) keep(ctx context.Context, sent time.Time) {
+	defer close(h.keeperDone)
+	p := h.lock.p
+	expiry, cadence := p.opts.expiry, p.opts.cadence
+	lease := expiry - p.opts.safetyMargin()
+	retry := min(cadence/4, 250*time.Millisecond)
+	update := extendUpdate(expiry)
+	filter := ownerFilter(h.lock.name, h.lockID)
+
+	deadline := sent.Add(lease)
+	timer := time.NewTimer(cadence)
+	defer timer.Stop()
+	var lastErr error
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		if !time.Now().Before(deadline) {
+			h.leaseOver(lastErr)
+			return
+		}
+		sent := time.Now()
+		rctx, cancel := context.WithDeadline(ctx, deadline)
+		res, err := p.coll.UpdateOne(rctx, filter, update)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return // released meanwhile
+		case err == nil && res.MatchedCount == 0:
+			h.markLost(fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost))
+			return
+		case err == nil:
+			lastErr = nil
+			deadline = sent.Add(lease)
+			timer.Reset(time.Until(sent.Add(cadence)))
+		default:
+			lastErr = err
+			timer.Reset(min(retry, time.Until(deadline)))
+		}
+	}
+}
+
+// leaseOver signals loss when the local lease ran out, then frees the lock
+// on the server in case a late extension did reach it.
+func (h *Handle) leaseOver(lastErr error) {
+	if lastErr != nil {
+		h.markLost(fmt.Errorf("%w: its lease ran out before an extension succeeded (last error: %w)", ErrLockLost, lastErr))
+	} else {
+		h.markLost(fmt.Errorf("%w: its lease ran out before an extension succeeded", ErrLockLost))
+	}
+	h.lock.p.releaseInBackground(h.lock.name, h.lockID)
+}

@@ -1,0 +1,108 @@
+package mongolock
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults, as in DistributedLock.MongoDB.
+const (
+	DefaultCollection   = "distributed_locks"
+	DefaultExpiry       = 30 * time.Second
+	DefaultBusyWaitMin  = 10 * time.Millisecond
+	DefaultBusyWaitMax  = 800 * time.Millisecond
+	minExpiry           = 100 * time.Millisecond
+	maxSafetyMargin     = time.Second
+	safetyMarginDivisor = 10
+)
+
+// An Option configures a Lock or a Provider. Options are validated by New and
+// NewProvider, which return an error naming the bad option and its value;
+// nothing is silently clamped.
+type Option func(*config)
+
+type config struct {
+	collection string
+	expiry     time.Duration
+	cadence    time.Duration // 0: expiry/3
+	cadenceSet bool
+	sleepMin   time.Duration
+	sleepMax   time.Duration
+	adaptive   bool
+}
+
+func defaultConfig() config {
+	return config{
+		collection: DefaultCollection,
+		expiry:     DefaultExpiry,
+		sleepMin:   DefaultBusyWaitMin,
+		sleepMax:   DefaultBusyWaitMax,
+	}
+}
+
+// WithCollection sets the collection that holds the lock documents
+// (default "distributed_locks", the same as DistributedLock.MongoDB).
+func WithCollection(name string) Option {
+	return func(o *config) { o.collection = name }
+}
+
+// WithExpiry sets the lease: how long the server keeps a lock for a holder
+// that stops extending it (crashed, partitioned). At least 100ms; default 30s.
+// It also bounds how long a crashed holder blocks everyone else.
+func WithExpiry(d time.Duration) Option {
+	return func(o *config) { o.expiry = d }
+}
+
+// WithExtensionCadence sets how often a held lock's lease is extended
+// (default expiry/3). It must be greater than 0 and less than the expiry.
+func WithExtensionCadence(d time.Duration) Option {
+	return func(o *config) { o.cadence, o.cadenceSet = d, true }
+}
+
+// WithBusyWaitSleep sets the bounds of the sleep between attempts while
+// Acquire waits for a held lock (default 10ms..800ms); 0 < min <= max.
+func WithBusyWaitSleep(min, max time.Duration) Option {
+	return func(o *config) { o.sleepMin, o.sleepMax = min, max }
+}
+
+// WithAdaptiveBackoff makes Acquire's sleeps grow exponentially (x1.5 per
+// failed attempt, from the busy-wait minimum up to its maximum, with +-20%
+// jitter) instead of being drawn uniformly from [min, max]. Default false.
+func WithAdaptiveBackoff(on bool) Option {
+	return func(o *config) { o.adaptive = on }
+}
+
+func buildConfig(opts []Option) (config, error) {
+	o := defaultConfig()
+	for _, opt := range opts {
+		if opt == nil {
+			return o, fmt.Errorf("mongolock: nil Option")
+		}
+		opt(&o)
+	}
+	if o.collection == "" {
+		return o, fmt.Errorf("mongolock: WithCollection(%q): the collection name must not be empty", o.collection)
+	}
+	if o.expiry < minExpiry {
+		return o, fmt.Errorf("mongolock: WithExpiry(%v): the expiry must be at least %v", o.expiry, minExpiry)
+	}
+	if !o.cadenceSet {
+		o.cadence = o.expiry / 3
+	}
+	if o.cadence <= 0 || o.cadence >= o.expiry {
+		return o, fmt.Errorf("mongolock: WithExtensionCadence(%v): the cadence must be greater than 0 and less than the expiry (%v)", o.cadence, o.expiry)
+	}
+	if o.sleepMin <= 0 || o.sleepMin > o.sleepMax {
+		return o, fmt.Errorf("mongolock: WithBusyWaitSleep(%v, %v): need 0 < min <= max", o.sleepMin, o.sleepMax)
+	}
+	return o, nil
+}
+
+// safetyMargin is how much earlier than the server the client considers its
+// lease over (guarantee 5): a tenth of the expiry, at most a second, and
+// always less than what the extension cadence leaves, so that an extension
+// is sent while the lease is still held.
+func (o config) safetyMargin() time.Duration {
+	m := min(o.expiry/safetyMarginDivisor, maxSafetyMargin)
+	return min(m, (o.expiry-o.cadence)/2)
+}
