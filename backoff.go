@@ -23,8 +23,13 @@ func (b backoff) next(failures int) time.Duration {
 	if !b.adaptive {
 		return b.min + rand.N(b.max-b.min+1)
 	}
+	// Compare in floating point before converting: a value at or past
+	// MaxInt64 would wrap around to a negative Duration.
 	base := float64(b.min) * math.Pow(1.5, float64(max(failures-1, 0)))
 	base = min(base, float64(b.max))
-	d := time.Duration(base * (0.8 + 0.4*rand.Float64()))
-	return min(max(d, b.min), b.max)
+	d := base * (0.8 + 0.4*rand.Float64())
+	if d >= float64(b.max) {
+		return b.max
+	}
+	return max(time.Duration(d), b.min)
 }

@@ -3,9 +3,9 @@ package mongolock
 import (
 	"context"
 	"errors"
-	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 )
 
@@ -49,7 +49,7 @@ func isTransient(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return false
 	}
-	if errors.Is(err, mongo.ErrClientDisconnected) || errors.Is(err, topology.ErrTopologyClosed) {
+	if isClosed(err) {
 		return false
 	}
 	if mongo.IsNetworkError(err) || mongo.IsTimeout(err) {
@@ -72,30 +72,57 @@ func isTransient(err error) bool {
 	return false
 }
 
-// isUpsertRace reports whether err is what a server returns when several
-// clients upsert the same brand-new _id at once and this one lost: a
-// duplicate key (11000 on MongoDB; code 1 with PostgreSQL's message on
-// FerretDB/DocumentDB), or FerretDB's "$$NOW ... cannot be used within this
-// specific context". In each case the document now exists and an immediate
-// retry decides the acquisition normally.
-func isUpsertRace(err error) bool {
+// isClosed reports whether err says the client was disconnected: nothing
+// sent through it will ever succeed.
+func isClosed(err error) bool {
+	return errors.Is(err, mongo.ErrClientDisconnected) || errors.Is(err, topology.ErrTopologyClosed)
+}
+
+// isDuplicateKey reports whether err is a duplicate key error: 11000 on
+// MongoDB, code 1 with PostgreSQL's message on FerretDB/DocumentDB.
+func isDuplicateKey(err error) bool {
 	if mongo.IsDuplicateKeyError(err) {
 		return true
 	}
 	var se mongo.ServerError
-	if !errors.As(err, &se) {
+	return errors.As(err, &se) && se.HasErrorMessage("duplicate key value violates unique constraint")
+}
+
+// mayBeMissing reports whether a findAndModify error means that the lock
+// document may not exist: no document (MongoDB), FerretDB/DocumentDB's
+// "The $$NOW operator cannot be used within this specific context", which it
+// returns instead when a $$NOW pipeline matches no document, or a duplicate
+// key from a racing creation. Creating the document (ignoring a duplicate)
+// and trying again decides the attempt.
+func mayBeMissing(err error) bool {
+	var se mongo.ServerError
+	return errors.Is(err, mongo.ErrNoDocuments) || isDuplicateKey(err) ||
+		errors.As(err, &se) && se.HasErrorMessage("$$NOW operator cannot be used")
+}
+
+// endedByDeadline reports whether err was caused by ctx's deadline arriving
+// (as opposed to a driver or network timeout): the driver refuses to send an
+// operation that cannot finish before the deadline, or cuts its socket read
+// at the deadline, slightly before ctx.Err() itself reports it.
+func endedByDeadline(ctx context.Context, err error) bool {
+	if _, ok := ctx.Deadline(); !ok {
 		return false
 	}
-	msg := err.Error()
-	return strings.Contains(msg, "duplicate key value violates unique constraint") ||
-		strings.Contains(msg, "$$NOW operator cannot be used")
+	var ce mongo.CommandError
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ce) && ce.IsMaxTimeMSExpiredError()
 }
 
 // isAmbiguous reports whether a write that returned err may nevertheless have
 // been applied on the server: anything but a reply in which the server said
-// no. Such writes are cleaned up (guarantee 6 in PROTOCOL.md).
+// no, or a failure before the request was sent (no server selected, no
+// connection free, or too little time left for the driver to send it). Such
+// writes are cleaned up (guarantee 6 in PROTOCOL.md).
 func isAmbiguous(err error) bool {
 	if err == nil {
+		return false
+	}
+	if errors.Is(err, driver.ErrDeadlineWouldBeExceeded) || isClosed(err) ||
+		errors.As(err, &topology.ServerSelectionError{}) || errors.As(err, &topology.WaitQueueTimeoutError{}) {
 		return false
 	}
 	var se mongo.ServerError

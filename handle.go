@@ -133,8 +133,9 @@ func (h *Handle) markLost(why error) {
 	}
 	h.mu.Unlock()
 	if first {
-		close(h.lost)
+		// Cancel first: whoever wakes on Lost sees the cause already.
 		h.cancel(ErrLockLost)
+		close(h.lost)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -36,9 +37,9 @@ type lockDoc struct {
 }
 
 const (
-	// maxRaceRetries bounds the immediate retries of one attempt that lost
-	// the race to create a brand-new lock document (see isUpsertRace).
-	maxRaceRetries = 5
+	// maxCreateTries bounds how often one attempt creates the lock document
+	// or retries after losing the race to create it (see attempt).
+	maxCreateTries = 5
 	// cleanupTimeout bounds a background release of an acquisition nobody
 	// will get a handle for (guarantee 6), or of a failed Release.
 	cleanupTimeout = 5 * time.Second
@@ -134,16 +135,20 @@ func (l *Lock) Acquire(ctx context.Context) (*Handle, error) {
 		return nil, l.errorf("acquire", errNilContext)
 	}
 	b := backoff{min: l.p.opts.sleepMin, max: l.p.opts.sleepMax, adaptive: l.p.opts.adaptive}
-	var lastErr error // the last error other than contention
-	var timer *time.Timer
+	var (
+		lastErr   error // the last error other than contention
+		contended bool  // an attempt found the lock held by someone else
+		timer     *time.Timer
+	)
 	for failures := 1; ; failures++ {
 		h, err := l.attempt(ctx)
 		switch {
 		case err == nil:
 			return h, nil
-		case ctx.Err() != nil:
-			// The attempt was cut short by ctx; judge by what came before.
 		case errors.Is(err, ErrNotAcquired):
+			contended = true
+		case ctx.Err() != nil || endedByDeadline(ctx, err):
+			// The attempt was cut short by ctx: it tells nothing.
 		case isTransient(err):
 			lastErr = err
 		default:
@@ -163,10 +168,14 @@ func (l *Lock) Acquire(ctx context.Context) (*Handle, error) {
 			case <-ctx.Done():
 			}
 		}
-		if lastErr != nil {
+		switch {
+		case lastErr != nil:
 			return nil, l.errorf("acquire", fmt.Errorf("%w (last error: %w)", ctx.Err(), lastErr))
+		case contended:
+			return nil, l.errorf("acquire", fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err()))
+		default: // no attempt came back before ctx ended
+			return nil, l.errorf("acquire", ctx.Err())
 		}
-		return nil, l.errorf("acquire", fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err()))
 	}
 }
 
@@ -199,14 +208,34 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) (err 
 	return fn(fctx)
 }
 
-// attempt is one acquisition attempt: one findOneAndUpdate round trip
-// (a few more only when losing the race to create a new document).
+// attempt is one acquisition attempt: one findOneAndUpdate round trip on an
+// existing lock document.
+//
+// The update never upserts. When there is no document, attempt inserts a bare
+// one ({_id, expiresAt: epoch}; a duplicate key means someone else just did)
+// and then updates it. Two reasons:
+//
+//   - The fencing token's server-time floor must come from a $$NOW taken
+//     after the previous document was deleted. Servers take $$NOW when a
+//     statement starts (FerretDB/DocumentDB, measured: up to 85 ms before it
+//     gets the row under contention), so an upsert that started before a
+//     deletion could re-create the document with a floor below tokens issued
+//     meanwhile. An update of an existing row always sees the row's current
+//     token instead, and the insert orders the deletion before our $$NOW.
+//   - Concurrent upserts of a brand-new _id fail on FerretDB with duplicate
+//     key (code 1) or "$$NOW cannot be used" errors rather than being
+//     retried by the server as MongoDB does.
+//
+// FerretDB/DocumentDB answers a findAndModify whose pipeline uses $$NOW and
+// whose filter matches nothing with "(FailedToParse) The $$NOW operator
+// cannot be used within this specific context" instead of no document; both
+// lead to creating the document (see mayBeMissing).
 func (l *Lock) attempt(ctx context.Context) (*Handle, error) {
 	l.p.ensureIndex()
 	lockID := newLockID()
 	update := acquireUpdate(lockID, l.p.opts.expiry)
 	filter := bson.D{{Key: "_id", Value: l.name}}
-	for race := 0; ; race++ {
+	for tries := 0; ; tries++ {
 		sent := time.Now()
 		var doc lockDoc
 		err := l.p.coll.FindOneAndUpdate(ctx, filter, update, l.p.acquireOpts).Decode(&doc)
@@ -215,12 +244,16 @@ func (l *Lock) attempt(ctx context.Context) (*Handle, error) {
 			return newHandle(l, lockID, doc.FencingToken, sent), nil
 		case err == nil:
 			return nil, ErrNotAcquired
-		case isUpsertRace(err) && race < maxRaceRetries:
-			// Another client created the document first; it exists now,
-			// so try again at once.
+		case !mayBeMissing(err):
+		case tries >= maxCreateTries:
+			// The document keeps vanishing (deleted as soon as created) or
+			// others keep racing to create it: contention, not failure.
+			return nil, fmt.Errorf("%w (the lock document was created and removed concurrently: %w)", ErrNotAcquired, err)
+		default:
+			if err := l.create(ctx); err != nil {
+				return nil, err
+			}
 			continue
-		case isUpsertRace(err):
-			return nil, fmt.Errorf("%w (creating the lock document raced: %w)", ErrNotAcquired, err)
 		}
 		if isAmbiguous(err) {
 			// The update may have been applied even though we got no reply:
@@ -231,15 +264,44 @@ func (l *Lock) attempt(ctx context.Context) (*Handle, error) {
 	}
 }
 
+// create inserts the lock's document, free, unless it exists already. Its
+// expiresAt lets the TTL index remove it should nobody ever acquire it.
+func (l *Lock) create(ctx context.Context) error {
+	_, err := l.p.coll.InsertOne(ctx, bson.D{{Key: "_id", Value: l.name}, {Key: "expiresAt", Value: epoch}})
+	if err != nil && !isDuplicateKey(err) {
+		return err
+	}
+	return nil
+}
+
 // releaseInBackground releases lockID's acquisition of name, if it holds it,
 // without waiting: for acquisitions nobody will get a handle for, and for a
 // Release whose round trip failed. It is owner-checked, so it can never free
 // someone else's acquisition.
+//
+// The acquisition may still be on its way to the server (the caller gave up
+// waiting for the reply, not the server for the request) and a release on
+// another connection can overtake it. So the release is repeated on a short
+// schedule until it matches or the schedule ends.
 func (p *Provider) releaseInBackground(name, lockID string) {
 	p.background(cleanupTimeout, func(ctx context.Context) {
-		_, _ = p.coll.UpdateOne(ctx, ownerFilter(name, lockID), releaseUpdate)
+		filter := ownerFilter(name, lockID)
+		for _, wait := range cleanupSchedule {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return
+			}
+			res, err := p.coll.UpdateOne(ctx, filter, releaseUpdate)
+			if err == nil && res.MatchedCount > 0 || isClosed(err) {
+				return
+			}
+		}
 	})
 }
+
+// cleanupSchedule is how long releaseInBackground waits before each try.
+var cleanupSchedule = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond, 1500 * time.Millisecond}
 
 var errNilContext = errors.New("nil context.Context")
 
@@ -248,7 +310,11 @@ var errNilContext = errors.New("nil context.Context")
 func (l *Lock) errorf(op string, err error) error {
 	name := l.name
 	if len(name) > 64 {
-		name = name[:61] + "..."
+		cut := 61
+		for cut > 0 && !utf8.RuneStart(name[cut]) {
+			cut--
+		}
+		name = name[:cut] + "..."
 	}
 	return &Error{Op: op, Name: name, Err: err}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"time"
+	"weak"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -36,7 +37,7 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 		coll:        db.Collection(o.collection),
 		opts:        o,
 		shared:      collectionFor(db, o.collection),
-		acquireOpts: options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After),
+		acquireOpts: options.FindOneAndUpdate().SetReturnDocument(options.After),
 	}, nil
 }
 
@@ -64,15 +65,17 @@ type collection struct {
 	bg        sync.WaitGroup // background work: index creation, orphan cleanup
 }
 
+// collectionKey identifies a collection of one client. The client is held
+// weakly, so that the registry does not keep disconnected clients alive.
 type collectionKey struct {
-	client   *mongo.Client
+	client   weak.Pointer[mongo.Client]
 	db, coll string
 }
 
 var collections sync.Map // collectionKey -> *collection
 
 func collectionFor(db *mongo.Database, coll string) *collection {
-	k := collectionKey{db.Client(), db.Name(), coll}
+	k := collectionKey{weak.Make(db.Client()), db.Name(), coll}
 	if c, ok := collections.Load(k); ok {
 		return c.(*collection)
 	}
