@@ -10,10 +10,25 @@ import (
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
-// TestMain disconnects the shared client after the tests, then checks that
-// no goroutine outlived them: every extension loop and background cleanup
-// has an end.
+// TestMain points MONGODB_URI at the test server for the examples, which
+// connect as applications do; after the tests it disconnects the shared
+// client, then checks that no goroutine outlived them: every extension loop
+// and background cleanup has an end.
 func TestMain(m *testing.M) {
+	if os.Getenv("MONGODB_URI") == "" {
+		uri, err := testdb.URI()
+		if err != nil {
+			// Tests skip without a server (fail under CI=true), but examples
+			// cannot skip: they will fail, and this says why.
+			fmt.Fprintln(os.Stderr, "mongolock tests: no server for the examples:", err)
+			if os.Getenv("CI") == "true" {
+				os.Exit(1)
+			}
+		} else if err := os.Setenv("MONGODB_URI", uri); err != nil {
+			fmt.Fprintln(os.Stderr, "mongolock tests:", err)
+			os.Exit(1)
+		}
+	}
 	code := m.Run()
 	testdb.Close()
 	if code == 0 {

@@ -1,0 +1,197 @@
+package mongolock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mongolock/mongolock"
+)
+
+func ExampleNew() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database("mongolock_examples")
+	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
+
+	lock, err := mongolock.New(db, "nightly-report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	h, err := lock.Acquire(ctx) // waits while another process holds it
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("acquired", h.Name())
+	// ... work, stopping if h.Context() ends (the lock was lost) ...
+	if err := h.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("released")
+	// Output:
+	// acquired nightly-report
+	// released
+}
+
+func ExampleLock_TryAcquire() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database("mongolock_examples")
+	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
+
+	lock, err := mongolock.New(db, "inventory-sync")
+	if err != nil {
+		log.Fatal(err)
+	}
+	h, err := lock.TryAcquire(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("first attempt: acquired")
+
+	// A second attempt, here as anywhere else, finds the lock held.
+	_, err = lock.TryAcquire(ctx)
+	switch {
+	case errors.Is(err, mongolock.ErrNotAcquired):
+		fmt.Println("second attempt: held by someone else, skipping this run")
+	case err != nil:
+		log.Fatal(err)
+	default:
+		fmt.Println("second attempt: acquired (unexpected)")
+	}
+
+	if err := h.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// first attempt: acquired
+	// second attempt: held by someone else, skipping this run
+}
+
+func ExampleProvider() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database("mongolock_examples")
+	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
+
+	// One provider for the whole application: its options apply to every
+	// lock it mints.
+	locks, err := mongolock.NewProvider(db, mongolock.WithExpiry(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	orders, err := locks.Lock("orders").Acquire(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Different names are different locks: both are held at once.
+	invoices, err := locks.Lock("invoices").Acquire(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("holding", orders.Name(), "and", invoices.Name())
+
+	for _, h := range []*mongolock.Handle{invoices, orders} {
+		if err := h.Release(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}
+	// Output:
+	// holding orders and invoices
+}
+
+func ExampleLock_Do() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database("mongolock_examples")
+	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
+
+	lock, err := mongolock.New(db, "schema-migration")
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Do acquires, runs the function, and releases, also on error or panic.
+	// The function's ctx ends if the lock is lost while it runs.
+	err = lock.Do(ctx, func(ctx context.Context) error {
+		fmt.Println("migrating with the lock held")
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// Released: the lock is free again.
+	h, err := lock.TryAcquire(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("free again after Do")
+	if err := h.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// migrating with the lock held
+	// free again after Do
+}
+
+func ExampleHandle_FencingToken() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database("mongolock_examples")
+	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
+
+	lock, err := mongolock.New(db, "ledger")
+	if err != nil {
+		log.Fatal(err)
+	}
+	acquireAndRelease := func() int64 {
+		h, err := lock.Acquire(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		// Send h.FencingToken() with every write to the protected
+		// resource; it refuses tokens lower than the highest it has seen,
+		// so a holder that lost the lock without knowing it cannot write.
+		token := h.FencingToken()
+		if err := h.Release(ctx); err != nil {
+			log.Fatal(err)
+		}
+		return token
+	}
+	first := acquireAndRelease()
+	second := acquireAndRelease()
+	fmt.Println("second token greater than first:", second > first)
+	// Output:
+	// second token greater than first: true
+}
