@@ -114,11 +114,12 @@ func endedByDeadline(ctx context.Context, err error) bool {
 
 // isAmbiguous reports whether a write that returned err may nevertheless have
 // been applied on the server: anything but a reply in which the server said
-// no, or a failure before the request was sent (no server selected, no
-// connection free, or too little time left for the driver to send it). Such
-// writes are cleaned up (guarantee 6 in PROTOCOL.md).
+// no (or found no document), or a failure before the request was sent (no
+// server selected, no connection free, or too little time left for the
+// driver to send it). Such writes are cleaned up (guarantee 6 in
+// PROTOCOL.md).
 func isAmbiguous(err error) bool {
-	if err == nil {
+	if err == nil || errors.Is(err, mongo.ErrNoDocuments) {
 		return false
 	}
 	if errors.Is(err, driver.ErrDeadlineWouldBeExceeded) || isClosed(err) ||

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -232,13 +233,13 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) (err 
 // lead to creating the document (see mayBeMissing).
 func (l *Lock) attempt(ctx context.Context) (*Handle, error) {
 	l.p.ensureIndex()
-	lockID := newLockID()
-	update := acquireUpdate(lockID, l.p.opts.expiry)
-	filter := bson.D{{Key: "_id", Value: l.name}}
 	for tries := 0; ; tries++ {
+		// A fresh lockId per round trip: a cleanup of one can never free
+		// another.
+		lockID := newLockID()
+		update := acquireUpdate(lockID, l.p.opts.expiry)
 		sent := time.Now()
-		var doc lockDoc
-		err := l.p.coll.FindOneAndUpdate(ctx, filter, update, l.p.acquireOpts).Decode(&doc)
+		doc, err := l.p.acquireRoundTrip(ctx, l.name, update, lockID)
 		switch {
 		case err == nil && doc.LockID == lockID:
 			return newHandle(l, lockID, doc.FencingToken, sent), nil
@@ -255,13 +256,94 @@ func (l *Lock) attempt(ctx context.Context) (*Handle, error) {
 			}
 			continue
 		}
-		if isAmbiguous(err) {
-			// The update may have been applied even though we got no reply:
-			// free that acquisition rather than leave it held for an expiry.
-			l.p.releaseInBackground(l.name, lockID)
-		}
 		return nil, err
 	}
+}
+
+// acquireRoundTrip sends one acquisition and waits for its reply or for ctx.
+//
+// No orphans (guarantee 6): if ctx ends first, the request may already be on
+// the server, and a release sent now could overtake it there. So the request
+// is not cancelled: it finishes in the background (for at most
+// cleanupTimeout more), and if it turns out to have acquired the lock, that
+// acquisition is released at once, since nobody will get a handle for it. A
+// request that fails ambiguously (the connection dropped after sending) is
+// released in the background too.
+func (p *Provider) acquireRoundTrip(ctx context.Context, name string, update mongo.Pipeline, lockID string) (lockDoc, error) {
+	filter := bson.D{{Key: "_id", Value: name}}
+	orphan := func(doc lockDoc, err error) {
+		switch {
+		case err == nil && doc.LockID == lockID:
+			p.releaseAcquired(name, lockID)
+		case err != nil && isAmbiguous(err):
+			p.releaseInBackground(name, lockID)
+		}
+	}
+	if ctx.Done() == nil { // cannot end: no need for a goroutine
+		var doc lockDoc
+		err := p.coll.FindOneAndUpdate(ctx, filter, update, p.acquireOpts).Decode(&doc)
+		if err != nil && isAmbiguous(err) {
+			orphan(doc, err)
+		}
+		return doc, err
+	}
+
+	type result struct {
+		doc lockDoc
+		err error
+	}
+	var (
+		mu        sync.Mutex
+		abandoned bool
+		timeout   *time.Timer
+		reply     = make(chan result, 1)
+	)
+	opCtx, cancelOp := context.WithCancel(context.WithoutCancel(ctx))
+	p.shared.bg.Add(1)
+	go func() {
+		defer p.shared.bg.Done()
+		var r result
+		r.err = p.coll.FindOneAndUpdate(opCtx, filter, update, p.acquireOpts).Decode(&r.doc)
+		mu.Lock()
+		cancelOp()
+		if timeout != nil {
+			timeout.Stop()
+		}
+		if !abandoned {
+			reply <- r
+			mu.Unlock()
+			if r.err != nil && isAmbiguous(r.err) {
+				orphan(r.doc, r.err)
+			}
+			return
+		}
+		mu.Unlock()
+		orphan(r.doc, r.err)
+	}()
+	select {
+	case r := <-reply:
+		return r.doc, r.err
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case r := <-reply: // it finished meanwhile: take it
+		return r.doc, r.err
+	default:
+	}
+	abandoned = true
+	timeout = time.AfterFunc(cleanupTimeout, cancelOp)
+	return lockDoc{}, ctx.Err()
+}
+
+// releaseAcquired releases lockID's acquisition of name (owner-checked), in
+// the background, with one try: for an acquisition whose reply has arrived,
+// so nothing can overtake it.
+func (p *Provider) releaseAcquired(name, lockID string) {
+	p.background(cleanupTimeout, func(ctx context.Context) {
+		_, _ = p.coll.UpdateOne(ctx, ownerFilter(name, lockID), releaseUpdate)
+	})
 }
 
 // create inserts the lock's document, free, unless it exists already. Its
