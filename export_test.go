@@ -17,3 +17,25 @@ func SafetyMargin(p *Provider) time.Duration { return p.opts.safetyMargin() }
 
 // CollectionName is the provider's collection.
 func CollectionName(p *Provider) string { return p.coll.Name() }
+
+// QueueLen is the number of Acquire calls of this process waiting in line
+// for name; QueueNames the number of names with a local queue entry.
+func QueueLen(p *Provider, name string) int {
+	qs := &p.shared.queues
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if q := qs.byName[name]; q != nil {
+		return len(q.waiters)
+	}
+	return 0
+}
+
+func QueueNames(p *Provider) int {
+	qs := &p.shared.queues
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	return len(qs.byName)
+}
+
+// DatabaseName is the provider's database.
+func DatabaseName(p *Provider) string { return p.coll.Database().Name() }

@@ -35,6 +35,8 @@ type Handle struct {
 	mu       sync.Mutex
 	lostErr  error // why the lock was lost; wraps ErrLockLost
 	released bool  // Release was called
+
+	unholdOnce sync.Once // tells the local queue, once, that this handle no longer holds
 }
 
 func newHandle(l *Lock, lockID string, token int64, sent time.Time) *Handle {
@@ -50,8 +52,14 @@ func newHandle(l *Lock, lockID string, token int64, sent time.Time) *Handle {
 		stopKeeper: stop,
 		keeperDone: make(chan struct{}),
 	}
+	l.p.shared.queues.hold(l.name)
 	go h.keep(kctx, sent)
 	return h
+}
+
+// unhold tells local waiters, once, that this handle holds the lock no more.
+func (h *Handle) unhold() {
+	h.unholdOnce.Do(func() { h.lock.p.shared.queues.unhold(h.lock.name) })
 }
 
 // Name returns the name of the lock this handle holds.
@@ -96,9 +104,10 @@ func (h *Handle) Release(ctx context.Context) error {
 	h.mu.Unlock()
 
 	// Stop extending before releasing, so that no extension can follow the
-	// release.
+	// release. Local waiters are woken once the release is decided.
 	h.stopKeeper()
 	<-h.keeperDone
+	defer h.unhold()
 	if err := h.lossError(); err != nil {
 		return h.lock.errorf("release", err)
 	}
@@ -136,6 +145,7 @@ func (h *Handle) markLost(why error) {
 		// Cancel first: whoever wakes on Lost sees the cause already.
 		h.cancel(ErrLockLost)
 		close(h.lost)
+		h.unhold()
 	}
 }
 

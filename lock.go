@@ -128,46 +128,61 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Handle, error) {
 // cannot fix (a name the server cannot store, missing permission) is
 // returned at once.
 //
+// Acquire calls of one process for the same lock (same client, database,
+// collection and name) wait in line, first come first served: only the
+// first talks to the database, and when a handle of this process releases
+// the lock, the next in line attempts at once instead of sleeping. A call
+// whose ctx ends leaves the line without disturbing the others.
+//
 // When ctx ends first, the error satisfies errors.Is(err, ctx.Err()), and
-// also errors.Is(err, ErrNotAcquired) if every attempt found the lock held
-// by someone else, so that contention can be told from an outage.
+// also errors.Is(err, ErrNotAcquired) if the lock was held by someone else
+// the whole time, so that contention can be told from an outage.
 func (l *Lock) Acquire(ctx context.Context) (*Handle, error) {
 	if ctx == nil {
 		return nil, l.errorf("acquire", errNilContext)
 	}
 	b := backoff{min: l.p.opts.sleepMin, max: l.p.opts.sleepMax, adaptive: l.p.opts.adaptive}
+	qs := &l.p.shared.queues
+	w := qs.join(l.name)
+	defer qs.leave(l.name, w)
 	var (
 		lastErr   error // the last error other than contention
-		contended bool  // an attempt found the lock held by someone else
-		timer     *time.Timer
+		contended bool  // the lock was seen held by someone else
+		failures  int   // attempts that did not get the lock
+		timer     = time.NewTimer(time.Hour)
 	)
-	for failures := 1; ; failures++ {
-		h, err := l.attempt(ctx)
-		switch {
-		case err == nil:
-			return h, nil
-		case errors.Is(err, ErrNotAcquired):
+	defer timer.Stop()
+	for {
+		var sleep <-chan time.Time // nil: wait for a wake-up only
+		head, heldHere := qs.state(l.name, w)
+		if !head || heldHere {
+			// Someone of this process is ahead in line or holds the lock:
+			// the database has nothing new to say until they are done.
 			contended = true
-		case ctx.Err() != nil || endedByDeadline(ctx, err):
-			// The attempt was cut short by ctx: it tells nothing.
-		case isTransient(err):
-			lastErr = err
-		default:
-			return nil, l.errorf("acquire", err)
+		} else {
+			h, err := l.attempt(ctx)
+			failures++
+			switch {
+			case err == nil:
+				return h, nil
+			case errors.Is(err, ErrNotAcquired):
+				contended = true
+			case ctx.Err() != nil || endedByDeadline(ctx, err):
+				// The attempt was cut short by ctx: it tells nothing.
+			case isTransient(err):
+				lastErr = err
+			default:
+				return nil, l.errorf("acquire", err)
+			}
+			timer.Reset(b.next(failures))
+			sleep = timer.C
 		}
-		if ctx.Err() == nil {
-			d := b.next(failures)
-			if timer == nil {
-				timer = time.NewTimer(d)
-				defer timer.Stop()
-			} else {
-				timer.Reset(d)
-			}
-			select {
-			case <-timer.C:
-				continue
-			case <-ctx.Done():
-			}
+		select {
+		case <-w.wake:
+			continue
+		case <-sleep:
+			continue
+		case <-ctx.Done():
 		}
 		switch {
 		case lastErr != nil:

@@ -59,10 +59,12 @@ func (p *Provider) Lock(name string) *Lock {
 }
 
 // collection is what every Provider of one client, database and collection
-// in this process shares: today, that the TTL index is created once.
+// in this process shares: the TTL index is created once, and waiters for
+// one name queue together (queue.go).
 type collection struct {
 	indexOnce sync.Once
 	bg        sync.WaitGroup // background work: index creation, orphan cleanup
+	queues    queues
 }
 
 // collectionKey identifies a collection of one client. The client is held
