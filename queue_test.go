@@ -261,4 +261,3 @@ func assert(t *testing.T, ok bool, format string, args ...any) bool {
 	}
 	return ok
 }
-
