@@ -20,15 +20,7 @@ func CollectionName(p *Provider) string { return p.coll.Name() }
 
 // QueueLen is the number of Acquire calls of this process waiting in line
 // for name; QueueNames the number of names with a local queue entry.
-func QueueLen(p *Provider, name string) int {
-	qs := &p.shared.queues
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	if q := qs.byName[name]; q != nil {
-		return len(q.waiters)
-	}
-	return 0
-}
+func QueueLen(p *Provider, name string) int { return p.shared.queues.waiting(name) }
 
 func QueueNames(p *Provider) int {
 	qs := &p.shared.queues

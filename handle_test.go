@@ -755,7 +755,10 @@ func TestCancelledAttemptsLeaveNoOrphanedAcquisition(t *testing.T) {
 			mid = min(mid*11/10, 20*time.Millisecond)
 		}
 		if err != nil {
-			require.True(t, errors.Is(err, context.DeadlineExceeded) || mongo.IsTimeout(err),
+			// ErrNotAcquired: an earlier trial's cut-short attempt landed
+			// late and holds the lock until its cleanup frees it, which
+			// the check below and the next trials still see to.
+			require.True(t, errors.Is(err, context.DeadlineExceeded) || mongo.IsTimeout(err) || errors.Is(err, mongolock.ErrNotAcquired),
 				"trial %d (deadline %v): unexpected error %v", trial, d, err)
 		}
 

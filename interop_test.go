@@ -163,16 +163,22 @@ func TestLockHeldByDotnetProtocolIsNotAcquiredByMongolockUntilDotnetReleases(t *
 	require.NoError(t, err)
 	require.NotNil(t, dh, "the C# protocol must acquire a lock nobody holds")
 
+	start := time.Now()
 	h, err := l.TryAcquire(ctx)
+	rtt := time.Since(start)
 	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
 	require.Nil(t, h)
 
 	// Acquire times out with ErrNotAcquired: the lock was held by someone
 	// else the whole time. Many short waits, so that the deadline falls at
 	// every point of an attempt: before, during, and between round trips.
+	// Each wait leaves room for a first round trip (on a loaded machine the
+	// driver does not even send a request that cannot finish in time, and
+	// then nothing is known about the lock).
+	wait := 25*time.Millisecond + 3*rtt
 	var misreported []string
 	for i := range 40 {
-		actx, acancel := context.WithTimeout(ctx, 25*time.Millisecond)
+		actx, acancel := context.WithTimeout(ctx, wait)
 		h, err = l.Acquire(actx)
 		acancel()
 		require.ErrorIs(t, err, context.DeadlineExceeded, "wait %d", i)

@@ -35,6 +35,9 @@ type lockDoc struct {
 	AcquiredAt   time.Time `bson:"acquiredAt"`
 	ExpiresAt    time.Time `bson:"expiresAt"`
 	FencingToken int64     `bson:"fencingToken"`
+	Waiters      []struct {
+		P string `bson:"p"`
+	} `bson:"waiters"` // processes waiting in line (fair.go)
 }
 
 const (
@@ -60,35 +63,37 @@ var expired = bson.D{{Key: "$lte", Value: bson.A{
 	"$$NOW",
 }}}
 
-func ifExpired(then, otherwise any) bson.D {
-	return bson.D{{Key: "$cond", Value: bson.A{expired, then, otherwise}}}
-}
-
 // leaseEnd is $$NOW + expiry: $add rather than $dateAdd, which needs 5.0.
 func leaseEnd(expiry time.Duration) bson.D {
 	return bson.D{{Key: "$add", Value: bson.A{"$$NOW", expiry.Milliseconds()}}}
 }
 
 // acquireUpdate is the aggregation pipeline of an acquisition attempt: if
-// the lock is free, take it with a fresh lockId; otherwise leave the
-// document exactly as it is. Every field's $cond sees the document as it was
-// before the update, so the decision and the write are one atomic step.
+// the lock is free (expired, and not reserved for another process's waiter:
+// see fair.go), take it with a fresh lockId; otherwise leave the holder's
+// fields as they are. Every field's $cond sees the document as it was before
+// the update, so the decision and the write are one atomic step.
 //
 // The fencing token is max(old + 1, toLong($$NOW) * 1024): it increases by
 // one per acquisition, and it also outranks every earlier token when the
 // document was deleted (by the TTL monitor, a person, or
 // DistributedLock.MongoDB's release) and is created anew.
-func acquireUpdate(lockID string, expiry time.Duration) mongo.Pipeline {
+func acquireUpdate(lockID string, expiry time.Duration, f fairness) mongo.Pipeline {
 	token := bson.D{{Key: "$max", Value: bson.A{
 		bson.D{{Key: "$add", Value: bson.A{bson.D{{Key: "$ifNull", Value: bson.A{"$fencingToken", int64(0)}}}, int64(1)}}},
 		bson.D{{Key: "$multiply", Value: bson.A{bson.D{{Key: "$toLong", Value: "$$NOW"}}, int64(tokenFloorScale)}}},
 	}}}
-	return mongo.Pipeline{{{Key: "$set", Value: bson.D{
-		{Key: "lockId", Value: ifExpired(lockID, "$lockId")},
-		{Key: "acquiredAt", Value: ifExpired("$$NOW", "$acquiredAt")},
-		{Key: "expiresAt", Value: ifExpired(leaseEnd(expiry), "$expiresAt")},
-		{Key: "fencingToken", Value: ifExpired(token, "$fencingToken")},
-	}}}}
+	free, fairFields := f.exprs()
+	ifFree := func(then, otherwise any) bson.D {
+		return bson.D{{Key: "$cond", Value: bson.A{free, then, otherwise}}}
+	}
+	fields := bson.D{
+		{Key: "lockId", Value: ifFree(lockID, "$lockId")},
+		{Key: "acquiredAt", Value: ifFree("$$NOW", "$acquiredAt")},
+		{Key: "expiresAt", Value: ifFree(leaseEnd(expiry), "$expiresAt")},
+		{Key: "fencingToken", Value: ifFree(token, "$fencingToken")},
+	}
+	return mongo.Pipeline{{{Key: "$set", Value: append(fields, fairFields...)}}}
 }
 
 // releaseUpdate frees the lock at once but keeps the document, and with it
@@ -115,7 +120,7 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Handle, error) {
 	if ctx == nil {
 		return nil, l.errorf("try acquire", errNilContext)
 	}
-	h, err := l.attempt(ctx)
+	h, _, err := l.attempt(ctx, false)
 	if err != nil {
 		return nil, l.errorf("try acquire", err)
 	}
@@ -137,19 +142,32 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Handle, error) {
 // When ctx ends first, the error satisfies errors.Is(err, ctx.Err()), and
 // also errors.Is(err, ErrNotAcquired) if the lock was held by someone else
 // the whole time, so that contention can be told from an outage.
-func (l *Lock) Acquire(ctx context.Context) (*Handle, error) {
+func (l *Lock) Acquire(ctx context.Context) (_ *Handle, err error) {
 	if ctx == nil {
 		return nil, l.errorf("acquire", errNilContext)
 	}
-	b := backoff{min: l.p.opts.sleepMin, max: l.p.opts.sleepMax, adaptive: l.p.opts.adaptive}
+	o := l.p.opts
+	b := backoff{min: o.sleepMin, max: o.sleepMax, adaptive: o.adaptive}
+	// Processes in line get the lock in turn when it comes free: they poll
+	// with short sleeps growing from the minimum up to a few times it
+	// (fair.go).
+	bt := backoff{min: o.sleepMin, max: min(o.sleepMax, frontSleepFactor*o.sleepMin), adaptive: true}
+	var inLine bool // an attempt put this process in the line
 	qs := &l.p.shared.queues
 	w := qs.join(l.name)
-	defer qs.leave(l.name, w)
+	defer func() {
+		if left := qs.leave(l.name, w); err != nil && inLine && left == 0 {
+			// Nobody of this process waits any more: do not keep others
+			// waiting for us.
+			l.p.leaveLine(l.name)
+		}
+	}()
 	var (
-		lastErr   error // the last error other than contention
-		contended bool  // the lock was seen held by someone else
-		failures  int   // attempts that did not get the lock
-		timer     = time.NewTimer(time.Hour)
+		lastErr      error // the last error other than contention
+		contended    bool  // the lock was seen held by someone else
+		failures     int   // attempts that did not get the lock
+		soonFailures int   // of those, the ones in a row near the front of the line
+		timer        = time.NewTimer(time.Hour)
 	)
 	defer timer.Stop()
 	for {
@@ -160,8 +178,9 @@ func (l *Lock) Acquire(ctx context.Context) (*Handle, error) {
 			// the database has nothing new to say until they are done.
 			contended = true
 		} else {
-			h, err := l.attempt(ctx)
+			h, turn, err := l.attempt(ctx, true)
 			failures++
+			inLine = inLine || turn.inLine
 			switch {
 			case err == nil:
 				return h, nil
@@ -174,7 +193,13 @@ func (l *Lock) Acquire(ctx context.Context) (*Handle, error) {
 			default:
 				return nil, l.errorf("acquire", err)
 			}
-			timer.Reset(b.next(failures))
+			if turn.soon {
+				soonFailures++
+				timer.Reset(bt.next(soonFailures))
+			} else {
+				soonFailures = 0
+				timer.Reset(b.next(failures))
+			}
 			sleep = timer.C
 		}
 		select {
@@ -246,33 +271,47 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) (err 
 // whose filter matches nothing with "(FailedToParse) The $$NOW operator
 // cannot be used within this specific context" instead of no document; both
 // lead to creating the document (see mayBeMissing).
-func (l *Lock) attempt(ctx context.Context) (*Handle, error) {
+//
+// join says whether a refused attempt puts this process in the lock's line
+// of waiting processes (fair.go); turn says what a refused attempt saw.
+func (l *Lock) attempt(ctx context.Context, join bool) (h *Handle, turn turn, err error) {
 	l.p.ensureIndex()
+	fair := fairness{proc: l.p.shared.id, join: join, entryLife: l.p.opts.waiterLifetime()}
 	for tries := 0; ; tries++ {
 		// A fresh lockId per round trip: a cleanup of one can never free
 		// another.
 		lockID := newLockID()
-		update := acquireUpdate(lockID, l.p.opts.expiry)
+		fair.lockID = lockID
+		update := acquireUpdate(lockID, l.p.opts.expiry, fair)
 		sent := time.Now()
 		doc, err := l.p.acquireRoundTrip(ctx, l.name, update, lockID)
 		switch {
 		case err == nil && doc.LockID == lockID:
-			return newHandle(l, lockID, doc.FencingToken, sent), nil
+			return newHandle(l, lockID, doc.FencingToken, sent), turn, nil
 		case err == nil:
-			return nil, ErrNotAcquired
+			turn = turnOf(doc, fair.proc)
+			return nil, turn, ErrNotAcquired
 		case !mayBeMissing(err):
 		case tries >= maxCreateTries:
 			// The document keeps vanishing (deleted as soon as created) or
 			// others keep racing to create it: contention, not failure.
-			return nil, fmt.Errorf("%w (the lock document was created and removed concurrently: %w)", ErrNotAcquired, err)
+			return nil, turn, fmt.Errorf("%w (the lock document was created and removed concurrently: %w)", ErrNotAcquired, err)
 		default:
 			if err := l.create(ctx); err != nil {
-				return nil, err
+				return nil, turn, err
 			}
 			continue
 		}
-		return nil, err
+		return nil, turn, err
 	}
+}
+
+// leaveLine removes this process from name's line, in the background.
+func (p *Provider) leaveLine(name string) {
+	p.background(cleanupTimeout, func(ctx context.Context) {
+		filter := bson.D{{Key: "_id", Value: name}, {Key: "waiters.p", Value: p.shared.id}}
+		_, _ = p.coll.UpdateOne(ctx, filter, leaveLineUpdate(p.shared.id))
+	})
 }
 
 // acquireRoundTrip sends one acquisition and waits for its reply or for ctx.
@@ -290,6 +329,10 @@ func (p *Provider) acquireRoundTrip(ctx context.Context, name string, update mon
 		switch {
 		case err == nil && doc.LockID == lockID:
 			p.releaseAcquired(name, lockID)
+		case err == nil && turnOf(doc, p.shared.id).inLine && p.shared.queues.waiting(name) == 0:
+			// It put this process in the line, but nobody of this process
+			// waits any more (fair.go).
+			p.leaveLine(name)
 		case err != nil && isAmbiguous(err):
 			p.releaseInBackground(name, lockID)
 		}

@@ -62,6 +62,7 @@ func (p *Provider) Lock(name string) *Lock {
 // in this process shares: the TTL index is created once, and waiters for
 // one name queue together (queue.go).
 type collection struct {
+	id        string // this process's id in lock documents (fair.go)
 	indexOnce sync.Once
 	bg        sync.WaitGroup // background work: index creation, orphan cleanup
 	queues    queues
@@ -81,7 +82,7 @@ func collectionFor(db *mongo.Database, coll string) *collection {
 	if c, ok := collections.Load(k); ok {
 		return c.(*collection)
 	}
-	c, _ := collections.LoadOrStore(k, &collection{})
+	c, _ := collections.LoadOrStore(k, &collection{id: newLockID()})
 	return c.(*collection)
 }
 

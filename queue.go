@@ -72,8 +72,8 @@ func (qs *queues) join(name string) *waiter {
 
 // leave removes w from name's queue (its Acquire returned, with or without
 // a handle). If w was the head, the next waiter becomes the head and is
-// signalled; the others keep their places.
-func (qs *queues) leave(name string, w *waiter) {
+// signalled; the others keep their places. It returns how many still wait.
+func (qs *queues) leave(name string, w *waiter) int {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	q := qs.get(name)
@@ -86,7 +86,9 @@ func (qs *queues) leave(name string, w *waiter) {
 			break
 		}
 	}
+	left := len(q.waiters)
 	qs.gc(name, q)
+	return left
 }
 
 // state reports whether w is the head of name's queue and whether a handle
@@ -116,4 +118,14 @@ func (qs *queues) unhold(name string) {
 		q.waiters[0].signal()
 	}
 	qs.gc(name, q)
+}
+
+// waiting returns how many Acquire calls wait in line for name.
+func (qs *queues) waiting(name string) int {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if q := qs.byName[name]; q != nil {
+		return len(q.waiters)
+	}
+	return 0
 }

@@ -1,0 +1,146 @@
+package mongolock
+
+import (
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// Cross-process fairness.
+//
+// The local line (queue.go) hands a lock from one goroutine of a process to
+// the next in about a round trip, far sooner than a waiter in another
+// process polls again: left alone, one busy process would keep a contended
+// lock for itself. Two fields in the lock document prevent that, written by
+// the same findOneAndUpdate that attempts the acquisition (no extra round
+// trips), and ignored by DistributedLock.MongoDB:
+//
+//   - A line of waiting processes, waiters: [{p: process, u: until}]. When
+//     an Acquire attempt finds the lock taken, its process joins the end of
+//     the line if it is not in it yet; an entry lives until u = $$NOW + a
+//     lifetime, renewed by the process's later attempts, so a process that
+//     stops waiting (gone, crashed) drops out. When the lock comes free, the
+//     first live entry's process is first: others are refused, and the
+//     entry is removed once its process acquires.
+//   - A streak: how many times in a row the last holder's process acquired
+//     (process, streak). A process may pass over the first waiter only while
+//     its streak is below maxStreak, so local hand-offs stay fast, and the
+//     first waiting process gets its turn after at most maxStreak more
+//     acquisitions by the holder's process.
+//
+// So every process waiting on a contended lock gets a turn of up to
+// maxStreak+1 acquisitions, in the order the processes arrived, and no
+// process can be passed over forever. Processes in line poll with short
+// sleeps (adaptive from the busy-wait minimum up to frontSleepFactor times
+// it: a process learns that its turn has come only by polling), so a turn
+// passes quickly; one goroutine per process polls (queue.go). TryAcquire never joins
+// the line: a single attempt must not reserve the lock for a caller that
+// will not come back. Mutual exclusion does not depend on any of this: a
+// lock is only ever taken when it is free (expired), as before.
+//
+// The line is written only while no DistributedLock.MongoDB acquisition
+// holds the lock (lockId is absent, or it is processLock, the last mongolock
+// acquisition's), and an entry is renewed only once half spent, so most
+// refused attempts leave the document unchanged. Two reasons:
+// DistributedLock.MongoDB releases by deleting the document, which erases
+// the line anyway; and on FerretDB/DocumentDB a deleteOne that races with an
+// update that changes the document can miss it (measured: 5 of 30), so
+// writing while a .NET holder releases would leave its lock held until it
+// expires.
+const maxStreak = 8
+
+// frontSleepFactor caps the sleep of processes in line at this many times
+// the busy-wait minimum.
+const frontSleepFactor = 5
+
+// waiterLifetime is how long a line entry outlives its process's last
+// attempt: long enough for the longest sleep between two attempts, and
+// short enough that a process that went away holds up a free lock only
+// briefly.
+func (o config) waiterLifetime() time.Duration {
+	return 2*o.sleepMax + 500*time.Millisecond
+}
+
+// fairness builds the expressions of the acquire pipeline that implement
+// the line and the streak for process proc.
+type fairness struct {
+	proc      string        // this process (per client, database, collection)
+	lockID    string        // the attempt's lockId
+	join      bool          // Acquire (true) or TryAcquire (false)
+	entryLife time.Duration // how long a line entry lives
+}
+
+func (f fairness) exprs() (free bson.D, fields bson.D) {
+	eq := func(a, b any) bson.D { return bson.D{{Key: "$eq", Value: bson.A{a, b}}} }
+	and := func(xs ...any) bson.D { return bson.D{{Key: "$and", Value: bson.A(xs)}} }
+	or := func(xs ...any) bson.D { return bson.D{{Key: "$or", Value: bson.A(xs)}} }
+	not := func(x any) bson.D { return bson.D{{Key: "$not", Value: bson.A{x}}} }
+	cond := func(c, a, b any) bson.D { return bson.D{{Key: "$cond", Value: bson.A{c, a, b}}} }
+	filter := func(input, c any) bson.D {
+		return bson.D{{Key: "$filter", Value: bson.D{{Key: "input", Value: input}, {Key: "as", Value: "w"}, {Key: "cond", Value: c}}}}
+	}
+
+	// The live entries of the line, in order.
+	live := filter(bson.D{{Key: "$ifNull", Value: bson.A{"$waiters", bson.A{}}}},
+		bson.D{{Key: "$gt", Value: bson.A{"$$w.u", "$$NOW"}}})
+	liveOthers := filter(live, bson.D{{Key: "$ne", Value: bson.A{"$$w.p", f.proc}}})
+	liveProcs := bson.D{{Key: "$map", Value: bson.D{{Key: "input", Value: live}, {Key: "as", Value: "w"}, {Key: "in", Value: "$$w.p"}}}}
+	firstIsAnother := and(
+		bson.D{{Key: "$gt", Value: bson.A{bson.D{{Key: "$size", Value: live}}, 0}}},
+		bson.D{{Key: "$ne", Value: bson.A{bson.D{{Key: "$arrayElemAt", Value: bson.A{liveProcs, 0}}}, f.proc}}},
+	)
+	lastWasMine := eq("$process", f.proc)
+	streakLeft := and(lastWasMine, bson.D{{Key: "$lt", Value: bson.A{bson.D{{Key: "$ifNull", Value: bson.A{"$streak", 0}}}, maxStreak}}})
+	free = and(expired, or(not(firstIsAnother), streakLeft))
+
+	// Refused: join the line or renew this process's entry once half
+	// spent, while a mongolock acquisition holds the lock. Acquired: leave
+	// the line.
+	waiters := any("$waiters")
+	if f.join {
+		entry := bson.D{{Key: "p", Value: f.proc}, {Key: "u", Value: leaseEnd(f.entryLife)}}
+		inLine := bson.D{{Key: "$in", Value: bson.A{f.proc, liveProcs}}}
+		renew := bson.D{{Key: "$map", Value: bson.D{{Key: "input", Value: live}, {Key: "as", Value: "w"}, {Key: "in",
+			Value: cond(and(eq("$$w.p", f.proc), bson.D{{Key: "$lt", Value: bson.A{"$$w.u", leaseEnd(f.entryLife / 2)}}}), entry, "$$w")}}}}
+		joined := cond(inLine, renew, bson.D{{Key: "$concatArrays", Value: bson.A{live, bson.A{entry}}}})
+		// Not while a DistributedLock.MongoDB acquisition holds the lock.
+		noDotnetHolder := or(eq("$lockId", "$processLock"), eq(bson.D{{Key: "$type", Value: "$lockId"}}, "missing"))
+		waiters = cond(noDotnetHolder, joined, "$waiters")
+	}
+	fields = bson.D{
+		{Key: "process", Value: cond(free, f.proc, "$process")},
+		{Key: "processLock", Value: cond(free, f.lockID, "$processLock")},
+		{Key: "streak", Value: cond(free,
+			cond(lastWasMine, bson.D{{Key: "$add", Value: bson.A{bson.D{{Key: "$ifNull", Value: bson.A{"$streak", 0}}}, 1}}}, 1),
+			"$streak")},
+		{Key: "waiters", Value: cond(free, liveOthers, waiters)},
+	}
+	return free, fields
+}
+
+// leaveLineUpdate removes proc's entry from the line, for an Acquire that
+// gives up while nobody else of its process waits.
+func leaveLineUpdate(proc string) mongo.Pipeline {
+	return mongo.Pipeline{{{Key: "$set", Value: bson.D{{Key: "waiters", Value: bson.D{{Key: "$filter", Value: bson.D{
+		{Key: "input", Value: "$waiters"}, {Key: "as", Value: "w"},
+		{Key: "cond", Value: bson.D{{Key: "$ne", Value: bson.A{"$$w.p", proc}}}},
+	}}}}}}}}
+}
+
+// turn is what a refused Acquire attempt learned about its process's place
+// in the line.
+type turn struct {
+	inLine bool // this process is in the line
+	soon   bool // poll often: its turn may come any moment
+}
+
+func turnOf(doc lockDoc, proc string) turn {
+	var t turn
+	for _, w := range doc.Waiters {
+		if w.P == proc {
+			t.inLine, t.soon = true, true
+		}
+	}
+	return t
+}
