@@ -10,9 +10,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
-// A Handle is one acquisition of a lock. While it is held, a background
-// goroutine extends its lease every extension cadence; the goroutine ends
-// when the handle is released or lost.
+// A Handle is one acquisition of a lock. While it is held, its lease is
+// extended every extension cadence, together with the other handles of its
+// collection, by one background goroutine per collection that runs while
+// handles are held (lease.go).
 //
 // Loss (the lease could not be extended in time, or someone else took the
 // lock over, or its document was deleted) closes Lost and cancels Context
@@ -29,8 +30,7 @@ type Handle struct {
 	cancel context.CancelCauseFunc
 	lost   chan struct{}
 
-	stopKeeper context.CancelFunc // ends the extension loop
-	keeperDone chan struct{}      // closed when the extension loop has ended
+	keeperDone chan struct{} // closed when the lease is no longer kept
 
 	mu       sync.Mutex
 	lostErr  error // why the lock was lost; wraps ErrLockLost
@@ -41,7 +41,6 @@ type Handle struct {
 
 func newHandle(l *Lock, lockID string, token int64, sent time.Time) *Handle {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	kctx, stop := context.WithCancel(context.Background())
 	h := &Handle{
 		lock:       l,
 		lockID:     lockID,
@@ -49,11 +48,10 @@ func newHandle(l *Lock, lockID string, token int64, sent time.Time) *Handle {
 		ctx:        ctx,
 		cancel:     cancel,
 		lost:       make(chan struct{}),
-		stopKeeper: stop,
 		keeperDone: make(chan struct{}),
 	}
 	l.p.shared.queues.hold(l.name)
-	go h.keep(kctx, sent)
+	l.p.shared.leases.keep(h, sent)
 	return h
 }
 
@@ -103,10 +101,9 @@ func (h *Handle) Release(ctx context.Context) error {
 	h.released = true
 	h.mu.Unlock()
 
-	// Stop extending before releasing, so that no extension can follow the
-	// release. Local waiters are woken once the release is decided.
-	h.stopKeeper()
-	<-h.keeperDone
+	// Stop extending before releasing. Local waiters are woken once the
+	// release is decided.
+	h.lock.p.shared.leases.forget(h)
 	defer h.unhold()
 	if err := h.lossError(); err != nil {
 		return h.lock.errorf("release", err)
@@ -152,58 +149,6 @@ func (h *Handle) markLost(why error) {
 // extendUpdate pushes the lease to $$NOW + expiry.
 func extendUpdate(expiry time.Duration) mongo.Pipeline {
 	return mongo.Pipeline{{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: leaseEnd(expiry)}}}}}
-}
-
-// keep is the extension loop (guarantee 5 in PROTOCOL.md). The lease is
-// measured on the client's monotonic clock from when the last successful
-// acquire or extend was *sent*: the server computed its expiresAt from a
-// $$NOW no earlier than that, so the client's deadline (minus a safety
-// margin) comes before the server's. If no extension succeeds by then, the
-// lock is signalled lost, before anyone else can take it. Transient errors
-// are retried until the deadline; a reply that matched nothing (someone else
-// holds the lock, or its document was deleted) is loss at once.
-func (h *Handle) keep(ctx context.Context, sent time.Time) {
-	defer close(h.keeperDone)
-	p := h.lock.p
-	expiry, cadence := p.opts.expiry, p.opts.cadence
-	lease := expiry - p.opts.safetyMargin()
-	retry := min(cadence/4, 250*time.Millisecond)
-	update := extendUpdate(expiry)
-	filter := ownerFilter(h.lock.name, h.lockID)
-
-	deadline := sent.Add(lease)
-	timer := time.NewTimer(cadence)
-	defer timer.Stop()
-	var lastErr error
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
-		if !time.Now().Before(deadline) {
-			h.leaseOver(lastErr)
-			return
-		}
-		sent := time.Now()
-		rctx, cancel := context.WithDeadline(ctx, deadline)
-		res, err := p.coll.UpdateOne(rctx, filter, update)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return // released meanwhile
-		case err == nil && res.MatchedCount == 0:
-			h.markLost(fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost))
-			return
-		case err == nil:
-			lastErr = nil
-			deadline = sent.Add(lease)
-			timer.Reset(time.Until(sent.Add(cadence)))
-		default:
-			lastErr = err
-			timer.Reset(min(retry, time.Until(deadline)))
-		}
-	}
 }
 
 // leaseOver signals loss when the local lease ran out, then frees the lock

@@ -66,6 +66,7 @@ type collection struct {
 	indexOnce sync.Once
 	bg        sync.WaitGroup // background work: index creation, orphan cleanup
 	queues    queues
+	leases    scheduler
 }
 
 // collectionKey identifies a collection of one client. The client is held

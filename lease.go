@@ -1,0 +1,265 @@
+package mongolock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Lease keeping (guarantee 5 in PROTOCOL.md).
+//
+// One scheduler per collection (client, database, collection) extends the
+// leases of every handle held there, so a process holding N locks runs one
+// goroutine and sends about ceil(N/maxBatch) round trips per cadence, not N
+// of each: handles that are due together are extended together by one
+// updateMany. The scheduler runs only while handles are held.
+//
+// Each handle's lease is measured on the client's monotonic clock from when
+// its last successful acquire or extend was *sent*: the server computed its
+// expiresAt from a $$NOW no earlier than that, so the client's deadline
+// (minus a safety margin) comes before the server's. A timer per handle
+// (time.AfterFunc: no goroutine until it fires) signals loss at that
+// deadline, however long a round trip takes, so the loss is signalled before
+// anyone else can take the lock. Transient errors are retried until the
+// deadline; a handle that an extension did not match (someone else holds the
+// lock, or its document was deleted) is lost at once.
+
+// maxBatch bounds how many handles one extension round trip covers.
+const maxBatch = 500
+
+// scheduler keeps the leases of one collection's handles.
+type scheduler struct {
+	mu      sync.Mutex
+	leases  map[*Handle]*lease
+	running bool
+	wake    chan struct{} // room for one signal: look again
+}
+
+type lease struct {
+	next     time.Time   // when the next extension is due
+	deadline time.Time   // the client's end of the lease
+	timer    *time.Timer // signals loss at deadline
+	inFlight bool        // an extension is on its way
+	lastErr  error       // the last failed extension's error
+}
+
+func (s *scheduler) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// keep starts keeping h's lease, acquired by a request sent at sent.
+func (s *scheduler) keep(h *Handle, sent time.Time) {
+	o := h.lock.p.opts
+	l := &lease{next: sent.Add(o.cadence), deadline: sent.Add(o.expiry - o.safetyMargin())}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leases == nil {
+		s.leases = make(map[*Handle]*lease)
+		s.wake = make(chan struct{}, 1)
+	}
+	l.timer = time.AfterFunc(time.Until(l.deadline), func() { s.expire(h) })
+	s.leases[h] = l
+	if !s.running {
+		s.running = true
+		go s.run()
+	}
+	s.signal()
+}
+
+// forget stops keeping h's lease (it is being released). No extension of h
+// starts afterwards; one already on its way cannot match once the release
+// has cleared the lockId.
+func (s *scheduler) forget(h *Handle) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.drop(h)
+	s.signal()
+}
+
+// drop removes h's lease, if kept; s.mu must be held. It reports whether h
+// was kept.
+func (s *scheduler) drop(h *Handle) bool {
+	l := s.leases[h]
+	if l == nil {
+		return false
+	}
+	l.timer.Stop()
+	delete(s.leases, h)
+	close(h.keeperDone)
+	return true
+}
+
+// expire runs when h's lease timer fires: unless an extension moved the
+// deadline meanwhile, the lease ran out.
+func (s *scheduler) expire(h *Handle) {
+	s.mu.Lock()
+	l := s.leases[h]
+	if l == nil || time.Now().Before(l.deadline) {
+		s.mu.Unlock()
+		return
+	}
+	lastErr := l.lastErr
+	s.drop(h)
+	s.mu.Unlock()
+	h.leaseOver(lastErr)
+}
+
+// run extends due leases until no handle is kept.
+func (s *scheduler) run() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		if len(s.leases) == 0 {
+			s.running = false
+			s.mu.Unlock()
+			return
+		}
+		now := time.Now()
+		// A provider with a handle due now extends, with it, every handle
+		// due within half a cadence: a little early, so that they fall due
+		// together from then on and one round trip serves them all.
+		dueNow := make(map[*Provider]bool)
+		for h, l := range s.leases {
+			if !l.inFlight && !l.next.After(now) {
+				dueNow[h.lock.p] = true
+			}
+		}
+		due := make(map[*Provider][]*Handle)
+		next := now.Add(time.Hour)
+		for h, l := range s.leases {
+			p := h.lock.p
+			switch {
+			case l.inFlight:
+			case dueNow[p] && !l.next.After(now.Add(p.opts.cadence/2)):
+				l.inFlight = true
+				due[p] = append(due[p], h)
+			case l.next.Before(next):
+				next = l.next
+			}
+		}
+		s.mu.Unlock()
+		for p, hs := range due {
+			for len(hs) > 0 {
+				n := min(len(hs), maxBatch)
+				go s.extend(p, hs[:n])
+				hs = hs[n:]
+			}
+		}
+		timer.Reset(time.Until(next))
+		select {
+		case <-timer.C:
+		case <-s.wake:
+		}
+	}
+}
+
+// extend extends the leases of hs (of one provider) in one round trip, and
+// records the outcome for each.
+func (s *scheduler) extend(p *Provider, hs []*Handle) {
+	o := p.opts
+	s.mu.Lock()
+	var latest time.Time
+	for _, h := range hs {
+		if l := s.leases[h]; l != nil && l.deadline.After(latest) {
+			latest = l.deadline
+		}
+	}
+	s.mu.Unlock()
+
+	sent := time.Now()
+	ctx, cancel := context.WithDeadline(context.Background(), latest)
+	defer cancel()
+	lost, err := extendLeases(ctx, p.coll, hs, extendUpdate(o.expiry))
+
+	retry := min(o.cadence/4, 250*time.Millisecond)
+	var gone []*Handle
+	s.mu.Lock()
+	for _, h := range hs {
+		l := s.leases[h]
+		if l == nil {
+			continue // released, or its lease ran out, meanwhile
+		}
+		l.inFlight = false
+		switch {
+		case err != nil:
+			l.lastErr = err
+			l.next = time.Now().Add(retry)
+		case lost[h]:
+			s.drop(h)
+			gone = append(gone, h)
+		default:
+			l.lastErr = nil
+			l.deadline = sent.Add(o.expiry - o.safetyMargin())
+			l.next = sent.Add(o.cadence)
+			l.timer.Reset(time.Until(l.deadline))
+		}
+	}
+	s.signal()
+	s.mu.Unlock()
+	for _, h := range gone {
+		h.markLost(fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost))
+	}
+}
+
+// extendLeases pushes the leases of hs to $$NOW + expiry with one
+// owner-checked updateMany, and reports which handles it did not match. Only
+// when some did not match does it read their documents to find out which
+// (one more round trip).
+func extendLeases(ctx context.Context, coll *mongo.Collection, hs []*Handle, update mongo.Pipeline) (map[*Handle]bool, error) {
+	var filter bson.D
+	if len(hs) == 1 {
+		filter = ownerFilter(hs[0].lock.name, hs[0].lockID)
+	} else {
+		owners := make(bson.A, len(hs))
+		for i, h := range hs {
+			owners[i] = ownerFilter(h.lock.name, h.lockID)
+		}
+		filter = bson.D{{Key: "$or", Value: owners}}
+	}
+	res, err := coll.UpdateMany(ctx, filter, update)
+	if err != nil {
+		return nil, err
+	}
+	if int(res.MatchedCount) == len(hs) {
+		return nil, nil
+	}
+	if len(hs) == 1 {
+		return map[*Handle]bool{hs[0]: true}, nil
+	}
+	names := make(bson.A, len(hs))
+	for i, h := range hs {
+		names[i] = h.lock.name
+	}
+	cur, err := coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}}},
+		options.Find().SetProjection(bson.D{{Key: "lockId", Value: 1}}))
+	if err != nil {
+		return nil, err
+	}
+	var docs []struct {
+		ID     string `bson:"_id"`
+		LockID string `bson:"lockId"`
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, err
+	}
+	holder := make(map[string]string, len(docs))
+	for _, d := range docs {
+		holder[d.ID] = d.LockID
+	}
+	lost := make(map[*Handle]bool)
+	for _, h := range hs {
+		if holder[h.lock.name] != h.lockID {
+			lost[h] = true
+		}
+	}
+	return lost, nil
+}
