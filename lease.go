@@ -36,7 +36,9 @@ const maxBatch = 500
 type scheduler struct {
 	mu      sync.Mutex
 	leases  map[*Handle]*lease
+	origins map[*Provider]time.Time // each provider's extension grid (tick)
 	running bool
+	planned time.Time     // when run will look again at the latest
 	wake    chan struct{} // room for one signal: look again
 }
 
@@ -55,23 +57,44 @@ func (s *scheduler) signal() {
 	}
 }
 
+// tick returns the first tick of p's extension grid at or after t; s.mu
+// must be held. All of a provider's leases are extended on the same ticks,
+// one cadence apart, so that one round trip per maxBatch handles serves
+// them all. A new lease is first extended at the first tick after its
+// acquisition: within one cadence, as if it had no grid to keep to.
+func (s *scheduler) tick(p *Provider, t time.Time) time.Time {
+	origin, ok := s.origins[p]
+	if !ok {
+		s.origins[p] = t
+		return t.Add(p.opts.cadence)
+	}
+	c := p.opts.cadence
+	k := (t.Sub(origin) + c - 1) / c
+	return origin.Add(k * c)
+}
+
 // keep starts keeping h's lease, acquired by a request sent at sent.
 func (s *scheduler) keep(h *Handle, sent time.Time) {
-	o := h.lock.p.opts
-	l := &lease{next: sent.Add(o.cadence), deadline: sent.Add(o.expiry - o.safetyMargin())}
+	p := h.lock.p
+	o := p.opts
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.leases == nil {
 		s.leases = make(map[*Handle]*lease)
+		s.origins = make(map[*Provider]time.Time)
 		s.wake = make(chan struct{}, 1)
 	}
+	l := &lease{next: s.tick(p, sent), deadline: sent.Add(o.expiry - o.safetyMargin())}
 	l.timer = time.AfterFunc(time.Until(l.deadline), func() { s.expire(h) })
 	s.leases[h] = l
-	if !s.running {
+	switch {
+	case !s.running:
 		s.running = true
 		go s.run()
+	case l.next.Before(s.planned):
+		// Only then: run scans every lease each time it looks.
+		s.signal()
 	}
-	s.signal()
 }
 
 // forget stops keeping h's lease (it is being released). No extension of h
@@ -80,8 +103,9 @@ func (s *scheduler) keep(h *Handle, sent time.Time) {
 func (s *scheduler) forget(h *Handle) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.drop(h)
-	s.signal()
+	if s.drop(h) && len(s.leases) == 0 {
+		s.signal() // so that run ends
+	}
 }
 
 // drop removes h's lease, if kept; s.mu must be held. It reports whether h
@@ -120,32 +144,24 @@ func (s *scheduler) run() {
 		s.mu.Lock()
 		if len(s.leases) == 0 {
 			s.running = false
+			clear(s.origins) // providers are not kept alive by an idle scheduler
 			s.mu.Unlock()
 			return
 		}
 		now := time.Now()
-		// A provider with a handle due now extends, with it, every handle
-		// due within half a cadence: a little early, so that they fall due
-		// together from then on and one round trip serves them all.
-		dueNow := make(map[*Provider]bool)
-		for h, l := range s.leases {
-			if !l.inFlight && !l.next.After(now) {
-				dueNow[h.lock.p] = true
-			}
-		}
 		due := make(map[*Provider][]*Handle)
 		next := now.Add(time.Hour)
 		for h, l := range s.leases {
-			p := h.lock.p
 			switch {
 			case l.inFlight:
-			case dueNow[p] && !l.next.After(now.Add(p.opts.cadence/2)):
+			case !l.next.After(now):
 				l.inFlight = true
-				due[p] = append(due[p], h)
+				due[h.lock.p] = append(due[h.lock.p], h)
 			case l.next.Before(next):
 				next = l.next
 			}
 		}
+		s.planned = next
 		s.mu.Unlock()
 		for p, hs := range due {
 			for len(hs) > 0 {
@@ -199,7 +215,7 @@ func (s *scheduler) extend(p *Provider, hs []*Handle) {
 		default:
 			l.lastErr = nil
 			l.deadline = sent.Add(o.expiry - o.safetyMargin())
-			l.next = sent.Add(o.cadence)
+			l.next = s.tick(p, sent.Add(o.cadence/2)) // the tick after this one
 			l.timer.Reset(time.Until(l.deadline))
 		}
 	}
@@ -216,14 +232,21 @@ func (s *scheduler) extend(p *Provider, hs []*Handle) {
 // (one more round trip).
 func extendLeases(ctx context.Context, coll *mongo.Collection, hs []*Handle, update mongo.Pipeline) (map[*Handle]bool, error) {
 	var filter bson.D
+	names := make(bson.A, len(hs))
 	if len(hs) == 1 {
 		filter = ownerFilter(hs[0].lock.name, hs[0].lockID)
 	} else {
-		owners := make(bson.A, len(hs))
+		// Owner-checked like {$or: [{_id, lockId}, ...]}, since a lockId is
+		// only ever written to its own lock's document, but an index lookup
+		// on _id (an $or of 500 pairs took 660 ms on FerretDB, this 14 ms).
+		ids := make(bson.A, len(hs))
 		for i, h := range hs {
-			owners[i] = ownerFilter(h.lock.name, h.lockID)
+			names[i], ids[i] = h.lock.name, h.lockID
 		}
-		filter = bson.D{{Key: "$or", Value: owners}}
+		filter = bson.D{
+			{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}},
+			{Key: "lockId", Value: bson.D{{Key: "$in", Value: ids}}},
+		}
 	}
 	res, err := coll.UpdateMany(ctx, filter, update)
 	if err != nil {
@@ -234,10 +257,6 @@ func extendLeases(ctx context.Context, coll *mongo.Collection, hs []*Handle, upd
 	}
 	if len(hs) == 1 {
 		return map[*Handle]bool{hs[0]: true}, nil
-	}
-	names := make(bson.A, len(hs))
-	for i, h := range hs {
-		names[i] = h.lock.name
 	}
 	cur, err := coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}}},
 		options.Find().SetProjection(bson.D{{Key: "lockId", Value: 1}}))
