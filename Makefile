@@ -8,7 +8,7 @@ TESTFLAGS   ?=
 # local FerretDB test server. `make` starts the last one up front (installing
 # it into ~/.cache/mongolock-testdb on first use) so that its output is seen.
 
-.PHONY: test lint demo testdb testdb-stop
+.PHONY: test lint demo bench testdb testdb-stop
 
 test: testdb
 	$(GO) test -race -timeout 15m $(TESTFLAGS) ./...
@@ -16,11 +16,20 @@ test: testdb
 lint:
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
+	cd bench && $(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-ed: $$out"; exit 1; fi
 
 # The README's "see it work" command: worker processes contend for one lock.
 demo: testdb
 	$(GO) run ./examples/contend
+
+# Issue 4's benchmark (BENCHMARKS.md): mongolock, the raw driver round trips
+# and DistributedLock.MongoDB's algorithm side by side on one server. bench/ is
+# a module of its own, so that its plotting dependency stays out of go.mod;
+# it finds its server itself (MONGODB_URI, else scripts/testdb).
+# BENCHFLAGS=-quick for a smoke run, BENCHFLAGS='-only C,D' for some workloads.
+bench:
+	cd bench && $(GO) run . $(BENCHFLAGS)
 
 testdb:
 	@if [ -n "$$MONGODB_URI" ]; then echo "using MONGODB_URI"; \

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mongolock/mongolock"
+)
+
+// A locker takes named locks the way one implementation does, for one
+// "process" (one client). acquire waits until it holds name or ctx ends.
+type locker interface {
+	acquire(ctx context.Context, name string) (held, error)
+}
+
+// held is one acquisition.
+type held struct {
+	release func(context.Context) error
+	lost    <-chan struct{} // closed if the lock is known lost; nil if never signalled
+}
+
+// isLost reports whether h's implementation has signalled its loss.
+func (h held) isLost() bool {
+	select {
+	case <-h.lost:
+		return true
+	default:
+		return false
+	}
+}
+
+// An impl is one of the implementations compared side by side.
+type impl struct {
+	name string
+	// open returns the locker of one process, keeping its lock documents in
+	// coll; expiry is the lease where the implementation has one.
+	open func(db *mongo.Database, coll string, expiry time.Duration) (locker, error)
+}
+
+var impls = []impl{
+	{name: "raw", open: openRaw},
+	{name: "mongolock", open: openMongolock},
+	{name: "baseline", open: openBaseline},
+}
+
+// defaultExpiry is the lease of mongolock and of the baseline unless a
+// workload says otherwise (both libraries' default).
+const defaultExpiry = mongolock.DefaultExpiry
+
+func newLockID() string {
+	id := uuid.New()
+	return hex.EncodeToString(id[:])
+}
+
+// raw is the bound: the two round trips a lock needs at the least, a
+// findOneAndUpdate to acquire and an updateOne to release, on the lock's
+// document, with no locking semantics beyond that (it never waits and
+// excludes no one).
+type raw struct{ coll *mongo.Collection }
+
+func openRaw(db *mongo.Database, coll string, _ time.Duration) (locker, error) {
+	return raw{coll: db.Collection(coll)}, nil
+}
+
+var rawAcquireOpts = options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)
+
+func (r raw) acquire(ctx context.Context, name string) (held, error) {
+	filter := bson.D{{Key: "_id", Value: name}}
+	update := bson.D{{Key: "$set", Value: bson.D{{Key: "lockId", Value: newLockID()}}}}
+	for {
+		err := r.coll.FindOneAndUpdate(ctx, filter, update, rawAcquireOpts).Err()
+		if err != nil && lostCreateRace(err) {
+			continue // two first upserts of one _id raced on FerretDB: again
+		}
+		if err != nil {
+			return held{}, err
+		}
+		return held{release: func(ctx context.Context) error {
+			_, err := r.coll.UpdateOne(ctx, filter, bson.D{{Key: "$unset", Value: bson.D{{Key: "lockId", Value: ""}}}})
+			return err
+		}}, nil
+	}
+}
+
+// mongolockImpl is the library through its public API, one Provider per
+// process.
+type mongolockImpl struct{ p *mongolock.Provider }
+
+func openMongolock(db *mongo.Database, coll string, expiry time.Duration) (locker, error) {
+	p, err := mongolock.NewProvider(db, mongolock.WithCollection(coll), mongolock.WithExpiry(expiry))
+	if err != nil {
+		return nil, err
+	}
+	return mongolockImpl{p: p}, nil
+}
+
+func (m mongolockImpl) acquire(ctx context.Context, name string) (held, error) {
+	h, err := m.p.Lock(name).Acquire(ctx)
+	if err != nil {
+		return held{}, err
+	}
+	return held{release: h.Release, lost: h.Lost()}, nil
+}
+
+// baseline is DistributedLock.MongoDB 1.0's algorithm as PROTOCOL.md
+// describes it: one findOneAndUpdate upsert with the $cond pipeline (returning
+// the document after), acquired iff the returned lockId is the fresh one;
+// one immediate try, then uniformly random 10–800 ms sleeps between tries;
+// release by deleteOne({_id, lockId}).
+//
+// DistributedLock.MongoDB also extends a held lease from a timer per handle;
+// the holds measured here are far shorter than the lease, so the baseline
+// omits extension (the report says so).
+type baseline struct {
+	coll   *mongo.Collection
+	expiry time.Duration
+}
+
+const (
+	baselineSleepMin = 10 * time.Millisecond
+	baselineSleepMax = 800 * time.Millisecond
+)
+
+func openBaseline(db *mongo.Database, coll string, expiry time.Duration) (locker, error) {
+	return baseline{coll: db.Collection(coll), expiry: expiry}, nil
+}
+
+var baselineAcquireOpts = options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)
+
+// baselineUpdate is DistributedLock.MongoDB's acquire pipeline: every field
+// is $set with $cond on "expired", judged by the server's $$NOW.
+func baselineUpdate(lockID string, expiry time.Duration) mongo.Pipeline {
+	epoch := bson.NewDateTimeFromTime(time.Unix(0, 0))
+	expired := bson.D{{Key: "$lte", Value: bson.A{
+		bson.D{{Key: "$ifNull", Value: bson.A{"$expiresAt", epoch}}},
+		"$$NOW",
+	}}}
+	cond := func(then, otherwise any) bson.D {
+		return bson.D{{Key: "$cond", Value: bson.A{expired, then, otherwise}}}
+	}
+	token := bson.D{{Key: "$add", Value: bson.A{
+		bson.D{{Key: "$ifNull", Value: bson.A{"$fencingToken", int64(0)}}},
+		int64(1),
+	}}}
+	return mongo.Pipeline{{{Key: "$set", Value: bson.D{
+		{Key: "lockId", Value: cond(lockID, "$lockId")},
+		{Key: "expiresAt", Value: cond(bson.D{{Key: "$add", Value: bson.A{"$$NOW", expiry.Milliseconds()}}}, "$expiresAt")},
+		{Key: "acquiredAt", Value: cond("$$NOW", "$acquiredAt")},
+		{Key: "fencingToken", Value: cond(token, "$fencingToken")},
+	}}}}
+}
+
+func (b baseline) acquire(ctx context.Context, name string) (held, error) {
+	for {
+		lockID, err := b.try(ctx, name)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return held{}, ctx.Err()
+		case err != nil:
+			return held{}, err
+		case lockID != "":
+			return held{release: func(ctx context.Context) error {
+				_, err := b.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: name}, {Key: "lockId", Value: lockID}})
+				return err
+			}}, nil
+		}
+		sleep := baselineSleepMin + rand.N(baselineSleepMax-baselineSleepMin+1)
+		select {
+		case <-time.After(sleep):
+		case <-ctx.Done():
+			return held{}, ctx.Err()
+		}
+	}
+}
+
+// try makes one attempt and returns the acquisition's lockId, or "" if the
+// lock is held. Losing FerretDB's race to upsert a brand-new _id (PROTOCOL.md)
+// counts as not acquired.
+func (b baseline) try(ctx context.Context, name string) (string, error) {
+	lockID := newLockID()
+	var doc struct {
+		LockID string `bson:"lockId"`
+	}
+	err := b.coll.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: name}}, baselineUpdate(lockID, b.expiry), baselineAcquireOpts).Decode(&doc)
+	switch {
+	case err != nil && lostCreateRace(err):
+		return "", nil
+	case err != nil:
+		return "", err
+	case doc.LockID != lockID:
+		return "", nil
+	}
+	return lockID, nil
+}
+
+// lostCreateRace reports the errors FerretDB/DocumentDB answers when upserts
+// of a brand-new _id race (PROTOCOL.md, "Servers it must work on"); MongoDB
+// retries those itself.
+func lostCreateRace(err error) bool {
+	if mongo.IsDuplicateKeyError(err) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "duplicate key value violates unique constraint") ||
+		strings.Contains(msg, "$$NOW operator cannot be used")
+}

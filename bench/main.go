@@ -1,0 +1,304 @@
+// Command bench measures mongolock side by side with the raw driver round
+// trips (the bound) and with DistributedLock.MongoDB's algorithm (the
+// baseline), in one run on one server, for the workloads of issue 4:
+//
+//	go run .                 # every workload, 10 s each (make bench)
+//	go run . -quick          # a smoke run: 2 s each, F with 1,000 locks
+//	go run . -only C,D       # some workloads
+//	go run . -only E -impls mongolock -cpuprofile cpu.out
+//	go run . -from out/results.json   # re-render a saved run's report and plot
+//
+// The server is MONGODB_URI if set, else the local test server started by
+// ../scripts/testdb. It prints a markdown table and the targets' PASS/FAIL,
+// and writes out/results.md, out/results.json and out/plot.png (out/quick/
+// for -quick).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Workload F's settings: a short expiry, so that three cadences pass quickly.
+const (
+	holdExpiry   = 3 * time.Second
+	holdCadences = 3
+)
+
+func main() {
+	var (
+		dur    = flag.Duration("d", 10*time.Second, "how long each of workloads A–E runs, per implementation")
+		quick  = flag.Bool("quick", false, "smoke run: -d 2s, -n 1000, -out out/quick (unless given)")
+		only   = flag.String("only", "", "comma-separated workloads to run, e.g. C,D (default: A,B,C,D,E,F)")
+		holdN  = flag.Int("n", 10000, "locks held in workload F (also measured at n/10, to see what grows with n)")
+		outDir = flag.String("out", "out", "directory for results.md, results.json and plot.png")
+		dbName = flag.String("db", "mongolock_bench", "database to use (dropped before and after the run)")
+		which  = flag.String("impls", "", "comma-separated implementations to run (default: raw,mongolock,baseline)")
+		prof   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+		from   = flag.String("from", "", "measure nothing: render the report and plot of a saved results.json")
+	)
+	flag.Parse()
+	if *quick {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["d"] {
+			*dur = 2 * time.Second
+		}
+		if !set["n"] {
+			*holdN = 1000
+		}
+		if !set["out"] { // out/ keeps the committed full run's results
+			*outDir = filepath.Join("out", "quick")
+		}
+	}
+	selected, err := parseOnly(*only)
+	if err == nil {
+		err = selectImpls(*which)
+	}
+	if err == nil && *holdN < 10 {
+		err = fmt.Errorf("-n %d: need at least 10", *holdN)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+
+	if *from != "" {
+		if err := rerender(*from, *outDir); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := profiled(*prof, func() error {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		return run(ctx, *dur, selected, *holdN, *outDir, *dbName)
+	}); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// rerender writes the report and plot of the run saved in path to dir.
+func rerender(path, dir string) error {
+	js, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var rep report
+	if err := json.Unmarshal(js, &rep); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	rep.Targets = evaluate(rep)
+	return rep.write(os.Stdout, dir)
+}
+
+// profiled runs f, writing a CPU profile of it to path unless path is "".
+func profiled(path string, f func() error) error {
+	if path == "" {
+		return f()
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		_ = out.Close()
+		return err
+	}
+	err = f()
+	pprof.StopCPUProfile()
+	return errors.Join(err, out.Close())
+}
+
+// selectImpls keeps only the implementations named in s ("" keeps all).
+func selectImpls(s string) error {
+	if s == "" {
+		return nil
+	}
+	var keep []impl
+	for name := range strings.SplitSeq(s, ",") {
+		name = strings.TrimSpace(name)
+		i := slices.IndexFunc(impls, func(im impl) bool { return im.name == name })
+		if i < 0 {
+			return fmt.Errorf("-impls: unknown implementation %q (have raw,mongolock,baseline)", name)
+		}
+		keep = append(keep, impls[i])
+	}
+	impls = keep
+	return nil
+}
+
+// parseOnly turns -only's list into a set of workload ids.
+func parseOnly(s string) (map[string]bool, error) {
+	all := []string{"A", "B", "C", "D", "E", "F"}
+	sel := map[string]bool{}
+	if s == "" {
+		for _, id := range all {
+			sel[id] = true
+		}
+		return sel, nil
+	}
+	for id := range strings.SplitSeq(s, ",") {
+		id = strings.ToUpper(strings.TrimSpace(id))
+		if !slices.Contains(all, id) {
+			return nil, fmt.Errorf("-only: unknown workload %q (have %s)", id, strings.Join(all, ","))
+		}
+		sel[id] = true
+	}
+	return sel, nil
+}
+
+func run(ctx context.Context, dur time.Duration, selected map[string]bool, holdN int, outDir, dbName string) error {
+	uri, err := serverURI(ctx)
+	if err != nil {
+		return err
+	}
+	admin, err := mongo.Connect(options.Client().ApplyURI(uri))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = admin.Disconnect(context.Background()) }()
+	server, err := describeServer(ctx, admin)
+	if err != nil {
+		return fmt.Errorf("server at %s: %w", uri, err)
+	}
+	db := admin.Database(dbName)
+	if err := db.Drop(ctx); err != nil {
+		return err
+	}
+	defer func() { _ = db.Drop(context.Background()) }()
+
+	e := env{uri: uri, db: dbName}
+	rep := report{
+		Server:     server,
+		Library:    libraryVersion(),
+		Started:    time.Now().UTC().Format(time.RFC3339),
+		GoVersion:  runtime.Version(),
+		CPUs:       runtime.NumCPU(),
+		WindowS:    dur.Seconds(),
+		HoldExpiry: holdExpiry.Seconds(),
+	}
+	fmt.Fprintf(os.Stderr, "bench: %s; %v per workload and implementation\n", server, dur)
+	for _, w := range workloads {
+		if !selected[w.id] {
+			continue
+		}
+		for _, im := range impls {
+			fmt.Fprintf(os.Stderr, "bench: %s %-9s %s ... ", w.id, im.name, w.title)
+			if err := db.CreateCollection(ctx, collection(w.id, im.name)); err != nil {
+				return err
+			}
+			r, err := runLoop(ctx, e, im, w, dur)
+			if err != nil {
+				return fmt.Errorf("workload %s, %s: %w", w.id, im.name, err)
+			}
+			fmt.Fprintf(os.Stderr, "%.1f acq/s, wait p99 %.1f ms, %.2f ops/acq\n", r.AcqPerSec, r.WaitP99MS, r.OpsPerAcq)
+			rep.Results = append(rep.Results, r)
+			settle()
+		}
+	}
+	if selected["F"] {
+		for _, im := range impls {
+			for _, n := range []int{holdN / 10, holdN} {
+				fmt.Fprintf(os.Stderr, "bench: F %-9s holding %d locks ... ", im.name, n)
+				if err := db.CreateCollection(ctx, collection(fmt.Sprintf("F%d", n), im.name)); err != nil {
+					return err
+				}
+				r, err := runHold(ctx, e, im, n, holdExpiry, holdCadences)
+				if err != nil {
+					return fmt.Errorf("workload F, %s, N=%d: %w", im.name, n, err)
+				}
+				fmt.Fprintf(os.Stderr, "%.0f extension round trips/cadence, goroutines %d -> %d\n",
+					r.ExtensionsPerCadence, r.GoroutinesBefore, r.GoroutinesDuring)
+				rep.Holds = append(rep.Holds, r)
+				settle()
+			}
+		}
+	}
+	rep.Targets = evaluate(rep)
+	return rep.write(os.Stdout, outDir)
+}
+
+// settle gives the server and the runtime a moment between runs.
+func settle() {
+	runtime.GC()
+	time.Sleep(300 * time.Millisecond)
+}
+
+// serverURI is MONGODB_URI if set, else the local test server, started (and
+// on first use installed) by ../scripts/testdb, which prints its URI last.
+func serverURI(ctx context.Context) (string, error) {
+	if uri := os.Getenv("MONGODB_URI"); uri != "" {
+		return uri, nil
+	}
+	script, err := filepath.Abs(filepath.Join("..", "scripts", "testdb"))
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(script); err != nil {
+		return "", fmt.Errorf("MONGODB_URI is unset and %s is missing: run from bench/ (make bench) or set MONGODB_URI", script)
+	}
+	fmt.Fprintln(os.Stderr, "bench: MONGODB_URI is unset; starting the local test server with ../scripts/testdb start")
+	cmd := exec.CommandContext(ctx, script, "start")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s start: %w", script, err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	uri := strings.TrimSpace(lines[len(lines)-1])
+	if uri == "" {
+		return "", errors.New("scripts/testdb start printed no URI")
+	}
+	return uri, nil
+}
+
+// describeServer names the server: its MongoDB version, and FerretDB's own
+// where it is FerretDB.
+func describeServer(ctx context.Context, c *mongo.Client) (string, error) {
+	var info struct {
+		Version  string `bson:"version"`
+		FerretDB struct {
+			Version string `bson:"version"`
+		} `bson:"ferretdb"`
+	}
+	if err := c.Database("admin").RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info); err != nil {
+		return "", err
+	}
+	if info.FerretDB.Version != "" {
+		return fmt.Sprintf("FerretDB %s (reports MongoDB %s)", info.FerretDB.Version, info.Version), nil
+	}
+	return "MongoDB " + info.Version, nil
+}
+
+// libraryVersion names the library's commit being measured (from git, if the
+// repository is there), noting uncommitted changes to its Go files.
+func libraryVersion() string {
+	out, err := exec.Command("git", "-C", "..", "log", "-1", "--format=%h %s").Output()
+	if err != nil {
+		return "unknown (no git repository)"
+	}
+	v := strings.TrimSpace(string(out))
+	if dirty, err := exec.Command("git", "-C", "..", "status", "--porcelain", "--", ":(glob)*.go").Output(); err == nil && len(dirty) > 0 {
+		v += " (+ uncommitted changes to the library)"
+	}
+	return v
+}

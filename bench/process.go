@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"maps"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// opCounter counts the commands one client sends, by command name, from the
+// driver's command monitor (Started events).
+type opCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *opCounter) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		c.mu.Lock()
+		c.n[e.CommandName]++
+		c.mu.Unlock()
+	}}
+}
+
+func (c *opCounter) snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.n)
+}
+
+// A process is what the issue calls a process: a client of its own, with its
+// own command counter and its own locker (Provider, for mongolock).
+type process struct {
+	client *mongo.Client
+	ops    *opCounter
+	lk     locker
+}
+
+func startProcess(ctx context.Context, e env, im impl, coll string, expiry time.Duration) (*process, error) {
+	ops := &opCounter{n: map[string]int{}}
+	client, err := mongo.Connect(options.Client().ApplyURI(e.uri).SetMonitor(ops.monitor()))
+	if err != nil {
+		return nil, err
+	}
+	if err := client.Ping(ctx, nil); err != nil {
+		_ = client.Disconnect(ctx)
+		return nil, err
+	}
+	lk, err := im.open(client.Database(e.db), coll, expiry)
+	if err != nil {
+		_ = client.Disconnect(ctx)
+		return nil, err
+	}
+	delete(ops.n, "ping") // ops of the run only: the ping above is ours
+	return &process{client: client, ops: ops, lk: lk}, nil
+}
+
+func startProcesses(ctx context.Context, e env, im impl, coll string, expiry time.Duration, n int) ([]*process, error) {
+	var ps []*process
+	for range n {
+		p, err := startProcess(ctx, e, im, coll, expiry)
+		if err != nil {
+			closeProcesses(ps)
+			return nil, err
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
+}
+
+func closeProcesses(ps []*process) {
+	for _, p := range ps {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = p.client.Disconnect(ctx)
+		cancel()
+	}
+}
+
+func sumOps(ps []*process) map[string]int {
+	total := map[string]int{}
+	for _, p := range ps {
+		for k, v := range p.ops.snapshot() {
+			total[k] += v
+		}
+	}
+	return total
+}
+
+// cpuTime is the CPU time (user and system) this OS process has used: every
+// "process" of a run, with its driver and locker, and the workers.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

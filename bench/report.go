@@ -1,0 +1,274 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// report is everything one run measured, and the targets judged from it.
+type report struct {
+	Server     string       `json:"server"`
+	Library    string       `json:"library"` // the commit measured
+	Started    string       `json:"started"`
+	GoVersion  string       `json:"goVersion"`
+	CPUs       int          `json:"cpus"`
+	WindowS    float64      `json:"windowSeconds"` // per workload A–E and implementation
+	HoldExpiry float64      `json:"holdExpirySeconds"`
+	Results    []result     `json:"results"`
+	Holds      []holdResult `json:"holds"`
+	Targets    []target     `json:"targets"`
+}
+
+// A target is one of issue 4's goals, judged from this run's figures.
+type target struct {
+	Name     string `json:"name"`
+	Measured string `json:"measured"`
+	Required string `json:"required"`
+	Pass     bool   `json:"pass"`
+}
+
+func (r *report) result(workload, impl string) *result {
+	for i := range r.Results {
+		if r.Results[i].Workload == workload && r.Results[i].Impl == impl {
+			return &r.Results[i]
+		}
+	}
+	return nil
+}
+
+func (r *report) hold(impl string, n int) *holdResult {
+	for i := range r.Holds {
+		if r.Holds[i].Impl == impl && r.Holds[i].N == n {
+			return &r.Holds[i]
+		}
+	}
+	return nil
+}
+
+// largestHoldN is workload F's N (the run also holds N/10).
+func (r *report) largestHoldN() int {
+	n := 0
+	for _, h := range r.Holds {
+		n = max(n, h.N)
+	}
+	return n
+}
+
+// serialBound is the most acquisitions per second that any lock could give
+// one name with critical section cs ms: each hand-over needs at least an
+// acquire and a release round trip, taken from raw's A (0 if A did not run).
+func (r *report) serialBound(csMS float64) float64 {
+	a := r.result("A", "raw")
+	if a == nil || a.CycleP50MS == 0 {
+		return 0
+	}
+	return 1000 / (csMS + a.CycleP50MS)
+}
+
+// write prints the markdown report to w and writes results.md, results.json
+// and plot.png to dir.
+func (r *report) write(w io.Writer, dir string) error {
+	md := r.markdown()
+	if _, err := io.WriteString(w, md); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	if err := r.plot(filepath.Join(dir, "plot.png")); err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	fmt.Fprintf(w, "\nwrote %s, %s, %s\n", filepath.Join(dir, "results.md"), filepath.Join(dir, "results.json"), filepath.Join(dir, "plot.png"))
+	return nil
+}
+
+func (r *report) markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Server: %s. Go %s, %d CPUs. Started %s.\nLibrary: %s.\n", r.Server, r.GoVersion, r.CPUs, r.Started, r.Library)
+	if len(r.Results) > 0 {
+		fmt.Fprintf(&b, "\n### Workloads A–E (%g s each, per implementation, one after another)\n\n", r.WindowS)
+		b.WriteString("| workload | impl | acq/s | wait p50 ms | wait p99 ms | acquire+release p50 ms | acquire+release p99 ms | ops/acq | min process share (floor) | starved workers | client CPU µs/acq |\n")
+		b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		for _, x := range r.Results {
+			share := "1 process"
+			if x.Processes > 1 {
+				share = fmt.Sprintf("%.3f (%.3f)", x.MinShare, x.FairFloor)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %s | %d/%d | %.0f |\n",
+				x.Workload, x.Impl, x.AcqPerSec, x.WaitP50MS, x.WaitP99MS, x.CycleP50MS, x.CycleP99MS,
+				x.OpsPerAcq, share, x.StarvedWorkers, x.Processes*x.Workers, x.ClientCPUPerAcqUS)
+		}
+		b.WriteString("\n")
+		for _, w := range workloads {
+			if r.result(w.id, "mongolock") != nil || r.result(w.id, "raw") != nil {
+				fmt.Fprintf(&b, "- **%s**: %s.", w.id, w.title)
+				if bound := r.serialBound(ms(w.criticalSection)); w.shared && bound > 0 {
+					fmt.Fprintf(&b, " Serial bound for one name: %.0f acq/s (1 / (critical section + raw's A acquire+release p50)).", bound)
+				}
+				b.WriteString("\n")
+			}
+		}
+		b.WriteString("- Each worker loops: acquire, hold for the critical section, release, 2 ms of work outside the lock. " +
+			"Processes are separate clients with their own provider.\n" +
+			"- **raw** is two driver round trips (findOneAndUpdate + updateOne) and excludes no one: in B–D it is the server's " +
+			"throughput without mutual exclusion, not a lock's.\n" +
+			"- **baseline** is DistributedLock.MongoDB's algorithm (pipeline upsert, one try then random 10–800 ms sleeps, " +
+			"deleteOne release); it omits lease extension, which these short holds never need.\n" +
+			"- wait = acquire call to handle; a wait still going when the window closed counts with its length so far. " +
+			"ops/acq = commands sent (command monitor, Started events, all clients) / acquisitions. " +
+			"min process share = the smallest process's fraction of acquisitions; floor = 1/(2P). " +
+			"starved = workers with no acquisition in the window. " +
+			"client CPU = the bench process's CPU time (all its clients, lockers and workers; the server's is not counted) / acquisitions.\n")
+		for _, x := range r.Results {
+			if x.Errors > 0 {
+				fmt.Fprintf(&b, "- %s %s: %d errors (first: %s)\n", x.Workload, x.Impl, x.Errors, x.FirstError)
+			}
+		}
+	}
+	if len(r.Holds) > 0 {
+		fmt.Fprintf(&b, "\n### Workload F: %s (expiry %g s, cadence %g s)\n\n", holdTitle, r.HoldExpiry, r.HoldExpiry/3)
+		b.WriteString("| impl | N | acquired (s) | lost by hold end | extension round trips / cadence | goroutines before → during hold | heap / held lock | stack / held lock | release errors |\n")
+		b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		for _, h := range r.Holds {
+			all := 0
+			for _, v := range h.HoldOps {
+				all += v
+			}
+			ext := fmt.Sprintf("%.0f (all commands: %.0f)", h.ExtensionsPerCadence, float64(all)/float64(h.Cadences))
+			switch h.Impl {
+			case "raw":
+				ext = "n/a (no lease)"
+			case "baseline":
+				ext = fmt.Sprintf("n/a (omitted; DistributedLock: %d)", h.N)
+			}
+			fmt.Fprintf(&b, "| %s | %d | %d (%.1f s) | %d | %s | %d → %d | %.0f B | %.0f B | %d |\n",
+				h.Impl, h.N, h.Acquired, h.AcquireSeconds, h.LostByEnd, ext, h.GoroutinesBefore, h.GoroutinesDuring,
+				h.HeapPerLockB, h.StackPerLockB, h.ReleaseErrors)
+		}
+		fmt.Fprintf(&b, "\n- acquired = locks taken (32 goroutines) within %v, and how long that took; lost = of those, signalled lost (Handle.Lost) by the end of the hold. ", holdAcquireLimit)
+		b.WriteString("extension round trips / cadence = update commands sent during the hold / cadences held (all commands: of any kind). " +
+			"heap and stack per held lock = HeapAlloc and StackInuse after GC, held minus before, / N. " +
+			"release errors = releases that failed, e.g. locks lost during the hold.\n")
+		for _, h := range r.Holds {
+			if h.FirstError != "" {
+				fmt.Fprintf(&b, "- F %s N=%d: first release error: %s\n", h.Impl, h.N, h.FirstError)
+			}
+		}
+	}
+	if len(r.Targets) > 0 {
+		b.WriteString("\n### Targets (issue 4; ratios from this run)\n\n")
+		b.WriteString("| target | measured | required | result |\n|---|---|---|---|\n")
+		pass := 0
+		for _, t := range r.Targets {
+			res := "FAIL"
+			if t.Pass {
+				res, pass = "PASS", pass+1
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.Name, t.Measured, t.Required, res)
+		}
+		fmt.Fprintf(&b, "\n%d of %d targets pass.\n", pass, len(r.Targets))
+	}
+	return b.String()
+}
+
+// evaluate judges issue 4's targets for mongolock against raw and the
+// baseline of this same run; targets whose workloads did not run are left
+// out.
+func evaluate(r report) []target {
+	var ts []target
+	add := func(name, measured, required string, pass bool) {
+		ts = append(ts, target{Name: name, Measured: measured, Required: required, Pass: pass})
+	}
+	// atMost: mongolock's figure over the other's must be at most limit;
+	// atLeast: at least limit.
+	ratio := func(name, unit string, m, o, limit float64, atLeast bool, vs string) {
+		q := m / o
+		req := fmt.Sprintf("≤ %gx %s", limit, vs)
+		pass := q <= limit
+		if atLeast {
+			req = fmt.Sprintf("≥ %gx %s", limit, vs)
+			pass = q >= limit
+		}
+		if math.IsNaN(q) {
+			pass = false
+		}
+		add(name, fmt.Sprintf("%s vs %s = %sx", num(m, unit), num(o, unit), num(q, "")), req, pass)
+	}
+	if m, raw := r.result("A", "mongolock"), r.result("A", "raw"); m != nil && raw != nil {
+		ratio("A acquire+release p50", "ms", m.CycleP50MS, raw.CycleP50MS, 1.15, false, "raw")
+		ratio("A acquire+release p99", "ms", m.CycleP99MS, raw.CycleP99MS, 1.15, false, "raw")
+	}
+	if m, base := r.result("B", "mongolock"), r.result("B", "baseline"); m != nil && base != nil {
+		ratio("B acq/s", "/s", m.AcqPerSec, base.AcqPerSec, 1.5, true, "baseline")
+	}
+	for _, id := range []string{"C", "D"} {
+		m, base := r.result(id, "mongolock"), r.result(id, "baseline")
+		if m == nil || base == nil {
+			continue
+		}
+		ratio(id+" acq/s", "/s", m.AcqPerSec, base.AcqPerSec, 1.25, true, "baseline")
+		ratio(id+" wait p99", "ms", m.WaitP99MS, base.WaitP99MS, 0.2, false, "baseline")
+		ratio(id+" ops/acq", "", m.OpsPerAcq, base.OpsPerAcq, 0.5, false, "baseline")
+		if id == "D" {
+			add("D min process share", fmt.Sprintf("%.3f (per process: %v)", m.MinShare, m.PerProcess),
+				fmt.Sprintf("≥ 1/(2P) = %.3f", m.FairFloor), m.MinShare >= m.FairFloor)
+		}
+	}
+	if m, raw := r.result("E", "mongolock"), r.result("E", "raw"); m != nil && raw != nil {
+		ratio("E acq/s", "/s", m.AcqPerSec, raw.AcqPerSec, 0.9, true, "raw")
+	}
+	n := r.largestHoldN()
+	if big, small := r.hold("mongolock", n), r.hold("mongolock", n/10); big != nil && small != nil {
+		add(fmt.Sprintf("F holds all N=%d locks through the hold (precondition)", n),
+			fmt.Sprintf("%d acquired in %.0f s, %d of them lost by the end", big.Acquired, big.AcquireSeconds, big.LostByEnd),
+			fmt.Sprintf("%d held, none lost", n), big.Acquired == n && big.LostByEnd == 0)
+		limit := math.Ceil(float64(n) / 500)
+		add(fmt.Sprintf("F extension round trips / cadence (N=%d)", n), fmt.Sprintf("%.0f", big.ExtensionsPerCadence),
+			fmt.Sprintf("≤ ceil(N/500) = %.0f", limit), big.ExtensionsPerCadence <= limit)
+		// Independent of N: going from N/10 to N held locks adds fewer
+		// goroutines than 1% of the locks added (a goroutine per lock adds
+		// one per lock; a shared scheduler adds none).
+		dBig, dSmall := big.GoroutinesDuring-big.GoroutinesBefore, small.GoroutinesDuring-small.GoroutinesBefore
+		allowed := (n - n/10) / 100
+		add("F goroutines independent of N", fmt.Sprintf("+%d while holding %d, +%d while holding %d", dSmall, n/10, dBig, n),
+			fmt.Sprintf("growth from N/10 to N ≤ %d (1%% of the locks added)", allowed), dBig-dSmall <= allowed)
+	}
+	return ts
+}
+
+// num formats a figure with a precision that suits its size.
+func num(v float64, unit string) string {
+	var s string
+	switch {
+	case math.IsInf(v, 0) || math.IsNaN(v):
+		s = fmt.Sprint(v)
+	case math.Abs(v) >= 100:
+		s = fmt.Sprintf("%.0f", v)
+	case math.Abs(v) >= 10:
+		s = fmt.Sprintf("%.1f", v)
+	default:
+		s = fmt.Sprintf("%.2f", v)
+	}
+	if unit == "" {
+		return s
+	}
+	if unit == "/s" {
+		return s + "/s"
+	}
+	return s + " " + unit
+}

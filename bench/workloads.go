@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// A workload is one of the issue's loops A–E: processes x workers, each
+// worker acquiring, holding for the critical section, releasing, and working
+// outside the lock for outsideWork, until the window ends.
+type workload struct {
+	id, title       string
+	procs, workers  int           // workers per process
+	shared          bool          // all workers on one name (else one name each)
+	criticalSection time.Duration // how long each acquisition is held
+}
+
+// outsideWork is each worker's work between a release and its next acquire.
+const outsideWork = 2 * time.Millisecond
+
+// workloads are A–E; the issue gives A and E no critical section, so they
+// release as soon as they hold.
+var workloads = []workload{
+	{id: "A", title: "1 worker, no contention", procs: 1, workers: 1},
+	{id: "B", title: "2 processes x 1 worker, 1 ms critical section (ping-pong)", procs: 2, workers: 1, shared: true, criticalSection: time.Millisecond},
+	{id: "C", title: "1 process x 64 workers on one name, 10 ms critical section", procs: 1, workers: 64, shared: true, criticalSection: 10 * time.Millisecond},
+	{id: "D", title: "4 processes x 16 workers on one name, 10 ms critical section", procs: 4, workers: 16, shared: true, criticalSection: 10 * time.Millisecond},
+	{id: "E", title: "32 workers on distinct names (throughput)", procs: 1, workers: 32},
+}
+
+// env is where the workloads run: one server, one database.
+type env struct {
+	uri string
+	db  string
+}
+
+// collection names the collection of one run, so that runs share no state.
+func collection(workloadID, implName string) string {
+	return "bench_" + workloadID + "_" + implName
+}
+
+// result is what one run of a workload A–E measured for one implementation.
+type result struct {
+	Workload          string         `json:"workload"`
+	Impl              string         `json:"impl"`
+	Processes         int            `json:"processes"`
+	Workers           int            `json:"workersPerProcess"`
+	CriticalSectionMS float64        `json:"criticalSectionMs"`
+	Seconds           float64        `json:"seconds"`
+	Acquisitions      int            `json:"acquisitions"`
+	AcqPerSec         float64        `json:"acquisitionsPerSecond"`
+	WaitP50MS         float64        `json:"waitP50Ms"`  // acquire call to handle
+	WaitP99MS         float64        `json:"waitP99Ms"`  // including waits cut by the window's end
+	CycleP50MS        float64        `json:"cycleP50Ms"` // acquire + release call times
+	CycleP99MS        float64        `json:"cycleP99Ms"`
+	ReleaseP50MS      float64        `json:"releaseP50Ms"`
+	ReleaseP99MS      float64        `json:"releaseP99Ms"`
+	Unfinished        int            `json:"unfinishedWaits"`           // waits still going at the end (counted up to it)
+	ClientCPUPerAcqUS float64        `json:"clientCpuPerAcquisitionUs"` // this OS process's CPU time / acquisitions
+	Ops               int            `json:"ops"`
+	OpsByCommand      map[string]int `json:"opsByCommand"`
+	OpsPerAcq         float64        `json:"opsPerAcquisition"`
+	PerProcess        []int          `json:"acquisitionsPerProcess"`
+	MinShare          float64        `json:"minProcessShare"`
+	FairFloor         float64        `json:"fairFloor"` // 1/(2P)
+	MinWorker         int            `json:"minWorkerAcquisitions"`
+	MaxWorker         int            `json:"maxWorkerAcquisitions"`
+	StarvedWorkers    int            `json:"starvedWorkers"` // workers with no acquisition
+	Errors            int            `json:"errors"`
+	FirstError        string         `json:"firstError,omitempty"`
+}
+
+// workerStats is one worker's record; each worker writes only its own.
+type workerStats struct {
+	acquired   int
+	waits      []time.Duration
+	cycles     []time.Duration
+	releases   []time.Duration
+	unfinished int
+	errs       int
+	firstErr   error
+}
+
+func (s *workerStats) fail(err error) {
+	s.errs++
+	if s.firstErr == nil {
+		s.firstErr = err
+	}
+}
+
+const releaseTimeout = 5 * time.Second
+
+// work is one worker's loop until end. Every acquisition that returned
+// before end counts; a wait that end cuts short is counted in the wait
+// figures with its length up to end, so that starving waiters show.
+func work(ctx context.Context, end time.Time, lk locker, name string, cs time.Duration, st *workerStats) {
+	for {
+		t0 := time.Now()
+		if !t0.Before(end) {
+			return
+		}
+		h, err := lk.acquire(ctx, name)
+		t1 := time.Now()
+		if err != nil {
+			// The driver refuses an operation that the deadline would cut
+			// short a moment before ctx reports it.
+			if ctx.Err() != nil || !t1.Before(end) || errors.Is(err, context.DeadlineExceeded) {
+				st.unfinished++
+				st.waits = append(st.waits, end.Sub(t0))
+				return
+			}
+			st.fail(err)
+			pause(ctx, 10*time.Millisecond)
+			continue
+		}
+		if cs > 0 {
+			time.Sleep(cs)
+		}
+		t2 := time.Now()
+		rctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		err = h.release(rctx)
+		cancel()
+		t3 := time.Now()
+		if err != nil {
+			st.fail(err)
+		}
+		if t1.Before(end) {
+			st.acquired++
+			st.waits = append(st.waits, t1.Sub(t0))
+			st.cycles = append(st.cycles, t1.Sub(t0)+t3.Sub(t2))
+			st.releases = append(st.releases, t3.Sub(t2))
+		}
+		pause(ctx, outsideWork)
+	}
+}
+
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// runLoop runs workload w for one implementation for d.
+func runLoop(ctx context.Context, e env, im impl, w workload, d time.Duration) (result, error) {
+	ps, err := startProcesses(ctx, e, im, collection(w.id, im.name), defaultExpiry, w.procs)
+	if err != nil {
+		return result{}, err
+	}
+	defer closeProcesses(ps)
+
+	stats := make([][]workerStats, w.procs)
+	cpu0 := cpuTime()
+	start := time.Now()
+	end := start.Add(d)
+	rctx, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
+	var wg sync.WaitGroup
+	for pi, p := range ps {
+		stats[pi] = make([]workerStats, w.workers)
+		for wi := range w.workers {
+			name := "shared"
+			if !w.shared {
+				name = fmt.Sprintf("p%d-w%d", pi, wi)
+			}
+			wg.Go(func() { work(rctx, end, p.lk, name, w.criticalSection, &stats[pi][wi]) })
+		}
+	}
+	wg.Wait()
+	cpu := cpuTime() - cpu0
+	r := summarize(w, im, d, stats, sumOps(ps))
+	if r.Acquisitions > 0 {
+		r.ClientCPUPerAcqUS = float64(cpu) / float64(time.Microsecond) / float64(r.Acquisitions)
+	}
+	return r, ctx.Err()
+}
+
+func summarize(w workload, im impl, d time.Duration, stats [][]workerStats, ops map[string]int) result {
+	r := result{
+		Workload:          w.id,
+		Impl:              im.name,
+		Processes:         w.procs,
+		Workers:           w.workers,
+		CriticalSectionMS: ms(w.criticalSection),
+		Seconds:           d.Seconds(),
+		OpsByCommand:      ops,
+		FairFloor:         1 / float64(2*w.procs),
+		MinWorker:         -1,
+	}
+	var waits, cycles, releases []time.Duration
+	for _, proc := range stats {
+		n := 0
+		for _, s := range proc {
+			n += s.acquired
+			waits = append(waits, s.waits...)
+			cycles = append(cycles, s.cycles...)
+			releases = append(releases, s.releases...)
+			r.Unfinished += s.unfinished
+			r.Errors += s.errs
+			if s.firstErr != nil && r.FirstError == "" {
+				r.FirstError = s.firstErr.Error()
+			}
+			if r.MinWorker < 0 || s.acquired < r.MinWorker {
+				r.MinWorker = s.acquired
+			}
+			r.MaxWorker = max(r.MaxWorker, s.acquired)
+			if s.acquired == 0 {
+				r.StarvedWorkers++
+			}
+		}
+		r.PerProcess = append(r.PerProcess, n)
+		r.Acquisitions += n
+	}
+	for _, n := range ops {
+		r.Ops += n
+	}
+	r.AcqPerSec = float64(r.Acquisitions) / d.Seconds()
+	r.WaitP50MS, r.WaitP99MS = ms(percentile(waits, 50)), ms(percentile(waits, 99))
+	r.CycleP50MS, r.CycleP99MS = ms(percentile(cycles, 50)), ms(percentile(cycles, 99))
+	r.ReleaseP50MS, r.ReleaseP99MS = ms(percentile(releases, 50)), ms(percentile(releases, 99))
+	if r.Acquisitions > 0 {
+		r.OpsPerAcq = float64(r.Ops) / float64(r.Acquisitions)
+		r.MinShare = 1
+		for _, n := range r.PerProcess {
+			r.MinShare = min(r.MinShare, float64(n)/float64(r.Acquisitions))
+		}
+	}
+	return r
+}
+
+// percentile is the nearest-rank p-th percentile of ds (0 if empty).
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(float64(len(s))*p/100+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
