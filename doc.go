@@ -3,10 +3,12 @@
 // A lock is one document in a collection (default "distributed_locks"),
 // taken with a single atomic findOneAndUpdate whose aggregation-pipeline
 // update is judged by the server's clock ($$NOW), so client clocks never
-// matter. A held lock is a Handle: a background goroutine extends its lease,
-// and its Context and Lost channel signal loss before the server would let
-// anyone else in. Every acquisition carries a fencing token that strictly
-// increases per lock name.
+// matter. A held lock is a Handle: its lease is extended in the background
+// (one goroutine per collection, whatever the number of held locks), and its
+// Context and Lost channel signal loss before the server would let anyone
+// else in. Every acquisition carries a fencing token that strictly increases
+// per lock name. Waiters of one process queue locally and hand the lock on
+// at once; waiting processes take turns.
 //
 // Basic use:
 //
