@@ -113,7 +113,7 @@ func (h *Handle) Release(ctx context.Context) error {
 	res, err := p.coll.UpdateOne(ctx, ownerFilter(h.lock.name, h.lockID), releaseUpdate)
 	switch {
 	case err != nil:
-		p.releaseInBackground(h.lock.name, h.lockID)
+		p.releaseInBackground(h.lock.name, h.lockID, cleanupSchedule)
 		h.cancel(context.Canceled)
 		return h.lock.errorf("release", err)
 	case res.MatchedCount == 0:
@@ -159,5 +159,5 @@ func (h *Handle) leaseOver(lastErr error) {
 	} else {
 		h.markLost(fmt.Errorf("%w: its lease ran out before an extension succeeded", ErrLockLost))
 	}
-	h.lock.p.releaseInBackground(h.lock.name, h.lockID)
+	h.lock.p.releaseInBackground(h.lock.name, h.lockID, cleanupSchedule)
 }

@@ -328,13 +328,13 @@ func (p *Provider) acquireRoundTrip(ctx context.Context, name string, update mon
 	orphan := func(doc lockDoc, err error) {
 		switch {
 		case err == nil && doc.LockID == lockID:
-			p.releaseAcquired(name, lockID)
+			p.releaseInBackground(name, lockID, once)
 		case err == nil && turnOf(doc, p.shared.id).inLine && p.shared.queues.waiting(name) == 0:
 			// It put this process in the line, but nobody of this process
 			// waits any more (fair.go).
 			p.leaveLine(name)
 		case err != nil && isAmbiguous(err):
-			p.releaseInBackground(name, lockID)
+			p.releaseInBackground(name, lockID, cleanupSchedule)
 		}
 	}
 	if ctx.Done() == nil { // cannot end: no need for a goroutine
@@ -395,15 +395,6 @@ func (p *Provider) acquireRoundTrip(ctx context.Context, name string, update mon
 	return lockDoc{}, ctx.Err()
 }
 
-// releaseAcquired releases lockID's acquisition of name (owner-checked), in
-// the background, with one try: for an acquisition whose reply has arrived,
-// so nothing can overtake it.
-func (p *Provider) releaseAcquired(name, lockID string) {
-	p.background(cleanupTimeout, func(ctx context.Context) {
-		_, _ = p.coll.UpdateOne(ctx, ownerFilter(name, lockID), releaseUpdate)
-	})
-}
-
 // create inserts the lock's document, free, unless it exists already. Its
 // expiresAt lets the TTL index remove it should nobody ever acquire it.
 func (l *Lock) create(ctx context.Context) error {
@@ -419,14 +410,15 @@ func (l *Lock) create(ctx context.Context) error {
 // Release whose round trip failed. It is owner-checked, so it can never free
 // someone else's acquisition.
 //
-// The acquisition may still be on its way to the server (the caller gave up
-// waiting for the reply, not the server for the request) and a release on
-// another connection can overtake it. So the release is repeated on a short
-// schedule until it matches or the schedule ends.
-func (p *Provider) releaseInBackground(name, lockID string) {
+// It tries at each wait of schedule until one matches. An acquisition whose
+// reply has arrived needs one try (once); otherwise it may still be on its
+// way to the server (the caller gave up waiting for the reply, not the
+// server for the request) and a release on another connection can overtake
+// it, so cleanupSchedule repeats the release for a while.
+func (p *Provider) releaseInBackground(name, lockID string, schedule []time.Duration) {
 	p.background(cleanupTimeout, func(ctx context.Context) {
 		filter := ownerFilter(name, lockID)
-		for _, wait := range cleanupSchedule {
+		for _, wait := range schedule {
 			select {
 			case <-time.After(wait):
 			case <-ctx.Done():
@@ -440,8 +432,11 @@ func (p *Provider) releaseInBackground(name, lockID string) {
 	})
 }
 
-// cleanupSchedule is how long releaseInBackground waits before each try.
-var cleanupSchedule = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond, 1500 * time.Millisecond}
+// Schedules for releaseInBackground: how long it waits before each try.
+var (
+	once            = []time.Duration{0}
+	cleanupSchedule = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond, 1500 * time.Millisecond}
+)
 
 var errNilContext = errors.New("nil context.Context")
 
