@@ -74,6 +74,14 @@ func isTransient(err error) bool {
 
 // isClosed reports whether err says the client was disconnected: nothing
 // sent through it will ever succeed.
+// isServerRefusal reports whether the server answered err to a well-formed
+// request it will keep refusing (an unknown command or stage, for example),
+// as opposed to a failure of the moment.
+func isServerRefusal(err error) bool {
+	var se mongo.ServerError
+	return errors.As(err, &se) && !isTransient(err)
+}
+
 func isClosed(err error) bool {
 	return errors.Is(err, mongo.ErrClientDisconnected) || errors.Is(err, topology.ErrTopologyClosed)
 }

@@ -1,6 +1,11 @@
 package mongolock
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
 
 // Test-only access to internals.
 
@@ -31,3 +36,24 @@ func QueueNames(p *Provider) int {
 
 // DatabaseName is the provider's database.
 func DatabaseName(p *Provider) string { return p.coll.Database().Name() }
+
+// SetReleaseSource replaces the change stream that wakes waiters of p's
+// collection when a lock is released (an in-memory source, for tests).
+// Call it before the collection has waiters.
+func SetReleaseSource(p *Provider, source func(ctx context.Context, released func(name string)) error) {
+	n := &p.shared.notify
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.source = func(ctx context.Context, _ *mongo.Collection, released func(string)) error {
+		return source(ctx, released)
+	}
+	n.failed = false
+}
+
+// Notifying reports whether p's collection runs its release source.
+func Notifying(p *Provider) bool {
+	n := &p.shared.notify
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.stop != nil
+}

@@ -155,6 +155,12 @@ func (l *Lock) Acquire(ctx context.Context) (_ *Handle, err error) {
 	var inLine bool // an attempt put this process in the line
 	qs := &l.p.shared.queues
 	w := qs.join(l.name)
+	var watching bool // this call counts as a waiter for release events
+	defer func() {
+		if watching {
+			l.p.shared.notify.leave()
+		}
+	}()
 	defer func() {
 		if left := qs.leave(l.name, w); err != nil && inLine && left == 0 {
 			// Nobody of this process waits any more: do not keep others
@@ -186,6 +192,12 @@ func (l *Lock) Acquire(ctx context.Context) (_ *Handle, err error) {
 				return h, nil
 			case errors.Is(err, ErrNotAcquired):
 				contended = true
+				if !watching {
+					// Held by another process: its release may be
+					// announced (notify.go).
+					watching = true
+					l.p.shared.notify.join(l.p.coll, qs.wakeHead, &l.p.shared.bg)
+				}
 			case ctx.Err() != nil || endedByDeadline(ctx, err):
 				// The attempt was cut short by ctx: it tells nothing.
 			case isTransient(err):
@@ -276,20 +288,22 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) (err 
 // of waiting processes (fair.go); turn says what a refused attempt saw.
 func (l *Lock) attempt(ctx context.Context, join bool) (h *Handle, turn turn, err error) {
 	l.p.ensureIndex()
-	fair := fairness{proc: l.p.shared.id, join: join, entryLife: l.p.opts.waiterLifetime()}
+	pipeline := l.p.tryPipeline
+	if join {
+		pipeline = l.p.waitPipeline
+	}
 	for tries := 0; ; tries++ {
 		// A fresh lockId per round trip: a cleanup of one can never free
 		// another.
 		lockID := newLockID()
-		fair.lockID = lockID
-		update := acquireUpdate(lockID, l.p.opts.expiry, fair)
+		update := pipeline.with(lockID)
 		sent := time.Now()
 		doc, err := l.p.acquireRoundTrip(ctx, l.name, update, lockID)
 		switch {
 		case err == nil && doc.LockID == lockID:
 			return newHandle(l, lockID, doc.FencingToken, sent), turn, nil
 		case err == nil:
-			turn = turnOf(doc, fair.proc)
+			turn = turnOf(doc, l.p.shared.id)
 			return nil, turn, ErrNotAcquired
 		case !mayBeMissing(err):
 		case tries >= maxCreateTries:
@@ -323,7 +337,7 @@ func (p *Provider) leaveLine(name string) {
 // acquisition is released at once, since nobody will get a handle for it. A
 // request that fails ambiguously (the connection dropped after sending) is
 // released in the background too.
-func (p *Provider) acquireRoundTrip(ctx context.Context, name string, update mongo.Pipeline, lockID string) (lockDoc, error) {
+func (p *Provider) acquireRoundTrip(ctx context.Context, name string, update rawArray, lockID string) (lockDoc, error) {
 	filter := bson.D{{Key: "_id", Value: name}}
 	orphan := func(doc lockDoc, err error) {
 		switch {

@@ -20,6 +20,8 @@ type Provider struct {
 	shared *collection
 
 	acquireOpts *options.FindOneAndUpdateOptionsBuilder
+	// The encoded acquire pipelines of TryAcquire and Acquire (pipeline.go).
+	tryPipeline, waitPipeline acquireTemplate
 }
 
 // NewProvider returns a Provider for locks in db. It validates every option
@@ -33,12 +35,18 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{
+	shared := collectionFor(db, o.collection)
+	f := fairness{proc: shared.id, entryLife: o.waiterLifetime()}
+	p := &Provider{
 		coll:        db.Collection(o.collection),
 		opts:        o,
-		shared:      collectionFor(db, o.collection),
+		shared:      shared,
 		acquireOpts: options.FindOneAndUpdate().SetReturnDocument(options.After),
-	}, nil
+		tryPipeline: newAcquireTemplate(o.expiry, f),
+	}
+	f.join = true
+	p.waitPipeline = newAcquireTemplate(o.expiry, f)
+	return p, nil
 }
 
 // New returns the lock called name in db; see NewProvider for the options.
@@ -67,6 +75,7 @@ type collection struct {
 	bg        sync.WaitGroup // background work: index creation, orphan cleanup
 	queues    queues
 	leases    scheduler
+	notify    notifier
 }
 
 // collectionKey identifies a collection of one client. The client is held

@@ -129,3 +129,13 @@ func (qs *queues) waiting(name string) int {
 	}
 	return 0
 }
+
+// wakeHead wakes the head of name's line, if any, to attempt at once (the
+// lock was released somewhere: notify.go).
+func (qs *queues) wakeHead(name string) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if q := qs.byName[name]; q != nil && len(q.waiters) > 0 {
+		q.waiters[0].signal()
+	}
+}

@@ -194,14 +194,7 @@ func TestLossWakesTheNextLocalWaiter(t *testing.T) {
 	l := e.p.Lock("lossy")
 	holder, err := l.TryAcquire(ctx)
 	require.NoError(t, err)
-	got := make(chan error, 1)
-	go func() {
-		h, err := l.Acquire(ctx)
-		if err == nil {
-			err = h.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireInBackground(ctx, l)
 	waitQueueLen(t, e.p, "lossy", 1)
 	// Someone deletes the document: the holder loses the lock at its next
 	// extension, and its loss must let the waiter try (and succeed).

@@ -1,0 +1,145 @@
+package mongolock
+
+import (
+	"context"
+	"sync"
+	"time"
+	"weak"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// Release notifications.
+//
+// Waiters learn that a lock held by another process came free by polling.
+// Where the server offers change streams (replica sets, sharded clusters),
+// one change stream per collection also wakes the head of a name's local
+// line as soon as that lock is released (its lockId removed, or its document
+// deleted), in any process. The stream opens when a waiter first finds the
+// lock held by another process (a lock that is free, or held in this
+// process, needs none) and closes notifyLinger after the last such waiter
+// is done, so that ping-pong between processes does not reopen it per turn.
+//
+// Where the server has none (a standalone server, FerretDB), the first
+// attempt to open one fails with a server error; the client is remembered
+// as having none, and waiters keep polling, silently. A stream that breaks
+// later (a network error, a failover) is reopened by the next waiter.
+
+// notifyLinger is how long a collection's change stream stays open after
+// its last waiter.
+const notifyLinger = time.Second
+
+// releaseSource delivers the names of released locks until ctx ends. It
+// returns an error if it cannot (then the collection falls back to polling).
+type releaseSource func(ctx context.Context, coll *mongo.Collection, released func(name string)) error
+
+// releaseEvents selects the change events of releases: Release's update
+// removes lockId; DistributedLock.MongoDB's release and the TTL monitor
+// delete the document.
+var releaseEvents = mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "$or", Value: bson.A{
+	bson.D{{Key: "operationType", Value: "delete"}},
+	bson.D{{Key: "updateDescription.removedFields", Value: "lockId"}},
+}}}}}}
+
+// watchReleases is the change-stream releaseSource.
+func watchReleases(ctx context.Context, coll *mongo.Collection, released func(name string)) error {
+	cs, err := coll.Watch(ctx, releaseEvents)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = cs.Close(context.WithoutCancel(ctx)) }()
+	for cs.Next(ctx) {
+		var ev struct {
+			Key struct {
+				ID string `bson:"_id"`
+			} `bson:"documentKey"`
+		}
+		if cs.Decode(&ev) == nil {
+			released(ev.Key.ID)
+		}
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return cs.Err()
+}
+
+// streamless holds the clients whose server refused to open a change
+// stream: they are not asked again.
+var streamless sync.Map // weak.Pointer[mongo.Client] -> struct{}
+
+// notifier runs a collection's release source while it has waiters.
+type notifier struct {
+	mu      sync.Mutex
+	source  releaseSource // nil: change streams
+	waiters int
+	stop    context.CancelFunc // ends the running source, if any
+	run     int                // counts sources started, to tell them apart
+	linger  *time.Timer        // pending stop after the last waiter
+	failed  bool               // the test source failed: poll only
+}
+
+// join counts a waiter; it starts the source unless it runs already.
+func (n *notifier) join(coll *mongo.Collection, wake func(name string), bg *sync.WaitGroup) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.waiters++
+	if n.linger != nil {
+		n.linger.Stop()
+		n.linger = nil
+	}
+	if n.stop != nil || n.failed {
+		return
+	}
+	source := n.source
+	client := weak.Make(coll.Database().Client())
+	if source == nil {
+		if _, none := streamless.Load(client); none {
+			return
+		}
+		source = watchReleases
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	n.stop = stop
+	n.run++
+	run := n.run
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		defer stop()
+		err := source(ctx, coll, wake)
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if err != nil && ctx.Err() == nil {
+			// Polling never stopped; only the wake-ups end here.
+			if n.source != nil {
+				n.failed = true
+			} else if isServerRefusal(err) {
+				streamless.Store(client, struct{}{})
+			}
+		}
+		if n.run == run {
+			n.stop = nil
+		}
+	}()
+}
+
+// leave uncounts a waiter; the source stops notifyLinger after the last one.
+func (n *notifier) leave() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.waiters--
+	if n.waiters > 0 || n.stop == nil {
+		return
+	}
+	stop, run := n.stop, n.run
+	n.linger = time.AfterFunc(notifyLinger, func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.waiters == 0 && n.run == run {
+			stop()
+			n.stop, n.linger = nil, nil
+		}
+	})
+}

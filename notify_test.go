@@ -1,0 +1,127 @@
+package mongolock_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/testdb"
+)
+
+// acquireInBackground starts an Acquire of l and returns where its outcome
+// (after releasing the handle) arrives.
+func acquireInBackground(ctx context.Context, l *mongolock.Lock) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		h, err := l.Acquire(ctx)
+		if err == nil {
+			err = h.Release(ctx)
+		}
+		got <- err
+	}()
+	return got
+}
+
+func TestAReleaseEventWakesAWaiterAtOnce(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	// Sleeps far longer than the test: only the event can let the waiter in.
+	e := newQueueEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
+	events := make(chan string)
+	mongolock.SetReleaseSource(e.p, func(ctx context.Context, released func(string)) error {
+		for {
+			select {
+			case name := <-events:
+				released(name)
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	})
+	holder, err := e.rival.Lock("evented").TryAcquire(ctx)
+	require.NoError(t, err)
+
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	got := acquireInBackground(wctx, e.p.Lock("evented"))
+	// Its first attempt was refused; now it sleeps.
+	require.Eventually(t, func() bool { return e.count.started.Load() >= 1 && e.count.inFlight.Load() == 0 },
+		10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return mongolock.Notifying(e.p) }, 10*time.Second, time.Millisecond,
+		"no release source runs while a waiter waits")
+
+	require.NoError(t, holder.Release(ctx))
+	events <- "some-other-lock" // not its lock: must not matter
+	events <- "evented"
+	require.NoError(t, <-got, "the waiter did not acquire after the release event")
+	require.Eventually(t, func() bool { return !mongolock.Notifying(e.p) }, 10*time.Second, time.Millisecond,
+		"the release source kept running without waiters")
+}
+
+func TestWaitersPollWhenReleaseEventsAreUnavailable(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newQueueEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
+	mongolock.SetReleaseSource(e.p, func(context.Context, func(string)) error {
+		return errors.New("no change streams here")
+	})
+	holder, err := e.rival.Lock("polled").TryAcquire(ctx)
+	require.NoError(t, err)
+	got := acquireInBackground(ctx, e.p.Lock("polled"))
+	require.Eventually(t, func() bool { return e.count.started.Load() >= 2 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, holder.Release(ctx))
+	require.NoError(t, <-got)
+	require.False(t, mongolock.Notifying(e.p))
+}
+
+// The real thing: a change stream wakes a waiter whose sleeps are far
+// longer than the test.
+func TestChangeStreamWakesAWaiterInAnotherProcess(t *testing.T) {
+	testdb.Require(t, testdb.ChangeStreams)
+	ctx := boundedCtx(t, time.Minute)
+	e := newQueueEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
+	holder, err := e.rival.Lock("streamed").TryAcquire(ctx)
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	got := acquireInBackground(wctx, e.p.Lock("streamed"))
+	require.Eventually(t, func() bool { return e.count.started.Load() >= 1 && e.count.inFlight.Load() == 0 },
+		10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return mongolock.Notifying(e.p) }, 10*time.Second, time.Millisecond)
+	require.NoError(t, holder.Release(ctx))
+	require.NoError(t, <-got, "the change stream did not wake the waiter")
+}
+
+// The source runs only while some waiter has found the lock held by another
+// process: a free lock, or one held in this process, needs no events.
+func TestReleaseSourceStartsOnlyForWaitersOfAnotherProcess(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newQueueEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
+	var starts atomic.Int32
+	mongolock.SetReleaseSource(e.p, func(ctx context.Context, _ func(string)) error {
+		starts.Add(1)
+		<-ctx.Done()
+		return nil
+	})
+	l := e.p.Lock("lazy")
+	h, err := l.Acquire(ctx)
+	require.NoError(t, err)
+	got := acquireInBackground(ctx, l) // waits behind a handle of this process
+	waitQueueLen(t, e.p, "lazy", 1)
+	require.NoError(t, h.Release(ctx))
+	require.NoError(t, <-got)
+	require.Zero(t, starts.Load(), "the source started with no foreign holder")
+
+	holder, err := e.rival.Lock("lazy").TryAcquire(ctx)
+	require.NoError(t, err)
+	a, b := acquireInBackground(ctx, l), acquireInBackground(ctx, l)
+	require.Eventually(t, func() bool { return mongolock.Notifying(e.p) }, 10*time.Second, time.Millisecond)
+	require.NoError(t, holder.Release(ctx))
+	require.NoError(t, <-a)
+	require.NoError(t, <-b)
+	require.Equal(t, int32(1), starts.Load(), "one source per collection, however many waiters")
+	require.Eventually(t, func() bool { return !mongolock.Notifying(e.p) }, 10*time.Second, time.Millisecond)
+}
