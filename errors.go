@@ -72,8 +72,6 @@ func isTransient(err error) bool {
 	return false
 }
 
-// isClosed reports whether err says the client was disconnected: nothing
-// sent through it will ever succeed.
 // isServerRefusal reports whether the server answered err to a well-formed
 // request it will keep refusing (an unknown command or stage, for example),
 // as opposed to a failure of the moment.
@@ -82,6 +80,8 @@ func isServerRefusal(err error) bool {
 	return errors.As(err, &se) && !isTransient(err)
 }
 
+// isClosed reports whether err says the client was disconnected: nothing
+// sent through it will ever succeed.
 func isClosed(err error) bool {
 	return errors.Is(err, mongo.ErrClientDisconnected) || errors.Is(err, topology.ErrTopologyClosed)
 }
@@ -96,6 +96,16 @@ func isDuplicateKey(err error) bool {
 	return errors.As(err, &se) && se.HasErrorMessage("duplicate key value violates unique constraint")
 }
 
+// isNoMatch reports whether a findAndModify error means that its filter
+// matched no document: no document (MongoDB), or FerretDB/DocumentDB's
+// "The $$NOW operator cannot be used within this specific context", which it
+// returns instead when a $$NOW pipeline matches no document.
+func isNoMatch(err error) bool {
+	var se mongo.ServerError
+	return errors.Is(err, mongo.ErrNoDocuments) ||
+		errors.As(err, &se) && se.HasErrorMessage("$$NOW operator cannot be used")
+}
+
 // mayBeMissing reports whether a findAndModify error means that the lock
 // document may not exist: no document (MongoDB), FerretDB/DocumentDB's
 // "The $$NOW operator cannot be used within this specific context", which it
@@ -103,9 +113,7 @@ func isDuplicateKey(err error) bool {
 // key from a racing creation. Creating the document (ignoring a duplicate)
 // and trying again decides the attempt.
 func mayBeMissing(err error) bool {
-	var se mongo.ServerError
-	return errors.Is(err, mongo.ErrNoDocuments) || isDuplicateKey(err) ||
-		errors.As(err, &se) && se.HasErrorMessage("$$NOW operator cannot be used")
+	return isNoMatch(err) || isDuplicateKey(err)
 }
 
 // endedByDeadline reports whether err was caused by ctx's deadline arriving

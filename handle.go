@@ -82,7 +82,10 @@ func (h *Handle) Lost() <-chan struct{} { return h.lost }
 // Release releases the lock, if it is still held, in one owner-checked round
 // trip bounded by ctx: others can take it at once, and its fencing token is
 // kept for the next holder to outrank. The handle stops extending the lease
-// before Release returns.
+// before Release returns. If a goroutine of this process waits for the lock
+// in Acquire, the same round trip hands the lock over to it (a new
+// acquisition, with a higher fencing token), unless another process's turn
+// has come.
 //
 // The first call returns nil if the lock was still held, and an error
 // wrapping ErrLockLost if it had been lost. If the round trip fails (ctx
@@ -110,6 +113,9 @@ func (h *Handle) Release(ctx context.Context) error {
 	}
 
 	p := h.lock.p
+	if w := p.shared.queues.offer(h.lock.name); w != nil {
+		return h.handOver(ctx, w)
+	}
 	res, err := p.coll.UpdateOne(ctx, ownerFilter(h.lock.name, h.lockID), releaseUpdate)
 	switch {
 	case err != nil:

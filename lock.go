@@ -71,8 +71,9 @@ func leaseEnd(expiry time.Duration) bson.D {
 // acquireUpdate is the aggregation pipeline of an acquisition attempt: if
 // the lock is free (expired, and not reserved for another process's waiter:
 // see fair.go), take it with a fresh lockId; otherwise leave the holder's
-// fields as they are. Every field's $cond sees the document as it was before
-// the update, so the decision and the write are one atomic step.
+// fields as they are. The first two stages decide (into two scratch fields
+// that the last stage removes), the third writes; every stage of one
+// update is one atomic step.
 //
 // The fencing token is max(old + 1, toLong($$NOW) * 1024): it increases by
 // one per acquisition, and it also outranks every earlier token when the
@@ -83,17 +84,28 @@ func acquireUpdate(lockID string, expiry time.Duration, f fairness) mongo.Pipeli
 		bson.D{{Key: "$add", Value: bson.A{bson.D{{Key: "$ifNull", Value: bson.A{"$fencingToken", int64(0)}}}, int64(1)}}},
 		bson.D{{Key: "$multiply", Value: bson.A{bson.D{{Key: "$toLong", Value: "$$NOW"}}, int64(tokenFloorScale)}}},
 	}}}
-	free, fairFields := f.exprs()
+	live, free, fairFields := f.exprs()
 	ifFree := func(then, otherwise any) bson.D {
-		return bson.D{{Key: "$cond", Value: bson.A{free, then, otherwise}}}
+		return bson.D{{Key: "$cond", Value: bson.A{"$" + freeField, then, otherwise}}}
+	}
+	// Refused, an attempt leaves the holder as it is; a hand-over that may
+	// not hand over releases (handoff.go).
+	keptID, keptExpiry := any("$lockId"), any("$expiresAt")
+	if f.from != "" {
+		keptID, keptExpiry = "$$REMOVE", "$$NOW"
 	}
 	fields := bson.D{
-		{Key: "lockId", Value: ifFree(lockID, "$lockId")},
+		{Key: "lockId", Value: ifFree(lockID, keptID)},
 		{Key: "acquiredAt", Value: ifFree("$$NOW", "$acquiredAt")},
-		{Key: "expiresAt", Value: ifFree(leaseEnd(expiry), "$expiresAt")},
+		{Key: "expiresAt", Value: ifFree(leaseEnd(expiry), keptExpiry)},
 		{Key: "fencingToken", Value: ifFree(token, "$fencingToken")},
 	}
-	return mongo.Pipeline{{{Key: "$set", Value: append(fields, fairFields...)}}}
+	return mongo.Pipeline{
+		{{Key: "$set", Value: bson.D{{Key: liveField, Value: live}}}},
+		{{Key: "$set", Value: bson.D{{Key: freeField, Value: free}}}},
+		{{Key: "$set", Value: append(fields, fairFields...)}},
+		{{Key: "$unset", Value: bson.A{liveField, freeField}}},
+	}
 }
 
 // releaseUpdate frees the lock at once but keeps the document, and with it
@@ -154,7 +166,7 @@ func (l *Lock) Acquire(ctx context.Context) (_ *Handle, err error) {
 	bt := backoff{min: o.sleepMin, max: min(o.sleepMax, frontSleepFactor*o.sleepMin), adaptive: true}
 	var inLine bool // an attempt put this process in the line
 	qs := &l.p.shared.queues
-	w := qs.join(l.name)
+	w := qs.join(l)
 	var watching bool // this call counts as a waiter for release events
 	defer func() {
 		if watching {
@@ -162,7 +174,12 @@ func (l *Lock) Acquire(ctx context.Context) (_ *Handle, err error) {
 		}
 	}()
 	defer func() {
-		if left := qs.leave(l.name, w); err != nil && inLine && left == 0 {
+		left, untaken := qs.leave(l.name, w)
+		if untaken != nil {
+			// Handed over as ctx ended: nobody will use it.
+			l.p.background(cleanupTimeout, func(ctx context.Context) { _ = untaken.Release(ctx) })
+		}
+		if err != nil && inLine && left == 0 {
 			// Nobody of this process waits any more: do not keep others
 			// waiting for us.
 			l.p.leaveLine(l.name)
@@ -177,6 +194,9 @@ func (l *Lock) Acquire(ctx context.Context) (_ *Handle, err error) {
 	)
 	defer timer.Stop()
 	for {
+		if h := qs.takeHandoff(w); h != nil {
+			return h, nil
+		}
 		var sleep <-chan time.Time // nil: wait for a wake-up only
 		head, heldHere := qs.state(l.name, w)
 		if !head || heldHere {
@@ -296,7 +316,7 @@ func (l *Lock) attempt(ctx context.Context, join bool) (h *Handle, turn turn, er
 		// A fresh lockId per round trip: a cleanup of one can never free
 		// another.
 		lockID := newLockID()
-		update := pipeline.with(lockID)
+		update := pipeline.with(lockID, "")
 		sent := time.Now()
 		doc, err := l.p.acquireRoundTrip(ctx, l.name, update, lockID)
 		switch {

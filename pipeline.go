@@ -19,45 +19,59 @@ import (
 // own lockId over them. A lockId is 32 hex digits, like the placeholder, so
 // every BSON length stays right.
 
-// lockIDPlaceholder stands for the attempt's lockId in an encoded pipeline:
-// random, so it cannot occur by chance in the rest of the pipeline.
-var lockIDPlaceholder = newLockID()
+// The placeholders for the attempt's lockId and, in a hand-over, the
+// releasing handle's: random, so they cannot occur by chance in the rest of
+// the pipeline.
+var lockIDPlaceholder, fromPlaceholder = newLockID(), newLockID()
 
 // acquireTemplate is an encoded acquire pipeline (a BSON array) with the
-// offsets of the placeholder lockId.
+// offsets of the placeholders.
 type acquireTemplate struct {
-	raw []byte
-	at  []int
+	raw        []byte
+	at, fromAt []int
 }
 
+// newAcquireTemplate encodes acquireUpdate for f (with placeholders for
+// lockIDs; f.from non-empty makes it a hand-over).
 func newAcquireTemplate(expiry time.Duration, f fairness) acquireTemplate {
 	f.lockID = lockIDPlaceholder
+	if f.from != "" {
+		f.from = fromPlaceholder
+	}
 	typ, raw, err := bson.MarshalValue(acquireUpdate(lockIDPlaceholder, expiry, f))
 	if err != nil || bson.Type(typ) != bson.TypeArray {
 		// The pipeline is built from constants and validated options.
 		panic(fmt.Sprintf("mongolock: encoding the acquire pipeline: type %v, %v", bson.Type(typ), err))
 	}
-	t := acquireTemplate{raw: raw}
-	for i := 0; ; {
-		j := bytes.Index(raw[i:], []byte(lockIDPlaceholder))
-		if j < 0 {
-			break
-		}
-		t.at = append(t.at, i+j)
-		i += j + len(lockIDPlaceholder)
-	}
-	return t
+	return acquireTemplate{raw: raw, at: offsets(raw, lockIDPlaceholder), fromAt: offsets(raw, fromPlaceholder)}
 }
 
-// with returns the pipeline for an attempt with lockID.
-func (t acquireTemplate) with(lockID string) rawArray {
-	if len(lockID) != len(lockIDPlaceholder) {
-		panic("mongolock: lockId of unexpected length")
+func offsets(raw []byte, s string) []int {
+	var at []int
+	for i := 0; ; {
+		j := bytes.Index(raw[i:], []byte(s))
+		if j < 0 {
+			return at
+		}
+		at = append(at, i+j)
+		i += j + len(s)
 	}
+}
+
+// with returns the pipeline for an attempt with lockID; from is the
+// releasing handle's lockId in a hand-over, and ignored otherwise.
+func (t acquireTemplate) with(lockID, from string) rawArray {
 	b := bytes.Clone(t.raw)
-	for _, at := range t.at {
-		copy(b[at:], lockID)
+	put := func(at []int, id string) {
+		if len(at) > 0 && len(id) != len(lockIDPlaceholder) {
+			panic("mongolock: lockId of unexpected length")
+		}
+		for _, i := range at {
+			copy(b[i:], id)
+		}
 	}
+	put(t.at, lockID)
+	put(t.fromAt, from)
 	return b
 }
 

@@ -20,8 +20,9 @@ type Provider struct {
 	shared *collection
 
 	acquireOpts *options.FindOneAndUpdateOptionsBuilder
-	// The encoded acquire pipelines of TryAcquire and Acquire (pipeline.go).
-	tryPipeline, waitPipeline acquireTemplate
+	// The encoded acquire pipelines of TryAcquire and Acquire, and of a
+	// hand-over to an Acquire of this provider (pipeline.go, handoff.go).
+	tryPipeline, waitPipeline, handoffPipeline acquireTemplate
 }
 
 // NewProvider returns a Provider for locks in db. It validates every option
@@ -46,6 +47,8 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 	}
 	f.join = true
 	p.waitPipeline = newAcquireTemplate(o.expiry, f)
+	f.join, f.from = false, "handover"
+	p.handoffPipeline = newAcquireTemplate(o.expiry, f)
 	return p, nil
 }
 

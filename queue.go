@@ -22,6 +22,11 @@ type waiter struct {
 	// this process released the lock". A signal is never lost, and a
 	// waiter that is not waiting yet finds it when it looks.
 	wake chan struct{}
+	lock *Lock // what it acquires
+
+	// A hand-over (handoff.go), guarded by queues.mu.
+	offered bool    // a releasing handle is handing the lock to it
+	handoff *Handle // the lock, handed over, not yet taken
 }
 
 func (w *waiter) signal() {
@@ -56,13 +61,13 @@ func (qs *queues) gc(name string, q *queue) {
 	}
 }
 
-// join appends a waiter to name's queue. If it is the head, it is signalled
-// at once.
-func (qs *queues) join(name string) *waiter {
+// join appends a waiter for l to its queue. If it is the head, it is
+// signalled at once.
+func (qs *queues) join(l *Lock) *waiter {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	q := qs.get(name)
-	w := &waiter{wake: make(chan struct{}, 1)}
+	q := qs.get(l.name)
+	w := &waiter{wake: make(chan struct{}, 1), lock: l}
 	q.waiters = append(q.waiters, w)
 	if len(q.waiters) == 1 {
 		w.signal()
@@ -72,10 +77,12 @@ func (qs *queues) join(name string) *waiter {
 
 // leave removes w from name's queue (its Acquire returned, with or without
 // a handle). If w was the head, the next waiter becomes the head and is
-// signalled; the others keep their places. It returns how many still wait.
-func (qs *queues) leave(name string, w *waiter) int {
+// signalled; the others keep their places. It returns how many still wait,
+// and a handle handed over to w that it did not take (see takeHandoff).
+func (qs *queues) leave(name string, w *waiter) (left int, untaken *Handle) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
+	untaken, w.handoff = w.handoff, nil
 	q := qs.get(name)
 	for i, x := range q.waiters {
 		if x == w {
@@ -86,9 +93,9 @@ func (qs *queues) leave(name string, w *waiter) int {
 			break
 		}
 	}
-	left := len(q.waiters)
+	left = len(q.waiters)
 	qs.gc(name, q)
-	return left
+	return left, untaken
 }
 
 // state reports whether w is the head of name's queue and whether a handle

@@ -16,9 +16,10 @@ import (
 )
 
 // acquireCounter counts findAndModify commands (acquisition attempts) on a
-// client, and the most that were in flight at once.
+// client, and the most that were in flight at once, and all commands.
 type acquireCounter struct {
 	started, inFlight, maxInFlight atomic.Int64
+	commands                       atomic.Int64
 }
 
 func (c *acquireCounter) monitor() *event.CommandMonitor {
@@ -29,6 +30,7 @@ func (c *acquireCounter) monitor() *event.CommandMonitor {
 	}
 	return &event.CommandMonitor{
 		Started: func(_ context.Context, e *event.CommandStartedEvent) {
+			c.commands.Add(1)
 			if e.CommandName == "findAndModify" {
 				c.started.Add(1)
 				n := c.inFlight.Add(1)
