@@ -109,11 +109,21 @@ func acquireUpdate(lockID string, expiry time.Duration, f fairness) mongo.Pipeli
 }
 
 // releaseUpdate frees the lock at once but keeps the document, and with it
-// the fencing token: the holder is cleared and the lease ends now.
-var releaseUpdate = mongo.Pipeline{{{Key: "$set", Value: bson.D{
-	{Key: "lockId", Value: "$$REMOVE"},
-	{Key: "expiresAt", Value: "$$NOW"},
-}}}}
+// the fencing token: the holder is cleared and the lease ends now (the
+// server's clock). A plain update rather than a pipeline: the server does
+// less, and it is encoded once.
+var releaseUpdate = mustMarshal(bson.D{
+	{Key: "$unset", Value: bson.D{{Key: "lockId", Value: ""}}},
+	{Key: "$currentDate", Value: bson.D{{Key: "expiresAt", Value: true}}},
+})
+
+func mustMarshal(doc bson.D) bson.Raw {
+	raw, err := bson.Marshal(doc)
+	if err != nil {
+		panic(err)
+	}
+	return raw
+}
 
 func ownerFilter(name, lockID string) bson.D {
 	return bson.D{{Key: "_id", Value: name}, {Key: "lockId", Value: lockID}}

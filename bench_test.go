@@ -1,0 +1,108 @@
+package mongolock_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/testdb"
+)
+
+// Benchmarks of the client's hot path against the bound, side by side on
+// the same server: "raw" is the two round trips a lock needs at the least
+// (a findOneAndUpdate and an updateOne on the lock's document, locking
+// nothing). Compare ns/op and allocs/op of the pairs; bench/ (make bench)
+// has the workloads with contention.
+
+// BenchmarkAcquireRelease: one goroutine, one name, no contention.
+func BenchmarkAcquireRelease(b *testing.B) {
+	db := testdb.Database(b)
+	// Services bound their calls; a ctx that can end takes the library's
+	// cancellable path.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	b.Run("raw", func(b *testing.B) {
+		coll := db.Collection("raw")
+		for b.Loop() {
+			rawAcquireRelease(ctx, b, coll, "bench")
+		}
+	})
+	b.Run("mongolock", func(b *testing.B) {
+		p, err := mongolock.NewProvider(db)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l := p.Lock("bench")
+		for b.Loop() {
+			h, err := l.Acquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := h.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		mongolock.WaitBackground(p)
+	})
+}
+
+// BenchmarkAcquireReleaseDistinctNames: parallel goroutines, a name each.
+func BenchmarkAcquireReleaseDistinctNames(b *testing.B) {
+	db := testdb.Database(b)
+	// Services bound their calls; a ctx that can end takes the library's
+	// cancellable path.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	b.Run("raw", func(b *testing.B) {
+		coll := db.Collection("raw")
+		var n atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			name := fmt.Sprint("bench-", n.Add(1))
+			for pb.Next() {
+				rawAcquireRelease(ctx, b, coll, name)
+			}
+		})
+	})
+	b.Run("mongolock", func(b *testing.B) {
+		p, err := mongolock.NewProvider(db)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var n atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			l := p.Lock(fmt.Sprint("bench-", n.Add(1)))
+			for pb.Next() {
+				h, err := l.Acquire(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := h.Release(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		mongolock.WaitBackground(p)
+	})
+}
+
+var rawUpsert = options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)
+
+func rawAcquireRelease(ctx context.Context, b *testing.B, coll *mongo.Collection, name string) {
+	filter := bson.D{{Key: "_id", Value: name}}
+	update := bson.D{{Key: "$set", Value: bson.D{{Key: "lockId", Value: "x"}}}}
+	if err := coll.FindOneAndUpdate(ctx, filter, update, rawUpsert).Err(); err != nil {
+		b.Error(err)
+	}
+	if _, err := coll.UpdateOne(ctx, filter, bson.D{{Key: "$unset", Value: bson.D{{Key: "lockId", Value: ""}}}}); err != nil {
+		b.Error(err)
+	}
+}
