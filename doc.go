@@ -7,8 +7,9 @@
 // (one goroutine per collection, whatever the number of held locks), and its
 // Context and Lost channel signal loss before the server would let anyone
 // else in. Every acquisition carries a fencing token that strictly increases
-// per lock name. Waiters of one process queue locally and hand the lock on
-// at once; waiting processes take turns.
+// per lock name. Waiters of one process queue locally, and a release hands
+// the lock to the next of them in the same round trip; waiting processes
+// take turns, and are woken by a change stream where the server has them.
 //
 // Basic use:
 //
