@@ -33,10 +33,12 @@ import (
 // maxStreak+1 acquisitions, in the order the processes arrived, and no
 // process can be passed over forever. Processes in line poll with short
 // sleeps (adaptive from the busy-wait minimum up to frontSleepFactor times
-// it: a process learns that its turn has come only by polling), so a turn
-// passes quickly; one goroutine per process polls (queue.go). TryAcquire never joins
-// the line: a single attempt must not reserve the lock for a caller that
-// will not come back. Mutual exclusion does not depend on any of this: a
+// it: without change streams a process learns that its turn has come only
+// by polling), and the first in line times its next poll for when the
+// holder's process is likely done with its turn (pace), so a turn passes
+// quickly; one goroutine per process polls (queue.go). TryAcquire never
+// joins the line: a single attempt must not reserve the lock for a caller
+// that will not come back. Mutual exclusion does not depend on any of this: a
 // lock is only ever taken when it is free (expired), as before.
 //
 // The line is written only while no DistributedLock.MongoDB acquisition
@@ -153,14 +155,66 @@ func leaveLineUpdate(proc string) mongo.Pipeline {
 type turn struct {
 	inLine bool // this process is in the line
 	soon   bool // poll often: its turn may come any moment
+	first  bool // first in line: the lock is ours once the holder's process is done
+	// The holder's process and its acquisitions in a row, if it is
+	// another process.
+	holder string
+	streak int
 }
 
+// turnOf reads doc, as a refused attempt of process proc returned it.
+// Entries whose time is up count as gone, as the pipeline treats them; doc
+// has the server's times, compared here with the client's clock, which
+// matters only for how soon to poll.
 func turnOf(doc lockDoc, proc string) turn {
 	var t turn
+	ahead := false // a live entry of another process comes first
+	now := time.Now()
 	for _, w := range doc.Waiters {
 		if w.P == proc {
-			t.inLine, t.soon = true, true
+			t.inLine, t.soon, t.first = true, true, !ahead
+			break
 		}
+		ahead = ahead || w.U.After(now)
+	}
+	if doc.Process != proc {
+		t.holder, t.streak = doc.Process, doc.Streak
 	}
 	return t
+}
+
+// pace estimates, for the first process in line, when the holder's process
+// will have used up its turn (maxStreak acquisitions in a row): from two
+// refused attempts that saw its streak grow, the time per acquisition.
+// Without change streams (notify.go) this is what lets the next process
+// poll just when the lock is due to come free rather than at an arbitrary
+// point of its backoff.
+type pace struct {
+	holder string
+	streak int
+	seen   time.Time
+	per    time.Duration // time per acquisition of holder; 0: unknown
+}
+
+// observe records what a refused attempt saw at now, and returns how long
+// until the holder's process is likely done, if that can be told.
+func (p *pace) observe(t turn, now time.Time) (time.Duration, bool) {
+	switch {
+	case !t.first || t.holder == "":
+		*p = pace{}
+		return 0, false
+	case t.holder == p.holder && t.streak > p.streak:
+		p.per = now.Sub(p.seen) / time.Duration(t.streak-p.streak)
+	case t.holder != p.holder || t.streak < p.streak:
+		p.per = 0
+	}
+	if t.holder != p.holder || t.streak != p.streak {
+		// Each streak is timed from when it was first seen.
+		p.holder, p.streak, p.seen = t.holder, t.streak, now
+	}
+	if p.per == 0 {
+		return 0, false
+	}
+	// The current acquisition is, on average, half done.
+	return time.Duration(max(maxStreak-t.streak, 0))*p.per + p.per/2, true
 }

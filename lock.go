@@ -36,8 +36,11 @@ type lockDoc struct {
 	ExpiresAt    time.Time `bson:"expiresAt"`
 	FencingToken int64     `bson:"fencingToken"`
 	Waiters      []struct {
-		P string `bson:"p"`
+		P string    `bson:"p"`
+		U time.Time `bson:"u"`
 	} `bson:"waiters"` // processes waiting in line (fair.go)
+	Process string `bson:"process"` // the last mongolock holder's process (fair.go)
+	Streak  int    `bson:"streak"`  // its acquisitions in a row
 }
 
 const (
@@ -200,6 +203,7 @@ func (l *Lock) Acquire(ctx context.Context) (_ *Handle, err error) {
 		contended    bool  // the lock was seen held by someone else
 		failures     int   // attempts that did not get the lock
 		soonFailures int   // of those, the ones in a row near the front of the line
+		holder       pace  // how fast the holder's process goes through its turn
 		timer        = time.NewTimer(time.Hour)
 	)
 	defer timer.Stop()
@@ -237,7 +241,11 @@ func (l *Lock) Acquire(ctx context.Context) (_ *Handle, err error) {
 			}
 			if turn.soon {
 				soonFailures++
-				timer.Reset(bt.next(soonFailures))
+				d := bt.next(soonFailures)
+				if left, ok := holder.observe(turn, time.Now()); ok {
+					d = max(min(d, left), o.sleepMin)
+				}
+				timer.Reset(d)
 			} else {
 				soonFailures = 0
 				timer.Reset(b.next(failures))

@@ -1,0 +1,44 @@
+package mongolock
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestPaceEstimatesWhenTheHolderProcessIsDone(t *testing.T) {
+	var p pace
+	t0 := time.Now()
+	first := func(holder string, streak int) turn {
+		return turn{inLine: true, soon: true, first: true, holder: holder, streak: streak}
+	}
+	_, ok := p.observe(first("A", 2), t0)
+	require.False(t, ok, "one look tells no pace")
+	// Two acquisitions by A in 24 ms: 12 ms each; 8-4 more, plus half the
+	// current one.
+	left, ok := p.observe(first("A", 4), t0.Add(24*time.Millisecond))
+	require.True(t, ok)
+	require.Equal(t, 4*12*time.Millisecond+6*time.Millisecond, left)
+	left, ok = p.observe(first("A", maxStreak), t0.Add(72*time.Millisecond))
+	require.True(t, ok)
+	require.Equal(t, 6*time.Millisecond, left, "last acquisition of the turn: half of it left")
+
+	// Another holder, a streak that went back, or not first in line: no
+	// estimate until two looks agree again.
+	_, ok = p.observe(first("B", 5), t0.Add(80*time.Millisecond))
+	require.False(t, ok)
+	_, ok = p.observe(first("B", 1), t0.Add(90*time.Millisecond))
+	require.False(t, ok)
+	_, ok = p.observe(turn{inLine: true, soon: true, holder: "B", streak: 2}, t0.Add(100*time.Millisecond))
+	require.False(t, ok)
+	_, ok = p.observe(first("B", 3), t0.Add(110*time.Millisecond))
+	require.False(t, ok)
+	// The same streak seen again times nothing: streaks are timed from
+	// when they are first seen.
+	_, ok = p.observe(first("B", 3), t0.Add(130*time.Millisecond))
+	require.False(t, ok)
+	left, ok = p.observe(first("B", 4), t0.Add(140*time.Millisecond))
+	require.True(t, ok)
+	require.Equal(t, 4*30*time.Millisecond+15*time.Millisecond, left)
+}
