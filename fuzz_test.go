@@ -98,12 +98,12 @@ func FuzzLockName(f *testing.F) {
 func FuzzOptions(f *testing.F) {
 	const ms = int64(time.Millisecond)
 	type seed struct {
-		coll                    string
-		expiry, cadence         int64
-		setCadence              bool
-		sleepMin, sleepMax      int64
-		adaptive                bool
-		label /* for the log */ string
+		coll               string
+		expiry, cadence    int64
+		setCadence         bool
+		sleepMin, sleepMax int64
+		adaptive           bool
+		label              string // for the log
 	}
 	seeds := []seed{
 		{mongolock.DefaultCollection, int64(mongolock.DefaultExpiry), 0, false, 10 * ms, 800 * ms, false, "defaults"},
