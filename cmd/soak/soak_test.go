@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/mongolock/mongolock/internal/testdb"
+)
+
+// TestMain runs the test binary as a soak child when the parent started it
+// as one; otherwise it runs the tests and checks that no goroutine outlived
+// them.
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		if err := runChild(os.Args[1:]); err != nil {
+			fmt.Fprintln(os.Stderr, "soak child:", err)
+			os.Exit(2)
+		}
+		os.Exit(0)
+	}
+	code := m.Run()
+	testdb.Close()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// syncBuffer collects output written from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func runSoak(t *testing.T, args ...string) (*Result, string) {
+	t.Helper()
+	var stdout, stderr syncBuffer
+	args = append([]string{"-uri", testdb.Info(t).URI, "-db", testdb.Database(t).Name()}, args...)
+	start := time.Now()
+	r, err := runParent(args, &stdout, &stderr)
+	t.Logf("soak %s: %v\n%s", strings.Join(args[4:], " "), time.Since(start).Round(time.Millisecond), stdout.String())
+	if err != nil {
+		t.Fatalf("soak: %v\nchildren said:\n%s", err, stderr.String())
+	}
+	return r, stderr.String()
+}
+
+// TestSoak is the short form of make soak: 3 processes x 3 goroutines over
+// 4 names for 12 s, with SIGKILLed holder processes and clients closed under
+// held locks. The server must see no overlap, no token out of order, and
+// every dropped holder must learn of its loss before the next one comes in.
+func TestSoak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the soak runs 15 s")
+	}
+	r, children := runSoak(t, "-d", "12s", "-p", "3", "-g", "3", "-k", "4", "-kill-every", "4s", "-drop-every", "5s")
+	if r.Violations() != 0 || r.ChildFailures != 0 {
+		t.Fatalf("%v\nchildren said:\n%s", r, children)
+	}
+	if r.Trials < 100 {
+		t.Errorf("only %d trials in 12 s", r.Trials)
+	}
+	if r.Kills == 0 || r.Drops == 0 {
+		t.Errorf("faults: %d kills, %d drops; want some of each", r.Kills, r.Drops)
+	}
+	if r.Writes < r.Trials {
+		t.Errorf("%d writes accepted for %d trials: every trial writes at least once", r.Writes, r.Trials)
+	}
+}
+
+// The checks must see a broken lock: children that go on writing after
+// releasing overlap with the next holder.
+func TestSoakReportsWorkAfterReleaseAsViolations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	r, _ := runSoak(t, "-d", "3s", "-p", "2", "-g", "2", "-k", "1", "-hold", "20ms", "-kill-every", "0", "-drop-every", "0", "-sabotage")
+	if r.Overlap == 0 || r.Displaced == 0 {
+		t.Fatalf("sabotaged run: %v; want overlaps and displaced holders", r)
+	}
+}
