@@ -132,3 +132,21 @@ func TestAdaptiveBackoffAtTheLargestCapDoesNotWrapAroundToMin(t *testing.T) {
 		require.GreaterOrEqual(t, float64(d), 0.8*float64(b.max)*(1-1e-9), "after 1000 failures: %v", d)
 	}
 }
+
+// Sleeps of centuries are valid options; what is derived from them must not
+// overflow into negative durations (an immediate retry).
+func TestFrontSleepsAndLineEntriesDoNotOverflow(t *testing.T) {
+	for _, d := range []time.Duration{time.Hour, 1 << 61, 1 << 62, math.MaxInt64} {
+		o := defaultConfig()
+		o.sleepMin, o.sleepMax = d, d
+		b := o.frontBackoff()
+		require.Equal(t, d, b.max, "front backoff max for %v", d)
+		for f := 1; f < 5; f++ {
+			require.Equal(t, d, b.next(f))
+		}
+		require.GreaterOrEqual(t, o.waiterLifetime(), d, "line entry lifetime for %v", d)
+	}
+	o := defaultConfig()
+	require.Equal(t, frontSleepFactor*DefaultBusyWaitMin, o.frontBackoff().max)
+	require.Equal(t, 2*DefaultBusyWaitMax+500*time.Millisecond, o.waiterLifetime())
+}

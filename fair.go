@@ -1,6 +1,7 @@
 package mongolock
 
 import (
+	"math"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -56,12 +57,26 @@ const maxStreak = 8
 // the busy-wait minimum.
 const frontSleepFactor = 5
 
+// frontBackoff is the backoff of a process in line: adaptive, from the
+// busy-wait minimum up to frontSleepFactor times it (at most the maximum).
+func (o config) frontBackoff() backoff {
+	front := o.sleepMax
+	if o.sleepMin <= o.sleepMax/frontSleepFactor { // no overflow
+		front = frontSleepFactor * o.sleepMin
+	}
+	return backoff{min: o.sleepMin, max: front, adaptive: true}
+}
+
 // waiterLifetime is how long a line entry outlives its process's last
 // attempt: long enough for the longest sleep between two attempts, and
 // short enough that a process that went away holds up a free lock only
 // briefly.
 func (o config) waiterLifetime() time.Duration {
-	return 2*o.sleepMax + 500*time.Millisecond
+	const extra = 500 * time.Millisecond
+	if o.sleepMax > (math.MaxInt64-extra)/2 {
+		return math.MaxInt64 // sleeps of centuries: no overflow
+	}
+	return 2*o.sleepMax + extra
 }
 
 // fairness builds the expressions of the acquire pipeline that implement

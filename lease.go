@@ -206,6 +206,11 @@ func (s *scheduler) extend(p *Provider, hs []*Handle) {
 		}
 		l.inFlight = false
 		switch {
+		case isClosed(err):
+			// Nothing sent through this client will ever succeed: lost
+			// now, rather than when the lease runs out.
+			s.drop(h)
+			gone = append(gone, h)
 		case err != nil:
 			l.lastErr = err
 			l.next = time.Now().Add(retry)
@@ -222,7 +227,11 @@ func (s *scheduler) extend(p *Provider, hs []*Handle) {
 	s.signal()
 	s.mu.Unlock()
 	for _, h := range gone {
-		h.markLost(fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost))
+		if err != nil {
+			h.markLost(fmt.Errorf("%w: its client was disconnected (%w)", ErrLockLost, err))
+		} else {
+			h.markLost(fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost))
+		}
 	}
 }
 

@@ -176,7 +176,7 @@ func (l *Lock) Acquire(ctx context.Context) (_ *Handle, err error) {
 	// Processes in line get the lock in turn when it comes free: they poll
 	// with short sleeps growing from the minimum up to a few times it
 	// (fair.go).
-	bt := backoff{min: o.sleepMin, max: min(o.sleepMax, frontSleepFactor*o.sleepMin), adaptive: true}
+	bt := o.frontBackoff()
 	var inLine bool // an attempt put this process in the line
 	qs := &l.p.shared.queues
 	w := qs.join(l)
@@ -278,6 +278,9 @@ func (l *Lock) Acquire(ctx context.Context) (_ *Handle, err error) {
 func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) (err error) {
 	if ctx == nil {
 		return l.errorf("do", errNilContext)
+	}
+	if fn == nil {
+		return l.errorf("do", errors.New("nil function"))
 	}
 	h, err := l.Acquire(ctx)
 	if err != nil {

@@ -24,8 +24,8 @@ func TestOperationsOnADisconnectedClientFailAtOnceSayingSo(t *testing.T) {
 	ctx := boundedCtx(t, 30*time.Second)
 	c := testdb.NewClient(t)
 	db := c.Database(testdb.Database(t).Name())
-	// A short lease: the handle held when the client goes away is lost
-	// when its lease runs out (extensions keep failing until then).
+	// A short lease: the handle held when the client goes away is lost at
+	// its next extension, which finds the client disconnected.
 	p, err := mongolock.NewProvider(db, mongolock.WithExpiry(time.Second))
 	require.NoError(t, err)
 	h, err := p.Lock("before").TryAcquire(ctx)
@@ -35,7 +35,7 @@ func TestOperationsOnADisconnectedClientFailAtOnceSayingSo(t *testing.T) {
 	after, err := mongolock.NewProvider(db) // does no I/O: fine
 	require.NoError(t, err)
 	// Acquire of "before" first waits, in this process's line, for the
-	// handle that holds it here: until that handle's lease runs out (1 s).
+	// handle that holds it here: until its next extension (1/3 s).
 	for _, l := range []*mongolock.Lock{p.Lock("x"), after.Lock("x"), after.Lock("before")} {
 		start := time.Now()
 		_, errTry := l.TryAcquire(ctx)
@@ -62,7 +62,9 @@ func TestOperationsOnADisconnectedClientFailAtOnceSayingSo(t *testing.T) {
 		t.Fatal("a handle of a disconnected client was never reported lost")
 	}
 	require.ErrorIs(t, context.Cause(h.Context()), mongolock.ErrLockLost)
-	require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
+	err = h.Release(ctx)
+	require.ErrorIs(t, err, mongolock.ErrLockLost)
+	require.ErrorIs(t, err, mongo.ErrClientDisconnected, "the loss does not say why")
 	require.NoError(t, h.Release(ctx))
 	mongolock.WaitBackground(p)
 	mongolock.WaitBackground(after)
@@ -99,4 +101,19 @@ func TestAHandleAfterReleaseStaysReleased(t *testing.T) {
 	_, err = e.p.Lock("released").TryAcquire(ctx)
 	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the old handle freed the next holder")
 	require.NoError(t, next.Release(ctx))
+}
+
+// Do with a nil function is an error, before anything is acquired.
+func TestDoWithANilFunctionIsAnError(t *testing.T) {
+	e := newHandleEnv(t)
+	ctx := boundedCtx(t, 20*time.Second)
+	l := e.p.Lock("nil-fn")
+	err := l.Do(ctx, nil)
+	require.ErrorContains(t, err, "nil function")
+	var le *mongolock.Error
+	require.ErrorAs(t, err, &le)
+	require.Equal(t, "do", le.Op)
+	h, err := l.TryAcquire(ctx) // nothing was left held
+	require.NoError(t, err)
+	require.NoError(t, h.Release(ctx))
 }
