@@ -16,9 +16,8 @@ import (
 
 // proxiedClient returns a client of its own that reaches the test server
 // only through a fault proxy (internal/faultproxy) that the test controls:
-// latency, blackhole, reset, stop. When the test ends, the proxy is closed
-// first (every connection cut), then the client is disconnected, so that
-// the disconnect never waits on a blackholed connection.
+// latency, blackhole, reset, stop. When the test ends, the client is
+// disconnected and the proxy closed.
 func proxiedClient(t *testing.T, opts ...*options.ClientOptions) (*faultproxy.Proxy, *mongo.Client) {
 	t.Helper()
 	return proxiedClientTo(t, testdb.Info(t).URI, opts...)
@@ -27,30 +26,48 @@ func proxiedClient(t *testing.T, opts ...*options.ClientOptions) (*faultproxy.Pr
 // proxiedClientTo is proxiedClient for the server at uri (its first host).
 func proxiedClientTo(t *testing.T, uri string, opts ...*options.ClientOptions) (*faultproxy.Proxy, *mongo.Client) {
 	t.Helper()
+	px, c, closeAll, err := dialProxied(uri, opts...)
+	require.NoError(t, err)
+	t.Cleanup(closeAll)
+	return px, c
+}
+
+// dialProxied connects a client to the server at uri through a new fault
+// proxy. closeAll ends every fault, disconnects the client and closes the
+// proxy; it may be called more than once. It does not use
+// t, so that trials running in goroutines can use it.
+func dialProxied(uri string, opts ...*options.ClientOptions) (px *faultproxy.Proxy, c *mongo.Client, closeAll func(), err error) {
 	target, err := firstHost(uri)
-	require.NoError(t, err)
-	px, err := faultproxy.New(target)
-	require.NoError(t, err)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	px, err = faultproxy.New(target)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	all := append([]*options.ClientOptions{
 		options.Client().ApplyURI(uri).SetHosts([]string{px.Addr()}).SetDirect(true).
 			// Find the server again soon after a fault (the driver's
 			// minimum; the default is 10s).
 			SetHeartbeatInterval(500 * time.Millisecond),
 	}, opts...)
-	c, err := mongo.Connect(all...)
+	c, err = mongo.Connect(all...)
 	if err != nil {
 		_ = px.Close()
-		require.NoError(t, err)
+		return nil, nil, nil, err
 	}
-	// Cleanups run last-in first-out: the proxy closes before the client
-	// disconnects.
-	t.Cleanup(func() {
-		ctx, cancel := contextWithTimeout(10 * time.Second)
+	closeAll = func() {
+		// Disconnecting ends the client's sessions on the server: give it
+		// fresh connections without faults for that (a blackholed one
+		// would make it wait for its whole timeout), then close the proxy.
+		px.Reset()
+		_ = px.Restore()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = c.Disconnect(ctx)
-	})
-	t.Cleanup(func() { _ = px.Close() })
-	return px, c
+		_ = px.Close()
+	}
+	return px, c, closeAll, nil
 }
 
 // firstHost returns the first host of a connection string.
@@ -63,8 +80,4 @@ func firstHost(uri string) (string, error) {
 		return "", errors.New("no host in the test server's URI")
 	}
 	return o.Hosts[0], nil
-}
-
-func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), d)
 }
