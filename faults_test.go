@@ -340,3 +340,209 @@ func TestFaultSlowExtensionsBelowTheLeaseKeepTheLock(t *testing.T) {
 			c.up, c.down, faultExpiry, faultExpiry/3, mongolock.SafetyMargin(rival), perCase, hold, total)
 	}
 }
+
+// resetTrial is one trial of scenario 2: the holder's connections were reset
+// while it acquired or released.
+type resetTrial struct {
+	during     string        // "acquire", "try acquire" or "release"
+	reset      bool          // the reset came while the operation ran
+	failed     bool          // the operation (or the release after it) returned an error
+	freedAfter time.Duration // from then until the rival got the lock
+	violation  string
+}
+
+// resetExpiry is the lease in scenario 2: a lock left held for it (an
+// orphan) is far beyond resetCleanupBound.
+const (
+	resetExpiry       = 15 * time.Second
+	resetCleanupBound = 6 * time.Second
+)
+
+// Scenario 2: connection resets (RST) while acquiring and while releasing.
+// Whatever the operation returns, no acquisition is left held for a whole
+// expiry (guarantee 6: an attempt that may have succeeded is released in
+// the background), a lock released without error is free at once, and
+// there are never two holders: the rival is refused while the holder has a
+// handle, and fencing tokens strictly increase.
+func TestFaultResetsDuringAcquireAndReleaseLeaveNoOrphansAndNeverTwoHolders(t *testing.T) {
+	const workers, perWorker = 8, 12 // 96 trials: a third each of Acquire, TryAcquire and Release
+	db := testdb.Database(t)
+	rival := lockTestProvider(t, db, mongolock.WithExpiry(resetExpiry))
+	uri := testdb.Info(t).URI
+	ctx := boundedCtx(t, 3*time.Minute)
+	var mu sync.Mutex
+	var resets int
+	batches := runTrials(t, workers, workers, func(w int) ([]resetTrial, error) {
+		px, c, closeAll, err := dialProxied(uri)
+		if err != nil {
+			return nil, err
+		}
+		defer closeAll()
+		holder, err := mongolock.NewProvider(c.Database(db.Name()), mongolock.WithExpiry(resetExpiry),
+			mongolock.WithBusyWaitSleep(5*time.Millisecond, 20*time.Millisecond))
+		if err != nil {
+			return nil, err
+		}
+		defer mongolock.WaitBackground(holder)
+		// A few milliseconds each way widen the window in which a reset
+		// catches a request on its way or its reply.
+		px.SetLatency(2*time.Millisecond, 2*time.Millisecond)
+		name := fmt.Sprintf("reset-%d", w)
+		var trials []resetTrial
+		var lastToken int64
+		fence := func(who string, token int64) string {
+			if token <= lastToken {
+				return fmt.Sprintf("%s got fencing token %d, not above the previous %d", who, token, lastToken)
+			}
+			lastToken = token
+			return ""
+		}
+		// rivalTakes polls until the rival gets the lock (or bound passes),
+		// checks its token and releases it.
+		rivalTakes := func(bound time.Duration) (time.Duration, string, error) {
+			start := time.Now()
+			for {
+				h2, err := rival.Lock(name).TryAcquire(ctx)
+				if err == nil {
+					v := fence("the rival", h2.FencingToken())
+					return time.Since(start), v, h2.Release(ctx)
+				}
+				if !errors.Is(err, mongolock.ErrNotAcquired) {
+					return 0, "", fmt.Errorf("rival: %w", err)
+				}
+				if time.Since(start) > bound {
+					return time.Since(start), fmt.Sprintf("the lock was still held %v after the operation returned", bound), nil
+				}
+				time.Sleep(5 * time.Millisecond) // polling pace
+			}
+		}
+		// withReset runs op and resets every connection of the holder
+		// after a random delay of up to 10ms.
+		withReset := func(op func()) (reset bool) {
+			done := make(chan struct{})
+			go func() { defer close(done); op() }()
+			timer := time.NewTimer(time.Duration(rand.Int64N(int64(10 * time.Millisecond))))
+			select {
+			case <-timer.C:
+				px.Reset()
+				reset = true
+				mu.Lock()
+				resets++
+				mu.Unlock()
+			case <-done:
+				timer.Stop()
+			}
+			<-done
+			return reset
+		}
+		for i := range perWorker {
+			var tr resetTrial
+			switch i % 3 {
+			case 0, 1: // acquire (waiting, or one attempt) with a reset
+				tr.during = "acquire"
+				if i%3 == 1 {
+					tr.during = "try acquire"
+				}
+				var h *mongolock.Handle
+				var err error
+				tr.reset = withReset(func() {
+					actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					defer cancel()
+					if i%3 == 0 {
+						h, err = holder.Lock(name).Acquire(actx)
+					} else {
+						h, err = holder.Lock(name).TryAcquire(actx)
+					}
+				})
+				if err != nil {
+					tr.failed = true
+					if i%3 == 0 {
+						return trials, fmt.Errorf("trial %d: Acquire gave up after a reset: %w", i, err)
+					}
+				} else {
+					tr.violation = fence("the holder", h.FencingToken())
+					if _, rerr := rival.Lock(name).TryAcquire(ctx); !errors.Is(rerr, mongolock.ErrNotAcquired) {
+						tr.violation = fmt.Sprintf("two holders: the rival's attempt while the holder had a handle returned %v", rerr)
+					}
+					// A reset that came just after the acquisition may have
+					// left broken connections in the driver's pool, so
+					// this Release can fail too: then it is cleaned up in
+					// the background, like a release cut by a reset.
+					if rerr := h.Release(ctx); rerr != nil {
+						tr.failed = true
+					}
+				}
+				d, v, err := rivalTakes(resetCleanupBound)
+				if err != nil {
+					return trials, err
+				}
+				tr.freedAfter = d
+				if tr.violation == "" {
+					tr.violation = v
+				}
+			case 2: // release with a reset
+				tr.during = "release"
+				actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				h, err := holder.Lock(name).Acquire(actx)
+				cancel()
+				if err != nil {
+					return trials, fmt.Errorf("trial %d: acquire without fault: %w", i, err)
+				}
+				tr.violation = fence("the holder", h.FencingToken())
+				var rerr error
+				tr.reset = withReset(func() {
+					rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					defer cancel()
+					rerr = h.Release(rctx)
+				})
+				tr.failed = rerr != nil
+				bound := resetCleanupBound
+				if rerr == nil {
+					bound = 0 // released: free at once
+				}
+				d, v, err := rivalTakes(bound)
+				if err != nil {
+					return trials, err
+				}
+				tr.freedAfter = d
+				if tr.violation == "" {
+					tr.violation = v
+				}
+			}
+			trials = append(trials, tr)
+		}
+		return trials, nil
+	})
+	type tally struct {
+		n, reset, failed, violations int
+		freed                        []time.Duration
+	}
+	by := map[string]*tally{}
+	for _, b := range batches {
+		for i, tr := range b {
+			tl := by[tr.during]
+			if tl == nil {
+				tl = &tally{}
+				by[tr.during] = tl
+			}
+			tl.n++
+			if tr.reset {
+				tl.reset++
+			}
+			if tr.failed {
+				tl.failed++
+				tl.freed = append(tl.freed, tr.freedAfter)
+			}
+			if tr.violation != "" {
+				tl.violations++
+				t.Errorf("trial %d (reset during %s): %s", i, tr.during, tr.violation)
+			}
+		}
+	}
+	for _, op := range []string{"acquire", "try acquire", "release"} {
+		tl := by[op]
+		t.Logf("reset during %s: %d trials, %d resets while it ran, %d errors returned; %d violations; after an error the rival got the lock after %s (expiry %v)",
+			op, tl.n, tl.reset, tl.failed, tl.violations, spread(tl.freed), resetExpiry)
+	}
+	t.Logf("%d resets injected in %d trials", resets, workers*perWorker)
+}
