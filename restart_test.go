@@ -248,7 +248,7 @@ func restartTrial(t *testing.T, in *testdb.Instance, what, stop string, downFor 
 		acquisitions += l.acquisitions
 	}
 	t.Logf("%s: the stop took %v, down %v more, running again %v after the stop began; %d holders (expiry %v): %d kept their lock, %d were told of its loss; "+
-		"%d waiters all acquired, the last done %v after the server was up again; %d acquisitions, %d violations; "+
+		"%d waiters all acquired, the last done %v after the start command returned (negative: before); %d acquisitions, %d violations; "+
 		"%d Acquire calls returned a FerretDB InternalError instead of retrying (a known bug; waited again)",
 		what, stopped.Round(time.Millisecond), downFor, up.Sub(down).Round(time.Millisecond), names, restartExpiry, kept, lost,
 		names*waitersPerName, lastEnd.Sub(up).Round(time.Millisecond), acquisitions, violations, gaveUp.Load())
