@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/testdb"
@@ -344,12 +341,11 @@ func TestLostIsSignalledBeforeAnotherClientCanAcquireWhenTheNetworkHangs(t *test
 	}()
 
 	for run := range 3 {
-		px := newFreezingProxy(t)
-		c := px.client(t)
+		px, c := proxiedClient(t)
 		holder, err := mongolock.NewProvider(c.Database(db.Name()), mongolock.WithExpiry(rivalExpiry))
 		require.NoError(t, err)
 		holders = append(holders, holder)
-		lostAt, sentAt := lossAgainstRival(t, holder, rival, "partitioned", px.freeze)
+		lostAt, sentAt := lossAgainstRival(t, holder, rival, "partitioned", px.Blackhole)
 		t.Logf("run %d: loss signalled %v before the rival's winning attempt was sent (safety margin %v)",
 			run, sentAt.Sub(lostAt), mongolock.SafetyMargin(holder))
 	}
@@ -440,111 +436,6 @@ func TestReleaseAfterTheClientIsDisconnectedReturnsPromptly(t *testing.T) {
 	require.False(t, closedNow(h.Lost()))
 	require.NoError(t, h.Release(rctx), "a second Release")
 	mongolock.WaitBackground(p)
-}
-
-// freezingProxy forwards TCP connections to the test server until frozen;
-// then it drops everything in both directions without closing anything, as
-// a network partition would: requests neither succeed nor fail.
-type freezingProxy struct {
-	ln     net.Listener
-	target string
-	frozen chan struct{}
-	once   sync.Once
-
-	mu     sync.Mutex
-	closed bool
-	conns  []net.Conn
-	wg     sync.WaitGroup // the accept loop and the pipes
-}
-
-func newFreezingProxy(t *testing.T) *freezingProxy {
-	t.Helper()
-	target, err := firstHost(testdb.Info(t).URI)
-	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	px := &freezingProxy{ln: ln, target: target, frozen: make(chan struct{})}
-	px.wg.Add(1)
-	go px.accept()
-	t.Cleanup(px.close)
-	return px
-}
-
-// firstHost returns the first host of a connection string.
-func firstHost(uri string) (string, error) {
-	o := options.Client().ApplyURI(uri)
-	if err := o.Validate(); err != nil {
-		return "", err
-	}
-	if len(o.Hosts) == 0 {
-		return "", errors.New("no host in the test server's URI")
-	}
-	return o.Hosts[0], nil
-}
-
-// client returns a client that reaches the server through the proxy only.
-func (px *freezingProxy) client(t *testing.T) *mongo.Client {
-	return testdb.NewClient(t, options.Client().SetHosts([]string{px.ln.Addr().String()}).SetDirect(true))
-}
-
-func (px *freezingProxy) accept() {
-	defer px.wg.Done()
-	for {
-		in, err := px.ln.Accept()
-		if err != nil {
-			return
-		}
-		out, err := net.Dial("tcp", px.target)
-		if err != nil {
-			_ = in.Close()
-			continue
-		}
-		px.mu.Lock()
-		if px.closed {
-			px.mu.Unlock()
-			_ = in.Close()
-			_ = out.Close()
-			return
-		}
-		px.conns = append(px.conns, in, out)
-		px.wg.Add(2)
-		px.mu.Unlock()
-		go px.pipe(out, in)
-		go px.pipe(in, out)
-	}
-}
-
-// pipe copies src to dst until either is closed; once frozen, it drops
-// whatever it reads.
-func (px *freezingProxy) pipe(dst, src net.Conn) {
-	defer px.wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && !closedNow(px.frozen) {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return // EOF or closed
-		}
-	}
-}
-
-func (px *freezingProxy) freeze() { px.once.Do(func() { close(px.frozen) }) }
-
-// close cuts every connection and waits for the proxy's goroutines.
-func (px *freezingProxy) close() {
-	_ = px.ln.Close()
-	px.mu.Lock()
-	px.closed = true
-	for _, c := range px.conns {
-		_ = c.Close()
-	}
-	px.conns = nil
-	px.mu.Unlock()
-	px.wg.Wait()
 }
 
 func TestDoRunsFnWithTheLockHeldAndReleasesAfterwards(t *testing.T) {

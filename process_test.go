@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strconv"
@@ -58,12 +59,31 @@ func TestHelperProcess(t *testing.T) {
 
 // A holder process that dies (SIGKILL: no release, no cleanup) stops
 // extending its lease; another process can take the lock once the lease
-// has expired on the server, not before, and gets a greater fencing token.
+// has expired on the server, not before, and then within the expiry plus
+// the waiter's longest sleep (issue 5, scenario 4), with a greater fencing
+// token. Several children are killed at once, each at a random point of
+// its extension cycle.
 func TestKilledHolderProcessIsTakenOverAfterItsLeaseExpires(t *testing.T) {
+	const trials = 4
+	for i := range trials {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			t.Parallel()
+			killedHolderTrial(t, fmt.Sprintf("nightly-job-%d", i))
+		})
+	}
+}
+
+// killWaitMax is the longest sleep of the process waiting to take over.
+const killWaitMax = 50 * time.Millisecond
+
+// killSlack covers the round trips and scheduling delays (under -race, on a
+// busy machine) on top of the expiry and the longest sleep.
+const killSlack = 300 * time.Millisecond
+
+func killedHolderTrial(t *testing.T, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	db := testdb.Database(t)
-	const name = "nightly-job"
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.timeout=2m")
 	cmd.Env = append(os.Environ(),
@@ -138,7 +158,11 @@ func TestKilledHolderProcessIsTakenOverAfterItsLeaseExpires(t *testing.T) {
 		<-poll.C
 	}
 
-	l, err := mongolock.New(db, name, mongolock.WithBusyWaitSleep(5*time.Millisecond, 50*time.Millisecond))
+	// Then kill it at a random point of its extension cycle (this wait
+	// chooses the phase; it synchronises nothing).
+	time.Sleep(time.Duration(rand.Int64N(int64(childExpiry / 3))))
+
+	l, err := mongolock.New(db, name, mongolock.WithBusyWaitSleep(5*time.Millisecond, killWaitMax))
 	require.NoError(t, err)
 	h, err := l.TryAcquire(ctx)
 	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the child holds the lock")
@@ -165,6 +189,10 @@ func TestKilledHolderProcessIsTakenOverAfterItsLeaseExpires(t *testing.T) {
 	require.False(t, taken.AcquiredAt.Before(leased.ExpiresAt),
 		"taken over at %v (server time), before the child's lease ended at %v", taken.AcquiredAt, leased.ExpiresAt)
 	require.Greater(t, h.FencingToken(), childToken)
+	require.Less(t, took, childExpiry+killWaitMax+killSlack,
+		"taken over %v after SIGKILL; the expiry is %v and the longest sleep %v", took, childExpiry, killWaitMax)
+	require.Less(t, taken.AcquiredAt.Sub(leased.ExpiresAt), killWaitMax+killSlack,
+		"taken over %v after the child's lease ended (server time)", taken.AcquiredAt.Sub(leased.ExpiresAt))
 	require.NoError(t, h.Release(ctx))
 	t.Logf("acquired %v after SIGKILL (expiry %v), %v after the child's lease ended (server time); tokens: child %d, parent %d (+%d)",
 		took.Round(time.Millisecond), childExpiry, taken.AcquiredAt.Sub(leased.ExpiresAt),

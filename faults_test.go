@@ -1,0 +1,548 @@
+package mongolock_test
+
+// Fault injection (issue 5): a TCP proxy the test controls
+// (internal/faultproxy) between a holder's driver and the server adds
+// latency, drops bytes (a partition), or resets connections, while a rival
+// on a direct connection tries to take the lock. Each scenario runs many
+// trials, asserts the guarantee in every one, and logs its figures: trials,
+// faults injected, violations (always 0, or the test fails), and how long
+// before the rival could acquire the holder was told of the loss.
+//
+// The server-restart scenario is in restart_test.go, the killed process in
+// process_test.go.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/faultproxy"
+	"github.com/mongolock/mongolock/internal/testdb"
+)
+
+// faultExpiry is the lease of the loss scenarios: the default cadence is a
+// third of it and the safety margin a tenth (100ms).
+const faultExpiry = time.Second
+
+// lossRace is one trial's outcome: a holder was cut off, and a rival on a
+// direct connection polled until it got the lock.
+type lossRace struct {
+	cutToLost     time.Duration // from the cut to Lost closing
+	cutToAcquired time.Duration // from the cut to sending the rival's winning attempt
+	margin        time.Duration // Lost closed this long before that attempt was sent
+	beforeExpiry  time.Duration // Lost closed this long before the document's expiresAt (server clock)
+	violation     string        // not "": the guarantee was broken, and how
+}
+
+// raceLoss acquires name through holder, waits phase, calls cut (which
+// keeps the holder from extending), then records when Lost closes and when
+// the rival's first successful TryAcquire was sent. Lost must close first.
+// It does not use t: trials run in goroutines.
+func raceLoss(ctx context.Context, coll *mongo.Collection, holder, rival *mongolock.Provider, name string,
+	phase time.Duration, cut func(),
+) (r lossRace, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	h, err := holder.Lock(name).TryAcquire(ctx)
+	if err != nil {
+		return r, fmt.Errorf("holder's acquisition: %w", err)
+	}
+	defer func() {
+		// After the loss, Release reports it without a round trip; on an
+		// early return, it must not wait on the cut connection.
+		rctx, rcancel := context.WithTimeout(ctx, time.Second)
+		defer rcancel()
+		_ = h.Release(rctx)
+	}()
+	timer := time.NewTimer(phase) // chooses the phase of the extension cycle; synchronises nothing
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+		return r, ctx.Err()
+	}
+	if closedNow(h.Lost()) {
+		return r, fmt.Errorf("lost %v after acquiring, before any fault (a false loss): %v", phase, context.Cause(h.Context()))
+	}
+	cut()
+	cutAt := time.Now()
+
+	// The watcher notes when Lost closes, then reads the lease the server
+	// holds (with a cut-off holder, no later extension can arrive).
+	type lostInfo struct {
+		at        time.Time
+		expiresAt time.Time
+	}
+	lostCh := make(chan lostInfo, 1)
+	go func() {
+		select {
+		case <-h.Lost():
+		case <-ctx.Done():
+			return
+		}
+		li := lostInfo{at: time.Now()}
+		var doc struct {
+			ExpiresAt time.Time `bson:"expiresAt"`
+		}
+		if coll.FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Decode(&doc) == nil {
+			li.expiresAt = doc.ExpiresAt
+		}
+		lostCh <- li
+	}()
+
+	var sentAt time.Time
+	for {
+		if time.Since(cutAt) > 10*time.Second {
+			return r, errors.New("the rival did not acquire within 10s of the cut")
+		}
+		sent := time.Now()
+		h2, err := rival.Lock(name).TryAcquire(ctx)
+		if err == nil {
+			sentAt = sent
+			if !closedNow(h.Lost()) {
+				r.violation = fmt.Sprintf("the rival acquired (attempt sent %v after the cut) while the holder's Lost was still open", sent.Sub(cutAt))
+			}
+			if rerr := h2.Release(ctx); rerr != nil {
+				return r, fmt.Errorf("rival's release: %w", rerr)
+			}
+			break
+		}
+		if !errors.Is(err, mongolock.ErrNotAcquired) {
+			return r, fmt.Errorf("rival: %w", err)
+		}
+		// Polling pace: the server cannot free the lock much before the
+		// holder's last extension plus the expiry; poll gently before
+		// that, closely after.
+		pace := 5 * time.Millisecond
+		if time.Since(cutAt) < faultExpiry/2 {
+			pace = 25 * time.Millisecond
+		}
+		time.Sleep(pace)
+	}
+
+	var li lostInfo
+	select {
+	case li = <-lostCh:
+	case <-time.After(5 * time.Second):
+		return r, fmt.Errorf("%sLost never closed", r.violation+"; ")
+	}
+	r.cutToLost, r.cutToAcquired, r.margin = li.at.Sub(cutAt), sentAt.Sub(cutAt), sentAt.Sub(li.at)
+	if !li.expiresAt.IsZero() {
+		r.beforeExpiry = li.expiresAt.Sub(li.at.Round(0)) // wall clocks: the server runs on this host
+	}
+	if r.violation == "" && !li.at.Before(sentAt) {
+		r.violation = fmt.Sprintf("Lost closed %v after the cut, the rival's winning attempt was sent %v after it", r.cutToLost, r.cutToAcquired)
+	}
+	if cause := context.Cause(h.Context()); !errors.Is(cause, mongolock.ErrLockLost) {
+		return r, fmt.Errorf("Context's cause after loss is %v, not ErrLockLost", cause)
+	}
+	return r, nil
+}
+
+// runTrials runs trials 0..n-1 on workers goroutines and returns the
+// results in order; a trial's error fails the test.
+func runTrials[R any](t *testing.T, n, workers int, trial func(i int) (R, error)) []R {
+	t.Helper()
+	results := make([]R, n)
+	errs := make([]error, n)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				results[i], errs[i] = trial(i)
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "trial %d", i)
+	}
+	return results
+}
+
+// spread describes durations: minimum, median, maximum.
+func spread(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
+	return fmt.Sprintf("min %v, median %v, max %v", r(s[0]), r(s[len(s)/2]), r(s[len(s)-1]))
+}
+
+// lossTrials runs n loss races, each on a holder client of its own behind a
+// fault proxy, cut off by fault, against one rival on a direct connection.
+func lossTrials(t *testing.T, n, workers int, fault string, cut func(px *faultproxy.Proxy)) []lossRace {
+	t.Helper()
+	db := testdb.Database(t)
+	coll := db.Collection(mongolock.DefaultCollection)
+	rival := lockTestProvider(t, db, mongolock.WithExpiry(faultExpiry))
+	uri := testdb.Info(t).URI
+	ctx := boundedCtx(t, 5*time.Minute)
+	results := runTrials(t, n, workers, func(i int) (lossRace, error) {
+		px, c, closeAll, err := dialProxied(uri)
+		if err != nil {
+			return lossRace{}, err
+		}
+		holder, err := mongolock.NewProvider(c.Database(db.Name()), mongolock.WithExpiry(faultExpiry))
+		if err != nil {
+			closeAll()
+			return lossRace{}, err
+		}
+		phase := time.Duration(rand.Int64N(int64(2 * faultExpiry / 3)))
+		r, err := raceLoss(ctx, coll, holder, rival, fmt.Sprintf("%s-%d", fault, i), phase, func() { cut(px) })
+		// The lost acquisition's cleanup may hang on the cut connection:
+		// cutting it and disconnecting ends it.
+		closeAll()
+		mongolock.WaitBackground(holder)
+		return r, err
+	})
+	var margins, before, toLost []time.Duration
+	violations := 0
+	for i, r := range results {
+		if r.violation != "" {
+			violations++
+			t.Errorf("trial %d (%s): %s", i, fault, r.violation)
+		}
+		margins = append(margins, r.margin)
+		toLost = append(toLost, r.cutToLost)
+		if r.beforeExpiry != 0 {
+			before = append(before, r.beforeExpiry)
+		}
+	}
+	t.Logf("%s: %d trials, %d faults injected, %d violations; Lost closed before the rival's winning attempt was sent by %s; "+
+		"before the server's expiresAt by %s; from the cut to Lost: %s (expiry %v, safety margin %v)",
+		fault, n, n, violations, spread(margins), spread(before), spread(toLost), faultExpiry, mongolock.SafetyMargin(rival))
+	return results
+}
+
+// Scenario 1: a partition of the holder (its connection stays open, every
+// byte is dropped). Its Lost must close before a client on a direct
+// connection can acquire, in every trial.
+func TestFaultPartitionedHolderIsToldBeforeARivalAcquires(t *testing.T) {
+	lossTrials(t, 56, 8, "blackhole", func(px *faultproxy.Proxy) { px.Blackhole() })
+}
+
+// Scenario 5, second half: extensions slower than the whole remaining lease
+// (a second each way) must end in a loss signalled before a rival can
+// acquire.
+func TestFaultExtensionsSlowerThanTheLeaseSignalLossInTime(t *testing.T) {
+	lossTrials(t, 56, 8, "latency 1s+1s", func(px *faultproxy.Proxy) { px.SetLatency(time.Second, time.Second) })
+}
+
+// holdUnderLatency holds a lock through a proxy with the given latency for
+// hold, with a rival polling, and reports extensions seen and any loss.
+func holdUnderLatency(ctx context.Context, coll *mongo.Collection, uri, dbName string, rival *mongolock.Provider,
+	name string, up, down, hold time.Duration, opts ...mongolock.Option,
+) (extensions int, err error) {
+	px, c, closeAll, err := dialProxied(uri)
+	if err != nil {
+		return 0, err
+	}
+	defer closeAll()
+	holder, err := mongolock.NewProvider(c.Database(dbName), opts...)
+	if err != nil {
+		return 0, err
+	}
+	defer mongolock.WaitBackground(holder)
+	h, err := holder.Lock(name).TryAcquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	px.SetLatency(up, down)
+	readExpiry := func() (time.Time, error) {
+		var doc struct {
+			ExpiresAt time.Time `bson:"expiresAt"`
+		}
+		err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Decode(&doc)
+		return doc.ExpiresAt, err
+	}
+	last, err := readExpiry()
+	if err != nil {
+		return 0, err
+	}
+	end := time.Now().Add(hold)
+	for time.Now().Before(end) {
+		if closedNow(h.Lost()) {
+			return extensions, fmt.Errorf("lost after %d extensions with latency %v+%v: %v",
+				extensions, up, down, context.Cause(h.Context()))
+		}
+		if _, err := rival.Lock(name).TryAcquire(ctx); !errors.Is(err, mongolock.ErrNotAcquired) {
+			return extensions, fmt.Errorf("the rival's attempt while the lock was held: %v", err)
+		}
+		exp, err := readExpiry()
+		if err != nil {
+			return extensions, err
+		}
+		if exp.After(last) {
+			extensions++
+			last = exp
+		}
+		time.Sleep(50 * time.Millisecond) // pace of the checks
+	}
+	px.SetLatency(0, 0)
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := h.Release(rctx); err != nil {
+		return extensions, fmt.Errorf("release: %w", err)
+	}
+	return extensions, nil
+}
+
+// No false loss: with latency below the safety margin, and (scenario 5)
+// with extensions slower than the cadence yet fast enough for the lease,
+// the lock is kept, extended, and refused to a rival throughout.
+//
+// A lease is kept when an extension's round trip (sent every cadence, one
+// at a time) returns before the client's deadline, the last successful
+// send plus expiry minus the safety margin: round trips up to (expiry -
+// margin) / 2 keep the lease indefinitely. The round trips here are 90ms
+// (below the 100ms margin) and 360ms (above the 333ms cadence, below 450ms).
+func TestFaultSlowExtensionsBelowTheLeaseKeepTheLock(t *testing.T) {
+	db := testdb.Database(t)
+	coll := db.Collection(mongolock.DefaultCollection)
+	rival := lockTestProvider(t, db, mongolock.WithExpiry(faultExpiry))
+	uri := testdb.Info(t).URI
+	ctx := boundedCtx(t, time.Minute)
+	const hold = 4 * faultExpiry
+	cases := []struct{ up, down time.Duration }{
+		{45 * time.Millisecond, 45 * time.Millisecond},   // below the safety margin
+		{180 * time.Millisecond, 180 * time.Millisecond}, // above the cadence
+	}
+	const perCase = 4
+	exts := runTrials(t, len(cases)*perCase, len(cases)*perCase, func(i int) (int, error) {
+		c := cases[i%len(cases)]
+		return holdUnderLatency(ctx, coll, uri, db.Name(), rival, fmt.Sprintf("slow-%d", i), c.up, c.down, hold,
+			mongolock.WithExpiry(faultExpiry))
+	})
+	for ci, c := range cases {
+		total := 0
+		for i := ci; i < len(exts); i += len(cases) {
+			require.GreaterOrEqual(t, exts[i], 4, "holder %d (latency %v+%v) extended too rarely", i, c.up, c.down)
+			total += exts[i]
+		}
+		t.Logf("latency %v+%v (expiry %v, cadence %v, safety margin %v): %d holders for %v each, %d extensions seen, 0 losses, 0 rival acquisitions",
+			c.up, c.down, faultExpiry, faultExpiry/3, mongolock.SafetyMargin(rival), perCase, hold, total)
+	}
+}
+
+// resetTrial is one trial of scenario 2: the holder's connections were reset
+// while it acquired or released.
+type resetTrial struct {
+	during     string        // "acquire", "try acquire" or "release"
+	reset      bool          // the reset came while the operation ran
+	failed     bool          // the operation (or the release after it) returned an error
+	freedAfter time.Duration // from then until the rival got the lock
+	violation  string
+}
+
+// resetExpiry is the lease in scenario 2: a lock left held for it (an
+// orphan) is far beyond resetCleanupBound.
+const (
+	resetExpiry       = 15 * time.Second
+	resetCleanupBound = 6 * time.Second
+)
+
+// Scenario 2: connection resets (RST) while acquiring and while releasing.
+// Whatever the operation returns, no acquisition is left held for a whole
+// expiry (guarantee 6: an attempt that may have succeeded is released in
+// the background), a lock released without error is free at once, and
+// there are never two holders: the rival is refused while the holder has a
+// handle, and fencing tokens strictly increase.
+func TestFaultResetsDuringAcquireAndReleaseLeaveNoOrphansAndNeverTwoHolders(t *testing.T) {
+	const workers, perWorker = 8, 12 // 96 trials: a third each of Acquire, TryAcquire and Release
+	db := testdb.Database(t)
+	rival := lockTestProvider(t, db, mongolock.WithExpiry(resetExpiry))
+	uri := testdb.Info(t).URI
+	ctx := boundedCtx(t, 3*time.Minute)
+	var mu sync.Mutex
+	var resets int
+	batches := runTrials(t, workers, workers, func(w int) ([]resetTrial, error) {
+		px, c, closeAll, err := dialProxied(uri)
+		if err != nil {
+			return nil, err
+		}
+		defer closeAll()
+		holder, err := mongolock.NewProvider(c.Database(db.Name()), mongolock.WithExpiry(resetExpiry),
+			mongolock.WithBusyWaitSleep(5*time.Millisecond, 20*time.Millisecond))
+		if err != nil {
+			return nil, err
+		}
+		defer mongolock.WaitBackground(holder)
+		// A few milliseconds each way widen the window in which a reset
+		// catches a request on its way or its reply.
+		px.SetLatency(2*time.Millisecond, 2*time.Millisecond)
+		name := fmt.Sprintf("reset-%d", w)
+		var trials []resetTrial
+		var lastToken int64
+		fence := func(who string, token int64) string {
+			if token <= lastToken {
+				return fmt.Sprintf("%s got fencing token %d, not above the previous %d", who, token, lastToken)
+			}
+			lastToken = token
+			return ""
+		}
+		// rivalTakes polls until the rival gets the lock (or bound passes),
+		// checks its token and releases it.
+		rivalTakes := func(bound time.Duration) (time.Duration, string, error) {
+			start := time.Now()
+			for {
+				h2, err := rival.Lock(name).TryAcquire(ctx)
+				if err == nil {
+					v := fence("the rival", h2.FencingToken())
+					return time.Since(start), v, h2.Release(ctx)
+				}
+				if !errors.Is(err, mongolock.ErrNotAcquired) {
+					return 0, "", fmt.Errorf("rival: %w", err)
+				}
+				if time.Since(start) > bound {
+					return time.Since(start), fmt.Sprintf("the lock was still held %v after the operation returned", bound), nil
+				}
+				time.Sleep(5 * time.Millisecond) // polling pace
+			}
+		}
+		// withReset runs op and resets every connection of the holder
+		// after a random delay of up to 10ms.
+		withReset := func(op func()) (reset bool) {
+			done := make(chan struct{})
+			go func() { defer close(done); op() }()
+			timer := time.NewTimer(time.Duration(rand.Int64N(int64(10 * time.Millisecond))))
+			select {
+			case <-timer.C:
+				px.Reset()
+				reset = true
+				mu.Lock()
+				resets++
+				mu.Unlock()
+			case <-done:
+				timer.Stop()
+			}
+			<-done
+			return reset
+		}
+		for i := range perWorker {
+			var tr resetTrial
+			switch i % 3 {
+			case 0, 1: // acquire (waiting, or one attempt) with a reset
+				tr.during = "acquire"
+				if i%3 == 1 {
+					tr.during = "try acquire"
+				}
+				var h *mongolock.Handle
+				var err error
+				tr.reset = withReset(func() {
+					actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					defer cancel()
+					if i%3 == 0 {
+						h, err = holder.Lock(name).Acquire(actx)
+					} else {
+						h, err = holder.Lock(name).TryAcquire(actx)
+					}
+				})
+				if err != nil {
+					tr.failed = true
+					if i%3 == 0 {
+						return trials, fmt.Errorf("trial %d: Acquire gave up after a reset: %w", i, err)
+					}
+				} else {
+					tr.violation = fence("the holder", h.FencingToken())
+					if _, rerr := rival.Lock(name).TryAcquire(ctx); !errors.Is(rerr, mongolock.ErrNotAcquired) {
+						tr.violation = fmt.Sprintf("two holders: the rival's attempt while the holder had a handle returned %v", rerr)
+					}
+					// A reset that came just after the acquisition may have
+					// left broken connections in the driver's pool, so
+					// this Release can fail too: then it is cleaned up in
+					// the background, like a release cut by a reset.
+					if rerr := h.Release(ctx); rerr != nil {
+						tr.failed = true
+					}
+				}
+				d, v, err := rivalTakes(resetCleanupBound)
+				if err != nil {
+					return trials, err
+				}
+				tr.freedAfter = d
+				if tr.violation == "" {
+					tr.violation = v
+				}
+			case 2: // release with a reset
+				tr.during = "release"
+				actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				h, err := holder.Lock(name).Acquire(actx)
+				cancel()
+				if err != nil {
+					return trials, fmt.Errorf("trial %d: acquire without fault: %w", i, err)
+				}
+				tr.violation = fence("the holder", h.FencingToken())
+				var rerr error
+				tr.reset = withReset(func() {
+					rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					defer cancel()
+					rerr = h.Release(rctx)
+				})
+				tr.failed = rerr != nil
+				bound := resetCleanupBound
+				if rerr == nil {
+					bound = 0 // released: free at once
+				}
+				d, v, err := rivalTakes(bound)
+				if err != nil {
+					return trials, err
+				}
+				tr.freedAfter = d
+				if tr.violation == "" {
+					tr.violation = v
+				}
+			}
+			trials = append(trials, tr)
+		}
+		return trials, nil
+	})
+	type tally struct {
+		n, reset, failed, violations int
+		freed                        []time.Duration
+	}
+	by := map[string]*tally{}
+	for _, b := range batches {
+		for i, tr := range b {
+			tl := by[tr.during]
+			if tl == nil {
+				tl = &tally{}
+				by[tr.during] = tl
+			}
+			tl.n++
+			if tr.reset {
+				tl.reset++
+			}
+			if tr.failed {
+				tl.failed++
+				tl.freed = append(tl.freed, tr.freedAfter)
+			}
+			if tr.violation != "" {
+				tl.violations++
+				t.Errorf("trial %d (reset during %s): %s", i, tr.during, tr.violation)
+			}
+		}
+	}
+	for _, op := range []string{"acquire", "try acquire", "release"} {
+		tl := by[op]
+		t.Logf("reset during %s: %d trials, %d resets while it ran, %d errors returned; %d violations; after an error the rival got the lock after %s (expiry %v)",
+			op, tl.n, tl.reset, tl.failed, tl.violations, spread(tl.freed), resetExpiry)
+	}
+	t.Logf("%d resets injected in %d trials", resets, workers*perWorker)
+}
