@@ -58,6 +58,9 @@ func isTransient(err error) bool {
 	if errors.As(err, &topology.ServerSelectionError{}) {
 		return true
 	}
+	if isInternalError(err) {
+		return true
+	}
 	var se mongo.ServerError
 	if errors.As(err, &se) {
 		if se.HasErrorLabel("RetryableWriteError") || se.HasErrorLabel("TransientTransactionError") {
@@ -70,6 +73,16 @@ func isTransient(err error) bool {
 		}
 	}
 	return false
+}
+
+// isInternalError reports whether err is a code-1 InternalError other than
+// a duplicate key: what FerretDB answers while its PostgreSQL is down,
+// restarting or refusing connections ("terminating connection due to
+// administrator command", "the database system is starting up"). Measured
+// in restart_test.go; an outage, so worth retrying.
+func isInternalError(err error) bool {
+	var ce mongo.CommandError
+	return errors.As(err, &ce) && ce.Code == 1 && ce.Name == "InternalError" && !isDuplicateKey(err)
 }
 
 // isServerRefusal reports whether the server answered err to a well-formed

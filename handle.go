@@ -160,10 +160,12 @@ func extendUpdate(expiry time.Duration) mongo.Pipeline {
 // leaseOver signals loss when the local lease ran out, then frees the lock
 // on the server in case a late extension did reach it.
 func (h *Handle) leaseOver(lastErr error) {
+	// Counted as background work before Lost closes, so that whoever wakes
+	// on Lost and waits for the background (WaitBackground) waits for it.
+	h.lock.p.releaseInBackground(h.lock.name, h.lockID, cleanupSchedule)
 	if lastErr != nil {
 		h.markLost(fmt.Errorf("%w: its lease ran out before an extension succeeded (last error: %w)", ErrLockLost, lastErr))
 	} else {
 		h.markLost(fmt.Errorf("%w: its lease ran out before an extension succeeded", ErrLockLost))
 	}
-	h.lock.p.releaseInBackground(h.lock.name, h.lockID, cleanupSchedule)
 }

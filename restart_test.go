@@ -49,15 +49,13 @@ func TestFaultServerRestartWhileHeldAndAwaited(t *testing.T) {
 	}
 }
 
-// acquireRetriesFerretDBInternalErrors is false while Acquire returns
-// FerretDB's "(InternalError) terminating connection due to administrator
-// command" (and the other code-1 errors FerretDB sends while its PostgreSQL
-// is down or starting) at once instead of retrying it as the transient
-// error it is (PROTOCOL.md: transient server errors while waiting are
-// retried). Until then, a waiter that got one counts it and waits again,
-// so that the rest of the scenario is still checked; set it to true once
-// Acquire retries them, and such an error fails the test.
-const acquireRetriesFerretDBInternalErrors = false
+// acquireRetriesFerretDBInternalErrors: Acquire retries FerretDB's
+// "(InternalError) terminating connection due to administrator command"
+// (and the other code-1 errors FerretDB sends while its PostgreSQL is down
+// or starting) as the transient errors they are (PROTOCOL.md: transient
+// server errors while waiting are retried), so such an error returned by
+// Acquire fails the test.
+const acquireRetriesFerretDBInternalErrors = true
 
 // ferretDBInternalError reports whether err is a code-1 InternalError, as
 // FerretDB sends when it cannot reach PostgreSQL.
@@ -249,7 +247,7 @@ func restartTrial(t *testing.T, in *testdb.Instance, what, stop string, downFor 
 	}
 	t.Logf("%s: the stop took %v, down %v more, running again %v after the stop began; %d holders (expiry %v): %d kept their lock, %d were told of its loss; "+
 		"%d waiters all acquired, the last done %v after the start command returned (negative: before); %d acquisitions, %d violations; "+
-		"%d Acquire calls returned a FerretDB InternalError instead of retrying (a known bug; waited again)",
+		"%d Acquire calls returned a FerretDB InternalError instead of retrying",
 		what, stopped.Round(time.Millisecond), downFor, up.Sub(down).Round(time.Millisecond), names, restartExpiry, kept, lost,
 		names*waitersPerName, lastEnd.Sub(up).Round(time.Millisecond), acquisitions, violations, gaveUp.Load())
 }
