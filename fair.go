@@ -171,6 +171,7 @@ type turn struct {
 	inLine bool // this process is in the line
 	soon   bool // poll often: its turn may come any moment
 	first  bool // first in line: the lock is ours once the holder's process is done
+	ahead  int  // live entries of other processes ahead of this one
 	// The holder's process and its acquisitions in a row, if it is
 	// another process.
 	holder string
@@ -183,14 +184,16 @@ type turn struct {
 // matters only for how soon to poll.
 func turnOf(doc lockDoc, proc string) turn {
 	var t turn
-	ahead := false // a live entry of another process comes first
+	ahead := 0 // live entries of other processes come first
 	now := time.Now()
 	for _, w := range doc.Waiters {
 		if w.P == proc {
-			t.inLine, t.soon, t.first = true, true, !ahead
+			t.inLine, t.soon, t.first, t.ahead = true, true, ahead == 0, ahead
 			break
 		}
-		ahead = ahead || w.U.After(now)
+		if w.U.After(now) {
+			ahead++
+		}
 	}
 	if doc.Process != proc {
 		t.holder, t.streak = doc.Process, doc.Streak
@@ -198,31 +201,32 @@ func turnOf(doc lockDoc, proc string) turn {
 	return t
 }
 
-// pace estimates, for the first process in line, when the holder's process
-// will have used up its turn (maxStreak acquisitions in a row): from two
-// refused attempts that saw its streak grow, the time per acquisition.
-// Without change streams (notify.go) this is what lets the next process
-// poll just when the lock is due to come free rather than at an arbitrary
-// point of its backoff.
+// pace estimates, for a process in line, when its turn will come: from two
+// refused attempts that saw the holder's process's streak grow, the time per
+// acquisition, and from it how long the holder's process will take to use up
+// its turn (maxStreak acquisitions in a row), plus a whole turn for each
+// other process ahead in line but the first (a process polls as the first in
+// line once it is). Without change streams (notify.go) this is what
+// lets the first process in line poll just when the lock is due to come
+// free rather than at an arbitrary point of its backoff, and the processes
+// behind it poll less.
 type pace struct {
 	holder string
 	streak int
 	seen   time.Time
-	per    time.Duration // time per acquisition of holder; 0: unknown
+	per    time.Duration // time per acquisition; 0: unknown
 }
 
-// observe records what a refused attempt saw at now, and returns how long
-// until the holder's process is likely done, if that can be told.
 func (p *pace) observe(t turn, now time.Time) (time.Duration, bool) {
 	switch {
-	case !t.first || t.holder == "":
+	case !t.inLine || t.holder == "":
 		*p = pace{}
 		return 0, false
 	case t.holder == p.holder && t.streak > p.streak:
 		p.per = now.Sub(p.seen) / time.Duration(t.streak-p.streak)
-	case t.holder != p.holder || t.streak < p.streak:
-		p.per = 0
 	}
+	// (A new holder's process keeps the time per acquisition seen so
+	// far: the turns of processes on one lock tend to look alike.)
 	if t.holder != p.holder || t.streak != p.streak {
 		// Each streak is timed from when it was first seen.
 		p.holder, p.streak, p.seen = t.holder, t.streak, now
@@ -231,5 +235,8 @@ func (p *pace) observe(t turn, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	// The current acquisition is, on average, half done.
-	return time.Duration(max(maxStreak-t.streak, 0))*p.per + p.per/2, true
+	// For a process behind others: until it is first in line, when it
+	// times its polls again.
+	left := time.Duration(max(maxStreak-t.streak, 0))*p.per + p.per/2
+	return left + time.Duration(max(t.ahead-1, 0)*maxStreak)*p.per, true
 }

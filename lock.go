@@ -243,7 +243,13 @@ func (l *Lock) Acquire(ctx context.Context) (_ *Handle, err error) {
 				soonFailures++
 				d := bt.next(soonFailures)
 				if left, ok := holder.observe(turn, time.Now()); ok {
-					d = max(min(d, left), o.sleepMin)
+					if turn.first {
+						// Poll when the lock is due to come free, not later.
+						d = max(min(d, left), o.sleepMin)
+					} else {
+						// Others go first: no sooner than that.
+						d = max(d, min(left, o.sleepMax))
+					}
 				}
 				timer.Reset(d)
 			} else {

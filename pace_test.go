@@ -24,16 +24,25 @@ func TestPaceEstimatesWhenTheHolderProcessIsDone(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, 6*time.Millisecond, left, "last acquisition of the turn: half of it left")
 
-	// Another holder, a streak that went back, or not first in line: no
-	// estimate until two looks agree again.
-	_, ok = p.observe(first("B", 5), t0.Add(80*time.Millisecond))
-	require.False(t, ok)
-	_, ok = p.observe(first("B", 1), t0.Add(90*time.Millisecond))
-	require.False(t, ok)
-	_, ok = p.observe(turn{inLine: true, soon: true, holder: "B", streak: 2}, t0.Add(100*time.Millisecond))
+	// Another holder's process: the time per acquisition seen so far
+	// stands until its own is timed.
+	left, ok = p.observe(first("B", 5), t0.Add(80*time.Millisecond))
+	require.True(t, ok)
+	require.Equal(t, 3*12*time.Millisecond+6*time.Millisecond, left)
+	// Second in line: first once the holder's turn is over; third: a
+	// whole turn more.
+	left, ok = p.observe(turn{inLine: true, soon: true, ahead: 1, holder: "B", streak: 5}, t0.Add(85*time.Millisecond))
+	require.True(t, ok)
+	require.Equal(t, 3*12*time.Millisecond+6*time.Millisecond, left)
+	left, ok = p.observe(turn{inLine: true, soon: true, ahead: 2, holder: "B", streak: 5}, t0.Add(86*time.Millisecond))
+	require.True(t, ok)
+	require.Equal(t, 3*12*time.Millisecond+6*time.Millisecond+maxStreak*12*time.Millisecond, left)
+
+	// Out of line (or no other holder): forgotten.
+	_, ok = p.observe(turn{holder: "B", streak: 6}, t0.Add(100*time.Millisecond))
 	require.False(t, ok)
 	_, ok = p.observe(first("B", 3), t0.Add(110*time.Millisecond))
-	require.False(t, ok)
+	require.False(t, ok, "one look tells no pace")
 	// The same streak seen again times nothing: streaks are timed from
 	// when they are first seen.
 	_, ok = p.observe(first("B", 3), t0.Add(130*time.Millisecond))
