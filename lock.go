@@ -280,7 +280,8 @@ func (l *Lock) Acquire(ctx context.Context) (_ *Handle, err error) {
 // also when fn panics. fn's ctx ends when ctx ends or the lock is lost; its
 // cause is then ErrLockLost. Do returns fn's error; if the lock was lost
 // while fn ran, the error also satisfies errors.Is(err, ErrLockLost). If the
-// lock cannot be acquired, fn does not run and Do returns Acquire's error.
+// lock cannot be acquired, fn does not run and Do returns Acquire's error. A nil
+// fn is an error, returned before anything is acquired.
 func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) (err error) {
 	if ctx == nil {
 		return l.errorf("do", errNilContext)
