@@ -2,38 +2,28 @@ package mongolock_test
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/dotnet"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
-// dotnetLock drives the protocol of the C# library DistributedLock.MongoDB
-// 1.0 exactly as PROTOCOL.md describes it, so that these tests can show that
-// a Go service and a .NET service sharing a lock exclude each other:
-//
-//   - acquire: one findOneAndUpdate({_id: name}, pipeline, upsert: true,
-//     returnDocument: after) whose pipeline $sets every field with $cond on
-//     "expired"; acquired iff the returned lockId is the fresh one sent;
-//   - release: deleteOne({_id: name, lockId}), which resets the next
-//     token to 1 (the behaviour mongolock must survive).
-//
-// It neither extends nor waits: a test holds a lock for far less than the
-// expiry and retries as it sees fit.
+// dotnetLock is a lock of the C# library DistributedLock.MongoDB 1.0,
+// driven through its protocol (internal/dotnet) on a collection of its own
+// client, so that these tests can show that a Go service and a .NET service
+// sharing a lock exclude each other. It neither extends nor waits: a test
+// holds a lock for far less than the expiry and retries as it sees fit.
 type dotnetLock struct {
 	coll   *mongo.Collection
 	name   string
@@ -47,81 +37,24 @@ type dotnetHandle struct {
 }
 
 func newDotnetLock(db *mongo.Database, name string) *dotnetLock {
-	return &dotnetLock{
-		coll:   db.Collection(mongolock.DefaultCollection),
-		name:   name,
-		expiry: 30 * time.Second, // DistributedLock.MongoDB's default
-	}
-}
-
-// dotnetAcquireUpdate is DistributedLock.MongoDB's acquire pipeline, with
-// $$NOW + expiry written as {$add: ["$$NOW", ms]} as PROTOCOL.md pins it.
-func dotnetAcquireUpdate(lockID string, expiry time.Duration) mongo.Pipeline {
-	epoch := bson.NewDateTimeFromTime(time.Unix(0, 0))
-	expired := bson.D{{Key: "$lte", Value: bson.A{
-		bson.D{{Key: "$ifNull", Value: bson.A{"$expiresAt", epoch}}},
-		"$$NOW",
-	}}}
-	cond := func(then, otherwise any) bson.D {
-		return bson.D{{Key: "$cond", Value: bson.A{expired, then, otherwise}}}
-	}
-	expiresAt := bson.D{{Key: "$add", Value: bson.A{"$$NOW", expiry.Milliseconds()}}}
-	token := bson.D{{Key: "$add", Value: bson.A{
-		bson.D{{Key: "$ifNull", Value: bson.A{"$fencingToken", int64(0)}}},
-		int64(1),
-	}}}
-	return mongo.Pipeline{{{Key: "$set", Value: bson.D{
-		{Key: "lockId", Value: cond(lockID, "$lockId")},
-		{Key: "expiresAt", Value: cond(expiresAt, "$expiresAt")},
-		{Key: "acquiredAt", Value: cond("$$NOW", "$acquiredAt")},
-		{Key: "fencingToken", Value: cond(token, "$fencingToken")},
-	}}}}
+	return &dotnetLock{coll: db.Collection(mongolock.DefaultCollection), name: name, expiry: dotnet.DefaultExpiry}
 }
 
 // tryAcquire makes one attempt. It returns nil and no error when the lock is
-// held by someone else, and also when this attempt lost the test server's
-// race to create a brand-new document (PROTOCOL.md: duplicate key, or "$$NOW
-// cannot be used within this specific context").
+// held by someone else, or the attempt lost the race to create the document.
 func (l *dotnetLock) tryAcquire(ctx context.Context) (*dotnetHandle, error) {
-	id := uuid.New()
-	lockID := hex.EncodeToString(id[:]) // 32 hex chars, as Guid.ToString("N")
-	var doc struct {
-		LockID       string `bson:"lockId"`
-		FencingToken int64  `bson:"fencingToken"`
-	}
-	err := l.coll.FindOneAndUpdate(ctx,
-		bson.D{{Key: "_id", Value: l.name}},
-		dotnetAcquireUpdate(lockID, l.expiry),
-		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After),
-	).Decode(&doc)
-	switch {
-	case err != nil && dotnetLostCreateRace(err):
-		return nil, nil
-	case err != nil:
+	lockID := dotnet.NewLockID()
+	token, ok, err := dotnet.TryAcquire(ctx, l.coll, l.name, lockID, l.expiry)
+	if err != nil || !ok {
 		return nil, err
-	case doc.LockID != lockID:
-		return nil, nil
 	}
-	return &dotnetHandle{lockID: lockID, token: doc.FencingToken}, nil
-}
-
-func dotnetLostCreateRace(err error) bool {
-	if mongo.IsDuplicateKeyError(err) {
-		return true
-	}
-	msg := err.Error()
-	return strings.Contains(msg, "duplicate key value violates unique constraint") ||
-		strings.Contains(msg, "$$NOW operator cannot be used")
+	return &dotnetHandle{lockID: lockID, token: token}, nil
 }
 
 // release deletes the document if h still holds the lock, and reports
 // whether it did.
 func (l *dotnetLock) release(ctx context.Context, h *dotnetHandle) (bool, error) {
-	res, err := l.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: l.name}, {Key: "lockId", Value: h.lockID}})
-	if err != nil {
-		return false, err
-	}
-	return res.DeletedCount == 1, nil
+	return dotnet.Release(ctx, l.coll, l.name, h.lockID)
 }
 
 // interopDoc is the stored lock document, read back to check what each side

@@ -2,17 +2,15 @@ package main
 
 import (
 	"context"
-	"encoding/hex"
 	"math/rand/v2"
-	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/dotnet"
 )
 
 // A locker takes named locks the way one implementation does, for one
@@ -55,11 +53,6 @@ var impls = []impl{
 // workload says otherwise (both libraries' default).
 const defaultExpiry = mongolock.DefaultExpiry
 
-func newLockID() string {
-	id := uuid.New()
-	return hex.EncodeToString(id[:])
-}
-
 // raw is the bound: the two round trips a lock needs at the least, a
 // findOneAndUpdate to acquire and an updateOne to release, on the lock's
 // document, with no locking semantics beyond that (it never waits and
@@ -74,10 +67,10 @@ var rawAcquireOpts = options.FindOneAndUpdate().SetUpsert(true).SetReturnDocumen
 
 func (r raw) acquire(ctx context.Context, name string) (held, error) {
 	filter := bson.D{{Key: "_id", Value: name}}
-	update := bson.D{{Key: "$set", Value: bson.D{{Key: "lockId", Value: newLockID()}}}}
+	update := bson.D{{Key: "$set", Value: bson.D{{Key: "lockId", Value: dotnet.NewLockID()}}}}
 	for {
 		err := r.coll.FindOneAndUpdate(ctx, filter, update, rawAcquireOpts).Err()
-		if err != nil && lostCreateRace(err) {
+		if err != nil && dotnet.LostCreateRace(err) {
 			continue // two first upserts of one _id raced on FerretDB: again
 		}
 		if err != nil {
@@ -133,31 +126,6 @@ func openBaseline(db *mongo.Database, coll string, expiry time.Duration) (locker
 	return baseline{coll: db.Collection(coll), expiry: expiry}, nil
 }
 
-var baselineAcquireOpts = options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)
-
-// baselineUpdate is DistributedLock.MongoDB's acquire pipeline: every field
-// is $set with $cond on "expired", judged by the server's $$NOW.
-func baselineUpdate(lockID string, expiry time.Duration) mongo.Pipeline {
-	epoch := bson.NewDateTimeFromTime(time.Unix(0, 0))
-	expired := bson.D{{Key: "$lte", Value: bson.A{
-		bson.D{{Key: "$ifNull", Value: bson.A{"$expiresAt", epoch}}},
-		"$$NOW",
-	}}}
-	cond := func(then, otherwise any) bson.D {
-		return bson.D{{Key: "$cond", Value: bson.A{expired, then, otherwise}}}
-	}
-	token := bson.D{{Key: "$add", Value: bson.A{
-		bson.D{{Key: "$ifNull", Value: bson.A{"$fencingToken", int64(0)}}},
-		int64(1),
-	}}}
-	return mongo.Pipeline{{{Key: "$set", Value: bson.D{
-		{Key: "lockId", Value: cond(lockID, "$lockId")},
-		{Key: "expiresAt", Value: cond(bson.D{{Key: "$add", Value: bson.A{"$$NOW", expiry.Milliseconds()}}}, "$expiresAt")},
-		{Key: "acquiredAt", Value: cond("$$NOW", "$acquiredAt")},
-		{Key: "fencingToken", Value: cond(token, "$fencingToken")},
-	}}}}
-}
-
 func (b baseline) acquire(ctx context.Context, name string) (held, error) {
 	for {
 		lockID, err := b.try(ctx, name)
@@ -168,7 +136,7 @@ func (b baseline) acquire(ctx context.Context, name string) (held, error) {
 			return held{}, err
 		case lockID != "":
 			return held{release: func(ctx context.Context) error {
-				_, err := b.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: name}, {Key: "lockId", Value: lockID}})
+				_, err := dotnet.Release(ctx, b.coll, name, lockID)
 				return err
 			}}, nil
 		}
@@ -185,30 +153,10 @@ func (b baseline) acquire(ctx context.Context, name string) (held, error) {
 // lock is held. Losing FerretDB's race to upsert a brand-new _id (PROTOCOL.md)
 // counts as not acquired.
 func (b baseline) try(ctx context.Context, name string) (string, error) {
-	lockID := newLockID()
-	var doc struct {
-		LockID string `bson:"lockId"`
-	}
-	err := b.coll.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: name}}, baselineUpdate(lockID, b.expiry), baselineAcquireOpts).Decode(&doc)
-	switch {
-	case err != nil && lostCreateRace(err):
-		return "", nil
-	case err != nil:
+	lockID := dotnet.NewLockID()
+	_, ok, err := dotnet.TryAcquire(ctx, b.coll, name, lockID, b.expiry)
+	if err != nil || !ok {
 		return "", err
-	case doc.LockID != lockID:
-		return "", nil
 	}
 	return lockID, nil
-}
-
-// lostCreateRace reports the errors FerretDB/DocumentDB answers when upserts
-// of a brand-new _id race (PROTOCOL.md, "Servers it must work on"); MongoDB
-// retries those itself.
-func lostCreateRace(err error) bool {
-	if mongo.IsDuplicateKeyError(err) {
-		return true
-	}
-	msg := err.Error()
-	return strings.Contains(msg, "duplicate key value violates unique constraint") ||
-		strings.Contains(msg, "$$NOW operator cannot be used")
 }
