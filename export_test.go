@@ -44,16 +44,18 @@ func SetReleaseSource(p *Provider, source func(ctx context.Context, released fun
 	n := &p.shared.notify
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.source = func(ctx context.Context, _ *mongo.Collection, released func(string)) error {
+	n.source = func(ctx context.Context, _ *mongo.Collection, ready func(), released func(string)) error {
+		ready()
 		return source(ctx, released)
 	}
 	n.failed = false
 }
 
-// Notifying reports whether p's collection runs its release source.
+// Notifying reports whether p's collection runs its release source and
+// the source is ready (a change stream: opened).
 func Notifying(p *Provider) bool {
 	n := &p.shared.notify
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.stop != nil
+	return n.stop != nil && n.open
 }

@@ -30,9 +30,10 @@ import (
 // its last waiter.
 const notifyLinger = time.Second
 
-// releaseSource delivers the names of released locks until ctx ends. It
-// returns an error if it cannot (then the collection falls back to polling).
-type releaseSource func(ctx context.Context, coll *mongo.Collection, released func(name string)) error
+// releaseSource delivers the names of released locks until ctx ends,
+// calling ready once it sees every release from then on. It returns an
+// error if it cannot (then the collection falls back to polling).
+type releaseSource func(ctx context.Context, coll *mongo.Collection, ready func(), released func(name string)) error
 
 // releaseEvents selects the change events of releases: Release's update
 // removes lockId; DistributedLock.MongoDB's release and the TTL monitor
@@ -43,11 +44,12 @@ var releaseEvents = mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "$or", V
 }}}}}}
 
 // watchReleases is the change-stream releaseSource.
-func watchReleases(ctx context.Context, coll *mongo.Collection, released func(name string)) error {
+func watchReleases(ctx context.Context, coll *mongo.Collection, ready func(), released func(name string)) error {
 	cs, err := coll.Watch(ctx, releaseEvents)
 	if err != nil {
 		return err
 	}
+	ready()
 	defer func() { _ = cs.Close(context.WithoutCancel(ctx)) }()
 	for cs.Next(ctx) {
 		var ev struct {
@@ -76,6 +78,7 @@ type notifier struct {
 	waiters int
 	stop    context.CancelFunc // ends the running source, if any
 	run     int                // counts sources started, to tell them apart
+	open    bool               // the running source is ready
 	linger  *time.Timer        // pending stop after the last waiter
 	failed  bool               // the test source failed: poll only
 }
@@ -108,7 +111,14 @@ func (n *notifier) join(coll *mongo.Collection, wake func(name string), bg *sync
 	go func() {
 		defer bg.Done()
 		defer stop()
-		err := source(ctx, coll, wake)
+		ready := func() {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			if n.run == run {
+				n.open = true
+			}
+		}
+		err := source(ctx, coll, ready, wake)
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		if err != nil && ctx.Err() == nil {
@@ -120,7 +130,7 @@ func (n *notifier) join(coll *mongo.Collection, wake func(name string), bg *sync
 			}
 		}
 		if n.run == run {
-			n.stop = nil
+			n.stop, n.open = nil, false
 		}
 	}()
 }
@@ -139,7 +149,7 @@ func (n *notifier) leave() {
 		defer n.mu.Unlock()
 		if n.waiters == 0 && n.run == run {
 			stop()
-			n.stop, n.linger = nil, nil
+			n.stop, n.linger, n.open = nil, nil, false
 		}
 	})
 }
