@@ -206,7 +206,9 @@ func turnOf(doc lockDoc, proc string) turn {
 // acquisition, and from it how long the holder's process will take to use up
 // its turn (maxStreak acquisitions in a row), plus a whole turn for each
 // other process ahead in line but the first (a process polls as the first in
-// line once it is). Without change streams (notify.go) this is what
+// line once it is), but only while turns are seen to be full: a process
+// with a single waiting goroutine may be done after one acquisition.
+// Without change streams (notify.go) this is what
 // lets the first process in line poll just when the lock is due to come
 // free rather than at an arbitrary point of its backoff, and the processes
 // behind it poll less.
@@ -215,11 +217,20 @@ type pace struct {
 	streak int
 	seen   time.Time
 	per    time.Duration // time per acquisition; 0: unknown
+	// The last holder's process was seen using up its turn: turns are full
+	// (its goroutines keep the lock busy), so a whole turn can be waited
+	// out. Otherwise a process may be done after one acquisition, and the
+	// processes behind the first in line poll as usual.
+	fullTurns bool
 }
 
 func (p *pace) observe(t turn, now time.Time) (time.Duration, bool) {
 	switch {
 	case !t.inLine || t.holder == "":
+		// Out of line, or this process held the lock last (its turn just
+		// ended): start over. (Keeping the pace across its own turn made
+		// the processes behind sleep past their turns: measured, 4
+		// processes x 16 goroutines fell from 78 to 54 acq/s.)
 		*p = pace{}
 		return 0, false
 	case t.holder == p.holder && t.streak > p.streak:
@@ -227,11 +238,16 @@ func (p *pace) observe(t turn, now time.Time) (time.Duration, bool) {
 	}
 	// (A new holder's process keeps the time per acquisition seen so
 	// far: the turns of processes on one lock tend to look alike.)
+	if t.holder != p.holder && p.holder != "" && p.per > 0 {
+		// The last holder's final streak, as far as its pace tells.
+		final := p.streak + int(now.Sub(p.seen)/p.per)
+		p.fullTurns = final >= maxStreak-1
+	}
 	if t.holder != p.holder || t.streak != p.streak {
 		// Each streak is timed from when it was first seen.
 		p.holder, p.streak, p.seen = t.holder, t.streak, now
 	}
-	if p.per == 0 {
+	if p.per == 0 || t.ahead > 0 && !p.fullTurns {
 		return 0, false
 	}
 	// The current acquisition is, on average, half done.

@@ -203,7 +203,6 @@ func (l *Lock) Acquire(ctx context.Context) (_ *Handle, err error) {
 		contended    bool  // the lock was seen held by someone else
 		failures     int   // attempts that did not get the lock
 		soonFailures int   // of those, the ones in a row near the front of the line
-		holder       pace  // how fast the holder's process goes through its turn
 		timer        = time.NewTimer(time.Hour)
 	)
 	defer timer.Stop()
@@ -242,7 +241,7 @@ func (l *Lock) Acquire(ctx context.Context) (_ *Handle, err error) {
 			if turn.soon {
 				soonFailures++
 				d := bt.next(soonFailures)
-				if left, ok := holder.observe(turn, time.Now()); ok {
+				if left, ok := qs.observe(l.name, turn, time.Now()); ok {
 					if turn.first {
 						// Poll when the lock is due to come free, not later.
 						d = max(min(d, left), o.sleepMin)

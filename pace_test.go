@@ -38,6 +38,15 @@ func TestPaceEstimatesWhenTheHolderProcessIsDone(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, 3*12*time.Millisecond+6*time.Millisecond+maxStreak*12*time.Millisecond, left)
 
+	// A turn that ended early (C after 2 acquisitions): behind the first
+	// in line, no estimate (poll as usual); first in line, as before.
+	_, _ = p.observe(first("C", 1), t0.Add(90*time.Millisecond))
+	_, _ = p.observe(first("C", 2), t0.Add(92*time.Millisecond))
+	_, ok = p.observe(turn{inLine: true, soon: true, ahead: 1, holder: "D", streak: 1}, t0.Add(95*time.Millisecond))
+	require.False(t, ok, "waits out a whole turn after a turn that was not full")
+	_, ok = p.observe(first("D", 1), t0.Add(96*time.Millisecond))
+	require.True(t, ok)
+
 	// Out of line (or no other holder): forgotten.
 	_, ok = p.observe(turn{holder: "B", streak: 6}, t0.Add(100*time.Millisecond))
 	require.False(t, ok)

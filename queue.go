@@ -1,6 +1,9 @@
 package mongolock
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // Local coordination: goroutines of one process waiting for the same lock
 // (same client, database, collection and name) queue here, first come first
@@ -14,6 +17,7 @@ import "sync"
 type queue struct {
 	waiters []*waiter // FIFO; waiters[0] is the head
 	held    int       // handles of this process that hold the name
+	pace    pace      // what the heads' refused attempts saw (fair.go)
 }
 
 // A waiter is one Acquire call in a queue.
@@ -145,4 +149,12 @@ func (qs *queues) wakeHead(name string) {
 	if q := qs.byName[name]; q != nil && len(q.waiters) > 0 {
 		q.waiters[0].signal()
 	}
+}
+
+// observe records what a refused attempt of name's head saw, in the pace
+// its line keeps across heads, and returns pace.observe's estimate.
+func (qs *queues) observe(name string, t turn, now time.Time) (time.Duration, bool) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	return qs.get(name).pace.observe(t, now)
 }
