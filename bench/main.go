@@ -202,17 +202,17 @@ func run(ctx context.Context, dur time.Duration, selected map[string]bool, holdN
 			continue
 		}
 		for _, im := range impls {
-			fmt.Fprintf(os.Stderr, "bench: %s %-9s %s ... ", w.id, im.name, w.title)
 			if err := db.CreateCollection(ctx, collection(w.id, im.name)); err != nil {
 				return err
 			}
-			r, err := runLoop(ctx, e, im, w, dur)
-			if err != nil {
-				return fmt.Errorf("workload %s, %s: %w", w.id, im.name, err)
-			}
-			fmt.Fprintf(os.Stderr, "%.1f acq/s, wait p99 %.1f ms, %.2f ops/acq\n", r.AcqPerSec, r.WaitP99MS, r.OpsPerAcq)
+		}
+		fmt.Fprintf(os.Stderr, "bench: %s %s (%d round(s))\n", w.id, w.title, max(w.rounds, 1))
+		err := runWorkload(ctx, e, impls, w, dur, func(im impl, r result) {
+			fmt.Fprintf(os.Stderr, "bench: %s %-9s %.1f acq/s, wait p99 %.1f ms, %.2f ops/acq\n", w.id, im.name, r.AcqPerSec, r.WaitP99MS, r.OpsPerAcq)
 			rep.Results = append(rep.Results, r)
-			settle()
+		})
+		if err != nil {
+			return err
 		}
 	}
 	if selected["F"] {

@@ -17,6 +17,12 @@ type workload struct {
 	procs, workers  int           // workers per process
 	shared          bool          // all workers on one name (else one name each)
 	criticalSection time.Duration // how long each acquisition is held
+	// rounds splits the window into this many slices, run for each
+	// implementation in turn (rotating who goes first), so that drift in
+	// the machine's load over the run falls on all implementations alike.
+	// Only where nobody waits (A, E): a slice would cut the waits that
+	// contention makes long, and so the wait figures of B-D.
+	rounds int
 }
 
 // outsideWork is each worker's work between a release and its next acquire.
@@ -25,11 +31,11 @@ const outsideWork = 2 * time.Millisecond
 // workloads are A–E; the issue gives A and E no critical section, so they
 // release as soon as they hold.
 var workloads = []workload{
-	{id: "A", title: "1 worker, no contention", procs: 1, workers: 1},
+	{id: "A", title: "1 worker, no contention", procs: 1, workers: 1, rounds: 5},
 	{id: "B", title: "2 processes x 1 worker, 1 ms critical section (ping-pong)", procs: 2, workers: 1, shared: true, criticalSection: time.Millisecond},
 	{id: "C", title: "1 process x 64 workers on one name, 10 ms critical section", procs: 1, workers: 64, shared: true, criticalSection: 10 * time.Millisecond},
 	{id: "D", title: "4 processes x 16 workers on one name, 10 ms critical section", procs: 4, workers: 16, shared: true, criticalSection: 10 * time.Millisecond},
-	{id: "E", title: "32 workers on distinct names (throughput)", procs: 1, workers: 32},
+	{id: "E", title: "32 workers on distinct names (throughput)", procs: 1, workers: 32, rounds: 5},
 }
 
 // env is where the workloads run: one server, one database.
@@ -147,11 +153,70 @@ func pause(ctx context.Context, d time.Duration) {
 	}
 }
 
-// runLoop runs workload w for one implementation for d.
-func runLoop(ctx context.Context, e env, im impl, w workload, d time.Duration) (result, error) {
+// window is what one run of a workload for one implementation recorded.
+type window struct {
+	stats [][]workerStats // per process, per worker
+	ops   map[string]int
+	cpu   time.Duration
+}
+
+// add merges o into w (the same workload and implementation).
+func (w *window) add(o window) {
+	if w.stats == nil {
+		*w = o
+		return
+	}
+	for pi := range w.stats {
+		for wi := range w.stats[pi] {
+			a, b := &w.stats[pi][wi], o.stats[pi][wi]
+			a.acquired += b.acquired
+			a.waits = append(a.waits, b.waits...)
+			a.cycles = append(a.cycles, b.cycles...)
+			a.releases = append(a.releases, b.releases...)
+			a.unfinished += b.unfinished
+			a.errs += b.errs
+			if a.firstErr == nil {
+				a.firstErr = b.firstErr
+			}
+		}
+	}
+	for k, n := range o.ops {
+		w.ops[k] += n
+	}
+	w.cpu += o.cpu
+}
+
+// runWorkload runs w for every implementation for d each, in w.rounds
+// interleaved slices, and summarizes each.
+func runWorkload(ctx context.Context, e env, ims []impl, w workload, d time.Duration, each func(im impl, r result)) error {
+	rounds := max(w.rounds, 1)
+	acc := make([]window, len(ims))
+	for round := range rounds {
+		for k := range ims {
+			i := (k + round) % len(ims)
+			win, err := runWindow(ctx, e, ims[i], w, d/time.Duration(rounds))
+			if err != nil {
+				return fmt.Errorf("workload %s, %s: %w", w.id, ims[i].name, err)
+			}
+			acc[i].add(win)
+			settle()
+		}
+	}
+	for i, im := range ims {
+		r := summarize(w, im, d, acc[i].stats, acc[i].ops)
+		if r.Acquisitions > 0 {
+			r.ClientCPUPerAcqUS = float64(acc[i].cpu) / float64(time.Microsecond) / float64(r.Acquisitions)
+		}
+		each(im, r)
+	}
+	return nil
+}
+
+// runWindow runs w for im for d.
+func runWindow(ctx context.Context, e env, im impl, w workload, d time.Duration) (window, error) {
 	ps, err := startProcesses(ctx, e, im, collection(w.id, im.name), defaultExpiry, w.procs)
 	if err != nil {
-		return result{}, err
+		return window{}, err
 	}
 	defer closeProcesses(ps)
 
@@ -173,12 +238,7 @@ func runLoop(ctx context.Context, e env, im impl, w workload, d time.Duration) (
 		}
 	}
 	wg.Wait()
-	cpu := cpuTime() - cpu0
-	r := summarize(w, im, d, stats, sumOps(ps))
-	if r.Acquisitions > 0 {
-		r.ClientCPUPerAcqUS = float64(cpu) / float64(time.Microsecond) / float64(r.Acquisitions)
-	}
-	return r, ctx.Err()
+	return window{stats: stats, ops: sumOps(ps), cpu: cpuTime() - cpu0}, ctx.Err()
 }
 
 func summarize(w workload, im impl, d time.Duration, stats [][]workerStats, ops map[string]int) result {
