@@ -194,7 +194,7 @@ func runWorkload(ctx context.Context, e env, ims []impl, w workload, d time.Dura
 	for round := range rounds {
 		for k := range ims {
 			i := (k + round) % len(ims)
-			win, err := runWindow(ctx, e, ims[i], w, d/time.Duration(rounds))
+			win, err := runWindow(ctx, e, ims[i], w, round, d/time.Duration(rounds))
 			if err != nil {
 				return fmt.Errorf("workload %s, %s: %w", w.id, ims[i].name, err)
 			}
@@ -212,8 +212,10 @@ func runWorkload(ctx context.Context, e env, ims []impl, w workload, d time.Dura
 	return nil
 }
 
-// runWindow runs w for im for d.
-func runWindow(ctx context.Context, e env, im impl, w workload, d time.Duration) (window, error) {
+// runWindow runs w for im for d. Each round uses names of its own: a lock
+// that the end of the previous slice left held (an acquisition cut short,
+// whose cleanup died with its client) must not stall the next.
+func runWindow(ctx context.Context, e env, im impl, w workload, round int, d time.Duration) (window, error) {
 	ps, err := startProcesses(ctx, e, im, collection(w.id, im.name), defaultExpiry, w.procs)
 	if err != nil {
 		return window{}, err
@@ -230,9 +232,9 @@ func runWindow(ctx context.Context, e env, im impl, w workload, d time.Duration)
 	for pi, p := range ps {
 		stats[pi] = make([]workerStats, w.workers)
 		for wi := range w.workers {
-			name := "shared"
+			name := fmt.Sprintf("shared-r%d", round)
 			if !w.shared {
-				name = fmt.Sprintf("p%d-w%d", pi, wi)
+				name = fmt.Sprintf("p%d-w%d-r%d", pi, wi, round)
 			}
 			wg.Go(func() { work(rctx, end, p.lk, name, w.criticalSection, &stats[pi][wi]) })
 		}
