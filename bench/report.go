@@ -101,7 +101,7 @@ func (r *report) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Server: %s. Go %s, %d CPUs. Started %s.\nLibrary: %s.\n", r.Server, r.GoVersion, r.CPUs, r.Started, r.Library)
 	if len(r.Results) > 0 {
-		fmt.Fprintf(&b, "\n### Workloads A–E (%g s each, per implementation, one after another)\n\n", r.WindowS)
+		fmt.Fprintf(&b, "\n### Workloads A–E (%g s each, per implementation; A and E in 5 interleaved slices, B–D one after another)\n\n", r.WindowS)
 		b.WriteString("| workload | impl | acq/s | wait p50 ms | wait p99 ms | acquire+release p50 ms | acquire+release p99 ms | ops/acq | min process share (floor) | starved workers | client CPU µs/acq |\n")
 		b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 		for _, x := range r.Results {
