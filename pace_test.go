@@ -59,4 +59,22 @@ func TestPaceEstimatesWhenTheHolderProcessIsDone(t *testing.T) {
 	left, ok = p.observe(first("B", 4), t0.Add(140*time.Millisecond))
 	require.True(t, ok)
 	require.Equal(t, 4*30*time.Millisecond+15*time.Millisecond, left)
+
+	// A's turn to be seen full (8 by B, then C): processes behind the first
+	// wait turns out. This process's own turn (the holder is itself: no
+	// holder) starts the timing over but keeps that: the next holder's
+	// pace, once timed, serves a process behind the first at once.
+	_, _ = p.observe(first("B", 8), t0.Add(300*time.Millisecond))
+	_, _ = p.observe(first("C", 1), t0.Add(310*time.Millisecond))
+	_, ok = p.observe(turn{inLine: true, soon: true}, t0.Add(400*time.Millisecond))
+	require.False(t, ok)
+	_, _ = p.observe(turn{inLine: true, soon: true, ahead: 2, holder: "E", streak: 1}, t0.Add(500*time.Millisecond))
+	left, ok = p.observe(turn{inLine: true, soon: true, ahead: 2, holder: "E", streak: 2}, t0.Add(510*time.Millisecond))
+	require.True(t, ok, "full turns forgotten over this process's own turn")
+	require.Equal(t, 6*10*time.Millisecond+5*time.Millisecond+maxStreak*10*time.Millisecond, left)
+	// Out of line: everything is forgotten.
+	_, _ = p.observe(turn{holder: "E", streak: 3}, t0.Add(520*time.Millisecond))
+	_, _ = p.observe(turn{inLine: true, soon: true, ahead: 1, holder: "E", streak: 4}, t0.Add(530*time.Millisecond))
+	_, ok = p.observe(turn{inLine: true, soon: true, ahead: 1, holder: "E", streak: 5}, t0.Add(540*time.Millisecond))
+	require.False(t, ok, "full turns kept out of line")
 }
