@@ -3,34 +3,13 @@ package mongolock_test
 import (
 	"context"
 	"errors"
-	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock/internal/faultproxy"
-	"github.com/mongolock/mongolock/internal/testdb"
 )
-
-// proxiedClient returns a client of its own that reaches the test server
-// only through a fault proxy (internal/faultproxy) that the test controls:
-// latency, blackhole, reset, stop. When the test ends, the client is
-// disconnected and the proxy closed.
-func proxiedClient(t *testing.T, opts ...*options.ClientOptions) (*faultproxy.Proxy, *mongo.Client) {
-	t.Helper()
-	return proxiedClientTo(t, testdb.Info(t).URI, opts...)
-}
-
-// proxiedClientTo is proxiedClient for the server at uri (its first host).
-func proxiedClientTo(t *testing.T, uri string, opts ...*options.ClientOptions) (*faultproxy.Proxy, *mongo.Client) {
-	t.Helper()
-	px, c, closeAll, err := dialProxied(uri, opts...)
-	require.NoError(t, err)
-	t.Cleanup(closeAll)
-	return px, c
-}
 
 // dialProxied connects a client to the server at uri through a new fault
 // proxy. closeAll ends every fault, disconnects the client and closes the

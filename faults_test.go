@@ -111,6 +111,9 @@ func raceLoss(ctx context.Context, coll *mongo.Collection, holder, rival *mongol
 			if !closedNow(h.Lost()) {
 				r.violation = fmt.Sprintf("the rival acquired (attempt sent %v after the cut) while the holder's Lost was still open", sent.Sub(cutAt))
 			}
+			if closedNow(h2.Lost()) {
+				return r, errors.New("the rival's handle was lost at once")
+			}
 			if rerr := h2.Release(ctx); rerr != nil {
 				return r, fmt.Errorf("rival's release: %w", rerr)
 			}
@@ -144,6 +147,22 @@ func raceLoss(ctx context.Context, coll *mongo.Collection, holder, rival *mongol
 	}
 	if cause := context.Cause(h.Context()); !errors.Is(cause, mongolock.ErrLockLost) {
 		return r, fmt.Errorf("Context's cause after loss is %v, not ErrLockLost", cause)
+	}
+	// After the loss nothing keeps the lease, and Release reports the loss
+	// at once, without waiting on the cut connection.
+	select {
+	case <-mongolock.KeeperDone(h):
+	case <-time.After(time.Second):
+		return r, errors.New("the lease was still kept 1s after the loss")
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer rcancel()
+	start := time.Now()
+	if err := h.Release(rctx); !errors.Is(err, mongolock.ErrLockLost) {
+		return r, fmt.Errorf("Release after the loss returned %v, not ErrLockLost", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		return r, fmt.Errorf("Release after the loss took %v", d)
 	}
 	return r, nil
 }

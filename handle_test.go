@@ -3,6 +3,7 @@ package mongolock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -287,131 +288,31 @@ func TestReleaseOfALostHandleDoesNotFreeTheNextHolder(t *testing.T) {
 	require.NoError(t, h2.Release(ctx))
 }
 
-// rivalExpiry is the lease of the tests that race a cut-off holder's loss
-// signal against a rival's acquisition: long enough that the safety margin
-// (a tenth of it) dwarfs scheduling delays under -race.
-const rivalExpiry = time.Second
-
-// The holder's client is disconnected, so its extensions fail at once. It
+// The holder's client is disconnected, so its next extension fails. It
 // must signal the loss before the server lets another client in: the instant
-// Lost closes comes before the instant a successful rival attempt was sent.
+// Lost closes comes before the instant a successful rival attempt was sent
+// (raceLoss, faults_test.go, which also runs the partitioned holder).
 func TestLostIsSignalledBeforeAnotherClientCanAcquireWhenDisconnected(t *testing.T) {
 	db := testdb.Database(t)
-	rival, err := mongolock.NewProvider(db, mongolock.WithExpiry(rivalExpiry))
-	require.NoError(t, err)
-	// The cleanups of the lost acquisitions run on; wait for them all at
-	// the end rather than after each run.
-	holders := []*mongolock.Provider{rival}
-	defer func() {
-		for _, p := range holders {
-			mongolock.WaitBackground(p)
-		}
-	}()
-
+	coll := db.Collection(mongolock.DefaultCollection)
+	rival := lockTestProvider(t, db, mongolock.WithExpiry(faultExpiry))
+	ctx := boundedCtx(t, time.Minute)
 	for run := range 5 {
 		c := testdb.NewClient(t)
-		holder, err := mongolock.NewProvider(c.Database(db.Name()), mongolock.WithExpiry(rivalExpiry))
+		holder, err := mongolock.NewProvider(c.Database(db.Name()), mongolock.WithExpiry(faultExpiry))
 		require.NoError(t, err)
-		holders = append(holders, holder)
-		lostAt, sentAt := lossAgainstRival(t, holder, rival, "disconnected", func() {
-			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		phase := time.Duration(rand.Int64N(int64(2 * faultExpiry / 3)))
+		r, err := raceLoss(ctx, coll, holder, rival, fmt.Sprint("disconnected-", run), phase, func() {
+			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			require.NoError(t, c.Disconnect(dctx))
 		})
-		t.Logf("run %d: loss signalled %v before the rival's winning attempt was sent (safety margin %v)",
-			run, sentAt.Sub(lostAt), mongolock.SafetyMargin(holder))
-	}
-}
-
-// The holder's connection to the server hangs (a proxy stops forwarding, as
-// in a network partition): extensions neither succeed nor fail until their
-// deadline. Loss must still be signalled before anyone else can acquire.
-func TestLostIsSignalledBeforeAnotherClientCanAcquireWhenTheNetworkHangs(t *testing.T) {
-	db := testdb.Database(t)
-	rival, err := mongolock.NewProvider(db, mongolock.WithExpiry(rivalExpiry))
-	require.NoError(t, err)
-	// The cleanups of the lost acquisitions cannot reach the server and
-	// run until their timeout; wait for them all at the end rather than
-	// after each run.
-	holders := []*mongolock.Provider{rival}
-	defer func() {
-		for _, p := range holders {
-			mongolock.WaitBackground(p)
-		}
-	}()
-
-	for run := range 3 {
-		px, c := proxiedClient(t)
-		holder, err := mongolock.NewProvider(c.Database(db.Name()), mongolock.WithExpiry(rivalExpiry))
 		require.NoError(t, err)
-		holders = append(holders, holder)
-		lostAt, sentAt := lossAgainstRival(t, holder, rival, "partitioned", px.Blackhole)
-		t.Logf("run %d: loss signalled %v before the rival's winning attempt was sent (safety margin %v)",
-			run, sentAt.Sub(lostAt), mongolock.SafetyMargin(holder))
+		require.Empty(t, r.violation)
+		mongolock.WaitBackground(holder)
+		t.Logf("run %d: loss signalled %v after the disconnect, %v before the rival's winning attempt was sent (safety margin %v)",
+			run, r.cutToLost, r.margin, mongolock.SafetyMargin(holder))
 	}
-}
-
-// lossAgainstRival acquires name with holder, lets it extend for a random
-// time of up to two cadences, calls cut (which stops the holder from reaching the
-// server), then races: it records when Lost closes and when rival's first
-// successful TryAcquire (polled every 5ms) was sent, and asserts that the
-// loss came first. It releases both handles.
-func lossAgainstRival(t *testing.T, holder, rival *mongolock.Provider, name string, cut func()) (lostAt, sentAt time.Time) {
-	t.Helper()
-	ctx := boundedCtx(t, 30*time.Second)
-	h, err := holder.Lock(name).TryAcquire(ctx)
-	require.NoError(t, err)
-
-	// Cut the holder off at a random point of its extension cycle (this
-	// wait chooses the phase; it synchronises nothing).
-	phase := time.NewTimer(time.Duration(rand.Int64N(int64(2 * rivalExpiry / 3))))
-	<-phase.C
-	require.False(t, closedNow(h.Lost()), "lost before the cut")
-	cut()
-	cutAt := time.Now()
-
-	lostCh := make(chan time.Time, 1)
-	go func() {
-		select {
-		case <-h.Lost():
-			lostCh <- time.Now()
-		case <-ctx.Done():
-			close(lostCh)
-		}
-	}()
-
-	var h2 *mongolock.Handle
-	for h2 == nil {
-		require.Less(t, time.Since(cutAt), 5*time.Second, "the rival never acquired the abandoned lock")
-		sent := time.Now()
-		h2, err = rival.Lock(name).TryAcquire(ctx)
-		if err == nil {
-			sentAt = sent
-			break
-		}
-		require.ErrorIs(t, err, mongolock.ErrNotAcquired)
-		time.Sleep(5 * time.Millisecond) // polling interval
-	}
-
-	lostAt, ok := <-lostCh
-	require.True(t, ok, "Lost never closed")
-	require.True(t, lostAt.Before(sentAt),
-		"the rival's acquisition was sent %v after the cut, but Lost closed only %v after it",
-		sentAt.Sub(cutAt), lostAt.Sub(cutAt))
-	require.ErrorIs(t, context.Cause(h.Context()), mongolock.ErrLockLost)
-	awaitClosed(t, mongolock.KeeperDone(h), time.Second, "the extension goroutine after loss")
-
-	// Release of the cut-off handle reports the loss, without panicking or
-	// hanging.
-	rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	start := time.Now()
-	require.ErrorIs(t, h.Release(rctx), mongolock.ErrLockLost)
-	require.Less(t, time.Since(start), time.Second, "Release of a cut-off handle took too long")
-
-	require.False(t, closedNow(h2.Lost()))
-	require.NoError(t, h2.Release(ctx))
-	return lostAt, sentAt
 }
 
 func TestReleaseAfterTheClientIsDisconnectedReturnsPromptly(t *testing.T) {
