@@ -160,9 +160,13 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Handle, error) {
 //
 // Acquire calls of one process for the same lock (same client, database,
 // collection and name) wait in line, first come first served: only the
-// first talks to the database, and when a handle of this process releases
-// the lock, the next in line attempts at once instead of sleeping. A call
-// whose ctx ends leaves the line without disturbing the others.
+// first talks to the database. When a handle of this process releases the
+// lock, the release hands it to the next in line in the same round trip
+// (unless another process's turn has come); when one is lost, the next in
+// line attempts at once instead of sleeping. A call whose ctx ends leaves
+// the line without disturbing the others. Where the server has change
+// streams, a release in another process also wakes the first in line.
+// Between attempts, processes in line take turns (fair.go).
 //
 // When ctx ends first, the error satisfies errors.Is(err, ctx.Err()), and
 // also errors.Is(err, ErrNotAcquired) if the lock was held by someone else
