@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// backoff chooses the sleep between Acquire's attempts.
+// backoff is the configured sleep between Acquire's attempts.
 type backoff struct {
 	min, max time.Duration
 	adaptive bool
@@ -32,4 +32,105 @@ func (b backoff) next(failures int) time.Duration {
 		return b.max
 	}
 	return max(time.Duration(d), b.min)
+}
+
+// waiting is the schedule between refused attempts of one lock's local
+// line, kept across the line's successive heads. Only the claimant polls
+// faster than the lock changes hands, and nobody faster than the minimum
+// sleep:
+//
+//   - The claimant, whose claim on the next turn the document holds, polls
+//     at most every claimantSleep. While the holder's process takes the lock
+//     again and again, it polls about when that turn should end, as timed
+//     by how fast the holder's streak grows (at the minimum sleep until it
+//     knows).
+//   - While the lock changes hands (it did since the last poll, or its
+//     holder's process is on a streak), other waiters poll when the next
+//     turn can be claimed: once the claimant holds the lock, or a turn later
+//     for the process that just stepped aside, so that those who waited
+//     longer claim first. Never later than the configured sleep.
+//   - While the lock stays with one holder, others double their sleep up to
+//     standbySleep: a lock held for hours costs little to wait for.
+//   - While release events arrive (change streams), a release wakes every
+//     waiter, and polling is a safety net at standbySleep.
+type waiting struct {
+	failures int
+	lockID   string    // the holder's lockId the last refusal saw
+	seen     time.Time // when
+	holder   string    // the holder's process and streak as last seen changing
+	streak   int
+	since    time.Time
+	per      time.Duration // time per acquisition in a streak; 0: unknown
+	standby  time.Duration
+	local    time.Time // this process's last acquisition
+}
+
+// refused returns the sleep after a refusal that returned doc, for an
+// Acquire of process proc with options o.
+func (w *waiting) refused(o config, proc string, doc lockDoc, now time.Time, notified bool) time.Duration {
+	w.failures++
+	first := w.seen.IsZero()
+	// The lock changes hands: it did since the last refusal, not long ago,
+	// or its holder's process is on a streak.
+	changing := doc.ProcessStreak > 1 ||
+		!w.seen.IsZero() && doc.LockID != w.lockID && now.Sub(w.seen) <= o.sleepMax
+	w.lockID, w.seen = doc.LockID, now
+	if doc.LastProcess == w.holder && doc.ProcessStreak > w.streak && !w.since.IsZero() {
+		w.per = now.Sub(w.since) / time.Duration(doc.ProcessStreak-w.streak)
+	}
+	if doc.LastProcess != w.holder || doc.ProcessStreak != w.streak {
+		w.holder, w.streak, w.since = doc.LastProcess, doc.ProcessStreak, now
+	}
+	// after returns how long n more acquisitions should take.
+	after := func(n int) time.Duration { return time.Duration(n)*w.per + w.per/2 }
+	left := max(turnLength-doc.ProcessStreak, 0) // before the holder's process steps aside
+	backoff := backoff{min: o.sleepMin, max: o.sleepMax, adaptive: o.adaptive}
+	switch {
+	case notified:
+		return o.standbySleep()
+	case doc.WaitingProcess == proc:
+		w.standby = 0
+		d := o.claimantSleep()
+		switch {
+		case first:
+			d = 0 // look again soon: is the lock changing hands?
+		case !changing || doc.LastProcess == proc:
+		case w.per > 0:
+			d = min(d, after(left))
+		default:
+			d = 0 // learn the pace
+		}
+		return max(d, o.sleepMin)
+	case !changing: // held for long, as far as this line knows
+		w.standby = min(max(w.standby, backoff.next(w.failures)/2)*2, o.standbySleep())
+		return max(w.standby, o.sleepMin)
+	}
+	w.standby = 0
+	d := backoff.next(w.failures)
+	if w.per == 0 {
+		return d
+	}
+	if doc.LastProcess == proc {
+		left = turnLength // this process just stepped aside
+	}
+	return min(max(after(left+1), o.sleepMin), d)
+}
+
+// failed returns the sleep after an attempt that failed with a transient
+// error.
+func (w *waiting) failed(o config) time.Duration {
+	w.failures++
+	return backoff{min: o.sleepMin, max: o.sleepMax, adaptive: o.adaptive}.next(w.failures)
+}
+
+// acquired records an acquisition by this process at now. Two in a row,
+// less than streakGap apart, time the pace of a streak, which other
+// processes' streaks tend to share. What the schedule learnt of its failures
+// is forgotten.
+func (w *waiting) acquired(now time.Time, streakGap time.Duration) {
+	if d := now.Sub(w.local); d < streakGap {
+		w.per = d
+	}
+	w.local = now
+	w.failures, w.standby = 0, 0
 }

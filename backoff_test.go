@@ -5,6 +5,7 @@ package mongolock
 // them with negligible probability (far below 1e-9 per run).
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -135,18 +136,107 @@ func TestAdaptiveBackoffAtTheLargestCapDoesNotWrapAroundToMin(t *testing.T) {
 
 // Sleeps of centuries are valid options; what is derived from them must not
 // overflow into negative durations (an immediate retry).
-func TestFrontSleepsAndLineEntriesDoNotOverflow(t *testing.T) {
+func TestWaitingDurationsDoNotOverflow(t *testing.T) {
 	for _, d := range []time.Duration{time.Hour, 1 << 61, 1 << 62, math.MaxInt64} {
 		o := defaultConfig()
 		o.sleepMin, o.sleepMax = d, d
-		b := o.frontBackoff()
-		require.Equal(t, d, b.max, "front backoff max for %v", d)
-		for f := 1; f < 5; f++ {
-			require.Equal(t, d, b.next(f))
+		for _, got := range []time.Duration{o.claimantSleep(), o.claimLifetime(), o.standbySleep()} {
+			require.Positive(t, got, "derived from sleeps of %v", d)
 		}
-		require.GreaterOrEqual(t, o.waiterLifetime(), d, "line entry lifetime for %v", d)
+		require.GreaterOrEqual(t, o.claimLifetime(), o.claimantSleep())
+		var w waiting
+		now := time.Now()
+		for i := range 5 {
+			now = now.Add(time.Millisecond)
+			require.GreaterOrEqual(t, w.refused(o, "me", lockDoc{WaitingProcess: "other", LockID: fmt.Sprint(i)}, now, false), d, "sleep %d", i)
+			require.GreaterOrEqual(t, w.refused(o, "me", lockDoc{WaitingProcess: "me", LockID: fmt.Sprint(i)}, now, false), d, "sleep %d", i)
+		}
 	}
 	o := defaultConfig()
-	require.Equal(t, frontSleepFactor*DefaultBusyWaitMin, o.frontBackoff().max)
-	require.Equal(t, 2*DefaultBusyWaitMax+500*time.Millisecond, o.waiterLifetime())
+	require.Equal(t, DefaultBusyWaitMax/6, o.claimantSleep())
+	require.Equal(t, 8*DefaultBusyWaitMax, o.standbySleep())
+}
+
+// refusals feeds w the refusals of a lock whose holder's process takes it
+// every per, from streak 1 on, polled every poll; it returns the last sleep.
+func refusals(w *waiting, o config, doc lockDoc, t0 time.Time, per, poll time.Duration, n int) time.Duration {
+	var d time.Duration
+	for i := range n {
+		at := time.Duration(i) * poll
+		doc.ProcessStreak = 1 + int(at/per)
+		doc.LockID = fmt.Sprint(doc.ProcessStreak)
+		d = w.refused(o, "me", doc, t0.Add(at), false)
+	}
+	return d
+}
+
+// The claimant, whose claim is in the document, polls faster than the
+// configured sleep, never faster than its minimum; while the holder's
+// process takes the lock again and again, about when its turn should end.
+func TestTheClaimantPollsAtMostEveryClaimantSleep(t *testing.T) {
+	o := defaultConfig()
+	var w waiting
+	t0 := time.Now()
+	d := w.refused(o, "me", lockDoc{WaitingProcess: "me", LastProcess: "holder", LockID: "h"}, t0, false)
+	require.Equal(t, o.sleepMin, d, "first refusal: look again soon")
+	for i := 1; i < 20; i++ {
+		d := w.refused(o, "me", lockDoc{WaitingProcess: "me", LastProcess: "holder", LockID: "h"}, t0.Add(time.Duration(i)*time.Second), false)
+		require.Equal(t, o.claimantSleep(), d, "a lock held for long: the claimant's longest sleep")
+	}
+	// The holder's process takes the lock every 10 ms; polled every 20 ms,
+	// the third refusal sees a streak of 5: 3 more and half of one are 35 ms.
+	w = waiting{}
+	d = refusals(&w, o, lockDoc{WaitingProcess: "me", LastProcess: "holder"}, t0, 10*time.Millisecond, 20*time.Millisecond, 3)
+	require.Equal(t, 35*time.Millisecond, d)
+	// A turn already over: poll at the minimum, not sooner.
+	d = refusals(&w, o, lockDoc{WaitingProcess: "me", LastProcess: "holder"}, t0, time.Millisecond, 20*time.Millisecond, 3)
+	require.Equal(t, o.sleepMin, d)
+}
+
+// Waiters behind another process's claim back off while the lock stays with
+// one holder, doubling their sleep up to the standby sleep.
+func TestOtherWaitersBackOffWhileTheLockStaysWithOneHolder(t *testing.T) {
+	o := defaultConfig()
+	o.sleepMin, o.sleepMax = 100*time.Millisecond, 100*time.Millisecond
+	var w waiting
+	doc := lockDoc{WaitingProcess: "claimant", LockID: "1"}
+	var sleeps []time.Duration
+	now := time.Now()
+	for range 10 { // held by one holder: the token never changes
+		d := w.refused(o, "me", doc, now, false)
+		sleeps = append(sleeps, d/time.Millisecond)
+		now = now.Add(d)
+	}
+	require.Equal(t, []time.Duration{100, 200, 400, 800, 800, 800, 800, 800, 800, 800}, sleeps,
+		"sleeps in ms: doubling up to 8x the longest sleep")
+	require.Equal(t, o.standbySleep(), 8*o.sleepMax)
+	// A poll long after the last one sees another holder: held for long
+	// still, as far as it knows.
+	doc.LockID = "2"
+	require.Equal(t, o.standbySleep(), w.refused(o, "me", doc, now.Add(time.Second), false))
+	// The lock changed hands since the last poll, 100 ms ago: back to the
+	// configured sleep.
+	doc.LockID = "3"
+	require.Equal(t, o.sleepMax, w.refused(o, "me", doc, now.Add(1100*time.Millisecond), false))
+	// Release events arrive: polling is a safety net.
+	require.Equal(t, o.standbySleep(), w.refused(o, "me", doc, now.Add(2*time.Second), true))
+	require.Equal(t, o.standbySleep(), (&waiting{}).refused(o, "claimant", doc, now, true))
+}
+
+// While the lock changes hands, a waiter behind another process's claim
+// polls when the next turn can be claimed: once the claimant holds the
+// lock, or a whole turn later if its own process just stepped aside.
+func TestOtherWaitersPollWhenTheNextTurnCanBeClaimed(t *testing.T) {
+	o := defaultConfig()
+	o.sleepMin, o.sleepMax, o.adaptive = time.Millisecond, time.Second, true
+	t0 := time.Now()
+	var w waiting
+	w.failures = 50 // the configured sleep has grown to its maximum
+	// Every 10 ms; the last refusal sees a streak of 3: 5 more by the
+	// holder's process, then the claimant's, and half of one: 65 ms.
+	d := refusals(&w, o, lockDoc{WaitingProcess: "claimant", LastProcess: "holder"}, t0, 10*time.Millisecond, 10*time.Millisecond, 3)
+	require.Equal(t, 65*time.Millisecond, d)
+	// Its own process stepped aside: a whole turn, and the claimant's.
+	d = w.refused(o, "me", lockDoc{WaitingProcess: "claimant", LastProcess: "me", ProcessStreak: 8, LockID: "other"}, t0.Add(40*time.Millisecond), false)
+	require.Equal(t, 95*time.Millisecond, d)
 }

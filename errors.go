@@ -3,6 +3,9 @@ package mongolock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver"
@@ -145,8 +148,7 @@ func endedByDeadline(ctx context.Context, err error) bool {
 // been applied on the server: anything but a reply in which the server said
 // no (or found no document), or a failure before the request was sent (no
 // server selected, no connection free, or too little time left for the
-// driver to send it). Such writes are cleaned up (guarantee 6 in
-// PROTOCOL.md).
+// driver to send it). Such writes are cleaned up in the background.
 func isAmbiguous(err error) bool {
 	if err == nil || errors.Is(err, mongo.ErrNoDocuments) {
 		return false
@@ -157,4 +159,35 @@ func isAmbiguous(err error) bool {
 	}
 	var se mongo.ServerError
 	return !errors.As(err, &se) || mongo.IsNetworkError(err)
+}
+
+var errNilContext = errors.New("nil context.Context")
+
+// Error is the error type of every failed operation on a lock: the
+// operation, the lock's name (shortened past 64 bytes), and the cause, which
+// errors.Is and errors.As see through.
+type Error struct {
+	Op   string // "acquire", "try acquire", "do", "release"
+	Name string
+	Err  error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("mongolock: %s %q: %s", e.Op, e.Name, strings.TrimPrefix(e.Err.Error(), "mongolock: "))
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// errorf wraps err with the operation and the lock's name, shortened
+// without splitting a character: names may be megabytes long.
+func (l *Lock) errorf(op string, err error) error {
+	name := l.name
+	if len(name) > 64 {
+		cut := 61
+		for cut > 0 && !utf8.RuneStart(name[cut]) {
+			cut--
+		}
+		name = name[:cut] + "..."
+	}
+	return &Error{Op: op, Name: name, Err: err}
 }

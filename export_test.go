@@ -11,10 +11,22 @@ import (
 
 // WaitBackground waits for the provider's background work (TTL index
 // creation, cleanup of orphaned acquisitions) to end.
-func WaitBackground(p *Provider) { p.shared.bg.Wait() }
+func WaitBackground(p *Provider) { p.local.bg.Wait() }
 
-// KeeperDone is closed when the handle's extension goroutine has ended.
-func KeeperDone(h *Handle) <-chan struct{} { return h.keeperDone }
+// LeaseUnkept is closed when the handle's lease is no longer extended.
+func LeaseUnkept(h *Handle) <-chan struct{} { return h.unkept }
+
+// Process is the id of p's process in lock documents (lastProcess,
+// waitingProcess).
+func Process(p *Provider) string { return p.local.process }
+
+// ClaimLifetime is how long a claim of p's process counts after it last
+// asked.
+func ClaimLifetime(p *Provider) time.Duration { return p.opts.claimLifetime() }
+
+// TurnLength is how many times in a row a process may take a lock before
+// it steps aside for a claimant.
+const TurnLength = turnLength
 
 // SafetyMargin is the margin by which the client's lease ends before the
 // server's.
@@ -25,10 +37,10 @@ func CollectionName(p *Provider) string { return p.coll.Name() }
 
 // QueueLen is the number of Acquire calls of this process waiting in line
 // for name; QueueNames the number of names with a local queue entry.
-func QueueLen(p *Provider, name string) int { return p.shared.queues.waiting(name) }
+func QueueLen(p *Provider, name string) int { return p.local.queues.waiting(name) }
 
 func QueueNames(p *Provider) int {
-	qs := &p.shared.queues
+	qs := &p.local.queues
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	return len(qs.byName)
@@ -41,7 +53,7 @@ func DatabaseName(p *Provider) string { return p.coll.Database().Name() }
 // collection when a lock is released (an in-memory source, for tests).
 // Call it before the collection has waiters.
 func SetReleaseSource(p *Provider, source func(ctx context.Context, released func(name string)) error) {
-	n := &p.shared.notify
+	n := &p.local.notify
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.source = func(ctx context.Context, _ *mongo.Collection, ready func(), released func(string)) error {
@@ -54,8 +66,5 @@ func SetReleaseSource(p *Provider, source func(ctx context.Context, released fun
 // Notifying reports whether p's collection runs its release source and
 // the source is ready (a change stream: opened).
 func Notifying(p *Provider) bool {
-	n := &p.shared.notify
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.stop != nil && n.open
+	return p.local.notify.isOpen()
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/testdb"
@@ -17,9 +18,9 @@ import (
 
 // Several processes (clients with providers of their own), each with several
 // goroutines, contend for one lock. The local line hands the lock over
-// within a process far faster than another process polls; the line of
-// waiting processes and the bounded streak must still give every process
-// at least 1/(2P) of the acquisitions.
+// within a process far faster than another process polls; claims and the
+// bounded streak must still give every process at least 1/(2P) of the
+// acquisitions.
 func TestContendingProcessesEachGetAFairShare(t *testing.T) {
 	const procs, perProc = 3, 4
 	ctx := boundedCtx(t, time.Minute)
@@ -80,47 +81,52 @@ func TestContendingProcessesEachGetAFairShare(t *testing.T) {
 	require.Greater(t, total, int64(3*procs), "too few acquisitions to judge")
 }
 
-// lineOf returns the processes in the lock's line of waiters.
-func lineOf(t *testing.T, db string, name string) []string {
-	t.Helper()
-	var doc struct {
-		Waiters []struct {
-			P string `bson:"p"`
-		} `bson:"waiters"`
-	}
-	err := testdb.Client(t).Database(db).Collection(mongolock.DefaultCollection).
-		FindOne(context.Background(), bson.D{{Key: "_id", Value: name}}).Decode(&doc)
-	require.NoError(t, err)
-	var line []string
-	for _, w := range doc.Waiters {
-		line = append(line, w.P)
-	}
-	return line
+// turnFields is the document's turn state.
+type turnFields struct {
+	LastProcess    string    `bson:"lastProcess"`
+	ProcessStreak  int       `bson:"processStreak"`
+	WaitingProcess string    `bson:"waitingProcess"`
+	WaitingUntil   time.Time `bson:"waitingUntil"`
 }
 
-func TestTryAcquireNeverReservesTheLock(t *testing.T) {
+func turnOf(t *testing.T, p *mongolock.Provider, name string) turnFields {
+	t.Helper()
+	var f turnFields
+	err := testdb.Client(t).Database(mongolock.DatabaseName(p)).Collection(mongolock.CollectionName(p)).
+		FindOne(context.Background(), bson.D{{Key: "_id", Value: name}}).Decode(&f)
+	require.NoError(t, err)
+	return f
+}
+
+// awaitClaim polls until the document holds p's process's claim.
+func awaitClaim(t *testing.T, p *mongolock.Provider, name string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return turnOf(t, p, name).WaitingProcess == mongolock.Process(p) },
+		10*time.Second, time.Millisecond, "no claim of the waiting process in the document")
+}
+
+func TestTryAcquireNeverClaimsATurn(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
 	e := newQueueEnv(t)
 	holder, err := e.rival.Lock("try").TryAcquire(ctx)
 	require.NoError(t, err)
 	_, err = e.p.Lock("try").TryAcquire(ctx)
 	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
-	require.Empty(t, lineOf(t, mongolock.DatabaseName(e.p), "try"), "a failed TryAcquire joined the line")
+	require.Empty(t, turnOf(t, e.p, "try").WaitingProcess, "a refused TryAcquire claimed a turn")
 	require.NoError(t, holder.Release(ctx))
-	// Free, and reserved for nobody: the holder's process takes it again.
+	// Free, and claimed by nobody: the holder's process takes it again.
 	h, err := e.rival.Lock("try").TryAcquire(ctx)
 	require.NoError(t, err)
 	require.NoError(t, h.Release(ctx))
 }
 
-func TestAWaiterThatGivesUpLeavesNoTicket(t *testing.T) {
+func TestAWaiterThatGivesUpWithdrawsItsClaim(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
 	e := newQueueEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
-	dbName := mongolock.DatabaseName(e.p)
 	holder, err := e.rival.Lock("turn").TryAcquire(ctx)
 	require.NoError(t, err)
 
-	// A waiter of the other process joins the line...
+	// A waiter of the other process claims the next turn...
 	got := make(chan error, 1)
 	go func() {
 		h, err := e.p.Lock("turn").Acquire(ctx)
@@ -129,22 +135,181 @@ func TestAWaiterThatGivesUpLeavesNoTicket(t *testing.T) {
 		}
 		got <- err
 	}()
-	require.Eventually(t, func() bool { return len(lineOf(t, dbName, "turn")) == 1 }, 10*time.Second, time.Millisecond)
-	// ...and gets the lock once the holder releases.
+	awaitClaim(t, e.p, "turn")
+	// ...and gets the lock once the holder releases, which fulfils the
+	// claim.
 	require.NoError(t, holder.Release(ctx))
 	require.NoError(t, <-got)
+	require.Empty(t, turnOf(t, e.p, "turn").WaitingProcess, "a fulfilled claim stayed")
 
-	// A waiter that gives up takes its process out of the line: the lock
-	// is not left reserved for nobody.
+	// A waiter that gives up withdraws its process's claim: nobody steps
+	// aside for it.
 	holder, err = e.rival.Lock("turn").TryAcquire(ctx)
 	require.NoError(t, err)
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { _, err := e.p.Lock("turn").Acquire(wctx); done <- err }()
-	require.Eventually(t, func() bool { return len(lineOf(t, dbName, "turn")) == 1 }, 10*time.Second, time.Millisecond)
+	awaitClaim(t, e.p, "turn")
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 	mongolock.WaitBackground(e.p)
-	require.Empty(t, lineOf(t, dbName, "turn"), "a waiter that gave up was kept in line")
+	require.Empty(t, turnOf(t, e.p, "turn").WaitingProcess, "a waiter that gave up kept its claim")
 	require.NoError(t, holder.Release(ctx))
+}
+
+// A claimant whose process died holds no free lock back: a third client's
+// TryAcquire gets it at once (before, a dead process first in line made
+// every other process wait up to twice its longest sleep).
+func TestAClaimantThatDiedHoldsNoFreeLockBack(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newQueueEnv(t)
+	holder, err := e.rival.Lock("dead").TryAcquire(ctx)
+	require.NoError(t, err)
+	// A slow waiter claims the next turn, and its process dies.
+	c := testdb.NewClient(t)
+	dying, err := mongolock.NewProvider(c.Database(mongolock.DatabaseName(e.p)),
+		mongolock.WithBusyWaitSleep(time.Second, time.Minute))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { _, err := dying.Lock("dead").Acquire(ctx); done <- err }()
+	awaitClaim(t, dying, "dead")
+	require.NoError(t, c.Disconnect(ctx))
+	require.Error(t, <-done)
+	mongolock.WaitBackground(dying)
+	require.Equal(t, mongolock.Process(dying), turnOf(t, e.p, "dead").WaitingProcess, "the dead claim is in place")
+
+	require.NoError(t, holder.Release(ctx))
+	h, err := e.p.Lock("dead").TryAcquire(ctx)
+	require.NoError(t, err, "a free lock was held back for a dead claimant")
+	require.NoError(t, h.Release(ctx))
+}
+
+// A process that took the lock turnLength times in a row steps aside while
+// another process's claim is live, and only that long: a claim that is not
+// renewed lapses within its lifetime.
+func TestAStepAsideLastsNoLongerThanTheClaim(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newQueueEnv(t)
+	l := e.p.Lock("aside")
+	var h *mongolock.Handle
+	for i := range mongolock.TurnLength {
+		var err error
+		h, err = l.TryAcquire(ctx)
+		require.NoError(t, err, "acquisition %d", i)
+		if i < mongolock.TurnLength-1 {
+			require.NoError(t, h.Release(ctx))
+		}
+	}
+	require.Equal(t, mongolock.TurnLength, turnOf(t, e.p, "aside").ProcessStreak)
+	// Another process claims the next turn, then stops asking.
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := e.rival.Lock("aside").Acquire(wctx); done <- err }()
+	awaitClaim(t, e.rival, "aside")
+	claim := turnOf(t, e.p, "aside").WaitingUntil
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	mongolock.WaitBackground(e.rival) // its claim withdrawn
+
+	require.NoError(t, h.Release(ctx))
+	// The claim is not withdrawn here (a claimant that died); the holder's
+	// process steps aside until it lapses.
+	coll := testdb.Client(t).Database(mongolock.DatabaseName(e.p)).Collection(mongolock.CollectionName(e.p))
+	_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "aside"}}, bson.D{{Key: "$set", Value: bson.D{
+		{Key: "waitingProcess", Value: mongolock.Process(e.rival)}, {Key: "waitingUntil", Value: claim}}}})
+	require.NoError(t, err)
+	_, err = l.TryAcquire(ctx)
+	if time.Until(claim) > 50*time.Millisecond { // still live by any clock skew here
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the holder's process did not step aside")
+	}
+	lifetime := mongolock.ClaimLifetime(e.rival)
+	var again *mongolock.Handle
+	pollUntil(t, lifetime+time.Second, "the holder's process got the lock back once the claim lapsed", func() bool {
+		again, err = l.TryAcquire(ctx)
+		return err == nil
+	})
+	require.NoError(t, again.Release(ctx))
+}
+
+// The cron pattern: a process that only ever calls TryAcquire gets a free
+// lock even while other processes wait for it in Acquire.
+func TestTryAcquireGetsAFreeLockWhileOtherProcessesWait(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newQueueEnv(t)
+	holder, err := e.p.Lock("cron").TryAcquire(ctx)
+	require.NoError(t, err)
+	var counts []*acquireCounter
+	for range 3 {
+		// Waiters that poll rarely, so that the free lock is there to take.
+		c := &acquireCounter{}
+		counts = append(counts, c)
+		w, err := mongolock.NewProvider(testdb.NewClient(t, options.Client().SetMonitor(c.monitor())).Database(mongolock.DatabaseName(e.p)),
+			mongolock.WithBusyWaitSleep(5*time.Second, 5*time.Second))
+		require.NoError(t, err)
+		t.Cleanup(func() { mongolock.WaitBackground(w) })
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() { _, _ = w.Lock("cron").Acquire(wctx) }()
+	}
+	// Each has made its first attempt, and sleeps.
+	require.Eventually(t, func() bool {
+		for _, c := range counts {
+			if c.started.Load() == 0 || c.inFlight.Load() > 0 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "the waiters did not attempt")
+	f := turnOf(t, e.p, "cron")
+	require.NotEmpty(t, f.WaitingProcess, "no waiter claimed the next turn")
+	require.NoError(t, holder.Release(ctx))
+	cron, err := e.rival.Lock("cron").TryAcquire(ctx)
+	require.NoError(t, err, "a free lock refused to TryAcquire because others wait")
+	require.NoError(t, cron.Release(ctx))
+}
+
+// While a lock is held for long by one process, only the claimant polls
+// faster than the configured sleep; the other waiting processes back off.
+func TestWhileALockIsHeldOnlyTheClaimantPollsOften(t *testing.T) {
+	const waiters, hold = 4, 2 * time.Second
+	ctx := boundedCtx(t, time.Minute)
+	db := testdb.Database(t)
+	holderP, err := mongolock.NewProvider(testdb.NewClient(t).Database(db.Name()))
+	require.NoError(t, err)
+	t.Cleanup(func() { mongolock.WaitBackground(holderP) })
+	h, err := holderP.Lock("standby").TryAcquire(ctx)
+	require.NoError(t, err)
+
+	counts := make([]*acquireCounter, waiters)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range waiters {
+		counts[i] = &acquireCounter{}
+		c := testdb.NewClient(t, options.Client().SetMonitor(counts[i].monitor()))
+		p, err := mongolock.NewProvider(c.Database(db.Name()), mongolock.WithBusyWaitSleep(10*time.Millisecond, 100*time.Millisecond))
+		require.NoError(t, err)
+		t.Cleanup(func() { mongolock.WaitBackground(p) })
+		wg.Go(func() {
+			h, err := p.Lock("standby").Acquire(wctx)
+			if err == nil {
+				_ = h.Release(ctx)
+			}
+		})
+	}
+	time.Sleep(hold) // the lock is held for this long: what it costs is counted
+	cancel()
+	wg.Wait()
+	require.NoError(t, h.Release(ctx))
+	var often int
+	for i, c := range counts {
+		n := c.started.Load()
+		t.Logf("waiting process %d: %d attempts in %v", i, n, hold)
+		// The configured sleep is 10-100 ms: 20 attempts in 2 s is above
+		// what backing off to 800 ms allows, and far below the claimant's.
+		if n > 20 {
+			often++
+		}
+	}
+	require.Equal(t, 1, often, "processes that polled often while the lock was held")
 }

@@ -151,7 +151,7 @@ func raceLoss(ctx context.Context, coll *mongo.Collection, holder, rival *mongol
 	// After the loss nothing keeps the lease, and Release reports the loss
 	// at once, without waiting on the cut connection.
 	select {
-	case <-mongolock.KeeperDone(h):
+	case <-mongolock.LeaseUnkept(h):
 	case <-time.After(time.Second):
 		return r, errors.New("the lease was still kept 1s after the loss")
 	}

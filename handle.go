@@ -6,14 +6,13 @@ import (
 	"sync"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 // A Handle is one acquisition of a lock. While it is held, its lease is
 // extended every extension cadence, together with the other handles of its
 // collection, by one background goroutine per collection that runs while
-// handles are held (lease.go).
+// handles are held.
 //
 // Loss (the lease could not be extended in time, or someone else took the
 // lock over, or its document was deleted) closes Lost and cancels Context
@@ -30,34 +29,29 @@ type Handle struct {
 	cancel context.CancelCauseFunc
 	lost   chan struct{}
 
-	keeperDone chan struct{} // closed when the lease is no longer kept
+	unkept chan struct{} // closed when the lease is no longer extended
 
 	mu       sync.Mutex
 	lostErr  error // why the lock was lost; wraps ErrLockLost
 	released bool  // Release was called
 
-	unholdOnce sync.Once // tells the local queue, once, that this handle no longer holds
+	unholdOnce sync.Once // tells the local line, once, that this handle no longer holds
 }
 
 func newHandle(l *Lock, lockID string, token int64, sent time.Time) *Handle {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	h := &Handle{
-		lock:       l,
-		lockID:     lockID,
-		token:      token,
-		ctx:        ctx,
-		cancel:     cancel,
-		lost:       make(chan struct{}),
-		keeperDone: make(chan struct{}),
+		lock:   l,
+		lockID: lockID,
+		token:  token,
+		ctx:    ctx,
+		cancel: cancel,
+		lost:   make(chan struct{}),
+		unkept: make(chan struct{}),
 	}
-	l.p.shared.queues.hold(l.name)
-	l.p.shared.leases.keep(h, sent)
+	l.p.local.queues.hold(l, time.Now())
+	l.p.local.leases.keep(h, sent)
 	return h
-}
-
-// unhold tells local waiters, once, that this handle holds the lock no more.
-func (h *Handle) unhold() {
-	h.unholdOnce.Do(func() { h.lock.p.shared.queues.unhold(h.lock.name) })
 }
 
 // Name returns the name of the lock this handle holds.
@@ -82,10 +76,9 @@ func (h *Handle) Lost() <-chan struct{} { return h.lost }
 // Release releases the lock, if it is still held, in one owner-checked round
 // trip bounded by ctx: others can take it at once, and its fencing token is
 // kept for the next holder to outrank. The handle stops extending the lease
-// before Release returns. If a goroutine of this process waits for the lock
-// in Acquire, the same round trip hands the lock over to it (a new
-// acquisition, with a higher fencing token), unless another process's turn
-// has come.
+// before Release returns. If an Acquire of this process waits for the lock,
+// the same round trip hands the lock over to it (a new acquisition, with a
+// higher fencing token), unless another process's turn has come.
 //
 // The first call returns nil if the lock was still held, and an error
 // wrapping ErrLockLost if it had been lost. If the round trip fails (ctx
@@ -106,28 +99,58 @@ func (h *Handle) Release(ctx context.Context) error {
 
 	// Stop extending before releasing. Local waiters are woken once the
 	// release is decided.
-	h.lock.p.shared.leases.forget(h)
+	p := h.lock.p
+	p.local.leases.forget(h)
 	defer h.unhold()
 	if err := h.lossError(); err != nil {
 		return h.lock.errorf("release", err)
 	}
-
-	p := h.lock.p
-	if w := p.shared.queues.offer(h.lock.name); w != nil {
-		return h.handOver(ctx, w)
+	var err error
+	if w := p.local.queues.offer(h.lock.name); w != nil {
+		err = h.handOver(ctx, w)
+	} else {
+		res, uerr := p.coll.UpdateOne(ctx, ownerFilter(h.lock.name, h.lockID), releaseUpdate)
+		if err = uerr; err == nil && res.MatchedCount == 0 {
+			err = mongo.ErrNoDocuments
+		}
 	}
-	res, err := p.coll.UpdateOne(ctx, ownerFilter(h.lock.name, h.lockID), releaseUpdate)
 	switch {
-	case err != nil:
-		p.releaseInBackground(h.lock.name, h.lockID, cleanupSchedule)
+	case err == nil:
 		h.cancel(context.Canceled)
-		return h.lock.errorf("release", err)
-	case res.MatchedCount == 0:
+		return nil
+	case isNoMatch(err):
 		h.markLost(fmt.Errorf("%w: at release, the lock was held by someone else or its document was gone", ErrLockLost))
 		return h.lock.errorf("release", h.lossError())
+	default:
+		p.releaseInBackground(h.lock.name, h.lockID, afterNoReply)
+		h.cancel(context.Canceled)
+		return h.lock.errorf("release", err)
 	}
-	h.cancel(context.Canceled)
-	return nil
+}
+
+// handOver releases h and, in the same round trip, acquires the lock for w
+// with the acquisition pipeline of w's provider, in hand-over mode: if
+// another process's turn has come, the round trip only releases, and w goes
+// on waiting. It returns the round trip's error.
+func (h *Handle) handOver(ctx context.Context, w *waiter) error {
+	name, wp := h.lock.name, w.lock.p
+	lockID := newLockID()
+	sent := time.Now()
+	var doc lockDoc
+	err := wp.coll.FindOneAndUpdate(ctx, ownerFilter(name, h.lockID),
+		acquirePipeline(lockID, wp.stages[handOverMode]), acquireOptions).Decode(&doc)
+	var next *Handle
+	if err == nil && doc.LockID == lockID {
+		next = newHandle(w.lock, lockID, doc.FencingToken, sent)
+	}
+	if !wp.local.queues.deliver(w, next) && next != nil {
+		// Its Acquire ended meanwhile.
+		wp.background(cleanupTimeout, func(ctx context.Context) { _ = next.Release(ctx) })
+	}
+	if err != nil && !isNoMatch(err) && isAmbiguous(err) {
+		wp.releaseInBackground(name, lockID, afterNoReply)
+	}
+	return err
 }
 
 func (h *Handle) lossError() error {
@@ -152,17 +175,17 @@ func (h *Handle) markLost(why error) {
 	}
 }
 
-// extendUpdate pushes the lease to $$NOW + expiry.
-func extendUpdate(expiry time.Duration) mongo.Pipeline {
-	return mongo.Pipeline{{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: leaseEnd(expiry)}}}}}
+// unhold tells local waiters, once, that this handle holds the lock no more.
+func (h *Handle) unhold() {
+	h.unholdOnce.Do(func() { h.lock.p.local.queues.unhold(h.lock.name) })
 }
 
 // leaseOver signals loss when the local lease ran out, then frees the lock
 // on the server in case a late extension did reach it.
 func (h *Handle) leaseOver(lastErr error) {
 	// Counted as background work before Lost closes, so that whoever wakes
-	// on Lost and waits for the background (WaitBackground) waits for it.
-	h.lock.p.releaseInBackground(h.lock.name, h.lockID, cleanupSchedule)
+	// on Lost and waits for the background work waits for it.
+	h.lock.p.releaseInBackground(h.lock.name, h.lockID, afterNoReply)
 	if lastErr != nil {
 		h.markLost(fmt.Errorf("%w: its lease ran out before an extension succeeded (last error: %w)", ErrLockLost, lastErr))
 	} else {

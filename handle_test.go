@@ -156,7 +156,7 @@ func TestLostClosesWhenDocumentIsDeleted(t *testing.T) {
 	awaitClosed(t, hctx.Done(), time.Second, "Context after loss")
 	require.ErrorIs(t, context.Cause(hctx), mongolock.ErrLockLost)
 	require.ErrorIs(t, hctx.Err(), context.Canceled)
-	awaitClosed(t, mongolock.KeeperDone(h), time.Second, "the extension goroutine after loss")
+	awaitClosed(t, mongolock.LeaseUnkept(h), time.Second, "the extension goroutine after loss")
 
 	err = h.Release(ctx)
 	require.ErrorIs(t, err, mongolock.ErrLockLost)
@@ -194,7 +194,7 @@ func TestLostClosesWhenSomeoneElseTakesOver(t *testing.T) {
 	t.Logf("loss signalled %v after the takeover", lost.Sub(taken))
 	awaitClosed(t, h.Context().Done(), time.Second, "Context after loss")
 	require.ErrorIs(t, context.Cause(h.Context()), mongolock.ErrLockLost)
-	awaitClosed(t, mongolock.KeeperDone(h), time.Second, "the extension goroutine after loss")
+	awaitClosed(t, mongolock.LeaseUnkept(h), time.Second, "the extension goroutine after loss")
 
 	require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
 	require.NoError(t, h.Release(ctx))
@@ -248,7 +248,7 @@ func TestReleaseNeverClosesLost(t *testing.T) {
 	require.NoError(t, hctx.Err())
 
 	require.NoError(t, h.Release(ctx))
-	require.True(t, closedNow(mongolock.KeeperDone(h)), "the extension goroutine still runs after Release returned")
+	require.True(t, closedNow(mongolock.LeaseUnkept(h)), "the extension goroutine still runs after Release returned")
 	require.True(t, closedNow(hctx.Done()), "Context not done after Release returned")
 	require.ErrorIs(t, context.Cause(hctx), context.Canceled)
 	require.NotErrorIs(t, context.Cause(hctx), mongolock.ErrLockLost)
@@ -332,7 +332,7 @@ func TestReleaseAfterTheClientIsDisconnectedReturnsPromptly(t *testing.T) {
 	require.Less(t, time.Since(start), time.Second, "Release on a disconnected client took too long")
 	require.Error(t, err, "Release cannot have reached the server")
 	require.NotErrorIs(t, err, mongolock.ErrLockLost, "the lock was not lost; the release failed")
-	require.True(t, closedNow(mongolock.KeeperDone(h)))
+	require.True(t, closedNow(mongolock.LeaseUnkept(h)))
 	require.True(t, closedNow(h.Context().Done()))
 	require.False(t, closedNow(h.Lost()))
 	require.NoError(t, h.Release(rctx), "a second Release")
@@ -470,7 +470,7 @@ func TestNilContextIsAnErrorNotAPanic(t *testing.T) {
 	h, err = l.TryAcquire(ctx)
 	require.NoError(t, err, "a nil-ctx call left the lock held")
 	require.Error(t, h.Release(nilCtx))
-	require.False(t, closedNow(mongolock.KeeperDone(h)), "Release(nil) stopped the handle")
+	require.False(t, closedNow(mongolock.LeaseUnkept(h)), "Release(nil) stopped the handle")
 	// Release(nil) did nothing: the real Release is still the first.
 	require.NoError(t, h.Release(ctx))
 	h, err = e.other.Lock("nil-ctx").TryAcquire(ctx)

@@ -118,7 +118,7 @@ func TestHandOversGiveWayToAWaitingProcess(t *testing.T) {
 	}()
 	coll := testdb.Client(t).Database(mongolock.DatabaseName(e.p)).Collection(mongolock.DefaultCollection)
 	require.Eventually(t, func() bool {
-		n, err := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: "turns"}, {Key: "waiters.0", Value: bson.D{{Key: "$exists", Value: true}}}})
+		n, err := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: "turns"}, {Key: "waitingProcess", Value: bson.D{{Key: "$exists", Value: true}}}})
 		return err == nil && n == 1
 	}, 10*time.Second, time.Millisecond, "the rival did not join the line")
 

@@ -96,7 +96,7 @@ func TestAHandleAfterReleaseStaysReleased(t *testing.T) {
 	require.True(t, closedNow(h.Context().Done()))
 	require.ErrorIs(t, context.Cause(h.Context()), context.Canceled)
 	require.False(t, closedNow(h.Lost()))
-	require.True(t, closedNow(mongolock.KeeperDone(h)))
+	require.True(t, closedNow(mongolock.LeaseUnkept(h)))
 
 	_, err = e.p.Lock("released").TryAcquire(ctx)
 	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the old handle freed the next holder")

@@ -6,17 +6,16 @@ import (
 	"time"
 	"weak"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
-// Release notifications.
+// Release events.
 //
 // Waiters learn that a lock held by another process came free by polling.
 // Where the server offers change streams (replica sets, sharded clusters),
 // one change stream per collection also wakes the head of a name's local
 // line as soon as that lock is released (its lockId removed, or its document
-// deleted), in any process. The stream opens when a waiter first finds the
+// deleted), in any process; while it runs, polling is only a safety net. The stream opens when a waiter first finds the
 // lock held by another process (a lock that is free, or held in this
 // process, needs none) and closes notifyLinger after the last such waiter
 // is done, so that ping-pong between processes does not reopen it per turn.
@@ -34,14 +33,6 @@ const notifyLinger = time.Second
 // calling ready once it sees every release from then on. It returns an
 // error if it cannot (then the collection falls back to polling).
 type releaseSource func(ctx context.Context, coll *mongo.Collection, ready func(), released func(name string)) error
-
-// releaseEvents selects the change events of releases: Release's update
-// removes lockId; DistributedLock.MongoDB's release and the TTL monitor
-// delete the document.
-var releaseEvents = mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "$or", Value: bson.A{
-	bson.D{{Key: "operationType", Value: "delete"}},
-	bson.D{{Key: "updateDescription.removedFields", Value: "lockId"}},
-}}}}}}
 
 // watchReleases is the change-stream releaseSource.
 func watchReleases(ctx context.Context, coll *mongo.Collection, ready func(), released func(name string)) error {
@@ -152,4 +143,12 @@ func (n *notifier) leave() {
 			n.stop, n.linger, n.open = nil, nil, false
 		}
 	})
+}
+
+// isOpen reports whether release events are arriving: the source runs and
+// is ready.
+func (n *notifier) isOpen() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.stop != nil && n.open
 }

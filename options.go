@@ -99,10 +99,35 @@ func buildConfig(opts []Option) (config, error) {
 }
 
 // safetyMargin is how much earlier than the server the client considers its
-// lease over (guarantee 5): a tenth of the expiry, at most a second, and
-// always less than what the extension cadence leaves, so that an extension
-// is sent while the lease is still held.
+// lease over: a tenth of the expiry, at most a second, and always less than
+// what the extension cadence leaves, so that an extension is sent while the
+// lease is still held.
 func (o config) safetyMargin() time.Duration {
 	m := min(o.expiry/safetyMarginDivisor, maxSafetyMargin)
 	return min(m, (o.expiry-o.cadence)/2)
+}
+
+// The waiting schedule (backoff.go) derives from the busy-wait sleep. Each
+// duration is capped at maxDerived: no overflow, and server-side dates stay
+// sane for sleeps of centuries.
+const maxDerived = 24 * time.Hour
+
+// claimantSleep is the longest sleep of the process whose claim on the next
+// turn is in the document: a sixth of the longest sleep, at most a second,
+// at least the shortest.
+func (o config) claimantSleep() time.Duration {
+	return min(max(o.sleepMin, min(o.sleepMax/6, time.Second)), maxDerived)
+}
+
+// claimLifetime is how long a claim counts after its process last asked:
+// long enough for a few of its sleeps and a round trip, short enough that a
+// claimant that went away soon stops making the holder's process step aside.
+func (o config) claimLifetime() time.Duration {
+	return min(4*o.claimantSleep()+250*time.Millisecond, maxDerived)
+}
+
+// standbySleep is the longest sleep of a waiter while the lock stays with
+// one holder: eight times the longest configured sleep.
+func (o config) standbySleep() time.Duration {
+	return min(o.sleepMax, maxDerived/8) * 8
 }

@@ -7,22 +7,22 @@ import (
 	"time"
 	"weak"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // A Provider mints named locks that share options and a collection. It is
 // safe for concurrent use and cheap to keep for the life of a process;
 // inject it where code needs locks.
 type Provider struct {
-	coll   *mongo.Collection
-	opts   config
-	shared *collection
+	coll  *mongo.Collection
+	opts  config
+	local *local
 
-	acquireOpts *options.FindOneAndUpdateOptionsBuilder
-	// The encoded acquire pipelines of TryAcquire and Acquire, and of a
-	// hand-over to an Acquire of this provider (pipeline.go, handoff.go).
-	tryPipeline, waitPipeline, handoffPipeline acquireTemplate
+	// The statements of this provider that do not change per attempt:
+	// the constant acquisition stages by mode, and the extension.
+	stages [3][]bson.Raw
+	extend bson.A
 }
 
 // NewProvider returns a Provider for locks in db. It validates every option
@@ -36,19 +36,15 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	shared := collectionFor(db, o.collection)
-	f := fairness{proc: shared.id, entryLife: o.waiterLifetime()}
 	p := &Provider{
-		coll:        db.Collection(o.collection),
-		opts:        o,
-		shared:      shared,
-		acquireOpts: options.FindOneAndUpdate().SetReturnDocument(options.After),
-		tryPipeline: newAcquireTemplate(o.expiry, f),
+		coll:   db.Collection(o.collection),
+		opts:   o,
+		local:  localFor(db, o.collection),
+		extend: extendUpdate(o.expiry),
 	}
-	f.join = true
-	p.waitPipeline = newAcquireTemplate(o.expiry, f)
-	f.join, f.from = false, "handover"
-	p.handoffPipeline = newAcquireTemplate(o.expiry, f)
+	for _, m := range []attemptMode{tryMode, waitMode, handOverMode} {
+		p.stages[m] = acquireStages(p.local.process, m, o.expiry, o.claimLifetime())
+	}
 	return p, nil
 }
 
@@ -69,44 +65,43 @@ func (p *Provider) Lock(name string) *Lock {
 	return &Lock{p: p, name: name}
 }
 
-// collection is what every Provider of one client, database and collection
-// in this process shares: the TTL index is created once, and waiters for
-// one name queue together (queue.go).
-type collection struct {
-	id        string // this process's id in lock documents (fair.go)
+// local is what this process keeps for one collection of one client, shared
+// by every Provider of it: the process's id in lock documents, the TTL index
+// created once, the lines of waiters, the lease scheduler and the release
+// events.
+type local struct {
+	process   string
 	indexOnce sync.Once
-	bg        sync.WaitGroup // background work: index creation, orphan cleanup
+	bg        sync.WaitGroup // background work: index creation, cleanups
 	queues    queues
 	leases    scheduler
 	notify    notifier
 }
 
-// collectionKey identifies a collection of one client. The client is held
+// localKey identifies a collection of one client. The client is held
 // weakly, so that the registry does not keep disconnected clients alive.
-type collectionKey struct {
+type localKey struct {
 	client   weak.Pointer[mongo.Client]
 	db, coll string
 }
 
-var collections sync.Map // collectionKey -> *collection
+var locals sync.Map // localKey -> *local
 
-func collectionFor(db *mongo.Database, coll string) *collection {
-	k := collectionKey{weak.Make(db.Client()), db.Name(), coll}
-	if c, ok := collections.Load(k); ok {
-		return c.(*collection)
+func localFor(db *mongo.Database, coll string) *local {
+	k := localKey{weak.Make(db.Client()), db.Name(), coll}
+	if c, ok := locals.Load(k); ok {
+		return c.(*local)
 	}
-	c, _ := collections.LoadOrStore(k, &collection{id: newLockID()})
-	return c.(*collection)
+	c, _ := locals.LoadOrStore(k, &local{process: newLockID()})
+	return c.(*local)
 }
 
 // background runs f in a goroutine counted by the collection's WaitGroup,
 // with a context that ends after timeout: every such goroutine has an end.
 func (p *Provider) background(timeout time.Duration, f func(ctx context.Context)) {
-	p.shared.bg.Add(1)
-	go func() {
-		defer p.shared.bg.Done()
+	p.local.bg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		f(ctx)
-	}()
+	})
 }

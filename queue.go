@@ -5,32 +5,31 @@ import (
 	"time"
 )
 
-// Local coordination: goroutines of one process waiting for the same lock
-// (same client, database, collection and name) queue here, first come first
-// served, and only the head of the queue talks to the database. While a
-// handle of this process holds the lock, the head does not poll at all: the
-// lock can only come free through that handle's release or loss, and both
-// wake the head, which then attempts at once. Other processes are not seen
-// here; the head polls the database for them as before.
+// The local line: Acquire calls of one process for the same lock (same
+// client, database, collection and name) wait here, first come first
+// served, and only the head talks to the database. While a handle of this
+// process holds the lock the head does not poll at all: the lock can only
+// come free through that handle's release or loss, and both wake the head.
+// A release hands the lock to the head in its own round trip (Release).
 
-// queue is the local wait queue of one lock name.
+// queue is the line of one lock name.
 type queue struct {
-	waiters []*waiter // FIFO; waiters[0] is the head
+	waiters []*waiter // waiters[0] is the head
 	held    int       // handles of this process that hold the name
-	pace    pace      // what the heads' refused attempts saw (fair.go)
+	sched   waiting   // when the head attempts next (backoff.go)
 }
 
-// A waiter is one Acquire call in a queue.
+// A waiter is one Acquire call in line.
 type waiter struct {
-	// wake has room for one signal: "you are the head now" or "a handle of
-	// this process released the lock". A signal is never lost, and a
-	// waiter that is not waiting yet finds it when it looks.
+	// wake has room for one signal: "you are the head now", "the lock was
+	// released", or "a hand-over to you ended". A signal is never lost.
 	wake chan struct{}
-	lock *Lock // what it acquires
+	lock *Lock
 
-	// A hand-over (handoff.go), guarded by queues.mu.
-	offered bool    // a releasing handle is handing the lock to it
-	handoff *Handle // the lock, handed over, not yet taken
+	// A hand-over, guarded by queues.mu: one under way, or one done whose
+	// handle the waiter has not taken yet. Either stops another.
+	offered    bool
+	handedOver *Handle
 }
 
 func (w *waiter) signal() {
@@ -40,7 +39,7 @@ func (w *waiter) signal() {
 	}
 }
 
-// queues holds the queues of one collection, by lock name. A queue exists
+// queues holds the lines of one collection, by lock name. A line exists
 // only while it has waiters or local holders.
 type queues struct {
 	mu     sync.Mutex
@@ -59,14 +58,13 @@ func (qs *queues) get(name string) *queue {
 	return q
 }
 
-func (qs *queues) gc(name string, q *queue) {
+func (qs *queues) drop(name string, q *queue) {
 	if len(q.waiters) == 0 && q.held == 0 {
 		delete(qs.byName, name)
 	}
 }
 
-// join appends a waiter for l to its queue. If it is the head, it is
-// signalled at once.
+// join appends a waiter for l. The head is signalled at once.
 func (qs *queues) join(l *Lock) *waiter {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
@@ -79,14 +77,14 @@ func (qs *queues) join(l *Lock) *waiter {
 	return w
 }
 
-// leave removes w from name's queue (its Acquire returned, with or without
-// a handle). If w was the head, the next waiter becomes the head and is
-// signalled; the others keep their places. It returns how many still wait,
-// and a handle handed over to w that it did not take (see takeHandoff).
-func (qs *queues) leave(name string, w *waiter) (left int, untaken *Handle) {
+// leave removes w from its line; the next waiter, if w was the head, is
+// signalled. It returns how many still wait, and a handle handed over to w
+// that w did not take.
+func (qs *queues) leave(w *waiter) (left int, untaken *Handle) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	untaken, w.handoff = w.handoff, nil
+	untaken, w.handedOver = w.handedOver, nil
+	name := w.lock.name
 	q := qs.get(name)
 	for i, x := range q.waiters {
 		if x == w {
@@ -98,28 +96,38 @@ func (qs *queues) leave(name string, w *waiter) (left int, untaken *Handle) {
 		}
 	}
 	left = len(q.waiters)
-	qs.gc(name, q)
+	qs.drop(name, q)
 	return left, untaken
 }
 
-// state reports whether w is the head of name's queue and whether a handle
-// of this process holds the name.
-func (qs *queues) state(name string, w *waiter) (head, heldHere bool) {
+// mayAttempt reports whether w may ask the database: it is the head, no
+// handle of this process holds the name, and no hand-over to it is under
+// way.
+func (qs *queues) mayAttempt(w *waiter) bool {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	q := qs.get(name)
-	return len(q.waiters) > 0 && q.waiters[0] == w, q.held > 0
+	q := qs.get(w.lock.name)
+	return q.waiters[0] == w && q.held == 0 && !w.offered
 }
 
-// hold records that a handle of this process acquired name.
-func (qs *queues) hold(name string) {
+// hold records that a handle of l's provider acquired l's name at now.
+func (qs *queues) hold(l *Lock, now time.Time) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	qs.get(name).held++
+	q := qs.get(l.name)
+	q.held++
+	q.sched.acquired(now, l.p.opts.sleepMax)
 }
 
-// unhold records that a handle of this process no longer holds name
-// (released or lost), and wakes the head of the queue to attempt at once.
+// schedule runs f on the schedule of w's line.
+func (qs *queues) schedule(w *waiter, f func(*waiting) time.Duration) time.Duration {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	return f(&qs.get(w.lock.name).sched)
+}
+
+// unhold records that a handle of this process no longer holds name, and
+// wakes the head to attempt at once.
 func (qs *queues) unhold(name string) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
@@ -128,7 +136,7 @@ func (qs *queues) unhold(name string) {
 	if len(q.waiters) > 0 {
 		q.waiters[0].signal()
 	}
-	qs.gc(name, q)
+	qs.drop(name, q)
 }
 
 // waiting returns how many Acquire calls wait in line for name.
@@ -141,8 +149,8 @@ func (qs *queues) waiting(name string) int {
 	return 0
 }
 
-// wakeHead wakes the head of name's line, if any, to attempt at once (the
-// lock was released somewhere: notify.go).
+// wakeHead wakes the head of name's line to attempt at once: the lock was
+// released somewhere.
 func (qs *queues) wakeHead(name string) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
@@ -151,10 +159,51 @@ func (qs *queues) wakeHead(name string) {
 	}
 }
 
-// observe records what a refused attempt of name's head saw, in the pace
-// its line keeps across heads, and returns pace.observe's estimate.
-func (qs *queues) observe(name string, t turn, now time.Time) (time.Duration, bool) {
+// offer returns the head of name's line, marked as being handed the lock,
+// or nil if nobody waits or the head has a hand-over under way or untaken.
+func (qs *queues) offer(name string) *waiter {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	return qs.get(name).pace.observe(t, now)
+	q := qs.byName[name]
+	if q == nil || len(q.waiters) == 0 {
+		return nil
+	}
+	w := q.waiters[0]
+	if w.offered || w.handedOver != nil {
+		return nil
+	}
+	w.offered = true
+	return w
+}
+
+// deliver ends the hand-over to w: h is the handle handed over, or nil if
+// the lock was not handed over. It wakes w, and reports whether w still
+// waits; if not, h is not delivered.
+func (qs *queues) deliver(w *waiter, h *Handle) bool {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	w.offered = false
+	q := qs.byName[w.lock.name]
+	if q == nil {
+		return false
+	}
+	for _, x := range q.waiters {
+		if x == w {
+			if h != nil {
+				w.handedOver = h
+			}
+			w.signal()
+			return true
+		}
+	}
+	return false
+}
+
+// takeHandOver returns the handle handed over to w, if any.
+func (qs *queues) takeHandOver(w *waiter) *Handle {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	h := w.handedOver
+	w.handedOver = nil
+	return h
 }

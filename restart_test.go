@@ -178,15 +178,22 @@ func restartTrial(t *testing.T, in *testdb.Instance, what, stop string, downFor 
 	}
 	defer wg.Wait()
 
-	// Wait until both waiting processes stand in every lock's line: they
-	// have reached the server and wait.
-	pollUntil(t, 20*time.Second, "both waiting processes in every lock's line", func() bool {
+	// Wait until both waiting processes wait for every lock: each is in
+	// Acquire, and one of them has reached the server and claimed the next
+	// turn.
+	pollUntil(t, 20*time.Second, "both waiting processes waiting for every lock, one claiming its next turn", func() bool {
 		for i := range names {
 			var doc struct {
-				Waiters []bson.Raw `bson:"waiters"`
+				WaitingProcess string `bson:"waitingProcess"`
 			}
-			if raw.FindOne(ctx, bson.D{{Key: "_id", Value: lockName(i)}}).Decode(&doc) != nil || len(doc.Waiters) < waitersPerName {
+			if raw.FindOne(ctx, bson.D{{Key: "_id", Value: lockName(i)}}).Decode(&doc) != nil ||
+				doc.WaitingProcess != mongolock.Process(waiters[0]) && doc.WaitingProcess != mongolock.Process(waiters[1]) {
 				return false
+			}
+			for _, w := range waiters {
+				if mongolock.QueueLen(w, lockName(i)) == 0 {
+					return false
+				}
 			}
 		}
 		return true

@@ -1,0 +1,244 @@
+package mongolock
+
+import (
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// The protocol: every statement mongolock sends, in the order a lock meets
+// them. Nothing else goes over the wire.
+//
+// A lock is one document:
+//
+//	{_id: name, lockId, acquiredAt, expiresAt, fencingToken,
+//	 lastProcess, lastLockId, processStreak, waitingProcess, waitingUntil}
+//
+// The first five are DistributedLock.MongoDB's: both libraries judge "free"
+// the same way, so Go and .NET services can share a lock. It ignores the
+// other five, which only decide whose turn it is between processes:
+//
+//   - lastProcess, lastLockId: the process that made the last mongolock
+//     acquisition, and that acquisition's lockId.
+//   - processStreak: how many times in a row lastProcess acquired.
+//   - waitingProcess, waitingUntil: a process waiting in Acquire, and the
+//     server time until which its claim counts unless it asks again.
+//
+// Mutual exclusion rests on expiresAt alone, judged by the server's $$NOW.
+
+// lockDoc is an acquisition's reply: the document after the update.
+type lockDoc struct {
+	LockID         string    `bson:"lockId"`
+	FencingToken   int64     `bson:"fencingToken"`
+	LastProcess    string    `bson:"lastProcess"`
+	ProcessStreak  int       `bson:"processStreak"`
+	WaitingProcess string    `bson:"waitingProcess"`
+	WaitingUntil   time.Time `bson:"waitingUntil"`
+}
+
+// turnLength is how many times in a row a process may acquire a lock; then,
+// if another process claims the next turn, it steps aside for one
+// acquisition.
+const turnLength = 8
+
+// tokenFloorScale makes the fencing token's floor toLong($$NOW) * 1024: a
+// re-created document still outranks every earlier token, and up to 1024
+// acquisitions per millisecond keep increasing by one.
+const tokenFloorScale = 1024
+
+var epoch = bson.NewDateTimeFromTime(time.Unix(0, 0))
+
+// 1. Create. A missing document is inserted free; a duplicate key means
+// someone else just did. Acquisition never upserts: an upsert's $$NOW can be
+// taken before a concurrent deletion, so a re-created document could get a
+// token floor below tokens issued meanwhile.
+func createDoc(name string) bson.D {
+	return bson.D{{Key: "_id", Value: name}, {Key: "expiresAt", Value: epoch}}
+}
+
+// attemptMode says what a refused acquisition does.
+type attemptMode int
+
+const (
+	tryMode      attemptMode = iota // TryAcquire: leaves the document as it is
+	waitMode                        // Acquire: claims the next turn for its process
+	handOverMode                    // Release to a waiter of its process: releases
+)
+
+// 2. Acquire: findOneAndUpdate({_id: name}, pipeline, returnDocument: after).
+// 3. Hand over: the same with the filter {_id: name, lockId: releasing}, so
+// that one round trip releases a handle and acquires for the next waiter of
+// its process, or only releases if another process's turn has come.
+//
+// The pipeline's first stage carries the attempt's fresh lockId; the others
+// are the same for every attempt of a process, mode and expiry, and are
+// encoded once (acquireStages):
+//
+//	{$set: {_attempt: <lockId>}}
+//	{$set: {_mine: <lastProcess is this one>}}
+//	{$set: {_free: <expired, and not this process's turn to step aside>}}
+//	{$set: {<each field>: {$cond: ["$_free", <acquired>, <refused>]}}}
+//	{$unset: ["_attempt", "_mine", "_free"]}
+func acquirePipeline(lockID string, stages []bson.Raw) bson.A {
+	p := bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "_attempt", Value: lockID}}}}}
+	for _, s := range stages {
+		p = append(p, s)
+	}
+	return p
+}
+
+func acquireFilter(name string) bson.D { return bson.D{{Key: "_id", Value: name}} }
+
+var acquireOptions = options.FindOneAndUpdate().SetReturnDocument(options.After)
+
+// acquireStages returns the constant stages of process proc's acquisitions.
+// claim is how long a waiting claim lasts.
+func acquireStages(proc string, mode attemptMode, expiry, claim time.Duration) []bson.Raw {
+	const free, mine = "$_free", "$_mine"
+	now := "$$NOW"
+	expired := op("$lte", ifNull("$expiresAt", epoch), now)
+	claimLive := op("$gt", ifNull("$waitingUntil", epoch), now)
+	available := any(expired)
+	lockID, expiresAt := any("$lockId"), any("$expiresAt") // refused: as they were
+	if mode == handOverMode {
+		// The filter found the releasing lockId holding the lock.
+		available = true
+		lockID, expiresAt = "$$REMOVE", now // refused: released
+	}
+	streak := ifNull("$processStreak", 0)
+	token := op("$max",
+		op("$add", ifNull("$fencingToken", int64(0)), int64(1)),
+		op("$multiply", op("$toLong", now), int64(tokenFloorScale)))
+	waitingProcess, waitingUntil := any("$waitingProcess"), any("$waitingUntil")
+	if mode == waitMode {
+		// Refused: claim the next turn, unless this process has had its
+		// turn, a DistributedLock.MongoDB acquisition holds the lock (its
+		// delete-release must not race with a write), or another process's
+		// claim is live. A live claim of this process is renewed only once
+		// half spent, so most refusals write nothing.
+		claims := op("$and",
+			not(mine),
+			op("$or", op("$eq", op("$type", "$lockId"), "missing"), op("$eq", "$lockId", "$lastLockId")),
+			op("$or", not(claimLive), op("$eq", "$waitingProcess", proc)),
+			op("$lt", ifNull("$waitingUntil", epoch), op("$add", now, (claim/2).Milliseconds())))
+		waitingProcess = cond(claims, proc, "$waitingProcess")
+		waitingUntil = cond(claims, op("$add", now, claim.Milliseconds()), "$waitingUntil")
+	}
+	// Acquired: this process's claim, if any, is fulfilled.
+	claimMet := op("$eq", "$waitingProcess", proc)
+	stages := []bson.D{
+		{{Key: "$set", Value: bson.D{{Key: "_mine", Value: op("$eq", "$lastProcess", proc)}}}},
+		{{Key: "$set", Value: bson.D{{Key: "_free", Value: op("$and", available, not(op("$and",
+			mine, op("$gte", streak, turnLength), claimLive, op("$ne", "$waitingProcess", proc))))}}}},
+		{{Key: "$set", Value: bson.D{
+			{Key: "lockId", Value: cond(free, "$_attempt", lockID)},
+			{Key: "acquiredAt", Value: cond(free, now, "$acquiredAt")},
+			{Key: "expiresAt", Value: cond(free, op("$add", now, expiry.Milliseconds()), expiresAt)},
+			{Key: "fencingToken", Value: cond(free, token, "$fencingToken")},
+			{Key: "lastProcess", Value: cond(free, proc, "$lastProcess")},
+			{Key: "lastLockId", Value: cond(free, "$_attempt", "$lastLockId")},
+			{Key: "processStreak", Value: cond(free, cond(mine, op("$add", streak, 1), 1), "$processStreak")},
+			{Key: "waitingProcess", Value: cond(free, cond(claimMet, "$$REMOVE", "$waitingProcess"), waitingProcess)},
+			{Key: "waitingUntil", Value: cond(free, cond(claimMet, "$$REMOVE", "$waitingUntil"), waitingUntil)},
+		}}},
+		{{Key: "$unset", Value: bson.A{"_attempt", "_mine", "_free"}}},
+	}
+	raw := make([]bson.Raw, len(stages))
+	for i, s := range stages {
+		raw[i] = mustMarshal(s)
+	}
+	return raw
+}
+
+// 4. Release: updateOne({_id, lockId}, releaseUpdate). The holder is
+// cleared and the lease ends now, but the document stays, and with it the
+// fencing token for the next holder to outrank. A plain update: the server
+// does less than for a pipeline.
+var releaseUpdate = mustMarshal(bson.D{
+	{Key: "$unset", Value: bson.D{{Key: "lockId", Value: ""}}},
+	{Key: "$currentDate", Value: bson.D{{Key: "expiresAt", Value: true}}},
+})
+
+// ownerFilter matches the document only while lockID holds it: extension and
+// release can never touch someone else's acquisition.
+func ownerFilter(name, lockID string) bson.D {
+	return bson.D{{Key: "_id", Value: name}, {Key: "lockId", Value: lockID}}
+}
+
+// 5. Extend one lease: updateOne(ownerFilter, extendUpdate).
+// 6. Extend a batch: updateMany(batchFilter, extendUpdate). Matching both
+// lists is as owner-checked as an $or of pairs, since a lockId is only ever
+// written to its own lock's document, and it is an index lookup on _id.
+func extendUpdate(expiry time.Duration) bson.A {
+	return bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: op("$add", "$$NOW", expiry.Milliseconds())}}}}}
+}
+
+func batchFilter(names, lockIDs bson.A) bson.D {
+	return bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}},
+		{Key: "lockId", Value: bson.D{{Key: "$in", Value: lockIDs}}},
+	}
+}
+
+// 7. After a batch that matched fewer documents than it had handles: read
+// their holders to find the lost ones.
+func holdersQuery(names bson.A) (filter, projection bson.D) {
+	return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}}}, bson.D{{Key: "lockId", Value: 1}}
+}
+
+// 8. Withdraw a claim: updateOne(withdrawFilter, withdrawUpdate), when an
+// Acquire gives up and no other of its process waits for the lock.
+func withdrawFilter(name, proc string) bson.D {
+	return bson.D{{Key: "_id", Value: name}, {Key: "waitingProcess", Value: proc}}
+}
+
+var withdrawUpdate = mustMarshal(bson.D{
+	{Key: "$unset", Value: bson.D{{Key: "waitingProcess", Value: ""}, {Key: "waitingUntil", Value: ""}}},
+})
+
+// 9. The TTL index, created once per process and collection, in the
+// background: the server deletes documents whose lease ended. The same
+// index, under the same name, as DistributedLock.MongoDB's.
+const TTLIndexName = "expiresAt_ttl"
+
+func ttlIndex() mongo.IndexModel {
+	return mongo.IndexModel{
+		Keys:    bson.D{{Key: "expiresAt", Value: 1}},
+		Options: options.Index().SetName(TTLIndexName).SetExpireAfterSeconds(0),
+	}
+}
+
+// 10. Where the server has change streams, while some Acquire waits for a
+// lock held by another process: watch the collection for releases (lockId
+// removed by a release, or the document deleted by DistributedLock.MongoDB
+// or the TTL monitor).
+var releaseEvents = mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "$or", Value: bson.A{
+	bson.D{{Key: "operationType", Value: "delete"}},
+	bson.D{{Key: "updateDescription.removedFields", Value: "lockId"}},
+}}}}}}
+
+// op is an aggregation operator: {name: arg} for one argument, {name: [args]}
+// for more.
+func op(name string, args ...any) bson.D {
+	if len(args) == 1 {
+		return bson.D{{Key: name, Value: args[0]}}
+	}
+	return bson.D{{Key: name, Value: bson.A(args)}}
+}
+
+// not is {$not: [x]}: the array form, which every server accepts.
+func not(x any) bson.D { return bson.D{{Key: "$not", Value: bson.A{x}}} }
+
+func cond(c, then, otherwise any) bson.D { return op("$cond", c, then, otherwise) }
+
+func ifNull(field string, otherwise any) bson.D { return op("$ifNull", field, otherwise) }
+
+func mustMarshal(doc bson.D) bson.Raw {
+	raw, err := bson.Marshal(doc)
+	if err != nil {
+		panic(err) // built from constants and validated options
+	}
+	return raw
+}

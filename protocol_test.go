@@ -1,0 +1,81 @@
+package mongolock
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files of TestGoldenProtocol")
+
+// Every statement the library sends, rendered as canonical Extended JSON
+// and compared with testdata/protocol/*.json: any change to what goes over
+// the wire shows in review. `go test -run Golden -update` rewrites them.
+func TestGoldenProtocol(t *testing.T) {
+	const (
+		name    = "reports"
+		proc    = "0f1e2d3c4b5a69788796a5b4c3d2e1f0" // this process
+		lockID  = "0123456789abcdef0123456789abcdef" // the attempt's
+		holding = "fedcba9876543210fedcba9876543210" // a held handle's
+	)
+	o := defaultConfig() // expiry 30 s, claims of 783 ms
+	acquire := func(filter bson.D, mode attemptMode) bson.D {
+		return bson.D{
+			{Key: "findOneAndUpdate", Value: filter},
+			{Key: "update", Value: acquirePipeline(lockID, acquireStages(proc, mode, o.expiry, o.claimLifetime()))},
+			{Key: "returnDocument", Value: "after"},
+		}
+	}
+	holders, projection := holdersQuery(bson.A{name, "invoices"})
+	statements := map[string]bson.D{
+		"1-create":       {{Key: "insertOne", Value: createDoc(name)}},
+		"2-try-acquire":  acquire(acquireFilter(name), tryMode),
+		"2-acquire":      acquire(acquireFilter(name), waitMode),
+		"3-hand-over":    acquire(ownerFilter(name, holding), handOverMode),
+		"4-release":      {{Key: "updateOne", Value: ownerFilter(name, holding)}, {Key: "update", Value: releaseUpdate}},
+		"5-extend-one":   {{Key: "updateOne", Value: ownerFilter(name, holding)}, {Key: "update", Value: extendUpdate(o.expiry)}},
+		"6-extend-batch": {{Key: "updateMany", Value: batchFilter(bson.A{name, "invoices"}, bson.A{holding, lockID})}, {Key: "update", Value: extendUpdate(o.expiry)}},
+		"7-holders":      {{Key: "find", Value: holders}, {Key: "projection", Value: projection}},
+		"8-withdraw":     {{Key: "updateOne", Value: withdrawFilter(name, proc)}, {Key: "update", Value: withdrawUpdate}},
+		"9-ttl-index":    {{Key: "createIndex", Value: ttlIndex().Keys}, {Key: "name", Value: TTLIndexName}, {Key: "expireAfterSeconds", Value: 0}},
+		"10-watch":       {{Key: "watch", Value: releaseEvents}},
+	}
+	for file, stmt := range statements {
+		t.Run(file, func(t *testing.T) {
+			got, err := bson.MarshalExtJSONIndent(stmt, true, false, "", "  ")
+			require.NoError(t, err)
+			got = append(got, '\n')
+			path := filepath.Join("testdata", "protocol", file+".json")
+			if *update {
+				require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+				require.NoError(t, os.WriteFile(path, got, 0o644))
+			}
+			want, err := os.ReadFile(path)
+			require.NoError(t, err, "no golden file: run go test -run Golden -update")
+			require.Equal(t, string(want), string(got), "%s differs from its golden file", file)
+		})
+	}
+}
+
+// The constant stages are encoded once per provider; an attempt's
+// pipeline is what encoding it whole gives.
+func TestAcquirePipelineEncodesAsBuiltWhole(t *testing.T) {
+	stages := acquireStages("p", waitMode, 30*time.Second, time.Second)
+	id := newLockID()
+	_, got, err := bson.MarshalValue(acquirePipeline(id, stages))
+	require.NoError(t, err)
+	whole := bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "_attempt", Value: id}}}}}
+	for _, s := range stages {
+		var d bson.D
+		require.NoError(t, bson.Unmarshal(s, &d))
+		whole = append(whole, d)
+	}
+	_, want, err := bson.MarshalValue(whole)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+}
