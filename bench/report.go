@@ -12,16 +12,18 @@ import (
 
 // report is everything one run measured, and the targets judged from it.
 type report struct {
-	Server     string       `json:"server"`
-	Library    string       `json:"library"` // the commit measured
-	Started    string       `json:"started"`
-	GoVersion  string       `json:"goVersion"`
-	CPUs       int          `json:"cpus"`
-	WindowS    float64      `json:"windowSeconds"` // per workload A–E and implementation
-	HoldExpiry float64      `json:"holdExpirySeconds"`
-	Results    []result     `json:"results"`
-	Holds      []holdResult `json:"holds"`
-	Targets    []target     `json:"targets"`
+	Server     string          `json:"server"`
+	Library    string          `json:"library"` // the commit measured
+	Started    string          `json:"started"`
+	GoVersion  string          `json:"goVersion"`
+	CPUs       int             `json:"cpus"`
+	WindowS    float64         `json:"windowSeconds"` // per workload A–E and implementation
+	HoldExpiry float64         `json:"holdExpirySeconds"`
+	StandbyS   float64         `json:"standbyWindowSeconds,omitempty"` // workload G's window, per implementation and size
+	Results    []result        `json:"results"`
+	Holds      []holdResult    `json:"holds"`
+	Standby    []standbyResult `json:"standby,omitempty"`
+	Targets    []target        `json:"targets"`
 }
 
 // A target is one of issue 4's goals, judged from this run's figures.
@@ -45,6 +47,15 @@ func (r *report) hold(impl string, n int) *holdResult {
 	for i := range r.Holds {
 		if r.Holds[i].Impl == impl && r.Holds[i].N == n {
 			return &r.Holds[i]
+		}
+	}
+	return nil
+}
+
+func (r *report) standby(impl string, procs int) *standbyResult {
+	for i := range r.Standby {
+		if r.Standby[i].Impl == impl && r.Standby[i].Processes == procs {
+			return &r.Standby[i]
 		}
 	}
 	return nil
@@ -170,6 +181,9 @@ func (r *report) markdown() string {
 			}
 		}
 	}
+	if len(r.Standby) > 0 {
+		r.standbyMarkdown(&b)
+	}
 	if len(r.Targets) > 0 {
 		b.WriteString("\n### Targets (issue 4; ratios from this run)\n\n")
 		b.WriteString("| target | measured | required | result |\n|---|---|---|---|\n")
@@ -249,6 +263,50 @@ func evaluate(r report) []target {
 			fmt.Sprintf("growth from N/10 to N ≤ %d (1%% of the locks added)", allowed), dBig-dSmall <= allowed)
 	}
 	return ts
+}
+
+// standbyMarkdown writes workload G's table.
+func (r *report) standbyMarkdown(b *strings.Builder) {
+	fmt.Fprintf(b, "\n### Workload G, standby (leader election): %s; %g s window after a %g s warm-up, per implementation and size\n\n",
+		standbyTitle(), r.StandbyS, standbyWarmup.Seconds())
+	b.WriteString("| impl | processes (waiting) | commands/s | acquisitions | takeover p50 ms | takeover p90 ms | takeover max ms | takeovers | commands in the window |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	for _, x := range r.Standby {
+		fmt.Fprintf(b, "| %s | %d (%d) | %.1f | %d | %.0f | %.0f | %.0f | %d | %s |\n",
+			x.Impl, x.Processes, x.Processes-1, x.OpsPerSec, x.Acquisitions, x.TakeoverP50MS, x.TakeoverP90MS,
+			x.TakeoverMaxMS, x.Takeovers, opsList(x.OpsByCommand))
+	}
+	b.WriteString("\n")
+	if len(standbySizes) >= 2 {
+		small, big := standbySizes[0], standbySizes[1]
+		var growth []string
+		for _, im := range impls {
+			s, l := r.standby(im.name, small), r.standby(im.name, big)
+			if s != nil && l != nil {
+				growth = append(growth, fmt.Sprintf("%s %sx", im.name, num(l.OpsPerSec/s.OpsPerSec, "")))
+			}
+		}
+		if len(growth) > 0 {
+			fmt.Fprintf(b, "- commands/s from P=%d to P=%d (%d to %d waiting): %s.\n", small, big, small-1, big-1, strings.Join(growth, ", "))
+		}
+	}
+	b.WriteString("- Each process (a client of its own, with its own provider) loops: acquire the one name, hold it, release, stay away. " +
+		"raw is not run: it excludes no one, so nobody would wait.\n" +
+		"- commands/s = commands sent by all clients in the window (command monitor, Started events) / the window. " +
+		"acquisitions = Acquire calls that returned in the window. " +
+		"takeover = for each release that returned in the window, from that Release call's return to the return of the next " +
+		"acquisition's Acquire, by any process (0 if that returned first); a release not followed within " +
+		fmt.Sprintf("%v after the window counts with its length up to then.\n", standbyGrace))
+	for _, x := range r.Standby {
+		if x.UnfinishedTakeovers > 0 || x.Lost > 0 || x.Errors > 0 {
+			fmt.Fprintf(b, "- G %s P=%d: %d takeovers unfinished, %d holds lost, %d errors", x.Impl, x.Processes,
+				x.UnfinishedTakeovers, x.Lost, x.Errors)
+			if x.FirstError != "" {
+				fmt.Fprintf(b, " (first: %s)", x.FirstError)
+			}
+			b.WriteString("\n")
+		}
+	}
 }
 
 // num formats a figure with a precision that suits its size.
