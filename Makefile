@@ -20,8 +20,12 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-ed: $$out"; exit 1; fi
 
 # The README's "see it work" command: worker processes contend for one lock.
-demo: testdb
-	$(GO) run ./examples/contend
+# The example takes its server from MONGODB_URI only; unset, it is the local
+# test server (started here even where Docker answers: the example does not
+# use testcontainers).
+demo:
+	@if [ -n "$$MONGODB_URI" ]; then echo "using MONGODB_URI"; else ./scripts/testdb start >/dev/null; fi
+	MONGODB_URI="$${MONGODB_URI:-$$(./scripts/testdb uri)}" $(GO) run ./examples/contend
 
 # Issue 4's benchmark (BENCHMARKS.md): mongolock, the raw driver round trips
 # and DistributedLock.MongoDB's algorithm side by side on one server. bench/ is

@@ -1,10 +1,11 @@
 // Command bench measures mongolock side by side with the raw driver round
 // trips (the bound) and with DistributedLock.MongoDB's algorithm (the
-// baseline), in one run on one server, for the workloads of issue 4:
+// baseline), in one run on one server, for workloads A–G (BENCHMARKS.md):
 //
-//	go run .                 # every workload, 10 s each (make bench)
-//	go run . -quick          # a smoke run: 2 s each, F with 1,000 locks
+//	go run .                 # every workload: A–E 10 s each, G 50 s per size (make bench)
+//	go run . -quick          # a smoke run: A–E 2 s each, F with 1,000 locks, G 10 s
 //	go run . -only C,D       # some workloads
+//	go run . -only G -gd 20s # workload G (standby) with a shorter window
 //	go run . -only E -impls mongolock -cpuprofile cpu.out
 //	go run . -from out/results.json   # re-render a saved run's report and plot
 //
@@ -44,8 +45,9 @@ const (
 func main() {
 	var (
 		dur    = flag.Duration("d", 10*time.Second, "how long each of workloads A–E runs, per implementation")
-		quick  = flag.Bool("quick", false, "smoke run: -d 2s, -n 1000, -out out/quick (unless given)")
-		only   = flag.String("only", "", "comma-separated workloads to run, e.g. C,D (default: A,B,C,D,E,F)")
+		gDur   = flag.Duration("gd", 50*time.Second, "how long workload G's window is, per implementation and size (after a 2 s warm-up)")
+		quick  = flag.Bool("quick", false, "smoke run: -d 2s, -gd 10s, -n 1000, -out out/quick (unless given)")
+		only   = flag.String("only", "", "comma-separated workloads to run, e.g. C,D (default: A,B,C,D,E,F,G)")
 		holdN  = flag.Int("n", 10000, "locks held in workload F (also measured at n/10, to see what grows with n)")
 		outDir = flag.String("out", "out", "directory for results.md, results.json and plot.png")
 		dbName = flag.String("db", "mongolock_bench", "database to use (dropped before and after the run)")
@@ -60,6 +62,9 @@ func main() {
 		if !set["d"] {
 			*dur = 2 * time.Second
 		}
+		if !set["gd"] {
+			*gDur = 10 * time.Second
+		}
 		if !set["n"] {
 			*holdN = 1000
 		}
@@ -73,6 +78,9 @@ func main() {
 	}
 	if err == nil && *holdN < 10 {
 		err = fmt.Errorf("-n %d: need at least 10", *holdN)
+	}
+	if err == nil && *gDur < standbyHold+standbyAway {
+		err = fmt.Errorf("-gd %v: need at least %v (one hold and one time away)", *gDur, standbyHold+standbyAway)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -89,7 +97,7 @@ func main() {
 	if err := profiled(*prof, func() error {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 		defer stop()
-		return run(ctx, *dur, selected, *holdN, *outDir, *dbName)
+		return run(ctx, *dur, *gDur, selected, *holdN, *outDir, *dbName)
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -148,7 +156,7 @@ func selectImpls(s string) error {
 
 // parseOnly turns -only's list into a set of workload ids.
 func parseOnly(s string) (map[string]bool, error) {
-	all := []string{"A", "B", "C", "D", "E", "F"}
+	all := []string{"A", "B", "C", "D", "E", "F", "G"}
 	sel := map[string]bool{}
 	if s == "" {
 		for _, id := range all {
@@ -166,7 +174,7 @@ func parseOnly(s string) (map[string]bool, error) {
 	return sel, nil
 }
 
-func run(ctx context.Context, dur time.Duration, selected map[string]bool, holdN int, outDir, dbName string) error {
+func run(ctx context.Context, dur, gDur time.Duration, selected map[string]bool, holdN int, outDir, dbName string) error {
 	uri, err := serverURI(ctx)
 	if err != nil {
 		return err
@@ -195,8 +203,9 @@ func run(ctx context.Context, dur time.Duration, selected map[string]bool, holdN
 		CPUs:       runtime.NumCPU(),
 		WindowS:    dur.Seconds(),
 		HoldExpiry: holdExpiry.Seconds(),
+		StandbyS:   gDur.Seconds(),
 	}
-	fmt.Fprintf(os.Stderr, "bench: %s; %v per workload and implementation\n", server, dur)
+	fmt.Fprintf(os.Stderr, "bench: %s; %v per workload and implementation (G: %v per size)\n", server, dur, gDur)
 	for _, w := range workloads {
 		if !selected[w.id] {
 			continue
@@ -229,6 +238,28 @@ func run(ctx context.Context, dur time.Duration, selected map[string]bool, holdN
 				fmt.Fprintf(os.Stderr, "%.0f extension round trips/cadence, goroutines %d -> %d\n",
 					r.ExtensionsPerCadence, r.GoroutinesBefore, r.GoroutinesDuring)
 				rep.Holds = append(rep.Holds, r)
+				settle()
+			}
+		}
+	}
+	if selected["G"] {
+		// raw excludes no one: with one name it has no standby to measure.
+		for _, procs := range standbySizes {
+			for _, im := range impls {
+				if im.name == "raw" {
+					continue
+				}
+				fmt.Fprintf(os.Stderr, "bench: G %-9s %d processes (%d waiting), %v window ... ", im.name, procs, procs-1, gDur)
+				if err := db.CreateCollection(ctx, collection(fmt.Sprintf("G%d", procs), im.name)); err != nil {
+					return err
+				}
+				r, err := runStandby(ctx, e, im, procs, gDur)
+				if err != nil {
+					return fmt.Errorf("workload G, %s, P=%d: %w", im.name, procs, err)
+				}
+				fmt.Fprintf(os.Stderr, "%.1f commands/s, %d acquisitions, takeover p50 %.0f ms, max %.0f ms\n",
+					r.OpsPerSec, r.Acquisitions, r.TakeoverP50MS, r.TakeoverMaxMS)
+				rep.Standby = append(rep.Standby, r)
 				settle()
 			}
 		}

@@ -37,8 +37,8 @@ type refLine struct {
 }
 
 // plot draws the figure: for workloads A–E one column each, rows
-// acquisitions/s, wait p99 and operations per acquisition; a last row for
-// workload F.
+// acquisitions/s, wait p99 and operations per acquisition; a row for
+// workload F and one for workload G.
 func (r *report) plot(path string) error {
 	const cols = 5
 	var rows [][]*plot.Plot
@@ -82,6 +82,9 @@ func (r *report) plot(path string) error {
 	if len(r.Holds) > 0 {
 		rows = append(rows, r.holdPanels(cols))
 	}
+	if len(r.Standby) > 0 {
+		rows = append(rows, r.standbyPanels(cols))
+	}
 	if len(rows) == 0 {
 		return nil
 	}
@@ -104,7 +107,8 @@ func (r *report) plot(path string) error {
 	dc.FillText(sty, vg.Point{X: width / 2, Y: height - 8}, title)
 	sty.Font.Size = 11
 	sub := fmt.Sprintf("A–E: %g s per implementation; wait = acquire call to handle; raw excludes no one, so B–D show the serial bound instead of its rate. "+
-		"F: expiry %g s, cadence %g s, %d cadences.", r.WindowS, r.HoldExpiry, r.HoldExpiry/3, holdCadences)
+		"F: expiry %g s, cadence %g s, %d cadences. G: hold %v, away %v, %g s window.", r.WindowS, r.HoldExpiry, r.HoldExpiry/3, holdCadences,
+		standbyHold, standbyAway, r.StandbyS)
 	dc.FillText(sty, vg.Point{X: width / 2, Y: height - 30}, sub)
 	dc.Max.Y -= titleH
 
@@ -163,6 +167,35 @@ func (r *report) holdPanels(cols int) []*plot.Plot {
 		barPanel(fmt.Sprintf("F: heap per held lock (N=%d)", n), "bytes", heap, nil),
 		barPanel(fmt.Sprintf("F: stack per held lock (N=%d)", n), "bytes", stack, nil),
 		barPanel(fmt.Sprintf("F: of N=%d, held at the end", n), "locks", kept, nil),
+	}
+	return row[:cols]
+}
+
+// standbyPanels is workload G's row: commands/s, takeover p50 and max, and
+// acquisitions in the window, per implementation and process count.
+func (r *report) standbyPanels(cols int) []*plot.Plot {
+	var ops, p50, worst, acq []bar
+	for _, procs := range standbySizes {
+		for _, im := range impls {
+			x := r.standby(im.name, procs)
+			if x == nil {
+				continue
+			}
+			tick := fmt.Sprintf("%s\nP=%d", im.name, procs)
+			ops = append(ops, bar{tick, im.name, x.OpsPerSec, num(x.OpsPerSec, "")})
+			p50 = append(p50, bar{tick, im.name, x.TakeoverP50MS, num(x.TakeoverP50MS, "")})
+			worst = append(worst, bar{tick, im.name, x.TakeoverMaxMS, num(x.TakeoverMaxMS, "")})
+			acq = append(acq, bar{tick, im.name, float64(x.Acquisitions), fmt.Sprint(x.Acquisitions)})
+		}
+	}
+	row := []*plot.Plot{
+		barPanel("G standby: commands/s", "commands/s", ops, nil),
+		barPanel("G: takeover p50 (ms)", "ms", p50, nil),
+		barPanel("G: takeover max (ms)", "ms", worst, nil),
+		barPanel("G: acquisitions in the window", "acquisitions", acq, nil),
+	}
+	for len(row) < cols {
+		row = append(row, nil) // drawn empty
 	}
 	return row[:cols]
 }

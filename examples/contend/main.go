@@ -2,12 +2,13 @@
 // processes that contend for one lock and prints every acquisition with its
 // fencing token.
 //
-//	go run ./examples/contend                  # against the local test server
+//	MONGODB_URI=mongodb://localhost:27017 go run ./examples/contend
 //	MONGODB_URI=mongodb://... go run ./examples/contend -workers 5
 //
-// Each worker is this same program, started again with -worker. Only one
-// holds the lock at a time; the fencing tokens increase in the order the
-// lock was taken.
+// The server is the one MONGODB_URI names (`make demo` in the repository
+// starts a local test server and sets it). Each worker is this same program,
+// started again with -worker. Only one holds the lock at a time; the fencing
+// tokens increase in the order the lock was taken.
 package main
 
 import (
@@ -27,7 +28,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
-	"github.com/mongolock/mongolock/internal/testdb"
 )
 
 const (
@@ -42,9 +42,15 @@ func main() {
 	worker := flag.Int("worker", 0, "internal: run as worker number N")
 	flag.Parse()
 
+	uri := os.Getenv("MONGODB_URI")
+	if uri == "" {
+		fmt.Fprintln(os.Stderr, "contend: MONGODB_URI is not set: set it to your server's connection string, "+
+			"e.g. MONGODB_URI=mongodb://localhost:27017 (make demo sets it to a local test server)")
+		os.Exit(2)
+	}
 	var err error
 	if *worker > 0 {
-		err = runWorker(*worker, *rounds, *hold)
+		err = runWorker(uri, *worker, *rounds, *hold)
 	} else {
 		err = runParent(*workers, *rounds, *hold)
 	}
@@ -56,9 +62,9 @@ func main() {
 
 // runWorker acquires the lock rounds times, holding it for hold each time,
 // and prints "acquired <token>" and "released" lines for the parent.
-func runWorker(n, rounds int, hold time.Duration) error {
+func runWorker(uri string, n, rounds int, hold time.Duration) error {
 	ctx := context.Background()
-	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	client, err := mongo.Connect(options.Client().ApplyURI(uri))
 	if err != nil {
 		return err
 	}
@@ -93,17 +99,8 @@ func runWorker(n, rounds int, hold time.Duration) error {
 // that the fencing tokens increase in the order the lock was taken (a
 // worker prints "acquired" while it holds the lock, at least -hold before
 // the next worker can take it, so the order the lines arrive in is the
-// order of acquisition).
+// order of acquisition). The workers inherit MONGODB_URI.
 func runParent(workers, rounds int, hold time.Duration) error {
-	uri := os.Getenv("MONGODB_URI")
-	if uri == "" {
-		fmt.Println("MONGODB_URI is not set: starting the local test server (scripts/testdb)")
-		var err error
-		if uri, err = testdb.URI(); err != nil {
-			return err
-		}
-		defer testdb.Close()
-	}
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -118,7 +115,6 @@ func runParent(workers, rounds int, hold time.Duration) error {
 	)
 	for w := 1; w <= workers; w++ {
 		cmd := exec.Command(exe, "-worker", strconv.Itoa(w), "-rounds", strconv.Itoa(rounds), "-hold", hold.String())
-		cmd.Env = append(os.Environ(), "MONGODB_URI="+uri)
 		cmd.Stderr = os.Stderr
 		out, err := cmd.StdoutPipe()
 		if err != nil {
