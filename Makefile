@@ -27,7 +27,7 @@ demo:
 	@if [ -n "$$MONGODB_URI" ]; then echo "using MONGODB_URI"; else ./scripts/testdb start >/dev/null; fi
 	MONGODB_URI="$${MONGODB_URI:-$$(./scripts/testdb uri)}" $(GO) run ./examples/contend
 
-# Issue 4's benchmark (BENCHMARKS.md): mongolock, the raw driver round trips
+# The benchmark (BENCHMARKS.md): mongolock, the raw driver round trips
 # and DistributedLock.MongoDB's algorithm side by side on one server. bench/ is
 # a module of its own, so that its plotting dependency stays out of go.mod;
 # it finds its server itself (MONGODB_URI, else scripts/testdb).
@@ -35,7 +35,7 @@ demo:
 bench:
 	cd bench && $(GO) run . $(BENCHFLAGS)
 
-# Issue 5's soak (cmd/soak): P processes x G goroutines over K names, each
+# The soak (cmd/soak): P processes x G goroutines over K names, each
 # critical section checked on the server through a fenced resource, while
 # holder processes are SIGKILLed and clients closed under held locks. Prints
 # trials, faults injected and violations (must be 0; exit status 1 if not).

@@ -154,7 +154,7 @@ func TestWaitingDurationsDoNotOverflow(t *testing.T) {
 	}
 	o := defaultConfig()
 	require.Equal(t, DefaultBusyWaitMax/6, o.claimantSleep())
-	require.Equal(t, 8*DefaultBusyWaitMax, o.standbySleep())
+	require.Equal(t, 16*DefaultBusyWaitMax, o.standbySleep())
 }
 
 // refusals feeds w the refusals of a lock whose holder's process takes it
@@ -207,9 +207,9 @@ func TestOtherWaitersBackOffWhileTheLockStaysWithOneHolder(t *testing.T) {
 		sleeps = append(sleeps, d/time.Millisecond)
 		now = now.Add(d)
 	}
-	require.Equal(t, []time.Duration{100, 200, 400, 800, 800, 800, 800, 800, 800, 800}, sleeps,
-		"sleeps in ms: doubling up to 8x the longest sleep")
-	require.Equal(t, o.standbySleep(), 8*o.sleepMax)
+	require.Equal(t, []time.Duration{100, 200, 400, 800, 1600, 1600, 1600, 1600, 1600, 1600}, sleeps,
+		"sleeps in ms: doubling up to 16x the longest sleep")
+	require.Equal(t, o.standbySleep(), 16*o.sleepMax)
 	// A poll long after the last one sees another holder: held for long
 	// still, as far as it knows.
 	doc.LockID = "2"

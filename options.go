@@ -127,7 +127,7 @@ func (o config) claimLifetime() time.Duration {
 }
 
 // standbySleep is the longest sleep of a waiter while the lock stays with
-// one holder: eight times the longest configured sleep.
+// one holder: sixteen times the longest configured sleep.
 func (o config) standbySleep() time.Duration {
-	return min(o.sleepMax, maxDerived/8) * 8
+	return min(o.sleepMax, maxDerived/16) * 16
 }
