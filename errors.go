@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -25,64 +26,38 @@ var (
 	ErrLockLost = errors.New("mongolock: lock lost")
 )
 
-// Server error codes that mean "try again" rather than "this request is wrong".
-// The list follows the drivers' retryable-writes specification.
-var transientCodes = map[int]bool{
-	6:     true, // HostUnreachable
-	7:     true, // HostNotFound
-	89:    true, // NetworkTimeout
-	91:    true, // ShutdownInProgress
-	134:   true, // ReadConcernMajorityNotAvailableYet
-	189:   true, // PrimarySteppedDown
-	262:   true, // ExceededTimeLimit
-	9001:  true, // SocketException
-	10107: true, // NotWritablePrimary
-	11600: true, // InterruptedAtShutdown
-	11602: true, // InterruptedDueToReplStateChange
-	13435: true, // NotPrimaryNoSecondaryOk
-	13436: true, // NotPrimaryOrSecondary
-	64:    true, // WriteConcernFailed
-}
+// Server error codes that mean "try again" rather than "this request is
+// wrong", after the drivers' retryable-writes specification: 6
+// HostUnreachable, 7 HostNotFound, 64 WriteConcernFailed, 89 NetworkTimeout,
+// 91 ShutdownInProgress, 134 ReadConcernMajorityNotAvailableYet, 189
+// PrimarySteppedDown, 262 ExceededTimeLimit, 9001 SocketException, 10107
+// NotWritablePrimary, 11600 InterruptedAtShutdown, 11602
+// InterruptedDueToReplStateChange, 13435 NotPrimaryNoSecondaryOk, 13436
+// NotPrimaryOrSecondary.
+var transientCodes = []int{6, 7, 64, 89, 91, 134, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436}
 
 // isTransient reports whether err is worth retrying: the network, server
 // selection, a timeout of the round trip, or a server error the drivers'
 // specification calls retryable. Context cancellation is not transient: the
 // caller asked to stop.
 func isTransient(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) {
+	switch {
+	case err == nil || errors.Is(err, context.Canceled) || isClosed(err):
 		return false
-	}
-	if isClosed(err) {
-		return false
-	}
-	if mongo.IsNetworkError(err) || mongo.IsTimeout(err) {
-		return true
-	}
-	if errors.As(err, &topology.ServerSelectionError{}) {
-		return true
-	}
-	if isInternalError(err) {
+	case mongo.IsNetworkError(err) || mongo.IsTimeout(err) || isInternalError(err) ||
+		errors.As(err, &topology.ServerSelectionError{}):
 		return true
 	}
 	var se mongo.ServerError
-	if errors.As(err, &se) {
-		if se.HasErrorLabel("RetryableWriteError") || se.HasErrorLabel("TransientTransactionError") {
-			return true
-		}
-		for _, c := range se.ErrorCodes() {
-			if transientCodes[c] {
-				return true
-			}
-		}
-	}
-	return false
+	return errors.As(err, &se) && (se.HasErrorLabel("RetryableWriteError") || se.HasErrorLabel("TransientTransactionError") ||
+		slices.ContainsFunc(se.ErrorCodes(), func(c int) bool { return slices.Contains(transientCodes, c) }))
 }
 
 // isInternalError reports whether err is a code-1 InternalError other than
 // a duplicate key: what FerretDB answers while its PostgreSQL is down,
 // restarting or refusing connections ("terminating connection due to
-// administrator command", "the database system is starting up"). Measured
-// in restart_test.go; an outage, so worth retrying.
+// administrator command", "the database system is starting up"): an
+// outage, so worth retrying.
 func isInternalError(err error) bool {
 	var ce mongo.CommandError
 	return errors.As(err, &ce) && ce.Code == 1 && ce.Name == "InternalError" && !isDuplicateKey(err)
