@@ -34,6 +34,10 @@ func (b backoff) next(failures int) time.Duration {
 	return max(time.Duration(d), b.min)
 }
 
+func (o config) backoff() backoff {
+	return backoff{min: o.sleepMin, max: o.sleepMax, adaptive: o.adaptive}
+}
+
 // waiting is the schedule between refused attempts of one lock's local
 // line, kept across the line's successive heads. Only the claimant polls
 // faster than the lock changes hands, and nobody faster than the minimum
@@ -57,6 +61,7 @@ type waiting struct {
 	failures int
 	lockID   string    // the holder's lockId the last refusal saw
 	seen     time.Time // when
+	heldFrom time.Time // when that lockId was first seen
 	holder   string    // the holder's process and streak as last seen changing
 	streak   int
 	since    time.Time
@@ -70,11 +75,15 @@ type waiting struct {
 func (w *waiting) refused(o config, proc string, doc lockDoc, now time.Time, notified bool) time.Duration {
 	w.failures++
 	first := w.seen.IsZero()
-	// The lock changes hands: it did since the last refusal, not long ago,
-	// or its holder's process is on a streak.
+	// The lock changes hands: its holder's process is on a streak, or the
+	// last refusal was recent and the current acquisition is younger than
+	// the longest sleep, as far as this line has seen.
+	if doc.LockID != w.lockID {
+		w.lockID, w.heldFrom = doc.LockID, now
+	}
 	changing := doc.ProcessStreak > 1 ||
-		!w.seen.IsZero() && doc.LockID != w.lockID && now.Sub(w.seen) <= o.sleepMax
-	w.lockID, w.seen = doc.LockID, now
+		!first && now.Sub(w.seen) <= o.sleepMax && now.Sub(w.heldFrom) < o.sleepMax
+	w.seen = now
 	if doc.LastProcess == w.holder && doc.ProcessStreak > w.streak && !w.since.IsZero() {
 		w.per = now.Sub(w.since) / time.Duration(doc.ProcessStreak-w.streak)
 	}
@@ -84,7 +93,7 @@ func (w *waiting) refused(o config, proc string, doc lockDoc, now time.Time, not
 	// after returns how long n more acquisitions should take.
 	after := func(n int) time.Duration { return time.Duration(n)*w.per + w.per/2 }
 	left := max(turnLength-doc.ProcessStreak, 0) // before the holder's process steps aside
-	backoff := backoff{min: o.sleepMin, max: o.sleepMax, adaptive: o.adaptive}
+	backoff := o.backoff()
 	switch {
 	case notified:
 		return o.standbySleep()
@@ -120,7 +129,7 @@ func (w *waiting) refused(o config, proc string, doc lockDoc, now time.Time, not
 // error.
 func (w *waiting) failed(o config) time.Duration {
 	w.failures++
-	return backoff{min: o.sleepMin, max: o.sleepMax, adaptive: o.adaptive}.next(w.failures)
+	return o.backoff().next(w.failures)
 }
 
 // acquired records an acquisition by this process at now. Two in a row,

@@ -4,7 +4,7 @@
 // taken with a single atomic findOneAndUpdate whose aggregation-pipeline
 // update is judged by the server's clock ($$NOW), so client clocks never
 // matter. A held lock is a Handle: its lease is extended in the background
-// (one goroutine per collection, whatever the number of held locks), and its
+// (together with the provider's other handles, one round trip per 500), and its
 // Context and Lost channel signal loss before the server would let anyone
 // else in. Every acquisition carries a fencing token that strictly increases
 // per lock name. Waiters of one process queue locally, and a release hands

@@ -97,16 +97,6 @@ func isNoMatch(err error) bool {
 		errors.As(err, &se) && se.HasErrorMessage("$$NOW operator cannot be used")
 }
 
-// mayBeMissing reports whether a findAndModify error means that the lock
-// document may not exist: no document (MongoDB), FerretDB/DocumentDB's
-// "The $$NOW operator cannot be used within this specific context", which it
-// returns instead when a $$NOW pipeline matches no document, or a duplicate
-// key from a racing creation. Creating the document (ignoring a duplicate)
-// and trying again decides the attempt.
-func mayBeMissing(err error) bool {
-	return isNoMatch(err) || isDuplicateKey(err)
-}
-
 // endedByDeadline reports whether err was caused by ctx's deadline arriving
 // (as opposed to a driver or network timeout): the driver refuses to send an
 // operation that cannot finish before the deadline, or cuts its socket read

@@ -60,7 +60,7 @@ func SetReleaseSource(p *Provider, source func(ctx context.Context, released fun
 		ready()
 		return source(ctx, released)
 	}
-	n.failed = false
+	n.none = false
 }
 
 // Notifying reports whether p's collection runs its release source and

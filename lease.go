@@ -13,11 +13,12 @@ import (
 
 // Lease keeping.
 //
-// One scheduler per collection (client, database, collection) extends the
-// leases of every handle held there, so a process holding N locks runs one
-// goroutine and sends about ceil(N/maxBatch) round trips per cadence, not N
-// of each: handles that are due together are extended together by one
-// updateMany. The scheduler runs only while handles are held.
+// Each provider extends the leases of its handles together: a timer fires
+// every cadence while handles are held, and every lease not already being
+// extended is extended then, maxBatch handles per round trip. So a process
+// holding N locks sends about ceil(N/maxBatch) round trips per cadence, and
+// no goroutine waits between ticks. A new lease is first extended at the
+// next tick: within one cadence.
 //
 // Each handle's lease is measured on the client's monotonic clock from when
 // its last successful acquire or extend was *sent*: the server computed its
@@ -32,205 +33,153 @@ import (
 // maxBatch bounds how many handles one extension round trip covers.
 const maxBatch = 500
 
-// scheduler keeps the leases of one collection's handles.
-type scheduler struct {
-	mu      sync.Mutex
-	leases  map[*Handle]*lease
-	origins map[*Provider]time.Time // each provider's extension grid (tick)
-	running bool
-	planned time.Time     // when run will look again at the latest
-	wake    chan struct{} // room for one signal: look again
+// leases keeps the leases of one provider's handles.
+type leases struct {
+	mu    sync.Mutex
+	held  map[*Handle]*lease
+	timer *time.Timer // the next tick, while handles are held
 }
 
 type lease struct {
-	next     time.Time   // when the next extension is due
 	deadline time.Time   // the client's end of the lease
-	timer    *time.Timer // signals loss at deadline
-	inFlight bool        // an extension is on its way
+	loss     *time.Timer // fires at deadline
+	busy     bool        // an extension is on its way
+	missed   bool        // a tick came while it was: extend again at once
 	lastErr  error       // the last failed extension's error
 }
 
-func (s *scheduler) signal() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-// tick returns the first tick of p's extension grid at or after t; s.mu
-// must be held. All of a provider's leases are extended on the same ticks,
-// one cadence apart, so that one round trip per maxBatch handles serves
-// them all. A new lease is first extended at the first tick after its
-// acquisition: within one cadence, as if it had no grid to keep to.
-func (s *scheduler) tick(p *Provider, t time.Time) time.Time {
-	origin, ok := s.origins[p]
-	if !ok {
-		s.origins[p] = t
-		return t.Add(p.opts.cadence)
-	}
-	c := p.opts.cadence
-	k := (t.Sub(origin) + c - 1) / c
-	return origin.Add(k * c)
-}
-
 // keep starts keeping h's lease, acquired by a request sent at sent.
-func (s *scheduler) keep(h *Handle, sent time.Time) {
-	p := h.lock.p
-	o := p.opts
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.leases == nil {
-		s.leases = make(map[*Handle]*lease)
-		s.origins = make(map[*Provider]time.Time)
-		s.wake = make(chan struct{}, 1)
+func (p *Provider) keep(h *Handle, sent time.Time) {
+	ls, o := &p.leases, p.opts
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.held == nil {
+		ls.held = make(map[*Handle]*lease)
 	}
-	l := &lease{next: s.tick(p, sent), deadline: sent.Add(o.expiry - o.safetyMargin())}
-	l.timer = time.AfterFunc(time.Until(l.deadline), func() { s.expire(h) })
-	s.leases[h] = l
-	switch {
-	case !s.running:
-		s.running = true
-		go s.run()
-	case l.next.Before(s.planned):
-		// Only then: run scans every lease each time it looks.
-		s.signal()
+	l := &lease{deadline: sent.Add(o.expiry - o.safetyMargin())}
+	l.loss = time.AfterFunc(time.Until(l.deadline), func() { p.expire(h) })
+	ls.held[h] = l
+	if ls.timer == nil {
+		ls.timer = time.AfterFunc(o.cadence, p.tick)
+	}
+}
+
+// tick extends every lease not already being extended, in batches, and
+// sets the next tick while any lease is kept.
+func (p *Provider) tick() {
+	ls := &p.leases
+	ls.mu.Lock()
+	if len(ls.held) == 0 {
+		ls.timer = nil
+		ls.mu.Unlock()
+		return
+	}
+	ls.timer.Reset(p.opts.cadence)
+	var due []*Handle
+	for h, l := range ls.held {
+		if l.busy {
+			l.missed = true
+		} else {
+			l.busy = true
+			due = append(due, h)
+		}
+	}
+	ls.mu.Unlock()
+	for len(due) > 0 {
+		n := min(len(due), maxBatch)
+		go p.extend(due[:n])
+		due = due[n:]
 	}
 }
 
 // forget stops keeping h's lease (it is being released). No extension of h
 // starts afterwards; one already on its way cannot match once the release
 // has cleared the lockId.
-func (s *scheduler) forget(h *Handle) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.drop(h) && len(s.leases) == 0 {
-		s.signal() // so that run ends
+func (p *Provider) forget(h *Handle) {
+	p.leases.mu.Lock()
+	defer p.leases.mu.Unlock()
+	p.drop(h)
+}
+
+// drop removes h's lease, if kept; leases.mu must be held.
+func (p *Provider) drop(h *Handle) {
+	if l := p.leases.held[h]; l != nil {
+		l.loss.Stop()
+		delete(p.leases.held, h)
+		close(h.unkept)
 	}
 }
 
-// drop removes h's lease, if kept; s.mu must be held. It reports whether h
-// was kept.
-func (s *scheduler) drop(h *Handle) bool {
-	l := s.leases[h]
-	if l == nil {
-		return false
-	}
-	l.timer.Stop()
-	delete(s.leases, h)
-	close(h.unkept)
-	return true
-}
-
-// expire runs when h's lease timer fires: unless an extension moved the
+// expire runs when h's loss timer fires: unless an extension moved the
 // deadline meanwhile, the lease ran out.
-func (s *scheduler) expire(h *Handle) {
-	s.mu.Lock()
-	l := s.leases[h]
+func (p *Provider) expire(h *Handle) {
+	p.leases.mu.Lock()
+	l := p.leases.held[h]
 	if l == nil || time.Now().Before(l.deadline) {
-		s.mu.Unlock()
+		p.leases.mu.Unlock()
 		return
 	}
-	lastErr := l.lastErr
-	s.drop(h)
-	s.mu.Unlock()
-	h.leaseOver(lastErr)
+	p.drop(h)
+	p.leases.mu.Unlock()
+	h.leaseOver(l.lastErr)
 }
 
-// run extends due leases until no handle is kept.
-func (s *scheduler) run() {
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		s.mu.Lock()
-		if len(s.leases) == 0 {
-			s.running = false
-			clear(s.origins) // providers are not kept alive by an idle scheduler
-			s.mu.Unlock()
-			return
-		}
-		now := time.Now()
-		due := make(map[*Provider][]*Handle)
-		next := now.Add(time.Hour)
-		for h, l := range s.leases {
-			switch {
-			case l.inFlight:
-			case !l.next.After(now):
-				l.inFlight = true
-				due[h.lock.p] = append(due[h.lock.p], h)
-			case l.next.Before(next):
-				next = l.next
-			}
-		}
-		s.planned = next
-		s.mu.Unlock()
-		for p, hs := range due {
-			for len(hs) > 0 {
-				n := min(len(hs), maxBatch)
-				go s.extend(p, hs[:n])
-				hs = hs[n:]
-			}
-		}
-		timer.Reset(time.Until(next))
-		select {
-		case <-timer.C:
-		case <-s.wake:
-		}
-	}
-}
-
-// extend extends the leases of hs (of one provider) in one round trip, and
-// records the outcome for each.
-func (s *scheduler) extend(p *Provider, hs []*Handle) {
-	o := p.opts
-	s.mu.Lock()
-	var latest time.Time
-	for _, h := range hs {
-		if l := s.leases[h]; l != nil && l.deadline.After(latest) {
-			latest = l.deadline
-		}
-	}
-	s.mu.Unlock()
-
-	sent := time.Now()
-	ctx, cancel := context.WithDeadline(context.Background(), latest)
-	defer cancel()
-	lost, err := extendLeases(ctx, p.coll, hs, p.extend)
-
+// extend extends the leases of hs in one round trip and records the outcome
+// for each. It extends again at once those for which a tick came meanwhile
+// (a round trip slower than the cadence), and, after a transient error,
+// tries again for the handles still kept until their leases are extended or
+// run out.
+func (p *Provider) extend(hs []*Handle) {
+	ls, o := &p.leases, p.opts
 	retry := min(o.cadence/4, 250*time.Millisecond)
-	var gone []*Handle
-	s.mu.Lock()
-	for _, h := range hs {
-		l := s.leases[h]
-		if l == nil {
-			continue // released, or its lease ran out, meanwhile
+	for len(hs) > 0 {
+		ls.mu.Lock()
+		var latest time.Time
+		for _, h := range hs {
+			if l := ls.held[h]; l != nil && l.deadline.After(latest) {
+				latest = l.deadline
+			}
 		}
-		l.inFlight = false
-		switch {
-		case isClosed(err):
-			// Nothing sent through this client will ever succeed: lost
-			// now, rather than when the lease runs out.
-			s.drop(h)
-			gone = append(gone, h)
-		case err != nil:
-			l.lastErr = err
-			l.next = time.Now().Add(retry)
-		case lost[h]:
-			s.drop(h)
-			gone = append(gone, h)
-		default:
-			l.lastErr = nil
-			l.deadline = sent.Add(o.expiry - o.safetyMargin())
-			l.next = s.tick(p, sent.Add(o.cadence/2)) // the tick after this one
-			l.timer.Reset(time.Until(l.deadline))
+		ls.mu.Unlock()
+		sent := time.Now()
+		ctx, cancel := context.WithDeadline(context.Background(), latest)
+		lost, err := extendLeases(ctx, p.coll, hs, p.extendUpdate)
+		cancel()
+		var gone, again []*Handle
+		failed := false
+		ls.mu.Lock()
+		for _, h := range hs {
+			l := ls.held[h]
+			switch {
+			case l == nil: // released, or its lease ran out, meanwhile
+			case isClosed(err) || err == nil && lost[h]:
+				// Lost, or its client disconnected: nothing sent through
+				// it will ever succeed, so lost now rather than later.
+				p.drop(h)
+				gone = append(gone, h)
+			case err != nil:
+				l.lastErr, failed = err, true
+				again = append(again, h)
+			default:
+				l.lastErr = nil
+				l.deadline = sent.Add(o.expiry - o.safetyMargin())
+				l.loss.Reset(time.Until(l.deadline))
+				if l.busy = l.missed; l.missed {
+					l.missed = false
+					again = append(again, h)
+				}
+			}
 		}
-	}
-	s.signal()
-	s.mu.Unlock()
-	for _, h := range gone {
-		if err != nil {
-			h.markLost(fmt.Errorf("%w: its client was disconnected (%w)", ErrLockLost, err))
-		} else {
-			h.markLost(fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost))
+		ls.mu.Unlock()
+		for _, h := range gone {
+			if err != nil {
+				h.markLost(fmt.Errorf("%w: its client was disconnected (%w)", ErrLockLost, err))
+			} else {
+				h.markLost(fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost))
+			}
+		}
+		if hs = again; failed {
+			time.Sleep(retry)
 		}
 	}
 }

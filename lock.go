@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -103,15 +102,16 @@ func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
 		}
 	}()
 	for {
-		if h := qs.takeHandOver(w); h != nil {
-			return h, nil
-		}
-		sleep := time.Duration(-1) // no attempt: wait to be woken
 		select {
-		case <-w.wake: // what woke it is seen by this attempt
+		case <-w.wake: // what woke it is seen below
 		default:
 		}
-		if !qs.mayAttempt(w) {
+		sleep := time.Duration(-1) // no attempt: wait to be woken
+		handedOver, mayAttempt := qs.next(w)
+		if handedOver != nil {
+			return handedOver, nil
+		}
+		if !mayAttempt {
 			contended = true // someone of this process goes first
 		} else {
 			h, doc, err := l.attempt(ctx, waitMode)
@@ -193,8 +193,9 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) (err 
 }
 
 // attempt is one acquisition attempt: one round trip on an existing lock
-// document. A missing document (or, on FerretDB, one another client is
-// creating) is created with a plain insert and the attempt repeated.
+// document. A missing document (no match; or a duplicate key on FerretDB,
+// racing another client that creates it) is created with a plain insert and
+// the attempt repeated.
 func (l *Lock) attempt(ctx context.Context, mode attemptMode) (*Handle, lockDoc, error) {
 	p := l.p
 	p.ensureIndex()
@@ -209,7 +210,7 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode) (*Handle, lockDoc,
 			return newHandle(l, lockID, doc.FencingToken, sent), doc, nil
 		case err == nil:
 			return nil, doc, ErrNotAcquired
-		case !mayBeMissing(err):
+		case !isNoMatch(err) && !isDuplicateKey(err):
 			return nil, doc, err
 		case tries == maxCreateTries:
 			// The document keeps vanishing, or others keep racing to
@@ -249,44 +250,32 @@ func (p *Provider) acquireRoundTrip(ctx context.Context, name, lockID string, mo
 		doc lockDoc
 		err error
 	}
-	var (
-		mu        sync.Mutex
-		abandoned bool
-		reply     = make(chan result, 1)
-	)
+	reply := make(chan result) // unbuffered: the reply is taken, or abandoned
+	abandoned := make(chan struct{})
 	opCtx, cancelOp := context.WithCancel(context.WithoutCancel(ctx))
 	p.local.bg.Go(func() {
 		defer cancelOp()
 		var r result
 		r.doc, r.err = send(opCtx)
-		mu.Lock()
-		defer mu.Unlock()
-		if !abandoned {
-			reply <- r
-			return
-		}
-		switch {
-		case r.err == nil && r.doc.LockID == lockID:
-			p.releaseInBackground(name, lockID, afterReply)
-		case r.err == nil && r.doc.WaitingProcess == p.local.process && p.local.queues.waiting(name) == 0:
-			p.withdraw(name)
+		select {
+		case reply <- r:
+		case <-abandoned: // nobody gets a handle: undo what it did
+			switch {
+			case r.err == nil && r.doc.LockID == lockID:
+				p.releaseInBackground(name, lockID, afterReply)
+			case r.err == nil && r.doc.WaitingProcess == p.local.process && p.local.queues.waiting(name) == 0:
+				p.withdraw(name)
+			}
 		}
 	})
 	select {
 	case r := <-reply:
 		return r.doc, r.err
 	case <-ctx.Done():
+		close(abandoned)
+		time.AfterFunc(cleanupTimeout, cancelOp)
+		return lockDoc{}, ctx.Err()
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	select {
-	case r := <-reply: // it finished meanwhile: take it
-		return r.doc, r.err
-	default:
-	}
-	abandoned = true
-	time.AfterFunc(cleanupTimeout, cancelOp)
-	return lockDoc{}, ctx.Err()
 }
 
 // releaseInBackground releases lockID's acquisition of name, if it holds it,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-	"weak"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
@@ -15,14 +14,14 @@ import (
 // Where the server offers change streams (replica sets, sharded clusters),
 // one change stream per collection also wakes the head of a name's local
 // line as soon as that lock is released (its lockId removed, or its document
-// deleted), in any process; while it runs, polling is only a safety net. The stream opens when a waiter first finds the
-// lock held by another process (a lock that is free, or held in this
-// process, needs none) and closes notifyLinger after the last such waiter
-// is done, so that ping-pong between processes does not reopen it per turn.
+// deleted), in any process; while it runs, polling is only a safety net.
+// The stream opens when a waiter first finds the lock held by another
+// process and closes notifyLinger after the last such waiter is done, so
+// that ping-pong between processes does not reopen it per turn.
 //
 // Where the server has none (a standalone server, FerretDB), the first
-// attempt to open one fails with a server error; the client is remembered
-// as having none, and waiters keep polling, silently. A stream that breaks
+// attempt to open one fails with a server error; the collection is
+// remembered as having none, and waiters keep polling, silently. A stream that breaks
 // later (a network error, a failover) is reopened by the next waiter.
 
 // notifyLinger is how long a collection's change stream stays open after
@@ -58,20 +57,16 @@ func watchReleases(ctx context.Context, coll *mongo.Collection, ready func(), re
 	return cs.Err()
 }
 
-// streamless holds the clients whose server refused to open a change
-// stream: they are not asked again.
-var streamless sync.Map // weak.Pointer[mongo.Client] -> struct{}
-
 // notifier runs a collection's release source while it has waiters.
 type notifier struct {
 	mu      sync.Mutex
 	source  releaseSource // nil: change streams
+	none    bool          // the source was refused: poll only, do not ask again
 	waiters int
 	stop    context.CancelFunc // ends the running source, if any
 	run     int                // counts sources started, to tell them apart
 	open    bool               // the running source is ready
 	linger  *time.Timer        // pending stop after the last waiter
-	failed  bool               // the test source failed: poll only
 }
 
 // join counts a waiter; it starts the source unless it runs already.
@@ -83,47 +78,32 @@ func (n *notifier) join(coll *mongo.Collection, wake func(name string), bg *sync
 		n.linger.Stop()
 		n.linger = nil
 	}
-	if n.stop != nil || n.failed {
+	if n.stop != nil || n.none {
 		return
 	}
 	source := n.source
-	client := weak.Make(coll.Database().Client())
 	if source == nil {
-		if _, none := streamless.Load(client); none {
-			return
-		}
 		source = watchReleases
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	n.stop = stop
 	n.run++
 	run := n.run
-	bg.Add(1)
-	go func() {
-		defer bg.Done()
+	bg.Go(func() {
 		defer stop()
-		ready := func() {
+		err := source(ctx, coll, func() {
 			n.mu.Lock()
 			defer n.mu.Unlock()
-			if n.run == run {
-				n.open = true
-			}
-		}
-		err := source(ctx, coll, ready, wake)
+			n.open = n.open || n.run == run
+		}, wake)
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		if err != nil && ctx.Err() == nil {
-			// Polling never stopped; only the wake-ups end here.
-			if n.source != nil {
-				n.failed = true
-			} else if isServerRefusal(err) {
-				streamless.Store(client, struct{}{})
-			}
-		}
+		// Polling never stopped; only the wake-ups end here.
+		n.none = n.none || err != nil && ctx.Err() == nil && (n.source != nil || isServerRefusal(err))
 		if n.run == run {
 			n.stop, n.open = nil, false
 		}
-	}()
+	})
 }
 
 // leave uncounts a waiter; the source stops notifyLinger after the last one.

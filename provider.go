@@ -21,8 +21,10 @@ type Provider struct {
 
 	// The statements of this provider that do not change per attempt:
 	// the constant acquisition stages by mode, and the extension.
-	stages [3][]bson.Raw
-	extend bson.A
+	stages       [3][]bson.Raw
+	extendUpdate bson.A
+
+	leases leases // the leases of its handles (lease.go)
 }
 
 // NewProvider returns a Provider for locks in db. It validates every option
@@ -37,10 +39,10 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 		return nil, err
 	}
 	p := &Provider{
-		coll:   db.Collection(o.collection),
-		opts:   o,
-		local:  localFor(db, o.collection),
-		extend: extendUpdate(o.expiry),
+		coll:         db.Collection(o.collection),
+		opts:         o,
+		local:        localFor(db, o.collection),
+		extendUpdate: extendUpdate(o.expiry),
 	}
 	for _, m := range []attemptMode{tryMode, waitMode, handOverMode} {
 		p.stages[m] = acquireStages(p.local.process, m, o.expiry, o.claimLifetime())
@@ -67,14 +69,12 @@ func (p *Provider) Lock(name string) *Lock {
 
 // local is what this process keeps for one collection of one client, shared
 // by every Provider of it: the process's id in lock documents, the TTL index
-// created once, the lines of waiters, the lease scheduler and the release
-// events.
+// created once, the lines of waiters and the release events.
 type local struct {
 	process   string
 	indexOnce sync.Once
 	bg        sync.WaitGroup // background work: index creation, cleanups
 	queues    queues
-	leases    scheduler
 	notify    notifier
 }
 

@@ -100,14 +100,18 @@ func (qs *queues) leave(w *waiter) (left int, untaken *Handle) {
 	return left, untaken
 }
 
-// mayAttempt reports whether w may ask the database: it is the head, no
-// handle of this process holds the name, and no hand-over to it is under
-// way.
-func (qs *queues) mayAttempt(w *waiter) bool {
+// next returns the handle handed over to w, if any, and else whether w may
+// ask the database: it is the head, no handle of this process holds the
+// name, and no hand-over to it is under way.
+func (qs *queues) next(w *waiter) (handedOver *Handle, mayAttempt bool) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
+	if h := w.handedOver; h != nil {
+		w.handedOver = nil
+		return h, false
+	}
 	q := qs.get(w.lock.name)
-	return q.waiters[0] == w && q.held == 0 && !w.offered
+	return nil, q.waiters[0] == w && q.held == 0 && !w.offered
 }
 
 // hold records that a handle of l's provider acquired l's name at now.
@@ -197,13 +201,4 @@ func (qs *queues) deliver(w *waiter, h *Handle) bool {
 		}
 	}
 	return false
-}
-
-// takeHandOver returns the handle handed over to w, if any.
-func (qs *queues) takeHandOver(w *waiter) *Handle {
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	h := w.handedOver
-	w.handedOver = nil
-	return h
 }
