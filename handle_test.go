@@ -19,10 +19,6 @@ import (
 // Tests of the Handle: the extension loop, loss (guarantee 5 in
 // PROTOCOL.md), Release, Do, and orphaned acquisitions (guarantee 6).
 
-// shortExpiry is the lease of the tests that wait for extensions or loss;
-// the cadence is the default, a third of it.
-const shortExpiry = 500 * time.Millisecond
-
 // handleEnv is one test's lock setup: a provider on the shared client, a
 // provider on a client of its own (another process, as far as the server can
 // tell), and the raw collection, to play someone who edits the documents.
@@ -49,64 +45,6 @@ func newHandleEnv(t *testing.T, opts ...mongolock.Option) *handleEnv {
 	})
 	return e
 }
-
-// boundedCtx returns a context that ends after d or with the test.
-func boundedCtx(t *testing.T, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// rawLockDoc reads a lock document with the raw driver.
-func rawLockDoc(t *testing.T, coll *mongo.Collection, name string) bson.Raw {
-	t.Helper()
-	raw, err := coll.FindOne(boundedCtx(t, 5*time.Second), bson.D{{Key: "_id", Value: name}}).Raw()
-	require.NoError(t, err, "reading the document of %q", name)
-	return raw
-}
-
-// awaitClosed waits up to d for ch to be closed and returns when it was
-// seen closed; it fails the test if ch stays open.
-func awaitClosed(t *testing.T, ch <-chan struct{}, d time.Duration, what string) time.Time {
-	t.Helper()
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ch:
-		return time.Now()
-	case <-timer.C:
-		require.FailNowf(t, "not closed in time", "%s: still open after %v", what, d)
-		return time.Time{}
-	}
-}
-
-// closedNow reports whether ch is closed, without waiting.
-func closedNow(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
-// staysOpen asserts that ch is still open after d.
-func staysOpen(t *testing.T, ch <-chan struct{}, d time.Duration, what string) {
-	t.Helper()
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ch:
-		require.FailNowf(t, "closed", "%s was closed", what)
-	case <-timer.C:
-	}
-}
-
-// lossDetectionBound is how long a handle may take to notice that its
-// document was deleted or taken over: the next extension is due within one
-// cadence; the rest is slack for a round trip under -race on a busy machine.
-const lossDetectionBound = shortExpiry/3 + 250*time.Millisecond
 
 func TestHeldLockStaysHeldPastSeveralExpiries(t *testing.T) {
 	e := newHandleEnv(t, mongolock.WithExpiry(shortExpiry))

@@ -13,39 +13,6 @@ import (
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
-// Hostile names (issue 5): names that look like query operators, field
-// paths or JSON, that are not UTF-8, that hide a NUL, or that are 100 KB
-// long. Each must either be a lock of its own (matching no other lock: the
-// name is only ever a value, never part of a query's structure) or fail with
-// a clear error; it must never be taken for another lock.
-//
-// The pairs differ only where a careless store would lose the difference:
-// after a NUL (C strings), in the last byte of 100 KB (a truncated index
-// key), in invalid bytes (replaced by U+FFFD when "fixed" to UTF-8).
-var hostileNames = []struct{ label, name string }{
-	{"plain a", "a"}, // first: a name that matched everything would take it
-	{"$", "$"},
-	{"$gt", "$gt"},
-	{"$$NOW", "$$NOW"},
-	{"field path", "$lockId"},
-	{"dot", "."},
-	{"dotted", "a.b"},
-	{`{"$gt": ""}`, `{"$gt": ""}`},
-	{`{"$ne": null}`, `{"$ne": null}`},
-	{`{"_id": {"$exists": true}}`, `{"_id": {"$exists": true}}`},
-	{"regex-like", "/.*/"},
-	{"NUL inside", "a\x00b"},
-	{"NUL first", "\x00a"},
-	{"invalid UTF-8", "\xff\xfe\xfd"},
-	{"invalid UTF-8 reversed", "\xfd\xfe\xff"},
-	{"truncated UTF-8", "\xc3"},
-	{"U+FFFD", "\uFFFD"}, // what "\xc3" would become if replaced
-	{"valid UTF-8 é", "\xc3\xa9"},
-	{"100 KB", strings.Repeat("a", 100<<10)},
-	{"100 KB, last byte differs", strings.Repeat("a", 100<<10-1) + "b"},
-	{"100 KB of invalid UTF-8", strings.Repeat("\xff", 100<<10)},
-}
-
 func TestHostileNamesAreLocksOfTheirOwnOrAClearError(t *testing.T) {
 	ctx := boundedCtx(t, 60*time.Second)
 	// A short lease: the locks are held past several expiries below, so

@@ -37,20 +37,6 @@ func lockTestProvider(t *testing.T, db *mongo.Database, opts ...mongolock.Option
 	return p
 }
 
-// releaseAtCleanup releases h when the test ends, also when it fails half
-// way; Release is idempotent, so a handle the test released already is fine.
-func releaseAtCleanup(t *testing.T, h *mongolock.Handle) *mongolock.Handle {
-	t.Helper()
-	if h != nil {
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = h.Release(ctx)
-		})
-	}
-	return h
-}
-
 // findAndModifyReplies counts the findAndModify replies a client received:
 // each one is a finished acquisition attempt, so a waiter that got one and no
 // lock is now in its busy-wait sleep.
@@ -62,18 +48,6 @@ func (f *findAndModifyReplies) monitor() *event.CommandMonitor {
 			f.n.Add(1)
 		}
 	}}
-}
-
-// pollUntil polls cond until it holds or the deadline passes.
-func pollUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestTryAcquireOnHeldLockReturnsErrNotAcquiredAndReleaseFreesIt(t *testing.T) {
@@ -116,22 +90,6 @@ func TestTryAcquireOnHeldLockReturnsErrNotAcquiredAndReleaseFreesIt(t *testing.T
 	h3 := releaseAtCleanup(t, mustAcquire(t, ctx, l))
 	require.Greater(t, h3.FencingToken(), h2.FencingToken())
 	require.NoError(t, h3.Release(ctx))
-}
-
-func mustTryAcquire(t *testing.T, ctx context.Context, l *mongolock.Lock) *mongolock.Handle {
-	t.Helper()
-	h, err := l.TryAcquire(ctx)
-	require.NoError(t, err, "TryAcquire(%q)", l.Name())
-	require.NotNil(t, h)
-	return h
-}
-
-func mustAcquire(t *testing.T, ctx context.Context, l *mongolock.Lock) *mongolock.Handle {
-	t.Helper()
-	h, err := l.Acquire(ctx)
-	require.NoError(t, err, "Acquire(%q)", l.Name())
-	require.NotNil(t, h)
-	return h
 }
 
 func TestLockNamesAreCaseSensitive(t *testing.T) {
@@ -336,17 +294,6 @@ func TestConcurrentAcquirersNeverOverlap(t *testing.T) {
 	require.Empty(t, errs)
 	require.EqualValues(t, 1, maxInLock.Load(), "holders at once")
 	require.Len(t, tokens, clients*perClient, "every goroutine got the lock, each with its own fencing token")
-}
-
-// unusualNames are names that are easy to get wrong: empty, blank, a NUL
-// byte, long, escape characters, and multi-byte unicode.
-var unusualNames = []struct{ label, name string }{
-	{"empty", ""},
-	{"space", " "},
-	{"NUL", "\x00"},
-	{"1000 a", strings.Repeat("a", 1000)},
-	{"1000 backslashes", strings.Repeat("\\", 1000)},
-	{"unicode", "锁-🔒-ñ"},
 }
 
 func TestUnusualNamesWorkAndDoNotCollide(t *testing.T) {

@@ -13,20 +13,6 @@ import (
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
-// acquireInBackground starts an Acquire of l and returns where its outcome
-// (after releasing the handle) arrives.
-func acquireInBackground(ctx context.Context, l *mongolock.Lock) <-chan error {
-	got := make(chan error, 1)
-	go func() {
-		h, err := l.Acquire(ctx)
-		if err == nil {
-			err = h.Release(ctx)
-		}
-		got <- err
-	}()
-	return got
-}
-
 func TestAReleaseEventWakesAWaiterAtOnce(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
 	// Sleeps far longer than the test: only the event can let the waiter in.

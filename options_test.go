@@ -4,27 +4,15 @@ package mongolock_test
 // tests use a client of an address where no server answers.
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
 )
-
-// offlineDatabase is a database handle of a client that never reaches a
-// server: anything that needed I/O would fail.
-func offlineDatabase(t *testing.T) *mongo.Database {
-	t.Helper()
-	c, err := mongo.Connect(options.Client().ApplyURI("mongodb://127.0.0.1:1/?connect=direct"))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
-	return c.Database("offline")
-}
 
 // optionConstructors are New and NewProvider, which validate the same way. build
 // reports the error and whether a lock or provider came back with it.

@@ -246,13 +246,3 @@ func TestAWaiterWhoseContextEndsLeavesTheLineWithoutDisturbingOthers(t *testing.
 	require.NoError(t, <-results[2])
 	require.Zero(t, mongolock.QueueNames(e.p))
 }
-
-// assert reports a failure from a goroutine other than the test's (where
-// require's FailNow must not be called) and returns ok.
-func assert(t *testing.T, ok bool, format string, args ...any) bool {
-	t.Helper()
-	if !ok {
-		t.Errorf(format, args...)
-	}
-	return ok
-}
