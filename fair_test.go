@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/testdb"
@@ -34,9 +33,7 @@ func TestContendingProcessesEachGetAFairShare(t *testing.T) {
 	)
 	end := time.Now().Add(3 * time.Second)
 	for p := range procs {
-		prov, err := mongolock.NewProvider(testdb.NewClient(t).Database(db.Name()))
-		require.NoError(t, err)
-		t.Cleanup(func() { mongolock.WaitBackground(prov) })
+		prov := newProvider(t, ownClient(t, db, nil))
 		l := prov.Lock("fair")
 		for range perProc {
 			wg.Go(func() {
@@ -107,23 +104,23 @@ func awaitClaim(t *testing.T, p *mongolock.Provider, name string) {
 
 func TestTryAcquireNeverClaimsATurn(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
-	e := newQueueEnv(t)
-	holder, err := e.rival.Lock("try").TryAcquire(ctx)
+	e := newLockEnv(t)
+	holder, err := e.other.Lock("try").TryAcquire(ctx)
 	require.NoError(t, err)
 	_, err = e.p.Lock("try").TryAcquire(ctx)
 	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
 	require.Empty(t, turnOf(t, e.p, "try").WaitingProcess, "a refused TryAcquire claimed a turn")
 	require.NoError(t, holder.Release(ctx))
 	// Free, and claimed by nobody: the holder's process takes it again.
-	h, err := e.rival.Lock("try").TryAcquire(ctx)
+	h, err := e.other.Lock("try").TryAcquire(ctx)
 	require.NoError(t, err)
 	require.NoError(t, h.Release(ctx))
 }
 
 func TestAWaiterThatGivesUpWithdrawsItsClaim(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
-	e := newQueueEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
-	holder, err := e.rival.Lock("turn").TryAcquire(ctx)
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
+	holder, err := e.other.Lock("turn").TryAcquire(ctx)
 	require.NoError(t, err)
 
 	// A waiter of the other process claims the next turn...
@@ -144,7 +141,7 @@ func TestAWaiterThatGivesUpWithdrawsItsClaim(t *testing.T) {
 
 	// A waiter that gives up withdraws its process's claim: nobody steps
 	// aside for it.
-	holder, err = e.rival.Lock("turn").TryAcquire(ctx)
+	holder, err = e.other.Lock("turn").TryAcquire(ctx)
 	require.NoError(t, err)
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -162,14 +159,12 @@ func TestAWaiterThatGivesUpWithdrawsItsClaim(t *testing.T) {
 // every other process wait up to twice its longest sleep).
 func TestAClaimantThatDiedHoldsNoFreeLockBack(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
-	e := newQueueEnv(t)
-	holder, err := e.rival.Lock("dead").TryAcquire(ctx)
+	e := newLockEnv(t)
+	holder, err := e.other.Lock("dead").TryAcquire(ctx)
 	require.NoError(t, err)
 	// A slow waiter claims the next turn, and its process dies.
 	c := testdb.NewClient(t)
-	dying, err := mongolock.NewProvider(c.Database(mongolock.DatabaseName(e.p)),
-		mongolock.WithBusyWaitSleep(time.Second, time.Minute))
-	require.NoError(t, err)
+	dying := newProvider(t, c.Database(e.db.Name()), mongolock.WithBusyWaitSleep(time.Second, time.Minute))
 	done := make(chan error, 1)
 	go func() { _, err := dying.Lock("dead").Acquire(ctx); done <- err }()
 	awaitClaim(t, dying, "dead")
@@ -189,7 +184,7 @@ func TestAClaimantThatDiedHoldsNoFreeLockBack(t *testing.T) {
 // renewed lapses within its lifetime.
 func TestAStepAsideLastsNoLongerThanTheClaim(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
-	e := newQueueEnv(t)
+	e := newLockEnv(t)
 	l := e.p.Lock("aside")
 	var h *mongolock.Handle
 	for i := range mongolock.TurnLength {
@@ -204,25 +199,24 @@ func TestAStepAsideLastsNoLongerThanTheClaim(t *testing.T) {
 	// Another process claims the next turn, then stops asking.
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { _, err := e.rival.Lock("aside").Acquire(wctx); done <- err }()
-	awaitClaim(t, e.rival, "aside")
+	go func() { _, err := e.other.Lock("aside").Acquire(wctx); done <- err }()
+	awaitClaim(t, e.other, "aside")
 	claim := turnOf(t, e.p, "aside").WaitingUntil
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
-	mongolock.WaitBackground(e.rival) // its claim withdrawn
+	mongolock.WaitBackground(e.other) // its claim withdrawn
 
 	require.NoError(t, h.Release(ctx))
 	// The claim is not withdrawn here (a claimant that died); the holder's
 	// process steps aside until it lapses.
-	coll := testdb.Client(t).Database(mongolock.DatabaseName(e.p)).Collection(mongolock.CollectionName(e.p))
-	_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "aside"}}, bson.D{{Key: "$set", Value: bson.D{
-		{Key: "waitingProcess", Value: mongolock.Process(e.rival)}, {Key: "waitingUntil", Value: claim}}}})
+	_, err := e.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "aside"}}, bson.D{{Key: "$set", Value: bson.D{
+		{Key: "waitingProcess", Value: mongolock.Process(e.other)}, {Key: "waitingUntil", Value: claim}}}})
 	require.NoError(t, err)
 	_, err = l.TryAcquire(ctx)
 	if time.Until(claim) > 50*time.Millisecond { // still live by any clock skew here
 		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the holder's process did not step aside")
 	}
-	lifetime := mongolock.ClaimLifetime(e.rival)
+	lifetime := mongolock.ClaimLifetime(e.other)
 	var again *mongolock.Handle
 	pollUntil(t, lifetime+time.Second, "the holder's process got the lock back once the claim lapsed", func() bool {
 		again, err = l.TryAcquire(ctx)
@@ -235,18 +229,15 @@ func TestAStepAsideLastsNoLongerThanTheClaim(t *testing.T) {
 // lock even while other processes wait for it in Acquire.
 func TestTryAcquireGetsAFreeLockWhileOtherProcessesWait(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
-	e := newQueueEnv(t)
+	e := newLockEnv(t)
 	holder, err := e.p.Lock("cron").TryAcquire(ctx)
 	require.NoError(t, err)
-	var counts []*acquireCounter
+	var counts []*commandCounter
 	for range 3 {
 		// Waiters that poll rarely, so that the free lock is there to take.
-		c := &acquireCounter{}
+		c := &commandCounter{}
 		counts = append(counts, c)
-		w, err := mongolock.NewProvider(testdb.NewClient(t, options.Client().SetMonitor(c.monitor())).Database(mongolock.DatabaseName(e.p)),
-			mongolock.WithBusyWaitSleep(5*time.Second, 5*time.Second))
-		require.NoError(t, err)
-		t.Cleanup(func() { mongolock.WaitBackground(w) })
+		w := newProvider(t, ownClient(t, e.db, c), mongolock.WithBusyWaitSleep(5*time.Second, 5*time.Second))
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		go func() { _, _ = w.Lock("cron").Acquire(wctx) }()
@@ -263,7 +254,7 @@ func TestTryAcquireGetsAFreeLockWhileOtherProcessesWait(t *testing.T) {
 	f := turnOf(t, e.p, "cron")
 	require.NotEmpty(t, f.WaitingProcess, "no waiter claimed the next turn")
 	require.NoError(t, holder.Release(ctx))
-	cron, err := e.rival.Lock("cron").TryAcquire(ctx)
+	cron, err := e.other.Lock("cron").TryAcquire(ctx)
 	require.NoError(t, err, "a free lock refused to TryAcquire because others wait")
 	require.NoError(t, cron.Release(ctx))
 }
@@ -274,22 +265,17 @@ func TestWhileALockIsHeldOnlyTheClaimantPollsOften(t *testing.T) {
 	const waiters, hold = 4, 2 * time.Second
 	ctx := boundedCtx(t, time.Minute)
 	db := testdb.Database(t)
-	holderP, err := mongolock.NewProvider(testdb.NewClient(t).Database(db.Name()))
-	require.NoError(t, err)
-	t.Cleanup(func() { mongolock.WaitBackground(holderP) })
+	holderP := newProvider(t, ownClient(t, db, nil))
 	h, err := holderP.Lock("standby").TryAcquire(ctx)
 	require.NoError(t, err)
 
-	counts := make([]*acquireCounter, waiters)
+	counts := make([]*commandCounter, waiters)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	for i := range waiters {
-		counts[i] = &acquireCounter{}
-		c := testdb.NewClient(t, options.Client().SetMonitor(counts[i].monitor()))
-		p, err := mongolock.NewProvider(c.Database(db.Name()), mongolock.WithBusyWaitSleep(10*time.Millisecond, 100*time.Millisecond))
-		require.NoError(t, err)
-		t.Cleanup(func() { mongolock.WaitBackground(p) })
+		counts[i] = &commandCounter{}
+		p := newProvider(t, ownClient(t, db, counts[i]), mongolock.WithBusyWaitSleep(10*time.Millisecond, 100*time.Millisecond))
 		wg.Go(func() {
 			h, err := p.Lock("standby").Acquire(wctx)
 			if err == nil {

@@ -210,7 +210,7 @@ func lossTrials(t *testing.T, n, workers int, fault string, cut func(px *faultpr
 	t.Helper()
 	db := testdb.Database(t)
 	coll := db.Collection(mongolock.DefaultCollection)
-	rival := lockTestProvider(t, db, mongolock.WithExpiry(faultExpiry))
+	rival := newProvider(t, db, mongolock.WithExpiry(faultExpiry))
 	uri := testdb.Info(t).URI
 	ctx := boundedCtx(t, 5*time.Minute)
 	results := runTrials(t, n, workers, func(i int) (lossRace, error) {
@@ -335,7 +335,7 @@ func holdUnderLatency(ctx context.Context, coll *mongo.Collection, uri, dbName s
 func TestFaultSlowExtensionsBelowTheLeaseKeepTheLock(t *testing.T) {
 	db := testdb.Database(t)
 	coll := db.Collection(mongolock.DefaultCollection)
-	rival := lockTestProvider(t, db, mongolock.WithExpiry(faultExpiry))
+	rival := newProvider(t, db, mongolock.WithExpiry(faultExpiry))
 	uri := testdb.Info(t).URI
 	ctx := boundedCtx(t, time.Minute)
 	const hold = 4 * faultExpiry
@@ -386,7 +386,7 @@ const (
 func TestFaultResetsDuringAcquireAndReleaseLeaveNoOrphansAndNeverTwoHolders(t *testing.T) {
 	const workers, perWorker = 8, 12 // 96 trials: a third each of Acquire, TryAcquire and Release
 	db := testdb.Database(t)
-	rival := lockTestProvider(t, db, mongolock.WithExpiry(resetExpiry))
+	rival := newProvider(t, db, mongolock.WithExpiry(resetExpiry))
 	uri := testdb.Info(t).URI
 	ctx := boundedCtx(t, 3*time.Minute)
 	var mu sync.Mutex

@@ -33,7 +33,7 @@ func (l *tokenLog) add(token int64, how string) {
 
 // requireTokenInDocument checks that the document holds h's acquisition with
 // h's token, stored as an int64.
-func requireTokenInDocument(t *testing.T, e *handleEnv, h *mongolock.Handle) {
+func requireTokenInDocument(t *testing.T, e *lockEnv, h *mongolock.Handle) {
 	t.Helper()
 	doc := rawLockDoc(t, e.coll, h.Name())
 	v := doc.Lookup("fencingToken")
@@ -42,7 +42,7 @@ func requireTokenInDocument(t *testing.T, e *handleEnv, h *mongolock.Handle) {
 }
 
 func TestFencingTokenIncreasesAfterReleaseAndReacquire(t *testing.T) {
-	e := newHandleEnv(t)
+	e := newLockEnv(t)
 	ctx := boundedCtx(t, 30*time.Second)
 	log := &tokenLog{t: t}
 	for i := range 5 {
@@ -66,7 +66,7 @@ func TestFencingTokenIncreasesAfterReleaseAndReacquire(t *testing.T) {
 
 func TestFencingTokenIncreasesAfterAnExpiryTakeover(t *testing.T) {
 	t.Run("lease set to the past", func(t *testing.T) {
-		e := newHandleEnv(t, mongolock.WithExpiry(30*time.Second))
+		e := newLockEnv(t, mongolock.WithExpiry(30*time.Second))
 		ctx := boundedCtx(t, 30*time.Second)
 		log := &tokenLog{t: t}
 		h1, err := e.p.Lock("expired").TryAcquire(ctx)
@@ -87,12 +87,11 @@ func TestFencingTokenIncreasesAfterAnExpiryTakeover(t *testing.T) {
 	})
 
 	t.Run("holder stopped extending", func(t *testing.T) {
-		e := newHandleEnv(t, mongolock.WithExpiry(shortExpiry), mongolock.WithBusyWaitSleep(5*time.Millisecond, 20*time.Millisecond))
+		e := newLockEnv(t, mongolock.WithExpiry(shortExpiry), mongolock.WithBusyWaitSleep(5*time.Millisecond, 20*time.Millisecond))
 		ctx := boundedCtx(t, 30*time.Second)
 		log := &tokenLog{t: t}
 		c := testdb.NewClient(t)
-		holder, err := mongolock.NewProvider(c.Database(e.db.Name()), mongolock.WithExpiry(shortExpiry))
-		require.NoError(t, err)
+		holder := newProvider(t, c.Database(e.db.Name()), mongolock.WithExpiry(shortExpiry))
 		h1, err := holder.Lock("abandoned").TryAcquire(ctx)
 		require.NoError(t, err)
 		log.add(h1.FencingToken(), "the first acquisition")
@@ -106,7 +105,6 @@ func TestFencingTokenIncreasesAfterAnExpiryTakeover(t *testing.T) {
 
 		require.ErrorIs(t, h1.Release(ctx), mongolock.ErrLockLost)
 		require.NoError(t, h2.Release(ctx))
-		mongolock.WaitBackground(holder)
 	})
 }
 
@@ -125,7 +123,7 @@ func afterTheMillisecondOf(acquired time.Time) {
 }
 
 func TestFencingTokenIncreasesAfterTheDocumentIsDeleted(t *testing.T) {
-	e := newHandleEnv(t, mongolock.WithExpiry(shortExpiry))
+	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
 	ctx := boundedCtx(t, 30*time.Second)
 	log := &tokenLog{t: t}
 	deleteDoc := func() {
@@ -174,9 +172,7 @@ func TestFencingTokensStrictlyIncreaseAcrossProvidersOnSeparateClients(t *testin
 	opts := []mongolock.Option{mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond)}
 	var providers []*mongolock.Provider
 	for range 2 {
-		p, err := mongolock.NewProvider(testdb.NewClient(t).Database(db.Name()), opts...)
-		require.NoError(t, err)
-		providers = append(providers, p)
+		providers = append(providers, newProvider(t, ownClient(t, db, nil), opts...))
 	}
 
 	const perProvider = 25

@@ -19,35 +19,8 @@ import (
 // Tests of the Handle: the extension loop, loss (guarantee 5 in
 // PROTOCOL.md), Release, Do, and orphaned acquisitions (guarantee 6).
 
-// handleEnv is one test's lock setup: a provider on the shared client, a
-// provider on a client of its own (another process, as far as the server can
-// tell), and the raw collection, to play someone who edits the documents.
-type handleEnv struct {
-	db    *mongo.Database
-	coll  *mongo.Collection
-	p     *mongolock.Provider // on the shared client
-	other *mongolock.Provider // on a separate client
-}
-
-func newHandleEnv(t *testing.T, opts ...mongolock.Option) *handleEnv {
-	t.Helper()
-	db := testdb.Database(t)
-	p, err := mongolock.NewProvider(db, opts...)
-	require.NoError(t, err)
-	other, err := mongolock.NewProvider(testdb.NewClient(t).Database(db.Name()), opts...)
-	require.NoError(t, err)
-	e := &handleEnv{db: db, coll: db.Collection(mongolock.DefaultCollection), p: p, other: other}
-	// Cleanups run last-in first-out: this one runs before the clients are
-	// disconnected and the database dropped.
-	t.Cleanup(func() {
-		mongolock.WaitBackground(p)
-		mongolock.WaitBackground(other)
-	})
-	return e
-}
-
 func TestHeldLockStaysHeldPastSeveralExpiries(t *testing.T) {
-	e := newHandleEnv(t, mongolock.WithExpiry(shortExpiry))
+	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
 	ctx := boundedCtx(t, 30*time.Second)
 	h, err := e.p.Lock("held").TryAcquire(ctx)
 	require.NoError(t, err)
@@ -77,7 +50,7 @@ func TestHeldLockStaysHeldPastSeveralExpiries(t *testing.T) {
 }
 
 func TestLostClosesWhenDocumentIsDeleted(t *testing.T) {
-	e := newHandleEnv(t, mongolock.WithExpiry(shortExpiry))
+	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
 	ctx := boundedCtx(t, 30*time.Second)
 	h, err := e.p.Lock("deleted").TryAcquire(ctx)
 	require.NoError(t, err)
@@ -112,7 +85,7 @@ func TestLostClosesWhenDocumentIsDeleted(t *testing.T) {
 }
 
 func TestLostClosesWhenSomeoneElseTakesOver(t *testing.T) {
-	e := newHandleEnv(t, mongolock.WithExpiry(shortExpiry))
+	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
 	ctx := boundedCtx(t, 30*time.Second)
 	h, err := e.p.Lock("taken").TryAcquire(ctx)
 	require.NoError(t, err)
@@ -148,7 +121,7 @@ func TestLostClosesWhenSomeoneElseTakesOver(t *testing.T) {
 // ErrLockLost: code that wakes on Lost and then asks Context why must not
 // be told "not done".
 func TestContextIsDoneWithErrLockLostOnceLostIsClosed(t *testing.T) {
-	e := newHandleEnv(t, mongolock.WithExpiry(shortExpiry))
+	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
 	ctx := boundedCtx(t, 30*time.Second)
 	l := e.p.Lock("ordered")
 	const trials = 100
@@ -178,7 +151,7 @@ func TestContextIsDoneWithErrLockLostOnceLostIsClosed(t *testing.T) {
 }
 
 func TestReleaseNeverClosesLost(t *testing.T) {
-	e := newHandleEnv(t, mongolock.WithExpiry(shortExpiry))
+	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
 	ctx := boundedCtx(t, 30*time.Second)
 	h, err := e.p.Lock("released").TryAcquire(ctx)
 	require.NoError(t, err)
@@ -208,7 +181,7 @@ func TestReleaseOfALostHandleDoesNotFreeTheNextHolder(t *testing.T) {
 	// stalled); the next holder takes the lock; the first one's Release
 	// must report the loss and leave the next holder's lock alone
 	// (guarantee 7).
-	e := newHandleEnv(t, mongolock.WithExpiry(30*time.Second))
+	e := newLockEnv(t, mongolock.WithExpiry(30*time.Second))
 	ctx := boundedCtx(t, 30*time.Second)
 	h1, err := e.p.Lock("stale").TryAcquire(ctx)
 	require.NoError(t, err)
@@ -233,12 +206,11 @@ func TestReleaseOfALostHandleDoesNotFreeTheNextHolder(t *testing.T) {
 func TestLostIsSignalledBeforeAnotherClientCanAcquireWhenDisconnected(t *testing.T) {
 	db := testdb.Database(t)
 	coll := db.Collection(mongolock.DefaultCollection)
-	rival := lockTestProvider(t, db, mongolock.WithExpiry(faultExpiry))
+	rival := newProvider(t, db, mongolock.WithExpiry(faultExpiry))
 	ctx := boundedCtx(t, time.Minute)
 	for run := range 5 {
 		c := testdb.NewClient(t)
-		holder, err := mongolock.NewProvider(c.Database(db.Name()), mongolock.WithExpiry(faultExpiry))
-		require.NoError(t, err)
+		holder := newProvider(t, c.Database(db.Name()), mongolock.WithExpiry(faultExpiry))
 		phase := time.Duration(rand.Int64N(int64(2 * faultExpiry / 3)))
 		r, err := raceLoss(ctx, coll, holder, rival, fmt.Sprint("disconnected-", run), phase, func() {
 			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -256,8 +228,7 @@ func TestLostIsSignalledBeforeAnotherClientCanAcquireWhenDisconnected(t *testing
 func TestReleaseAfterTheClientIsDisconnectedReturnsPromptly(t *testing.T) {
 	db := testdb.Database(t)
 	c := testdb.NewClient(t)
-	p, err := mongolock.NewProvider(c.Database(db.Name()))
-	require.NoError(t, err)
+	p := newProvider(t, c.Database(db.Name()))
 	ctx := boundedCtx(t, 30*time.Second)
 	h, err := p.Lock("disconnected").TryAcquire(ctx)
 	require.NoError(t, err)
@@ -274,11 +245,10 @@ func TestReleaseAfterTheClientIsDisconnectedReturnsPromptly(t *testing.T) {
 	require.True(t, closedNow(h.Context().Done()))
 	require.False(t, closedNow(h.Lost()))
 	require.NoError(t, h.Release(rctx), "a second Release")
-	mongolock.WaitBackground(p)
 }
 
 func TestDoRunsFnWithTheLockHeldAndReleasesAfterwards(t *testing.T) {
-	e := newHandleEnv(t)
+	e := newLockEnv(t)
 	ctx := boundedCtx(t, 30*time.Second)
 	errFn := errors.New("fn failed")
 	rival := e.other.Lock("do")
@@ -315,7 +285,7 @@ func TestDoReportsLossToFnAndInItsError(t *testing.T) {
 		{"fn returns the cause", func(fctx context.Context) error { return context.Cause(fctx) }, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newHandleEnv(t, mongolock.WithExpiry(shortExpiry))
+			e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
 			ctx := boundedCtx(t, 30*time.Second)
 			err := e.p.Lock("do-lost").Do(ctx, func(fctx context.Context) error {
 				_, err := e.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "do-lost"}})
@@ -337,7 +307,7 @@ func TestDoReportsLossToFnAndInItsError(t *testing.T) {
 }
 
 func TestDoEndsFnsContextWhenCtxIsCancelled(t *testing.T) {
-	e := newHandleEnv(t)
+	e := newLockEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	err := e.p.Lock("do-cancel").Do(ctx, func(fctx context.Context) error {
@@ -359,7 +329,7 @@ func TestDoEndsFnsContextWhenCtxIsCancelled(t *testing.T) {
 }
 
 func TestDoReleasesWhenFnPanics(t *testing.T) {
-	e := newHandleEnv(t)
+	e := newLockEnv(t)
 	ctx := boundedCtx(t, 30*time.Second)
 	recovered := func() (r any) {
 		defer func() { r = recover() }()
@@ -373,7 +343,7 @@ func TestDoReleasesWhenFnPanics(t *testing.T) {
 }
 
 func TestDoDoesNotRunFnWhenTheLockCannotBeAcquired(t *testing.T) {
-	e := newHandleEnv(t)
+	e := newLockEnv(t)
 	ctx := boundedCtx(t, 30*time.Second)
 	h, err := e.other.Lock("do-busy").TryAcquire(ctx)
 	require.NoError(t, err)
@@ -389,7 +359,7 @@ func TestDoDoesNotRunFnWhenTheLockCannotBeAcquired(t *testing.T) {
 }
 
 func TestNilContextIsAnErrorNotAPanic(t *testing.T) {
-	e := newHandleEnv(t)
+	e := newLockEnv(t)
 	l := e.p.Lock("nil-ctx")
 	var nilCtx context.Context // a variable: staticcheck (SA1012) rejects a literal nil
 
@@ -432,13 +402,12 @@ func TestCancelledAttemptsLeaveNoOrphanedAcquisition(t *testing.T) {
 		cleanupBound = 3 * time.Second // far below the 30s lease
 	)
 	opts := []mongolock.Option{mongolock.WithExpiry(30 * time.Second), mongolock.WithBusyWaitSleep(time.Millisecond, 2*time.Millisecond)}
-	e := newHandleEnv(t, opts...)
+	e := newLockEnv(t, opts...)
 	ctx := boundedCtx(t, time.Minute)
 	// The attempts use a client of their own, whose round-trip statistics
 	// (which decide whether the driver sends a request at all) no other
 	// test has touched.
-	p, err := mongolock.NewProvider(testdb.NewClient(t).Database(e.db.Name()), opts...)
-	require.NoError(t, err)
+	p := newProvider(t, ownClient(t, e.db, nil), opts...)
 	l := p.Lock("orphan")
 	rival := e.other.Lock("orphan")
 

@@ -12,14 +12,13 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mongolock/mongolock"
-	"github.com/mongolock/mongolock/internal/testdb"
 )
 
 // Release with a goroutine of the same process waiting: one round trip
 // releases the lock and acquires it for the waiter, with a higher token.
 func TestReleaseHandsTheLockToTheNextLocalWaiterInOneRoundTrip(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
-	e := newQueueEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
 	l := e.p.Lock("handover")
 	h, err := l.Acquire(ctx)
 	require.NoError(t, err)
@@ -30,7 +29,7 @@ func TestReleaseHandsTheLockToTheNextLocalWaiterInOneRoundTrip(t *testing.T) {
 			next <- h
 		}
 	}()
-	waitQueueLen(t, e.p, "handover", 1)
+	awaitQueueLen(t, e.p, "handover", 1)
 	mongolock.WaitBackground(e.p) // the TTL index is in place
 	before := e.count.commands.Load()
 
@@ -46,10 +45,10 @@ func TestReleaseHandsTheLockToTheNextLocalWaiterInOneRoundTrip(t *testing.T) {
 	require.ErrorIs(t, h.Context().Err(), context.Canceled)
 
 	// The waiter holds it on the server, not just locally.
-	_, err = e.rival.Lock("handover").TryAcquire(ctx)
+	_, err = e.other.Lock("handover").TryAcquire(ctx)
 	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
 	require.NoError(t, n.Release(ctx))
-	r, err := e.rival.Lock("handover").TryAcquire(ctx)
+	r, err := e.other.Lock("handover").TryAcquire(ctx)
 	require.NoError(t, err)
 	require.Greater(t, r.FencingToken(), n.FencingToken())
 	require.NoError(t, r.Release(ctx))
@@ -59,7 +58,7 @@ func TestReleaseHandsTheLockToTheNextLocalWaiterInOneRoundTrip(t *testing.T) {
 // lock held behind: whatever was handed over is released.
 func TestAHandOverToAWaiterThatGaveUpIsReleased(t *testing.T) {
 	ctx := boundedCtx(t, 2*time.Minute)
-	e := newQueueEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
 	l := e.p.Lock("abandoned")
 	const trials = 50
 	var handed, gaveUp int
@@ -75,7 +74,7 @@ func TestAHandOverToAWaiterThatGaveUpIsReleased(t *testing.T) {
 			}
 			got <- err
 		}()
-		waitQueueLen(t, e.p, "abandoned", 1)
+		awaitQueueLen(t, e.p, "abandoned", 1)
 		// Races with the hand-over, ending at varied points of it.
 		stop := time.AfterFunc(time.Duration(i%10)*200*time.Microsecond, cancel)
 		require.NoError(t, h.Release(ctx))
@@ -91,7 +90,7 @@ func TestAHandOverToAWaiterThatGaveUpIsReleased(t *testing.T) {
 		cancel()
 		// Free again soon, far sooner than the 30 s lease of an orphan.
 		require.Eventually(t, func() bool {
-			r, err := e.rival.Lock("abandoned").TryAcquire(ctx)
+			r, err := e.other.Lock("abandoned").TryAcquire(ctx)
 			return err == nil && r.Release(ctx) == nil
 		}, 5*time.Second, 5*time.Millisecond, "the lock stayed held after the waiter gave up")
 	}
@@ -104,21 +103,20 @@ func TestAHandOverToAWaiterThatGaveUpIsReleased(t *testing.T) {
 func TestHandOversGiveWayToAWaitingProcess(t *testing.T) {
 	const maxStreak = 8 // fair.go
 	ctx := boundedCtx(t, time.Minute)
-	e := newQueueEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
 	l := e.p.Lock("turns")
 	first, err := l.Acquire(ctx)
 	require.NoError(t, err)
 	// The other process waits, and is in the document's line.
 	rivalGot := make(chan *mongolock.Handle, 1)
 	go func() {
-		h, err := e.rival.Lock("turns").Acquire(ctx)
+		h, err := e.other.Lock("turns").Acquire(ctx)
 		if assert(t, err == nil, "rival: %v", err) {
 			rivalGot <- h
 		}
 	}()
-	coll := testdb.Client(t).Database(mongolock.DatabaseName(e.p)).Collection(mongolock.DefaultCollection)
 	require.Eventually(t, func() bool {
-		n, err := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: "turns"}, {Key: "waitingProcess", Value: bson.D{{Key: "$exists", Value: true}}}})
+		n, err := e.coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: "turns"}, {Key: "waitingProcess", Value: bson.D{{Key: "$exists", Value: true}}}})
 		return err == nil && n == 1
 	}, 10*time.Second, time.Millisecond, "the rival did not join the line")
 
@@ -142,7 +140,7 @@ func TestHandOversGiveWayToAWaitingProcess(t *testing.T) {
 			}
 		})
 	}
-	waitQueueLen(t, e.p, "turns", 3)
+	awaitQueueLen(t, e.p, "turns", 3)
 	require.NoError(t, first.Release(ctx))
 	var r *mongolock.Handle
 	select {

@@ -18,7 +18,7 @@ func TestHostileNamesAreLocksOfTheirOwnOrAClearError(t *testing.T) {
 	// A short lease: the locks are held past several expiries below, so
 	// extensions (batched by $in over the names) must match each name.
 	const expiry = 300 * time.Millisecond
-	e := newHandleEnv(t, mongolock.WithExpiry(expiry), mongolock.WithBusyWaitSleep(5*time.Millisecond, 20*time.Millisecond))
+	e := newLockEnv(t, mongolock.WithExpiry(expiry), mongolock.WithBusyWaitSleep(5*time.Millisecond, 20*time.Millisecond))
 
 	handles := map[string]*mongolock.Handle{}
 	var refused []string
@@ -101,7 +101,7 @@ func TestHostileNamesAreLocksOfTheirOwnOrAClearError(t *testing.T) {
 // TestNameTooLargeForTheServerReturnsAClearErrorAtOnce).
 func TestDoWithANameTheServerRefusesFailsClearlyWithoutRunningFn(t *testing.T) {
 	ctx := boundedCtx(t, 60*time.Second)
-	e := newHandleEnv(t)
+	e := newLockEnv(t)
 	err := e.p.Lock(strings.Repeat("x", 17<<20)).Do(ctx, func(context.Context) error { // more than a BSON document holds
 		t.Error("fn ran for a name the server refused")
 		return nil

@@ -1,17 +1,13 @@
 package mongolock_test
 
 import (
-	"context"
 	"fmt"
 	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/event"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/testdb"
@@ -24,24 +20,16 @@ func TestManyHeldLocksAreExtendedInBatches(t *testing.T) {
 	const n, cadence = 600, time.Second
 	ctx := boundedCtx(t, 2*time.Minute)
 	db := testdb.Database(t)
-	var updates atomic.Int64
-	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		if e.CommandName == "update" {
-			updates.Add(1)
-		}
-	}}
-	c := testdb.NewClient(t, options.Client().SetMonitor(mon))
-	p, err := mongolock.NewProvider(c.Database(db.Name()),
-		mongolock.WithExpiry(6*time.Second), mongolock.WithExtensionCadence(cadence))
-	require.NoError(t, err)
-	t.Cleanup(func() { mongolock.WaitBackground(p) })
+	var count commandCounter
+	pdb := ownClient(t, db, &count)
+	p := newProvider(t, pdb, mongolock.WithExpiry(6*time.Second), mongolock.WithExtensionCadence(cadence))
 
 	// Create the documents first (in bulk), so that acquiring is fast.
 	docs := make([]any, n)
 	for i := range docs {
 		docs[i] = bson.D{{Key: "_id", Value: fmt.Sprintf("many-%d", i)}}
 	}
-	_, err = c.Database(db.Name()).Collection(mongolock.DefaultCollection).InsertMany(ctx, docs)
+	_, err := pdb.Collection(mongolock.DefaultCollection).InsertMany(ctx, docs)
 	require.NoError(t, err)
 
 	before := runtime.NumGoroutine()
@@ -57,10 +45,10 @@ func TestManyHeldLocksAreExtendedInBatches(t *testing.T) {
 	// one cadence has let the handles, acquired over some time, fall due
 	// together.
 	time.Sleep(cadence) // settling, not synchronisation
-	start := updates.Load()
+	start := count.named("update")
 	window := 3 * cadence
 	time.Sleep(window) // the window being measured, not synchronisation
-	extensions := updates.Load() - start
+	extensions := count.named("update") - start
 	perCadence := float64(extensions) / 3
 	limit := float64((n + 499) / 500)
 	t.Logf("%d held locks: %d extension round trips in %v (%.1f per cadence, limit %v); goroutines %d -> %d",
@@ -85,11 +73,10 @@ func TestADeletedLockAmongManyLosesOnlyItsOwnHandle(t *testing.T) {
 	const n = 50
 	ctx := boundedCtx(t, time.Minute)
 	db := testdb.Database(t)
-	p, err := mongolock.NewProvider(testdb.NewClient(t).Database(db.Name()),
+	p := newProvider(t, ownClient(t, db, nil),
 		mongolock.WithExpiry(2*time.Second), mongolock.WithExtensionCadence(200*time.Millisecond))
-	require.NoError(t, err)
-	t.Cleanup(func() { mongolock.WaitBackground(p) })
 	handles := make([]*mongolock.Handle, n)
+	var err error
 	for i := range handles {
 		handles[i], err = p.Lock(fmt.Sprintf("one-of-many-%d", i)).TryAcquire(ctx)
 		require.NoError(t, err)

@@ -18,7 +18,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -26,35 +25,11 @@ import (
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
-// lockTestProvider returns a provider for db whose background work (TTL
-// index creation, orphan cleanup) has ended by the time the test's client
-// disconnects and its database is dropped.
-func lockTestProvider(t *testing.T, db *mongo.Database, opts ...mongolock.Option) *mongolock.Provider {
-	t.Helper()
-	p, err := mongolock.NewProvider(db, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { mongolock.WaitBackground(p) })
-	return p
-}
-
-// findAndModifyReplies counts the findAndModify replies a client received:
-// each one is a finished acquisition attempt, so a waiter that got one and no
-// lock is now in its busy-wait sleep.
-type findAndModifyReplies struct{ n atomic.Int64 }
-
-func (f *findAndModifyReplies) monitor() *event.CommandMonitor {
-	return &event.CommandMonitor{Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
-		if e.CommandName == "findAndModify" {
-			f.n.Add(1)
-		}
-	}}
-}
-
 func TestTryAcquireOnHeldLockReturnsErrNotAcquiredAndReleaseFreesIt(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	db := testdb.Database(t)
-	p := lockTestProvider(t, db)
+	p := newProvider(t, db)
 	l := p.Lock("basic")
 
 	h := releaseAtCleanup(t, mustTryAcquire(t, ctx, l))
@@ -63,7 +38,7 @@ func TestTryAcquireOnHeldLockReturnsErrNotAcquiredAndReleaseFreesIt(t *testing.T
 
 	// The same Lock, another Lock of the same name, and another provider on
 	// another client all see it held.
-	other := lockTestProvider(t, testdb.NewClient(t).Database(db.Name()))
+	other := newProvider(t, ownClient(t, db, nil))
 	for _, contender := range []*mongolock.Lock{l, p.Lock("basic"), other.Lock("basic")} {
 		h2, err := contender.TryAcquire(ctx)
 		require.ErrorIs(t, err, mongolock.ErrNotAcquired)
@@ -95,7 +70,7 @@ func TestTryAcquireOnHeldLockReturnsErrNotAcquiredAndReleaseFreesIt(t *testing.T
 func TestLockNamesAreCaseSensitive(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	p := lockTestProvider(t, testdb.Database(t))
+	p := newProvider(t, testdb.Database(t))
 
 	upper := releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock("Name")))
 	lower := releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock("name")))
@@ -117,7 +92,7 @@ func TestLockNamesAreCaseSensitive(t *testing.T) {
 func TestReleaseIsIdempotent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	p := lockTestProvider(t, testdb.Database(t))
+	p := newProvider(t, testdb.Database(t))
 	l := p.Lock("idempotent")
 
 	h := releaseAtCleanup(t, mustAcquire(t, ctx, l))
@@ -138,11 +113,11 @@ func TestAcquireTimesOutOnHeldLockWithDeadlineExceededAndErrNotAcquired(t *testi
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	db := testdb.Database(t)
-	holder := releaseAtCleanup(t, mustAcquire(t, ctx, lockTestProvider(t, db).Lock("timeout")))
+	holder := releaseAtCleanup(t, mustAcquire(t, ctx, newProvider(t, db).Lock("timeout")))
 
 	// Sleeps between attempts longer than the timeout: Acquire must cut its
 	// sleep short at the deadline rather than finish it.
-	p := lockTestProvider(t, db, mongolock.WithBusyWaitSleep(800*time.Millisecond, 1500*time.Millisecond))
+	p := newProvider(t, db, mongolock.WithBusyWaitSleep(800*time.Millisecond, 1500*time.Millisecond))
 	const timeout = time.Second
 	wctx, wcancel := context.WithTimeout(ctx, timeout)
 	defer wcancel()
@@ -163,13 +138,12 @@ func TestAcquireReturnsPromptlyWhenCancelledWhileWaiting(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	db := testdb.Database(t)
-	holder := releaseAtCleanup(t, mustAcquire(t, ctx, lockTestProvider(t, db).Lock("cancel")))
+	holder := releaseAtCleanup(t, mustAcquire(t, ctx, newProvider(t, db).Lock("cancel")))
 
-	var replies findAndModifyReplies
-	c := testdb.NewClient(t, options.Client().SetMonitor(replies.monitor()))
+	var count commandCounter
 	// Every sleep between attempts is at least 2s: returning sooner than
 	// that after the cancel means the sleep was interrupted.
-	p := lockTestProvider(t, c.Database(db.Name()), mongolock.WithBusyWaitSleep(2*time.Second, 3*time.Second))
+	p := newProvider(t, ownClient(t, db, &count), mongolock.WithBusyWaitSleep(2*time.Second, 3*time.Second))
 
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
@@ -183,7 +157,7 @@ func TestAcquireReturnsPromptlyWhenCancelledWhileWaiting(t *testing.T) {
 		h, err := p.Lock("cancel").Acquire(wctx)
 		done <- result{h, err, time.Now()}
 	}()
-	pollUntil(t, 10*time.Second, "the waiter's first attempt", func() bool { return replies.n.Load() >= 1 })
+	pollUntil(t, 10*time.Second, "the waiter's first attempt", func() bool { return count.replies.Load() >= 1 })
 
 	cancelled := time.Now()
 	wcancel()
@@ -205,11 +179,10 @@ func TestAcquireWaitsUntilTheHolderReleases(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	db := testdb.Database(t)
-	holder := releaseAtCleanup(t, mustAcquire(t, ctx, lockTestProvider(t, db).Lock("wait")))
+	holder := releaseAtCleanup(t, mustAcquire(t, ctx, newProvider(t, db).Lock("wait")))
 
-	var replies findAndModifyReplies
-	c := testdb.NewClient(t, options.Client().SetMonitor(replies.monitor()))
-	p := lockTestProvider(t, c.Database(db.Name()), mongolock.WithBusyWaitSleep(time.Millisecond, 20*time.Millisecond))
+	var count commandCounter
+	p := newProvider(t, ownClient(t, db, &count), mongolock.WithBusyWaitSleep(time.Millisecond, 20*time.Millisecond))
 
 	type result struct {
 		h   *mongolock.Handle
@@ -221,7 +194,7 @@ func TestAcquireWaitsUntilTheHolderReleases(t *testing.T) {
 		done <- result{h, err}
 	}()
 	// Several attempts have found the lock held, and the waiter still waits.
-	pollUntil(t, 10*time.Second, "the waiter's attempts", func() bool { return replies.n.Load() >= 3 })
+	pollUntil(t, 10*time.Second, "the waiter's attempts", func() bool { return count.replies.Load() >= 3 })
 	select {
 	case r := <-done:
 		releaseAtCleanup(t, r.h)
@@ -249,8 +222,7 @@ func TestConcurrentAcquirersNeverOverlap(t *testing.T) {
 	db := testdb.Database(t)
 	locks := make([]*mongolock.Lock, clients)
 	for i := range locks {
-		c := testdb.NewClient(t)
-		p := lockTestProvider(t, c.Database(db.Name()), mongolock.WithBusyWaitSleep(time.Millisecond, 20*time.Millisecond))
+		p := newProvider(t, ownClient(t, db, nil), mongolock.WithBusyWaitSleep(time.Millisecond, 20*time.Millisecond))
 		locks[i] = p.Lock("contended")
 	}
 
@@ -300,8 +272,8 @@ func TestUnusualNamesWorkAndDoNotCollide(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	db := testdb.Database(t)
-	p := lockTestProvider(t, db)
-	other := lockTestProvider(t, testdb.NewClient(t).Database(db.Name()))
+	p := newProvider(t, db)
+	other := newProvider(t, ownClient(t, db, nil))
 
 	// Hold every name at once: each is a lock of its own.
 	handles := map[string]*mongolock.Handle{}
@@ -348,7 +320,7 @@ func TestLockDocumentHasTheProtocolFields(t *testing.T) {
 	// A long expiry (and so a long extension cadence): no extension changes
 	// expiresAt while the test reads it.
 	const expiry = 20 * time.Second
-	p := lockTestProvider(t, db, mongolock.WithExpiry(expiry))
+	p := newProvider(t, db, mongolock.WithExpiry(expiry))
 	coll := db.Collection(mongolock.DefaultCollection)
 	require.Equal(t, mongolock.DefaultCollection, mongolock.CollectionName(p))
 	require.Equal(t, "distributed_locks", mongolock.DefaultCollection)
@@ -429,7 +401,7 @@ func TestFirstAcquisitionCreatesTheTTLIndex(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	db := testdb.Database(t)
-	p := lockTestProvider(t, db)
+	p := newProvider(t, db)
 	coll := db.Collection(mongolock.DefaultCollection)
 	require.Equal(t, "expiresAt_ttl", mongolock.TTLIndexName)
 
@@ -462,18 +434,11 @@ func TestFirstAcquisitionCreatesTheTTLIndex(t *testing.T) {
 func TestTTLIndexIsCreatedOncePerCollection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var creates atomic.Int64
-	c := testdb.NewClient(t, options.Client().SetMonitor(&event.CommandMonitor{
-		Started: func(_ context.Context, e *event.CommandStartedEvent) {
-			if e.CommandName == "createIndexes" {
-				creates.Add(1)
-			}
-		},
-	}))
-	db := testdb.DatabaseOf(t, c)
+	var count commandCounter
+	db := testdb.DatabaseOf(t, testdb.NewClient(t, options.Client().SetMonitor(count.monitor())))
 
 	// Two providers of one client, database and collection, several locks.
-	p1, p2 := lockTestProvider(t, db), lockTestProvider(t, db)
+	p1, p2 := newProvider(t, db), newProvider(t, db)
 	for i := range 3 {
 		for _, p := range []*mongolock.Provider{p1, p2} {
 			h := releaseAtCleanup(t, mustAcquire(t, ctx, p.Lock(fmt.Sprint("once-", i))))
@@ -482,14 +447,14 @@ func TestTTLIndexIsCreatedOncePerCollection(t *testing.T) {
 	}
 	mongolock.WaitBackground(p1)
 	mongolock.WaitBackground(p2)
-	require.EqualValues(t, 1, creates.Load(), "createIndexes commands for one collection")
+	require.EqualValues(t, 1, count.named("createIndexes"), "createIndexes commands for one collection")
 
 	// Another collection gets its own index.
-	p3 := lockTestProvider(t, db, mongolock.WithCollection("other"))
+	p3 := newProvider(t, db, mongolock.WithCollection("other"))
 	h := releaseAtCleanup(t, mustAcquire(t, ctx, p3.Lock("once")))
 	require.NoError(t, h.Release(ctx))
 	mongolock.WaitBackground(p3)
-	require.EqualValues(t, 2, creates.Load(), "createIndexes commands for two collections")
+	require.EqualValues(t, 2, count.named("createIndexes"), "createIndexes commands for two collections")
 }
 
 func TestAcquireWorksWhenAnExpiresAtIndexExistsWithOtherOptions(t *testing.T) {
@@ -518,7 +483,7 @@ func TestAcquireWorksWhenAnExpiresAtIndexExistsWithOtherOptions(t *testing.T) {
 			_, err := coll.Indexes().CreateOne(ctx, tc.index)
 			require.NoError(t, err)
 
-			p := lockTestProvider(t, db)
+			p := newProvider(t, db)
 			for range 2 {
 				h := releaseAtCleanup(t, mustAcquire(t, ctx, p.Lock("indexed")))
 				require.NoError(t, h.Release(ctx))
@@ -538,7 +503,7 @@ func TestWithCollectionPutsDocumentsInThatCollection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	db := testdb.Database(t)
-	p := lockTestProvider(t, db, mongolock.WithCollection("custom"))
+	p := newProvider(t, db, mongolock.WithCollection("custom"))
 	require.Equal(t, "custom", mongolock.CollectionName(p))
 
 	h := releaseAtCleanup(t, mustAcquire(t, ctx, p.Lock("elsewhere")))
@@ -550,7 +515,7 @@ func TestWithCollectionPutsDocumentsInThatCollection(t *testing.T) {
 	require.Zero(t, n, "documents in the default collection")
 
 	// The default collection's lock of the same name is another lock.
-	def := releaseAtCleanup(t, mustTryAcquire(t, ctx, lockTestProvider(t, db).Lock("elsewhere")))
+	def := releaseAtCleanup(t, mustTryAcquire(t, ctx, newProvider(t, db).Lock("elsewhere")))
 	require.NoError(t, def.Release(ctx))
 	require.NoError(t, h.Release(ctx))
 }
@@ -558,7 +523,7 @@ func TestWithCollectionPutsDocumentsInThatCollection(t *testing.T) {
 func TestNameTooLargeForTheServerReturnsAClearErrorAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := lockTestProvider(t, testdb.Database(t))
+	p := newProvider(t, testdb.Database(t))
 	// Larger than the 16 MB BSON document limit on its own.
 	l := p.Lock(strings.Repeat("x", 17<<20))
 
@@ -592,7 +557,7 @@ func TestNameTooLargeForTheServerReturnsAClearErrorAtOnce(t *testing.T) {
 func TestErrorShortensLongNamesWithoutSplittingCharacters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	p := lockTestProvider(t, testdb.Database(t))
+	p := newProvider(t, testdb.Database(t))
 	name := strings.Repeat("锁", 30) // 90 bytes, 3 per character
 	h := releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock(name)))
 
@@ -624,12 +589,8 @@ func TestAcquireDuringAnOutageIsNotReportedAsContention(t *testing.T) {
 		{"the deadline cuts the first attempt", time.Second, 300 * time.Millisecond},
 	} {
 		t.Run(tc.label, func(t *testing.T) {
-			c, err := mongo.Connect(options.Client().
-				ApplyURI("mongodb://127.0.0.1:1/?connect=direct").
-				SetServerSelectionTimeout(tc.selection))
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
-			p := lockTestProvider(t, c.Database("unreachable"), mongolock.WithBusyWaitSleep(10*time.Millisecond, 50*time.Millisecond))
+			db := offlineDatabase(t, options.Client().SetServerSelectionTimeout(tc.selection))
+			p := newProvider(t, db, mongolock.WithBusyWaitSleep(10*time.Millisecond, 50*time.Millisecond))
 
 			ctx, cancel := context.WithTimeout(context.Background(), tc.within)
 			defer cancel()

@@ -26,14 +26,12 @@ func TestOperationsOnADisconnectedClientFailAtOnceSayingSo(t *testing.T) {
 	db := c.Database(testdb.Database(t).Name())
 	// A short lease: the handle held when the client goes away is lost at
 	// its next extension, which finds the client disconnected.
-	p, err := mongolock.NewProvider(db, mongolock.WithExpiry(time.Second))
-	require.NoError(t, err)
+	p := newProvider(t, db, mongolock.WithExpiry(time.Second))
 	h, err := p.Lock("before").TryAcquire(ctx)
 	require.NoError(t, err)
 	require.NoError(t, c.Disconnect(ctx))
 
-	after, err := mongolock.NewProvider(db) // does no I/O: fine
-	require.NoError(t, err)
+	after := newProvider(t, db) // does no I/O: fine
 	// Acquire of "before" first waits, in this process's line, for the
 	// handle that holds it here: until its next extension (1/3 s).
 	for _, l := range []*mongolock.Lock{p.Lock("x"), after.Lock("x"), after.Lock("before")} {
@@ -66,8 +64,6 @@ func TestOperationsOnADisconnectedClientFailAtOnceSayingSo(t *testing.T) {
 	require.ErrorIs(t, err, mongolock.ErrLockLost)
 	require.ErrorIs(t, err, mongo.ErrClientDisconnected, "the loss does not say why")
 	require.NoError(t, h.Release(ctx))
-	mongolock.WaitBackground(p)
-	mongolock.WaitBackground(after)
 }
 
 // A handle after Release: its accessors still answer, its Context is done
@@ -75,7 +71,7 @@ func TestOperationsOnADisconnectedClientFailAtOnceSayingSo(t *testing.T) {
 // a nil ctx too, is an error or nil, never a panic and never a round trip
 // that could free the next holder.
 func TestAHandleAfterReleaseStaysReleased(t *testing.T) {
-	e := newHandleEnv(t)
+	e := newLockEnv(t)
 	ctx := boundedCtx(t, 20*time.Second)
 	h, err := e.p.Lock("released").TryAcquire(ctx)
 	require.NoError(t, err)
@@ -105,7 +101,7 @@ func TestAHandleAfterReleaseStaysReleased(t *testing.T) {
 
 // Do with a nil function is an error, before anything is acquired.
 func TestDoWithANilFunctionIsAnError(t *testing.T) {
-	e := newHandleEnv(t)
+	e := newLockEnv(t)
 	ctx := boundedCtx(t, 20*time.Second)
 	l := e.p.Lock("nil-fn")
 	err := l.Do(ctx, nil)

@@ -16,7 +16,7 @@ import (
 func TestAReleaseEventWakesAWaiterAtOnce(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
 	// Sleeps far longer than the test: only the event can let the waiter in.
-	e := newQueueEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
 	events := make(chan string)
 	mongolock.SetReleaseSource(e.p, func(ctx context.Context, released func(string)) error {
 		for {
@@ -28,7 +28,7 @@ func TestAReleaseEventWakesAWaiterAtOnce(t *testing.T) {
 			}
 		}
 	})
-	holder, err := e.rival.Lock("evented").TryAcquire(ctx)
+	holder, err := e.other.Lock("evented").TryAcquire(ctx)
 	require.NoError(t, err)
 
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -50,11 +50,11 @@ func TestAReleaseEventWakesAWaiterAtOnce(t *testing.T) {
 
 func TestWaitersPollWhenReleaseEventsAreUnavailable(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
-	e := newQueueEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
 	mongolock.SetReleaseSource(e.p, func(context.Context, func(string)) error {
 		return errors.New("no change streams here")
 	})
-	holder, err := e.rival.Lock("polled").TryAcquire(ctx)
+	holder, err := e.other.Lock("polled").TryAcquire(ctx)
 	require.NoError(t, err)
 	got := acquireInBackground(ctx, e.p.Lock("polled"))
 	require.Eventually(t, func() bool { return e.count.started.Load() >= 2 }, 10*time.Second, time.Millisecond)
@@ -68,8 +68,8 @@ func TestWaitersPollWhenReleaseEventsAreUnavailable(t *testing.T) {
 func TestChangeStreamWakesAWaiterInAnotherProcess(t *testing.T) {
 	testdb.Require(t, testdb.ChangeStreams)
 	ctx := boundedCtx(t, time.Minute)
-	e := newQueueEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
-	holder, err := e.rival.Lock("streamed").TryAcquire(ctx)
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
+	holder, err := e.other.Lock("streamed").TryAcquire(ctx)
 	require.NoError(t, err)
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
@@ -85,7 +85,7 @@ func TestChangeStreamWakesAWaiterInAnotherProcess(t *testing.T) {
 // process: a free lock, or one held in this process, needs no events.
 func TestReleaseSourceStartsOnlyForWaitersOfAnotherProcess(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
-	e := newQueueEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
 	var starts atomic.Int32
 	mongolock.SetReleaseSource(e.p, func(ctx context.Context, _ func(string)) error {
 		starts.Add(1)
@@ -96,12 +96,12 @@ func TestReleaseSourceStartsOnlyForWaitersOfAnotherProcess(t *testing.T) {
 	h, err := l.Acquire(ctx)
 	require.NoError(t, err)
 	got := acquireInBackground(ctx, l) // waits behind a handle of this process
-	waitQueueLen(t, e.p, "lazy", 1)
+	awaitQueueLen(t, e.p, "lazy", 1)
 	require.NoError(t, h.Release(ctx))
 	require.NoError(t, <-got)
 	require.Zero(t, starts.Load(), "the source started with no foreign holder")
 
-	holder, err := e.rival.Lock("lazy").TryAcquire(ctx)
+	holder, err := e.other.Lock("lazy").TryAcquire(ctx)
 	require.NoError(t, err)
 	a, b := acquireInBackground(ctx, l), acquireInBackground(ctx, l)
 	require.Eventually(t, func() bool { return mongolock.Notifying(e.p) }, 10*time.Second, time.Millisecond)

@@ -66,9 +66,8 @@ func TestLockingNeedsOnlyFindInsertUpdateOnTheCollection(t *testing.T) {
 	// Acquire (creating the document), be waited for, be extended past
 	// several expiries, release, and Do: all as the restricted user.
 	const expiry = 500 * time.Millisecond
-	p, err := mongolock.NewProvider(c.Database(db.Name()), mongolock.WithExpiry(expiry))
-	require.NoError(t, err)
-	other := lockTestProvider(t, db, mongolock.WithExpiry(expiry))
+	p := newProvider(t, c.Database(db.Name()), mongolock.WithExpiry(expiry))
+	other := newProvider(t, db, mongolock.WithExpiry(expiry))
 	h, err := p.Lock("restricted").Acquire(ctx)
 	require.NoError(t, err)
 	staysOpen(t, h.Lost(), 3*expiry, "Lost of a handle extended by the restricted user")

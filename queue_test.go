@@ -3,80 +3,17 @@ package mongolock_test
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.mongodb.org/mongo-driver/v2/event"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
-	"github.com/mongolock/mongolock/internal/testdb"
 )
-
-// acquireCounter counts findAndModify commands (acquisition attempts) on a
-// client, and the most that were in flight at once, and all commands.
-type acquireCounter struct {
-	started, inFlight, maxInFlight atomic.Int64
-	commands                       atomic.Int64
-}
-
-func (c *acquireCounter) monitor() *event.CommandMonitor {
-	done := func(name string) {
-		if name == "findAndModify" {
-			c.inFlight.Add(-1)
-		}
-	}
-	return &event.CommandMonitor{
-		Started: func(_ context.Context, e *event.CommandStartedEvent) {
-			c.commands.Add(1)
-			if e.CommandName == "findAndModify" {
-				c.started.Add(1)
-				n := c.inFlight.Add(1)
-				for {
-					m := c.maxInFlight.Load()
-					if n <= m || c.maxInFlight.CompareAndSwap(m, n) {
-						break
-					}
-				}
-			}
-		},
-		Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) { done(e.CommandName) },
-		Failed:    func(_ context.Context, e *event.CommandFailedEvent) { done(e.CommandName) },
-	}
-}
-
-// queueEnv is a provider on a client of its own whose acquisition attempts
-// are counted, and a rival provider on another client (another process).
-type queueEnv struct {
-	p, rival *mongolock.Provider
-	count    *acquireCounter
-}
-
-func newQueueEnv(t *testing.T, opts ...mongolock.Option) queueEnv {
-	t.Helper()
-	db := testdb.Database(t)
-	count := &acquireCounter{}
-	c := testdb.NewClient(t, options.Client().SetMonitor(count.monitor()))
-	p, err := mongolock.NewProvider(c.Database(db.Name()), opts...)
-	require.NoError(t, err)
-	rival, err := mongolock.NewProvider(testdb.NewClient(t).Database(db.Name()), opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { mongolock.WaitBackground(p); mongolock.WaitBackground(rival) })
-	return queueEnv{p: p, rival: rival, count: count}
-}
-
-// waitQueueLen polls until n Acquire calls wait in line for name.
-func waitQueueLen(t *testing.T, p *mongolock.Provider, name string, n int) {
-	t.Helper()
-	require.Eventually(t, func() bool { return mongolock.QueueLen(p, name) == n },
-		10*time.Second, time.Millisecond, "waiting for %d in line", n)
-}
 
 func TestLocalWaitersAcquireInArrivalOrder(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
-	e := newQueueEnv(t)
+	e := newLockEnv(t)
 	l := e.p.Lock("fifo")
 	holder, err := l.TryAcquire(ctx)
 	require.NoError(t, err)
@@ -95,7 +32,7 @@ func TestLocalWaitersAcquireInArrivalOrder(t *testing.T) {
 			order <- i
 			_ = h.Release(ctx)
 		}()
-		waitQueueLen(t, e.p, "fifo", i+1) // i+1 in line: the next arrives after
+		awaitQueueLen(t, e.p, "fifo", i+1) // i+1 in line: the next arrives after
 	}
 	require.NoError(t, holder.Release(ctx))
 	wg.Wait()
@@ -111,7 +48,7 @@ func TestLocalWaitersAcquireInArrivalOrder(t *testing.T) {
 func TestLocalWaitersSendNothingWhileAHandleOfTheirProcessHolds(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
 	// Short sleeps: a waiter that polled would poll often.
-	e := newQueueEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 2*time.Millisecond))
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 2*time.Millisecond))
 	l := e.p.Lock("quiet")
 	holder, err := l.TryAcquire(ctx)
 	require.NoError(t, err)
@@ -126,7 +63,7 @@ func TestLocalWaitersSendNothingWhileAHandleOfTheirProcessHolds(t *testing.T) {
 			}
 		}()
 	}
-	waitQueueLen(t, e.p, "quiet", 5)
+	awaitQueueLen(t, e.p, "quiet", 5)
 	before := e.count.started.Load()
 	// However long the holder holds, its own process's waiters stay silent.
 	// Give them time in which polling would have sent dozens of attempts.
@@ -141,8 +78,8 @@ func TestLocalWaitersSendNothingWhileAHandleOfTheirProcessHolds(t *testing.T) {
 
 func TestOnlyTheHeadOfTheLinePollsWhileAnotherProcessHolds(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
-	e := newQueueEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 3*time.Millisecond))
-	holder, err := e.rival.Lock("remote").TryAcquire(ctx)
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 3*time.Millisecond))
+	holder, err := e.other.Lock("remote").TryAcquire(ctx)
 	require.NoError(t, err)
 
 	l := e.p.Lock("remote")
@@ -156,7 +93,7 @@ func TestOnlyTheHeadOfTheLinePollsWhileAnotherProcessHolds(t *testing.T) {
 			}
 		}()
 	}
-	waitQueueLen(t, e.p, "remote", 10)
+	awaitQueueLen(t, e.p, "remote", 10)
 	// Let the head poll a good number of times.
 	start := e.count.started.Load()
 	require.Eventually(t, func() bool { return e.count.started.Load() >= start+50 }, 20*time.Second, time.Millisecond)
@@ -169,7 +106,7 @@ func TestLocalReleaseWakesTheNextWaiterAtOnce(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
 	// Sleeps far longer than the test's deadline: only a wake-up can let
 	// the waiter in in time.
-	e := newQueueEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
 	l := e.p.Lock("handoff")
 	holder, err := l.TryAcquire(ctx)
 	require.NoError(t, err)
@@ -184,24 +121,23 @@ func TestLocalReleaseWakesTheNextWaiterAtOnce(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitQueueLen(t, e.p, "handoff", 1)
+	awaitQueueLen(t, e.p, "handoff", 1)
 	require.NoError(t, holder.Release(ctx))
 	require.NoError(t, <-got)
 }
 
 func TestLossWakesTheNextLocalWaiter(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
-	e := newQueueEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour),
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour),
 		mongolock.WithExpiry(time.Second))
 	l := e.p.Lock("lossy")
 	holder, err := l.TryAcquire(ctx)
 	require.NoError(t, err)
 	got := acquireInBackground(ctx, l)
-	waitQueueLen(t, e.p, "lossy", 1)
+	awaitQueueLen(t, e.p, "lossy", 1)
 	// Someone deletes the document: the holder loses the lock at its next
 	// extension, and its loss must let the waiter try (and succeed).
-	_, err = testdb.Client(t).Database(mongolock.DatabaseName(e.p)).Collection(mongolock.DefaultCollection).
-		DeleteOne(ctx, map[string]string{"_id": "lossy"})
+	_, err = e.coll.DeleteOne(ctx, map[string]string{"_id": "lossy"})
 	require.NoError(t, err)
 	<-holder.Lost()
 	require.NoError(t, <-got)
@@ -210,7 +146,7 @@ func TestLossWakesTheNextLocalWaiter(t *testing.T) {
 
 func TestAWaiterWhoseContextEndsLeavesTheLineWithoutDisturbingOthers(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
-	e := newQueueEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
 	l := e.p.Lock("leave")
 	holder, err := l.TryAcquire(ctx)
 	require.NoError(t, err)
@@ -228,7 +164,7 @@ func TestAWaiterWhoseContextEndsLeavesTheLineWithoutDisturbingOthers(t *testing.
 			}
 			results[i] <- err
 		}()
-		waitQueueLen(t, e.p, "leave", i+1)
+		awaitQueueLen(t, e.p, "leave", i+1)
 	}
 	defer func() {
 		for _, c := range cancels {
@@ -239,7 +175,7 @@ func TestAWaiterWhoseContextEndsLeavesTheLineWithoutDisturbingOthers(t *testing.
 	err = <-results[1]
 	require.ErrorIs(t, err, context.Canceled)
 	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "it waited behind a holder the whole time")
-	waitQueueLen(t, e.p, "leave", 2)
+	awaitQueueLen(t, e.p, "leave", 2)
 
 	require.NoError(t, holder.Release(ctx))
 	require.NoError(t, <-results[0])

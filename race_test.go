@@ -28,10 +28,7 @@ func TestRaceForNewNamesHasExactlyOneWinnerAndNoErrors(t *testing.T) {
 	providers := make([]*mongolock.Provider, racers)
 	for i := range providers {
 		// Separate clients, as separate processes would have.
-		c := testdb.NewClient(t)
-		p, err := mongolock.NewProvider(c.Database(db.Name()))
-		require.NoError(t, err)
-		providers[i] = p
+		providers[i] = newProvider(t, ownClient(t, db, nil))
 	}
 	for round := range rounds {
 		name := fmt.Sprintf("fresh-%d", round)

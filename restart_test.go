@@ -118,10 +118,7 @@ func restartTrial(t *testing.T, in *testdb.Instance, what, stop string, downFor 
 	const dbName = "mongolock_restart"
 	opts := []mongolock.Option{mongolock.WithExpiry(restartExpiry), mongolock.WithBusyWaitSleep(10*time.Millisecond, 100*time.Millisecond)}
 	newProvider := func() *mongolock.Provider {
-		p, err := mongolock.NewProvider(connect().Database(dbName), opts...)
-		require.NoError(t, err)
-		t.Cleanup(func() { mongolock.WaitBackground(p) })
-		return p
+		return newProvider(t, connect().Database(dbName), opts...)
 	}
 	// Three processes, as far as the server can tell: the holders', and
 	// two of waiters.
