@@ -98,8 +98,8 @@ func turnOf(t *testing.T, p *mongolock.Provider, name string) turnFields {
 // awaitClaim polls until the document holds p's process's claim.
 func awaitClaim(t *testing.T, p *mongolock.Provider, name string) {
 	t.Helper()
-	require.Eventually(t, func() bool { return turnOf(t, p, name).WaitingProcess == mongolock.Process(p) },
-		10*time.Second, time.Millisecond, "no claim of the waiting process in the document")
+	pollUntil(t, 10*time.Second, "a claim of the waiting process in the document",
+		func() bool { return turnOf(t, p, name).WaitingProcess == mongolock.Process(p) })
 }
 
 func TestTryAcquireNeverClaimsATurn(t *testing.T) {
@@ -243,14 +243,14 @@ func TestTryAcquireGetsAFreeLockWhileOtherProcessesWait(t *testing.T) {
 		go func() { _, _ = w.Lock("cron").Acquire(wctx) }()
 	}
 	// Each has made its first attempt, and sleeps.
-	require.Eventually(t, func() bool {
+	pollUntil(t, 10*time.Second, "the waiters' first attempts", func() bool {
 		for _, c := range counts {
-			if c.started.Load() == 0 || c.inFlight.Load() > 0 {
+			if !c.idle() {
 				return false
 			}
 		}
 		return true
-	}, 10*time.Second, time.Millisecond, "the waiters did not attempt")
+	})
 	f := turnOf(t, e.p, "cron")
 	require.NotEmpty(t, f.WaitingProcess, "no waiter claimed the next turn")
 	require.NoError(t, holder.Release(ctx))

@@ -89,10 +89,10 @@ func TestAHandOverToAWaiterThatGaveUpIsReleased(t *testing.T) {
 		stop.Stop()
 		cancel()
 		// Free again soon, far sooner than the 30 s lease of an orphan.
-		require.Eventually(t, func() bool {
+		pollUntil(t, 5*time.Second, "the lock free after the waiter gave up", func() bool {
 			r, err := e.other.Lock("abandoned").TryAcquire(ctx)
 			return err == nil && r.Release(ctx) == nil
-		}, 5*time.Second, 5*time.Millisecond, "the lock stayed held after the waiter gave up")
+		})
 	}
 	t.Logf("%d trials: waiter took the lock %d times, gave up %d times", trials, handed, gaveUp)
 }
@@ -115,10 +115,10 @@ func TestHandOversGiveWayToAWaitingProcess(t *testing.T) {
 			rivalGot <- h
 		}
 	}()
-	require.Eventually(t, func() bool {
+	pollUntil(t, 10*time.Second, "the rival in the document's line", func() bool {
 		n, err := e.coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: "turns"}, {Key: "waitingProcess", Value: bson.D{{Key: "$exists", Value: true}}}})
 		return err == nil && n == 1
-	}, 10*time.Second, time.Millisecond, "the rival did not join the line")
+	})
 
 	// Local goroutines keep the lock busy, handing it over each release.
 	var local atomic.Int32

@@ -145,6 +145,10 @@ func (c *commandCounter) monitor() *event.CommandMonitor {
 	}
 }
 
+// idle reports whether the client has made an acquisition attempt and has
+// none in flight: a waiter that was refused is in its sleep.
+func (c *commandCounter) idle() bool { return c.started.Load() >= 1 && c.inFlight.Load() == 0 }
+
 // named is how many commands called name the client has sent.
 func (c *commandCounter) named(name string) int64 {
 	c.mu.Lock()

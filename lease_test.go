@@ -83,11 +83,7 @@ func TestADeletedLockAmongManyLosesOnlyItsOwnHandle(t *testing.T) {
 	}
 	_, err = db.Collection(mongolock.DefaultCollection).DeleteOne(ctx, bson.D{{Key: "_id", Value: "one-of-many-7"}})
 	require.NoError(t, err)
-	select {
-	case <-handles[7].Lost():
-	case <-time.After(5 * time.Second):
-		t.Fatal("the handle whose document was deleted was not lost")
-	}
+	awaitClosed(t, handles[7].Lost(), 5*time.Second, "Lost of the handle whose document was deleted")
 	// Two more cadences: the others stay held.
 	deadline := time.Now().Add(400 * time.Millisecond)
 	for time.Now().Before(deadline) {

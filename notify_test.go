@@ -35,17 +35,16 @@ func TestAReleaseEventWakesAWaiterAtOnce(t *testing.T) {
 	defer cancel()
 	got := acquireInBackground(wctx, e.p.Lock("evented"))
 	// Its first attempt was refused; now it sleeps.
-	require.Eventually(t, func() bool { return e.count.started.Load() >= 1 && e.count.inFlight.Load() == 0 },
-		10*time.Second, time.Millisecond)
-	require.Eventually(t, func() bool { return mongolock.Notifying(e.p) }, 10*time.Second, time.Millisecond,
-		"no release source runs while a waiter waits")
+	pollUntil(t, 10*time.Second, "the waiter's first attempt", e.count.idle)
+	pollUntil(t, 10*time.Second, "a release source running while a waiter waits",
+		func() bool { return mongolock.Notifying(e.p) })
 
 	require.NoError(t, holder.Release(ctx))
 	events <- "some-other-lock" // not its lock: must not matter
 	events <- "evented"
 	require.NoError(t, <-got, "the waiter did not acquire after the release event")
-	require.Eventually(t, func() bool { return !mongolock.Notifying(e.p) }, 10*time.Second, time.Millisecond,
-		"the release source kept running without waiters")
+	pollUntil(t, 10*time.Second, "the release source stopped without waiters",
+		func() bool { return !mongolock.Notifying(e.p) })
 }
 
 func TestWaitersPollWhenReleaseEventsAreUnavailable(t *testing.T) {
@@ -57,7 +56,7 @@ func TestWaitersPollWhenReleaseEventsAreUnavailable(t *testing.T) {
 	holder, err := e.other.Lock("polled").TryAcquire(ctx)
 	require.NoError(t, err)
 	got := acquireInBackground(ctx, e.p.Lock("polled"))
-	require.Eventually(t, func() bool { return e.count.started.Load() >= 2 }, 10*time.Second, time.Millisecond)
+	pollUntil(t, 10*time.Second, "the waiter's second attempt", func() bool { return e.count.started.Load() >= 2 })
 	require.NoError(t, holder.Release(ctx))
 	require.NoError(t, <-got)
 	require.False(t, mongolock.Notifying(e.p))
@@ -74,9 +73,8 @@ func TestChangeStreamWakesAWaiterInAnotherProcess(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	got := acquireInBackground(wctx, e.p.Lock("streamed"))
-	require.Eventually(t, func() bool { return e.count.started.Load() >= 1 && e.count.inFlight.Load() == 0 },
-		10*time.Second, time.Millisecond)
-	require.Eventually(t, func() bool { return mongolock.Notifying(e.p) }, 10*time.Second, time.Millisecond)
+	pollUntil(t, 10*time.Second, "the waiter's first attempt", e.count.idle)
+	pollUntil(t, 10*time.Second, "the change stream open", func() bool { return mongolock.Notifying(e.p) })
 	require.NoError(t, holder.Release(ctx))
 	require.NoError(t, <-got, "the change stream did not wake the waiter")
 }
@@ -104,10 +102,11 @@ func TestReleaseSourceStartsOnlyForWaitersOfAnotherProcess(t *testing.T) {
 	holder, err := e.other.Lock("lazy").TryAcquire(ctx)
 	require.NoError(t, err)
 	a, b := acquireInBackground(ctx, l), acquireInBackground(ctx, l)
-	require.Eventually(t, func() bool { return mongolock.Notifying(e.p) }, 10*time.Second, time.Millisecond)
+	pollUntil(t, 10*time.Second, "the release source running", func() bool { return mongolock.Notifying(e.p) })
 	require.NoError(t, holder.Release(ctx))
 	require.NoError(t, <-a)
 	require.NoError(t, <-b)
 	require.Equal(t, int32(1), starts.Load(), "one source per collection, however many waiters")
-	require.Eventually(t, func() bool { return !mongolock.Notifying(e.p) }, 10*time.Second, time.Millisecond)
+	pollUntil(t, 10*time.Second, "the release source stopped without waiters",
+		func() bool { return !mongolock.Notifying(e.p) })
 }

@@ -146,17 +146,11 @@ func killedHolderTrial(t *testing.T, name string) {
 	// keeping the lock, which then frees itself only because the child died.
 	first, found := readInteropDoc(ctx, t, db, name)
 	require.True(t, found)
-	poll := time.NewTicker(20 * time.Millisecond)
-	defer poll.Stop()
-	for extendBy := time.Now().Add(2 * childExpiry); ; {
+	pollUntil(t, 2*childExpiry, "the child extending its lease", func() bool {
 		doc, found := readInteropDoc(ctx, t, db, name)
 		require.True(t, found)
-		if doc.ExpiresAt.After(first.ExpiresAt) {
-			break
-		}
-		require.True(t, time.Now().Before(extendBy), "the child did not extend its lease within %v", 2*childExpiry)
-		<-poll.C
-	}
+		return doc.ExpiresAt.After(first.ExpiresAt)
+	})
 
 	// Then kill it at a random point of its extension cycle (this wait
 	// chooses the phase; it synchronises nothing).

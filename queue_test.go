@@ -96,7 +96,8 @@ func TestOnlyTheHeadOfTheLinePollsWhileAnotherProcessHolds(t *testing.T) {
 	awaitQueueLen(t, e.p, "remote", 10)
 	// Let the head poll a good number of times.
 	start := e.count.started.Load()
-	require.Eventually(t, func() bool { return e.count.started.Load() >= start+50 }, 20*time.Second, time.Millisecond)
+	pollUntil(t, 20*time.Second, "50 attempts of the head of the line",
+		func() bool { return e.count.started.Load() >= start+50 })
 	require.NoError(t, holder.Release(ctx))
 	wg.Wait()
 	require.EqualValues(t, 1, e.count.maxInFlight.Load(), "more than one waiter of this process talked to the database at once")
@@ -139,7 +140,7 @@ func TestLossWakesTheNextLocalWaiter(t *testing.T) {
 	// extension, and its loss must let the waiter try (and succeed).
 	_, err = e.coll.DeleteOne(ctx, map[string]string{"_id": "lossy"})
 	require.NoError(t, err)
-	<-holder.Lost()
+	awaitClosed(t, holder.Lost(), 10*time.Second, "Lost after the document was deleted")
 	require.NoError(t, <-got)
 	require.Error(t, holder.Release(ctx))
 }
