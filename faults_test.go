@@ -1,15 +1,12 @@
 package mongolock_test
 
-// Fault injection (issue 5): a TCP proxy the test controls
-// (internal/faultproxy) between a holder's driver and the server adds
-// latency, drops bytes (a partition), or resets connections, while a rival
-// on a direct connection tries to take the lock. Each scenario runs many
-// trials, asserts the guarantee in every one, and logs its figures: trials,
-// faults injected, violations (always 0, or the test fails), and how long
-// before the rival could acquire the holder was told of the loss.
-//
-// The server-restart scenario is in restart_test.go, the killed process in
-// process_test.go.
+// Fault injection: a TCP proxy the test controls (internal/faultproxy)
+// between a holder's driver and the server adds latency, drops bytes (a
+// partition), or resets connections, while a rival on a direct connection
+// tries to take the lock. Each scenario runs many trials, asserts the
+// guarantee in every one, and logs its figures: trials, faults injected,
+// violations (always 0, or the test fails), and how long before the rival
+// could acquire the holder was told of the loss.
 
 import (
 	"context"
@@ -24,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/faultproxy"
@@ -167,6 +165,32 @@ func raceLoss(ctx context.Context, coll *mongo.Collection, holder, rival *mongol
 	return r, nil
 }
 
+// The holder's client is disconnected, so its next extension fails. It
+// must signal the loss before the server lets another client in: the instant
+// Lost closes comes before the instant a successful rival attempt was sent
+// (raceLoss, faults_test.go, which also runs the partitioned holder).
+func TestLostIsSignalledBeforeAnotherClientCanAcquireWhenDisconnected(t *testing.T) {
+	db := testdb.Database(t)
+	coll := db.Collection(mongolock.DefaultCollection)
+	rival := newProvider(t, db, mongolock.WithExpiry(faultExpiry))
+	ctx := boundedCtx(t, time.Minute)
+	for run := range 5 {
+		c := testdb.NewClient(t)
+		holder := newProvider(t, c.Database(db.Name()), mongolock.WithExpiry(faultExpiry))
+		phase := time.Duration(rand.Int64N(int64(2 * faultExpiry / 3)))
+		r, err := raceLoss(ctx, coll, holder, rival, fmt.Sprint("disconnected-", run), phase, func() {
+			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			require.NoError(t, c.Disconnect(dctx))
+		})
+		require.NoError(t, err)
+		require.Empty(t, r.violation)
+		mongolock.WaitBackground(holder)
+		t.Logf("run %d: loss signalled %v after the disconnect, %v before the rival's winning attempt was sent (safety margin %v)",
+			run, r.cutToLost, r.margin, mongolock.SafetyMargin(holder))
+	}
+}
+
 // runTrials runs trials 0..n-1 on workers goroutines and returns the
 // results in order; a trial's error fails the test.
 func runTrials[R any](t *testing.T, n, workers int, trial func(i int) (R, error)) []R {
@@ -202,6 +226,56 @@ func spread(ds []time.Duration) string {
 	slices.Sort(s)
 	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
 	return fmt.Sprintf("min %v, median %v, max %v", r(s[0]), r(s[len(s)/2]), r(s[len(s)-1]))
+}
+
+// dialProxied connects a client to the server at uri through a new fault
+// proxy. closeAll ends every fault, disconnects the client and closes the
+// proxy; it may be called more than once. It does not use
+// t, so that trials running in goroutines can use it.
+func dialProxied(uri string, opts ...*options.ClientOptions) (px *faultproxy.Proxy, c *mongo.Client, closeAll func(), err error) {
+	target, err := firstHost(uri)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	px, err = faultproxy.New(target)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	all := append([]*options.ClientOptions{
+		options.Client().ApplyURI(uri).SetHosts([]string{px.Addr()}).SetDirect(true).
+			// Find the server again soon after a fault (the driver's
+			// minimum; the default is 10s).
+			SetHeartbeatInterval(500 * time.Millisecond),
+	}, opts...)
+	c, err = mongo.Connect(all...)
+	if err != nil {
+		_ = px.Close()
+		return nil, nil, nil, err
+	}
+	closeAll = func() {
+		// Disconnecting ends the client's sessions on the server: give it
+		// fresh connections without faults for that (a blackholed one
+		// would make it wait for its whole timeout), then close the proxy.
+		px.Reset()
+		_ = px.Restore()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = c.Disconnect(ctx)
+		_ = px.Close()
+	}
+	return px, c, closeAll, nil
+}
+
+// firstHost returns the first host of a connection string.
+func firstHost(uri string) (string, error) {
+	o := options.Client().ApplyURI(uri)
+	if err := o.Validate(); err != nil {
+		return "", err
+	}
+	if len(o.Hosts) == 0 {
+		return "", errors.New("no host in the test server's URI")
+	}
+	return o.Hosts[0], nil
 }
 
 // lossTrials runs n loss races, each on a holder client of its own behind a
