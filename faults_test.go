@@ -168,7 +168,7 @@ func raceLoss(ctx context.Context, coll *mongo.Collection, holder, rival *mongol
 // The holder's client is disconnected, so its next extension fails. It
 // must signal the loss before the server lets another client in: the instant
 // Lost closes comes before the instant a successful rival attempt was sent
-// (raceLoss, faults_test.go, which also runs the partitioned holder).
+// (raceLoss, as for the partitioned holder below).
 func TestLostIsSignalledBeforeAnotherClientCanAcquireWhenDisconnected(t *testing.T) {
 	db := testdb.Database(t)
 	coll := db.Collection(mongolock.DefaultCollection)
@@ -324,14 +324,14 @@ func lossTrials(t *testing.T, n, workers int, fault string, cut func(px *faultpr
 	return results
 }
 
-// Scenario 1: a partition of the holder (its connection stays open, every
+// A partition of the holder (its connection stays open, every
 // byte is dropped). Its Lost must close before a client on a direct
 // connection can acquire, in every trial.
 func TestFaultPartitionedHolderIsToldBeforeARivalAcquires(t *testing.T) {
 	lossTrials(t, 56, 8, "blackhole", func(px *faultproxy.Proxy) { px.Blackhole() })
 }
 
-// Scenario 5, second half: extensions slower than the whole remaining lease
+// Extensions slower than the whole remaining lease
 // (a second each way) must end in a loss signalled before a rival can
 // acquire.
 func TestFaultExtensionsSlowerThanTheLeaseSignalLossInTime(t *testing.T) {
@@ -397,8 +397,8 @@ func holdUnderLatency(ctx context.Context, coll *mongo.Collection, uri, dbName s
 	return extensions, nil
 }
 
-// No false loss: with latency below the safety margin, and (scenario 5)
-// with extensions slower than the cadence yet fast enough for the lease,
+// No false loss: with latency below the safety margin, and with
+// extensions slower than the cadence yet fast enough for the lease,
 // the lock is kept, extended, and refused to a rival throughout.
 //
 // A lease is kept when an extension's round trip (sent every cadence, one
@@ -434,8 +434,8 @@ func TestFaultSlowExtensionsBelowTheLeaseKeepTheLock(t *testing.T) {
 	}
 }
 
-// resetTrial is one trial of scenario 2: the holder's connections were reset
-// while it acquired or released.
+// resetTrial is one trial of the reset scenario: the holder's connections
+// were reset while it acquired or released.
 type resetTrial struct {
 	during     string        // "acquire", "try acquire" or "release"
 	reset      bool          // the reset came while the operation ran
@@ -444,17 +444,17 @@ type resetTrial struct {
 	violation  string
 }
 
-// resetExpiry is the lease in scenario 2: a lock left held for it (an
+// resetExpiry is the lease in the reset scenario: a lock left held for it (an
 // orphan) is far beyond resetCleanupBound.
 const (
 	resetExpiry       = 15 * time.Second
 	resetCleanupBound = 6 * time.Second
 )
 
-// Scenario 2: connection resets (RST) while acquiring and while releasing.
-// Whatever the operation returns, no acquisition is left held for a whole
-// expiry (guarantee 6: an attempt that may have succeeded is released in
-// the background), a lock released without error is free at once, and
+// Connection resets (RST) while acquiring and while releasing. Whatever
+// the operation returns, no acquisition is left held for a whole expiry
+// (an attempt that may have succeeded is released in the background), a
+// lock released without error is free at once, and
 // there are never two holders: the rival is refused while the holder has a
 // handle, and fencing tokens strictly increase.
 func TestFaultResetsDuringAcquireAndReleaseLeaveNoOrphansAndNeverTwoHolders(t *testing.T) {

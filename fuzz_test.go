@@ -16,7 +16,7 @@ import (
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
-// Fuzz tests (issue 5). Their seed corpora run with every go test; to fuzz:
+// Fuzz tests. Their seed corpora run with every go test; to fuzz:
 //
 //	go test -run '^$' -fuzz FuzzLockName -fuzztime 2m .
 //	go test -run '^$' -fuzz FuzzOptions -fuzztime 2m .

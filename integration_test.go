@@ -87,8 +87,8 @@ func TestConcurrentAcquirersNeverOverlap(t *testing.T) {
 }
 
 // Twenty clients race for each brand-new name at once. On FerretDB some of
-// the upserts fail with duplicate-key or "$$NOW cannot be used" errors
-// (PROTOCOL.md); the library must turn those into "someone else got there
+// the upserts fail with duplicate-key or "$$NOW cannot be used" errors;
+// the library must turn those into "someone else got there
 // first", so that exactly one racer wins each name and nobody sees another
 // error.
 func TestRaceForNewNamesHasExactlyOneWinnerAndNoErrors(t *testing.T) {
@@ -766,8 +766,8 @@ func TestDotnetAndMongolockContendersNeverOverlap(t *testing.T) {
 				acancel()
 				if err != nil && errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(end) {
 					// Contended until the end. Whether the error also says
-					// ErrNotAcquired is checked elsewhere (see
-					// TestLockHeldByDotnetProtocolIsNotAcquiredByMongolockUntilDotnetReleases).
+					// ErrNotAcquired is checked by
+					// TestLockHeldByDotnetProtocolIsNotAcquiredByMongolockUntilDotnetReleases.
 					return
 				}
 				if err != nil {
@@ -801,7 +801,7 @@ func TestDotnetAndMongolockContendersNeverOverlap(t *testing.T) {
 
 // DistributedLock.MongoDB's release deletes the document; the next
 // acquisition re-creates it. When that is a mongolock acquisition, its token
-// must outrank every token before it (guarantee 4), also while many
+// must outrank every token before it, also while many
 // acquirers of both protocols contend. Holders are exclusive, so recording
 // tokens with the lock held records them in acquisition order.
 func TestMongolockTokensOutrankEveryEarlierTokenWhileContendingWithDotnetReleases(t *testing.T) {
@@ -938,7 +938,7 @@ func TestHelperProcess(t *testing.T) {
 // A holder process that dies (SIGKILL: no release, no cleanup) stops
 // extending its lease; another process can take the lock once the lease
 // has expired on the server, not before, and then within the expiry plus
-// the waiter's longest sleep (issue 5, scenario 4), with a greater fencing
+// the waiter's longest sleep, with a greater fencing
 // token. Several children are killed at once, each at a random point of
 // its extension cycle.
 func TestKilledHolderProcessIsTakenOverAfterItsLeaseExpires(t *testing.T) {
@@ -1092,16 +1092,16 @@ func (b *lockedBuffer) String() string {
 
 // Permissions.
 
-// The privileges locking needs (docs-draft-permissions.md): find, insert
-// and update on the lock collection. Without createIndex the TTL index is
-// not created, and nothing else changes; without changeStream (replica
-// sets) waiters poll.
+// The privileges locking needs: find, insert and update on the lock
+// collection. Without createIndex the TTL index is not created, and nothing
+// else changes; without changeStream (replica sets) waiters poll.
 //
 // It needs a server that enforces access control and has custom roles,
 // with MONGODB_URI authenticating a user allowed to create roles and users
 // (userAdmin on the test databases, e.g. root). FerretDB has neither
-// (--no-auth; no createRole): there TestAcquireWorksWhenAnExpiresAtIndexExistsWithOtherOptions
-// makes createIndexes fail another way.
+// (--no-auth; no createRole): there
+// TestAcquireWorksWhenAnExpiresAtIndexExistsWithOtherOptions makes
+// createIndexes fail another way.
 func TestLockingNeedsOnlyFindInsertUpdateOnTheCollection(t *testing.T) {
 	ctx := boundedCtx(t, 60*time.Second)
 	admin := testdb.Client(t)

@@ -221,7 +221,7 @@ func TestAcquireWaitsUntilTheHolderReleases(t *testing.T) {
 
 // An Acquire whose ctx ends during an outage must not report contention:
 // ErrNotAcquired means "held by someone else", and callers use it to tell
-// contention from an outage (PROTOCOL.md). No server answers at this
+// contention from an outage. No server answers at this
 // address; nobody holds the lock.
 func TestAcquireDuringAnOutageIsNotReportedAsContention(t *testing.T) {
 	for _, tc := range []struct {
@@ -475,8 +475,8 @@ func TestErrorShortensLongNamesWithoutSplittingCharacters(t *testing.T) {
 // Options: New and NewProvider validate them without I/O, so these tests
 // use a client of an address where no server answers.
 
-// optionConstructors are New and NewProvider, which validate the same way. build
-// reports the error and whether a lock or provider came back with it.
+// optionConstructors are New and NewProvider, which validate the same way.
+// build reports the error and whether a lock or provider came back with it.
 var optionConstructors = []struct {
 	label string
 	build func(*mongo.Database, ...mongolock.Option) (bool, error)
@@ -958,8 +958,7 @@ func TestReleaseNeverClosesLost(t *testing.T) {
 func TestReleaseOfALostHandleDoesNotFreeTheNextHolder(t *testing.T) {
 	// The first holder's lease is set to the past by hand (as if it had
 	// stalled); the next holder takes the lock; the first one's Release
-	// must report the loss and leave the next holder's lock alone
-	// (guarantee 7).
+	// must report the loss and leave the next holder's lock alone.
 	e := newLockEnv(t, mongolock.WithExpiry(30*time.Second))
 	ctx := boundedCtx(t, 30*time.Second)
 	h1, err := e.p.Lock("stale").TryAcquire(ctx)
@@ -1337,11 +1336,11 @@ func TestDoWithANilFunctionIsAnError(t *testing.T) {
 	require.NoError(t, h.Release(ctx))
 }
 
-// Orphaned acquisitions: an attempt cut short after the server acted.
+// Orphaned acquisitions.
 
 // An attempt cut short by its ctx after the request was sent may still
 // have taken the lock on the server; nobody gets a handle for it, so the
-// library must free it in the background (guarantee 6). With a 30s lease, a
+// library must free it in the background. With a 30s lease, a
 // missed cleanup shows as a lock that another client cannot take for 30s;
 // the test allows the cleanup a few seconds.
 //
@@ -1440,7 +1439,7 @@ func TestCancelledAttemptsLeaveNoOrphanedAcquisition(t *testing.T) {
 	t.Logf("%d trials (deadlines %v to %v) in %v: %d got a handle, %d failed, of which %d had acquired on the server; "+
 		"%d orphans were still held when another client first tried, for up to %v",
 		trials, shortest, longest, time.Since(start), handles, failed, orphaned, heldWhenLooked, longestHeld)
-	require.NotZero(t, orphaned, "no attempt was cut short after the server acted: the test did not test guarantee 6")
+	require.NotZero(t, orphaned, "no attempt was cut short after the server acted: the test did not test the cleanup of orphaned acquisitions")
 }
 
 // Fencing tokens: per name, every acquisition's token is greater than every
@@ -1859,7 +1858,7 @@ func TestAHandOverToAWaiterThatGaveUpIsReleased(t *testing.T) {
 // after at most maxStreak acquisitions in a row by one process, a release
 // with local waiters frees the lock instead, and the waiting process gets it.
 func TestHandOversGiveWayToAWaitingProcess(t *testing.T) {
-	const maxStreak = 8 // fair.go
+	const maxStreak = mongolock.TurnLength
 	ctx := boundedCtx(t, time.Minute)
 	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
 	l := e.p.Lock("turns")
