@@ -282,6 +282,21 @@ func acquireInBackground(ctx context.Context, l *mongolock.Lock) <-chan error {
 	return got
 }
 
+// acquireAllInBackground starts n goroutines that each acquire l and
+// release it, and returns a function that waits for them all. A failed
+// Acquire fails the test.
+func acquireAllInBackground(t *testing.T, ctx context.Context, l *mongolock.Lock, n int) (wait func()) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if h, err := l.Acquire(ctx); assert(t, err == nil, "%v", err) {
+				_ = h.Release(ctx)
+			}
+		})
+	}
+	return wg.Wait
+}
+
 // rawLockDoc reads a lock document with the raw driver.
 func rawLockDoc(t *testing.T, coll *mongo.Collection, name string) bson.Raw {
 	t.Helper()

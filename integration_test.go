@@ -35,8 +35,7 @@ import (
 
 func TestConcurrentAcquirersNeverOverlap(t *testing.T) {
 	const clients, perClient = 5, 20
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 60*time.Second)
 	db := testdb.Database(t)
 	locks := make([]*mongolock.Lock, clients)
 	for i := range locks {
@@ -93,8 +92,7 @@ func TestConcurrentAcquirersNeverOverlap(t *testing.T) {
 // error.
 func TestRaceForNewNamesHasExactlyOneWinnerAndNoErrors(t *testing.T) {
 	const racers, rounds = 20, 25
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := boundedCtx(t, 2*time.Minute)
 	db := testdb.Database(t)
 	providers := make([]*mongolock.Provider, racers)
 	for i := range providers {
@@ -286,6 +284,23 @@ func awaitClaim(t *testing.T, p *mongolock.Provider, name string) {
 		func() bool { return turnOf(t, p, name).WaitingProcess == mongolock.Process(p) })
 }
 
+// claimAndGiveUp starts an Acquire of name by p, waits until its process's
+// claim is in the document, and cancels it; it returns the turn fields read
+// while the claim was live. When it returns, p's process has withdrawn the
+// claim.
+func claimAndGiveUp(t *testing.T, ctx context.Context, p *mongolock.Provider, name string) turnFields {
+	t.Helper()
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := p.Lock(name).Acquire(wctx); done <- err }()
+	awaitClaim(t, p, name)
+	live := turnOf(t, p, name)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	mongolock.WaitBackground(p) // its claim withdrawn
+	return live
+}
+
 func TestTryAcquireNeverClaimsATurn(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
 	e := newLockEnv(t)
@@ -308,14 +323,7 @@ func TestAWaiterThatGivesUpWithdrawsItsClaim(t *testing.T) {
 	require.NoError(t, err)
 
 	// A waiter of the other process claims the next turn...
-	got := make(chan error, 1)
-	go func() {
-		h, err := e.p.Lock("turn").Acquire(ctx)
-		if err == nil {
-			err = h.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireInBackground(ctx, e.p.Lock("turn"))
 	awaitClaim(t, e.p, "turn")
 	// ...and gets the lock once the holder releases, which fulfils the
 	// claim.
@@ -327,13 +335,7 @@ func TestAWaiterThatGivesUpWithdrawsItsClaim(t *testing.T) {
 	// aside for it.
 	holder, err = e.other.Lock("turn").TryAcquire(ctx)
 	require.NoError(t, err)
-	wctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { _, err := e.p.Lock("turn").Acquire(wctx); done <- err }()
-	awaitClaim(t, e.p, "turn")
-	cancel()
-	require.ErrorIs(t, <-done, context.Canceled)
-	mongolock.WaitBackground(e.p)
+	claimAndGiveUp(t, ctx, e.p, "turn")
 	require.Empty(t, turnOf(t, e.p, "turn").WaitingProcess, "a waiter that gave up kept its claim")
 	require.NoError(t, holder.Release(ctx))
 }
@@ -381,14 +383,7 @@ func TestAStepAsideLastsNoLongerThanTheClaim(t *testing.T) {
 	}
 	require.Equal(t, mongolock.TurnLength, turnOf(t, e.p, "aside").ProcessStreak)
 	// Another process claims the next turn, then stops asking.
-	wctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { _, err := e.other.Lock("aside").Acquire(wctx); done <- err }()
-	awaitClaim(t, e.other, "aside")
-	claim := turnOf(t, e.p, "aside").WaitingUntil
-	cancel()
-	require.ErrorIs(t, <-done, context.Canceled)
-	mongolock.WaitBackground(e.other) // its claim withdrawn
+	claim := claimAndGiveUp(t, ctx, e.other, "aside").WaitingUntil
 
 	require.NoError(t, h.Release(ctx))
 	// The claim is not withdrawn here (a claimant that died); the holder's
@@ -556,8 +551,7 @@ func interopSides(t *testing.T, name string, opts ...mongolock.Option) (*mongo.D
 }
 
 func TestLockHeldByDotnetProtocolIsNotAcquiredByMongolockUntilDotnetReleases(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 30*time.Second)
 	_, l, dotnet := interopSides(t, "shared-report", mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
 
 	dh, err := dotnet.tryAcquire(ctx)
@@ -604,8 +598,7 @@ func TestLockHeldByDotnetProtocolIsNotAcquiredByMongolockUntilDotnetReleases(t *
 }
 
 func TestLockHeldByMongolockIsRefusedToDotnetProtocolUntilMongolockReleases(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 30*time.Second)
 	db, l, dotnet := interopSides(t, "shared-report")
 
 	h, err := l.TryAcquire(ctx)
@@ -642,8 +635,7 @@ func TestLockHeldByMongolockIsRefusedToDotnetProtocolUntilMongolockReleases(t *t
 // every earlier token, and a C# acquisition after mongolock continues from
 // mongolock's token.
 func TestFencingTokensKeepIncreasingAcrossDotnetDeleteReleases(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 30*time.Second)
 	_, l, dotnet := interopSides(t, "shared-report")
 
 	dotnetAcquire := func() *dotnetHandle {
@@ -692,8 +684,7 @@ func TestDotnetAndMongolockContendersNeverOverlap(t *testing.T) {
 		perSide  = 4
 		duration = 3 * time.Second
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := boundedCtx(t, time.Minute)
 	db := testdb.Database(t)
 	const name = "shared-counter"
 	counter := db.Collection("interop_counter")
@@ -810,8 +801,7 @@ func TestMongolockTokensOutrankEveryEarlierTokenWhileContendingWithDotnetRelease
 		dotnets      = 4
 		duration     = 6 * time.Second
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := boundedCtx(t, time.Minute)
 	db := testdb.Database(t)
 	const name = "shared-ledger"
 
@@ -921,8 +911,7 @@ func TestHelperProcess(t *testing.T) {
 	if os.Getenv(childEnvFlag) != "1" {
 		t.Skip("the child process of TestKilledHolderProcessIsTakenOverAfterItsLeaseExpires; runs only when started by it")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 30*time.Second)
 	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv(childEnvURI)))
 	require.NoError(t, err)
 	defer func() { _ = client.Disconnect(context.Background()) }()
@@ -959,8 +948,7 @@ const killWaitMax = 50 * time.Millisecond
 const killSlack = 300 * time.Millisecond
 
 func killedHolderTrial(t *testing.T, name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 60*time.Second)
 	db := testdb.Database(t)
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.timeout=2m")

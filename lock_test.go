@@ -30,8 +30,7 @@ import (
 // Acquiring and releasing.
 
 func TestTryAcquireOnHeldLockReturnsErrNotAcquiredAndReleaseFreesIt(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 20*time.Second)
 	db := testdb.Database(t)
 	p := newProvider(t, db)
 	l := p.Lock("basic")
@@ -72,8 +71,7 @@ func TestTryAcquireOnHeldLockReturnsErrNotAcquiredAndReleaseFreesIt(t *testing.T
 }
 
 func TestLockNamesAreCaseSensitive(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 20*time.Second)
 	p := newProvider(t, testdb.Database(t))
 
 	upper := releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock("Name")))
@@ -94,8 +92,7 @@ func TestLockNamesAreCaseSensitive(t *testing.T) {
 }
 
 func TestReleaseIsIdempotent(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 20*time.Second)
 	p := newProvider(t, testdb.Database(t))
 	l := p.Lock("idempotent")
 
@@ -114,8 +111,7 @@ func TestReleaseIsIdempotent(t *testing.T) {
 }
 
 func TestAcquireTimesOutOnHeldLockWithDeadlineExceededAndErrNotAcquired(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 20*time.Second)
 	db := testdb.Database(t)
 	holder := releaseAtCleanup(t, mustAcquire(t, ctx, newProvider(t, db).Lock("timeout")))
 
@@ -139,8 +135,7 @@ func TestAcquireTimesOutOnHeldLockWithDeadlineExceededAndErrNotAcquired(t *testi
 }
 
 func TestAcquireReturnsPromptlyWhenCancelledWhileWaiting(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 20*time.Second)
 	db := testdb.Database(t)
 	holder := releaseAtCleanup(t, mustAcquire(t, ctx, newProvider(t, db).Lock("cancel")))
 
@@ -180,8 +175,7 @@ func TestAcquireReturnsPromptlyWhenCancelledWhileWaiting(t *testing.T) {
 }
 
 func TestAcquireWaitsUntilTheHolderReleases(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 20*time.Second)
 	db := testdb.Database(t)
 	holder := releaseAtCleanup(t, mustAcquire(t, ctx, newProvider(t, db).Lock("wait")))
 
@@ -238,8 +232,7 @@ func TestAcquireDuringAnOutageIsNotReportedAsContention(t *testing.T) {
 			db := offlineDatabase(t, options.Client().SetServerSelectionTimeout(tc.selection))
 			p := newProvider(t, db, mongolock.WithBusyWaitSleep(10*time.Millisecond, 50*time.Millisecond))
 
-			ctx, cancel := context.WithTimeout(context.Background(), tc.within)
-			defer cancel()
+			ctx := boundedCtx(t, tc.within)
 			h, err := p.Lock("outage").Acquire(ctx)
 			releaseAtCleanup(t, h)
 			t.Logf("Acquire: %v", err)
@@ -271,8 +264,7 @@ func TestLockNameIsReturnedExactly(t *testing.T) {
 }
 
 func TestUnusualNamesWorkAndDoNotCollide(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 20*time.Second)
 	db := testdb.Database(t)
 	p := newProvider(t, db)
 	other := newProvider(t, ownClient(t, db, nil))
@@ -397,8 +389,7 @@ func TestHostileNamesAreLocksOfTheirOwnOrAClearError(t *testing.T) {
 }
 
 func TestNameTooLargeForTheServerReturnsAClearErrorAtOnce(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 30*time.Second)
 	p := newProvider(t, testdb.Database(t))
 	// Larger than the 16 MB BSON document limit on its own.
 	l := p.Lock(strings.Repeat("x", 17<<20))
@@ -454,8 +445,7 @@ func TestDoWithANameTheServerRefusesFailsClearlyWithoutRunningFn(t *testing.T) {
 // Errors shorten long names to 64 bytes; a name of multi-byte characters
 // must be cut between characters, not inside one.
 func TestErrorShortensLongNamesWithoutSplittingCharacters(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 20*time.Second)
 	p := newProvider(t, testdb.Database(t))
 	name := strings.Repeat("锁", 30) // 90 bytes, 3 per character
 	h := releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock(name)))
@@ -589,8 +579,7 @@ func TestWithCollectionSetsTheProvidersCollection(t *testing.T) {
 var lockIDPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 func TestLockDocumentHasTheProtocolFields(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 20*time.Second)
 	db := testdb.Database(t)
 	// A long expiry (and so a long extension cadence): no extension changes
 	// expiresAt while the test reads it.
@@ -673,8 +662,7 @@ func listIndexes(ctx context.Context, t *testing.T, coll *mongo.Collection) []in
 }
 
 func TestFirstAcquisitionCreatesTheTTLIndex(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 30*time.Second)
 	db := testdb.Database(t)
 	p := newProvider(t, db)
 	coll := db.Collection(mongolock.DefaultCollection)
@@ -707,8 +695,7 @@ func TestFirstAcquisitionCreatesTheTTLIndex(t *testing.T) {
 }
 
 func TestTTLIndexIsCreatedOncePerCollection(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 30*time.Second)
 	var count commandCounter
 	db := testdb.DatabaseOf(t, testdb.NewClient(t, options.Client().SetMonitor(count.monitor())))
 
@@ -751,8 +738,7 @@ func TestAcquireWorksWhenAnExpiresAtIndexExistsWithOtherOptions(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.label, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
+			ctx := boundedCtx(t, 20*time.Second)
 			db := testdb.Database(t)
 			coll := db.Collection(mongolock.DefaultCollection)
 			_, err := coll.Indexes().CreateOne(ctx, tc.index)
@@ -775,8 +761,7 @@ func TestAcquireWorksWhenAnExpiresAtIndexExistsWithOtherOptions(t *testing.T) {
 }
 
 func TestWithCollectionPutsDocumentsInThatCollection(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 20*time.Second)
 	db := testdb.Database(t)
 	p := newProvider(t, db, mongolock.WithCollection("custom"))
 	require.Equal(t, "custom", mongolock.CollectionName(p))
@@ -986,8 +971,7 @@ func TestReleaseAfterTheClientIsDisconnectedReturnsPromptly(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.Disconnect(ctx))
 
-	rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
+	rctx := boundedCtx(t, 2*time.Second)
 	start := time.Now()
 	err = h.Release(rctx)
 	require.Less(t, time.Since(start), time.Second, "Release on a disconnected client took too long")
@@ -1640,16 +1624,7 @@ func TestLocalWaitersSendNothingWhileAHandleOfTheirProcessHolds(t *testing.T) {
 	holder, err := l.TryAcquire(ctx)
 	require.NoError(t, err)
 
-	var wg sync.WaitGroup
-	for range 5 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if h, err := l.Acquire(ctx); assert(t, err == nil, "%v", err) {
-				_ = h.Release(ctx)
-			}
-		}()
-	}
+	waitAll := acquireAllInBackground(t, ctx, l, 5)
 	awaitQueueLen(t, e.p, "quiet", 5)
 	before := e.count.started.Load()
 	// However long the holder holds, its own process's waiters stay silent.
@@ -1660,7 +1635,7 @@ func TestLocalWaitersSendNothingWhileAHandleOfTheirProcessHolds(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	require.NoError(t, holder.Release(ctx))
-	wg.Wait()
+	waitAll()
 }
 
 func TestOnlyTheHeadOfTheLinePollsWhileAnotherProcessHolds(t *testing.T) {
@@ -1669,24 +1644,14 @@ func TestOnlyTheHeadOfTheLinePollsWhileAnotherProcessHolds(t *testing.T) {
 	holder, err := e.other.Lock("remote").TryAcquire(ctx)
 	require.NoError(t, err)
 
-	l := e.p.Lock("remote")
-	var wg sync.WaitGroup
-	for range 10 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if h, err := l.Acquire(ctx); assert(t, err == nil, "%v", err) {
-				_ = h.Release(ctx)
-			}
-		}()
-	}
+	waitAll := acquireAllInBackground(t, ctx, e.p.Lock("remote"), 10)
 	awaitQueueLen(t, e.p, "remote", 10)
 	// Let the head poll a good number of times.
 	start := e.count.started.Load()
 	pollUntil(t, 20*time.Second, "50 attempts of the head of the line",
 		func() bool { return e.count.started.Load() >= start+50 })
 	require.NoError(t, holder.Release(ctx))
-	wg.Wait()
+	waitAll()
 	require.EqualValues(t, 1, e.count.maxInFlight.Load(), "more than one waiter of this process talked to the database at once")
 }
 
