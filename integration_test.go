@@ -85,11 +85,10 @@ func TestConcurrentAcquirersNeverOverlap(t *testing.T) {
 	require.Len(t, tokens, clients*perClient, "every goroutine got the lock, each with its own fencing token")
 }
 
-// Twenty clients race for each brand-new name at once. On FerretDB some of
-// the upserts fail with duplicate-key or "$$NOW cannot be used" errors;
-// the library must turn those into "someone else got there
-// first", so that exactly one racer wins each name and nobody sees another
-// error.
+// Twenty clients race for each brand-new name at once. On FerretDB some of the
+// upserts fail with duplicate-key or "$$NOW cannot be used" errors; the library
+// must turn those into "someone else got there first", so that exactly one
+// racer wins each name and nobody sees another error.
 func TestRaceForNewNamesHasExactlyOneWinnerAndNoErrors(t *testing.T) {
 	const racers, rounds = 20, 25
 	ctx := boundedCtx(t, 2*time.Minute)
@@ -790,11 +789,11 @@ func TestDotnetAndMongolockContendersNeverOverlap(t *testing.T) {
 	t.Logf("acquisitions in %v: C# protocol %d, mongolock %d", duration, acquisitions[0].Load(), acquisitions[1].Load())
 }
 
-// DistributedLock.MongoDB's release deletes the document; the next
-// acquisition re-creates it. When that is a mongolock acquisition, its token
-// must outrank every token before it, also while many
-// acquirers of both protocols contend. Holders are exclusive, so recording
-// tokens with the lock held records them in acquisition order.
+// DistributedLock.MongoDB's release deletes the document; the next acquisition
+// re-creates it. When that is a mongolock acquisition, its token must outrank
+// every token before it, also while many acquirers of both protocols contend.
+// Holders are exclusive, so recording tokens with the lock held records them in
+// acquisition order.
 func TestMongolockTokensOutrankEveryEarlierTokenWhileContendingWithDotnetReleases(t *testing.T) {
 	const (
 		mongolockers = 6
@@ -924,12 +923,11 @@ func TestHelperProcess(t *testing.T) {
 	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent kills us or goes away
 }
 
-// A holder process that dies (SIGKILL: no release, no cleanup) stops
-// extending its lease; another process can take the lock once the lease
-// has expired on the server, not before, and then within the expiry plus
-// the waiter's longest sleep, with a greater fencing
-// token. Several children are killed at once, each at a random point of
-// its extension cycle.
+// A holder process that dies (SIGKILL: no release, no cleanup) stops extending
+// its lease; another process can take the lock once the lease has expired on
+// the server, not before, and then within the expiry plus the waiter's longest
+// sleep, with a greater fencing token. Several children are killed at once,
+// each at a random point of its extension cycle.
 func TestKilledHolderProcessIsTakenOverAfterItsLeaseExpires(t *testing.T) {
 	const trials = 4
 	for i := range trials {

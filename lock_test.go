@@ -215,8 +215,8 @@ func TestAcquireWaitsUntilTheHolderReleases(t *testing.T) {
 
 // An Acquire whose ctx ends during an outage must not report contention:
 // ErrNotAcquired means "held by someone else", and callers use it to tell
-// contention from an outage. No server answers at this
-// address; nobody holds the lock.
+// contention from an outage. No server answers at this address; nobody holds
+// the lock.
 func TestAcquireDuringAnOutageIsNotReportedAsContention(t *testing.T) {
 	for _, tc := range []struct {
 		label             string
@@ -1095,7 +1095,7 @@ func TestOperationsOnADisconnectedClientFailAtOnceSayingSo(t *testing.T) {
 	require.NoError(t, h.Release(ctx))
 }
 
-// Many held locks: one scheduler extends them in batches.
+// Many held locks.
 
 // Many held locks share one scheduler: one goroutine, and about one
 // updateMany per 500 handles per cadence, not one goroutine and one round
@@ -1322,16 +1322,16 @@ func TestDoWithANilFunctionIsAnError(t *testing.T) {
 
 // Orphaned acquisitions.
 
-// An attempt cut short by its ctx after the request was sent may still
-// have taken the lock on the server; nobody gets a handle for it, so the
-// library must free it in the background. With a 30s lease, a
-// missed cleanup shows as a lock that another client cannot take for 30s;
-// the test allows the cleanup a few seconds.
+// An attempt cut short by its ctx after the request was sent may still have
+// taken the lock on the server; nobody gets a handle for it, so the library
+// must free it in the background. With a 30s lease, a missed cleanup shows as a
+// lock that another client cannot take for 30s; the test allows the cleanup a
+// few seconds.
 //
 // The cleanup must not be overtaken by the attempt it cleans up after: the
 // driver closes the connection of a cut-short request, but the server still
-// executes the request it has read, possibly after a cleanup sent on
-// another connection has found nothing to release.
+// executes the request it has read, possibly after a cleanup sent on another
+// connection has found nothing to release.
 func TestCancelledAttemptsLeaveNoOrphanedAcquisition(t *testing.T) {
 	const (
 		trials       = 500
