@@ -1,15 +1,12 @@
 package mongolock_test
 
-// Fault injection (issue 5): a TCP proxy the test controls
-// (internal/faultproxy) between a holder's driver and the server adds
-// latency, drops bytes (a partition), or resets connections, while a rival
-// on a direct connection tries to take the lock. Each scenario runs many
-// trials, asserts the guarantee in every one, and logs its figures: trials,
-// faults injected, violations (always 0, or the test fails), and how long
-// before the rival could acquire the holder was told of the loss.
-//
-// The server-restart scenario is in restart_test.go, the killed process in
-// process_test.go.
+// Fault injection: a TCP proxy the test controls (internal/faultproxy)
+// between a holder's driver and the server adds latency, drops bytes (a
+// partition), or resets connections, while a rival on a direct connection
+// tries to take the lock. Each scenario runs many trials, asserts the
+// guarantee in every one, and logs its figures: trials, faults injected,
+// violations (always 0, or the test fails), and how long before the rival
+// could acquire the holder was told of the loss.
 
 import (
 	"context"
@@ -24,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/faultproxy"
@@ -167,6 +165,32 @@ func raceLoss(ctx context.Context, coll *mongo.Collection, holder, rival *mongol
 	return r, nil
 }
 
+// The holder's client is disconnected, so its next extension fails. It
+// must signal the loss before the server lets another client in: the instant
+// Lost closes comes before the instant a successful rival attempt was sent
+// (raceLoss, as for the partitioned holder below).
+func TestLostIsSignalledBeforeAnotherClientCanAcquireWhenDisconnected(t *testing.T) {
+	db := testdb.Database(t)
+	coll := db.Collection(mongolock.DefaultCollection)
+	rival := newProvider(t, db, mongolock.WithExpiry(faultExpiry))
+	ctx := boundedCtx(t, time.Minute)
+	for run := range 5 {
+		c := testdb.NewClient(t)
+		holder := newProvider(t, c.Database(db.Name()), mongolock.WithExpiry(faultExpiry))
+		phase := time.Duration(rand.Int64N(int64(2 * faultExpiry / 3)))
+		r, err := raceLoss(ctx, coll, holder, rival, fmt.Sprint("disconnected-", run), phase, func() {
+			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			require.NoError(t, c.Disconnect(dctx))
+		})
+		require.NoError(t, err)
+		require.Empty(t, r.violation)
+		mongolock.WaitBackground(holder)
+		t.Logf("run %d: loss signalled %v after the disconnect, %v before the rival's winning attempt was sent (safety margin %v)",
+			run, r.cutToLost, r.margin, mongolock.SafetyMargin(holder))
+	}
+}
+
 // runTrials runs trials 0..n-1 on workers goroutines and returns the
 // results in order; a trial's error fails the test.
 func runTrials[R any](t *testing.T, n, workers int, trial func(i int) (R, error)) []R {
@@ -204,13 +228,63 @@ func spread(ds []time.Duration) string {
 	return fmt.Sprintf("min %v, median %v, max %v", r(s[0]), r(s[len(s)/2]), r(s[len(s)-1]))
 }
 
+// dialProxied connects a client to the server at uri through a new fault
+// proxy. closeAll ends every fault, disconnects the client and closes the
+// proxy; it may be called more than once. It does not use
+// t, so that trials running in goroutines can use it.
+func dialProxied(uri string, opts ...*options.ClientOptions) (px *faultproxy.Proxy, c *mongo.Client, closeAll func(), err error) {
+	target, err := firstHost(uri)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	px, err = faultproxy.New(target)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	all := append([]*options.ClientOptions{
+		options.Client().ApplyURI(uri).SetHosts([]string{px.Addr()}).SetDirect(true).
+			// Find the server again soon after a fault (the driver's
+			// minimum; the default is 10s).
+			SetHeartbeatInterval(500 * time.Millisecond),
+	}, opts...)
+	c, err = mongo.Connect(all...)
+	if err != nil {
+		_ = px.Close()
+		return nil, nil, nil, err
+	}
+	closeAll = func() {
+		// Disconnecting ends the client's sessions on the server: give it
+		// fresh connections without faults for that (a blackholed one
+		// would make it wait for its whole timeout), then close the proxy.
+		px.Reset()
+		_ = px.Restore()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = c.Disconnect(ctx)
+		_ = px.Close()
+	}
+	return px, c, closeAll, nil
+}
+
+// firstHost returns the first host of a connection string.
+func firstHost(uri string) (string, error) {
+	o := options.Client().ApplyURI(uri)
+	if err := o.Validate(); err != nil {
+		return "", err
+	}
+	if len(o.Hosts) == 0 {
+		return "", errors.New("no host in the test server's URI")
+	}
+	return o.Hosts[0], nil
+}
+
 // lossTrials runs n loss races, each on a holder client of its own behind a
 // fault proxy, cut off by fault, against one rival on a direct connection.
 func lossTrials(t *testing.T, n, workers int, fault string, cut func(px *faultproxy.Proxy)) []lossRace {
 	t.Helper()
 	db := testdb.Database(t)
 	coll := db.Collection(mongolock.DefaultCollection)
-	rival := lockTestProvider(t, db, mongolock.WithExpiry(faultExpiry))
+	rival := newProvider(t, db, mongolock.WithExpiry(faultExpiry))
 	uri := testdb.Info(t).URI
 	ctx := boundedCtx(t, 5*time.Minute)
 	results := runTrials(t, n, workers, func(i int) (lossRace, error) {
@@ -250,14 +324,14 @@ func lossTrials(t *testing.T, n, workers int, fault string, cut func(px *faultpr
 	return results
 }
 
-// Scenario 1: a partition of the holder (its connection stays open, every
+// A partition of the holder (its connection stays open, every
 // byte is dropped). Its Lost must close before a client on a direct
 // connection can acquire, in every trial.
 func TestFaultPartitionedHolderIsToldBeforeARivalAcquires(t *testing.T) {
 	lossTrials(t, 56, 8, "blackhole", func(px *faultproxy.Proxy) { px.Blackhole() })
 }
 
-// Scenario 5, second half: extensions slower than the whole remaining lease
+// Extensions slower than the whole remaining lease
 // (a second each way) must end in a loss signalled before a rival can
 // acquire.
 func TestFaultExtensionsSlowerThanTheLeaseSignalLossInTime(t *testing.T) {
@@ -323,8 +397,8 @@ func holdUnderLatency(ctx context.Context, coll *mongo.Collection, uri, dbName s
 	return extensions, nil
 }
 
-// No false loss: with latency below the safety margin, and (scenario 5)
-// with extensions slower than the cadence yet fast enough for the lease,
+// No false loss: with latency below the safety margin, and with
+// extensions slower than the cadence yet fast enough for the lease,
 // the lock is kept, extended, and refused to a rival throughout.
 //
 // A lease is kept when an extension's round trip (sent every cadence, one
@@ -335,7 +409,7 @@ func holdUnderLatency(ctx context.Context, coll *mongo.Collection, uri, dbName s
 func TestFaultSlowExtensionsBelowTheLeaseKeepTheLock(t *testing.T) {
 	db := testdb.Database(t)
 	coll := db.Collection(mongolock.DefaultCollection)
-	rival := lockTestProvider(t, db, mongolock.WithExpiry(faultExpiry))
+	rival := newProvider(t, db, mongolock.WithExpiry(faultExpiry))
 	uri := testdb.Info(t).URI
 	ctx := boundedCtx(t, time.Minute)
 	const hold = 4 * faultExpiry
@@ -360,8 +434,8 @@ func TestFaultSlowExtensionsBelowTheLeaseKeepTheLock(t *testing.T) {
 	}
 }
 
-// resetTrial is one trial of scenario 2: the holder's connections were reset
-// while it acquired or released.
+// resetTrial is one trial of the reset scenario: the holder's connections
+// were reset while it acquired or released.
 type resetTrial struct {
 	during     string        // "acquire", "try acquire" or "release"
 	reset      bool          // the reset came while the operation ran
@@ -370,23 +444,23 @@ type resetTrial struct {
 	violation  string
 }
 
-// resetExpiry is the lease in scenario 2: a lock left held for it (an
+// resetExpiry is the lease in the reset scenario: a lock left held for it (an
 // orphan) is far beyond resetCleanupBound.
 const (
 	resetExpiry       = 15 * time.Second
 	resetCleanupBound = 6 * time.Second
 )
 
-// Scenario 2: connection resets (RST) while acquiring and while releasing.
-// Whatever the operation returns, no acquisition is left held for a whole
-// expiry (guarantee 6: an attempt that may have succeeded is released in
-// the background), a lock released without error is free at once, and
+// Connection resets (RST) while acquiring and while releasing. Whatever
+// the operation returns, no acquisition is left held for a whole expiry
+// (an attempt that may have succeeded is released in the background), a
+// lock released without error is free at once, and
 // there are never two holders: the rival is refused while the holder has a
 // handle, and fencing tokens strictly increase.
 func TestFaultResetsDuringAcquireAndReleaseLeaveNoOrphansAndNeverTwoHolders(t *testing.T) {
 	const workers, perWorker = 8, 12 // 96 trials: a third each of Acquire, TryAcquire and Release
 	db := testdb.Database(t)
-	rival := lockTestProvider(t, db, mongolock.WithExpiry(resetExpiry))
+	rival := newProvider(t, db, mongolock.WithExpiry(resetExpiry))
 	uri := testdb.Info(t).URI
 	ctx := boundedCtx(t, 3*time.Minute)
 	var mu sync.Mutex

@@ -16,7 +16,7 @@ import (
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
-// Fuzz tests (issue 5). Their seed corpora run with every go test; to fuzz:
+// Fuzz tests. Their seed corpora run with every go test; to fuzz:
 //
 //	go test -run '^$' -fuzz FuzzLockName -fuzztime 2m .
 //	go test -run '^$' -fuzz FuzzOptions -fuzztime 2m .
@@ -41,18 +41,12 @@ func FuzzLockName(f *testing.F) {
 	}
 	ctx := context.Background()
 	db := testdb.Database(f)
-	p, err := mongolock.NewProvider(db)
-	require.NoError(f, err)
-	other, err := mongolock.NewProvider(testdb.NewClient(f).Database(db.Name()))
-	require.NoError(f, err)
+	p := newProvider(f, db)
+	other := newProvider(f, ownClient(f, db, nil))
 	const sentinel = "fuzz: held throughout"
 	held, err := p.Lock(sentinel).TryAcquire(ctx)
 	require.NoError(f, err)
-	f.Cleanup(func() {
-		require.NoError(f, held.Release(ctx))
-		mongolock.WaitBackground(p)
-		mongolock.WaitBackground(other)
-	})
+	f.Cleanup(func() { require.NoError(f, held.Release(ctx)) })
 	// Every goroutine running now (the clients', the sentinel's lease)
 	// may stay, and the fuzzing engine's signal handler; none that a call
 	// starts may.
@@ -136,7 +130,7 @@ func FuzzOptions(f *testing.F) {
 	useServer := !fuzzing()
 	var db, otherDB = testdb.Database(f), testdb.Database(f)
 	if useServer {
-		otherDB = testdb.NewClient(f).Database(db.Name())
+		otherDB = ownClient(f, db, nil)
 	}
 
 	f.Fuzz(func(t *testing.T, coll string, expiry, cadence int64, setCadence bool, sleepMin, sleepMax int64, adaptive bool) {
@@ -182,9 +176,7 @@ func FuzzOptions(f *testing.F) {
 		// release.
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		other, err := mongolock.NewProvider(otherDB, opts...)
-		require.NoError(t, err)
-		defer mongolock.WaitBackground(other)
+		other := newProvider(t, otherDB, opts...)
 		defer mongolock.WaitBackground(p)
 		start := time.Now()
 		h, err := p.Lock("fuzz").Acquire(ctx)

@@ -1,14 +1,16 @@
 package mongolock_test
 
-// Behaviour of Lock against the real server, ported from
-// DistributedLock.MongoDB's own test suite into Go form, plus the lock
-// document's format and the TTL index (PROTOCOL.md, "The document").
+// The behaviour of Lock, Handle and Provider against the real server, as
+// one process sees it, with a second client where a test needs a rival.
+// Several tests are ported from DistributedLock.MongoDB's own test suite.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,7 +20,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -26,61 +27,12 @@ import (
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
-// lockTestProvider returns a provider for db whose background work (TTL
-// index creation, orphan cleanup) has ended by the time the test's client
-// disconnects and its database is dropped.
-func lockTestProvider(t *testing.T, db *mongo.Database, opts ...mongolock.Option) *mongolock.Provider {
-	t.Helper()
-	p, err := mongolock.NewProvider(db, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { mongolock.WaitBackground(p) })
-	return p
-}
-
-// releaseAtCleanup releases h when the test ends, also when it fails half
-// way; Release is idempotent, so a handle the test released already is fine.
-func releaseAtCleanup(t *testing.T, h *mongolock.Handle) *mongolock.Handle {
-	t.Helper()
-	if h != nil {
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = h.Release(ctx)
-		})
-	}
-	return h
-}
-
-// findAndModifyReplies counts the findAndModify replies a client received:
-// each one is a finished acquisition attempt, so a waiter that got one and no
-// lock is now in its busy-wait sleep.
-type findAndModifyReplies struct{ n atomic.Int64 }
-
-func (f *findAndModifyReplies) monitor() *event.CommandMonitor {
-	return &event.CommandMonitor{Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
-		if e.CommandName == "findAndModify" {
-			f.n.Add(1)
-		}
-	}}
-}
-
-// pollUntil polls cond until it holds or the deadline passes.
-func pollUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// Acquiring and releasing.
 
 func TestTryAcquireOnHeldLockReturnsErrNotAcquiredAndReleaseFreesIt(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 20*time.Second)
 	db := testdb.Database(t)
-	p := lockTestProvider(t, db)
+	p := newProvider(t, db)
 	l := p.Lock("basic")
 
 	h := releaseAtCleanup(t, mustTryAcquire(t, ctx, l))
@@ -89,7 +41,7 @@ func TestTryAcquireOnHeldLockReturnsErrNotAcquiredAndReleaseFreesIt(t *testing.T
 
 	// The same Lock, another Lock of the same name, and another provider on
 	// another client all see it held.
-	other := lockTestProvider(t, testdb.NewClient(t).Database(db.Name()))
+	other := newProvider(t, ownClient(t, db, nil))
 	for _, contender := range []*mongolock.Lock{l, p.Lock("basic"), other.Lock("basic")} {
 		h2, err := contender.TryAcquire(ctx)
 		require.ErrorIs(t, err, mongolock.ErrNotAcquired)
@@ -118,26 +70,9 @@ func TestTryAcquireOnHeldLockReturnsErrNotAcquiredAndReleaseFreesIt(t *testing.T
 	require.NoError(t, h3.Release(ctx))
 }
 
-func mustTryAcquire(t *testing.T, ctx context.Context, l *mongolock.Lock) *mongolock.Handle {
-	t.Helper()
-	h, err := l.TryAcquire(ctx)
-	require.NoError(t, err, "TryAcquire(%q)", l.Name())
-	require.NotNil(t, h)
-	return h
-}
-
-func mustAcquire(t *testing.T, ctx context.Context, l *mongolock.Lock) *mongolock.Handle {
-	t.Helper()
-	h, err := l.Acquire(ctx)
-	require.NoError(t, err, "Acquire(%q)", l.Name())
-	require.NotNil(t, h)
-	return h
-}
-
 func TestLockNamesAreCaseSensitive(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	p := lockTestProvider(t, testdb.Database(t))
+	ctx := boundedCtx(t, 20*time.Second)
+	p := newProvider(t, testdb.Database(t))
 
 	upper := releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock("Name")))
 	lower := releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock("name")))
@@ -157,9 +92,8 @@ func TestLockNamesAreCaseSensitive(t *testing.T) {
 }
 
 func TestReleaseIsIdempotent(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	p := lockTestProvider(t, testdb.Database(t))
+	ctx := boundedCtx(t, 20*time.Second)
+	p := newProvider(t, testdb.Database(t))
 	l := p.Lock("idempotent")
 
 	h := releaseAtCleanup(t, mustAcquire(t, ctx, l))
@@ -177,14 +111,13 @@ func TestReleaseIsIdempotent(t *testing.T) {
 }
 
 func TestAcquireTimesOutOnHeldLockWithDeadlineExceededAndErrNotAcquired(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 20*time.Second)
 	db := testdb.Database(t)
-	holder := releaseAtCleanup(t, mustAcquire(t, ctx, lockTestProvider(t, db).Lock("timeout")))
+	holder := releaseAtCleanup(t, mustAcquire(t, ctx, newProvider(t, db).Lock("timeout")))
 
 	// Sleeps between attempts longer than the timeout: Acquire must cut its
 	// sleep short at the deadline rather than finish it.
-	p := lockTestProvider(t, db, mongolock.WithBusyWaitSleep(800*time.Millisecond, 1500*time.Millisecond))
+	p := newProvider(t, db, mongolock.WithBusyWaitSleep(800*time.Millisecond, 1500*time.Millisecond))
 	const timeout = time.Second
 	wctx, wcancel := context.WithTimeout(ctx, timeout)
 	defer wcancel()
@@ -202,16 +135,14 @@ func TestAcquireTimesOutOnHeldLockWithDeadlineExceededAndErrNotAcquired(t *testi
 }
 
 func TestAcquireReturnsPromptlyWhenCancelledWhileWaiting(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 20*time.Second)
 	db := testdb.Database(t)
-	holder := releaseAtCleanup(t, mustAcquire(t, ctx, lockTestProvider(t, db).Lock("cancel")))
+	holder := releaseAtCleanup(t, mustAcquire(t, ctx, newProvider(t, db).Lock("cancel")))
 
-	var replies findAndModifyReplies
-	c := testdb.NewClient(t, options.Client().SetMonitor(replies.monitor()))
+	var count commandCounter
 	// Every sleep between attempts is at least 2s: returning sooner than
 	// that after the cancel means the sleep was interrupted.
-	p := lockTestProvider(t, c.Database(db.Name()), mongolock.WithBusyWaitSleep(2*time.Second, 3*time.Second))
+	p := newProvider(t, ownClient(t, db, &count), mongolock.WithBusyWaitSleep(2*time.Second, 3*time.Second))
 
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
@@ -225,7 +156,7 @@ func TestAcquireReturnsPromptlyWhenCancelledWhileWaiting(t *testing.T) {
 		h, err := p.Lock("cancel").Acquire(wctx)
 		done <- result{h, err, time.Now()}
 	}()
-	pollUntil(t, 10*time.Second, "the waiter's first attempt", func() bool { return replies.n.Load() >= 1 })
+	pollUntil(t, 10*time.Second, "the waiter's first attempt", func() bool { return count.replies.Load() >= 1 })
 
 	cancelled := time.Now()
 	wcancel()
@@ -244,14 +175,12 @@ func TestAcquireReturnsPromptlyWhenCancelledWhileWaiting(t *testing.T) {
 }
 
 func TestAcquireWaitsUntilTheHolderReleases(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 20*time.Second)
 	db := testdb.Database(t)
-	holder := releaseAtCleanup(t, mustAcquire(t, ctx, lockTestProvider(t, db).Lock("wait")))
+	holder := releaseAtCleanup(t, mustAcquire(t, ctx, newProvider(t, db).Lock("wait")))
 
-	var replies findAndModifyReplies
-	c := testdb.NewClient(t, options.Client().SetMonitor(replies.monitor()))
-	p := lockTestProvider(t, c.Database(db.Name()), mongolock.WithBusyWaitSleep(time.Millisecond, 20*time.Millisecond))
+	var count commandCounter
+	p := newProvider(t, ownClient(t, db, &count), mongolock.WithBusyWaitSleep(time.Millisecond, 20*time.Millisecond))
 
 	type result struct {
 		h   *mongolock.Handle
@@ -263,7 +192,7 @@ func TestAcquireWaitsUntilTheHolderReleases(t *testing.T) {
 		done <- result{h, err}
 	}()
 	// Several attempts have found the lock held, and the waiter still waits.
-	pollUntil(t, 10*time.Second, "the waiter's attempts", func() bool { return replies.n.Load() >= 3 })
+	pollUntil(t, 10*time.Second, "the waiter's attempts", func() bool { return count.replies.Load() >= 3 })
 	select {
 	case r := <-done:
 		releaseAtCleanup(t, r.h)
@@ -284,77 +213,61 @@ func TestAcquireWaitsUntilTheHolderReleases(t *testing.T) {
 	require.NoError(t, r.h.Release(ctx))
 }
 
-func TestConcurrentAcquirersNeverOverlap(t *testing.T) {
-	const clients, perClient = 5, 20
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	db := testdb.Database(t)
-	locks := make([]*mongolock.Lock, clients)
-	for i := range locks {
-		c := testdb.NewClient(t)
-		p := lockTestProvider(t, c.Database(db.Name()), mongolock.WithBusyWaitSleep(time.Millisecond, 20*time.Millisecond))
-		locks[i] = p.Lock("contended")
-	}
+// An Acquire whose ctx ends during an outage must not report contention:
+// ErrNotAcquired means "held by someone else", and callers use it to tell
+// contention from an outage. No server answers at this address; nobody holds
+// the lock.
+func TestAcquireDuringAnOutageIsNotReportedAsContention(t *testing.T) {
+	for _, tc := range []struct {
+		label             string
+		selection, within time.Duration
+	}{
+		// Each attempt fails (server selection) before ctx ends: the
+		// failures are retried, and the last one is reported.
+		{"attempts fail before the deadline", 100 * time.Millisecond, time.Second},
+		// The one attempt is still selecting a server when ctx ends.
+		{"the deadline cuts the first attempt", time.Second, 300 * time.Millisecond},
+	} {
+		t.Run(tc.label, func(t *testing.T) {
+			db := offlineDatabase(t, options.Client().SetServerSelectionTimeout(tc.selection))
+			p := newProvider(t, db, mongolock.WithBusyWaitSleep(10*time.Millisecond, 50*time.Millisecond))
 
-	var (
-		inLock, maxInLock atomic.Int32
-		wg                sync.WaitGroup
-		mu                sync.Mutex
-		errs              []error
-		tokens            = map[int64]bool{}
-	)
-	start := make(chan struct{})
-	for i := range clients * perClient {
-		wg.Add(1)
-		go func(l *mongolock.Lock) {
-			defer wg.Done()
-			<-start
-			h, err := l.Acquire(ctx)
-			if err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-				return
-			}
-			n := inLock.Add(1)
-			for m := maxInLock.Load(); n > m && !maxInLock.CompareAndSwap(m, n); m = maxInLock.Load() {
-			}
-			mu.Lock()
-			tokens[h.FencingToken()] = true
-			mu.Unlock()
-			inLock.Add(-1)
-			if err := h.Release(ctx); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		}(locks[i%clients])
+			ctx := boundedCtx(t, tc.within)
+			h, err := p.Lock("outage").Acquire(ctx)
+			releaseAtCleanup(t, h)
+			t.Logf("Acquire: %v", err)
+			require.Nil(t, h)
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.False(t, errors.Is(err, mongolock.ErrNotAcquired),
+				"no attempt ever found the lock held, yet the error says it was: %v", err)
+		})
 	}
-	close(start)
-	wg.Wait()
-
-	require.Empty(t, errs)
-	require.EqualValues(t, 1, maxInLock.Load(), "holders at once")
-	require.Len(t, tokens, clients*perClient, "every goroutine got the lock, each with its own fencing token")
 }
 
-// unusualNames are names that are easy to get wrong: empty, blank, a NUL
-// byte, long, escape characters, and multi-byte unicode.
-var unusualNames = []struct{ label, name string }{
-	{"empty", ""},
-	{"space", " "},
-	{"NUL", "\x00"},
-	{"1000 a", strings.Repeat("a", 1000)},
-	{"1000 backslashes", strings.Repeat("\\", 1000)},
-	{"unicode", "锁-🔒-ñ"},
+// Names: any string is a lock of its own, matching no other, or a clear
+// error at once.
+
+func TestLockNameIsReturnedExactly(t *testing.T) {
+	db := offlineDatabase(t)
+	p, err := mongolock.NewProvider(db)
+	require.NoError(t, err)
+	names := []string{"reports", "Reports", "a/b.c$d", "\xff\xfe not UTF-8"}
+	for _, n := range unusualNames {
+		names = append(names, n.name)
+	}
+	for _, n := range names {
+		require.Equal(t, n, p.Lock(n).Name())
+		l, err := mongolock.New(db, n)
+		require.NoError(t, err)
+		require.Equal(t, n, l.Name())
+	}
 }
 
 func TestUnusualNamesWorkAndDoNotCollide(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 20*time.Second)
 	db := testdb.Database(t)
-	p := lockTestProvider(t, db)
-	other := lockTestProvider(t, testdb.NewClient(t).Database(db.Name()))
+	p := newProvider(t, db)
+	other := newProvider(t, ownClient(t, db, nil))
 
 	// Hold every name at once: each is a lock of its own.
 	handles := map[string]*mongolock.Handle{}
@@ -392,16 +305,286 @@ func TestUnusualNamesWorkAndDoNotCollide(t *testing.T) {
 	}
 }
 
+func TestHostileNamesAreLocksOfTheirOwnOrAClearError(t *testing.T) {
+	ctx := boundedCtx(t, 60*time.Second)
+	// A short lease: the locks are held past several expiries below, so
+	// extensions (batched by $in over the names) must match each name.
+	const expiry = 300 * time.Millisecond
+	e := newLockEnv(t, mongolock.WithExpiry(expiry), mongolock.WithBusyWaitSleep(5*time.Millisecond, 20*time.Millisecond))
+
+	handles := map[string]*mongolock.Handle{}
+	var refused []string
+	for _, n := range hostileNames {
+		h, err := e.p.Lock(n.name).TryAcquire(ctx)
+		if err != nil {
+			// Allowed only as a clear error of its own, at once: never as
+			// contention (which would mean it matched another lock).
+			require.NotErrorIs(t, err, mongolock.ErrNotAcquired, "%s: taken for another lock", n.label)
+			var le *mongolock.Error
+			require.ErrorAs(t, err, &le, n.label)
+			require.Less(t, len(err.Error()), 2000, "%s: the error repeats the name", n.label)
+			t.Logf("%s: refused: %v", n.label, err)
+			refused = append(refused, n.label)
+			continue
+		}
+		releaseAtCleanup(t, h)
+		handles[n.name] = h
+		require.Equal(t, n.name, h.Name(), n.label)
+	}
+	t.Logf("%d of %d hostile names work on %s; refused: %q", len(handles), len(hostileNames), testdb.Info(t).Name(), refused)
+
+	// All held at once, each by its own document, _id byte for byte.
+	count, err := e.coll.CountDocuments(ctx, bson.D{})
+	require.NoError(t, err)
+	require.EqualValues(t, len(handles), count, "one document per name")
+	for _, n := range hostileNames {
+		if handles[n.name] == nil {
+			continue
+		}
+		raw := rawLockDoc(t, e.coll, n.name)
+		require.Equal(t, n.name, raw.Lookup("_id").StringValue(), "%s: _id as stored", n.label)
+	}
+
+	// Held past several expiries: the extensions matched every name.
+	held := time.NewTimer(4 * expiry)
+	defer held.Stop()
+	<-held.C
+	for _, n := range hostileNames {
+		if h := handles[n.name]; h != nil {
+			require.False(t, closedNow(h.Lost()), "%s: lost while held: an extension did not match it", n.label)
+		}
+	}
+
+	// Nobody else gets any of them: not with one attempt, and not by
+	// waiting (which writes the name into the line of waiting processes).
+	for _, n := range hostileNames {
+		if handles[n.name] == nil {
+			continue
+		}
+		_, err := e.other.Lock(n.name).TryAcquire(ctx)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "%s: a second holder", n.label)
+		wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		_, err = e.other.Lock(n.name).Acquire(wctx)
+		cancel()
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "%s: a second holder, waiting", n.label)
+		require.ErrorIs(t, err, context.DeadlineExceeded, n.label)
+	}
+
+	// Released, each is free for the next holder, and only it: the next
+	// token outranks the last.
+	for _, n := range hostileNames {
+		h := handles[n.name]
+		if h == nil {
+			continue
+		}
+		require.NoError(t, h.Release(ctx), n.label)
+		var next int64
+		require.NoError(t, e.other.Lock(n.name).Do(ctx, func(context.Context) error {
+			// Do's handle is not exposed; read the token the server gave it.
+			next = rawLockDoc(t, e.coll, n.name).Lookup("fencingToken").Int64()
+			return nil
+		}), n.label)
+		require.Greater(t, next, h.FencingToken(), n.label)
+	}
+}
+
+func TestNameTooLargeForTheServerReturnsAClearErrorAtOnce(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	p := newProvider(t, testdb.Database(t))
+	// Larger than the 16 MB BSON document limit on its own.
+	l := p.Lock(strings.Repeat("x", 17<<20))
+
+	for _, op := range []struct {
+		label string
+		fn    func(context.Context) (*mongolock.Handle, error)
+	}{
+		{"TryAcquire", l.TryAcquire},
+		{"Acquire", l.Acquire},
+	} {
+		start := time.Now()
+		h, err := op.fn(ctx)
+		elapsed := time.Since(start)
+		releaseAtCleanup(t, h)
+		require.Error(t, err, op.label)
+		t.Logf("%s: %v after %v (error is %d bytes)", op.label, err, elapsed, len(err.Error()))
+		require.Nil(t, h, op.label)
+		require.NotErrorIs(t, err, mongolock.ErrNotAcquired, op.label)
+		require.NoError(t, ctx.Err(), "%s: returned only when ctx ended", op.label)
+		require.Less(t, elapsed, 10*time.Second, "%s: returned late: retried?", op.label)
+		require.Less(t, len(err.Error()), 2000, "%s: the error repeats the name", op.label)
+		var le *mongolock.Error
+		require.ErrorAs(t, err, &le, op.label)
+		require.LessOrEqual(t, len(le.Name), 64, op.label)
+	}
+	require.NotPanics(t, func() { mongolock.WaitBackground(p) })
+}
+
+// Do with a name the server cannot store returns the error at once, without
+// running fn, and leaves nothing behind (TryAcquire and Acquire:
+// TestNameTooLargeForTheServerReturnsAClearErrorAtOnce).
+func TestDoWithANameTheServerRefusesFailsClearlyWithoutRunningFn(t *testing.T) {
+	ctx := boundedCtx(t, 60*time.Second)
+	e := newLockEnv(t)
+	err := e.p.Lock(strings.Repeat("x", 17<<20)).Do(ctx, func(context.Context) error { // more than a BSON document holds
+		t.Error("fn ran for a name the server refused")
+		return nil
+	})
+	require.Error(t, err)
+	require.NotErrorIs(t, err, mongolock.ErrNotAcquired)
+	require.NoError(t, ctx.Err(), "returned only when ctx ended")
+	var le *mongolock.Error
+	require.ErrorAs(t, err, &le)
+	require.Equal(t, strings.Repeat("x", 61)+"...", le.Name)
+	require.Less(t, len(err.Error()), 2000)
+	t.Logf("Do: %v", err)
+	n, err := e.coll.CountDocuments(ctx, bson.D{})
+	require.NoError(t, err)
+	require.Zero(t, n, "a refused name left a document")
+}
+
+// Errors shorten long names to 64 bytes; a name of multi-byte characters
+// must be cut between characters, not inside one.
+func TestErrorShortensLongNamesWithoutSplittingCharacters(t *testing.T) {
+	ctx := boundedCtx(t, 20*time.Second)
+	p := newProvider(t, testdb.Database(t))
+	name := strings.Repeat("锁", 30) // 90 bytes, 3 per character
+	h := releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock(name)))
+
+	_, err := p.Lock(name).TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+	var le *mongolock.Error
+	require.ErrorAs(t, err, &le)
+	require.Equal(t, "try acquire", le.Op)
+	require.LessOrEqual(t, len(le.Name), 64)
+	require.True(t, strings.HasPrefix(name, strings.TrimSuffix(le.Name, "...")), "Name %q is not a prefix of the name", le.Name)
+	require.True(t, utf8.ValidString(le.Name), "Name %q is not valid UTF-8", le.Name)
+	require.NotContains(t, err.Error(), `\x`, "the message shows a split character")
+	require.NoError(t, h.Release(ctx))
+}
+
+// Options: New and NewProvider validate them without I/O, so these tests
+// use a client of an address where no server answers.
+
+// optionConstructors are New and NewProvider, which validate the same way.
+// build reports the error and whether a lock or provider came back with it.
+var optionConstructors = []struct {
+	label string
+	build func(*mongo.Database, ...mongolock.Option) (bool, error)
+}{
+	{"New", func(db *mongo.Database, opts ...mongolock.Option) (bool, error) {
+		l, err := mongolock.New(db, "x", opts...)
+		return l != nil, err
+	}},
+	{"NewProvider", func(db *mongo.Database, opts ...mongolock.Option) (bool, error) {
+		p, err := mongolock.NewProvider(db, opts...)
+		return p != nil, err
+	}},
+}
+
+func TestNilDatabaseIsAnError(t *testing.T) {
+	for _, c := range optionConstructors {
+		var (
+			got bool
+			err error
+		)
+		require.NotPanics(t, func() { got, err = c.build(nil) }, c.label)
+		require.Error(t, err, c.label)
+		require.False(t, got, c.label)
+		require.Contains(t, err.Error(), "nil *mongo.Database", c.label)
+	}
+}
+
+func TestInvalidOptionsAreRefusedNamingTheOptionAndValue(t *testing.T) {
+	db := offlineDatabase(t)
+	for _, tc := range []struct {
+		label string
+		opts  []mongolock.Option
+		want  []string // each must appear in the error message
+	}{
+		{"empty collection", []mongolock.Option{mongolock.WithCollection("")}, []string{`WithCollection("")`}},
+		{"expiry zero", []mongolock.Option{mongolock.WithExpiry(0)}, []string{"WithExpiry(0s)", "100ms"}},
+		{"expiry negative", []mongolock.Option{mongolock.WithExpiry(-time.Second)}, []string{"WithExpiry(-1s)"}},
+		{"expiry just under 100ms", []mongolock.Option{mongolock.WithExpiry(99 * time.Millisecond)}, []string{"WithExpiry(99ms)", "100ms"}},
+		{"cadence zero", []mongolock.Option{mongolock.WithExtensionCadence(0)}, []string{"WithExtensionCadence(0s)"}},
+		{"cadence negative", []mongolock.Option{mongolock.WithExtensionCadence(-5 * time.Millisecond)}, []string{"WithExtensionCadence(-5ms)"}},
+		{"cadence equal to expiry", []mongolock.Option{mongolock.WithExpiry(time.Second), mongolock.WithExtensionCadence(time.Second)},
+			[]string{"WithExtensionCadence(1s)", "expiry (1s)"}},
+		{"cadence above the default expiry", []mongolock.Option{mongolock.WithExtensionCadence(31 * time.Second)},
+			[]string{"WithExtensionCadence(31s)", "expiry (30s)"}},
+		{"cadence set before a shorter expiry", []mongolock.Option{mongolock.WithExtensionCadence(200 * time.Millisecond), mongolock.WithExpiry(150 * time.Millisecond)},
+			[]string{"WithExtensionCadence(200ms)", "expiry (150ms)"}},
+		{"busy-wait min zero", []mongolock.Option{mongolock.WithBusyWaitSleep(0, time.Second)}, []string{"WithBusyWaitSleep(0s, 1s)"}},
+		{"busy-wait min negative", []mongolock.Option{mongolock.WithBusyWaitSleep(-time.Millisecond, time.Second)}, []string{"WithBusyWaitSleep(-1ms, 1s)"}},
+		{"busy-wait both zero", []mongolock.Option{mongolock.WithBusyWaitSleep(0, 0)}, []string{"WithBusyWaitSleep(0s, 0s)"}},
+		{"busy-wait min above max", []mongolock.Option{mongolock.WithBusyWaitSleep(2*time.Second, time.Second)}, []string{"WithBusyWaitSleep(2s, 1s)"}},
+		{"nil option", []mongolock.Option{mongolock.WithExpiry(time.Second), nil}, []string{"nil Option"}},
+	} {
+		for _, c := range optionConstructors {
+			t.Run(tc.label+"/"+c.label, func(t *testing.T) {
+				got, err := c.build(db, tc.opts...)
+				require.Error(t, err)
+				require.False(t, got, "a value returned with the error")
+				for _, w := range tc.want {
+					require.Contains(t, err.Error(), w)
+				}
+				require.True(t, strings.HasPrefix(err.Error(), "mongolock: "), "error %q lacks the package prefix", err)
+			})
+		}
+	}
+}
+
+func TestValidEdgeOptionsAreAccepted(t *testing.T) {
+	db := offlineDatabase(t)
+	for _, tc := range []struct {
+		label string
+		opts  []mongolock.Option
+	}{
+		{"no options", nil},
+		{"expiry exactly 100ms", []mongolock.Option{mongolock.WithExpiry(100 * time.Millisecond)}},
+		{"cadence just under expiry", []mongolock.Option{mongolock.WithExpiry(time.Second), mongolock.WithExtensionCadence(time.Second - time.Millisecond)}},
+		{"cadence of 1ns", []mongolock.Option{mongolock.WithExtensionCadence(time.Nanosecond)}},
+		{"busy-wait min equal to max", []mongolock.Option{mongolock.WithBusyWaitSleep(5*time.Millisecond, 5*time.Millisecond)}},
+		{"busy-wait of 1ns", []mongolock.Option{mongolock.WithBusyWaitSleep(time.Nanosecond, time.Nanosecond)}},
+		{"a later option overrides an earlier one", []mongolock.Option{mongolock.WithExpiry(time.Millisecond), mongolock.WithExpiry(time.Second)}},
+		{"everything", []mongolock.Option{
+			mongolock.WithCollection("locks"),
+			mongolock.WithExpiry(2 * time.Second),
+			mongolock.WithExtensionCadence(500 * time.Millisecond),
+			mongolock.WithBusyWaitSleep(time.Millisecond, time.Second),
+			mongolock.WithAdaptiveBackoff(true),
+		}},
+	} {
+		for _, c := range optionConstructors {
+			t.Run(tc.label+"/"+c.label, func(t *testing.T) {
+				got, err := c.build(db, tc.opts...)
+				require.NoError(t, err)
+				require.True(t, got)
+			})
+		}
+	}
+}
+
+func TestWithCollectionSetsTheProvidersCollection(t *testing.T) {
+	db := offlineDatabase(t)
+	p, err := mongolock.NewProvider(db)
+	require.NoError(t, err)
+	require.Equal(t, mongolock.DefaultCollection, mongolock.CollectionName(p))
+	p, err = mongolock.NewProvider(db, mongolock.WithCollection("my locks"))
+	require.NoError(t, err)
+	require.Equal(t, "my locks", mongolock.CollectionName(p))
+}
+
+// The lock document, its collection, and the TTL index.
+
 var lockIDPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 func TestLockDocumentHasTheProtocolFields(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 20*time.Second)
 	db := testdb.Database(t)
 	// A long expiry (and so a long extension cadence): no extension changes
 	// expiresAt while the test reads it.
 	const expiry = 20 * time.Second
-	p := lockTestProvider(t, db, mongolock.WithExpiry(expiry))
+	p := newProvider(t, db, mongolock.WithExpiry(expiry))
 	coll := db.Collection(mongolock.DefaultCollection)
 	require.Equal(t, mongolock.DefaultCollection, mongolock.CollectionName(p))
 	require.Equal(t, "distributed_locks", mongolock.DefaultCollection)
@@ -479,10 +662,9 @@ func listIndexes(ctx context.Context, t *testing.T, coll *mongo.Collection) []in
 }
 
 func TestFirstAcquisitionCreatesTheTTLIndex(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 30*time.Second)
 	db := testdb.Database(t)
-	p := lockTestProvider(t, db)
+	p := newProvider(t, db)
 	coll := db.Collection(mongolock.DefaultCollection)
 	require.Equal(t, "expiresAt_ttl", mongolock.TTLIndexName)
 
@@ -513,20 +695,12 @@ func TestFirstAcquisitionCreatesTheTTLIndex(t *testing.T) {
 }
 
 func TestTTLIndexIsCreatedOncePerCollection(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var creates atomic.Int64
-	c := testdb.NewClient(t, options.Client().SetMonitor(&event.CommandMonitor{
-		Started: func(_ context.Context, e *event.CommandStartedEvent) {
-			if e.CommandName == "createIndexes" {
-				creates.Add(1)
-			}
-		},
-	}))
-	db := testdb.DatabaseOf(t, c)
+	ctx := boundedCtx(t, 30*time.Second)
+	var count commandCounter
+	db := testdb.DatabaseOf(t, testdb.NewClient(t, options.Client().SetMonitor(count.monitor())))
 
 	// Two providers of one client, database and collection, several locks.
-	p1, p2 := lockTestProvider(t, db), lockTestProvider(t, db)
+	p1, p2 := newProvider(t, db), newProvider(t, db)
 	for i := range 3 {
 		for _, p := range []*mongolock.Provider{p1, p2} {
 			h := releaseAtCleanup(t, mustAcquire(t, ctx, p.Lock(fmt.Sprint("once-", i))))
@@ -535,14 +709,14 @@ func TestTTLIndexIsCreatedOncePerCollection(t *testing.T) {
 	}
 	mongolock.WaitBackground(p1)
 	mongolock.WaitBackground(p2)
-	require.EqualValues(t, 1, creates.Load(), "createIndexes commands for one collection")
+	require.EqualValues(t, 1, count.named("createIndexes"), "createIndexes commands for one collection")
 
 	// Another collection gets its own index.
-	p3 := lockTestProvider(t, db, mongolock.WithCollection("other"))
+	p3 := newProvider(t, db, mongolock.WithCollection("other"))
 	h := releaseAtCleanup(t, mustAcquire(t, ctx, p3.Lock("once")))
 	require.NoError(t, h.Release(ctx))
 	mongolock.WaitBackground(p3)
-	require.EqualValues(t, 2, creates.Load(), "createIndexes commands for two collections")
+	require.EqualValues(t, 2, count.named("createIndexes"), "createIndexes commands for two collections")
 }
 
 func TestAcquireWorksWhenAnExpiresAtIndexExistsWithOtherOptions(t *testing.T) {
@@ -564,14 +738,13 @@ func TestAcquireWorksWhenAnExpiresAtIndexExistsWithOtherOptions(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.label, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
+			ctx := boundedCtx(t, 20*time.Second)
 			db := testdb.Database(t)
 			coll := db.Collection(mongolock.DefaultCollection)
 			_, err := coll.Indexes().CreateOne(ctx, tc.index)
 			require.NoError(t, err)
 
-			p := lockTestProvider(t, db)
+			p := newProvider(t, db)
 			for range 2 {
 				h := releaseAtCleanup(t, mustAcquire(t, ctx, p.Lock("indexed")))
 				require.NoError(t, h.Release(ctx))
@@ -588,10 +761,9 @@ func TestAcquireWorksWhenAnExpiresAtIndexExistsWithOtherOptions(t *testing.T) {
 }
 
 func TestWithCollectionPutsDocumentsInThatCollection(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := boundedCtx(t, 20*time.Second)
 	db := testdb.Database(t)
-	p := lockTestProvider(t, db, mongolock.WithCollection("custom"))
+	p := newProvider(t, db, mongolock.WithCollection("custom"))
 	require.Equal(t, "custom", mongolock.CollectionName(p))
 
 	h := releaseAtCleanup(t, mustAcquire(t, ctx, p.Lock("elsewhere")))
@@ -603,96 +775,1207 @@ func TestWithCollectionPutsDocumentsInThatCollection(t *testing.T) {
 	require.Zero(t, n, "documents in the default collection")
 
 	// The default collection's lock of the same name is another lock.
-	def := releaseAtCleanup(t, mustTryAcquire(t, ctx, lockTestProvider(t, db).Lock("elsewhere")))
+	def := releaseAtCleanup(t, mustTryAcquire(t, ctx, newProvider(t, db).Lock("elsewhere")))
 	require.NoError(t, def.Release(ctx))
 	require.NoError(t, h.Release(ctx))
 }
 
-func TestNameTooLargeForTheServerReturnsAClearErrorAtOnce(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p := lockTestProvider(t, testdb.Database(t))
-	// Larger than the 16 MB BSON document limit on its own.
-	l := p.Lock(strings.Repeat("x", 17<<20))
+// The handle: its lease is extended while it is held; a loss closes Lost
+// and ends Context; Release ends both, and never frees another holder.
 
-	for _, op := range []struct {
-		label string
-		fn    func(context.Context) (*mongolock.Handle, error)
-	}{
-		{"TryAcquire", l.TryAcquire},
-		{"Acquire", l.Acquire},
-	} {
-		start := time.Now()
-		h, err := op.fn(ctx)
-		elapsed := time.Since(start)
-		releaseAtCleanup(t, h)
-		require.Error(t, err, op.label)
-		t.Logf("%s: %v after %v (error is %d bytes)", op.label, err, elapsed, len(err.Error()))
-		require.Nil(t, h, op.label)
-		require.NotErrorIs(t, err, mongolock.ErrNotAcquired, op.label)
-		require.NoError(t, ctx.Err(), "%s: returned only when ctx ended", op.label)
-		require.Less(t, elapsed, 10*time.Second, "%s: returned late: retried?", op.label)
-		require.Less(t, len(err.Error()), 2000, "%s: the error repeats the name", op.label)
-		var le *mongolock.Error
-		require.ErrorAs(t, err, &le, op.label)
-		require.LessOrEqual(t, len(le.Name), 64, op.label)
+func TestHeldLockStaysHeldPastSeveralExpiries(t *testing.T) {
+	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
+	ctx := boundedCtx(t, 30*time.Second)
+	h, err := e.p.Lock("held").TryAcquire(ctx)
+	require.NoError(t, err)
+	first := rawLockDoc(t, e.coll, "held")
+
+	rival := e.other.Lock("held")
+	start := time.Now()
+	attempts := 0
+	for time.Since(start) < 3*shortExpiry+shortExpiry/2 {
+		_, err := rival.TryAcquire(ctx)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "attempt %d, %v after acquiring", attempts, time.Since(start))
+		require.False(t, closedNow(h.Lost()), "Lost closed %v after acquiring", time.Since(start))
+		require.NoError(t, h.Context().Err(), "Context done %v after acquiring", time.Since(start))
+		attempts++
+		time.Sleep(20 * time.Millisecond) // pacing of the polls, not synchronisation
 	}
-	require.NotPanics(t, func() { mongolock.WaitBackground(p) })
-}
 
-// Errors shorten long names to 64 bytes; a name of multi-byte characters
-// must be cut between characters, not inside one.
-func TestErrorShortensLongNamesWithoutSplittingCharacters(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	p := lockTestProvider(t, testdb.Database(t))
-	name := strings.Repeat("锁", 30) // 90 bytes, 3 per character
-	h := releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock(name)))
+	// The lease was pushed forward, by the same acquisition.
+	now := rawLockDoc(t, e.coll, "held")
+	require.Equal(t, first.Lookup("lockId"), now.Lookup("lockId"))
+	require.Equal(t, first.Lookup("fencingToken"), now.Lookup("fencingToken"))
+	require.True(t, now.Lookup("expiresAt").Time().After(first.Lookup("expiresAt").Time().Add(2*shortExpiry)),
+		"expiresAt went from %v to %v", first.Lookup("expiresAt").Time(), now.Lookup("expiresAt").Time())
+	t.Logf("%d rival attempts over %v, all refused", attempts, time.Since(start))
 
-	_, err := p.Lock(name).TryAcquire(ctx)
-	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
-	var le *mongolock.Error
-	require.ErrorAs(t, err, &le)
-	require.Equal(t, "try acquire", le.Op)
-	require.LessOrEqual(t, len(le.Name), 64)
-	require.True(t, strings.HasPrefix(name, strings.TrimSuffix(le.Name, "...")), "Name %q is not a prefix of the name", le.Name)
-	require.True(t, utf8.ValidString(le.Name), "Name %q is not valid UTF-8", le.Name)
-	require.NotContains(t, err.Error(), `\x`, "the message shows a split character")
 	require.NoError(t, h.Release(ctx))
 }
 
-// An Acquire whose ctx ends during an outage must not report contention:
-// ErrNotAcquired means "held by someone else", and callers use it to tell
-// contention from an outage (PROTOCOL.md). No server answers at this
-// address; nobody holds the lock.
-func TestAcquireDuringAnOutageIsNotReportedAsContention(t *testing.T) {
-	for _, tc := range []struct {
-		label             string
-		selection, within time.Duration
-	}{
-		// Each attempt fails (server selection) before ctx ends: the
-		// failures are retried, and the last one is reported.
-		{"attempts fail before the deadline", 100 * time.Millisecond, time.Second},
-		// The one attempt is still selecting a server when ctx ends.
-		{"the deadline cuts the first attempt", time.Second, 300 * time.Millisecond},
-	} {
-		t.Run(tc.label, func(t *testing.T) {
-			c, err := mongo.Connect(options.Client().
-				ApplyURI("mongodb://127.0.0.1:1/?connect=direct").
-				SetServerSelectionTimeout(tc.selection))
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
-			p := lockTestProvider(t, c.Database("unreachable"), mongolock.WithBusyWaitSleep(10*time.Millisecond, 50*time.Millisecond))
+func TestLostClosesWhenDocumentIsDeleted(t *testing.T) {
+	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
+	ctx := boundedCtx(t, 30*time.Second)
+	h, err := e.p.Lock("deleted").TryAcquire(ctx)
+	require.NoError(t, err)
 
-			ctx, cancel := context.WithTimeout(context.Background(), tc.within)
-			defer cancel()
-			h, err := p.Lock("outage").Acquire(ctx)
-			releaseAtCleanup(t, h)
-			t.Logf("Acquire: %v", err)
-			require.Nil(t, h)
-			require.ErrorIs(t, err, context.DeadlineExceeded)
-			require.False(t, errors.Is(err, mongolock.ErrNotAcquired),
-				"no attempt ever found the lock held, yet the error says it was: %v", err)
+	res, err := e.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "deleted"}})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.DeletedCount)
+	deleted := time.Now()
+
+	lost := awaitClosed(t, h.Lost(), lossDetectionBound, "Lost after the document was deleted")
+	t.Logf("loss signalled %v after the deletion", lost.Sub(deleted))
+
+	hctx := h.Context()
+	awaitClosed(t, hctx.Done(), time.Second, "Context after loss")
+	require.ErrorIs(t, context.Cause(hctx), mongolock.ErrLockLost)
+	require.ErrorIs(t, hctx.Err(), context.Canceled)
+	awaitClosed(t, mongolock.LeaseUnkept(h), time.Second, "the extension goroutine after loss")
+
+	err = h.Release(ctx)
+	require.ErrorIs(t, err, mongolock.ErrLockLost)
+	var lerr *mongolock.Error
+	require.ErrorAs(t, err, &lerr)
+	require.Equal(t, "release", lerr.Op)
+	require.Equal(t, "deleted", lerr.Name)
+	require.NoError(t, h.Release(ctx), "a second Release")
+
+	// Release after loss must not have written anything: nobody re-created
+	// the document.
+	n, err := e.coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: "deleted"}})
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
+func TestLostClosesWhenSomeoneElseTakesOver(t *testing.T) {
+	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
+	ctx := boundedCtx(t, 30*time.Second)
+	h, err := e.p.Lock("taken").TryAcquire(ctx)
+	require.NoError(t, err)
+
+	// Someone else (another library, a person) now holds the lock: its
+	// lockId is in the document, with a lease of a minute.
+	const intruder = "0123456789abcdef0123456789abcdef"
+	res, err := e.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "taken"}}, bson.D{{Key: "$set", Value: bson.D{
+		{Key: "lockId", Value: intruder},
+		{Key: "expiresAt", Value: time.Now().Add(time.Minute)},
+	}}})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.ModifiedCount)
+	taken := time.Now()
+
+	lost := awaitClosed(t, h.Lost(), lossDetectionBound, "Lost after a takeover")
+	t.Logf("loss signalled %v after the takeover", lost.Sub(taken))
+	awaitClosed(t, h.Context().Done(), time.Second, "Context after loss")
+	require.ErrorIs(t, context.Cause(h.Context()), mongolock.ErrLockLost)
+	awaitClosed(t, mongolock.LeaseUnkept(h), time.Second, "the extension goroutine after loss")
+
+	require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
+	require.NoError(t, h.Release(ctx))
+
+	// The stale holder neither extended nor released the intruder's lock.
+	doc := rawLockDoc(t, e.coll, "taken")
+	require.Equal(t, intruder, doc.Lookup("lockId").StringValue())
+	_, err = e.other.Lock("taken").TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+}
+
+// Whoever sees Lost closed must find Context done, with the cause
+// ErrLockLost: code that wakes on Lost and then asks Context why must not
+// be told "not done".
+func TestContextIsDoneWithErrLockLostOnceLostIsClosed(t *testing.T) {
+	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
+	ctx := boundedCtx(t, 30*time.Second)
+	l := e.p.Lock("ordered")
+	const trials = 100
+	notDone := 0
+	for trial := range trials {
+		h, err := l.TryAcquire(ctx)
+		require.NoError(t, err)
+		_, err = e.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "ordered"}})
+		require.NoError(t, err)
+		seen := make(chan error, 1)
+		go func() {
+			select {
+			case <-h.Lost():
+				seen <- context.Cause(h.Context())
+			case <-ctx.Done(): // the test failed before the loss
+			}
+		}()
+		// Release finds the document gone and signals the loss (the
+		// extension loop would too, a cadence later).
+		require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
+		if cause := <-seen; !errors.Is(cause, mongolock.ErrLockLost) {
+			notDone++
+			t.Logf("trial %d: Lost was closed, but Context's cause was %v", trial, cause)
+		}
+	}
+	require.Zero(t, notDone, "in %d of %d losses, Lost was closed before Context was cancelled", notDone, trials)
+}
+
+func TestReleaseNeverClosesLost(t *testing.T) {
+	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
+	ctx := boundedCtx(t, 30*time.Second)
+	h, err := e.p.Lock("released").TryAcquire(ctx)
+	require.NoError(t, err)
+	hctx := h.Context()
+	require.NoError(t, hctx.Err())
+
+	require.NoError(t, h.Release(ctx))
+	require.True(t, closedNow(mongolock.LeaseUnkept(h)), "the extension goroutine still runs after Release returned")
+	require.True(t, closedNow(hctx.Done()), "Context not done after Release returned")
+	require.ErrorIs(t, context.Cause(hctx), context.Canceled)
+	require.NotErrorIs(t, context.Cause(hctx), mongolock.ErrLockLost)
+	require.False(t, closedNow(h.Lost()))
+	require.NoError(t, h.Release(ctx), "a second Release")
+
+	// Nor later, when extensions would have been due and would have found
+	// the lock released.
+	staysOpen(t, h.Lost(), 2*shortExpiry/3+100*time.Millisecond, "Lost after a normal Release")
+
+	// Another client can take it at once.
+	h2, err := e.other.Lock("released").TryAcquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, h2.Release(ctx))
+}
+
+func TestReleaseOfALostHandleDoesNotFreeTheNextHolder(t *testing.T) {
+	// The first holder's lease is set to the past by hand (as if it had
+	// stalled); the next holder takes the lock; the first one's Release
+	// must report the loss and leave the next holder's lock alone.
+	e := newLockEnv(t, mongolock.WithExpiry(30*time.Second))
+	ctx := boundedCtx(t, 30*time.Second)
+	h1, err := e.p.Lock("stale").TryAcquire(ctx)
+	require.NoError(t, err)
+	_, err = e.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "stale"}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: time.Unix(0, 0)}}}})
+	require.NoError(t, err)
+	h2, err := e.other.Lock("stale").TryAcquire(ctx)
+	require.NoError(t, err)
+
+	require.ErrorIs(t, h1.Release(ctx), mongolock.ErrLockLost)
+	require.True(t, closedNow(h1.Lost()), "a Release that found the lock taken over should signal the loss")
+	require.False(t, closedNow(h2.Lost()))
+	_, err = e.p.Lock("stale").TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the stale Release freed the next holder's lock")
+	require.NoError(t, h2.Release(ctx))
+}
+
+func TestReleaseAfterTheClientIsDisconnectedReturnsPromptly(t *testing.T) {
+	db := testdb.Database(t)
+	c := testdb.NewClient(t)
+	p := newProvider(t, c.Database(db.Name()))
+	ctx := boundedCtx(t, 30*time.Second)
+	h, err := p.Lock("disconnected").TryAcquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, c.Disconnect(ctx))
+
+	rctx := boundedCtx(t, 2*time.Second)
+	start := time.Now()
+	err = h.Release(rctx)
+	require.Less(t, time.Since(start), time.Second, "Release on a disconnected client took too long")
+	require.Error(t, err, "Release cannot have reached the server")
+	require.NotErrorIs(t, err, mongolock.ErrLockLost, "the lock was not lost; the release failed")
+	require.True(t, closedNow(mongolock.LeaseUnkept(h)))
+	require.True(t, closedNow(h.Context().Done()))
+	require.False(t, closedNow(h.Lost()))
+	require.NoError(t, h.Release(rctx), "a second Release")
+}
+
+// A handle after Release: its accessors still answer, its Context is done
+// as released (not lost), Lost stays open, and every later Release, with
+// a nil ctx too, is an error or nil, never a panic and never a round trip
+// that could free the next holder.
+func TestAHandleAfterReleaseStaysReleased(t *testing.T) {
+	e := newLockEnv(t)
+	ctx := boundedCtx(t, 20*time.Second)
+	h, err := e.p.Lock("released").TryAcquire(ctx)
+	require.NoError(t, err)
+	token := h.FencingToken()
+	require.NoError(t, h.Release(ctx))
+
+	next, err := e.other.Lock("released").TryAcquire(ctx)
+	require.NoError(t, err)
+	releaseAtCleanup(t, next)
+
+	var nilCtx context.Context
+	require.Error(t, h.Release(nilCtx))
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	require.NoError(t, h.Release(cancelled))
+	require.Equal(t, "released", h.Name())
+	require.Equal(t, token, h.FencingToken())
+	require.True(t, closedNow(h.Context().Done()))
+	require.ErrorIs(t, context.Cause(h.Context()), context.Canceled)
+	require.False(t, closedNow(h.Lost()))
+	require.True(t, closedNow(mongolock.LeaseUnkept(h)))
+
+	_, err = e.p.Lock("released").TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the old handle freed the next holder")
+	require.NoError(t, next.Release(ctx))
+}
+
+// Misuse: a nil ctx, a disconnected client.
+
+func TestNilContextIsAnErrorNotAPanic(t *testing.T) {
+	e := newLockEnv(t)
+	l := e.p.Lock("nil-ctx")
+	var nilCtx context.Context // a variable: staticcheck (SA1012) rejects a literal nil
+
+	h, err := l.Acquire(nilCtx)
+	require.Error(t, err)
+	require.Nil(t, h)
+	h, err = l.TryAcquire(nilCtx)
+	require.Error(t, err)
+	require.Nil(t, h)
+	require.Error(t, l.Do(nilCtx, func(context.Context) error {
+		t.Error("fn ran with a nil ctx")
+		return nil
+	}))
+
+	ctx := boundedCtx(t, 30*time.Second)
+	h, err = l.TryAcquire(ctx)
+	require.NoError(t, err, "a nil-ctx call left the lock held")
+	require.Error(t, h.Release(nilCtx))
+	require.False(t, closedNow(mongolock.LeaseUnkept(h)), "Release(nil) stopped the handle")
+	// Release(nil) did nothing: the real Release is still the first.
+	require.NoError(t, h.Release(ctx))
+	h, err = e.other.Lock("nil-ctx").TryAcquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, h.Release(ctx))
+}
+
+// Every operation on a client that was disconnected fails at once with an
+// error that says so: it is not retried as an outage until ctx ends, not
+// reported as contention, and fn never runs.
+func TestOperationsOnADisconnectedClientFailAtOnceSayingSo(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	c := testdb.NewClient(t)
+	db := c.Database(testdb.Database(t).Name())
+	// A short lease: the handle held when the client goes away is lost at
+	// its next extension, which finds the client disconnected.
+	p := newProvider(t, db, mongolock.WithExpiry(time.Second))
+	h, err := p.Lock("before").TryAcquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, c.Disconnect(ctx))
+
+	after := newProvider(t, db) // does no I/O: fine
+	// Acquire of "before" first waits, in this process's line, for the
+	// handle that holds it here: until its next extension (1/3 s).
+	for _, l := range []*mongolock.Lock{p.Lock("x"), after.Lock("x"), after.Lock("before")} {
+		start := time.Now()
+		_, errTry := l.TryAcquire(ctx)
+		_, errAcq := l.Acquire(ctx)
+		errDo := l.Do(ctx, func(context.Context) error {
+			t.Error("fn ran on a disconnected client")
+			return nil
+		})
+		for label, err := range map[string]error{"TryAcquire": errTry, "Acquire": errAcq, "Do": errDo} {
+			require.ErrorIs(t, err, mongo.ErrClientDisconnected, label)
+			require.NotErrorIs(t, err, mongolock.ErrNotAcquired, label)
+			var le *mongolock.Error
+			require.ErrorAs(t, err, &le, label)
+			require.Equal(t, l.Name(), le.Name, label)
+		}
+		require.NoError(t, ctx.Err())
+		require.Less(t, time.Since(start), 5*time.Second, "retried a closed client")
+	}
+	// The handle held when the client went away reports the loss, then
+	// Release says so: the lock will expire on the server.
+	select {
+	case <-h.Lost():
+	case <-ctx.Done():
+		t.Fatal("a handle of a disconnected client was never reported lost")
+	}
+	require.ErrorIs(t, context.Cause(h.Context()), mongolock.ErrLockLost)
+	err = h.Release(ctx)
+	require.ErrorIs(t, err, mongolock.ErrLockLost)
+	require.ErrorIs(t, err, mongo.ErrClientDisconnected, "the loss does not say why")
+	require.NoError(t, h.Release(ctx))
+}
+
+// Many held locks.
+
+// Many held locks share one scheduler: one goroutine, and about one
+// updateMany per 500 handles per cadence, not one goroutine and one round
+// trip per handle.
+func TestManyHeldLocksAreExtendedInBatches(t *testing.T) {
+	const n, cadence = 600, time.Second
+	ctx := boundedCtx(t, 2*time.Minute)
+	db := testdb.Database(t)
+	var count commandCounter
+	pdb := ownClient(t, db, &count)
+	p := newProvider(t, pdb, mongolock.WithExpiry(6*time.Second), mongolock.WithExtensionCadence(cadence))
+
+	// Create the documents first (in bulk), so that acquiring is fast.
+	docs := make([]any, n)
+	for i := range docs {
+		docs[i] = bson.D{{Key: "_id", Value: fmt.Sprintf("many-%d", i)}}
+	}
+	_, err := pdb.Collection(mongolock.DefaultCollection).InsertMany(ctx, docs)
+	require.NoError(t, err)
+
+	before := runtime.NumGoroutine()
+	handles := make([]*mongolock.Handle, n)
+	for i := range handles {
+		handles[i], err = p.Lock(fmt.Sprintf("many-%d", i)).TryAcquire(ctx)
+		require.NoError(t, err)
+	}
+	during := runtime.NumGoroutine()
+	require.Less(t, during-before, 20, "goroutines grew with the number of held locks: %d before, %d with %d held", before, during, n)
+
+	// Count extensions over three cadences, all handles kept alive, once
+	// one cadence has let the handles, acquired over some time, fall due
+	// together.
+	time.Sleep(cadence) // settling, not synchronisation
+	start := count.named("update")
+	window := 3 * cadence
+	time.Sleep(window) // the window being measured, not synchronisation
+	extensions := count.named("update") - start
+	perCadence := float64(extensions) / 3
+	limit := float64((n + 499) / 500)
+	t.Logf("%d held locks: %d extension round trips in %v (%.1f per cadence, limit %v); goroutines %d -> %d",
+		n, extensions, window, perCadence, limit, before, during)
+	require.Positive(t, extensions, "the leases were not extended")
+	// One cadence may straddle the window's edges: allow one extra batch
+	// round per window.
+	require.LessOrEqual(t, extensions, int64(3*limit+limit))
+	for _, h := range handles {
+		select {
+		case <-h.Lost():
+			t.Fatalf("%s was lost while kept", h.Name())
+		default:
+		}
+	}
+	for _, h := range handles {
+		require.NoError(t, h.Release(ctx))
+	}
+}
+
+func TestADeletedLockAmongManyLosesOnlyItsOwnHandle(t *testing.T) {
+	const n = 50
+	ctx := boundedCtx(t, time.Minute)
+	db := testdb.Database(t)
+	p := newProvider(t, ownClient(t, db, nil),
+		mongolock.WithExpiry(2*time.Second), mongolock.WithExtensionCadence(200*time.Millisecond))
+	handles := make([]*mongolock.Handle, n)
+	var err error
+	for i := range handles {
+		handles[i], err = p.Lock(fmt.Sprintf("one-of-many-%d", i)).TryAcquire(ctx)
+		require.NoError(t, err)
+	}
+	_, err = db.Collection(mongolock.DefaultCollection).DeleteOne(ctx, bson.D{{Key: "_id", Value: "one-of-many-7"}})
+	require.NoError(t, err)
+	awaitClosed(t, handles[7].Lost(), 5*time.Second, "Lost of the handle whose document was deleted")
+	// Two more cadences: the others stay held.
+	deadline := time.Now().Add(400 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		for i, h := range handles {
+			if i == 7 {
+				continue
+			}
+			select {
+			case <-h.Lost():
+				t.Fatalf("%s was lost with another lock's document", h.Name())
+			default:
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i, h := range handles {
+		if i == 7 {
+			require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
+		} else {
+			require.NoError(t, h.Release(ctx))
+		}
+	}
+}
+
+// Do: fn runs with the lock held, and the lock is released afterwards.
+
+func TestDoRunsFnWithTheLockHeldAndReleasesAfterwards(t *testing.T) {
+	e := newLockEnv(t)
+	ctx := boundedCtx(t, 30*time.Second)
+	errFn := errors.New("fn failed")
+	rival := e.other.Lock("do")
+	ran := false
+	err := e.p.Lock("do").Do(ctx, func(fctx context.Context) error {
+		ran = true
+		require.NoError(t, fctx.Err())
+		_, err := rival.TryAcquire(ctx)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the lock is not held while fn runs")
+		return errFn
+	})
+	require.True(t, ran)
+	require.ErrorIs(t, err, errFn)
+	require.NotErrorIs(t, err, mongolock.ErrLockLost)
+
+	h, err := rival.TryAcquire(ctx)
+	require.NoError(t, err, "Do did not release the lock")
+	require.NoError(t, h.Release(ctx))
+
+	// And a nil error from fn is a nil error from Do.
+	require.NoError(t, e.p.Lock("do").Do(ctx, func(context.Context) error { return nil }))
+}
+
+func TestDoReportsLossToFnAndInItsError(t *testing.T) {
+	errFn := errors.New("fn failed")
+	for _, tc := range []struct {
+		name    string
+		returns func(fctx context.Context) error
+		want    []error
+	}{
+		{"fn returns nil", func(context.Context) error { return nil }, nil},
+		{"fn returns its own error", func(context.Context) error { return errFn }, []error{errFn}},
+		{"fn returns ctx.Err", func(fctx context.Context) error { return fctx.Err() }, []error{context.Canceled}},
+		{"fn returns the cause", func(fctx context.Context) error { return context.Cause(fctx) }, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
+			ctx := boundedCtx(t, 30*time.Second)
+			err := e.p.Lock("do-lost").Do(ctx, func(fctx context.Context) error {
+				_, err := e.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "do-lost"}})
+				require.NoError(t, err)
+				awaitClosed(t, fctx.Done(), lossDetectionBound, "fn's ctx after the document was deleted")
+				require.ErrorIs(t, context.Cause(fctx), mongolock.ErrLockLost)
+				return tc.returns(fctx)
+			})
+			require.ErrorIs(t, err, mongolock.ErrLockLost)
+			for _, w := range tc.want {
+				require.ErrorIs(t, err, w)
+			}
+			// Do did not re-create or hold anything: the lock is free.
+			h, err := e.other.Lock("do-lost").TryAcquire(ctx)
+			require.NoError(t, err)
+			require.NoError(t, h.Release(ctx))
 		})
 	}
+}
+
+func TestDoEndsFnsContextWhenCtxIsCancelled(t *testing.T) {
+	e := newLockEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	err := e.p.Lock("do-cancel").Do(ctx, func(fctx context.Context) error {
+		cancel()
+		awaitClosed(t, fctx.Done(), time.Second, "fn's ctx after ctx was cancelled")
+		require.ErrorIs(t, context.Cause(fctx), context.Canceled)
+		require.NotErrorIs(t, context.Cause(fctx), mongolock.ErrLockLost)
+		return fctx.Err()
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotErrorIs(t, err, mongolock.ErrLockLost)
+
+	// Released although ctx was over: the next holder need not wait for the
+	// 30s lease.
+	tctx := boundedCtx(t, 5*time.Second)
+	h, err := e.other.Lock("do-cancel").TryAcquire(tctx)
+	require.NoError(t, err, "Do did not release the lock after ctx was cancelled")
+	require.NoError(t, h.Release(tctx))
+}
+
+func TestDoReleasesWhenFnPanics(t *testing.T) {
+	e := newLockEnv(t)
+	ctx := boundedCtx(t, 30*time.Second)
+	recovered := func() (r any) {
+		defer func() { r = recover() }()
+		_ = e.p.Lock("do-panic").Do(ctx, func(context.Context) error { panic("boom") })
+		return nil
+	}()
+	require.Equal(t, "boom", recovered)
+	h, err := e.other.Lock("do-panic").TryAcquire(ctx)
+	require.NoError(t, err, "Do did not release the lock after fn panicked")
+	require.NoError(t, h.Release(ctx))
+}
+
+func TestDoDoesNotRunFnWhenTheLockCannotBeAcquired(t *testing.T) {
+	e := newLockEnv(t)
+	ctx := boundedCtx(t, 30*time.Second)
+	h, err := e.other.Lock("do-busy").TryAcquire(ctx)
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	err = e.p.Lock("do-busy").Do(wctx, func(context.Context) error {
+		t.Error("fn ran without the lock")
+		return nil
+	})
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, h.Release(ctx))
+}
+
+// Do with a nil function is an error, before anything is acquired.
+func TestDoWithANilFunctionIsAnError(t *testing.T) {
+	e := newLockEnv(t)
+	ctx := boundedCtx(t, 20*time.Second)
+	l := e.p.Lock("nil-fn")
+	err := l.Do(ctx, nil)
+	require.ErrorContains(t, err, "nil function")
+	var le *mongolock.Error
+	require.ErrorAs(t, err, &le)
+	require.Equal(t, "do", le.Op)
+	h, err := l.TryAcquire(ctx) // nothing was left held
+	require.NoError(t, err)
+	require.NoError(t, h.Release(ctx))
+}
+
+// Orphaned acquisitions.
+
+// An attempt cut short by its ctx after the request was sent may still have
+// taken the lock on the server; nobody gets a handle for it, so the library
+// must free it in the background. With a 30s lease, a missed cleanup shows as a
+// lock that another client cannot take for 30s; the test allows the cleanup a
+// few seconds.
+//
+// The cleanup must not be overtaken by the attempt it cleans up after: the
+// driver closes the connection of a cut-short request, but the server still
+// executes the request it has read, possibly after a cleanup sent on another
+// connection has found nothing to release.
+func TestCancelledAttemptsLeaveNoOrphanedAcquisition(t *testing.T) {
+	const (
+		trials       = 500
+		cleanupBound = 3 * time.Second // far below the 30s lease
+	)
+	opts := []mongolock.Option{mongolock.WithExpiry(30 * time.Second), mongolock.WithBusyWaitSleep(time.Millisecond, 2*time.Millisecond)}
+	e := newLockEnv(t, opts...)
+	ctx := boundedCtx(t, time.Minute)
+	// The attempts use a client of their own, whose round-trip statistics
+	// (which decide whether the driver sends a request at all) no other
+	// test has touched.
+	p := newProvider(t, ownClient(t, e.db, nil), opts...)
+	l := p.Lock("orphan")
+	rival := e.other.Lock("orphan")
+
+	// Create the document, so that every trial below is a plain update.
+	h, err := l.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, h.Release(ctx))
+	token := func() int64 { return rawLockDoc(t, e.coll, "orphan").Lookup("fencingToken").Int64() }
+
+	// The deadlines hunt for the moment the server acts: shorter after an
+	// attempt that got a handle, longer after one that changed nothing on
+	// the server, with jitter. Around that moment some attempts are not
+	// sent at all, some succeed, and some are cut short after the server
+	// has acted: the ones this test is about.
+	var handles, failed, orphaned, heldWhenLooked int
+	var longestHeld time.Duration
+	shortest, longest := time.Hour, time.Duration(0)
+	mid := time.Millisecond
+	start := time.Now()
+	for trial := range trials {
+		before := token()
+		d := time.Duration(float64(mid) * (0.7 + 0.6*rand.Float64()))
+		shortest, longest = min(shortest, d), max(longest, d)
+		actx, cancel := context.WithTimeout(ctx, d)
+		var h *mongolock.Handle
+		if trial%2 == 0 {
+			h, err = l.TryAcquire(actx)
+		} else {
+			h, err = l.Acquire(actx)
+		}
+		cancel()
+		switch {
+		case err == nil:
+			handles++
+			mid = max(mid*9/10, 10*time.Microsecond)
+			require.NoError(t, h.Release(ctx))
+		case token() != before:
+			// The server granted an acquisition nobody got. (One granted
+			// after this read goes uncounted, but not unchecked.)
+			failed++
+			orphaned++
+		default:
+			failed++
+			mid = min(mid*11/10, 20*time.Millisecond)
+		}
+		if err != nil {
+			// ErrNotAcquired: an earlier trial's cut-short attempt landed
+			// late and holds the lock until its cleanup frees it, which
+			// the check below and the next trials still see to.
+			require.True(t, errors.Is(err, context.DeadlineExceeded) || mongo.IsTimeout(err) || errors.Is(err, mongolock.ErrNotAcquired),
+				"trial %d (deadline %v): unexpected error %v", trial, d, err)
+		}
+
+		// Nobody holds the lock now, except an orphan waiting for its
+		// cleanup: another client gets it at once, or soon.
+		first := time.Now()
+		for tries := 0; ; tries++ {
+			h2, rerr := rival.TryAcquire(ctx)
+			if rerr == nil {
+				require.NoError(t, h2.Release(ctx))
+				if tries > 0 {
+					heldWhenLooked++
+					longestHeld = max(longestHeld, time.Since(first))
+				}
+				break
+			}
+			require.ErrorIs(t, rerr, mongolock.ErrNotAcquired)
+			if time.Since(first) > cleanupBound {
+				require.FailNowf(t, "orphaned acquisition",
+					"trial %d (deadline %v): the attempt returned %v, and %v later the lock is still held; the document: %v",
+					trial, d, err, cleanupBound, rawLockDoc(t, e.coll, "orphan"))
+			}
+			time.Sleep(5 * time.Millisecond) // polling interval
+		}
+	}
+	mongolock.WaitBackground(p)
+	t.Logf("%d trials (deadlines %v to %v) in %v: %d got a handle, %d failed, of which %d had acquired on the server; "+
+		"%d orphans were still held when another client first tried, for up to %v",
+		trials, shortest, longest, time.Since(start), handles, failed, orphaned, heldWhenLooked, longestHeld)
+	require.NotZero(t, orphaned, "no attempt was cut short after the server acted: the test did not test the cleanup of orphaned acquisitions")
+}
+
+// Fencing tokens: per name, every acquisition's token is greater than every
+// earlier one, whatever happened in between.
+
+// tokenLog records the tokens of successive acquisitions of one name and
+// checks that each one outranks all before it.
+type tokenLog struct {
+	t      *testing.T
+	tokens []int64
+}
+
+func (l *tokenLog) add(token int64, how string) {
+	l.t.Helper()
+	if n := len(l.tokens); n > 0 {
+		require.Greater(l.t, token, l.tokens[n-1], "the token after %s does not outrank the one before (all so far: %v)", how, l.tokens)
+	}
+	l.tokens = append(l.tokens, token)
+}
+
+// requireTokenInDocument checks that the document holds h's acquisition with
+// h's token, stored as an int64.
+func requireTokenInDocument(t *testing.T, e *lockEnv, h *mongolock.Handle) {
+	t.Helper()
+	doc := rawLockDoc(t, e.coll, h.Name())
+	v := doc.Lookup("fencingToken")
+	require.Equal(t, bson.TypeInt64, v.Type, "fencingToken is stored as %v", v.Type)
+	require.Equal(t, h.FencingToken(), v.Int64())
+}
+
+func TestFencingTokenIncreasesAfterReleaseAndReacquire(t *testing.T) {
+	e := newLockEnv(t)
+	ctx := boundedCtx(t, 30*time.Second)
+	log := &tokenLog{t: t}
+	for i := range 5 {
+		p := e.p
+		if i%2 == 1 {
+			p = e.other
+		}
+		h, err := p.Lock("reacquired").TryAcquire(ctx)
+		require.NoError(t, err)
+		requireTokenInDocument(t, e, h)
+		log.add(h.FencingToken(), "a release")
+		require.NoError(t, h.Release(ctx))
+
+		// Release keeps the document and its token; it only ends the lease.
+		doc := rawLockDoc(t, e.coll, "reacquired")
+		require.Equal(t, h.FencingToken(), doc.Lookup("fencingToken").Int64())
+		_, hasHolder := doc.Lookup("lockId").StringValueOK()
+		require.False(t, hasHolder, "the released document still names a holder: %v", doc)
+	}
+}
+
+func TestFencingTokenIncreasesAfterAnExpiryTakeover(t *testing.T) {
+	t.Run("lease set to the past", func(t *testing.T) {
+		e := newLockEnv(t, mongolock.WithExpiry(30*time.Second))
+		ctx := boundedCtx(t, 30*time.Second)
+		log := &tokenLog{t: t}
+		h1, err := e.p.Lock("expired").TryAcquire(ctx)
+		require.NoError(t, err)
+		log.add(h1.FencingToken(), "the first acquisition")
+
+		// As if h1 had stalled past its lease: expiresAt is in the past.
+		_, err = e.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "expired"}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: time.Now().Add(-time.Hour)}}}})
+		require.NoError(t, err)
+		h2, err := e.other.Lock("expired").TryAcquire(ctx)
+		require.NoError(t, err, "an expired lease was not taken over")
+		log.add(h2.FencingToken(), "an expiry takeover")
+		requireTokenInDocument(t, e, h2)
+
+		require.ErrorIs(t, h1.Release(ctx), mongolock.ErrLockLost)
+		require.NoError(t, h2.Release(ctx))
+	})
+
+	t.Run("holder stopped extending", func(t *testing.T) {
+		e := newLockEnv(t, mongolock.WithExpiry(shortExpiry), mongolock.WithBusyWaitSleep(5*time.Millisecond, 20*time.Millisecond))
+		ctx := boundedCtx(t, 30*time.Second)
+		log := &tokenLog{t: t}
+		c := testdb.NewClient(t)
+		holder := newProvider(t, c.Database(e.db.Name()), mongolock.WithExpiry(shortExpiry))
+		h1, err := holder.Lock("abandoned").TryAcquire(ctx)
+		require.NoError(t, err)
+		log.add(h1.FencingToken(), "the first acquisition")
+
+		// The holder's process goes away: it cannot extend any more.
+		require.NoError(t, c.Disconnect(ctx))
+		h2, err := e.other.Lock("abandoned").Acquire(ctx)
+		require.NoError(t, err)
+		log.add(h2.FencingToken(), "an expiry takeover")
+		requireTokenInDocument(t, e, h2)
+
+		require.ErrorIs(t, h1.Release(ctx), mongolock.ErrLockLost)
+		require.NoError(t, h2.Release(ctx))
+	})
+}
+
+// The floor toLong($$NOW) * 1024 is what makes a re-created document outrank
+// the deleted one. $$NOW has millisecond resolution, so the floor can only
+// outrank acquisitions made in an earlier millisecond: a document deleted
+// and re-created within the millisecond of its last acquisition can give
+// the same token again (seen here: about 1 in 20 tight acquire, delete,
+// acquire sequences without -race). Every deletion that happens outside a
+// test is at least that late (the TTL monitor deletes only documents whose
+// lease of at least 100ms has ended), so the tests below let a millisecond
+// pass, on the client's clock, between an acquisition and the deletion of
+// its document.
+func afterTheMillisecondOf(acquired time.Time) {
+	time.Sleep(time.Until(acquired.Add(2 * time.Millisecond)))
+}
+
+func TestFencingTokenIncreasesAfterTheDocumentIsDeleted(t *testing.T) {
+	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
+	ctx := boundedCtx(t, 30*time.Second)
+	log := &tokenLog{t: t}
+	deleteDoc := func() {
+		t.Helper()
+		res, err := e.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "deleted"}})
+		require.NoError(t, err)
+		require.EqualValues(t, 1, res.DeletedCount)
+	}
+
+	// Build up a few tokens by +1 steps first, so that a reset to a floor
+	// that is merely close to the old tokens would show.
+	for range 10 {
+		h, err := e.p.Lock("deleted").TryAcquire(ctx)
+		require.NoError(t, err)
+		log.add(h.FencingToken(), "a release")
+		require.NoError(t, h.Release(ctx))
+	}
+
+	for i := range 20 {
+		p := e.p
+		if i%2 == 1 {
+			p = e.other
+		}
+		h, err := p.Lock("deleted").TryAcquire(ctx)
+		require.NoError(t, err)
+		acquired := time.Now()
+		log.add(h.FencingToken(), "a deletion of the free document")
+		requireTokenInDocument(t, e, h)
+		if i%4 == 0 {
+			// Deleted while held: the holder loses it.
+			afterTheMillisecondOf(acquired)
+			deleteDoc()
+			awaitClosed(t, h.Lost(), lossDetectionBound, "Lost after the document was deleted")
+			require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
+			continue
+		}
+		require.NoError(t, h.Release(ctx))
+		afterTheMillisecondOf(acquired)
+		deleteDoc()
+	}
+}
+
+// The line: Acquire calls of one process wait in line, only the first asks
+// the server, and a release hands the lock to the next in one round trip.
+
+func TestLocalWaitersAcquireInArrivalOrder(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t)
+	l := e.p.Lock("fifo")
+	holder, err := l.TryAcquire(ctx)
+	require.NoError(t, err)
+
+	const n = 8
+	order := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h, err := l.Acquire(ctx)
+			if !assert(t, err == nil, "waiter %d: %v", i, err) {
+				return
+			}
+			order <- i
+			_ = h.Release(ctx)
+		}()
+		awaitQueueLen(t, e.p, "fifo", i+1) // i+1 in line: the next arrives after
+	}
+	require.NoError(t, holder.Release(ctx))
+	wg.Wait()
+	close(order)
+	var got []int
+	for i := range order {
+		got = append(got, i)
+	}
+	require.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7}, got)
+	require.Zero(t, mongolock.QueueNames(e.p), "no queue is kept once nobody waits or holds")
+}
+
+func TestLocalWaitersSendNothingWhileAHandleOfTheirProcessHolds(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	// Short sleeps: a waiter that polled would poll often.
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 2*time.Millisecond))
+	l := e.p.Lock("quiet")
+	holder, err := l.TryAcquire(ctx)
+	require.NoError(t, err)
+
+	waitAll := acquireAllInBackground(t, ctx, l, 5)
+	awaitQueueLen(t, e.p, "quiet", 5)
+	before := e.count.started.Load()
+	// However long the holder holds, its own process's waiters stay silent.
+	// Give them time in which polling would have sent dozens of attempts.
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		require.Equal(t, before, e.count.started.Load(), "a waiter polled the database while the lock was held here")
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.NoError(t, holder.Release(ctx))
+	waitAll()
+}
+
+func TestOnlyTheHeadOfTheLinePollsWhileAnotherProcessHolds(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 3*time.Millisecond))
+	holder, err := e.other.Lock("remote").TryAcquire(ctx)
+	require.NoError(t, err)
+
+	waitAll := acquireAllInBackground(t, ctx, e.p.Lock("remote"), 10)
+	awaitQueueLen(t, e.p, "remote", 10)
+	// Let the head poll a good number of times.
+	start := e.count.started.Load()
+	pollUntil(t, 20*time.Second, "50 attempts of the head of the line",
+		func() bool { return e.count.started.Load() >= start+50 })
+	require.NoError(t, holder.Release(ctx))
+	waitAll()
+	require.EqualValues(t, 1, e.count.maxInFlight.Load(), "more than one waiter of this process talked to the database at once")
+}
+
+func TestLocalReleaseWakesTheNextWaiterAtOnce(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	// Sleeps far longer than the test's deadline: only a wake-up can let
+	// the waiter in in time.
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
+	l := e.p.Lock("handoff")
+	holder, err := l.TryAcquire(ctx)
+	require.NoError(t, err)
+
+	got := make(chan error, 1)
+	go func() {
+		actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		h, err := l.Acquire(actx)
+		if err == nil {
+			err = h.Release(ctx)
+		}
+		got <- err
+	}()
+	awaitQueueLen(t, e.p, "handoff", 1)
+	require.NoError(t, holder.Release(ctx))
+	require.NoError(t, <-got)
+}
+
+func TestLossWakesTheNextLocalWaiter(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour),
+		mongolock.WithExpiry(time.Second))
+	l := e.p.Lock("lossy")
+	holder, err := l.TryAcquire(ctx)
+	require.NoError(t, err)
+	got := acquireInBackground(ctx, l)
+	awaitQueueLen(t, e.p, "lossy", 1)
+	// Someone deletes the document: the holder loses the lock at its next
+	// extension, and its loss must let the waiter try (and succeed).
+	_, err = e.coll.DeleteOne(ctx, map[string]string{"_id": "lossy"})
+	require.NoError(t, err)
+	awaitClosed(t, holder.Lost(), 10*time.Second, "Lost after the document was deleted")
+	require.NoError(t, <-got)
+	require.Error(t, holder.Release(ctx))
+}
+
+func TestAWaiterWhoseContextEndsLeavesTheLineWithoutDisturbingOthers(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
+	l := e.p.Lock("leave")
+	holder, err := l.TryAcquire(ctx)
+	require.NoError(t, err)
+
+	results := make([]chan error, 3)
+	cancels := make([]context.CancelFunc, 3)
+	for i := range results {
+		results[i] = make(chan error, 1)
+		wctx, cancel := context.WithCancel(ctx)
+		cancels[i] = cancel
+		go func() {
+			h, err := l.Acquire(wctx)
+			if err == nil {
+				err = h.Release(ctx)
+			}
+			results[i] <- err
+		}()
+		awaitQueueLen(t, e.p, "leave", i+1)
+	}
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	cancels[1]() // the middle one gives up
+	err = <-results[1]
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "it waited behind a holder the whole time")
+	awaitQueueLen(t, e.p, "leave", 2)
+
+	require.NoError(t, holder.Release(ctx))
+	require.NoError(t, <-results[0])
+	require.NoError(t, <-results[2])
+	require.Zero(t, mongolock.QueueNames(e.p))
+}
+
+// Release with a goroutine of the same process waiting: one round trip
+// releases the lock and acquires it for the waiter, with a higher token.
+func TestReleaseHandsTheLockToTheNextLocalWaiterInOneRoundTrip(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
+	l := e.p.Lock("handover")
+	h, err := l.Acquire(ctx)
+	require.NoError(t, err)
+	next := make(chan *mongolock.Handle, 1)
+	go func() {
+		h, err := l.Acquire(ctx)
+		if assert(t, err == nil, "waiter: %v", err) {
+			next <- h
+		}
+	}()
+	awaitQueueLen(t, e.p, "handover", 1)
+	mongolock.WaitBackground(e.p) // the TTL index is in place
+	before := e.count.commands.Load()
+
+	require.NoError(t, h.Release(ctx))
+	var n *mongolock.Handle
+	select {
+	case n = <-next:
+	case <-ctx.Done():
+		t.Fatal("the waiter did not get the lock")
+	}
+	require.Equal(t, int64(1), e.count.commands.Load()-before, "commands for release + next acquisition")
+	require.Greater(t, n.FencingToken(), h.FencingToken())
+	require.ErrorIs(t, h.Context().Err(), context.Canceled)
+
+	// The waiter holds it on the server, not just locally.
+	_, err = e.other.Lock("handover").TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+	require.NoError(t, n.Release(ctx))
+	r, err := e.other.Lock("handover").TryAcquire(ctx)
+	require.NoError(t, err)
+	require.Greater(t, r.FencingToken(), n.FencingToken())
+	require.NoError(t, r.Release(ctx))
+}
+
+// A waiter whose ctx ends while the lock is being handed to it leaves no
+// lock held behind: whatever was handed over is released.
+func TestAHandOverToAWaiterThatGaveUpIsReleased(t *testing.T) {
+	ctx := boundedCtx(t, 2*time.Minute)
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
+	l := e.p.Lock("abandoned")
+	const trials = 50
+	var handed, gaveUp int
+	for i := range trials {
+		h, err := l.Acquire(ctx)
+		require.NoError(t, err)
+		wctx, cancel := context.WithCancel(ctx)
+		got := make(chan error, 1)
+		go func() {
+			h, err := l.Acquire(wctx)
+			if err == nil {
+				err = h.Release(ctx)
+			}
+			got <- err
+		}()
+		awaitQueueLen(t, e.p, "abandoned", 1)
+		// Races with the hand-over, ending at varied points of it.
+		stop := time.AfterFunc(time.Duration(i%10)*200*time.Microsecond, cancel)
+		require.NoError(t, h.Release(ctx))
+		switch err := <-got; {
+		case err == nil:
+			handed++
+		case errors.Is(err, context.Canceled):
+			gaveUp++
+		default:
+			t.Fatalf("waiter: %v", err)
+		}
+		stop.Stop()
+		cancel()
+		// Free again soon, far sooner than the 30 s lease of an orphan.
+		pollUntil(t, 5*time.Second, "the lock free after the waiter gave up", func() bool {
+			r, err := e.other.Lock("abandoned").TryAcquire(ctx)
+			return err == nil && r.Release(ctx) == nil
+		})
+	}
+	t.Logf("%d trials: waiter took the lock %d times, gave up %d times", trials, handed, gaveUp)
+}
+
+// Hand-overs within a process stop when another process's turn has come:
+// after at most maxStreak acquisitions in a row by one process, a release
+// with local waiters frees the lock instead, and the waiting process gets it.
+func TestHandOversGiveWayToAWaitingProcess(t *testing.T) {
+	const maxStreak = mongolock.TurnLength
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
+	l := e.p.Lock("turns")
+	first, err := l.Acquire(ctx)
+	require.NoError(t, err)
+	// The other process waits, and is in the document's line.
+	rivalGot := make(chan *mongolock.Handle, 1)
+	go func() {
+		h, err := e.other.Lock("turns").Acquire(ctx)
+		if assert(t, err == nil, "rival: %v", err) {
+			rivalGot <- h
+		}
+	}()
+	pollUntil(t, 10*time.Second, "the rival in the document's line", func() bool {
+		n, err := e.coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: "turns"}, {Key: "waitingProcess", Value: bson.D{{Key: "$exists", Value: true}}}})
+		return err == nil && n == 1
+	})
+
+	// Local goroutines keep the lock busy, handing it over each release.
+	var local atomic.Int32
+	local.Add(1) // first
+	busy, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			for {
+				h, err := l.Acquire(busy)
+				if err != nil {
+					return
+				}
+				local.Add(1)
+				if err := h.Release(ctx); !assert(t, err == nil, "release: %v", err) {
+					return
+				}
+			}
+		})
+	}
+	awaitQueueLen(t, e.p, "turns", 3)
+	require.NoError(t, first.Release(ctx))
+	var r *mongolock.Handle
+	select {
+	case r = <-rivalGot:
+	case <-ctx.Done():
+		t.Fatal("the waiting process never got its turn")
+	}
+	n := local.Load()
+	stop()
+	wg.Wait()
+	require.NoError(t, r.Release(ctx))
+	require.LessOrEqual(t, n, int32(maxStreak), "acquisitions by one process while another waited first in line")
+	require.GreaterOrEqual(t, n, int32(2), "no hand-over happened")
+	t.Logf("%d acquisitions in a row by the local process before the waiting one's turn", n)
+}
+
+// Release notifications: a release event wakes the waiters of a lock held
+// by another process.
+
+func TestAReleaseEventWakesAWaiterAtOnce(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	// Sleeps far longer than the test: only the event can let the waiter in.
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
+	events := make(chan string)
+	mongolock.SetReleaseSource(e.p, func(ctx context.Context, released func(string)) error {
+		for {
+			select {
+			case name := <-events:
+				released(name)
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	})
+	holder, err := e.other.Lock("evented").TryAcquire(ctx)
+	require.NoError(t, err)
+
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	got := acquireInBackground(wctx, e.p.Lock("evented"))
+	// Its first attempt was refused; now it sleeps.
+	pollUntil(t, 10*time.Second, "the waiter's first attempt", e.count.idle)
+	pollUntil(t, 10*time.Second, "a release source running while a waiter waits",
+		func() bool { return mongolock.Notifying(e.p) })
+
+	require.NoError(t, holder.Release(ctx))
+	events <- "some-other-lock" // not its lock: must not matter
+	events <- "evented"
+	require.NoError(t, <-got, "the waiter did not acquire after the release event")
+	pollUntil(t, 10*time.Second, "the release source stopped without waiters",
+		func() bool { return !mongolock.Notifying(e.p) })
+}
+
+func TestWaitersPollWhenReleaseEventsAreUnavailable(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
+	mongolock.SetReleaseSource(e.p, func(context.Context, func(string)) error {
+		return errors.New("no change streams here")
+	})
+	holder, err := e.other.Lock("polled").TryAcquire(ctx)
+	require.NoError(t, err)
+	got := acquireInBackground(ctx, e.p.Lock("polled"))
+	pollUntil(t, 10*time.Second, "the waiter's second attempt", func() bool { return e.count.started.Load() >= 2 })
+	require.NoError(t, holder.Release(ctx))
+	require.NoError(t, <-got)
+	require.False(t, mongolock.Notifying(e.p))
+}
+
+// The real thing: a change stream wakes a waiter whose sleeps are far
+// longer than the test.
+func TestChangeStreamWakesAWaiterInAnotherProcess(t *testing.T) {
+	testdb.Require(t, testdb.ChangeStreams)
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
+	holder, err := e.other.Lock("streamed").TryAcquire(ctx)
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	got := acquireInBackground(wctx, e.p.Lock("streamed"))
+	pollUntil(t, 10*time.Second, "the waiter's first attempt", e.count.idle)
+	pollUntil(t, 10*time.Second, "the change stream open", func() bool { return mongolock.Notifying(e.p) })
+	require.NoError(t, holder.Release(ctx))
+	require.NoError(t, <-got, "the change stream did not wake the waiter")
+}
+
+// The source runs only while some waiter has found the lock held by another
+// process: a free lock, or one held in this process, needs no events.
+func TestReleaseSourceStartsOnlyForWaitersOfAnotherProcess(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
+	var starts atomic.Int32
+	mongolock.SetReleaseSource(e.p, func(ctx context.Context, _ func(string)) error {
+		starts.Add(1)
+		<-ctx.Done()
+		return nil
+	})
+	l := e.p.Lock("lazy")
+	h, err := l.Acquire(ctx)
+	require.NoError(t, err)
+	got := acquireInBackground(ctx, l) // waits behind a handle of this process
+	awaitQueueLen(t, e.p, "lazy", 1)
+	require.NoError(t, h.Release(ctx))
+	require.NoError(t, <-got)
+	require.Zero(t, starts.Load(), "the source started with no foreign holder")
+
+	holder, err := e.other.Lock("lazy").TryAcquire(ctx)
+	require.NoError(t, err)
+	a, b := acquireInBackground(ctx, l), acquireInBackground(ctx, l)
+	pollUntil(t, 10*time.Second, "the release source running", func() bool { return mongolock.Notifying(e.p) })
+	require.NoError(t, holder.Release(ctx))
+	require.NoError(t, <-a)
+	require.NoError(t, <-b)
+	require.Equal(t, int32(1), starts.Load(), "one source per collection, however many waiters")
+	pollUntil(t, 10*time.Second, "the release source stopped without waiters",
+		func() bool { return !mongolock.Notifying(e.p) })
 }

@@ -18,11 +18,11 @@ import (
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
-// Scenario 3 of issue 5: the server restarts (FerretDB, and separately
-// PostgreSQL under it) while locks are held and others wait for them. Every
-// holder either keeps its lock (its extensions resume within the lease) or
-// signals the loss; the waiters resume and acquire; there are never two
-// holders, and fencing tokens keep increasing.
+// The server restarts (FerretDB, and separately PostgreSQL under it) while
+// locks are held and others wait for them. Every holder either keeps its
+// lock (its extensions resume within the lease) or signals the loss; the
+// waiters resume and acquire; there are never two holders, and fencing
+// tokens keep increasing.
 //
 // The test restarts a server of its own (a named instance of
 // scripts/testdb), never the one the other tests share.
@@ -52,9 +52,9 @@ func TestFaultServerRestartWhileHeldAndAwaited(t *testing.T) {
 // acquireRetriesFerretDBInternalErrors: Acquire retries FerretDB's
 // "(InternalError) terminating connection due to administrator command"
 // (and the other code-1 errors FerretDB sends while its PostgreSQL is down
-// or starting) as the transient errors they are (PROTOCOL.md: transient
-// server errors while waiting are retried), so such an error returned by
-// Acquire fails the test.
+// or starting) as the transient errors they are (transient server errors
+// while waiting are retried), so such an error returned by Acquire fails
+// the test.
 const acquireRetriesFerretDBInternalErrors = true
 
 // ferretDBInternalError reports whether err is a code-1 InternalError, as
@@ -118,10 +118,7 @@ func restartTrial(t *testing.T, in *testdb.Instance, what, stop string, downFor 
 	const dbName = "mongolock_restart"
 	opts := []mongolock.Option{mongolock.WithExpiry(restartExpiry), mongolock.WithBusyWaitSleep(10*time.Millisecond, 100*time.Millisecond)}
 	newProvider := func() *mongolock.Provider {
-		p, err := mongolock.NewProvider(connect().Database(dbName), opts...)
-		require.NoError(t, err)
-		t.Cleanup(func() { mongolock.WaitBackground(p) })
-		return p
+		return newProvider(t, connect().Database(dbName), opts...)
 	}
 	// Three processes, as far as the server can tell: the holders', and
 	// two of waiters.

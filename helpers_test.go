@@ -1,0 +1,352 @@
+package mongolock_test
+
+// The fixtures of the root package's tests, each written once: contexts,
+// providers and their clients, a command counter, waiting (one polling
+// idiom, pollUntil, beside waits on channels), handles, and names that are
+// easy to get wrong.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/testdb"
+)
+
+// boundedCtx returns a context that ends after d or with the test.
+func boundedCtx(t testing.TB, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Providers and clients.
+
+// newProvider returns a provider with opts for db, on db's client. Before
+// the test disconnects its clients and drops its database, it waits for
+// the provider's background work (TTL index creation, cleanup of orphaned
+// acquisitions) to end. For a provider of another process, pass
+// ownClient's database.
+func newProvider(t testing.TB, db *mongo.Database, opts ...mongolock.Option) *mongolock.Provider {
+	t.Helper()
+	p, err := mongolock.NewProvider(db, opts...)
+	require.NoError(t, err)
+	// Cleanups run last in, first out: this one runs before the client is
+	// disconnected and the database dropped.
+	t.Cleanup(func() { mongolock.WaitBackground(p) })
+	return p
+}
+
+// ownClient returns db on a client of its own, disconnected when the test
+// ends: another process, as far as the server can tell. count, if not nil,
+// counts the client's commands.
+func ownClient(t testing.TB, db *mongo.Database, count *commandCounter) *mongo.Database {
+	t.Helper()
+	var opts []*options.ClientOptions
+	if count != nil {
+		opts = append(opts, options.Client().SetMonitor(count.monitor()))
+	}
+	return testdb.NewClient(t, opts...).Database(db.Name())
+}
+
+// lockEnv is one test's lock setup: its database, the raw lock collection
+// (to play someone who edits the documents), and two providers with the
+// same options on clients of their own, as two processes would have: p,
+// whose commands count counts, and other.
+type lockEnv struct {
+	db       *mongo.Database
+	coll     *mongo.Collection
+	p, other *mongolock.Provider
+	count    *commandCounter
+}
+
+func newLockEnv(t *testing.T, opts ...mongolock.Option) *lockEnv {
+	t.Helper()
+	db := testdb.Database(t)
+	count := &commandCounter{}
+	return &lockEnv{
+		db:    db,
+		coll:  db.Collection(mongolock.DefaultCollection),
+		p:     newProvider(t, ownClient(t, db, count), opts...),
+		other: newProvider(t, ownClient(t, db, nil), opts...),
+		count: count,
+	}
+}
+
+// offlineDatabase is a database of a client that never reaches a server:
+// anything that needs I/O fails.
+func offlineDatabase(t *testing.T, opts ...*options.ClientOptions) *mongo.Database {
+	t.Helper()
+	all := append([]*options.ClientOptions{options.Client().ApplyURI("mongodb://127.0.0.1:1/?connect=direct")}, opts...)
+	c, err := mongo.Connect(all...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+	return c.Database("offline")
+}
+
+// commandCounter counts the commands a client sends: all of them, each
+// name's, and of findAndModify (acquisition attempts) those started, those
+// in flight, the most in flight at once, and the successful replies (a
+// waiter that got one and no lock is in its sleep).
+type commandCounter struct {
+	commands                       atomic.Int64
+	started, inFlight, maxInFlight atomic.Int64 // findAndModify
+	replies                        atomic.Int64 // findAndModify
+
+	mu      sync.Mutex
+	byNames map[string]int64
+}
+
+func (c *commandCounter) monitor() *event.CommandMonitor {
+	done := func(name string) {
+		if name == "findAndModify" {
+			c.inFlight.Add(-1)
+		}
+	}
+	return &event.CommandMonitor{
+		Started: func(_ context.Context, e *event.CommandStartedEvent) {
+			c.commands.Add(1)
+			c.mu.Lock()
+			if c.byNames == nil {
+				c.byNames = map[string]int64{}
+			}
+			c.byNames[e.CommandName]++
+			c.mu.Unlock()
+			if e.CommandName == "findAndModify" {
+				c.started.Add(1)
+				n := c.inFlight.Add(1)
+				for {
+					m := c.maxInFlight.Load()
+					if n <= m || c.maxInFlight.CompareAndSwap(m, n) {
+						break
+					}
+				}
+			}
+		},
+		Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
+			if e.CommandName == "findAndModify" {
+				c.replies.Add(1)
+			}
+			done(e.CommandName)
+		},
+		Failed: func(_ context.Context, e *event.CommandFailedEvent) { done(e.CommandName) },
+	}
+}
+
+// idle reports whether the client has made an acquisition attempt and has
+// none in flight: a waiter that was refused is in its sleep.
+func (c *commandCounter) idle() bool { return c.started.Load() >= 1 && c.inFlight.Load() == 0 }
+
+// named is how many commands called name the client has sent.
+func (c *commandCounter) named(name string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byNames[name]
+}
+
+// Waiting.
+
+// pollUntil polls cond until it holds, and fails the test if it does not
+// within the given time. It is the tests' one way to wait for a state that
+// no channel announces.
+func pollUntil(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// awaitQueueLen waits until n Acquire calls of p's process wait in line for
+// name.
+func awaitQueueLen(t *testing.T, p *mongolock.Provider, name string, n int) {
+	t.Helper()
+	pollUntil(t, 10*time.Second, fmt.Sprintf("%d in line for %q", n, name),
+		func() bool { return mongolock.QueueLen(p, name) == n })
+}
+
+// awaitClosed waits up to d for ch to be closed and returns when it was
+// seen closed; it fails the test if ch stays open.
+func awaitClosed(t *testing.T, ch <-chan struct{}, d time.Duration, what string) time.Time {
+	t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ch:
+		return time.Now()
+	case <-timer.C:
+		require.FailNowf(t, "not closed in time", "%s: still open after %v", what, d)
+		return time.Time{}
+	}
+}
+
+// closedNow reports whether ch is closed, without waiting.
+func closedNow(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// staysOpen asserts that ch is still open after d.
+func staysOpen(t *testing.T, ch <-chan struct{}, d time.Duration, what string) {
+	t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ch:
+		require.FailNowf(t, "closed", "%s was closed", what)
+	case <-timer.C:
+	}
+}
+
+// assert reports a failure from a goroutine other than the test's (where
+// require's FailNow must not be called) and returns ok.
+func assert(t *testing.T, ok bool, format string, args ...any) bool {
+	t.Helper()
+	if !ok {
+		t.Errorf(format, args...)
+	}
+	return ok
+}
+
+// Handles and documents.
+
+// shortExpiry is the lease of the tests that wait for extensions or loss;
+// the cadence is the default, a third of it.
+const shortExpiry = 500 * time.Millisecond
+
+// lossDetectionBound is how long a handle may take to notice that its
+// document was deleted or taken over: the next extension is due within one
+// cadence; the rest is slack for a round trip under -race on a busy machine.
+const lossDetectionBound = shortExpiry/3 + 250*time.Millisecond
+
+func mustTryAcquire(t *testing.T, ctx context.Context, l *mongolock.Lock) *mongolock.Handle {
+	t.Helper()
+	h, err := l.TryAcquire(ctx)
+	require.NoError(t, err, "TryAcquire(%q)", l.Name())
+	require.NotNil(t, h)
+	return h
+}
+
+func mustAcquire(t *testing.T, ctx context.Context, l *mongolock.Lock) *mongolock.Handle {
+	t.Helper()
+	h, err := l.Acquire(ctx)
+	require.NoError(t, err, "Acquire(%q)", l.Name())
+	require.NotNil(t, h)
+	return h
+}
+
+// releaseAtCleanup releases h when the test ends, also when it fails half
+// way; Release is idempotent, so a handle the test released already is fine.
+func releaseAtCleanup(t *testing.T, h *mongolock.Handle) *mongolock.Handle {
+	t.Helper()
+	if h != nil {
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = h.Release(ctx)
+		})
+	}
+	return h
+}
+
+// acquireInBackground starts an Acquire of l and returns where its outcome
+// (after releasing the handle) arrives.
+func acquireInBackground(ctx context.Context, l *mongolock.Lock) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		h, err := l.Acquire(ctx)
+		if err == nil {
+			err = h.Release(ctx)
+		}
+		got <- err
+	}()
+	return got
+}
+
+// acquireAllInBackground starts n goroutines that each acquire l and
+// release it, and returns a function that waits for them all. A failed
+// Acquire fails the test.
+func acquireAllInBackground(t *testing.T, ctx context.Context, l *mongolock.Lock, n int) (wait func()) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if h, err := l.Acquire(ctx); assert(t, err == nil, "%v", err) {
+				_ = h.Release(ctx)
+			}
+		})
+	}
+	return wg.Wait
+}
+
+// rawLockDoc reads a lock document with the raw driver.
+func rawLockDoc(t *testing.T, coll *mongo.Collection, name string) bson.Raw {
+	t.Helper()
+	raw, err := coll.FindOne(boundedCtx(t, 5*time.Second), bson.D{{Key: "_id", Value: name}}).Raw()
+	require.NoError(t, err, "reading the document of %q", name)
+	return raw
+}
+
+// Names.
+
+// unusualNames are names that are easy to get wrong: empty, blank, a NUL
+// byte, long, escape characters, and multi-byte unicode.
+var unusualNames = []struct{ label, name string }{
+	{"empty", ""},
+	{"space", " "},
+	{"NUL", "\x00"},
+	{"1000 a", strings.Repeat("a", 1000)},
+	{"1000 backslashes", strings.Repeat("\\", 1000)},
+	{"unicode", "锁-🔒-ñ"},
+}
+
+// hostileNames look like query operators, field paths or JSON, are not
+// UTF-8, hide a NUL, or are 100 KB long. Each must either be a lock of its
+// own (matching no other lock: the name is only ever a value, never part
+// of a query's structure) or fail with a clear error; it must never be
+// taken for another lock.
+//
+// The pairs differ only where a careless store would lose the difference:
+// after a NUL (C strings), in the last byte of 100 KB (a truncated index
+// key), in invalid bytes (replaced by U+FFFD when "fixed" to UTF-8).
+var hostileNames = []struct{ label, name string }{
+	{"plain a", "a"}, // first: a name that matched everything would take it
+	{"$", "$"},
+	{"$gt", "$gt"},
+	{"$$NOW", "$$NOW"},
+	{"field path", "$lockId"},
+	{"dot", "."},
+	{"dotted", "a.b"},
+	{`{"$gt": ""}`, `{"$gt": ""}`},
+	{`{"$ne": null}`, `{"$ne": null}`},
+	{`{"_id": {"$exists": true}}`, `{"_id": {"$exists": true}}`},
+	{"regex-like", "/.*/"},
+	{"NUL inside", "a\x00b"},
+	{"NUL first", "\x00a"},
+	{"invalid UTF-8", "\xff\xfe\xfd"},
+	{"invalid UTF-8 reversed", "\xfd\xfe\xff"},
+	{"truncated UTF-8", "\xc3"},
+	{"U+FFFD", "\uFFFD"}, // what "\xc3" would become if replaced
+	{"valid UTF-8 é", "\xc3\xa9"},
+	{"100 KB", strings.Repeat("a", 100<<10)},
+	{"100 KB, last byte differs", strings.Repeat("a", 100<<10-1) + "b"},
+	{"100 KB of invalid UTF-8", strings.Repeat("\xff", 100<<10)},
+}

@@ -1,0 +1,1152 @@
+package mongolock_test
+
+// Many processes on the real server: clients of their own contending for
+// one lock, turns between processes, DistributedLock.MongoDB's protocol
+// beside this library's, holder processes killed with SIGKILL, and a user
+// with only the privileges that locking needs.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/dotnet"
+	"github.com/mongolock/mongolock/internal/testdb"
+)
+
+// Processes contending: never two holders, tokens in acquisition order.
+
+func TestConcurrentAcquirersNeverOverlap(t *testing.T) {
+	const clients, perClient = 5, 20
+	ctx := boundedCtx(t, 60*time.Second)
+	db := testdb.Database(t)
+	locks := make([]*mongolock.Lock, clients)
+	for i := range locks {
+		p := newProvider(t, ownClient(t, db, nil), mongolock.WithBusyWaitSleep(time.Millisecond, 20*time.Millisecond))
+		locks[i] = p.Lock("contended")
+	}
+
+	var (
+		inLock, maxInLock atomic.Int32
+		wg                sync.WaitGroup
+		mu                sync.Mutex
+		errs              []error
+		tokens            = map[int64]bool{}
+	)
+	start := make(chan struct{})
+	for i := range clients * perClient {
+		wg.Add(1)
+		go func(l *mongolock.Lock) {
+			defer wg.Done()
+			<-start
+			h, err := l.Acquire(ctx)
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+				return
+			}
+			n := inLock.Add(1)
+			for m := maxInLock.Load(); n > m && !maxInLock.CompareAndSwap(m, n); m = maxInLock.Load() {
+			}
+			mu.Lock()
+			tokens[h.FencingToken()] = true
+			mu.Unlock()
+			inLock.Add(-1)
+			if err := h.Release(ctx); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}(locks[i%clients])
+	}
+	close(start)
+	wg.Wait()
+
+	require.Empty(t, errs)
+	require.EqualValues(t, 1, maxInLock.Load(), "holders at once")
+	require.Len(t, tokens, clients*perClient, "every goroutine got the lock, each with its own fencing token")
+}
+
+// Twenty clients race for each brand-new name at once. On FerretDB some of the
+// upserts fail with duplicate-key or "$$NOW cannot be used" errors; the library
+// must turn those into "someone else got there first", so that exactly one
+// racer wins each name and nobody sees another error.
+func TestRaceForNewNamesHasExactlyOneWinnerAndNoErrors(t *testing.T) {
+	const racers, rounds = 20, 25
+	ctx := boundedCtx(t, 2*time.Minute)
+	db := testdb.Database(t)
+	providers := make([]*mongolock.Provider, racers)
+	for i := range providers {
+		// Separate clients, as separate processes would have.
+		providers[i] = newProvider(t, ownClient(t, db, nil))
+	}
+	for round := range rounds {
+		name := fmt.Sprintf("fresh-%d", round)
+		var (
+			wg      sync.WaitGroup
+			winners atomic.Int32
+			mu      sync.Mutex
+			errs    []error
+			handles []*mongolock.Handle
+		)
+		start := make(chan struct{})
+		for _, p := range providers {
+			wg.Add(1)
+			go func(l *mongolock.Lock) {
+				defer wg.Done()
+				<-start
+				h, err := l.TryAcquire(ctx)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					winners.Add(1)
+					handles = append(handles, h)
+				case !errors.Is(err, mongolock.ErrNotAcquired):
+					errs = append(errs, err)
+				}
+			}(p.Lock(name))
+		}
+		close(start)
+		wg.Wait()
+		require.Empty(t, errs, "round %d", round)
+		require.EqualValues(t, 1, winners.Load(), "round %d: winners", round)
+		for _, h := range handles {
+			require.NoError(t, h.Release(ctx))
+		}
+	}
+}
+
+func TestFencingTokensStrictlyIncreaseAcrossProvidersOnSeparateClients(t *testing.T) {
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, 30*time.Second)
+	opts := []mongolock.Option{mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond)}
+	var providers []*mongolock.Provider
+	for range 2 {
+		providers = append(providers, newProvider(t, ownClient(t, db, nil), opts...))
+	}
+
+	const perProvider = 25
+	var (
+		mu      sync.Mutex
+		tokens  []int64 // in the order the lock was held
+		holders atomic.Int32
+		wg      sync.WaitGroup
+		errs    = make(chan error, len(providers))
+	)
+	for _, p := range providers {
+		wg.Add(1)
+		go func(l *mongolock.Lock) {
+			defer wg.Done()
+			for range perProvider {
+				h, err := l.Acquire(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if holders.Add(1) != 1 {
+					t.Error("two holders at once")
+				}
+				mu.Lock()
+				tokens = append(tokens, h.FencingToken())
+				mu.Unlock()
+				holders.Add(-1)
+				if err := h.Release(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(p.Lock("shared"))
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for _, p := range providers {
+		mongolock.WaitBackground(p)
+	}
+
+	require.Len(t, tokens, len(providers)*perProvider)
+	for i := 1; i < len(tokens); i++ {
+		require.Greater(t, tokens[i], tokens[i-1], "acquisition %d of %v", i, tokens)
+	}
+	doc := rawLockDoc(t, db.Collection(mongolock.DefaultCollection), "shared")
+	require.Equal(t, tokens[len(tokens)-1], doc.Lookup("fencingToken").Int64())
+}
+
+// Turns between processes: a refused Acquire claims the next turn, the
+// holder's process steps aside, and every process gets a fair share.
+
+// Several processes (clients with providers of their own), each with several
+// goroutines, contend for one lock. The local line hands the lock over
+// within a process far faster than another process polls; claims and the
+// bounded streak must still give every process at least 1/(2P) of the
+// acquisitions.
+func TestContendingProcessesEachGetAFairShare(t *testing.T) {
+	const procs, perProc = 3, 4
+	ctx := boundedCtx(t, time.Minute)
+	db := testdb.Database(t)
+	var (
+		counts  [procs]atomic.Int64
+		inside  atomic.Int32
+		overlap atomic.Bool
+		wg      sync.WaitGroup
+		errs    = make(chan error, procs*perProc)
+	)
+	end := time.Now().Add(3 * time.Second)
+	for p := range procs {
+		prov := newProvider(t, ownClient(t, db, nil))
+		l := prov.Lock("fair")
+		for range perProc {
+			wg.Go(func() {
+				for time.Now().Before(end) {
+					actx, cancel := context.WithDeadline(ctx, end)
+					h, err := l.Acquire(actx)
+					cancel()
+					if err != nil {
+						if !errors.Is(err, context.DeadlineExceeded) {
+							errs <- err
+						}
+						return
+					}
+					if inside.Add(1) > 1 {
+						overlap.Store(true)
+					}
+					counts[p].Add(1)
+					time.Sleep(time.Millisecond) // the critical section
+					inside.Add(-1)
+					if err := h.Release(ctx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.False(t, overlap.Load(), "two holders at once")
+	var total int64
+	for p := range procs {
+		total += counts[p].Load()
+	}
+	for p := range procs {
+		t.Logf("process %d: %d of %d acquisitions", p, counts[p].Load(), total)
+		require.GreaterOrEqual(t, counts[p].Load()*2*procs, total, "process %d got less than 1/(2P)", p)
+	}
+	require.Greater(t, total, int64(3*procs), "too few acquisitions to judge")
+}
+
+// turnFields is the document's turn state.
+type turnFields struct {
+	LastProcess    string    `bson:"lastProcess"`
+	ProcessStreak  int       `bson:"processStreak"`
+	WaitingProcess string    `bson:"waitingProcess"`
+	WaitingUntil   time.Time `bson:"waitingUntil"`
+}
+
+func turnOf(t *testing.T, p *mongolock.Provider, name string) turnFields {
+	t.Helper()
+	var f turnFields
+	err := testdb.Client(t).Database(mongolock.DatabaseName(p)).Collection(mongolock.CollectionName(p)).
+		FindOne(context.Background(), bson.D{{Key: "_id", Value: name}}).Decode(&f)
+	require.NoError(t, err)
+	return f
+}
+
+// awaitClaim polls until the document holds p's process's claim.
+func awaitClaim(t *testing.T, p *mongolock.Provider, name string) {
+	t.Helper()
+	pollUntil(t, 10*time.Second, "a claim of the waiting process in the document",
+		func() bool { return turnOf(t, p, name).WaitingProcess == mongolock.Process(p) })
+}
+
+// claimAndGiveUp starts an Acquire of name by p, waits until its process's
+// claim is in the document, and cancels it; it returns the turn fields read
+// while the claim was live. When it returns, p's process has withdrawn the
+// claim.
+func claimAndGiveUp(t *testing.T, ctx context.Context, p *mongolock.Provider, name string) turnFields {
+	t.Helper()
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := p.Lock(name).Acquire(wctx); done <- err }()
+	awaitClaim(t, p, name)
+	live := turnOf(t, p, name)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	mongolock.WaitBackground(p) // its claim withdrawn
+	return live
+}
+
+func TestTryAcquireNeverClaimsATurn(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t)
+	holder, err := e.other.Lock("try").TryAcquire(ctx)
+	require.NoError(t, err)
+	_, err = e.p.Lock("try").TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+	require.Empty(t, turnOf(t, e.p, "try").WaitingProcess, "a refused TryAcquire claimed a turn")
+	require.NoError(t, holder.Release(ctx))
+	// Free, and claimed by nobody: the holder's process takes it again.
+	h, err := e.other.Lock("try").TryAcquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, h.Release(ctx))
+}
+
+func TestAWaiterThatGivesUpWithdrawsItsClaim(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
+	holder, err := e.other.Lock("turn").TryAcquire(ctx)
+	require.NoError(t, err)
+
+	// A waiter of the other process claims the next turn...
+	got := acquireInBackground(ctx, e.p.Lock("turn"))
+	awaitClaim(t, e.p, "turn")
+	// ...and gets the lock once the holder releases, which fulfils the
+	// claim.
+	require.NoError(t, holder.Release(ctx))
+	require.NoError(t, <-got)
+	require.Empty(t, turnOf(t, e.p, "turn").WaitingProcess, "a fulfilled claim stayed")
+
+	// A waiter that gives up withdraws its process's claim: nobody steps
+	// aside for it.
+	holder, err = e.other.Lock("turn").TryAcquire(ctx)
+	require.NoError(t, err)
+	claimAndGiveUp(t, ctx, e.p, "turn")
+	require.Empty(t, turnOf(t, e.p, "turn").WaitingProcess, "a waiter that gave up kept its claim")
+	require.NoError(t, holder.Release(ctx))
+}
+
+// A claimant whose process died holds no free lock back: a third client's
+// TryAcquire gets it at once (before, a dead process first in line made
+// every other process wait up to twice its longest sleep).
+func TestAClaimantThatDiedHoldsNoFreeLockBack(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t)
+	holder, err := e.other.Lock("dead").TryAcquire(ctx)
+	require.NoError(t, err)
+	// A slow waiter claims the next turn, and its process dies.
+	c := testdb.NewClient(t)
+	dying := newProvider(t, c.Database(e.db.Name()), mongolock.WithBusyWaitSleep(time.Second, time.Minute))
+	done := make(chan error, 1)
+	go func() { _, err := dying.Lock("dead").Acquire(ctx); done <- err }()
+	awaitClaim(t, dying, "dead")
+	require.NoError(t, c.Disconnect(ctx))
+	require.Error(t, <-done)
+	mongolock.WaitBackground(dying)
+	require.Equal(t, mongolock.Process(dying), turnOf(t, e.p, "dead").WaitingProcess, "the dead claim is in place")
+
+	require.NoError(t, holder.Release(ctx))
+	h, err := e.p.Lock("dead").TryAcquire(ctx)
+	require.NoError(t, err, "a free lock was held back for a dead claimant")
+	require.NoError(t, h.Release(ctx))
+}
+
+// A process that took the lock turnLength times in a row steps aside while
+// another process's claim is live, and only that long: a claim that is not
+// renewed lapses within its lifetime.
+func TestAStepAsideLastsNoLongerThanTheClaim(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t)
+	l := e.p.Lock("aside")
+	var h *mongolock.Handle
+	for i := range mongolock.TurnLength {
+		var err error
+		h, err = l.TryAcquire(ctx)
+		require.NoError(t, err, "acquisition %d", i)
+		if i < mongolock.TurnLength-1 {
+			require.NoError(t, h.Release(ctx))
+		}
+	}
+	require.Equal(t, mongolock.TurnLength, turnOf(t, e.p, "aside").ProcessStreak)
+	// Another process claims the next turn, then stops asking.
+	claim := claimAndGiveUp(t, ctx, e.other, "aside").WaitingUntil
+
+	require.NoError(t, h.Release(ctx))
+	// The claim is not withdrawn here (a claimant that died); the holder's
+	// process steps aside until it lapses.
+	_, err := e.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "aside"}}, bson.D{{Key: "$set", Value: bson.D{
+		{Key: "waitingProcess", Value: mongolock.Process(e.other)}, {Key: "waitingUntil", Value: claim}}}})
+	require.NoError(t, err)
+	_, err = l.TryAcquire(ctx)
+	if time.Until(claim) > 50*time.Millisecond { // still live by any clock skew here
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the holder's process did not step aside")
+	}
+	lifetime := mongolock.ClaimLifetime(e.other)
+	var again *mongolock.Handle
+	pollUntil(t, lifetime+time.Second, "the holder's process got the lock back once the claim lapsed", func() bool {
+		again, err = l.TryAcquire(ctx)
+		return err == nil
+	})
+	require.NoError(t, again.Release(ctx))
+}
+
+// The cron pattern: a process that only ever calls TryAcquire gets a free
+// lock even while other processes wait for it in Acquire.
+func TestTryAcquireGetsAFreeLockWhileOtherProcessesWait(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t)
+	holder, err := e.p.Lock("cron").TryAcquire(ctx)
+	require.NoError(t, err)
+	var counts []*commandCounter
+	for range 3 {
+		// Waiters that poll rarely, so that the free lock is there to take.
+		c := &commandCounter{}
+		counts = append(counts, c)
+		w := newProvider(t, ownClient(t, e.db, c), mongolock.WithBusyWaitSleep(5*time.Second, 5*time.Second))
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() { _, _ = w.Lock("cron").Acquire(wctx) }()
+	}
+	// Each has made its first attempt, and sleeps.
+	pollUntil(t, 10*time.Second, "the waiters' first attempts", func() bool {
+		for _, c := range counts {
+			if !c.idle() {
+				return false
+			}
+		}
+		return true
+	})
+	f := turnOf(t, e.p, "cron")
+	require.NotEmpty(t, f.WaitingProcess, "no waiter claimed the next turn")
+	require.NoError(t, holder.Release(ctx))
+	cron, err := e.other.Lock("cron").TryAcquire(ctx)
+	require.NoError(t, err, "a free lock refused to TryAcquire because others wait")
+	require.NoError(t, cron.Release(ctx))
+}
+
+// While a lock is held for long by one process, only the claimant polls
+// faster than the configured sleep; the other waiting processes back off.
+func TestWhileALockIsHeldOnlyTheClaimantPollsOften(t *testing.T) {
+	const waiters, hold = 4, 2 * time.Second
+	ctx := boundedCtx(t, time.Minute)
+	db := testdb.Database(t)
+	holderP := newProvider(t, ownClient(t, db, nil))
+	h, err := holderP.Lock("standby").TryAcquire(ctx)
+	require.NoError(t, err)
+
+	counts := make([]*commandCounter, waiters)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range waiters {
+		counts[i] = &commandCounter{}
+		p := newProvider(t, ownClient(t, db, counts[i]), mongolock.WithBusyWaitSleep(10*time.Millisecond, 100*time.Millisecond))
+		wg.Go(func() {
+			h, err := p.Lock("standby").Acquire(wctx)
+			if err == nil {
+				_ = h.Release(ctx)
+			}
+		})
+	}
+	time.Sleep(hold) // the lock is held for this long: what it costs is counted
+	cancel()
+	wg.Wait()
+	require.NoError(t, h.Release(ctx))
+	var often int
+	for i, c := range counts {
+		n := c.started.Load()
+		t.Logf("waiting process %d: %d attempts in %v", i, n, hold)
+		// The configured sleep is 10-100 ms: 20 attempts in 2 s is above
+		// what backing off to 800 ms allows, and far below the claimant's.
+		if n > 20 {
+			often++
+		}
+	}
+	require.Equal(t, 1, often, "processes that polled often while the lock was held")
+}
+
+// DistributedLock.MongoDB: a Go service and a .NET service sharing a lock
+// exclude each other.
+
+// dotnetLock is a lock of the C# library DistributedLock.MongoDB 1.0,
+// driven through its protocol (internal/dotnet) on a collection of its own
+// client, so that these tests can show that a Go service and a .NET service
+// sharing a lock exclude each other. It neither extends nor waits: a test
+// holds a lock for far less than the expiry and retries as it sees fit.
+type dotnetLock struct {
+	coll   *mongo.Collection
+	name   string
+	expiry time.Duration
+}
+
+// dotnetHandle is one acquisition by the C# protocol.
+type dotnetHandle struct {
+	lockID string
+	token  int64
+}
+
+func newDotnetLock(db *mongo.Database, name string) *dotnetLock {
+	return &dotnetLock{coll: db.Collection(mongolock.DefaultCollection), name: name, expiry: dotnet.DefaultExpiry}
+}
+
+// tryAcquire makes one attempt. It returns nil and no error when the lock is
+// held by someone else, or the attempt lost the race to create the document.
+func (l *dotnetLock) tryAcquire(ctx context.Context) (*dotnetHandle, error) {
+	lockID := dotnet.NewLockID()
+	token, ok, err := dotnet.TryAcquire(ctx, l.coll, l.name, lockID, l.expiry)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &dotnetHandle{lockID: lockID, token: token}, nil
+}
+
+// release deletes the document if h still holds the lock, and reports
+// whether it did.
+func (l *dotnetLock) release(ctx context.Context, h *dotnetHandle) (bool, error) {
+	return dotnet.Release(ctx, l.coll, l.name, h.lockID)
+}
+
+// interopDoc is the stored lock document, read back to check what each side
+// left behind. LockID is "" when the field is absent.
+type interopDoc struct {
+	LockID       string    `bson:"lockId"`
+	AcquiredAt   time.Time `bson:"acquiredAt"`
+	ExpiresAt    time.Time `bson:"expiresAt"`
+	FencingToken int64     `bson:"fencingToken"`
+}
+
+func readInteropDoc(ctx context.Context, t *testing.T, db *mongo.Database, name string) (doc interopDoc, found bool) {
+	t.Helper()
+	err := db.Collection(mongolock.DefaultCollection).FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return doc, false
+	}
+	require.NoError(t, err)
+	return doc, true
+}
+
+// interopSides gives each protocol a client of its own, as two services
+// would have, on the same fresh database.
+func interopSides(t *testing.T, name string, opts ...mongolock.Option) (*mongo.Database, *mongolock.Lock, *dotnetLock) {
+	t.Helper()
+	db := testdb.Database(t)
+	l, err := mongolock.New(db, name, opts...)
+	require.NoError(t, err)
+	dotnet := newDotnetLock(testdb.NewClient(t).Database(db.Name()), name)
+	return db, l, dotnet
+}
+
+func TestLockHeldByDotnetProtocolIsNotAcquiredByMongolockUntilDotnetReleases(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	_, l, dotnet := interopSides(t, "shared-report", mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
+
+	dh, err := dotnet.tryAcquire(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, dh, "the C# protocol must acquire a lock nobody holds")
+
+	start := time.Now()
+	h, err := l.TryAcquire(ctx)
+	rtt := time.Since(start)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+	require.Nil(t, h)
+
+	// Acquire times out with ErrNotAcquired: the lock was held by someone
+	// else the whole time. Many short waits, so that the deadline falls at
+	// every point of an attempt: before, during, and between round trips.
+	// Each wait leaves room for a first round trip (on a loaded machine the
+	// driver does not even send a request that cannot finish in time, and
+	// then nothing is known about the lock).
+	wait := 25*time.Millisecond + 3*rtt
+	var misreported []string
+	for i := range 40 {
+		actx, acancel := context.WithTimeout(ctx, wait)
+		h, err = l.Acquire(actx)
+		acancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded, "wait %d", i)
+		require.Nil(t, h)
+		if !errors.Is(err, mongolock.ErrNotAcquired) {
+			misreported = append(misreported, fmt.Sprintf("wait %d: %v", i, err))
+		}
+	}
+
+	// mongolock's attempts left the C# acquisition intact: its owner-checked
+	// delete still matches.
+	deleted, err := dotnet.release(ctx, dh)
+	require.NoError(t, err)
+	require.True(t, deleted, "the C# holder's lockId must still be on the document")
+
+	h, err = l.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.Greater(t, h.FencingToken(), dh.token)
+	require.NoError(t, h.Release(ctx))
+
+	require.Empty(t, misreported, "Acquire timed out on a lock held by someone else the whole time, but its error does not satisfy errors.Is(err, ErrNotAcquired)")
+}
+
+func TestLockHeldByMongolockIsRefusedToDotnetProtocolUntilMongolockReleases(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	db, l, dotnet := interopSides(t, "shared-report")
+
+	h, err := l.TryAcquire(ctx)
+	require.NoError(t, err)
+	defer func() { _ = h.Release(context.Background()) }()
+
+	dh, err := dotnet.tryAcquire(ctx)
+	require.NoError(t, err)
+	require.Nil(t, dh, "the C# protocol must not acquire a lock mongolock holds")
+	held, found := readInteropDoc(ctx, t, db, l.Name())
+	require.True(t, found)
+	require.Equal(t, h.FencingToken(), held.FencingToken, "a refused C# attempt must not change the token")
+	require.NotEmpty(t, held.LockID)
+
+	require.NoError(t, h.Release(ctx))
+	released, found := readInteropDoc(ctx, t, db, l.Name())
+	require.True(t, found, "mongolock's release keeps the document")
+	require.Empty(t, released.LockID, "mongolock's release clears the holder")
+	require.Equal(t, h.FencingToken(), released.FencingToken, "mongolock's release keeps the token")
+	require.True(t, released.ExpiresAt.Before(held.ExpiresAt) && !released.ExpiresAt.Before(held.AcquiredAt),
+		"mongolock's release ends the lease now (server time): acquired %v, lease to %v, released at %v", held.AcquiredAt, held.ExpiresAt, released.ExpiresAt)
+
+	dh, err = dotnet.tryAcquire(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, dh, "the C# protocol must acquire once mongolock released")
+	require.Equal(t, h.FencingToken()+1, dh.token)
+	deleted, err := dotnet.release(ctx, dh)
+	require.NoError(t, err)
+	require.True(t, deleted)
+}
+
+// DistributedLock.MongoDB's release deletes the document, so on its own its
+// tokens restart at 1. A mongolock acquisition after it must still outrank
+// every earlier token, and a C# acquisition after mongolock continues from
+// mongolock's token.
+func TestFencingTokensKeepIncreasingAcrossDotnetDeleteReleases(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	_, l, dotnet := interopSides(t, "shared-report")
+
+	dotnetAcquire := func() *dotnetHandle {
+		t.Helper()
+		dh, err := dotnet.tryAcquire(ctx)
+		require.NoError(t, err)
+		require.NotNil(t, dh, "the C# protocol must acquire a free lock")
+		return dh
+	}
+	dotnetRelease := func(dh *dotnetHandle) {
+		t.Helper()
+		deleted, err := dotnet.release(ctx, dh)
+		require.NoError(t, err)
+		require.True(t, deleted)
+	}
+	mongolockAcquire := func() int64 {
+		t.Helper()
+		h, err := l.TryAcquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, h.Release(ctx))
+		return h.FencingToken()
+	}
+
+	d1 := dotnetAcquire()
+	require.EqualValues(t, 1, d1.token, "the C# protocol starts a new document at 1")
+	dotnetRelease(d1)
+
+	m1 := mongolockAcquire()
+	require.Greater(t, m1, d1.token)
+
+	d2 := dotnetAcquire()
+	require.Equal(t, m1+1, d2.token, "the C# protocol continues from mongolock's token")
+	dotnetRelease(d2)
+
+	m2 := mongolockAcquire()
+	require.Greater(t, m2, d2.token, "mongolock after a C# delete-release must outrank every earlier token")
+	t.Logf("tokens: C# %d, mongolock %d, C# %d, mongolock %d", d1.token, m1, d2.token, m2)
+}
+
+// Goroutines of both protocols, each with a client of its own, contend for
+// one lock for a few seconds. Inside the lock each does a read-modify-write
+// of a counter document, which loses updates if two holders ever overlap,
+// and an in-process counter of holders must never exceed one.
+func TestDotnetAndMongolockContendersNeverOverlap(t *testing.T) {
+	const (
+		perSide  = 4
+		duration = 3 * time.Second
+	)
+	ctx := boundedCtx(t, time.Minute)
+	db := testdb.Database(t)
+	const name = "shared-counter"
+	counter := db.Collection("interop_counter")
+	_, err := counter.InsertOne(ctx, bson.D{{Key: "_id", Value: name}, {Key: "n", Value: int64(0)}})
+	require.NoError(t, err)
+
+	var (
+		inside, overlaps atomic.Int32
+		acquisitions     [2]atomic.Int64 // [0]: C# protocol, [1]: mongolock
+		mu               sync.Mutex
+		errs             []error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	// critical runs with the lock held, by either side.
+	critical := func(c *mongo.Collection) error {
+		if inside.Add(1) > 1 {
+			overlaps.Add(1)
+		}
+		defer inside.Add(-1)
+		var doc struct {
+			N int64 `bson:"n"`
+		}
+		if err := c.FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Decode(&doc); err != nil {
+			return err
+		}
+		_, err := c.UpdateOne(ctx, bson.D{{Key: "_id", Value: name}}, bson.D{{Key: "$set", Value: bson.D{{Key: "n", Value: doc.N + 1}}}})
+		return err
+	}
+
+	end := time.Now().Add(duration)
+	var wg sync.WaitGroup
+	for range perSide {
+		cdb := testdb.NewClient(t).Database(db.Name())
+		dotnet := newDotnetLock(cdb, name)
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				dh, err := dotnet.tryAcquire(ctx)
+				if err != nil {
+					fail(err)
+					return
+				}
+				if dh == nil {
+					// DistributedLock's busy wait, shortened.
+					time.Sleep(time.Duration(rand.N(20)+1) * time.Millisecond)
+					continue
+				}
+				acquisitions[0].Add(1)
+				err = critical(cdb.Collection(counter.Name()))
+				deleted, rerr := dotnet.release(ctx, dh)
+				if err = errors.Join(err, rerr); err == nil && !deleted {
+					err = errors.New("C# release matched nothing: its acquisition was taken over")
+				}
+				if err != nil {
+					fail(err)
+					return
+				}
+			}
+		})
+		mdb := testdb.NewClient(t).Database(db.Name())
+		l, err := mongolock.New(mdb, name, mongolock.WithBusyWaitSleep(time.Millisecond, 20*time.Millisecond))
+		require.NoError(t, err)
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				actx, acancel := context.WithDeadline(ctx, end)
+				h, err := l.Acquire(actx)
+				acancel()
+				if err != nil && errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(end) {
+					// Contended until the end. Whether the error also says
+					// ErrNotAcquired is checked by
+					// TestLockHeldByDotnetProtocolIsNotAcquiredByMongolockUntilDotnetReleases.
+					return
+				}
+				if err != nil {
+					fail(err)
+					return
+				}
+				acquisitions[1].Add(1)
+				err = critical(mdb.Collection(counter.Name()))
+				if err = errors.Join(err, h.Release(ctx)); err != nil {
+					fail(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	require.Empty(t, errs)
+	require.Zero(t, overlaps.Load(), "two holders overlapped")
+	total := acquisitions[0].Load() + acquisitions[1].Load()
+	var doc struct {
+		N int64 `bson:"n"`
+	}
+	require.NoError(t, counter.FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Decode(&doc))
+	require.Equal(t, total, doc.N, "the counter lost updates: two holders overlapped")
+	require.Positive(t, acquisitions[0].Load(), "the C# protocol never got the lock")
+	require.Positive(t, acquisitions[1].Load(), "mongolock never got the lock")
+
+	t.Logf("acquisitions in %v: C# protocol %d, mongolock %d", duration, acquisitions[0].Load(), acquisitions[1].Load())
+}
+
+// DistributedLock.MongoDB's release deletes the document; the next acquisition
+// re-creates it. When that is a mongolock acquisition, its token must outrank
+// every token before it, also while many acquirers of both protocols contend.
+// Holders are exclusive, so recording tokens with the lock held records them in
+// acquisition order.
+func TestMongolockTokensOutrankEveryEarlierTokenWhileContendingWithDotnetReleases(t *testing.T) {
+	const (
+		mongolockers = 6
+		dotnets      = 4
+		duration     = 6 * time.Second
+	)
+	ctx := boundedCtx(t, time.Minute)
+	db := testdb.Database(t)
+	const name = "shared-ledger"
+
+	var (
+		mu           sync.Mutex
+		highest      int64
+		acquisitions [2]int // [0]: C# protocol, [1]: mongolock
+		violations   []string
+		errs         []error
+	)
+	record := func(token int64, mongolockSide bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if mongolockSide && token <= highest && len(violations) < 5 {
+			violations = append(violations, fmt.Sprintf("mongolock acquisition %d got token %d, not above the highest before it, %d (%d ms of server time below)",
+				acquisitions[0]+acquisitions[1]+1, token, highest, (highest-token)/1024))
+		}
+		highest = max(highest, token)
+		if mongolockSide {
+			acquisitions[1]++
+		} else {
+			acquisitions[0]++
+		}
+	}
+	stop := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(violations) > 0 || len(errs) > 0
+	}
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+
+	end := time.Now().Add(duration)
+	var wg sync.WaitGroup
+	for range dotnets {
+		dotnet := newDotnetLock(testdb.NewClient(t).Database(db.Name()), name)
+		wg.Go(func() {
+			for time.Now().Before(end) && !stop() {
+				dh, err := dotnet.tryAcquire(ctx)
+				if err == nil && dh != nil {
+					record(dh.token, false)
+					var deleted bool
+					if deleted, err = dotnet.release(ctx, dh); err == nil && !deleted {
+						err = errors.New("C# release matched nothing: its acquisition was taken over")
+					}
+				}
+				if err != nil {
+					fail(err)
+					return
+				}
+			}
+		})
+	}
+	for range mongolockers {
+		l, err := mongolock.New(testdb.NewClient(t).Database(db.Name()), name)
+		require.NoError(t, err)
+		wg.Go(func() {
+			for time.Now().Before(end) && !stop() {
+				h, err := l.TryAcquire(ctx)
+				if errors.Is(err, mongolock.ErrNotAcquired) {
+					continue
+				}
+				if err == nil {
+					record(h.FencingToken(), true)
+					err = h.Release(ctx)
+				}
+				if err != nil {
+					fail(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	require.Empty(t, errs)
+	require.Empty(t, violations, "fencing tokens went backwards")
+	require.Positive(t, acquisitions[0], "the C# protocol never got the lock")
+	require.Positive(t, acquisitions[1], "mongolock never got the lock")
+	t.Logf("acquisitions in %v: C# protocol %d, mongolock %d", duration, acquisitions[0], acquisitions[1])
+}
+
+// Killed processes: a child process of the test binary holds a lock and is
+// killed with SIGKILL.
+
+// The child process's environment: TestHelperProcess runs only when
+// childEnvFlag is "1".
+const (
+	childEnvFlag = "MONGOLOCK_HELPER"
+	childEnvURI  = "MONGOLOCK_HELPER_URI"
+	childEnvDB   = "MONGOLOCK_HELPER_DB"
+	childEnvLock = "MONGOLOCK_HELPER_LOCK"
+
+	childExpiry = 2 * time.Second
+)
+
+// TestHelperProcess is not a test: it is the child process of
+// TestKilledHolderProcessIsTakenOverAfterItsLeaseExpires, which re-executes
+// the test binary to run only this function. It acquires the lock with a
+// short expiry, prints "acquired <token>", and keeps holding it (extending
+// its lease) until it is killed, or until its stdin closes because the
+// parent is gone, so that it never outlives a parent that died.
+func TestHelperProcess(t *testing.T) {
+	if os.Getenv(childEnvFlag) != "1" {
+		t.Skip("the child process of TestKilledHolderProcessIsTakenOverAfterItsLeaseExpires; runs only when started by it")
+	}
+	ctx := boundedCtx(t, 30*time.Second)
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv(childEnvURI)))
+	require.NoError(t, err)
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	l, err := mongolock.New(client.Database(os.Getenv(childEnvDB)), os.Getenv(childEnvLock), mongolock.WithExpiry(childExpiry))
+	require.NoError(t, err)
+	h, err := l.Acquire(ctx)
+	require.NoError(t, err)
+	defer func() { _ = h.Release(context.Background()) }()
+	fmt.Printf("acquired %d\n", h.FencingToken())
+	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent kills us or goes away
+}
+
+// A holder process that dies (SIGKILL: no release, no cleanup) stops extending
+// its lease; another process can take the lock once the lease has expired on
+// the server, not before, and then within the expiry plus the waiter's longest
+// sleep, with a greater fencing token. Several children are killed at once,
+// each at a random point of its extension cycle.
+func TestKilledHolderProcessIsTakenOverAfterItsLeaseExpires(t *testing.T) {
+	const trials = 4
+	for i := range trials {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			t.Parallel()
+			killedHolderTrial(t, fmt.Sprintf("nightly-job-%d", i))
+		})
+	}
+}
+
+// killWaitMax is the longest sleep of the process waiting to take over.
+const killWaitMax = 50 * time.Millisecond
+
+// killSlack covers the round trips and scheduling delays (under -race, on a
+// busy machine) on top of the expiry and the longest sleep.
+const killSlack = 300 * time.Millisecond
+
+func killedHolderTrial(t *testing.T, name string) {
+	ctx := boundedCtx(t, 60*time.Second)
+	db := testdb.Database(t)
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.timeout=2m")
+	cmd.Env = append(os.Environ(),
+		childEnvFlag+"=1",
+		childEnvURI+"="+testdb.Info(t).URI,
+		childEnvDB+"="+db.Name(),
+		childEnvLock+"="+name,
+		"MONGODB_URI="+testdb.Info(t).URI, // so that the child's TestMain looks for no server
+	)
+	var output lockedBuffer // the child's stdout and stderr, for failure messages
+	cmd.Stderr = &output
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+
+	// The reader forwards the "acquired" line, keeps every line for failure
+	// messages, and drains stdout to EOF, which cmd.Wait requires before it
+	// is called.
+	acquiredLine := make(chan string, 1)
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		defer close(acquiredLine)
+		sc := bufio.NewScanner(stdout)
+		sent := false
+		for sc.Scan() {
+			line := sc.Text()
+			_, _ = fmt.Fprintln(&output, line)
+			if !sent && strings.HasPrefix(line, "acquired ") {
+				acquiredLine <- line
+				sent = true
+			}
+		}
+	}()
+	var reapOnce sync.Once
+	var waitErr error
+	reap := func() {
+		reapOnce.Do(func() {
+			_ = cmd.Process.Kill()
+			<-readDone
+			waitErr = cmd.Wait()
+			_ = stdin.Close()
+		})
+	}
+	t.Cleanup(reap) // also when the test fails: the child never outlives it
+
+	var childToken int64
+	select {
+	case line, ok := <-acquiredLine:
+		require.True(t, ok, "the child exited without acquiring; its output:\n%s", output.String())
+		childToken, err = strconv.ParseInt(strings.TrimPrefix(line, "acquired "), 10, 64)
+		require.NoError(t, err, "line %q", line)
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "the child did not acquire within 30s", "its output:\n%s", output.String())
+	}
+
+	// Kill the child only once it has extended its lease: it is alive and
+	// keeping the lock, which then frees itself only because the child died.
+	first, found := readInteropDoc(ctx, t, db, name)
+	require.True(t, found)
+	pollUntil(t, 2*childExpiry, "the child extending its lease", func() bool {
+		doc, found := readInteropDoc(ctx, t, db, name)
+		require.True(t, found)
+		return doc.ExpiresAt.After(first.ExpiresAt)
+	})
+
+	// Then kill it at a random point of its extension cycle (this wait
+	// chooses the phase; it synchronises nothing).
+	time.Sleep(time.Duration(rand.Int64N(int64(childExpiry / 3))))
+
+	l, err := mongolock.New(db, name, mongolock.WithBusyWaitSleep(5*time.Millisecond, killWaitMax))
+	require.NoError(t, err)
+	h, err := l.TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the child holds the lock")
+	require.Nil(t, h)
+
+	killedAt := time.Now()
+	reap()
+	var exitErr *exec.ExitError
+	require.ErrorAs(t, waitErr, &exitErr, "the child must have been killed, not have exited on its own")
+
+	// Whatever lease the child last wrote is what the server must honour.
+	leased, found := readInteropDoc(ctx, t, db, name)
+	require.True(t, found)
+
+	actx, acancel := context.WithTimeout(ctx, 4*childExpiry)
+	defer acancel()
+	h, err = l.Acquire(actx)
+	require.NoError(t, err, "the lock must be free once the killed child's lease has expired")
+	took := time.Since(killedAt)
+	t.Cleanup(func() { _ = h.Release(context.Background()) }) // on failure below
+
+	taken, found := readInteropDoc(ctx, t, db, name)
+	require.True(t, found)
+	require.False(t, taken.AcquiredAt.Before(leased.ExpiresAt),
+		"taken over at %v (server time), before the child's lease ended at %v", taken.AcquiredAt, leased.ExpiresAt)
+	require.Greater(t, h.FencingToken(), childToken)
+	require.Less(t, took, childExpiry+killWaitMax+killSlack,
+		"taken over %v after SIGKILL; the expiry is %v and the longest sleep %v", took, childExpiry, killWaitMax)
+	require.Less(t, taken.AcquiredAt.Sub(leased.ExpiresAt), killWaitMax+killSlack,
+		"taken over %v after the child's lease ended (server time)", taken.AcquiredAt.Sub(leased.ExpiresAt))
+	require.NoError(t, h.Release(ctx))
+	t.Logf("acquired %v after SIGKILL (expiry %v), %v after the child's lease ended (server time); tokens: child %d, parent %d (+%d)",
+		took.Round(time.Millisecond), childExpiry, taken.AcquiredAt.Sub(leased.ExpiresAt),
+		childToken, h.FencingToken(), h.FencingToken()-childToken)
+}
+
+// lockedBuffer collects a child's output for failure messages; exec writes
+// stderr from a goroutine of its own.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// Permissions.
+
+// The privileges locking needs: find, insert and update on the lock
+// collection. Without createIndex the TTL index is not created, and nothing
+// else changes; without changeStream (replica sets) waiters poll.
+//
+// It needs a server that enforces access control and has custom roles,
+// with MONGODB_URI authenticating a user allowed to create roles and users
+// (userAdmin on the test databases, e.g. root). FerretDB has neither
+// (--no-auth; no createRole): there
+// TestAcquireWorksWhenAnExpiresAtIndexExistsWithOtherOptions makes
+// createIndexes fail another way.
+func TestLockingNeedsOnlyFindInsertUpdateOnTheCollection(t *testing.T) {
+	ctx := boundedCtx(t, 60*time.Second)
+	admin := testdb.Client(t)
+	db := testdb.Database(t)
+	var status struct {
+		AuthInfo struct {
+			Users []bson.Raw `bson:"authenticatedUsers"`
+		} `bson:"authInfo"`
+	}
+	require.NoError(t, admin.Database("admin").RunCommand(ctx, bson.D{{Key: "connectionStatus", Value: 1}}).Decode(&status))
+	if len(status.AuthInfo.Users) == 0 {
+		t.Skipf("needs a server that enforces access control, with MONGODB_URI authenticating a user that may create roles; %s does not authenticate this client", testdb.Info(t).Name())
+	}
+	const role, user, pwd = "mongolock_locker", "mongolock_locker", "mongolock-test-password"
+	err := db.RunCommand(ctx, bson.D{
+		{Key: "createRole", Value: role},
+		{Key: "privileges", Value: bson.A{bson.D{
+			{Key: "resource", Value: bson.D{{Key: "db", Value: db.Name()}, {Key: "collection", Value: mongolock.DefaultCollection}}},
+			{Key: "actions", Value: bson.A{"find", "insert", "update"}},
+		}}},
+		{Key: "roles", Value: bson.A{}},
+	}).Err()
+	if err != nil {
+		t.Skipf("needs custom roles (createRole), which %s refused: %v", testdb.Info(t).Name(), err)
+	}
+	t.Cleanup(func() { _ = db.RunCommand(context.Background(), bson.D{{Key: "dropRole", Value: role}}).Err() })
+	require.NoError(t, db.RunCommand(ctx, bson.D{
+		{Key: "createUser", Value: user}, {Key: "pwd", Value: pwd},
+		{Key: "roles", Value: bson.A{bson.D{{Key: "role", Value: role}, {Key: "db", Value: db.Name()}}}},
+	}).Err())
+	t.Cleanup(func() { _ = db.RunCommand(context.Background(), bson.D{{Key: "dropUser", Value: user}}).Err() })
+
+	c := testdb.NewClient(t, options.Client().SetAuth(options.Credential{Username: user, Password: pwd, AuthSource: db.Name()}))
+	coll := c.Database(db.Name()).Collection(mongolock.DefaultCollection)
+	_, err = coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "x", Value: 1}}})
+	var se mongo.ServerError
+	require.ErrorAs(t, err, &se, "the user may create indexes: the test proves nothing")
+	require.True(t, se.HasErrorCode(13), "want Unauthorized (13): %v", err)
+
+	// Acquire (creating the document), be waited for, be extended past
+	// several expiries, release, and Do: all as the restricted user.
+	const expiry = 500 * time.Millisecond
+	p := newProvider(t, c.Database(db.Name()), mongolock.WithExpiry(expiry))
+	other := newProvider(t, db, mongolock.WithExpiry(expiry))
+	h, err := p.Lock("restricted").Acquire(ctx)
+	require.NoError(t, err)
+	staysOpen(t, h.Lost(), 3*expiry, "Lost of a handle extended by the restricted user")
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = other.Lock("restricted").Acquire(wctx)
+	cancel()
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+	require.NoError(t, h.Release(ctx))
+	require.NoError(t, p.Lock("restricted").Do(ctx, func(context.Context) error { return nil }))
+	mongolock.WaitBackground(p)
+
+	// The TTL index was tried, and refused.
+	names, err := db.Collection(mongolock.DefaultCollection).Indexes().ListSpecifications(ctx)
+	require.NoError(t, err)
+	for _, s := range names {
+		require.NotEqual(t, mongolock.TTLIndexName, s.Name, "created without the privilege?")
+	}
+}
