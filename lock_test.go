@@ -1097,9 +1097,8 @@ func TestOperationsOnADisconnectedClientFailAtOnceSayingSo(t *testing.T) {
 
 // Many held locks.
 
-// Many held locks share one scheduler: one goroutine, and about one
-// updateMany per 500 handles per cadence, not one goroutine and one round
-// trip per handle.
+// Many held locks are extended together: about one updateMany per 500
+// handles per cadence, not one goroutine and one round trip per handle.
 func TestManyHeldLocksAreExtendedInBatches(t *testing.T) {
 	const n, cadence = 600, time.Second
 	ctx := boundedCtx(t, 2*time.Minute)
