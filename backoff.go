@@ -48,11 +48,12 @@ func (o config) backoff() backoff {
 //     again and again, it polls about when that turn should end, as timed
 //     by how fast the holder's streak grows (at the minimum sleep until it
 //     knows).
-//   - While the lock changes hands (it did since the last poll, or its
-//     holder's process is on a streak), other waiters poll when the next
-//     turn can be claimed: once the claimant holds the lock, or a turn later
-//     for the process that just stepped aside, so that those who waited
-//     longer claim first. Never later than the configured sleep.
+//   - While the lock changes hands (its holder's process is on a streak, or
+//     the acquisition seen is young), other waiters poll when the next turn
+//     can be claimed: once the claimant holds the lock, or a turn later for
+//     the process that just stepped aside. Never later than the configured
+//     sleep, and at the minimum sleep until they know the pace. A claim
+//     goes to the process that has waited longest.
 //   - While the lock stays with one holder, others double their sleep up to
 //     standbySleep: a lock held for hours costs little to wait for.
 //   - While release events arrive (change streams), a release wakes every
@@ -68,6 +69,7 @@ type waiting struct {
 	per      time.Duration // time per acquisition in a streak; 0: unknown
 	standby  time.Duration
 	local    time.Time // this process's last acquisition
+	began    int64     // the fencing token seen when the line began to wait; 0: not yet
 }
 
 // refused returns the sleep after a refusal that returned doc, for an
@@ -75,6 +77,9 @@ type waiting struct {
 func (w *waiting) refused(o config, proc string, doc lockDoc, now time.Time, notified bool) time.Duration {
 	w.failures++
 	first := w.seen.IsZero()
+	if w.began == 0 {
+		w.began = doc.FencingToken
+	}
 	// The lock changes hands: its holder's process is on a streak, or the
 	// last refusal was recent and the current acquisition is younger than
 	// the longest sleep, as far as this line has seen.
@@ -110,19 +115,20 @@ func (w *waiting) refused(o config, proc string, doc lockDoc, now time.Time, not
 			d = 0 // learn the pace
 		}
 		return max(d, o.sleepMin)
+	case first:
+		return o.sleepMin // look again soon: is the lock changing hands?
 	case !changing: // held for long, as far as this line knows
 		w.standby = min(max(w.standby, backoff.next(w.failures)/2)*2, o.standbySleep())
 		return max(w.standby, o.sleepMin)
 	}
 	w.standby = 0
-	d := backoff.next(w.failures)
 	if w.per == 0 {
-		return d
+		return o.sleepMin // learn the pace
 	}
 	if doc.LastProcess == proc {
 		left = turnLength // this process just stepped aside
 	}
-	return min(max(after(left+1), o.sleepMin), d)
+	return min(max(after(left+1), o.sleepMin), backoff.next(w.failures))
 }
 
 // failed returns the sleep after an attempt that failed with a transient
@@ -141,5 +147,14 @@ func (w *waiting) acquired(now time.Time, streakGap time.Duration) {
 		w.per = d
 	}
 	w.local = now
-	w.failures, w.standby = 0, 0
+	w.failures, w.standby, w.began = 0, 0, 0
+}
+
+// waitingSince returns the token to claim with: the one seen when the line
+// began to wait, or, before any refusal, one that outranks every other.
+func (w *waiting) waitingSince() int64 {
+	if w.began == 0 {
+		return math.MaxInt64
+	}
+	return w.began
 }

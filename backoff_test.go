@@ -207,8 +207,8 @@ func TestOtherWaitersBackOffWhileTheLockStaysWithOneHolder(t *testing.T) {
 		sleeps = append(sleeps, d/time.Millisecond)
 		now = now.Add(d)
 	}
-	require.Equal(t, []time.Duration{100, 200, 400, 800, 1600, 1600, 1600, 1600, 1600, 1600}, sleeps,
-		"sleeps in ms: doubling up to 16x the longest sleep")
+	require.Equal(t, []time.Duration{100, 100, 200, 400, 800, 1600, 1600, 1600, 1600, 1600}, sleeps,
+		"sleeps in ms: a second look at the minimum, then doubling up to 16x the longest sleep")
 	require.Equal(t, o.standbySleep(), 16*o.sleepMax)
 	// A poll long after the last one sees another holder: held for long
 	// still, as far as it knows.

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -336,6 +337,37 @@ func TestAWaiterThatGivesUpWithdrawsItsClaim(t *testing.T) {
 	require.NoError(t, err)
 	claimAndGiveUp(t, ctx, e.p, "turn")
 	require.Empty(t, turnOf(t, e.p, "turn").WaitingProcess, "a waiter that gave up kept its claim")
+	require.NoError(t, holder.Release(ctx))
+}
+
+// Claims go to the process that has waited longest: an older waiter takes
+// a younger process's claim over, and a younger waiter never takes an older
+// one's.
+func TestTheLongestWaitingProcessHoldsTheClaim(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	db := testdb.Database(t)
+	sleeps := mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond)
+	holder := mustTryAcquire(t, ctx, newProvider(t, ownClient(t, db, nil)).Lock("fifo"))
+	older := newProvider(t, ownClient(t, db, nil), sleeps)
+	go func() { _, _ = older.Lock("fifo").Acquire(ctx) }()
+	awaitClaim(t, older, "fifo")
+
+	// A process that began to wait later polls, and leaves the claim alone.
+	count := &commandCounter{}
+	younger := newProvider(t, ownClient(t, db, count), sleeps)
+	go func() { _, _ = younger.Lock("fifo").Acquire(ctx) }()
+	pollUntil(t, 10*time.Second, "the younger waiter polled twice", func() bool { return count.named("findAndModify") >= 2 })
+	require.Equal(t, mongolock.Process(older), turnOf(t, older, "fifo").WaitingProcess, "a younger waiter took the claim")
+
+	// A claim by a process younger than both: the older one takes it over.
+	coll := testdb.Client(t).Database(db.Name()).Collection(mongolock.DefaultCollection)
+	_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "fifo"}}, bson.D{{Key: "$set", Value: bson.D{
+		{Key: "waitingProcess", Value: "a-newcomer"},
+		{Key: "waitingSince", Value: int64(math.MaxInt64 - 1)},
+		{Key: "waitingUntil", Value: time.Now().Add(time.Minute)},
+	}}})
+	require.NoError(t, err)
+	awaitClaim(t, older, "fifo")
 	require.NoError(t, holder.Release(ctx))
 }
 

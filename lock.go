@@ -46,7 +46,7 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Handle, error) {
 	if ctx == nil {
 		return nil, l.errorf("try acquire", errNilContext)
 	}
-	h, _, err := l.attempt(ctx, tryMode)
+	h, _, err := l.attempt(ctx, tryMode, 0)
 	if err != nil {
 		return nil, l.errorf("try acquire", err)
 	}
@@ -107,14 +107,14 @@ func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
 		default:
 		}
 		sleep := time.Duration(-1) // no attempt: wait to be woken
-		handedOver, mayAttempt := qs.next(w)
+		handedOver, mayAttempt, since := qs.next(w)
 		if handedOver != nil {
 			return handedOver, nil
 		}
 		if !mayAttempt {
 			contended = true // someone of this process goes first
 		} else {
-			h, doc, err := l.attempt(ctx, waitMode)
+			h, doc, err := l.attempt(ctx, waitMode, since)
 			switch {
 			case err == nil:
 				return h, nil
@@ -192,11 +192,12 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) (err 
 	return fn(fctx)
 }
 
-// attempt is one acquisition attempt: one round trip on an existing lock
+// attempt is one acquisition attempt, claiming with since (Acquire): one
+// round trip on an existing lock
 // document. A missing document (no match; or a duplicate key on FerretDB,
 // racing another client that creates it) is created with a plain insert and
 // the attempt repeated.
-func (l *Lock) attempt(ctx context.Context, mode attemptMode) (*Handle, lockDoc, error) {
+func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Handle, lockDoc, error) {
 	p := l.p
 	p.ensureIndex()
 	for tries := 1; ; tries++ {
@@ -204,7 +205,7 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode) (*Handle, lockDoc,
 		// another.
 		lockID := newLockID()
 		sent := time.Now()
-		doc, err := p.acquireRoundTrip(ctx, l.name, lockID, mode)
+		doc, err := p.acquireRoundTrip(ctx, l.name, lockID, since, mode)
 		switch {
 		case err == nil && doc.LockID == lockID:
 			return newHandle(l, lockID, doc.FencingToken, sent), doc, nil
@@ -232,9 +233,9 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode) (*Handle, lockDoc,
 // claim that nobody of this process still needs is withdrawn. A request
 // that fails ambiguously (the connection dropped after sending) is released
 // in the background too.
-func (p *Provider) acquireRoundTrip(ctx context.Context, name, lockID string, mode attemptMode) (lockDoc, error) {
+func (p *Provider) acquireRoundTrip(ctx context.Context, name, lockID string, since int64, mode attemptMode) (lockDoc, error) {
 	send := func(ctx context.Context) (doc lockDoc, err error) {
-		err = p.coll.FindOneAndUpdate(ctx, acquireFilter(name), acquirePipeline(lockID, p.stages[mode]), acquireOptions).Decode(&doc)
+		err = p.coll.FindOneAndUpdate(ctx, acquireFilter(name), acquirePipeline(lockID, since, p.stages[mode]), acquireOptions).Decode(&doc)
 		if err != nil && isAmbiguous(err) {
 			p.releaseInBackground(name, lockID, afterNoReply)
 		}

@@ -1,6 +1,7 @@
 package mongolock
 
 import (
+	"math"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -14,7 +15,8 @@ import (
 // A lock is one document:
 //
 //	{_id: name, lockId, acquiredAt, expiresAt, fencingToken,
-//	 lastProcess, lastLockId, processStreak, waitingProcess, waitingUntil}
+//	 lastProcess, lastLockId, processStreak,
+//	 waitingProcess, waitingSince, waitingUntil}
 //
 // The first five are DistributedLock.MongoDB's: both libraries judge "free"
 // the same way, so Go and .NET services can share a lock. It ignores the
@@ -23,8 +25,11 @@ import (
 //   - lastProcess, lastLockId: the process that made the last mongolock
 //     acquisition, and that acquisition's lockId.
 //   - processStreak: how many times in a row lastProcess acquired.
-//   - waitingProcess, waitingUntil: a process waiting in Acquire, and the
-//     server time until which its claim counts unless it asks again.
+//   - waitingProcess, waitingSince, waitingUntil: a process waiting in
+//     Acquire that claims the next turn; the fencing token it saw when it
+//     began to wait (a smaller one: it has waited longer, and takes the
+//     claim over); and the server time until which its claim counts unless
+//     it asks again.
 //
 // Mutual exclusion rests on expiresAt alone, judged by the server's $$NOW.
 
@@ -72,17 +77,19 @@ const (
 // that one round trip releases a handle and acquires for the next waiter of
 // its process, or only releases if another process's turn has come.
 //
-// The pipeline's first stage carries the attempt's fresh lockId; the others
-// are the same for every attempt of a process, mode and expiry, and are
-// encoded once (acquireStages):
+// The pipeline's first stage carries the attempt's fresh lockId and the
+// token its process saw when it began to wait; the others are the same for
+// every attempt of a process, mode and expiry, and are encoded once
+// (acquireStages):
 //
-//	{$set: {_attempt: <lockId>}}
+//	{$set: {_attempt: {lockId: <lockId>, since: <token>}}}
 //	{$set: {_mine: <lastProcess is this one>}}
 //	{$set: {_free: <expired, and not this process's turn to step aside>}}
 //	{$set: {<each field>: {$cond: ["$_free", <acquired>, <refused>]}}}
 //	{$unset: ["_attempt", "_mine", "_free"]}
-func acquirePipeline(lockID string, stages []bson.Raw) bson.A {
-	p := bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "_attempt", Value: lockID}}}}}
+func acquirePipeline(lockID string, since int64, stages []bson.Raw) bson.A {
+	p := bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "_attempt", Value: bson.D{
+		{Key: "lockId", Value: lockID}, {Key: "since", Value: since}}}}}}}
 	for _, s := range stages {
 		p = append(p, s)
 	}
@@ -111,19 +118,26 @@ func acquireStages(proc string, mode attemptMode, expiry, claim time.Duration) [
 	token := op("$max",
 		op("$add", ifNull("$fencingToken", int64(0)), int64(1)),
 		op("$multiply", op("$toLong", now), int64(tokenFloorScale)))
-	waitingProcess, waitingUntil := any("$waitingProcess"), any("$waitingUntil")
+	waitingProcess, waitingSince, waitingUntil := any("$waitingProcess"), any("$waitingSince"), any("$waitingUntil")
 	if mode == waitMode {
 		// Refused: claim the next turn, unless this process has had its
-		// turn, a DistributedLock.MongoDB acquisition holds the lock (its
-		// delete-release must not race with a write), or another process's
-		// claim is live. A live claim of this process is renewed only once
-		// half spent, so most refusals write nothing.
+		// turn, or a DistributedLock.MongoDB acquisition holds the lock (its
+		// delete-release must not race with a write). A live claim of
+		// another process is taken over only by a process that has waited
+		// longer; one of this process is renewed only once half spent, so
+		// most refusals write nothing.
+		mineLive := op("$eq", "$waitingProcess", proc)
+		// A first attempt does not know the token yet: the current one.
+		since := op("$min", "$_attempt.since", ifNull("$fencingToken", int64(0)))
 		claims := op("$and",
 			not(mine),
 			op("$or", op("$eq", op("$type", "$lockId"), "missing"), op("$eq", "$lockId", "$lastLockId")),
-			op("$or", not(claimLive), op("$eq", "$waitingProcess", proc)),
-			op("$lt", ifNull("$waitingUntil", epoch), op("$add", now, (claim/2).Milliseconds())))
+			op("$or",
+				not(claimLive),
+				op("$and", mineLive, op("$lt", "$waitingUntil", op("$add", now, (claim/2).Milliseconds()))),
+				op("$and", not(mineLive), op("$lt", since, ifNull("$waitingSince", int64(math.MaxInt64))))))
 		waitingProcess = cond(claims, proc, "$waitingProcess")
+		waitingSince = cond(claims, since, "$waitingSince")
 		waitingUntil = cond(claims, op("$add", now, claim.Milliseconds()), "$waitingUntil")
 	}
 	// Acquired: this process's claim, if any, is fulfilled.
@@ -133,14 +147,15 @@ func acquireStages(proc string, mode attemptMode, expiry, claim time.Duration) [
 		{{Key: "$set", Value: bson.D{{Key: "_free", Value: op("$and", available, not(op("$and",
 			mine, op("$gte", streak, turnLength), claimLive, op("$ne", "$waitingProcess", proc))))}}}},
 		{{Key: "$set", Value: bson.D{
-			{Key: "lockId", Value: cond(free, "$_attempt", lockID)},
+			{Key: "lockId", Value: cond(free, "$_attempt.lockId", lockID)},
 			{Key: "acquiredAt", Value: cond(free, now, "$acquiredAt")},
 			{Key: "expiresAt", Value: cond(free, op("$add", now, expiry.Milliseconds()), expiresAt)},
 			{Key: "fencingToken", Value: cond(free, token, "$fencingToken")},
 			{Key: "lastProcess", Value: cond(free, proc, "$lastProcess")},
-			{Key: "lastLockId", Value: cond(free, "$_attempt", "$lastLockId")},
+			{Key: "lastLockId", Value: cond(free, "$_attempt.lockId", "$lastLockId")},
 			{Key: "processStreak", Value: cond(free, cond(mine, op("$add", streak, 1), 1), "$processStreak")},
 			{Key: "waitingProcess", Value: cond(free, cond(claimMet, "$$REMOVE", "$waitingProcess"), waitingProcess)},
+			{Key: "waitingSince", Value: cond(free, cond(claimMet, "$$REMOVE", "$waitingSince"), waitingSince)},
 			{Key: "waitingUntil", Value: cond(free, cond(claimMet, "$$REMOVE", "$waitingUntil"), waitingUntil)},
 		}}},
 		{{Key: "$unset", Value: bson.A{"_attempt", "_mine", "_free"}}},
@@ -195,7 +210,7 @@ func withdrawFilter(name, proc string) bson.D {
 }
 
 var withdrawUpdate = mustMarshal(bson.D{
-	{Key: "$unset", Value: bson.D{{Key: "waitingProcess", Value: ""}, {Key: "waitingUntil", Value: ""}}},
+	{Key: "$unset", Value: bson.D{{Key: "waitingProcess", Value: ""}, {Key: "waitingSince", Value: ""}, {Key: "waitingUntil", Value: ""}}},
 })
 
 // 9. The TTL index, created once per process and collection, in the

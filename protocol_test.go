@@ -27,7 +27,7 @@ func TestGoldenProtocol(t *testing.T) {
 	acquire := func(filter bson.D, mode attemptMode) bson.D {
 		return bson.D{
 			{Key: "findOneAndUpdate", Value: filter},
-			{Key: "update", Value: acquirePipeline(lockID, acquireStages(proc, mode, o.expiry, o.claimLifetime()))},
+			{Key: "update", Value: acquirePipeline(lockID, 1795000000000000000, acquireStages(proc, mode, o.expiry, o.claimLifetime()))},
 			{Key: "returnDocument", Value: "after"},
 		}
 	}
@@ -67,9 +67,9 @@ func TestGoldenProtocol(t *testing.T) {
 func TestAcquirePipelineEncodesAsBuiltWhole(t *testing.T) {
 	stages := acquireStages("p", waitMode, 30*time.Second, time.Second)
 	id := newLockID()
-	_, got, err := bson.MarshalValue(acquirePipeline(id, stages))
+	_, got, err := bson.MarshalValue(acquirePipeline(id, 42, stages))
 	require.NoError(t, err)
-	whole := bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "_attempt", Value: id}}}}}
+	whole := bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "_attempt", Value: bson.D{{Key: "lockId", Value: id}, {Key: "since", Value: int64(42)}}}}}}}
 	for _, s := range stages {
 		var d bson.D
 		require.NoError(t, bson.Unmarshal(s, &d))

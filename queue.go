@@ -101,17 +101,18 @@ func (qs *queues) leave(w *waiter) (left int, untaken *Handle) {
 }
 
 // next returns the handle handed over to w, if any, and else whether w may
-// ask the database: it is the head, no handle of this process holds the
-// name, and no hand-over to it is under way.
-func (qs *queues) next(w *waiter) (handedOver *Handle, mayAttempt bool) {
+// ask the database (it is the head, no handle of this process holds the
+// name, and no hand-over to it is under way) and the token its line claims
+// with.
+func (qs *queues) next(w *waiter) (handedOver *Handle, mayAttempt bool, since int64) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if h := w.handedOver; h != nil {
 		w.handedOver = nil
-		return h, false
+		return h, false, 0
 	}
 	q := qs.get(w.lock.name)
-	return nil, q.waiters[0] == w && q.held == 0 && !w.offered
+	return nil, q.waiters[0] == w && q.held == 0 && !w.offered, q.sched.waitingSince()
 }
 
 // hold records that a handle of l's provider acquired l's name at now.
