@@ -346,29 +346,47 @@ func TestAWaiterThatGivesUpWithdrawsItsClaim(t *testing.T) {
 func TestTheLongestWaitingProcessHoldsTheClaim(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
 	db := testdb.Database(t)
+	coll := testdb.Client(t).Database(db.Name()).Collection(mongolock.DefaultCollection)
+	set := func(fields bson.D) {
+		_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "fifo"}}, fields)
+		require.NoError(t, err)
+	}
 	sleeps := mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond)
 	holder := mustTryAcquire(t, ctx, newProvider(t, ownClient(t, db, nil)).Lock("fifo"))
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
 	older := newProvider(t, ownClient(t, db, nil), sleeps)
-	go func() { _, _ = older.Lock("fifo").Acquire(ctx) }()
+	wg.Go(func() { releaseIfAcquired(older.Lock("fifo").Acquire(wctx)) })
 	awaitClaim(t, older, "fifo")
 
-	// A process that began to wait later polls, and leaves the claim alone.
+	// A process that began to wait later (a greater token: as if the lock
+	// had changed hands since) polls, and leaves the claim alone.
+	set(bson.D{{Key: "$inc", Value: bson.D{{Key: "fencingToken", Value: int64(1)}}}})
 	count := &commandCounter{}
 	younger := newProvider(t, ownClient(t, db, count), sleeps)
-	go func() { _, _ = younger.Lock("fifo").Acquire(ctx) }()
+	wg.Go(func() { releaseIfAcquired(younger.Lock("fifo").Acquire(wctx)) })
 	pollUntil(t, 10*time.Second, "the younger waiter polled twice", func() bool { return count.named("findAndModify") >= 2 })
 	require.Equal(t, mongolock.Process(older), turnOf(t, older, "fifo").WaitingProcess, "a younger waiter took the claim")
 
 	// A claim by a process younger than both: the older one takes it over.
-	coll := testdb.Client(t).Database(db.Name()).Collection(mongolock.DefaultCollection)
-	_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "fifo"}}, bson.D{{Key: "$set", Value: bson.D{
+	set(bson.D{{Key: "$set", Value: bson.D{
 		{Key: "waitingProcess", Value: "a-newcomer"},
 		{Key: "waitingSince", Value: int64(math.MaxInt64 - 1)},
 		{Key: "waitingUntil", Value: time.Now().Add(time.Minute)},
 	}}})
-	require.NoError(t, err)
 	awaitClaim(t, older, "fifo")
 	require.NoError(t, holder.Release(ctx))
+}
+
+// releaseIfAcquired releases what an Acquire returned, if it acquired.
+func releaseIfAcquired(h *mongolock.Handle, err error) {
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = h.Release(ctx)
+	}
 }
 
 // A claimant whose process died holds no free lock back: a third client's
