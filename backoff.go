@@ -45,17 +45,20 @@ func (o config) backoff() backoff {
 //
 //   - The claimant, whose claim on the next turn the document holds, polls
 //     at most every claimantSleep. While the holder's process takes the lock
-//     again and again, it polls about when that turn should end, as timed
-//     by how fast the holder's streak grows (at the minimum sleep until it
-//     knows).
+//     again and again, it closes in on when that turn should end, halving
+//     what is left each look, as timed by how fast the holder's streak grows
+//     (at the minimum sleep until it knows).
 //   - While the lock changes hands (its holder's process is on a streak, or
-//     the acquisition seen is young), other waiters poll when the next turn
+//     it changed hands since a recent poll), other waiters poll when the next turn
 //     can be claimed: once the claimant holds the lock, or a turn later for
 //     the process that just stepped aside. Never later than the configured
 //     sleep, and at the minimum sleep until they know the pace. A claim
 //     goes to the process that has waited longest.
 //   - While the lock stays with one holder, others double their sleep up to
-//     standbySleep: a lock held for hours costs little to wait for.
+//     standbySleep: a lock held for hours costs little to wait for. A waiter
+//     whose own process has been taking the lock in streaks (a busy lock)
+//     does so only once the same acquisition has been seen across the
+//     longest sleep.
 //   - While release events arrive (change streams), a release wakes every
 //     waiter, and polling is a safety net at standbySleep.
 type waiting struct {
@@ -80,15 +83,16 @@ func (w *waiting) refused(o config, proc string, doc lockDoc, now time.Time, not
 	if w.began == 0 {
 		w.began = doc.FencingToken
 	}
-	// The lock changes hands: its holder's process is on a streak, or the
-	// last refusal was recent and the current acquisition is younger than
-	// the longest sleep, as far as this line has seen.
-	if doc.LockID != w.lockID {
-		w.lockID, w.heldFrom = doc.LockID, now
-	}
+	// The lock changes hands: its holder's process is on a streak, or it
+	// changed hands since the last refusal, not long ago.
 	changing := doc.ProcessStreak > 1 ||
-		!first && now.Sub(w.seen) <= o.sleepMax && now.Sub(w.heldFrom) < o.sleepMax
-	w.seen = now
+		!first && doc.LockID != w.lockID && now.Sub(w.seen) <= o.sleepMax
+	if doc.LockID != w.lockID {
+		w.heldFrom = now
+	}
+	w.lockID, w.seen = doc.LockID, now
+	// Held for long: the same acquisition seen across the longest sleep.
+	long := now.Sub(w.heldFrom) >= o.sleepMax
 	if doc.LastProcess == w.holder && doc.ProcessStreak > w.streak && !w.since.IsZero() {
 		w.per = now.Sub(w.since) / time.Duration(doc.ProcessStreak-w.streak)
 	}
@@ -110,14 +114,15 @@ func (w *waiting) refused(o config, proc string, doc lockDoc, now time.Time, not
 			d = 0 // look again soon: is the lock changing hands?
 		case !changing || doc.LastProcess == proc:
 		case w.per > 0:
-			d = min(d, after(left))
+			// Close in on the turn's end, timing the pace again each look.
+			d = min(d, after(left)/2)
 		default:
 			d = 0 // learn the pace
 		}
 		return max(d, o.sleepMin)
 	case first:
 		return o.sleepMin // look again soon: is the lock changing hands?
-	case !changing: // held for long, as far as this line knows
+	case !changing && (long || w.standby > 0 || w.per == 0):
 		w.standby = min(max(w.standby, backoff.next(w.failures)/2)*2, o.standbySleep())
 		return max(w.standby, o.sleepMin)
 	}
@@ -128,7 +133,10 @@ func (w *waiting) refused(o config, proc string, doc lockDoc, now time.Time, not
 	if doc.LastProcess == proc {
 		left = turnLength // this process just stepped aside
 	}
-	return min(max(after(left+1), o.sleepMin), backoff.next(w.failures))
+	// After the claimant's acquisition, with one acquisition to spare: a
+	// waiter that comes while the lock is still free takes the claimant's
+	// turn.
+	return min(max(after(left+2), o.sleepMin), backoff.next(w.failures))
 }
 
 // failed returns the sleep after an attempt that failed with a transient

@@ -184,10 +184,11 @@ func TestTheClaimantPollsAtMostEveryClaimantSleep(t *testing.T) {
 		require.Equal(t, o.claimantSleep(), d, "a lock held for long: the claimant's longest sleep")
 	}
 	// The holder's process takes the lock every 10 ms; polled every 20 ms,
-	// the third refusal sees a streak of 5: 3 more and half of one are 35 ms.
+	// the third refusal sees a streak of 5: 3 more and half of one are 35 ms,
+	// and the claimant looks again halfway.
 	w = waiting{}
 	d = refusals(&w, o, lockDoc{WaitingProcess: "me", LastProcess: "holder"}, t0, 10*time.Millisecond, 20*time.Millisecond, 3)
-	require.Equal(t, 35*time.Millisecond, d)
+	require.Equal(t, 35*time.Millisecond/2, d)
 	// A turn already over: poll at the minimum, not sooner.
 	d = refusals(&w, o, lockDoc{WaitingProcess: "me", LastProcess: "holder"}, t0, time.Millisecond, 20*time.Millisecond, 3)
 	require.Equal(t, o.sleepMin, d)
@@ -233,10 +234,36 @@ func TestOtherWaitersPollWhenTheNextTurnCanBeClaimed(t *testing.T) {
 	var w waiting
 	w.failures = 50 // the configured sleep has grown to its maximum
 	// Every 10 ms; the last refusal sees a streak of 3: 5 more by the
-	// holder's process, then the claimant's, and half of one: 65 ms.
+	// holder's process, then the claimant's, one to spare, and half of one:
+	// 75 ms.
 	d := refusals(&w, o, lockDoc{WaitingProcess: "claimant", LastProcess: "holder"}, t0, 10*time.Millisecond, 10*time.Millisecond, 3)
-	require.Equal(t, 65*time.Millisecond, d)
-	// Its own process stepped aside: a whole turn, and the claimant's.
+	require.Equal(t, 75*time.Millisecond, d)
+	// Its own process stepped aside: a whole turn, the claimant's, and one
+	// to spare.
 	d = w.refused(o, "me", lockDoc{WaitingProcess: "claimant", LastProcess: "me", ProcessStreak: 8, LockID: "other"}, t0.Add(40*time.Millisecond), false)
+	require.Equal(t, 105*time.Millisecond, d)
+}
+
+// Two polls within one short acquisition do not send a waiter of a busy
+// lock (its process has been taking it in streaks) into its standby
+// backoff: until the same acquisition has been seen across the longest
+// sleep, it sleeps as while the lock changes hands.
+func TestAShortAcquisitionSeenTwiceIsNotALongHold(t *testing.T) {
+	o := defaultConfig()
+	o.sleepMin, o.sleepMax = 10*time.Millisecond, 100*time.Millisecond
+	t0 := time.Now()
+	doc := lockDoc{WaitingProcess: "claimant", LastProcess: "holder", LockID: "a", ProcessStreak: 1}
+	var d time.Duration
+	// Its own process took the lock every 10 ms: it knows the pace.
+	o.sleepMax, o.adaptive = time.Second, true
+	var w waiting
+	w.acquired(t0, o.sleepMax)
+	w.acquired(t0.Add(10*time.Millisecond), o.sleepMax)
+	w.failures = 50 // the configured sleep has grown to its maximum
+	w.refused(o, "me", doc, t0.Add(20*time.Millisecond), false)
+	d = w.refused(o, "me", doc, t0.Add(30*time.Millisecond), false)
+	// 7 more by the holder's process, the claimant's, one to spare, and
+	// half of one.
 	require.Equal(t, 95*time.Millisecond, d)
+	require.Zero(t, w.standby)
 }

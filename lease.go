@@ -126,7 +126,8 @@ func (p *Provider) expire(h *Handle) {
 
 // extend extends the leases of hs in one round trip and records the outcome
 // for each. It extends again at once those for which a tick came meanwhile
-// (a round trip slower than the cadence), and, after a transient error,
+// and the next tick could be too late (round trips slower than the
+// cadence), and, after a transient error,
 // tries again for the handles still kept until their leases are extended or
 // run out.
 func (p *Provider) extend(hs []*Handle) {
@@ -164,8 +165,10 @@ func (p *Provider) extend(hs []*Handle) {
 				l.lastErr = nil
 				l.deadline = sent.Add(o.expiry - o.safetyMargin())
 				l.loss.Reset(time.Until(l.deadline))
-				if l.busy = l.missed; l.missed {
-					l.missed = false
+				// A tick came while this was on its way: extend again now
+				// if an extension at the next tick could come back too late.
+				l.busy = l.missed && time.Until(l.deadline) < o.cadence+time.Since(sent)
+				if l.missed = false; l.busy {
 					again = append(again, h)
 				}
 			}

@@ -78,39 +78,25 @@ func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
 	if ctx == nil {
 		return nil, l.errorf("acquire", errNilContext)
 	}
-	p := l.p
-	qs := &p.local.queues
+	p, qs := l.p, &l.p.local.queues
 	w := qs.join(l)
 	var (
 		claimed   bool  // a refusal showed this process's claim
 		watching  bool  // counted as a waiter for release events
 		contended bool  // the lock was held by someone else
 		lastErr   error // the last transient error
-		timer     = time.NewTimer(time.Hour)
 	)
-	defer func() {
-		timer.Stop()
-		if watching {
-			p.local.notify.leave()
-		}
-		left, untaken := qs.leave(w)
-		if untaken != nil { // handed over as ctx ended: nobody will use it
-			p.background(cleanupTimeout, func(ctx context.Context) { _ = untaken.Release(ctx) })
-		}
-		if err != nil && claimed && left == 0 {
-			p.withdraw(l.name)
-		}
-	}()
+	defer func() { p.leaveLine(w, err != nil && claimed, watching) }()
 	for {
 		select {
 		case <-w.wake: // what woke it is seen below
 		default:
 		}
-		sleep := time.Duration(-1) // no attempt: wait to be woken
 		handedOver, mayAttempt, since := qs.next(w)
 		if handedOver != nil {
 			return handedOver, nil
 		}
+		var due <-chan time.Time // nil: wait to be woken
 		if !mayAttempt {
 			contended = true // someone of this process goes first
 		} else {
@@ -119,43 +105,47 @@ func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
 			case err == nil:
 				return h, nil
 			case errors.Is(err, ErrNotAcquired):
-				contended = true
-				claimed = claimed || doc.WaitingProcess == p.local.process
+				contended, claimed = true, claimed || doc.WaitingProcess == p.local.process
 				if !watching {
 					watching = true
 					p.local.notify.join(p.coll, qs.wakeHead, &p.local.bg)
 				}
-				notified := p.local.notify.isOpen()
-				sleep = qs.schedule(w, func(s *waiting) time.Duration {
-					return s.refused(p.opts, p.local.process, doc, time.Now(), notified)
-				})
-			case ctx.Err() != nil || endedByDeadline(ctx, err):
-				// Cut short by ctx: it tells nothing.
+				due = qs.after(w, &doc)
+			case ctx.Err() != nil || endedByDeadline(ctx, err): // cut short by ctx: it tells nothing
 			case isTransient(err):
-				lastErr = err
-				sleep = qs.schedule(w, func(s *waiting) time.Duration { return s.failed(p.opts) })
+				lastErr, due = err, qs.after(w, nil)
 			default:
 				return nil, l.errorf("acquire", err)
 			}
 		}
-		var tick <-chan time.Time
-		if sleep >= 0 {
-			timer.Reset(sleep)
-			tick = timer.C
-		}
 		select {
 		case <-w.wake:
-		case <-tick:
+		case <-due:
 		case <-ctx.Done():
 			switch {
 			case lastErr != nil:
 				return nil, l.errorf("acquire", fmt.Errorf("%w (last error: %w)", ctx.Err(), lastErr))
 			case contended:
 				return nil, l.errorf("acquire", fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err()))
-			default: // no attempt came back before ctx ended
-				return nil, l.errorf("acquire", ctx.Err())
 			}
+			return nil, l.errorf("acquire", ctx.Err()) // no attempt came back in time
 		}
+	}
+}
+
+// leaveLine takes w out of its line when its Acquire returns. A handle
+// handed over as it gave up is released, and so is its process's claim if
+// withdraw and nobody else of its process waits.
+func (p *Provider) leaveLine(w *waiter, withdraw, watching bool) {
+	if watching {
+		p.local.notify.leave()
+	}
+	left, untaken := p.local.queues.leave(w)
+	if untaken != nil {
+		p.background(cleanupTimeout, func(ctx context.Context) { _ = untaken.Release(ctx) })
+	}
+	if withdraw && left == 0 {
+		p.withdraw(w.lock.name)
 	}
 }
 

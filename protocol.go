@@ -100,9 +100,18 @@ func acquireFilter(name string) bson.D { return bson.D{{Key: "_id", Value: name}
 
 var acquireOptions = options.FindOneAndUpdate().SetReturnDocument(options.After)
 
-// acquireStages returns the constant stages of process proc's acquisitions.
-// claim is how long a waiting claim lasts.
+// acquireStages returns the constant stages of process proc's acquisitions,
+// encoded. claim is how long a waiting claim lasts.
 func acquireStages(proc string, mode attemptMode, expiry, claim time.Duration) []bson.Raw {
+	docs := acquireStageDocs(proc, mode, expiry, claim)
+	raw := make([]bson.Raw, len(docs))
+	for i, d := range docs {
+		raw[i] = mustMarshal(d)
+	}
+	return raw
+}
+
+func acquireStageDocs(proc string, mode attemptMode, expiry, claim time.Duration) []bson.D {
 	const free, mine = "$_free", "$_mine"
 	now := "$$NOW"
 	expired := op("$lte", ifNull("$expiresAt", epoch), now)
@@ -142,7 +151,7 @@ func acquireStages(proc string, mode attemptMode, expiry, claim time.Duration) [
 	}
 	// Acquired: this process's claim, if any, is fulfilled.
 	claimMet := op("$eq", "$waitingProcess", proc)
-	stages := []bson.D{
+	return []bson.D{
 		{{Key: "$set", Value: bson.D{{Key: "_mine", Value: op("$eq", "$lastProcess", proc)}}}},
 		{{Key: "$set", Value: bson.D{{Key: "_free", Value: op("$and", available, not(op("$and",
 			mine, op("$gte", streak, turnLength), claimLive, op("$ne", "$waitingProcess", proc))))}}}},
@@ -160,11 +169,6 @@ func acquireStages(proc string, mode attemptMode, expiry, claim time.Duration) [
 		}}},
 		{{Key: "$unset", Value: bson.A{"_attempt", "_mine", "_free"}}},
 	}
-	raw := make([]bson.Raw, len(stages))
-	for i, s := range stages {
-		raw[i] = mustMarshal(s)
-	}
-	return raw
 }
 
 // 4. Release: updateOne({_id, lockId}, releaseUpdate). The holder is

@@ -79,3 +79,33 @@ func TestAcquirePipelineEncodesAsBuiltWhole(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want, got)
 }
+
+// What encoding an attempt's pipeline costs the client: the constant stages
+// encoded once per provider (what the library does), against building and
+// encoding the whole pipeline per attempt.
+func BenchmarkAcquirePipelineEncoding(b *testing.B) {
+	o := defaultConfig()
+	proc, id := newLockID(), newLockID()
+	b.Run("constant-stages-encoded-once", func(b *testing.B) {
+		stages := acquireStages(proc, waitMode, o.expiry, o.claimLifetime())
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := bson.MarshalValue(acquirePipeline(id, 42, stages)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("built-per-attempt", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p := bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "_attempt", Value: bson.D{
+				{Key: "lockId", Value: id}, {Key: "since", Value: int64(42)}}}}}}}
+			for _, d := range acquireStageDocs(proc, waitMode, o.expiry, o.claimLifetime()) {
+				p = append(p, d)
+			}
+			if _, _, err := bson.MarshalValue(p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package mongolock
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -25,6 +26,7 @@ type waiter struct {
 	// released", or "a hand-over to you ended". A signal is never lost.
 	wake chan struct{}
 	lock *Lock
+	q    *queue // its line; nil once it left
 
 	// A hand-over, guarded by queues.mu: one under way, or one done whose
 	// handle the waiter has not taken yet. Either stops another.
@@ -47,17 +49,18 @@ type queues struct {
 }
 
 func (qs *queues) get(name string) *queue {
-	if qs.byName == nil {
-		qs.byName = make(map[string]*queue)
-	}
 	q := qs.byName[name]
 	if q == nil {
+		if qs.byName == nil {
+			qs.byName = make(map[string]*queue)
+		}
 		q = &queue{}
 		qs.byName[name] = q
 	}
 	return q
 }
 
+// drop forgets name's line once nobody waits or holds there.
 func (qs *queues) drop(name string, q *queue) {
 	if len(q.waiters) == 0 && q.held == 0 {
 		delete(qs.byName, name)
@@ -68,36 +71,27 @@ func (qs *queues) drop(name string, q *queue) {
 func (qs *queues) join(l *Lock) *waiter {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	q := qs.get(l.name)
-	w := &waiter{wake: make(chan struct{}, 1), lock: l}
-	q.waiters = append(q.waiters, w)
-	if len(q.waiters) == 1 {
+	w := &waiter{wake: make(chan struct{}, 1), lock: l, q: qs.get(l.name)}
+	if w.q.waiters = append(w.q.waiters, w); len(w.q.waiters) == 1 {
 		w.signal()
 	}
 	return w
 }
 
-// leave removes w from its line; the next waiter, if w was the head, is
-// signalled. It returns how many still wait, and a handle handed over to w
-// that w did not take.
+// leave takes w out of its line and signals the next head if w was the
+// head. It returns how many still wait, and a handle handed over to w that
+// w did not take.
 func (qs *queues) leave(w *waiter) (left int, untaken *Handle) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	untaken, w.handedOver = w.handedOver, nil
-	name := w.lock.name
-	q := qs.get(name)
-	for i, x := range q.waiters {
-		if x == w {
-			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
-			if i == 0 && len(q.waiters) > 0 {
-				q.waiters[0].signal()
-			}
-			break
-		}
+	q, i := w.q, slices.Index(w.q.waiters, w)
+	q.waiters = slices.Delete(q.waiters, i, i+1)
+	if i == 0 && len(q.waiters) > 0 {
+		q.waiters[0].signal()
 	}
-	left = len(q.waiters)
-	qs.drop(name, q)
-	return left, untaken
+	qs.drop(w.lock.name, q)
+	untaken, w.handedOver, w.q = w.handedOver, nil, nil
+	return len(q.waiters), untaken
 }
 
 // next returns the handle handed over to w, if any, and else whether w may
@@ -111,8 +105,20 @@ func (qs *queues) next(w *waiter) (handedOver *Handle, mayAttempt bool, since in
 		w.handedOver = nil
 		return h, false, 0
 	}
-	q := qs.get(w.lock.name)
-	return nil, q.waiters[0] == w && q.held == 0 && !w.offered, q.sched.waitingSince()
+	return nil, w.q.waiters[0] == w && w.q.held == 0 && !w.offered, w.q.sched.waitingSince()
+}
+
+// after returns when the next attempt of w is due, by its line's schedule:
+// after a refusal that returned doc, or after a transient error (nil doc).
+func (qs *queues) after(w *waiter, doc *lockDoc) <-chan time.Time {
+	p := w.lock.p
+	notified := p.local.notify.isOpen()
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if doc == nil {
+		return time.After(w.q.sched.failed(p.opts))
+	}
+	return time.After(w.q.sched.refused(p.opts, p.local.process, *doc, time.Now(), notified))
 }
 
 // hold records that a handle of l's provider acquired l's name at now.
@@ -124,13 +130,6 @@ func (qs *queues) hold(l *Lock, now time.Time) {
 	q.sched.acquired(now, l.p.opts.sleepMax)
 }
 
-// schedule runs f on the schedule of w's line.
-func (qs *queues) schedule(w *waiter, f func(*waiting) time.Duration) time.Duration {
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	return f(&qs.get(w.lock.name).sched)
-}
-
 // unhold records that a handle of this process no longer holds name, and
 // wakes the head to attempt at once.
 func (qs *queues) unhold(name string) {
@@ -138,10 +137,24 @@ func (qs *queues) unhold(name string) {
 	defer qs.mu.Unlock()
 	q := qs.get(name)
 	q.held--
+	qs.wakeHeadOf(q)
+	qs.drop(name, q)
+}
+
+// wakeHead wakes the head of name's line to attempt at once: the lock was
+// released somewhere.
+func (qs *queues) wakeHead(name string) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if q := qs.byName[name]; q != nil {
+		qs.wakeHeadOf(q)
+	}
+}
+
+func (qs *queues) wakeHeadOf(q *queue) {
 	if len(q.waiters) > 0 {
 		q.waiters[0].signal()
 	}
-	qs.drop(name, q)
 }
 
 // waiting returns how many Acquire calls wait in line for name.
@@ -154,31 +167,17 @@ func (qs *queues) waiting(name string) int {
 	return 0
 }
 
-// wakeHead wakes the head of name's line to attempt at once: the lock was
-// released somewhere.
-func (qs *queues) wakeHead(name string) {
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	if q := qs.byName[name]; q != nil && len(q.waiters) > 0 {
-		q.waiters[0].signal()
-	}
-}
-
 // offer returns the head of name's line, marked as being handed the lock,
 // or nil if nobody waits or the head has a hand-over under way or untaken.
 func (qs *queues) offer(name string) *waiter {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	q := qs.byName[name]
-	if q == nil || len(q.waiters) == 0 {
+	if q == nil || len(q.waiters) == 0 || q.waiters[0].offered || q.waiters[0].handedOver != nil {
 		return nil
 	}
-	w := q.waiters[0]
-	if w.offered || w.handedOver != nil {
-		return nil
-	}
-	w.offered = true
-	return w
+	q.waiters[0].offered = true
+	return q.waiters[0]
 }
 
 // deliver ends the hand-over to w: h is the handle handed over, or nil if
@@ -188,18 +187,12 @@ func (qs *queues) deliver(w *waiter, h *Handle) bool {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	w.offered = false
-	q := qs.byName[w.lock.name]
-	if q == nil {
+	if w.q == nil {
 		return false
 	}
-	for _, x := range q.waiters {
-		if x == w {
-			if h != nil {
-				w.handedOver = h
-			}
-			w.signal()
-			return true
-		}
+	if h != nil {
+		w.handedOver = h
 	}
-	return false
+	w.signal()
+	return true
 }
