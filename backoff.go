@@ -54,8 +54,8 @@ func (o config) backoff() backoff {
 //     the process that just stepped aside. Never later than the configured
 //     sleep, and at the minimum sleep until they know the pace. A claim
 //     goes to the process that has waited longest.
-//   - While the lock stays with one holder, others double their sleep up to
-//     standbySleep: a lock held for hours costs little to wait for. A waiter
+//   - While the lock stays with one holder, others quadruple their sleep up
+//     to standbySleep: a lock held for hours costs little to wait for. A waiter
 //     whose own process has been taking the lock in streaks (a busy lock)
 //     does so only once the same acquisition has been seen across the
 //     longest sleep.
@@ -123,7 +123,7 @@ func (w *waiting) refused(o config, proc string, doc lockDoc, now time.Time, not
 	case first:
 		return o.sleepMin // look again soon: is the lock changing hands?
 	case !changing && (long || w.standby > 0 || w.per == 0):
-		w.standby = min(max(w.standby, backoff.next(w.failures)/2)*2, o.standbySleep())
+		w.standby = min(max(w.standby*4, backoff.next(w.failures)), o.standbySleep())
 		return max(w.standby, o.sleepMin)
 	}
 	w.standby = 0

@@ -195,7 +195,7 @@ func TestTheClaimantPollsAtMostEveryClaimantSleep(t *testing.T) {
 }
 
 // Waiters behind another process's claim back off while the lock stays with
-// one holder, doubling their sleep up to the standby sleep.
+// one holder, quadrupling their sleep up to the standby sleep.
 func TestOtherWaitersBackOffWhileTheLockStaysWithOneHolder(t *testing.T) {
 	o := defaultConfig()
 	o.sleepMin, o.sleepMax = 100*time.Millisecond, 100*time.Millisecond
@@ -208,8 +208,8 @@ func TestOtherWaitersBackOffWhileTheLockStaysWithOneHolder(t *testing.T) {
 		sleeps = append(sleeps, d/time.Millisecond)
 		now = now.Add(d)
 	}
-	require.Equal(t, []time.Duration{100, 100, 200, 400, 800, 1600, 1600, 1600, 1600, 1600}, sleeps,
-		"sleeps in ms: a second look at the minimum, then doubling up to 16x the longest sleep")
+	require.Equal(t, []time.Duration{100, 100, 400, 1600, 1600, 1600, 1600, 1600, 1600, 1600}, sleeps,
+		"sleeps in ms: a second look at the minimum, then x4 up to 16x the longest sleep")
 	require.Equal(t, o.standbySleep(), 16*o.sleepMax)
 	// A poll long after the last one sees another holder: held for long
 	// still, as far as it knows.

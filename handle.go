@@ -137,7 +137,7 @@ func (h *Handle) handOver(ctx context.Context, w *waiter) error {
 	sent := time.Now()
 	var doc lockDoc
 	err := wp.coll.FindOneAndUpdate(ctx, ownerFilter(name, h.lockID),
-		acquirePipeline(lockID, 0, wp.stages[handOverMode]), acquireOptions).Decode(&doc)
+		acquirePipeline(lockID, 0, wp.acquire[handOverMode]), acquireOptions).Decode(&doc)
 	var next *Handle
 	if err == nil && doc.LockID == lockID {
 		next = newHandle(w.lock, lockID, doc.FencingToken, sent)

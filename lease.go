@@ -192,20 +192,16 @@ func (p *Provider) extend(hs []*Handle) {
 // when a batch did not match them all does it read their documents to find
 // out which (one more round trip).
 func extendLeases(ctx context.Context, coll *mongo.Collection, hs []*Handle, update bson.A) (map[*Handle]bool, error) {
-	if len(hs) == 1 {
-		res, err := coll.UpdateOne(ctx, ownerFilter(hs[0].lock.name, hs[0].lockID), update)
-		if err != nil || res.MatchedCount == 1 {
-			return nil, err
-		}
-		return map[*Handle]bool{hs[0]: true}, nil
-	}
 	names, ids := make(bson.A, len(hs)), make(bson.A, len(hs))
 	for i, h := range hs {
 		names[i], ids[i] = h.lock.name, h.lockID
 	}
-	res, err := coll.UpdateMany(ctx, batchFilter(names, ids), update)
-	if err != nil || int(res.MatchedCount) == len(hs) {
+	res, err := coll.UpdateMany(ctx, extendFilter(names, ids), update)
+	switch {
+	case err != nil || int(res.MatchedCount) == len(hs):
 		return nil, err
+	case len(hs) == 1:
+		return map[*Handle]bool{hs[0]: true}, nil
 	}
 	filter, projection := holdersQuery(names)
 	cur, err := coll.Find(ctx, filter, options.Find().SetProjection(projection))

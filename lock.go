@@ -225,7 +225,7 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Han
 // in the background too.
 func (p *Provider) acquireRoundTrip(ctx context.Context, name, lockID string, since int64, mode attemptMode) (lockDoc, error) {
 	send := func(ctx context.Context) (doc lockDoc, err error) {
-		err = p.coll.FindOneAndUpdate(ctx, acquireFilter(name), acquirePipeline(lockID, since, p.stages[mode]), acquireOptions).Decode(&doc)
+		err = p.coll.FindOneAndUpdate(ctx, acquireFilter(name), acquirePipeline(lockID, since, p.acquire[mode]), acquireOptions).Decode(&doc)
 		if err != nil && isAmbiguous(err) {
 			p.releaseInBackground(name, lockID, afterNoReply)
 		}

@@ -77,43 +77,51 @@ const (
 // that one round trip releases a handle and acquires for the next waiter of
 // its process, or only releases if another process's turn has come.
 //
-// The pipeline's first stage carries the attempt's fresh lockId and the
-// token its process saw when it began to wait; the others are the same for
-// every attempt of a process, mode and expiry, and are encoded once
-// (acquireStages):
+// The pipeline has two stages. Every expression of a stage is evaluated on
+// the document as the stage found it, so the first computes scratch fields
+// that the second uses and removes:
 //
-//	{$set: {_attempt: {lockId: <lockId>, since: <token>}}}
-//	{$set: {_mine: <lastProcess is this one>}}
-//	{$set: {_free: <expired, and not this process's turn to step aside>}}
-//	{$set: {<each field>: {$cond: ["$_free", <acquired>, <refused>]}}}
-//	{$unset: ["_attempt", "_mine", "_free"]}
-func acquirePipeline(lockID string, since int64, stages []bson.Raw) bson.A {
-	p := bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "_attempt", Value: bson.D{
-		{Key: "lockId", Value: lockID}, {Key: "since", Value: since}}}}}}}
-	for _, s := range stages {
-		p = append(p, s)
+//	{$set: {_attempt: {lockId: <fresh lockId>, since: <token>},
+//	        _mine: <lastProcess is this one>,
+//	        _free: <expired, and not this process's turn to step aside>}}
+//	{$set: {<each field>: {$cond: ["$_free", <acquired>, <refused>]},
+//	        _attempt: "$$REMOVE", _mine: "$$REMOVE", _free: "$$REMOVE"}}
+//
+// Only _attempt changes per attempt (since: the token its process saw when
+// it began to wait); the rest is the same for every attempt of a process,
+// mode and expiry, and is encoded once (acquireParts).
+func acquirePipeline(lockID string, since int64, parts acquireParts) bson.A {
+	return bson.A{
+		bson.D{{Key: "$set", Value: bson.D{
+			{Key: "_attempt", Value: bson.D{{Key: "lockId", Value: lockID}, {Key: "since", Value: since}}},
+			{Key: "_mine", Value: parts.mine},
+			{Key: "_free", Value: parts.free},
+		}}},
+		parts.write,
 	}
-	return p
 }
 
 func acquireFilter(name string) bson.D { return bson.D{{Key: "_id", Value: name}} }
 
 var acquireOptions = options.FindOneAndUpdate().SetReturnDocument(options.After)
 
-// acquireStages returns the constant stages of process proc's acquisitions,
-// encoded. claim is how long a waiting claim lasts.
-func acquireStages(proc string, mode attemptMode, expiry, claim time.Duration) []bson.Raw {
-	docs := acquireStageDocs(proc, mode, expiry, claim)
-	raw := make([]bson.Raw, len(docs))
-	for i, d := range docs {
-		raw[i] = mustMarshal(d)
-	}
-	return raw
+// acquireParts are the constant parts of an acquisition's pipeline, encoded.
+type acquireParts struct {
+	mine, free, write bson.Raw
 }
 
-func acquireStageDocs(proc string, mode attemptMode, expiry, claim time.Duration) []bson.D {
-	const free, mine = "$_free", "$_mine"
+// newAcquireParts encodes the constant parts of process proc's
+// acquisitions. claim is how long a waiting claim lasts.
+func newAcquireParts(proc string, mode attemptMode, expiry, claim time.Duration) acquireParts {
+	mine, free, write := acquireExprs(proc, mode, expiry, claim)
+	return acquireParts{mustMarshal(mine), mustMarshal(free), mustMarshal(write)}
+}
+
+// acquireExprs returns _mine's and _free's expressions and the second stage.
+func acquireExprs(proc string, mode attemptMode, expiry, claim time.Duration) (mine, free, write bson.D) {
+	const isFree, isMine = "$_free", "$_mine"
 	now := "$$NOW"
+	mine = op("$eq", "$lastProcess", proc)
 	expired := op("$lte", ifNull("$expiresAt", epoch), now)
 	claimLive := op("$gt", ifNull("$waitingUntil", epoch), now)
 	available := any(expired)
@@ -124,6 +132,8 @@ func acquireStageDocs(proc string, mode attemptMode, expiry, claim time.Duration
 		lockID, expiresAt = "$$REMOVE", now // refused: released
 	}
 	streak := ifNull("$processStreak", 0)
+	free = op("$and", available, not(op("$and",
+		mine, op("$gte", streak, turnLength), claimLive, op("$ne", "$waitingProcess", proc))))
 	token := op("$max",
 		op("$add", ifNull("$fencingToken", int64(0)), int64(1)),
 		op("$multiply", op("$toLong", now), int64(tokenFloorScale)))
@@ -139,7 +149,7 @@ func acquireStageDocs(proc string, mode attemptMode, expiry, claim time.Duration
 		// A first attempt does not know the token yet: the current one.
 		since := op("$min", "$_attempt.since", ifNull("$fencingToken", int64(0)))
 		claims := op("$and",
-			not(mine),
+			not(isMine),
 			op("$or", op("$eq", op("$type", "$lockId"), "missing"), op("$eq", "$lockId", "$lastLockId")),
 			op("$or",
 				not(claimLive),
@@ -151,24 +161,22 @@ func acquireStageDocs(proc string, mode attemptMode, expiry, claim time.Duration
 	}
 	// Acquired: this process's claim, if any, is fulfilled.
 	claimMet := op("$eq", "$waitingProcess", proc)
-	return []bson.D{
-		{{Key: "$set", Value: bson.D{{Key: "_mine", Value: op("$eq", "$lastProcess", proc)}}}},
-		{{Key: "$set", Value: bson.D{{Key: "_free", Value: op("$and", available, not(op("$and",
-			mine, op("$gte", streak, turnLength), claimLive, op("$ne", "$waitingProcess", proc))))}}}},
-		{{Key: "$set", Value: bson.D{
-			{Key: "lockId", Value: cond(free, "$_attempt.lockId", lockID)},
-			{Key: "acquiredAt", Value: cond(free, now, "$acquiredAt")},
-			{Key: "expiresAt", Value: cond(free, op("$add", now, expiry.Milliseconds()), expiresAt)},
-			{Key: "fencingToken", Value: cond(free, token, "$fencingToken")},
-			{Key: "lastProcess", Value: cond(free, proc, "$lastProcess")},
-			{Key: "lastLockId", Value: cond(free, "$_attempt.lockId", "$lastLockId")},
-			{Key: "processStreak", Value: cond(free, cond(mine, op("$add", streak, 1), 1), "$processStreak")},
-			{Key: "waitingProcess", Value: cond(free, cond(claimMet, "$$REMOVE", "$waitingProcess"), waitingProcess)},
-			{Key: "waitingSince", Value: cond(free, cond(claimMet, "$$REMOVE", "$waitingSince"), waitingSince)},
-			{Key: "waitingUntil", Value: cond(free, cond(claimMet, "$$REMOVE", "$waitingUntil"), waitingUntil)},
-		}}},
-		{{Key: "$unset", Value: bson.A{"_attempt", "_mine", "_free"}}},
-	}
+	write = bson.D{{Key: "$set", Value: bson.D{
+		{Key: "lockId", Value: cond(isFree, "$_attempt.lockId", lockID)},
+		{Key: "acquiredAt", Value: cond(isFree, now, "$acquiredAt")},
+		{Key: "expiresAt", Value: cond(isFree, op("$add", now, expiry.Milliseconds()), expiresAt)},
+		{Key: "fencingToken", Value: cond(isFree, token, "$fencingToken")},
+		{Key: "lastProcess", Value: cond(isFree, proc, "$lastProcess")},
+		{Key: "lastLockId", Value: cond(isFree, "$_attempt.lockId", "$lastLockId")},
+		{Key: "processStreak", Value: cond(isFree, cond(isMine, op("$add", streak, 1), 1), "$processStreak")},
+		{Key: "waitingProcess", Value: cond(isFree, cond(claimMet, "$$REMOVE", "$waitingProcess"), waitingProcess)},
+		{Key: "waitingSince", Value: cond(isFree, cond(claimMet, "$$REMOVE", "$waitingSince"), waitingSince)},
+		{Key: "waitingUntil", Value: cond(isFree, cond(claimMet, "$$REMOVE", "$waitingUntil"), waitingUntil)},
+		{Key: "_attempt", Value: "$$REMOVE"},
+		{Key: "_mine", Value: "$$REMOVE"},
+		{Key: "_free", Value: "$$REMOVE"},
+	}}}
+	return mine, free, write
 }
 
 // 4. Release: updateOne({_id, lockId}, releaseUpdate). The holder is
@@ -186,28 +194,28 @@ func ownerFilter(name, lockID string) bson.D {
 	return bson.D{{Key: "_id", Value: name}, {Key: "lockId", Value: lockID}}
 }
 
-// 5. Extend one lease: updateOne(ownerFilter, extendUpdate).
-// 6. Extend a batch: updateMany(batchFilter, extendUpdate). Matching both
-// lists is as owner-checked as an $or of pairs, since a lockId is only ever
-// written to its own lock's document, and it is an index lookup on _id.
+// 5. Extend leases, one or a batch: updateMany(extendFilter, extendUpdate).
+// Matching both lists is as owner-checked as an $or of {_id, lockId} pairs,
+// since a lockId is only ever written to its own lock's document, and it is
+// an index lookup on _id.
 func extendUpdate(expiry time.Duration) bson.A {
 	return bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: op("$add", "$$NOW", expiry.Milliseconds())}}}}}
 }
 
-func batchFilter(names, lockIDs bson.A) bson.D {
+func extendFilter(names, lockIDs bson.A) bson.D {
 	return bson.D{
 		{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}},
 		{Key: "lockId", Value: bson.D{{Key: "$in", Value: lockIDs}}},
 	}
 }
 
-// 7. After a batch that matched fewer documents than it had handles: read
+// 6. After a batch that matched fewer documents than it had handles: read
 // their holders to find the lost ones.
 func holdersQuery(names bson.A) (filter, projection bson.D) {
 	return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}}}, bson.D{{Key: "lockId", Value: 1}}
 }
 
-// 8. Withdraw a claim: updateOne(withdrawFilter, withdrawUpdate), when an
+// 7. Withdraw a claim: updateOne(withdrawFilter, withdrawUpdate), when an
 // Acquire gives up and no other of its process waits for the lock.
 func withdrawFilter(name, proc string) bson.D {
 	return bson.D{{Key: "_id", Value: name}, {Key: "waitingProcess", Value: proc}}
@@ -217,7 +225,7 @@ var withdrawUpdate = mustMarshal(bson.D{
 	{Key: "$unset", Value: bson.D{{Key: "waitingProcess", Value: ""}, {Key: "waitingSince", Value: ""}, {Key: "waitingUntil", Value: ""}}},
 })
 
-// 9. The TTL index, created once per process and collection, in the
+// 8. The TTL index, created once per process and collection, in the
 // background: the server deletes documents whose lease ended. The same
 // index, under the same name, as DistributedLock.MongoDB's.
 const TTLIndexName = "expiresAt_ttl"
@@ -229,7 +237,7 @@ func ttlIndex() mongo.IndexModel {
 	}
 }
 
-// 10. Where the server has change streams, while some Acquire waits for a
+// 9. Where the server has change streams, while some Acquire waits for a
 // lock held by another process: watch the collection for releases (lockId
 // removed by a release, or the document deleted by DistributedLock.MongoDB
 // or the TTL monitor).

@@ -27,23 +27,22 @@ func TestGoldenProtocol(t *testing.T) {
 	acquire := func(filter bson.D, mode attemptMode) bson.D {
 		return bson.D{
 			{Key: "findOneAndUpdate", Value: filter},
-			{Key: "update", Value: acquirePipeline(lockID, 1795000000000000000, acquireStages(proc, mode, o.expiry, o.claimLifetime()))},
+			{Key: "update", Value: acquirePipeline(lockID, 1795000000000000000, newAcquireParts(proc, mode, o.expiry, o.claimLifetime()))},
 			{Key: "returnDocument", Value: "after"},
 		}
 	}
 	holders, projection := holdersQuery(bson.A{name, "invoices"})
 	statements := map[string]bson.D{
-		"1-create":       {{Key: "insertOne", Value: createDoc(name)}},
-		"2-try-acquire":  acquire(acquireFilter(name), tryMode),
-		"2-acquire":      acquire(acquireFilter(name), waitMode),
-		"3-hand-over":    acquire(ownerFilter(name, holding), handOverMode),
-		"4-release":      {{Key: "updateOne", Value: ownerFilter(name, holding)}, {Key: "update", Value: releaseUpdate}},
-		"5-extend-one":   {{Key: "updateOne", Value: ownerFilter(name, holding)}, {Key: "update", Value: extendUpdate(o.expiry)}},
-		"6-extend-batch": {{Key: "updateMany", Value: batchFilter(bson.A{name, "invoices"}, bson.A{holding, lockID})}, {Key: "update", Value: extendUpdate(o.expiry)}},
-		"7-holders":      {{Key: "find", Value: holders}, {Key: "projection", Value: projection}},
-		"8-withdraw":     {{Key: "updateOne", Value: withdrawFilter(name, proc)}, {Key: "update", Value: withdrawUpdate}},
-		"9-ttl-index":    {{Key: "createIndex", Value: ttlIndex().Keys}, {Key: "name", Value: TTLIndexName}, {Key: "expireAfterSeconds", Value: 0}},
-		"10-watch":       {{Key: "watch", Value: releaseEvents}},
+		"1-create":      {{Key: "insertOne", Value: createDoc(name)}},
+		"2-try-acquire": acquire(acquireFilter(name), tryMode),
+		"2-acquire":     acquire(acquireFilter(name), waitMode),
+		"3-hand-over":   acquire(ownerFilter(name, holding), handOverMode),
+		"4-release":     {{Key: "updateOne", Value: ownerFilter(name, holding)}, {Key: "update", Value: releaseUpdate}},
+		"5-extend":      {{Key: "updateMany", Value: extendFilter(bson.A{name, "invoices"}, bson.A{holding, lockID})}, {Key: "update", Value: extendUpdate(o.expiry)}},
+		"6-holders":     {{Key: "find", Value: holders}, {Key: "projection", Value: projection}},
+		"7-withdraw":    {{Key: "updateOne", Value: withdrawFilter(name, proc)}, {Key: "update", Value: withdrawUpdate}},
+		"8-ttl-index":   {{Key: "createIndex", Value: ttlIndex().Keys}, {Key: "name", Value: TTLIndexName}, {Key: "expireAfterSeconds", Value: 0}},
+		"9-watch":       {{Key: "watch", Value: releaseEvents}},
 	}
 	for file, stmt := range statements {
 		t.Run(file, func(t *testing.T) {
@@ -62,35 +61,41 @@ func TestGoldenProtocol(t *testing.T) {
 	}
 }
 
-// The constant stages are encoded once per provider; an attempt's
-// pipeline is what encoding it whole gives.
+// The constant parts are encoded once per provider; an attempt's pipeline
+// is what encoding it whole gives.
 func TestAcquirePipelineEncodesAsBuiltWhole(t *testing.T) {
-	stages := acquireStages("p", waitMode, 30*time.Second, time.Second)
 	id := newLockID()
-	_, got, err := bson.MarshalValue(acquirePipeline(id, 42, stages))
+	_, got, err := bson.MarshalValue(acquirePipeline(id, 42, newAcquireParts("p", waitMode, 30*time.Second, time.Second)))
 	require.NoError(t, err)
-	whole := bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "_attempt", Value: bson.D{{Key: "lockId", Value: id}, {Key: "since", Value: int64(42)}}}}}}}
-	for _, s := range stages {
-		var d bson.D
-		require.NoError(t, bson.Unmarshal(s, &d))
-		whole = append(whole, d)
-	}
-	_, want, err := bson.MarshalValue(whole)
+	_, want, err := bson.MarshalValue(builtWhole(id, "p"))
 	require.NoError(t, err)
 	require.Equal(t, want, got)
 }
 
-// What encoding an attempt's pipeline costs the client: the constant stages
+// builtWhole builds process proc's Acquire pipeline for lockId id as one
+// value, with nothing encoded beforehand.
+func builtWhole(id, proc string) bson.A {
+	mine, free, write := acquireExprs(proc, waitMode, 30*time.Second, time.Second)
+	return bson.A{
+		bson.D{{Key: "$set", Value: bson.D{
+			{Key: "_attempt", Value: bson.D{{Key: "lockId", Value: id}, {Key: "since", Value: int64(42)}}},
+			{Key: "_mine", Value: mine},
+			{Key: "_free", Value: free},
+		}}},
+		write,
+	}
+}
+
+// What encoding an attempt's pipeline costs the client: the constant parts
 // encoded once per provider (what the library does), against building and
 // encoding the whole pipeline per attempt.
 func BenchmarkAcquirePipelineEncoding(b *testing.B) {
-	o := defaultConfig()
 	proc, id := newLockID(), newLockID()
-	b.Run("constant-stages-encoded-once", func(b *testing.B) {
-		stages := acquireStages(proc, waitMode, o.expiry, o.claimLifetime())
+	b.Run("constant-parts-encoded-once", func(b *testing.B) {
+		parts := newAcquireParts(proc, waitMode, 30*time.Second, time.Second)
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, _, err := bson.MarshalValue(acquirePipeline(id, 42, stages)); err != nil {
+			if _, _, err := bson.MarshalValue(acquirePipeline(id, 42, parts)); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -98,12 +103,7 @@ func BenchmarkAcquirePipelineEncoding(b *testing.B) {
 	b.Run("built-per-attempt", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			p := bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "_attempt", Value: bson.D{
-				{Key: "lockId", Value: id}, {Key: "since", Value: int64(42)}}}}}}}
-			for _, d := range acquireStageDocs(proc, waitMode, o.expiry, o.claimLifetime()) {
-				p = append(p, d)
-			}
-			if _, _, err := bson.MarshalValue(p); err != nil {
+			if _, _, err := bson.MarshalValue(builtWhole(id, proc)); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -20,8 +20,9 @@ type Provider struct {
 	local *local
 
 	// The statements of this provider that do not change per attempt:
-	// the constant acquisition stages by mode, and the extension.
-	stages       [3][]bson.Raw
+	// the constant parts of the acquisition pipeline by mode, and the
+	// extension.
+	acquire      [3]acquireParts
 	extendUpdate bson.A
 
 	leases leases // the leases of its handles (lease.go)
@@ -45,7 +46,7 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 		extendUpdate: extendUpdate(o.expiry),
 	}
 	for _, m := range []attemptMode{tryMode, waitMode, handOverMode} {
-		p.stages[m] = acquireStages(p.local.process, m, o.expiry, o.claimLifetime())
+		p.acquire[m] = newAcquireParts(p.local.process, m, o.expiry, o.claimLifetime())
 	}
 	return p, nil
 }
