@@ -49,9 +49,9 @@ func (o config) backoff() backoff {
 //     what is left each look, as timed by how fast the holder's streak grows
 //     (at the minimum sleep until it knows).
 //   - While the lock changes hands (its holder's process is on a streak, or
-//     it changed hands since a recent poll), other waiters poll when the next turn
-//     can be claimed: once the claimant holds the lock, or a turn later for
-//     the process that just stepped aside. Never later than the configured
+//     it changed hands since a recent poll), other waiters poll when the
+//     next turn can be claimed: once the claimant holds the lock, or a turn
+//     later for the process that just stepped aside. Never later than the configured
 //     sleep, and at the minimum sleep until they know the pace. A claim
 //     goes to the process that has waited longest.
 //   - While the lock stays with one holder, others quadruple their sleep up
@@ -102,7 +102,7 @@ func (w *waiting) refused(o config, proc string, doc lockDoc, now time.Time, not
 	// after returns how long n more acquisitions should take.
 	after := func(n int) time.Duration { return time.Duration(n)*w.per + w.per/2 }
 	left := max(turnLength-doc.ProcessStreak, 0) // before the holder's process steps aside
-	backoff := o.backoff()
+	b := o.backoff()
 	switch {
 	case notified:
 		return o.standbySleep()
@@ -123,7 +123,7 @@ func (w *waiting) refused(o config, proc string, doc lockDoc, now time.Time, not
 	case first:
 		return o.sleepMin // look again soon: is the lock changing hands?
 	case !changing && (long || w.standby > 0 || w.per == 0):
-		w.standby = min(max(w.standby*4, backoff.next(w.failures)), o.standbySleep())
+		w.standby = min(max(w.standby*4, b.next(w.failures)), o.standbySleep())
 		return max(w.standby, o.sleepMin)
 	}
 	w.standby = 0
@@ -136,7 +136,7 @@ func (w *waiting) refused(o config, proc string, doc lockDoc, now time.Time, not
 	// After the claimant's acquisition, with one acquisition to spare: a
 	// waiter that comes while the lock is still free takes the claimant's
 	// turn.
-	return min(max(after(left+2), o.sleepMin), backoff.next(w.failures))
+	return min(max(after(left+2), o.sleepMin), b.next(w.failures))
 }
 
 // failed returns the sleep after an attempt that failed with a transient

@@ -183,8 +183,7 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) (err 
 }
 
 // attempt is one acquisition attempt, claiming with since (Acquire): one
-// round trip on an existing lock
-// document. A missing document (no match; or a duplicate key on FerretDB,
+// round trip on an existing lock document. A missing document (no match; or a duplicate key on FerretDB,
 // racing another client that creates it) is created with a plain insert and
 // the attempt repeated.
 func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Handle, lockDoc, error) {

@@ -94,7 +94,9 @@ func (n *notifier) join(coll *mongo.Collection, wake func(name string), bg *sync
 		err := source(ctx, coll, func() {
 			n.mu.Lock()
 			defer n.mu.Unlock()
-			n.open = n.open || n.run == run
+			if n.run == run {
+				n.open = true
+			}
 		}, wake)
 		n.mu.Lock()
 		defer n.mu.Unlock()

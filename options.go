@@ -107,7 +107,7 @@ func (o config) safetyMargin() time.Duration {
 	return min(m, (o.expiry-o.cadence)/2)
 }
 
-// The waiting schedule (backoff.go) derives from the busy-wait sleep. Each
+// The waiting schedule derives from the busy-wait sleep. Each
 // duration is capped at maxDerived: no overflow, and server-side dates stay
 // sane for sleeps of centuries.
 const maxDerived = 24 * time.Hour

@@ -25,7 +25,7 @@ type Provider struct {
 	acquire      [3]acquireParts
 	extendUpdate bson.A
 
-	leases leases // the leases of its handles (lease.go)
+	leases leases // the leases of its handles
 }
 
 // NewProvider returns a Provider for locks in db. It validates every option

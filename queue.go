@@ -17,7 +17,7 @@ import (
 type queue struct {
 	waiters []*waiter // waiters[0] is the head
 	held    int       // handles of this process that hold the name
-	sched   waiting   // when the head attempts next (backoff.go)
+	sched   waiting   // when the head attempts next
 }
 
 // A waiter is one Acquire call in line.
