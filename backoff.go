@@ -25,9 +25,7 @@ func (b backoff) next(failures int) time.Duration {
 	}
 	// Compare in floating point before converting: a value at or past
 	// MaxInt64 would wrap around to a negative Duration.
-	base := float64(b.min) * math.Pow(1.5, float64(max(failures-1, 0)))
-	base = min(base, float64(b.max))
-	d := base * (0.8 + 0.4*rand.Float64())
+	d := min(float64(b.min)*math.Pow(1.5, float64(max(failures-1, 0))), float64(b.max)) * (0.8 + 0.4*rand.Float64())
 	if d >= float64(b.max) {
 		return b.max
 	}

@@ -267,3 +267,12 @@ func TestAShortAcquisitionSeenTwiceIsNotALongHold(t *testing.T) {
 	require.Equal(t, 95*time.Millisecond, d)
 	require.Zero(t, w.standby)
 }
+
+// defaultConfig is the configuration of a provider made without options.
+func defaultConfig() config {
+	o, err := buildConfig(nil)
+	if err != nil {
+		panic(err)
+	}
+	return o
+}

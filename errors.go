@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver"
@@ -37,38 +36,22 @@ var (
 var transientCodes = []int{6, 7, 64, 89, 91, 134, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436}
 
 // isTransient reports whether err is worth retrying: the network, server
-// selection, a timeout of the round trip, or a server error the drivers'
-// specification calls retryable. Context cancellation is not transient: the
-// caller asked to stop.
+// selection, a timeout of the round trip, a server error the drivers'
+// specification calls retryable, or FerretDB's InternalError (code 1, not a
+// duplicate key), its answer while its PostgreSQL is down or restarting.
+// Context cancellation is not transient: the caller asked to stop.
 func isTransient(err error) bool {
+	var ce mongo.CommandError
 	switch {
 	case err == nil || errors.Is(err, context.Canceled) || isClosed(err):
 		return false
-	case mongo.IsNetworkError(err) || mongo.IsTimeout(err) || isInternalError(err) ||
-		errors.As(err, &topology.ServerSelectionError{}):
+	case mongo.IsNetworkError(err) || mongo.IsTimeout(err) || errors.As(err, &topology.ServerSelectionError{}),
+		errors.As(err, &ce) && ce.Code == 1 && ce.Name == "InternalError" && !isDuplicateKey(err):
 		return true
 	}
 	var se mongo.ServerError
 	return errors.As(err, &se) && (se.HasErrorLabel("RetryableWriteError") || se.HasErrorLabel("TransientTransactionError") ||
 		slices.ContainsFunc(se.ErrorCodes(), func(c int) bool { return slices.Contains(transientCodes, c) }))
-}
-
-// isInternalError reports whether err is a code-1 InternalError other than
-// a duplicate key: what FerretDB answers while its PostgreSQL is down,
-// restarting or refusing connections ("terminating connection due to
-// administrator command", "the database system is starting up"): an
-// outage, so worth retrying.
-func isInternalError(err error) bool {
-	var ce mongo.CommandError
-	return errors.As(err, &ce) && ce.Code == 1 && ce.Name == "InternalError" && !isDuplicateKey(err)
-}
-
-// isServerRefusal reports whether the server answered err to a well-formed
-// request it will keep refusing (an unknown command or stage, for example),
-// as opposed to a failure of the moment.
-func isServerRefusal(err error) bool {
-	var se mongo.ServerError
-	return errors.As(err, &se) && !isTransient(err)
 }
 
 // isClosed reports whether err says the client was disconnected: nothing
@@ -148,11 +131,7 @@ func (e *Error) Unwrap() error { return e.Err }
 func (l *Lock) errorf(op string, err error) error {
 	name := l.name
 	if len(name) > 64 {
-		cut := 61
-		for cut > 0 && !utf8.RuneStart(name[cut]) {
-			cut--
-		}
-		name = name[:cut] + "..."
+		name = strings.ToValidUTF8(name[:61], "") + "..."
 	}
 	return &Error{Op: op, Name: name, Err: err}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -30,24 +31,15 @@ type Handle struct {
 
 	unkept chan struct{} // closed when the lease is no longer extended
 
-	mu       sync.Mutex
-	lostErr  error // why the lock was lost; wraps ErrLockLost
-	released bool  // Release was called
-
+	released   atomic.Bool // Release was called
+	lostOnce   sync.Once
+	lostErr    error     // why the lock was lost, wrapping ErrLockLost; set before lost closes
 	unholdOnce sync.Once // tells the local line, once, that this handle no longer holds
 }
 
 func newHandle(l *Lock, lockID string, token int64, sent time.Time) *Handle {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	h := &Handle{
-		lock:   l,
-		lockID: lockID,
-		token:  token,
-		ctx:    ctx,
-		cancel: cancel,
-		lost:   make(chan struct{}),
-		unkept: make(chan struct{}),
-	}
+	h := &Handle{lock: l, lockID: lockID, token: token, lost: make(chan struct{}), unkept: make(chan struct{})}
+	h.ctx, h.cancel = context.WithCancelCause(context.Background())
 	l.p.local.queues.hold(l, time.Now())
 	l.p.keep(h, sent)
 	return h
@@ -66,6 +58,8 @@ func (h *Handle) FencingToken() int64 { return h.token }
 
 // Context returns a context that is done when the lock is lost or released.
 // On loss, context.Cause returns ErrLockLost; on release, context.Canceled.
+// A Release whose round trip outlasts the lease signals the loss at the
+// lease's end, as if it had not been called.
 func (h *Handle) Context() context.Context { return h.ctx }
 
 // Lost returns a channel that is closed when the lock is lost. It is never
@@ -88,18 +82,17 @@ func (h *Handle) Release(ctx context.Context) error {
 	if ctx == nil {
 		return h.lock.errorf("release", errNilContext)
 	}
-	h.mu.Lock()
-	if h.released {
-		h.mu.Unlock()
+	if h.released.Swap(true) {
 		return nil
 	}
-	h.released = true
-	h.mu.Unlock()
-
-	// Stop extending before releasing. Local waiters are woken once the
-	// release is decided.
+	// Stop extending before releasing, but signal the loss if the lease runs
+	// out before the round trip ends: a release stuck behind a partition
+	// must not leave work running under a live Context. Local waiters are
+	// woken once the release is decided.
 	p := h.lock.p
-	p.forget(h)
+	if l := p.forget(h); l != nil {
+		defer time.AfterFunc(time.Until(l.deadline), func() { h.leaseOver(nil) }).Stop()
+	}
 	defer h.unhold()
 	if err := h.lossError(); err != nil {
 		return h.lock.errorf("release", err)
@@ -133,11 +126,8 @@ func (h *Handle) Release(ctx context.Context) error {
 // on waiting. It returns the round trip's error.
 func (h *Handle) handOver(ctx context.Context, w *waiter) error {
 	name, wp := h.lock.name, w.lock.p
-	lockID := newLockID()
-	sent := time.Now()
-	var doc lockDoc
-	err := wp.coll.FindOneAndUpdate(ctx, ownerFilter(name, h.lockID),
-		acquirePipeline(lockID, 0, wp.acquire[handOverMode]), acquireOptions).Decode(&doc)
+	lockID, sent := newLockID(), time.Now()
+	doc, err := wp.acquireRoundTrip(ctx, ownerFilter(name, h.lockID), name, lockID, 0, handOverMode)
 	var next *Handle
 	if err == nil && doc.LockID == lockID {
 		next = newHandle(w.lock, lockID, doc.FencingToken, sent)
@@ -146,32 +136,28 @@ func (h *Handle) handOver(ctx context.Context, w *waiter) error {
 		// Its Acquire ended meanwhile.
 		wp.background(cleanupTimeout, func(ctx context.Context) { _ = next.Release(ctx) })
 	}
-	if err != nil && !isNoMatch(err) && isAmbiguous(err) {
-		wp.releaseInBackground(name, lockID, afterNoReply)
-	}
 	return err
 }
 
+// lossError returns why the lock was lost, or nil.
 func (h *Handle) lossError() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.lostErr
+	select {
+	case <-h.lost:
+		return h.lostErr
+	default:
+		return nil
+	}
 }
 
 // markLost records why the lock was lost and signals it, once.
 func (h *Handle) markLost(why error) {
-	h.mu.Lock()
-	first := h.lostErr == nil
-	if first {
+	h.lostOnce.Do(func() {
 		h.lostErr = why
-	}
-	h.mu.Unlock()
-	if first {
 		// Cancel first: whoever wakes on Lost sees the cause already.
 		h.cancel(ErrLockLost)
 		close(h.lost)
 		h.unhold()
-	}
+	})
 }
 
 // unhold tells local waiters, once, that this handle holds the lock no more.
@@ -179,15 +165,16 @@ func (h *Handle) unhold() {
 	h.unholdOnce.Do(func() { h.lock.p.local.queues.unhold(h.lock.name) })
 }
 
-// leaseOver signals loss when the local lease ran out, then frees the lock
-// on the server in case a late extension did reach it.
+// leaseOver signals loss when the local lease ran out (lastErr: the last
+// extension's error, if any), then frees the lock on the server in case a
+// late extension did reach it.
 func (h *Handle) leaseOver(lastErr error) {
 	// Counted as background work before Lost closes, so that whoever wakes
 	// on Lost and waits for the background work waits for it.
 	h.lock.p.releaseInBackground(h.lock.name, h.lockID, afterNoReply)
+	why := fmt.Errorf("%w: its lease ran out before an extension succeeded", ErrLockLost)
 	if lastErr != nil {
-		h.markLost(fmt.Errorf("%w: its lease ran out before an extension succeeded (last error: %w)", ErrLockLost, lastErr))
-	} else {
-		h.markLost(fmt.Errorf("%w: its lease ran out before an extension succeeded", ErrLockLost))
+		why = fmt.Errorf("%w (last error: %w)", why, lastErr)
 	}
+	h.markLost(why)
 }

@@ -3,11 +3,11 @@ package mongolock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -53,9 +53,6 @@ func (p *Provider) keep(h *Handle, sent time.Time) {
 	ls, o := &p.leases, p.opts
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if ls.held == nil {
-		ls.held = make(map[*Handle]*lease)
-	}
 	l := &lease{deadline: sent.Add(o.expiry - o.safetyMargin())}
 	l.loss = time.AfterFunc(time.Until(l.deadline), func() { p.expire(h) })
 	ls.held[h] = l
@@ -77,37 +74,35 @@ func (p *Provider) tick() {
 	ls.timer.Reset(p.opts.cadence)
 	var due []*Handle
 	for h, l := range ls.held {
-		if l.busy {
-			l.missed = true
-		} else {
-			l.busy = true
-			due = append(due, h)
+		if l.missed = l.busy; !l.busy { // busy: extend again once it is back
+			l.busy, due = true, append(due, h)
 		}
 	}
 	ls.mu.Unlock()
-	for len(due) > 0 {
-		n := min(len(due), maxBatch)
-		go p.extend(due[:n])
-		due = due[n:]
+	for batch := range slices.Chunk(due, maxBatch) {
+		go p.extend(batch)
 	}
 }
 
-// forget stops keeping h's lease (it is being released). No extension of h
-// starts afterwards; one already on its way cannot match once the release
-// has cleared the lockId.
-func (p *Provider) forget(h *Handle) {
+// forget stops keeping h's lease (it is being released, or was lost) and
+// returns it, or nil if it was not kept. No extension of h starts afterwards; one
+// already on its way cannot match once the release has cleared the lockId.
+func (p *Provider) forget(h *Handle) *lease {
 	p.leases.mu.Lock()
 	defer p.leases.mu.Unlock()
-	p.drop(h)
+	return p.drop(h)
 }
 
-// drop removes h's lease, if kept; leases.mu must be held.
-func (p *Provider) drop(h *Handle) {
-	if l := p.leases.held[h]; l != nil {
+// drop removes h's lease and returns it, or nil if it was not kept;
+// leases.mu must be held.
+func (p *Provider) drop(h *Handle) *lease {
+	l := p.leases.held[h]
+	if l != nil {
 		l.loss.Stop()
 		delete(p.leases.held, h)
 		close(h.unkept)
 	}
+	return l
 }
 
 // expire runs when h's loss timer fires: unless an extension moved the
@@ -124,12 +119,11 @@ func (p *Provider) expire(h *Handle) {
 	h.leaseOver(l.lastErr)
 }
 
-// extend extends the leases of hs in one round trip and records the outcome
-// for each. It extends again at once those for which a tick came meanwhile
-// and the next tick could be too late (round trips slower than the
-// cadence), and, after a transient error,
-// tries again for the handles still kept until their leases are extended or
-// run out.
+// extend extends the leases of hs and records the outcome for each. It
+// extends again at once those for which a tick came meanwhile and the next
+// tick could be too late (round trips slower than the cadence), and, after a
+// transient error, tries again for the handles still kept until their leases
+// are extended or run out.
 func (p *Provider) extend(hs []*Handle) {
 	ls, o := &p.leases, p.opts
 	retry := min(o.cadence/4, 250*time.Millisecond)
@@ -144,22 +138,25 @@ func (p *Provider) extend(hs []*Handle) {
 		ls.mu.Unlock()
 		sent := time.Now()
 		ctx, cancel := context.WithDeadline(context.Background(), latest)
-		lost, err := extendLeases(ctx, p.coll, hs, p.extendUpdate)
+		lost, err := p.extendLeases(ctx, hs)
 		cancel()
-		var gone, again []*Handle
-		failed := false
+		why := fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost)
+		if isClosed(err) { // nothing sent through its client will ever succeed
+			lost, why = hs, fmt.Errorf("%w: its client was disconnected (%w)", ErrLockLost, err)
+		}
+		for _, h := range lost {
+			if p.forget(h) != nil {
+				h.markLost(why)
+			}
+		}
+		var again []*Handle
 		ls.mu.Lock()
 		for _, h := range hs {
 			l := ls.held[h]
 			switch {
-			case l == nil: // released, or its lease ran out, meanwhile
-			case isClosed(err) || err == nil && lost[h]:
-				// Lost, or its client disconnected: nothing sent through
-				// it will ever succeed, so lost now rather than later.
-				p.drop(h)
-				gone = append(gone, h)
+			case l == nil: // lost, released, or its lease ran out, meanwhile
 			case err != nil:
-				l.lastErr, failed = err, true
+				l.lastErr = err
 				again = append(again, h)
 			default:
 				l.lastErr = nil
@@ -174,56 +171,41 @@ func (p *Provider) extend(hs []*Handle) {
 			}
 		}
 		ls.mu.Unlock()
-		for _, h := range gone {
-			if err != nil {
-				h.markLost(fmt.Errorf("%w: its client was disconnected (%w)", ErrLockLost, err))
-			} else {
-				h.markLost(fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost))
-			}
-		}
-		if hs = again; failed {
+		if hs = again; err != nil && len(hs) > 0 {
 			time.Sleep(retry)
 		}
 	}
 }
 
 // extendLeases pushes the leases of hs to $$NOW + expiry in one
-// owner-checked round trip, and reports which handles it did not match. Only
-// when a batch did not match them all does it read their documents to find
-// out which (one more round trip).
-func extendLeases(ctx context.Context, coll *mongo.Collection, hs []*Handle, update bson.A) (map[*Handle]bool, error) {
+// owner-checked round trip, and returns the handles it did not match. Only
+// when a batch matched some but not all does it read their documents to
+// find out which (one more round trip).
+func (p *Provider) extendLeases(ctx context.Context, hs []*Handle) ([]*Handle, error) {
 	names, ids := make(bson.A, len(hs)), make(bson.A, len(hs))
 	for i, h := range hs {
 		names[i], ids[i] = h.lock.name, h.lockID
 	}
-	res, err := coll.UpdateMany(ctx, extendFilter(names, ids), update)
+	res, err := p.coll.UpdateMany(ctx, extendFilter(names, ids), p.extendUpdate)
 	switch {
 	case err != nil || int(res.MatchedCount) == len(hs):
 		return nil, err
-	case len(hs) == 1:
-		return map[*Handle]bool{hs[0]: true}, nil
+	case res.MatchedCount == 0:
+		return hs, nil
 	}
 	filter, projection := holdersQuery(names)
-	cur, err := coll.Find(ctx, filter, options.Find().SetProjection(projection))
+	cur, err := p.coll.Find(ctx, filter, options.Find().SetProjection(projection))
 	if err != nil {
 		return nil, err
 	}
-	var docs []struct {
-		ID     string `bson:"_id"`
-		LockID string `bson:"lockId"`
+	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
+	holder := make(map[string]string, len(hs))
+	for cur.Next(ctx) {
+		name, _ := cur.Current.Lookup("_id").StringValueOK()
+		holder[name], _ = cur.Current.Lookup("lockId").StringValueOK()
 	}
-	if err := cur.All(ctx, &docs); err != nil {
+	if err := cur.Err(); err != nil {
 		return nil, err
 	}
-	holder := make(map[string]string, len(docs))
-	for _, d := range docs {
-		holder[d.ID] = d.LockID
-	}
-	lost := make(map[*Handle]bool)
-	for _, h := range hs {
-		if holder[h.lock.name] != h.lockID {
-			lost[h] = true
-		}
-	}
-	return lost, nil
+	return slices.DeleteFunc(slices.Clone(hs), func(h *Handle) bool { return holder[h.lock.name] == h.lockID }), nil
 }

@@ -2,12 +2,13 @@ package mongolock
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // A Lock is a named distributed lock. It holds no state of its own: every
@@ -31,10 +32,7 @@ const (
 	cleanupTimeout = 5 * time.Second
 )
 
-func newLockID() string {
-	id := uuid.New()
-	return hex.EncodeToString(id[:])
-}
+func newLockID() string { return strings.ReplaceAll(uuid.NewString(), "-", "") }
 
 // TryAcquire makes one attempt to take the lock. It returns a Handle if the
 // lock was free, ErrNotAcquired if someone else holds it (or this process
@@ -80,12 +78,10 @@ func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
 	}
 	p, qs := l.p, &l.p.local.queues
 	w := qs.join(l)
-	var (
-		claimed   bool  // a refusal showed this process's claim
-		watching  bool  // counted as a waiter for release events
-		contended bool  // the lock was held by someone else
-		lastErr   error // the last transient error
-	)
+	// claimed: a refusal showed this process's claim; watching: counted as
+	// a waiter for release events; contended: held by someone else.
+	var claimed, watching, contended bool
+	var lastErr error // the last transient error
 	defer func() { p.leaveLine(w, err != nil && claimed, watching) }()
 	for {
 		select {
@@ -177,8 +173,7 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) (err 
 	}()
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(h.Context(), func() { cancel(context.Cause(h.Context())) })
-	defer stop()
+	defer context.AfterFunc(h.Context(), func() { cancel(context.Cause(h.Context())) })()
 	return fn(fctx)
 }
 
@@ -192,9 +187,8 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Han
 	for tries := 1; ; tries++ {
 		// A fresh lockId per round trip: a cleanup of one can never free
 		// another.
-		lockID := newLockID()
-		sent := time.Now()
-		doc, err := p.acquireRoundTrip(ctx, l.name, lockID, since, mode)
+		lockID, sent := newLockID(), time.Now()
+		doc, err := p.acquireRoundTrip(ctx, acquireFilter(l.name), l.name, lockID, since, mode)
 		switch {
 		case err == nil && doc.LockID == lockID:
 			return newHandle(l, lockID, doc.FencingToken, sent), doc, nil
@@ -222,9 +216,9 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Han
 // claim that nobody of this process still needs is withdrawn. A request
 // that fails ambiguously (the connection dropped after sending) is released
 // in the background too.
-func (p *Provider) acquireRoundTrip(ctx context.Context, name, lockID string, since int64, mode attemptMode) (lockDoc, error) {
+func (p *Provider) acquireRoundTrip(ctx context.Context, filter bson.D, name, lockID string, since int64, mode attemptMode) (lockDoc, error) {
 	send := func(ctx context.Context) (doc lockDoc, err error) {
-		err = p.coll.FindOneAndUpdate(ctx, acquireFilter(name), acquirePipeline(lockID, since, p.acquire[mode]), acquireOptions).Decode(&doc)
+		err = p.coll.FindOneAndUpdate(ctx, filter, acquirePipeline(lockID, since, p.acquire[mode]), acquireOptions).Decode(&doc)
 		if err != nil && isAmbiguous(err) {
 			p.releaseInBackground(name, lockID, afterNoReply)
 		}

@@ -20,9 +20,10 @@ import (
 // that ping-pong between processes does not reopen it per turn.
 //
 // Where the server has none (a standalone server, FerretDB), the first
-// attempt to open one fails with a server error; the collection is
-// remembered as having none, and waiters keep polling, silently. A stream that breaks
-// later (a network error, a failover) is reopened by the next waiter.
+// attempt to open one fails with an error that retrying cannot fix; the
+// collection is remembered as having none, and waiters keep polling,
+// silently. A stream that breaks later with a transient error (the network,
+// a failover) is reopened by the next waiter.
 
 // notifyLinger is how long a collection's change stream stays open after
 // its last waiter.
@@ -42,13 +43,8 @@ func watchReleases(ctx context.Context, coll *mongo.Collection, ready func(), re
 	ready()
 	defer func() { _ = cs.Close(context.WithoutCancel(ctx)) }()
 	for cs.Next(ctx) {
-		var ev struct {
-			Key struct {
-				ID string `bson:"_id"`
-			} `bson:"documentKey"`
-		}
-		if cs.Decode(&ev) == nil {
-			released(ev.Key.ID)
+		if name, ok := cs.Current.Lookup("documentKey", "_id").StringValueOK(); ok {
+			released(name)
 		}
 	}
 	if ctx.Err() != nil {
@@ -60,13 +56,17 @@ func watchReleases(ctx context.Context, coll *mongo.Collection, ready func(), re
 // notifier runs a collection's release source while it has waiters.
 type notifier struct {
 	mu      sync.Mutex
-	source  releaseSource // nil: change streams
+	source  releaseSource // change streams (watchReleases), or a test's
 	none    bool          // the source was refused: poll only, do not ask again
 	waiters int
-	stop    context.CancelFunc // ends the running source, if any
-	run     int                // counts sources started, to tell them apart
-	open    bool               // the running source is ready
-	linger  *time.Timer        // pending stop after the last waiter
+	run     *sourceRun  // the running source, if any
+	linger  *time.Timer // pending stop after the last waiter
+}
+
+// sourceRun is one run of a release source.
+type sourceRun struct {
+	stop context.CancelFunc
+	open bool // ready: it sees every release
 }
 
 // join counts a waiter; it starts the source unless it runs already.
@@ -78,32 +78,26 @@ func (n *notifier) join(coll *mongo.Collection, wake func(name string), bg *sync
 		n.linger.Stop()
 		n.linger = nil
 	}
-	if n.stop != nil || n.none {
+	if n.run != nil || n.none {
 		return
 	}
 	source := n.source
-	if source == nil {
-		source = watchReleases
-	}
 	ctx, stop := context.WithCancel(context.Background())
-	n.stop = stop
-	n.run++
-	run := n.run
+	run := &sourceRun{stop: stop}
+	n.run = run
 	bg.Go(func() {
 		defer stop()
 		err := source(ctx, coll, func() {
 			n.mu.Lock()
 			defer n.mu.Unlock()
-			if n.run == run {
-				n.open = true
-			}
+			run.open = true
 		}, wake)
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		// Polling never stopped; only the wake-ups end here.
-		n.none = n.none || err != nil && ctx.Err() == nil && (n.source != nil || isServerRefusal(err))
+		n.none = n.none || err != nil && ctx.Err() == nil && !isTransient(err)
 		if n.run == run {
-			n.stop, n.open = nil, false
+			n.run = nil
 		}
 	})
 }
@@ -113,16 +107,16 @@ func (n *notifier) leave() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.waiters--
-	if n.waiters > 0 || n.stop == nil {
+	if n.waiters > 0 || n.run == nil {
 		return
 	}
-	stop, run := n.stop, n.run
+	run := n.run
 	n.linger = time.AfterFunc(notifyLinger, func() {
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		if n.waiters == 0 && n.run == run {
-			stop()
-			n.stop, n.linger, n.open = nil, nil, false
+			run.stop()
+			n.run, n.linger = nil, nil
 		}
 	})
 }
@@ -132,5 +126,5 @@ func (n *notifier) leave() {
 func (n *notifier) isOpen() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.stop != nil && n.open
+	return n.run != nil && n.run.open
 }

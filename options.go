@@ -31,15 +31,6 @@ type config struct {
 	adaptive   bool
 }
 
-func defaultConfig() config {
-	return config{
-		collection: DefaultCollection,
-		expiry:     DefaultExpiry,
-		sleepMin:   DefaultBusyWaitMin,
-		sleepMax:   DefaultBusyWaitMax,
-	}
-}
-
 // WithCollection sets the collection that holds the lock documents
 // (default "distributed_locks", the same as DistributedLock.MongoDB).
 func WithCollection(name string) Option {
@@ -73,7 +64,7 @@ func WithAdaptiveBackoff(on bool) Option {
 }
 
 func buildConfig(opts []Option) (config, error) {
-	o := defaultConfig()
+	o := config{collection: DefaultCollection, expiry: DefaultExpiry, sleepMin: DefaultBusyWaitMin, sleepMax: DefaultBusyWaitMax}
 	for _, opt := range opts {
 		if opt == nil {
 			return o, fmt.Errorf("mongolock: nil Option")

@@ -119,8 +119,7 @@ func newAcquireParts(proc string, mode attemptMode, expiry, claim time.Duration)
 
 // acquireExprs returns _mine's and _free's expressions and the second stage.
 func acquireExprs(proc string, mode attemptMode, expiry, claim time.Duration) (mine, free, write bson.D) {
-	const isFree, isMine = "$_free", "$_mine"
-	now := "$$NOW"
+	const isFree, isMine, now = "$_free", "$_mine", "$$NOW"
 	mine = op("$eq", "$lastProcess", proc)
 	expired := op("$lte", ifNull("$expiresAt", epoch), now)
 	claimLive := op("$gt", ifNull("$waitingUntil", epoch), now)

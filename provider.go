@@ -44,6 +44,7 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 		opts:         o,
 		local:        localFor(db, o.collection),
 		extendUpdate: extendUpdate(o.expiry),
+		leases:       leases{held: make(map[*Handle]*lease)},
 	}
 	for _, m := range []attemptMode{tryMode, waitMode, handOverMode} {
 		p.acquire[m] = newAcquireParts(p.local.process, m, o.expiry, o.claimLifetime())
@@ -64,9 +65,7 @@ func New(db *mongo.Database, name string, opts ...Option) (*Lock, error) {
 // the document's _id exactly as given (case-sensitive, not hashed). Locks
 // with the same name, collection and database exclude each other, in this
 // process and in any other, whichever Provider minted them.
-func (p *Provider) Lock(name string) *Lock {
-	return &Lock{p: p, name: name}
-}
+func (p *Provider) Lock(name string) *Lock { return &Lock{p: p, name: name} }
 
 // local is what this process keeps for one collection of one client, shared
 // by every Provider of it: the process's id in lock documents, the TTL index
@@ -93,7 +92,7 @@ func localFor(db *mongo.Database, coll string) *local {
 	if c, ok := locals.Load(k); ok {
 		return c.(*local)
 	}
-	c, _ := locals.LoadOrStore(k, &local{process: newLockID()})
+	c, _ := locals.LoadOrStore(k, &local{process: newLockID(), queues: queues{byName: map[string]*queue{}}, notify: notifier{source: watchReleases}})
 	return c.(*local)
 }
 

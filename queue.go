@@ -51,9 +51,6 @@ type queues struct {
 func (qs *queues) get(name string) *queue {
 	q := qs.byName[name]
 	if q == nil {
-		if qs.byName == nil {
-			qs.byName = make(map[string]*queue)
-		}
 		q = &queue{}
 		qs.byName[name] = q
 	}
@@ -134,11 +131,11 @@ func (qs *queues) hold(l *Lock, now time.Time) {
 // wakes the head to attempt at once.
 func (qs *queues) unhold(name string) {
 	qs.mu.Lock()
-	defer qs.mu.Unlock()
 	q := qs.get(name)
 	q.held--
-	qs.wakeHeadOf(q)
 	qs.drop(name, q)
+	qs.mu.Unlock()
+	qs.wakeHead(name)
 }
 
 // wakeHead wakes the head of name's line to attempt at once: the lock was
@@ -146,13 +143,7 @@ func (qs *queues) unhold(name string) {
 func (qs *queues) wakeHead(name string) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	if q := qs.byName[name]; q != nil {
-		qs.wakeHeadOf(q)
-	}
-}
-
-func (qs *queues) wakeHeadOf(q *queue) {
-	if len(q.waiters) > 0 {
+	if q := qs.byName[name]; q != nil && len(q.waiters) > 0 {
 		q.waiters[0].signal()
 	}
 }
