@@ -3,10 +3,13 @@ GO          ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TESTFLAGS   ?=
 
-# The tests find their server themselves (internal/testdb): MONGODB_URI if
-# set, else a testcontainers mongo where a Docker daemon answers, else the
-# local FerretDB test server. `make` starts the last one up front (installing
-# it into ~/.cache/mongolock-testdb on first use) so that its output is seen.
+# The tests find their server themselves (internal/testdb): MONGOLOCK_TEST_URI
+# if set (their own variable: never MONGODB_URI, which may name real data),
+# else a testcontainers mongo where a Docker daemon answers, else the local
+# FerretDB test server. `make` starts the last one up front (installing it
+# into ~/.cache/mongolock-testdb on first use) so that its output is seen.
+# The tests, the benchmark and the soak create and drop only databases whose
+# names begin with mongolock_test_.
 
 .PHONY: test lint demo bench soak testdb testdb-stop
 
@@ -20,17 +23,21 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-ed: $$out"; exit 1; fi
 
 # The README's "see it work" command: worker processes contend for one lock.
-# The example takes its server from MONGODB_URI only; unset, it is the local
-# test server (started here even where Docker answers: the example does not
-# use testcontainers).
+# The example is a program to copy, and reads MONGODB_URI as one would; here
+# it is given the tests' server: MONGOLOCK_TEST_URI, else the local test
+# server (started here even where Docker answers: the example does not use
+# testcontainers). It writes one lock document (database mongolock_demo) and
+# drops nothing. Against a server of your own: MONGODB_URI=... go run
+# ./examples/contend.
 demo:
-	@if [ -n "$$MONGODB_URI" ]; then echo "using MONGODB_URI"; else ./scripts/testdb start >/dev/null; fi
-	MONGODB_URI="$${MONGODB_URI:-$$(./scripts/testdb uri)}" $(GO) run ./examples/contend
+	@if [ -n "$$MONGOLOCK_TEST_URI" ]; then echo "using MONGOLOCK_TEST_URI"; else ./scripts/testdb start >/dev/null; fi
+	MONGODB_URI="$${MONGOLOCK_TEST_URI:-$$(./scripts/testdb uri)}" $(GO) run ./examples/contend
 
 # The benchmark (BENCHMARKS.md): mongolock, the raw driver round trips
 # and DistributedLock.MongoDB's algorithm side by side on one server. bench/ is
 # a module of its own, so that its plotting dependency stays out of go.mod;
-# it finds its server itself (MONGODB_URI, else scripts/testdb).
+# it finds its server itself (MONGOLOCK_TEST_URI, else scripts/testdb) and
+# drops its database, mongolock_test_bench.
 # BENCHFLAGS=-quick for a smoke run, BENCHFLAGS='-only C,D' for some workloads.
 bench:
 	cd bench && $(GO) run . $(BENCHFLAGS)
@@ -39,8 +46,10 @@ bench:
 # critical section checked on the server through a fenced resource, while
 # holder processes are SIGKILLed and clients closed under held locks. Prints
 # trials, faults injected and violations (must be 0; exit status 1 if not).
-# `make test` runs a 12 s form (TestSoak). SOAK=10m for ten minutes;
-# SOAKFLAGS='-p 4 -g 8 -k 2' for other shapes (go run ./cmd/soak -h).
+# The server is the tests' (MONGOLOCK_TEST_URI, else as `make test`); the
+# soak drops its database, mongolock_test_soak. `make test` runs a 12 s form
+# (TestSoak). SOAK=10m for ten minutes; SOAKFLAGS='-p 4 -g 8 -k 2' for other
+# shapes (go run ./cmd/soak -h).
 SOAK      ?= 60s
 SOAKFLAGS ?=
 
@@ -48,7 +57,9 @@ soak: testdb
 	$(GO) run ./cmd/soak -d $(SOAK) $(SOAKFLAGS)
 
 testdb:
-	@if [ -n "$$MONGODB_URI" ]; then echo "using MONGODB_URI"; \
+	@if [ -z "$$MONGOLOCK_TEST_URI" ] && [ -n "$$MONGODB_URI" ]; then \
+		echo "MONGODB_URI is ignored: the tests take their server from MONGOLOCK_TEST_URI"; fi
+	@if [ -n "$$MONGOLOCK_TEST_URI" ]; then echo "using MONGOLOCK_TEST_URI"; \
 	elif docker info >/dev/null 2>&1; then echo "using Docker (testcontainers)"; \
 	else ./scripts/testdb start; fi
 

@@ -17,12 +17,12 @@ import (
 func ExampleNew() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer func() { _ = client.Disconnect(context.Background()) }()
-	db := client.Database("mongolock_examples")
+	db := client.Database("mongolock_test_examples")
 	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
 
 	lock, err := mongolock.New(db, "nightly-report")
@@ -47,12 +47,12 @@ func ExampleNew() {
 func ExampleLock_TryAcquire() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer func() { _ = client.Disconnect(context.Background()) }()
-	db := client.Database("mongolock_examples")
+	db := client.Database("mongolock_test_examples")
 	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
 
 	lock, err := mongolock.New(db, "inventory-sync")
@@ -87,12 +87,12 @@ func ExampleLock_TryAcquire() {
 func ExampleProvider() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer func() { _ = client.Disconnect(context.Background()) }()
-	db := client.Database("mongolock_examples")
+	db := client.Database("mongolock_test_examples")
 	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
 
 	// One provider for the whole application: its options apply to every
@@ -124,12 +124,12 @@ func ExampleProvider() {
 func ExampleLock_Do() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer func() { _ = client.Disconnect(context.Background()) }()
-	db := client.Database("mongolock_examples")
+	db := client.Database("mongolock_test_examples")
 	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
 
 	lock, err := mongolock.New(db, "schema-migration")
@@ -163,12 +163,12 @@ func ExampleLock_Do() {
 func ExampleHandle_FencingToken() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer func() { _ = client.Disconnect(context.Background()) }()
-	db := client.Database("mongolock_examples")
+	db := client.Database("mongolock_test_examples")
 	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
 
 	lock, err := mongolock.New(db, "ledger")

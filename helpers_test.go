@@ -93,7 +93,7 @@ func offlineDatabase(t *testing.T, opts ...*options.ClientOptions) *mongo.Databa
 	c, err := mongo.Connect(all...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
-	return c.Database("offline")
+	return c.Database(testdb.Prefix + "offline")
 }
 
 // commandCounter counts the commands a client sends: all of them, each

@@ -1005,7 +1005,7 @@ func killedHolderTrial(t *testing.T, name string) {
 		childEnvURI+"="+testdb.Info(t).URI,
 		childEnvDB+"="+db.Name(),
 		childEnvLock+"="+name,
-		"MONGODB_URI="+testdb.Info(t).URI, // so that the child's TestMain looks for no server
+		testdb.EnvURI+"="+testdb.Info(t).URI, // so that the child's TestMain looks for no server
 	)
 	var output lockedBuffer // the child's stdout and stderr, for failure messages
 	cmd.Stderr = &output
@@ -1133,8 +1133,8 @@ func (b *lockedBuffer) String() string {
 // else changes; without changeStream (replica sets) waiters poll.
 //
 // It needs a server that enforces access control and has custom roles,
-// with MONGODB_URI authenticating a user allowed to create roles and users
-// (userAdmin on the test databases, e.g. root). FerretDB has neither
+// with MONGOLOCK_TEST_URI authenticating a user allowed to create roles and
+// users (userAdmin on the test databases, e.g. root). FerretDB has neither
 // (--no-auth; no createRole): there
 // TestAcquireWorksWhenAnExpiresAtIndexExistsWithOtherOptions makes
 // createIndexes fail another way.
@@ -1149,7 +1149,7 @@ func TestLockingNeedsOnlyFindInsertUpdateOnTheCollection(t *testing.T) {
 	}
 	require.NoError(t, admin.Database("admin").RunCommand(ctx, bson.D{{Key: "connectionStatus", Value: 1}}).Decode(&status))
 	if len(status.AuthInfo.Users) == 0 {
-		t.Skipf("needs a server that enforces access control, with MONGODB_URI authenticating a user that may create roles; %s does not authenticate this client", testdb.Info(t).Name())
+		t.Skipf("needs a server that enforces access control, with MONGOLOCK_TEST_URI authenticating a user that may create roles; %s does not authenticate this client", testdb.Info(t).Name())
 	}
 	const role, user, pwd = "mongolock_locker", "mongolock_locker", "mongolock-test-password"
 	err := db.RunCommand(ctx, bson.D{

@@ -10,12 +10,12 @@ import (
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
-// TestMain points MONGODB_URI at the test server for the examples, which
-// connect as applications do; after the tests it disconnects the shared
+// TestMain points MONGOLOCK_TEST_URI (testdb.EnvURI) at the test server for
+// the examples, which connect as applications do; after the tests it disconnects the shared
 // client, then checks that no goroutine outlived them: every extension loop
 // and background cleanup has an end.
 func TestMain(m *testing.M) {
-	if os.Getenv("MONGODB_URI") == "" {
+	if os.Getenv(testdb.EnvURI) == "" {
 		uri, err := testdb.URI()
 		if err != nil {
 			// Tests skip without a server (fail under CI=true), but examples
@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 			if os.Getenv("CI") == "true" {
 				os.Exit(1)
 			}
-		} else if err := os.Setenv("MONGODB_URI", uri); err != nil {
+		} else if err := os.Setenv(testdb.EnvURI, uri); err != nil {
 			fmt.Fprintln(os.Stderr, "mongolock tests:", err)
 			os.Exit(1)
 		}

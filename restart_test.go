@@ -115,7 +115,7 @@ func restartTrial(t *testing.T, in *testdb.Instance, what, stop string, downFor 
 		})
 		return c
 	}
-	const dbName = "mongolock_restart"
+	const dbName = testdb.Prefix + "restart"
 	opts := []mongolock.Option{mongolock.WithExpiry(restartExpiry), mongolock.WithBusyWaitSleep(10*time.Millisecond, 100*time.Millisecond)}
 	newProvider := func() *mongolock.Provider {
 		return newProvider(t, connect().Database(dbName), opts...)

@@ -9,8 +9,10 @@
 //	go run . -only E -impls mongolock -cpuprofile cpu.out
 //	go run . -from out/results.json   # re-render a saved run's report and plot
 //
-// The server is MONGODB_URI if set, else the local test server started by
-// ../scripts/testdb. It prints a markdown table and the targets' PASS/FAIL,
+// The server is MONGOLOCK_TEST_URI if set (the tests' variable; never
+// MONGODB_URI), else the local test server started by ../scripts/testdb. The
+// run drops its database (-db, default mongolock_test_bench) before and
+// after, and takes only a name beginning with mongolock_test_. It prints a markdown table and the targets' PASS/FAIL,
 // and writes out/results.md, out/results.json and out/plot.png (out/quick/
 // for -quick).
 package main
@@ -36,6 +38,14 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
+// envURI names the variable with the server: the tests' own, so that
+// MONGODB_URI, which may name someone's data, is never dropped from.
+const envURI = "MONGOLOCK_TEST_URI"
+
+// testPrefix begins the name of every database the tests and the benchmark
+// create and drop (internal/testdb.Prefix): -db must begin with it.
+const testPrefix = "mongolock_test_"
+
 // Workload F's settings: a short expiry, so that three cadences pass quickly.
 const (
 	holdExpiry   = 3 * time.Second
@@ -50,7 +60,7 @@ func main() {
 		only   = flag.String("only", "", "comma-separated workloads to run, e.g. C,D (default: A,B,C,D,E,F,G)")
 		holdN  = flag.Int("n", 10000, "locks held in workload F (also measured at n/10, to see what grows with n)")
 		outDir = flag.String("out", "out", "directory for results.md, results.json and plot.png")
-		dbName = flag.String("db", "mongolock_bench", "database to use (dropped before and after the run)")
+		dbName = flag.String("db", testPrefix+"bench", "database to use (dropped before and after the run); its name must begin with "+testPrefix)
 		which  = flag.String("impls", "", "comma-separated implementations to run (default: raw,mongolock,baseline)")
 		prof   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 		from   = flag.String("from", "", "measure nothing: render the report and plot of a saved results.json")
@@ -78,6 +88,9 @@ func main() {
 	}
 	if err == nil && *holdN < 10 {
 		err = fmt.Errorf("-n %d: need at least 10", *holdN)
+	}
+	if err == nil {
+		err = checkDBName(*dbName)
 	}
 	if err == nil && *gDur < standbyHold+standbyAway {
 		err = fmt.Errorf("-gd %v: need at least %v (one hold and one time away)", *gDur, standbyHold+standbyAway)
@@ -174,7 +187,19 @@ func parseOnly(s string) (map[string]bool, error) {
 	return sel, nil
 }
 
+// checkDBName refuses a database without the tests' prefix: the run drops
+// its database.
+func checkDBName(name string) error {
+	if !strings.HasPrefix(name, testPrefix) {
+		return fmt.Errorf("-db %q: the run drops its database, so it takes only a name beginning with %q", name, testPrefix)
+	}
+	return nil
+}
+
 func run(ctx context.Context, dur, gDur time.Duration, selected map[string]bool, holdN int, outDir, dbName string) error {
+	if err := checkDBName(dbName); err != nil {
+		return err
+	}
 	uri, err := serverURI(ctx)
 	if err != nil {
 		return err
@@ -274,10 +299,11 @@ func settle() {
 	time.Sleep(300 * time.Millisecond)
 }
 
-// serverURI is MONGODB_URI if set, else the local test server, started (and
-// on first use installed) by ../scripts/testdb, which prints its URI last.
+// serverURI is MONGOLOCK_TEST_URI if set, else the local test server,
+// started (and on first use installed) by ../scripts/testdb, which prints its
+// URI last.
 func serverURI(ctx context.Context) (string, error) {
-	if uri := os.Getenv("MONGODB_URI"); uri != "" {
+	if uri := os.Getenv(envURI); uri != "" {
 		return uri, nil
 	}
 	script, err := filepath.Abs(filepath.Join("..", "scripts", "testdb"))
@@ -285,9 +311,9 @@ func serverURI(ctx context.Context) (string, error) {
 		return "", err
 	}
 	if _, err := os.Stat(script); err != nil {
-		return "", fmt.Errorf("MONGODB_URI is unset and %s is missing: run from bench/ (make bench) or set MONGODB_URI", script)
+		return "", fmt.Errorf("%s is unset and %s is missing: run from bench/ (make bench) or set %s", envURI, script, envURI)
 	}
-	fmt.Fprintln(os.Stderr, "bench: MONGODB_URI is unset; starting the local test server with ../scripts/testdb start")
+	fmt.Fprintf(os.Stderr, "bench: %s is unset; starting the local test server with ../scripts/testdb start\n", envURI)
 	cmd := exec.CommandContext(ctx, script, "start")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()

@@ -17,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/testdb"
 )
 
 // A child is one soak process: G goroutines that take random locks of the K
@@ -85,7 +86,7 @@ func runChild(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	c.uri = os.Getenv("MONGODB_URI")
+	c.uri = os.Getenv(testdb.EnvURI) // the parent's server
 	c.until = time.Unix(0, until)
 
 	// The parent holds our stdin: when it goes away, so do we.

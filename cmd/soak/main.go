@@ -1,10 +1,15 @@
 // Command soak runs P processes x G goroutines over K lock names for a
 // while, injecting faults, and checks on the server that the locks did
-// their job (issue 5):
+// their job:
 //
-//	go run ./cmd/soak                   # 15 s against the local test server
+//	go run ./cmd/soak                   # 15 s against a test server of its own
 //	go run ./cmd/soak -d 10m -p 4 -g 8  # make soak SOAK=10m
-//	MONGODB_URI=mongodb://... go run ./cmd/soak -d 1h
+//	MONGOLOCK_TEST_URI=mongodb://... go run ./cmd/soak -d 1h
+//
+// The server is -uri, else MONGOLOCK_TEST_URI (never MONGODB_URI), else the
+// tests' own (testcontainers where Docker answers, else scripts/testdb). The
+// soak drops its database (-db, default mongolock_test_soak) before and
+// after the run, and takes only a name beginning with mongolock_test_.
 //
 // Every critical section writes to a "fenced resource", one document per
 // lock name, that accepts a write only with a fencing token at least its

@@ -80,8 +80,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.hold, "hold", 5*time.Millisecond, "longest sleep between a critical section's writes")
 	fs.DurationVar(&c.killEvery, "kill-every", 5*time.Second, "SIGKILL a random child about this often (0: never)")
 	fs.DurationVar(&c.dropEvery, "drop-every", 6*time.Second, "each child closes its client under a held lock about this often (0: never)")
-	fs.StringVar(&c.db, "db", "mongolock_soak", "database (dropped before the run, and after it unless -keep)")
-	fs.StringVar(&c.uri, "uri", "", "server (default: MONGODB_URI, else the local test server)")
+	fs.StringVar(&c.db, "db", testdb.Prefix+"soak", "database (dropped before the run, and after it unless -keep); its name must begin with "+testdb.Prefix)
+	fs.StringVar(&c.uri, "uri", "", "server (default: "+testdb.EnvURI+", else a test server of its own: testcontainers where Docker answers, else scripts/testdb)")
 	fs.BoolVar(&c.sabotage, "sabotage", false, "children work after releasing: the run must report violations")
 	fs.BoolVar(&c.keep, "keep", false, "keep the database after the run")
 	if err := fs.Parse(args); err != nil {
@@ -89,6 +89,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.procs < 1 || c.goroutines < 1 || c.names < 1 || c.dur <= 0 {
 		return c, fmt.Errorf("need -p, -g, -k >= 1 and -d > 0")
+	}
+	if !strings.HasPrefix(c.db, testdb.Prefix) {
+		return c, fmt.Errorf("-db %q: the soak drops its database, so it takes only a name beginning with %q", c.db, testdb.Prefix)
 	}
 	return c, nil
 }
@@ -101,14 +104,16 @@ func runParent(args []string, stdout, stderr io.Writer) (*Result, error) {
 		return nil, err
 	}
 	if cfg.uri == "" {
-		cfg.uri = os.Getenv("MONGODB_URI")
+		cfg.uri = os.Getenv(testdb.EnvURI)
 	}
 	if cfg.uri == "" {
-		fmt.Fprintln(stdout, "MONGODB_URI is not set: using the local test server (scripts/testdb)")
-		if cfg.uri, err = testdb.URI(); err != nil {
+		s, _, err := testdb.Connect()
+		if err != nil {
 			return nil, err
 		}
 		defer testdb.Close()
+		fmt.Fprintf(stdout, "%s is not set: using %s\n", testdb.EnvURI, s.Name())
+		cfg.uri = s.URI
 	}
 	return soak(cfg, stdout, stderr)
 }
@@ -130,11 +135,11 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 	}
 	defer func() { _ = client.Disconnect(context.Background()) }()
 	db := client.Database(cfg.db)
-	if err := db.Drop(ctx); err != nil {
+	if err := testdb.DropDatabase(ctx, db); err != nil {
 		return nil, err
 	}
 	if !cfg.keep {
-		defer func() { _ = db.Drop(context.Background()) }()
+		defer func() { _ = testdb.DropDatabase(context.Background(), db) }()
 	}
 	resources := db.Collection("soak_resources")
 	for k := range cfg.names {
@@ -171,7 +176,7 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 			"-id", id, "-db", cfg.db, "-g", strconv.Itoa(cfg.goroutines), "-k", strconv.Itoa(cfg.names),
 			"-expiry", cfg.expiry.String(), "-hold", cfg.hold.String(), "-drop-every", cfg.dropEvery.String(),
 			"-until", strconv.FormatInt(until.UnixNano(), 10), "-sabotage="+strconv.FormatBool(cfg.sabotage))
-		cmd.Env = append(os.Environ(), childEnv+"=1", "MONGODB_URI="+cfg.uri)
+		cmd.Env = append(os.Environ(), childEnv+"=1", testdb.EnvURI+"="+cfg.uri)
 		out := &lineWriter{mu: &outMu, w: stderr}
 		cmd.Stdout, cmd.Stderr = out, out
 		stdin, err := cmd.StdinPipe()

@@ -101,3 +101,13 @@ func TestSoakReportsWorkAfterReleaseAsViolations(t *testing.T) {
 		t.Fatalf("sabotaged run: %v; want overlaps and displaced holders", r)
 	}
 }
+
+// The soak drops its database: it refuses, before it connects, any name
+// without the tests' prefix.
+func TestSoakRefusesADatabaseWithoutTheTestPrefix(t *testing.T) {
+	var stderr syncBuffer
+	_, err := runParent([]string{"-uri", "mongodb://127.0.0.1:1/", "-db", "myapp", "-d", "1s"}, &stderr, &stderr)
+	if err == nil || !strings.Contains(err.Error(), testdb.Prefix) {
+		t.Fatalf("-db myapp: got %v; want a refusal naming the prefix %q", err, testdb.Prefix)
+	}
+}

@@ -6,7 +6,9 @@
 //	MONGODB_URI=mongodb://... go run ./examples/contend -workers 5
 //
 // The server is the one MONGODB_URI names (`make demo` in the repository
-// starts a local test server and sets it). Each worker is this same program,
+// sets it to the tests' server: MONGOLOCK_TEST_URI, else a local test server
+// it starts). It writes one lock document, in database mongolock_demo, and
+// drops nothing. Each worker is this same program,
 // started again with -worker. Only one holds the lock at a time; the fencing
 // tokens increase in the order the lock was taken.
 package main
@@ -45,7 +47,7 @@ func main() {
 	uri := os.Getenv("MONGODB_URI")
 	if uri == "" {
 		fmt.Fprintln(os.Stderr, "contend: MONGODB_URI is not set: set it to your server's connection string, "+
-			"e.g. MONGODB_URI=mongodb://localhost:27017 (make demo sets it to a local test server)")
+			"e.g. MONGODB_URI=mongodb://localhost:27017 (make demo sets it to the tests' server)")
 		os.Exit(2)
 	}
 	var err error

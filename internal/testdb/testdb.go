@@ -3,14 +3,17 @@
 //
 // The server is chosen once per process, in this order:
 //
-//  1. MONGODB_URI, if set: any MongoDB (or Atlas) the user points at.
+//  1. MONGOLOCK_TEST_URI, if set: any MongoDB (or Atlas) the user points
+//     the tests at. Never MONGODB_URI: a service that imports mongolock runs
+//     these tests with `go test all`, with MONGODB_URI naming its own data.
 //  2. A Docker daemon that answers: a mongo container started with
 //     testcontainers-go as a single-node replica set.
 //  3. The project's scripts/testdb: FerretDB v2 on PostgreSQL/DocumentDB on
 //     loopback, installed and started on demand.
 //
-// Each test gets a database of its own, dropped when the test ends. Tests
-// that need a capability the server lacks skip, naming it; under CI=true a
+// Each test gets a database of its own, named with Prefix and dropped when
+// the test ends; DropDatabase drops no database without Prefix. Tests that
+// need a capability the server lacks skip, naming it; under CI=true a
 // missing server fails the test instead of skipping it.
 package testdb
 
@@ -36,10 +39,18 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
+// EnvURI names the environment variable with the tests' server: the
+// tests', examples', benchmarks' and soak's own, never MONGODB_URI.
+const EnvURI = "MONGOLOCK_TEST_URI"
+
+// Prefix begins the name of every database the tests create; DropDatabase
+// refuses any other.
+const Prefix = "mongolock_test_"
+
 // Server describes the server the tests run against.
 type Server struct {
 	URI           string // connection string
-	Source        string // "MONGODB_URI", "testcontainers" or "scripts/testdb"
+	Source        string // EnvURI, "testcontainers" or "scripts/testdb"
 	Version       string // the MongoDB version the server reports
 	FerretDB      string // FerretDB's own version, "" on MongoDB
 	ReplicaSet    bool   // a replica set (or sharded cluster)
@@ -112,8 +123,12 @@ func Close() {
 	connected, server, client, connErr, stopCtr = false, nil, nil, nil, nil
 }
 
+// envURI is the server the environment names for the tests ("" for none):
+// EnvURI's, whatever else is set.
+func envURI() string { return os.Getenv(EnvURI) }
+
 func connect() (*Server, *mongo.Client, error) {
-	uri, source := os.Getenv("MONGODB_URI"), "MONGODB_URI"
+	uri, source := envURI(), EnvURI
 	if uri == "" {
 		var err error
 		if dockerAnswers() {
@@ -180,7 +195,7 @@ func fail(tb testing.TB, err error) {
 	if os.Getenv("CI") == "true" {
 		tb.Fatalf("testdb: %v (CI=true: a missing server is a failure)", err)
 	}
-	tb.Skipf("testdb: %v; set MONGODB_URI or run scripts/testdb start", err)
+	tb.Skipf("testdb: %v; set %s or run scripts/testdb start", err, EnvURI)
 }
 
 // Client returns the process-wide client.
@@ -213,7 +228,8 @@ func Require(tb testing.TB, c Capability) {
 	}
 }
 
-// Database returns a fresh database for this test, dropped when it ends.
+// Database returns a fresh database for this test, its name beginning with
+// Prefix, dropped when it ends.
 func Database(tb testing.TB) *mongo.Database {
 	tb.Helper()
 	return DatabaseOf(tb, Client(tb))
@@ -227,11 +243,23 @@ func DatabaseOf(tb testing.TB, c *mongo.Client) *mongo.Database {
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := db.Drop(ctx); err != nil {
-			tb.Errorf("testdb: drop %s: %v", db.Name(), err)
+		if err := DropDatabase(ctx, db); err != nil {
+			tb.Errorf("testdb: %v", err)
 		}
 	})
 	return db
+}
+
+// DropDatabase drops db if its name begins with Prefix, and refuses to
+// (without a word to the server) otherwise.
+func DropDatabase(ctx context.Context, db *mongo.Database) error {
+	if !strings.HasPrefix(db.Name(), Prefix) {
+		return fmt.Errorf("refusing to drop database %q: the tests drop only databases whose names begin with %q", db.Name(), Prefix)
+	}
+	if err := db.Drop(ctx); err != nil {
+		return fmt.Errorf("drop %s: %w", db.Name(), err)
+	}
+	return nil
 }
 
 // NewClient returns a client of its own (its own connection pool, as a
@@ -252,10 +280,16 @@ func NewClient(tb testing.TB, opts ...*options.ClientOptions) *mongo.Client {
 	return c
 }
 
-// dbName makes a database name from a test name: at most 38 bytes (the
-// strictest server limit), only characters every server accepts, and a
-// random suffix so that reruns and parallel packages never share one.
+// maxDBName is the longest database name the tests make (the strictest
+// server limit).
+const maxDBName = 38
+
+// dbName makes a database name from a test name: Prefix, at most maxDBName
+// bytes, only characters every server accepts, and a random suffix so that
+// reruns and parallel packages never share one.
 func dbName(test string) string {
+	const suffixBytes = 4
+	const room = maxDBName - len(Prefix) - 1 - 2*suffixBytes // for the test's name
 	var b strings.Builder
 	for _, r := range test {
 		switch {
@@ -264,13 +298,13 @@ func dbName(test string) string {
 		default:
 			b.WriteByte('_')
 		}
-		if b.Len() >= 24 {
+		if b.Len() >= room {
 			break
 		}
 	}
-	var suffix [4]byte
+	var suffix [suffixBytes]byte
 	_, _ = rand.Read(suffix[:])
-	return "ml_" + b.String() + "_" + hex.EncodeToString(suffix[:])
+	return Prefix + b.String() + "_" + hex.EncodeToString(suffix[:])
 }
 
 // ---------------------------------------------------------------- servers

@@ -3,6 +3,7 @@ package testdb_test
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ func TestServerIsNamed(t *testing.T) {
 	s := testdb.Info(t)
 	require.NotEmpty(t, s.URI)
 	require.NotEmpty(t, s.Version, "the server reports a version")
-	require.Contains(t, []string{"MONGODB_URI", "testcontainers", "scripts/testdb"}, s.Source)
+	require.Contains(t, []string{testdb.EnvURI, "testcontainers", "scripts/testdb"}, s.Source)
 	t.Logf("server: %s (change streams: %v)", s.Name(), s.ChangeStreams)
 }
 
@@ -50,6 +51,7 @@ func TestDatabasesAreDistinctPerTest(t *testing.T) {
 	a, b := testdb.Database(t), testdb.Database(t)
 	require.NotEqual(t, a.Name(), b.Name())
 	require.LessOrEqual(t, len(a.Name()), 38)
+	require.True(t, strings.HasPrefix(a.Name(), testdb.Prefix), a.Name())
 }
 
 func TestRequireSkipsNamingTheMissingCapability(t *testing.T) {
