@@ -24,6 +24,10 @@ func Process(p *Provider) string { return p.local.process }
 // asked.
 func ClaimLifetime(p *Provider) time.Duration { return p.opts.claimLifetime() }
 
+// TTLGraceSeconds is how long the TTL index keeps a document after its
+// lease ended.
+const TTLGraceSeconds = ttlGraceSeconds
+
 // TurnLength is how many times in a row a process may take a lock before
 // it steps aside for a claimant.
 const TurnLength = turnLength

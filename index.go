@@ -2,20 +2,55 @@ package mongolock
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 const indexTimeout = 30 * time.Second
 
 // ensureIndex creates the TTL index in the background, at most once per
-// process for each client, database and collection. Failure is not an
+// process for each client, database and collection, and raises a smaller
+// expireAfterSeconds of an existing one to the grace. Failure is not an
 // error: the index may exist with other options, or the user may lack the
-// createIndex permission; locking never depends on it (expiry is judged on
-// every acquisition), the index only keeps the collection small.
+// createIndex or collMod permission; locking never depends on it (expiry is
+// judged on every acquisition). The index keeps the collection small, and
+// its grace keeps documents long enough for their fencing tokens to count.
 func (p *Provider) ensureIndex() {
 	p.local.indexOnce.Do(func() {
 		p.background(indexTimeout, func(ctx context.Context) {
-			_, _ = p.coll.Indexes().CreateOne(ctx, ttlIndex())
+			_, err := p.coll.Indexes().CreateOne(ctx, ttlIndex())
+			var se mongo.ServerError
+			if !errors.As(err, &se) || !se.HasErrorCode(indexOptionsConflict) {
+				return
+			}
+			if secs, ok := ttlSeconds(ctx, p.coll); ok && secs < ttlGraceSeconds {
+				_ = p.coll.Database().RunCommand(ctx, raiseTTL(p.coll.Name())).Err()
+			}
 		})
 	})
+}
+
+// ttlSeconds returns the expireAfterSeconds of the index named TTLIndexName,
+// if it has one.
+func ttlSeconds(ctx context.Context, coll *mongo.Collection) (int64, bool) {
+	cur, err := coll.Indexes().List(ctx)
+	if err != nil {
+		return 0, false
+	}
+	var all []struct {
+		Name               string        `bson:"name"`
+		ExpireAfterSeconds bson.RawValue `bson:"expireAfterSeconds"`
+	}
+	if cur.All(ctx, &all) != nil {
+		return 0, false
+	}
+	for _, ix := range all {
+		if ix.Name == TTLIndexName {
+			return ix.ExpireAfterSeconds.AsInt64OK()
+		}
+	}
+	return 0, false
 }

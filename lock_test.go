@@ -691,7 +691,7 @@ func TestFirstAcquisitionCreatesTheTTLIndex(t *testing.T) {
 	require.EqualValues(t, 1, dir)
 	secs, ok := ttl.ExpireAfterSeconds.AsInt64OK()
 	require.True(t, ok, "expireAfterSeconds %s", ttl.ExpireAfterSeconds)
-	require.EqualValues(t, 0, secs)
+	require.EqualValues(t, mongolock.TTLGraceSeconds, secs, "expireAfterSeconds: the grace period")
 }
 
 func TestTTLIndexIsCreatedOncePerCollection(t *testing.T) {
@@ -719,6 +719,53 @@ func TestTTLIndexIsCreatedOncePerCollection(t *testing.T) {
 	require.EqualValues(t, 2, count.named("createIndexes"), "createIndexes commands for two collections")
 }
 
+// An expiresAt_ttl index that exists already with a shorter TTL
+// (DistributedLock.MongoDB's, expireAfterSeconds 0) is raised to the grace
+// period; a longer one, or one without a TTL, is left as it is.
+func TestExistingTTLIndexIsRaisedToTheGraceNeverLowered(t *testing.T) {
+	const grace = mongolock.TTLGraceSeconds
+	for _, tc := range []struct {
+		label    string
+		existing *options.IndexOptionsBuilder
+		want     int64 // -1: no expireAfterSeconds
+	}{
+		{"DistributedLock.MongoDB's, 0", options.Index().SetExpireAfterSeconds(0), int64(grace)},
+		{"longer than the grace", options.Index().SetExpireAfterSeconds(2 * grace), 2 * int64(grace)},
+		{"no TTL", options.Index(), -1},
+	} {
+		t.Run(tc.label, func(t *testing.T) {
+			ctx := boundedCtx(t, 30*time.Second)
+			e := newLockEnv(t)
+			_, err := e.coll.Indexes().CreateOne(ctx, mongo.IndexModel{
+				Keys:    bson.D{{Key: "expiresAt", Value: 1}},
+				Options: tc.existing.SetName(mongolock.TTLIndexName),
+			})
+			require.NoError(t, err)
+			ttl := func() int64 {
+				for _, ix := range listIndexes(ctx, t, e.coll) {
+					if secs, ok := ix.ExpireAfterSeconds.AsInt64OK(); ok && ix.Name == mongolock.TTLIndexName {
+						return secs
+					}
+				}
+				return -1
+			}
+
+			h := releaseAtCleanup(t, mustAcquire(t, ctx, e.p.Lock("grace")))
+			require.NoError(t, h.Release(ctx))
+			if tc.want == int64(grace) {
+				pollUntil(t, 20*time.Second, "expireAfterSeconds raised to the grace", func() bool { return ttl() == tc.want })
+			} else {
+				mongolock.WaitBackground(e.p)
+				require.Equal(t, tc.want, ttl(), "expireAfterSeconds (-1: none)")
+				require.Zero(t, e.count.named("collMod"), "collMod commands")
+			}
+			mongolock.WaitBackground(e.p)
+			t.Logf("%s: createIndexes %d, listIndexes %d, collMod %d; expireAfterSeconds now %d",
+				testdb.Info(t).Name(), e.count.named("createIndexes"), e.count.named("listIndexes"), e.count.named("collMod"), ttl())
+		})
+	}
+}
+
 func TestAcquireWorksWhenAnExpiresAtIndexExistsWithOtherOptions(t *testing.T) {
 	for _, tc := range []struct {
 		label, name string
@@ -730,7 +777,7 @@ func TestAcquireWorksWhenAnExpiresAtIndexExistsWithOtherOptions(t *testing.T) {
 		}},
 		{"same name, another TTL", mongolock.TTLIndexName, mongo.IndexModel{
 			Keys:    bson.D{{Key: "expiresAt", Value: 1}},
-			Options: options.Index().SetName(mongolock.TTLIndexName).SetExpireAfterSeconds(3600),
+			Options: options.Index().SetName(mongolock.TTLIndexName).SetExpireAfterSeconds(60),
 		}},
 		{"another name, another TTL", "my_ttl", mongo.IndexModel{
 			Keys:    bson.D{{Key: "expiresAt", Value: 1}},
@@ -750,7 +797,7 @@ func TestAcquireWorksWhenAnExpiresAtIndexExistsWithOtherOptions(t *testing.T) {
 				require.NoError(t, h.Release(ctx))
 			}
 			mongolock.WaitBackground(p)
-			// The user's index is left as it was.
+			// The user's index is still there.
 			var names []string
 			for _, ix := range listIndexes(ctx, t, coll) {
 				names = append(names, ix.Name)

@@ -225,15 +225,33 @@ var withdrawUpdate = mustMarshal(bson.D{
 })
 
 // 8. The TTL index, created once per process and collection, in the
-// background: the server deletes documents whose lease ended. The same
-// index, under the same name, as DistributedLock.MongoDB's.
+// background: the server deletes a document ttlGraceSeconds after its lease
+// ended. DistributedLock.MongoDB creates the same index with
+// expireAfterSeconds 0, and ignores the conflict when it finds ours.
 const TTLIndexName = "expiresAt_ttl"
+
+// ttlGraceSeconds is how long a released or expired document stays: one
+// hour. A re-created document's token floor comes from the server's clock,
+// so the grace is how far that clock may step back without tokens going back.
+const ttlGraceSeconds = 3600
 
 func ttlIndex() mongo.IndexModel {
 	return mongo.IndexModel{
 		Keys:    bson.D{{Key: "expiresAt", Value: 1}},
-		Options: options.Index().SetName(TTLIndexName).SetExpireAfterSeconds(0),
+		Options: options.Index().SetName(TTLIndexName).SetExpireAfterSeconds(ttlGraceSeconds),
 	}
+}
+
+// If createIndex finds the index with other options (IndexOptionsConflict),
+// listIndexes reads its expireAfterSeconds, and collMod raises a smaller one
+// to the grace. A larger one, or none (no TTL), is left alone.
+const indexOptionsConflict = 85
+
+func raiseTTL(coll string) bson.D {
+	return bson.D{{Key: "collMod", Value: coll}, {Key: "index", Value: bson.D{
+		{Key: "name", Value: TTLIndexName},
+		{Key: "expireAfterSeconds", Value: int32(ttlGraceSeconds)},
+	}}}
 }
 
 // 9. Where the server has change streams, while some Acquire waits for a

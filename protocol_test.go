@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files of TestGoldenProtocol")
@@ -32,6 +33,10 @@ func TestGoldenProtocol(t *testing.T) {
 		}
 	}
 	holders, projection := holdersQuery(bson.A{name, "invoices"})
+	var index options.IndexOptions
+	for _, set := range ttlIndex().Options.List() {
+		require.NoError(t, set(&index))
+	}
 	statements := map[string]bson.D{
 		"1-create":      {{Key: "insertOne", Value: createDoc(name)}},
 		"2-try-acquire": acquire(acquireFilter(name), tryMode),
@@ -41,7 +46,9 @@ func TestGoldenProtocol(t *testing.T) {
 		"5-extend":      {{Key: "updateMany", Value: extendFilter(bson.A{name, "invoices"}, bson.A{holding, lockID})}, {Key: "update", Value: extendUpdate(o.expiry)}},
 		"6-holders":     {{Key: "find", Value: holders}, {Key: "projection", Value: projection}},
 		"7-withdraw":    {{Key: "updateOne", Value: withdrawFilter(name, proc)}, {Key: "update", Value: withdrawUpdate}},
-		"8-ttl-index":   {{Key: "createIndex", Value: ttlIndex().Keys}, {Key: "name", Value: TTLIndexName}, {Key: "expireAfterSeconds", Value: 0}},
+		"8-ttl-index":   {{Key: "createIndex", Value: ttlIndex().Keys}, {Key: "name", Value: *index.Name}, {Key: "expireAfterSeconds", Value: *index.ExpireAfterSeconds}},
+		"8-ttl-read":    {{Key: "listIndexes", Value: DefaultCollection}},
+		"8-ttl-raise":   raiseTTL(DefaultCollection),
 		"9-watch":       {{Key: "watch", Value: releaseEvents}},
 	}
 	for file, stmt := range statements {
