@@ -11,7 +11,14 @@ import (
 
 // WaitBackground waits for the provider's background work (TTL index
 // creation, cleanup of orphaned acquisitions) to end.
-func WaitBackground(p *Provider) { p.local.bg.Wait() }
+func WaitBackground(p *Provider) { p.bg.Wait() }
+
+// Locals is how many collections of live clients this process keeps
+// state for.
+func Locals() (n int) {
+	locals.Range(func(any, any) bool { n++; return true })
+	return n
+}
 
 // LeaseUnkept is closed when the handle's lease is no longer extended.
 func LeaseUnkept(h *Handle) <-chan struct{} { return h.unkept }

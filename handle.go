@@ -134,7 +134,7 @@ func (h *Handle) handOver(ctx context.Context, w *waiter) error {
 	}
 	if !wp.local.queues.deliver(w, next) && next != nil {
 		// Its Acquire ended meanwhile.
-		wp.background(cleanupTimeout, func(ctx context.Context) { _ = next.Release(ctx) })
+		h.lock.p.background(cleanupTimeout, func(ctx context.Context) { _ = next.Release(ctx) })
 	}
 	return err
 }

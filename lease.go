@@ -96,11 +96,16 @@ func (p *Provider) forget(h *Handle) *lease {
 // drop removes h's lease and returns it, or nil if it was not kept;
 // leases.mu must be held.
 func (p *Provider) drop(h *Handle) *lease {
-	l := p.leases.held[h]
+	ls := &p.leases
+	l := ls.held[h]
 	if l != nil {
 		l.loss.Stop()
-		delete(p.leases.held, h)
+		delete(ls.held, h)
 		close(h.unkept)
+	}
+	if len(ls.held) == 0 && ls.timer != nil { // nothing to tick for
+		ls.timer.Stop()
+		ls.timer = nil
 	}
 	return l
 }

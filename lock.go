@@ -1,6 +1,7 @@
 package mongolock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,6 +45,10 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Handle, error) {
 	if ctx == nil {
 		return nil, l.errorf("try acquire", errNilContext)
 	}
+	if !l.p.enter() {
+		return nil, l.errorf("try acquire", ErrClosed)
+	}
+	defer l.p.calls.Done()
 	h, _, err := l.attempt(ctx, tryMode, 0)
 	if err != nil {
 		return nil, l.errorf("try acquire", err)
@@ -77,6 +82,10 @@ func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
 		return nil, l.errorf("acquire", errNilContext)
 	}
 	p, qs := l.p, &l.p.local.queues
+	if !p.enter() {
+		return nil, l.errorf("acquire", ErrClosed)
+	}
+	defer p.calls.Done()
 	w := qs.join(l)
 	// claimed: a refusal showed this process's claim; watching: counted as
 	// a waiter for release events; contended: held by someone else.
@@ -117,6 +126,8 @@ func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
 		select {
 		case <-w.wake:
 		case <-due:
+		case <-p.done:
+			return nil, l.errorf("acquire", ErrClosed)
 		case <-ctx.Done():
 			switch {
 			case lastErr != nil:
@@ -207,9 +218,10 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Han
 	}
 }
 
-// acquireRoundTrip sends one acquisition and waits for its reply or for ctx.
+// acquireRoundTrip sends one acquisition and waits for its reply, for ctx,
+// or for the provider to close (ErrClosed).
 //
-// No orphans: if ctx ends first, the request may already be on the server,
+// No orphans: if ctx ends (or the provider closes) first, the request may already be on the server,
 // and a release sent now could overtake it there. So the request is left to
 // finish in the background (for at most cleanupTimeout more), and whatever
 // it did is undone once its reply is in: an acquisition is released, a
@@ -227,7 +239,7 @@ func (p *Provider) acquireRoundTrip(ctx context.Context, filter bson.D, name, lo
 	if err := ctx.Err(); err != nil {
 		return lockDoc{}, err
 	}
-	if ctx.Done() == nil { // ctx cannot end: no need for a goroutine
+	if ctx.Done() == nil { // ctx cannot end it (Close waits for it): no need for a goroutine
 		return send(ctx)
 	}
 	type result struct {
@@ -237,7 +249,7 @@ func (p *Provider) acquireRoundTrip(ctx context.Context, filter bson.D, name, lo
 	reply := make(chan result) // unbuffered: the reply is taken, or abandoned
 	abandoned := make(chan struct{})
 	opCtx, cancelOp := context.WithCancel(context.WithoutCancel(ctx))
-	p.local.bg.Go(func() {
+	p.bg.Go(func() {
 		defer cancelOp()
 		var r result
 		r.doc, r.err = send(opCtx)
@@ -256,10 +268,11 @@ func (p *Provider) acquireRoundTrip(ctx context.Context, filter bson.D, name, lo
 	case r := <-reply:
 		return r.doc, r.err
 	case <-ctx.Done():
-		close(abandoned)
-		time.AfterFunc(cleanupTimeout, cancelOp)
-		return lockDoc{}, ctx.Err()
+	case <-p.done:
 	}
+	close(abandoned)
+	time.AfterFunc(cleanupTimeout, cancelOp)
+	return lockDoc{}, cmp.Or(ctx.Err(), ErrClosed)
 }
 
 // releaseInBackground releases lockID's acquisition of name, if it holds it,

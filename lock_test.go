@@ -2025,3 +2025,115 @@ func TestReleaseSourceStartsOnlyForWaitersOfAnotherProcess(t *testing.T) {
 	pollUntil(t, 10*time.Second, "the release source stopped without waiters",
 		func() bool { return !mongolock.Notifying(e.p) })
 }
+
+// Lifecycle: Close.
+
+// Close frees every lock its handles hold at once (another process gets
+// them without waiting for an expiry), ends the Acquire calls in flight
+// with ErrClosed, and later calls fail with ErrClosed.
+func TestCloseReleasesHeldLocksAndEndsCalls(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	e := newLockEnv(t, mongolock.WithExpiry(30*time.Second))
+	a := mustTryAcquire(t, ctx, e.p.Lock("a"))
+	b := mustTryAcquire(t, ctx, e.p.Lock("b"))
+	held := mustTryAcquire(t, ctx, e.other.Lock("busy"))
+	defer func() { require.NoError(t, held.Release(ctx)) }()
+	waiting := acquireInBackground(ctx, e.p.Lock("busy"))
+	pollUntil(t, 10*time.Second, "the waiter's first attempt", func() bool { return e.count.named("findAndModify") >= 3 })
+
+	require.NoError(t, e.p.Close(ctx))
+	require.ErrorIs(t, <-waiting, mongolock.ErrClosed, "an Acquire in flight")
+	require.ErrorIs(t, context.Cause(a.Context()), context.Canceled)
+	require.False(t, closedNow(a.Lost()), "released by Close, not lost")
+	require.NoError(t, a.Release(ctx), "a handle Close released")
+	require.NoError(t, b.Release(ctx))
+	for _, name := range []string{"a", "b"} {
+		h, err := e.other.Lock(name).TryAcquire(ctx)
+		require.NoError(t, err, "%s: still held after Close", name)
+		require.NoError(t, h.Release(ctx))
+	}
+
+	_, err := e.p.Lock("a").TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrClosed)
+	_, err = e.p.Lock("a").Acquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrClosed)
+	err = e.p.Lock("a").Do(ctx, func(context.Context) error { return nil })
+	require.ErrorIs(t, err, mongolock.ErrClosed)
+	require.NoError(t, e.p.Close(ctx), "a second Close")
+}
+
+// A Close whose ctx ends returns ctx's error; what is held is released all
+// the same (in the background, past a failed round trip), and a later Close
+// reports the first one's outcome.
+func TestCloseBoundedByItsContext(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	e := newLockEnv(t)
+	h := mustTryAcquire(t, ctx, e.p.Lock("bounded"))
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	require.ErrorIs(t, e.p.Close(done), context.Canceled)
+	awaitClosed(t, h.Context().Done(), 10*time.Second, "the handle released all the same")
+	require.ErrorIs(t, context.Cause(h.Context()), context.Canceled)
+	pollUntil(t, 10*time.Second, "the lock freed in the background", func() bool {
+		o, err := e.other.Lock("bounded").TryAcquire(ctx)
+		if err == nil {
+			require.NoError(t, o.Release(ctx))
+		}
+		return err == nil
+	})
+	require.ErrorIs(t, e.p.Close(ctx), context.Canceled, "the release under the first Close's ctx failed")
+}
+
+// Providers made per request and clients made per tenant leave nothing
+// behind: the state kept per collection of a client goes with the client,
+// and a provider holds no memory once its handles are released.
+func TestProvidersAndClientsLeaveNothingBehind(t *testing.T) {
+	ctx := boundedCtx(t, 2*time.Minute)
+	db := testdb.Database(t)
+	held := mustTryAcquire(t, ctx, newProvider(t, db).Lock("leader"))
+	defer func() { require.NoError(t, held.Release(ctx)) }()
+
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	// Warm up, then measure a provider per call while the leader's lock
+	// of the same collection stays held.
+	perCall := func(n int) {
+		for range n {
+			l, err := mongolock.New(db, "per-request")
+			require.NoError(t, err)
+			h, err := l.Acquire(ctx)
+			require.NoError(t, err)
+			require.NoError(t, h.Release(ctx))
+		}
+	}
+	perCall(100)
+	before := heap()
+	const calls = 2000
+	perCall(calls)
+	grown := int64(heap()) - int64(before)
+	t.Logf("heap grew by %d bytes over %d calls (%d per call)", grown, calls, grown/calls)
+	require.Less(t, grown/calls, int64(256), "bytes kept per New+Acquire+Release")
+
+	// Clients that come and go.
+	baseline, goroutines := mongolock.Locals(), runtime.NumGoroutine()
+	for i := range 20 {
+		c, err := mongo.Connect(options.Client().ApplyURI(testdb.Info(t).URI))
+		require.NoError(t, err)
+		p, err := mongolock.NewProvider(c.Database(db.Name()))
+		require.NoError(t, err)
+		h, err := p.Lock(fmt.Sprint("tenant-", i)).TryAcquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, h.Release(ctx))
+		require.NoError(t, p.Close(ctx))
+		require.NoError(t, c.Disconnect(ctx))
+	}
+	pollUntil(t, 30*time.Second, "the state of gone clients forgotten", func() bool {
+		runtime.GC()
+		return mongolock.Locals() <= baseline
+	})
+	pollUntil(t, 30*time.Second, "goroutines back to where they were", func() bool { return runtime.NumGoroutine() <= goroutines })
+}

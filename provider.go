@@ -3,6 +3,9 @@ package mongolock
 import (
 	"context"
 	"errors"
+	"maps"
+	"runtime"
+	"slices"
 	"sync"
 	"time"
 	"weak"
@@ -26,6 +29,14 @@ type Provider struct {
 	extendUpdate bson.A
 
 	leases leases // the leases of its handles
+
+	mu       sync.Mutex
+	closed   bool           // Close was called
+	done     chan struct{}  // closed by Close: calls in flight end
+	calls    sync.WaitGroup // Acquire and TryAcquire calls in flight
+	bg       sync.WaitGroup // background work: cleanups, the TTL index
+	closer   sync.Once
+	closeErr chan error // the outcome of Close, once it is over
 }
 
 // NewProvider returns a Provider for locks in db. It validates every option
@@ -45,6 +56,8 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 		local:        localFor(db, o.collection),
 		extendUpdate: extendUpdate(o.expiry),
 		leases:       leases{held: make(map[*Handle]*lease)},
+		done:         make(chan struct{}),
+		closeErr:     make(chan error, 1),
 	}
 	for _, m := range []attemptMode{tryMode, waitMode, handOverMode} {
 		p.acquire[m] = newAcquireParts(p.local.process, m, o.expiry, o.claimLifetime())
@@ -68,12 +81,13 @@ func New(db *mongo.Database, name string, opts ...Option) (*Lock, error) {
 func (p *Provider) Lock(name string) *Lock { return &Lock{p: p, name: name} }
 
 // local is what this process keeps for one collection of one client, shared
-// by every Provider of it: the process's id in lock documents, the TTL index
-// created once, the lines of waiters and the release events.
+// by every Provider of it while the client lives: the process's id in lock
+// documents, the TTL index created once, the lines of waiters and the
+// release events.
 type local struct {
 	process   string
 	indexOnce sync.Once
-	bg        sync.WaitGroup // background work: index creation, cleanups
+	bg        sync.WaitGroup // the release source
 	queues    queues
 	notify    notifier
 }
@@ -92,16 +106,87 @@ func localFor(db *mongo.Database, coll string) *local {
 	if c, ok := locals.Load(k); ok {
 		return c.(*local)
 	}
-	c, _ := locals.LoadOrStore(k, &local{process: newLockID(), queues: queues{byName: map[string]*queue{}}, notify: notifier{source: watchReleases}})
+	c, loaded := locals.LoadOrStore(k, &local{process: newLockID(), queues: queues{byName: map[string]*queue{}}, notify: notifier{source: watchReleases}})
+	if !loaded { // forgotten with its client
+		runtime.AddCleanup(db.Client(), func(k localKey) { locals.Delete(k) }, k)
+	}
 	return c.(*local)
 }
 
-// background runs f in a goroutine counted by the collection's WaitGroup,
+// background runs f in a goroutine counted by the provider's WaitGroup,
 // with a context that ends after timeout: every such goroutine has an end.
 func (p *Provider) background(timeout time.Duration, f func(ctx context.Context)) {
-	p.local.bg.Go(func() {
+	p.bg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		f(ctx)
 	})
+}
+
+// ErrClosed reports that the lock's Provider was closed.
+var ErrClosed = errors.New("mongolock: provider closed")
+
+// Close releases every lock that this provider's handles hold, makes its
+// Acquire and TryAcquire calls in flight return ErrClosed, and waits for its
+// background work (cleanups of orphaned acquisitions, the TTL index) to end.
+// Later Acquire, TryAcquire and Do calls on its locks return ErrClosed;
+// Release of a handle that Close released returns nil. Call it when a
+// process shuts down: others get its locks at once rather than after an
+// expiry.
+//
+// ctx bounds the releases and the wait; if it ends first, Close returns
+// ctx's error, and what is left goes on in the background (a failed
+// release frees its lock in the background for a few seconds at most).
+// Otherwise it returns the errors of releases that failed, if any (a lock
+// already lost is not an error here). Later calls wait for the first and
+// return its outcome.
+func (p *Provider) Close(ctx context.Context) error {
+	if ctx == nil {
+		return errors.New("mongolock: close: nil context.Context")
+	}
+	p.closer.Do(func() {
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
+		close(p.done)
+		go func() { p.closeErr <- p.shutdown(ctx) }()
+	})
+	select {
+	case err := <-p.closeErr:
+		p.closeErr <- err // for later calls
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// shutdown waits for the calls in flight, releases what is held, and waits
+// for the background work.
+func (p *Provider) shutdown(ctx context.Context) error {
+	p.calls.Wait()
+	p.leases.mu.Lock()
+	held := slices.Collect(maps.Keys(p.leases.held))
+	p.leases.mu.Unlock()
+	errs := make([]error, len(held))
+	var wg sync.WaitGroup
+	for i, h := range held {
+		wg.Go(func() {
+			if err := h.Release(ctx); !errors.Is(err, ErrLockLost) {
+				errs[i] = err
+			}
+		})
+	}
+	wg.Wait()
+	p.bg.Wait()
+	return errors.Join(errs...)
+}
+
+// enter counts a call in flight, or reports that the provider is closed.
+func (p *Provider) enter() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.closed {
+		p.calls.Add(1)
+	}
+	return !p.closed
 }
