@@ -68,3 +68,11 @@ func SetReleaseSource(p *Provider, source func(ctx context.Context, released fun
 func Notifying(p *Provider) bool {
 	return p.local.notify.isOpen()
 }
+
+// KeptDeadline starts keeping the lease of a handle of l acquired by a
+// request sent at sent, stops keeping it, and returns its client deadline.
+func KeptDeadline(l *Lock, sent time.Time) time.Time {
+	h := &Handle{lock: l, unkept: make(chan struct{})}
+	l.p.keep(h, sent)
+	return l.p.forget(h).deadline
+}

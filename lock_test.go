@@ -513,6 +513,20 @@ func TestInvalidOptionsAreRefusedNamingTheOptionAndValue(t *testing.T) {
 			[]string{"WithExtensionCadence(31s)", "expiry (30s)"}},
 		{"cadence set before a shorter expiry", []mongolock.Option{mongolock.WithExtensionCadence(200 * time.Millisecond), mongolock.WithExpiry(150 * time.Millisecond)},
 			[]string{"WithExtensionCadence(200ms)", "expiry (150ms)"}},
+		{"cadence of 1ns", []mongolock.Option{mongolock.WithExtensionCadence(time.Nanosecond)},
+			[]string{"WithExtensionCadence(1ns)", "at least 300ms", "expiry (30s)"}},
+		{"cadence just under a hundredth of the expiry", []mongolock.Option{mongolock.WithExpiry(time.Second), mongolock.WithExtensionCadence(10*time.Millisecond - 1)},
+			[]string{"WithExtensionCadence(9.999999ms)", "at least 10ms"}},
+		{"cadence just under the expiry", []mongolock.Option{mongolock.WithExtensionCadence(29990 * time.Millisecond)},
+			[]string{"WithExtensionCadence(29.99s)", "at most 14.5s", "expiry (30s)"}},
+		{"cadence half the expiry", []mongolock.Option{mongolock.WithExtensionCadence(15 * time.Second)},
+			[]string{"WithExtensionCadence(15s)", "at most 14.5s"}},
+		{"cadence 0.6 of the expiry", []mongolock.Option{mongolock.WithExpiry(time.Second), mongolock.WithExtensionCadence(600 * time.Millisecond)},
+			[]string{"WithExtensionCadence(600ms)", "at most 450ms", "expiry (1s)"}},
+		{"cadence just over the longest", []mongolock.Option{mongolock.WithExpiry(time.Second), mongolock.WithExtensionCadence(450*time.Millisecond + 1)},
+			[]string{"WithExtensionCadence(450.000001ms)", "at most 450ms"}},
+		{"cadence just over the longest at the shortest expiry", []mongolock.Option{mongolock.WithExpiry(100 * time.Millisecond), mongolock.WithExtensionCadence(45*time.Millisecond + 1)},
+			[]string{"WithExtensionCadence(45.000001ms)", "at most 45ms", "expiry (100ms)"}},
 		{"busy-wait min zero", []mongolock.Option{mongolock.WithBusyWaitSleep(0, time.Second)}, []string{"WithBusyWaitSleep(0s, 1s)"}},
 		{"busy-wait min negative", []mongolock.Option{mongolock.WithBusyWaitSleep(-time.Millisecond, time.Second)}, []string{"WithBusyWaitSleep(-1ms, 1s)"}},
 		{"busy-wait both zero", []mongolock.Option{mongolock.WithBusyWaitSleep(0, 0)}, []string{"WithBusyWaitSleep(0s, 0s)"}},
@@ -541,8 +555,13 @@ func TestValidEdgeOptionsAreAccepted(t *testing.T) {
 	}{
 		{"no options", nil},
 		{"expiry exactly 100ms", []mongolock.Option{mongolock.WithExpiry(100 * time.Millisecond)}},
-		{"cadence just under expiry", []mongolock.Option{mongolock.WithExpiry(time.Second), mongolock.WithExtensionCadence(time.Second - time.Millisecond)}},
-		{"cadence of 1ns", []mongolock.Option{mongolock.WithExtensionCadence(time.Nanosecond)}},
+		{"the default cadence at the shortest expiry", []mongolock.Option{mongolock.WithExpiry(100 * time.Millisecond)}},
+		{"the shortest cadence", []mongolock.Option{mongolock.WithExtensionCadence(300 * time.Millisecond)}},
+		{"the longest cadence", []mongolock.Option{mongolock.WithExtensionCadence(14500 * time.Millisecond)}},
+		{"the shortest cadence at the shortest expiry", []mongolock.Option{mongolock.WithExpiry(100 * time.Millisecond), mongolock.WithExtensionCadence(time.Millisecond)}},
+		{"the longest cadence at the shortest expiry", []mongolock.Option{mongolock.WithExpiry(100 * time.Millisecond), mongolock.WithExtensionCadence(45 * time.Millisecond)}},
+		{"the longest cadence of a 1s expiry", []mongolock.Option{mongolock.WithExpiry(time.Second), mongolock.WithExtensionCadence(450 * time.Millisecond)}},
+		{"an expiry with a fraction of a millisecond", []mongolock.Option{mongolock.WithExpiry(1500700 * time.Microsecond)}},
 		{"busy-wait min equal to max", []mongolock.Option{mongolock.WithBusyWaitSleep(5*time.Millisecond, 5*time.Millisecond)}},
 		{"busy-wait of 1ns", []mongolock.Option{mongolock.WithBusyWaitSleep(time.Nanosecond, time.Nanosecond)}},
 		{"a later option overrides an earlier one", []mongolock.Option{mongolock.WithExpiry(time.Millisecond), mongolock.WithExpiry(time.Second)}},
@@ -562,6 +581,16 @@ func TestValidEdgeOptionsAreAccepted(t *testing.T) {
 			})
 		}
 	}
+}
+
+// The server adds the expiry to $$NOW in whole milliseconds: the client's
+// lease is counted from those, less the safety margin.
+func TestTheClientsLeaseIsCountedInTheServersWholeMilliseconds(t *testing.T) {
+	p := newProvider(t, offlineDatabase(t), mongolock.WithExpiry(1500700*time.Microsecond))
+	require.Equal(t, 150070*time.Microsecond, mongolock.SafetyMargin(p))
+	sent := time.Now()
+	deadline := mongolock.KeptDeadline(p.Lock("ms"), sent)
+	require.Equal(t, 1500*time.Millisecond-mongolock.SafetyMargin(p), deadline.Sub(sent), "the client's lease")
 }
 
 func TestWithCollectionSetsTheProvidersCollection(t *testing.T) {
