@@ -107,6 +107,10 @@ func FuzzOptions(f *testing.F) {
 		{"locks", -1, 0, false, 10 * ms, 800 * ms, false, "negative expiry"},
 		{"locks", math.MaxInt64, 0, false, 10 * ms, 800 * ms, false, "longest expiry"},
 		{"locks", 1000 * ms, 1000*ms - 1, true, 10 * ms, 800 * ms, false, "cadence just below expiry"},
+		{"locks", 1000 * ms, 450 * ms, true, 10 * ms, 800 * ms, false, "longest cadence"},
+		{"locks", 1000 * ms, 450*ms + 1, true, 10 * ms, 800 * ms, false, "cadence just above the longest"},
+		{"locks", 1000 * ms, 10 * ms, true, 10 * ms, 800 * ms, false, "shortest cadence"},
+		{"locks", 1000 * ms, 10*ms - 1, true, 10 * ms, 800 * ms, false, "cadence just below the shortest"},
 		{"locks", 1000 * ms, 1000 * ms, true, 10 * ms, 800 * ms, false, "cadence = expiry"},
 		{"locks", 1000 * ms, 0, true, 10 * ms, 800 * ms, false, "cadence 0"},
 		{"locks", 1000 * ms, -1, true, 10 * ms, 800 * ms, false, "negative cadence"},
@@ -150,8 +154,9 @@ func FuzzOptions(f *testing.F) {
 		if !setCadence {
 			cadence = expiry / 3
 		}
+		margin := min(expiry/10, int64(time.Second))
 		valid := coll != "" && expiry >= int64(100*time.Millisecond) &&
-			cadence > 0 && cadence < expiry && sleepMin > 0 && sleepMin <= sleepMax
+			cadence >= expiry/100 && cadence <= (expiry-margin)/2 && sleepMin > 0 && sleepMin <= sleepMax
 		if err != nil {
 			require.Nil(t, p)
 			require.False(t, valid, "documented-valid options refused: %v", err)
@@ -164,9 +169,9 @@ func FuzzOptions(f *testing.F) {
 		require.True(t, valid, "documented-invalid options accepted")
 		require.Equal(t, coll, mongolock.CollectionName(p))
 		m := mongolock.SafetyMargin(p)
-		require.GreaterOrEqual(t, m, time.Duration(0))
-		require.LessOrEqual(t, m, time.Second)
-		require.Less(t, m, time.Duration(expiry-cadence), "the margin leaves no time to extend")
+		require.Equal(t, time.Duration(margin), m, "the margin: a tenth of the expiry, at most 1s")
+		require.GreaterOrEqual(t, m, 10*time.Millisecond)
+		require.LessOrEqual(t, 2*cadence, expiry-margin, "no room to extend twice within the lease")
 		if !useServer {
 			return
 		}

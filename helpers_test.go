@@ -8,6 +8,7 @@ package mongolock_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -154,6 +155,35 @@ func (c *commandCounter) named(name string) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.byNames[name]
+}
+
+// commandLog keeps the commands a client sends to one collection.
+type commandLog struct {
+	coll string
+	mu   sync.Mutex
+	sent []bson.Raw
+}
+
+func (c *commandLog) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if coll, _ := e.Command.Lookup(e.CommandName).StringValueOK(); coll == c.coll {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			c.sent = append(c.sent, slices.Clone(e.Command))
+		}
+	}}
+}
+
+// commands returns the commands sent so far, by name.
+func (c *commandLog) commands() map[string][]bson.Raw {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	byName := map[string][]bson.Raw{}
+	for _, cmd := range c.sent {
+		name := cmd.Index(0).Key()
+		byName[name] = append(byName[name], cmd)
+	}
+	return byName
 }
 
 // Waiting.

@@ -53,7 +53,7 @@ func (p *Provider) keep(h *Handle, sent time.Time) {
 	ls, o := &p.leases, p.opts
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	l := &lease{deadline: sent.Add(o.expiry - o.safetyMargin())}
+	l := &lease{deadline: sent.Add(o.clientLease())}
 	l.loss = time.AfterFunc(time.Until(l.deadline), func() { p.expire(h) })
 	ls.held[h] = l
 	if ls.timer == nil {
@@ -165,7 +165,7 @@ func (p *Provider) extend(hs []*Handle) {
 				again = append(again, h)
 			default:
 				l.lastErr = nil
-				l.deadline = sent.Add(o.expiry - o.safetyMargin())
+				l.deadline = sent.Add(o.clientLease())
 				l.loss.Reset(time.Until(l.deadline))
 				// A tick came while this was on its way: extend again now
 				// if an extension at the next tick could come back too late.

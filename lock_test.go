@@ -22,6 +22,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/testdb"
@@ -513,6 +516,20 @@ func TestInvalidOptionsAreRefusedNamingTheOptionAndValue(t *testing.T) {
 			[]string{"WithExtensionCadence(31s)", "expiry (30s)"}},
 		{"cadence set before a shorter expiry", []mongolock.Option{mongolock.WithExtensionCadence(200 * time.Millisecond), mongolock.WithExpiry(150 * time.Millisecond)},
 			[]string{"WithExtensionCadence(200ms)", "expiry (150ms)"}},
+		{"cadence of 1ns", []mongolock.Option{mongolock.WithExtensionCadence(time.Nanosecond)},
+			[]string{"WithExtensionCadence(1ns)", "at least 300ms", "expiry (30s)"}},
+		{"cadence just under a hundredth of the expiry", []mongolock.Option{mongolock.WithExpiry(time.Second), mongolock.WithExtensionCadence(10*time.Millisecond - 1)},
+			[]string{"WithExtensionCadence(9.999999ms)", "at least 10ms"}},
+		{"cadence just under the expiry", []mongolock.Option{mongolock.WithExtensionCadence(29990 * time.Millisecond)},
+			[]string{"WithExtensionCadence(29.99s)", "at most 14.5s", "expiry (30s)"}},
+		{"cadence half the expiry", []mongolock.Option{mongolock.WithExtensionCadence(15 * time.Second)},
+			[]string{"WithExtensionCadence(15s)", "at most 14.5s"}},
+		{"cadence 0.6 of the expiry", []mongolock.Option{mongolock.WithExpiry(time.Second), mongolock.WithExtensionCadence(600 * time.Millisecond)},
+			[]string{"WithExtensionCadence(600ms)", "at most 450ms", "expiry (1s)"}},
+		{"cadence just over the longest", []mongolock.Option{mongolock.WithExpiry(time.Second), mongolock.WithExtensionCadence(450*time.Millisecond + 1)},
+			[]string{"WithExtensionCadence(450.000001ms)", "at most 450ms"}},
+		{"cadence just over the longest at the shortest expiry", []mongolock.Option{mongolock.WithExpiry(100 * time.Millisecond), mongolock.WithExtensionCadence(45*time.Millisecond + 1)},
+			[]string{"WithExtensionCadence(45.000001ms)", "at most 45ms", "expiry (100ms)"}},
 		{"busy-wait min zero", []mongolock.Option{mongolock.WithBusyWaitSleep(0, time.Second)}, []string{"WithBusyWaitSleep(0s, 1s)"}},
 		{"busy-wait min negative", []mongolock.Option{mongolock.WithBusyWaitSleep(-time.Millisecond, time.Second)}, []string{"WithBusyWaitSleep(-1ms, 1s)"}},
 		{"busy-wait both zero", []mongolock.Option{mongolock.WithBusyWaitSleep(0, 0)}, []string{"WithBusyWaitSleep(0s, 0s)"}},
@@ -541,8 +558,13 @@ func TestValidEdgeOptionsAreAccepted(t *testing.T) {
 	}{
 		{"no options", nil},
 		{"expiry exactly 100ms", []mongolock.Option{mongolock.WithExpiry(100 * time.Millisecond)}},
-		{"cadence just under expiry", []mongolock.Option{mongolock.WithExpiry(time.Second), mongolock.WithExtensionCadence(time.Second - time.Millisecond)}},
-		{"cadence of 1ns", []mongolock.Option{mongolock.WithExtensionCadence(time.Nanosecond)}},
+		{"the default cadence at the shortest expiry", []mongolock.Option{mongolock.WithExpiry(100 * time.Millisecond)}},
+		{"the shortest cadence", []mongolock.Option{mongolock.WithExtensionCadence(300 * time.Millisecond)}},
+		{"the longest cadence", []mongolock.Option{mongolock.WithExtensionCadence(14500 * time.Millisecond)}},
+		{"the shortest cadence at the shortest expiry", []mongolock.Option{mongolock.WithExpiry(100 * time.Millisecond), mongolock.WithExtensionCadence(time.Millisecond)}},
+		{"the longest cadence at the shortest expiry", []mongolock.Option{mongolock.WithExpiry(100 * time.Millisecond), mongolock.WithExtensionCadence(45 * time.Millisecond)}},
+		{"the longest cadence of a 1s expiry", []mongolock.Option{mongolock.WithExpiry(time.Second), mongolock.WithExtensionCadence(450 * time.Millisecond)}},
+		{"an expiry with a fraction of a millisecond", []mongolock.Option{mongolock.WithExpiry(1500700 * time.Microsecond)}},
 		{"busy-wait min equal to max", []mongolock.Option{mongolock.WithBusyWaitSleep(5*time.Millisecond, 5*time.Millisecond)}},
 		{"busy-wait of 1ns", []mongolock.Option{mongolock.WithBusyWaitSleep(time.Nanosecond, time.Nanosecond)}},
 		{"a later option overrides an earlier one", []mongolock.Option{mongolock.WithExpiry(time.Millisecond), mongolock.WithExpiry(time.Second)}},
@@ -562,6 +584,16 @@ func TestValidEdgeOptionsAreAccepted(t *testing.T) {
 			})
 		}
 	}
+}
+
+// The server adds the expiry to $$NOW in whole milliseconds: the client's
+// lease is counted from those, less the safety margin.
+func TestTheClientsLeaseIsCountedInTheServersWholeMilliseconds(t *testing.T) {
+	p := newProvider(t, offlineDatabase(t), mongolock.WithExpiry(1500700*time.Microsecond))
+	require.Equal(t, 150070*time.Microsecond, mongolock.SafetyMargin(p))
+	sent := time.Now()
+	deadline := mongolock.KeptDeadline(p.Lock("ms"), sent)
+	require.Equal(t, 1500*time.Millisecond-mongolock.SafetyMargin(p), deadline.Sub(sent), "the client's lease")
 }
 
 func TestWithCollectionSetsTheProvidersCollection(t *testing.T) {
@@ -825,6 +857,120 @@ func TestWithCollectionPutsDocumentsInThatCollection(t *testing.T) {
 	def := releaseAtCleanup(t, mustTryAcquire(t, ctx, newProvider(t, db).Lock("elsewhere")))
 	require.NoError(t, def.Release(ctx))
 	require.NoError(t, h.Release(ctx))
+}
+
+// The lock collection's write concern, read preference and read concern
+// are the library's, whatever the database's are.
+
+func TestTheLockCollectionOverridesTheDatabasesConcerns(t *testing.T) {
+	client := offlineDatabase(t).Client()
+	for _, tc := range []struct {
+		label string
+		opts  *options.DatabaseOptionsBuilder
+	}{
+		{"defaults", options.Database()},
+		{"w:0, secondaryPreferred, majority reads", options.Database().SetWriteConcern(writeconcern.Unacknowledged()).
+			SetReadPreference(readpref.SecondaryPreferred()).SetReadConcern(readconcern.Majority())},
+		{"w:1, nearest, available reads", options.Database().SetWriteConcern(writeconcern.W1()).
+			SetReadPreference(readpref.Nearest()).SetReadConcern(readconcern.Available())},
+	} {
+		t.Run(tc.label, func(t *testing.T) {
+			p, err := mongolock.NewProvider(client.Database(testdb.Prefix+"concerns", tc.opts))
+			require.NoError(t, err)
+			rp, wc, rc := mongolock.CollectionConcerns(p)
+			require.NotNil(t, rp)
+			require.Equal(t, readpref.PrimaryMode, rp.Mode(), "read preference")
+			require.Equal(t, writeconcern.Majority(), wc, "write concern")
+			require.Equal(t, readconcern.Local(), rc, "read concern")
+		})
+	}
+}
+
+// On a database that does not acknowledge writes (w: 0), an acquisition
+// still gets the document back: the lock is held by the handle's lockId,
+// and Release frees it.
+func TestLockingWorksOnADatabaseWithUnacknowledgedWrites(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	db := testdb.Database(t)
+	coll := db.Collection(mongolock.DefaultCollection)
+	w0 := ownClient(t, db, nil).Client().Database(db.Name(), options.Database().SetWriteConcern(writeconcern.Unacknowledged()))
+	p := newProvider(t, w0)
+
+	h, err := p.Lock("w0").TryAcquire(ctx)
+	require.NoError(t, err, "TryAcquire on a database with w: 0")
+	releaseAtCleanup(t, h)
+	raw := rawLockDoc(t, coll, "w0")
+	require.Equal(t, mongolock.LockID(h), raw.Lookup("lockId").StringValue(), "the holder in %s", raw)
+	require.Equal(t, h.FencingToken(), raw.Lookup("fencingToken").Int64())
+
+	require.NoError(t, h.Release(ctx))
+	_, err = rawLockDoc(t, coll, "w0").LookupErr("lockId")
+	require.Error(t, err, "lockId is removed on release")
+	other := releaseAtCleanup(t, mustTryAcquire(t, ctx, newProvider(t, db).Lock("w0")))
+	require.NoError(t, other.Release(ctx))
+}
+
+// Every command on the lock collection, of every kind the library sends,
+// carries the library's concerns, on a database that says w: 1 or w: 0 and
+// secondaryPreferred: writes {w: "majority"}, the read after a partial
+// batch of extensions readConcern local, the change stream (refused where
+// the server has none) readConcern majority, and reads no read preference
+// but the primary.
+func TestEveryCommandOnTheLockCollectionCarriesTheLibrarysConcerns(t *testing.T) {
+	for _, tc := range []struct {
+		label string
+		wc    *writeconcern.WriteConcern
+	}{{"w:1", writeconcern.W1()}, {"w:0", writeconcern.Unacknowledged()}} {
+		t.Run(tc.label, func(t *testing.T) {
+			ctx := boundedCtx(t, time.Minute)
+			db := testdb.Database(t)
+			coll := db.Collection(mongolock.DefaultCollection)
+			log := &commandLog{coll: mongolock.DefaultCollection}
+			pdb := testdb.NewClient(t, options.Client().SetMonitor(log.monitor())).Database(db.Name(),
+				options.Database().SetWriteConcern(tc.wc).SetReadPreference(readpref.SecondaryPreferred()))
+			p := newProvider(t, pdb, mongolock.WithExpiry(2*time.Second), mongolock.WithExtensionCadence(200*time.Millisecond))
+			rival := newProvider(t, db)
+
+			// insert and findAndModify (the first acquisitions), createIndexes.
+			a := releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock("a")))
+			b := releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock("b")))
+			// update: someone else takes b over, so the next batch of
+			// extensions matches only a, and find reads the holders.
+			_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "b"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "lockId", Value: "someone else"}}}})
+			require.NoError(t, err)
+			awaitClosed(t, b.Lost(), 5*time.Second, "Lost of the handle taken over")
+			// aggregate: a waiter for a lock of another process opens the
+			// release events' change stream.
+			c := releaseAtCleanup(t, mustTryAcquire(t, ctx, rival.Lock("c")))
+			_, err = p.Lock("c").Acquire(boundedCtx(t, 300*time.Millisecond))
+			require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+			require.NoError(t, c.Release(ctx))
+			require.NoError(t, a.Release(ctx))
+			mongolock.WaitBackground(p)
+
+			sent := log.commands()
+			for _, name := range []string{"insert", "findAndModify", "createIndexes", "update", "find", "aggregate"} {
+				require.NotEmpty(t, sent[name], "no %s sent", name)
+			}
+			for name, cmds := range sent {
+				for _, cmd := range cmds {
+					switch name {
+					case "find", "aggregate":
+						if mode, ok := cmd.Lookup("$readPreference", "mode").StringValueOK(); ok {
+							require.Equal(t, "primary", mode, "%s", cmd)
+						}
+						level := map[string]string{"find": "local", "aggregate": "majority"}[name]
+						require.Equal(t, level, cmd.Lookup("readConcern", "level").StringValue(), "readConcern of %s", cmd)
+					case "killCursors": // closing the change stream, where it opened
+					default:
+						wc, err := cmd.LookupErr("writeConcern")
+						require.NoError(t, err, "no writeConcern in %s", cmd)
+						require.Equal(t, `{"w": "majority"}`, wc.String(), "writeConcern of %s", name)
+					}
+				}
+			}
+		})
+	}
 }
 
 // The handle: its lease is extended while it is held; a loss closes Lost

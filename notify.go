@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
 )
 
 // Release events.
@@ -36,7 +38,8 @@ type releaseSource func(ctx context.Context, coll *mongo.Collection, ready func(
 
 // watchReleases is the change-stream releaseSource.
 func watchReleases(ctx context.Context, coll *mongo.Collection, ready func(), released func(name string)) error {
-	cs, err := coll.Watch(ctx, releaseEvents)
+	// Change streams need read concern majority; the collection reads at local.
+	cs, err := coll.Clone(options.Collection().SetReadConcern(readconcern.Majority())).Watch(ctx, releaseEvents)
 	if err != nil {
 		return err
 	}

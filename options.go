@@ -14,6 +14,7 @@ const (
 	minExpiry           = 100 * time.Millisecond
 	maxSafetyMargin     = time.Second
 	safetyMarginDivisor = 10
+	minCadenceDivisor   = 100
 )
 
 // An Option configures a Lock or a Provider. Options are validated by New and
@@ -39,13 +40,18 @@ func WithCollection(name string) Option {
 
 // WithExpiry sets the lease: how long the server keeps a lock for a holder
 // that stops extending it (crashed, partitioned). At least 100ms; default 30s.
-// It also bounds how long a crashed holder blocks everyone else.
+// It also bounds how long a crashed holder blocks everyone else. The server
+// counts whole milliseconds: a fraction of a millisecond is dropped.
 func WithExpiry(d time.Duration) Option {
 	return func(o *config) { o.expiry = d }
 }
 
 // WithExtensionCadence sets how often a held lock's lease is extended
-// (default expiry/3). It must be greater than 0 and less than the expiry.
+// (default expiry/3). It must be at least expiry/100 and at most
+// (expiry - min(expiry/10, 1s)) / 2: from 300ms to 14.5s for an expiry of
+// 30s, from 10ms to 450ms for 1s. So an extension that fails or comes back
+// late is followed by another before the lease ends, and extensions never
+// flood the server.
 func WithExtensionCadence(d time.Duration) Option {
 	return func(o *config) { o.cadence, o.cadenceSet = d, true }
 }
@@ -80,8 +86,12 @@ func buildConfig(opts []Option) (config, error) {
 	if !o.cadenceSet {
 		o.cadence = o.expiry / 3
 	}
-	if o.cadence <= 0 || o.cadence >= o.expiry {
-		return o, fmt.Errorf("mongolock: WithExtensionCadence(%v): the cadence must be greater than 0 and less than the expiry (%v)", o.cadence, o.expiry)
+	if least := o.expiry / minCadenceDivisor; o.cadence < least {
+		return o, fmt.Errorf("mongolock: WithExtensionCadence(%v): the cadence must be at least %v, a hundredth of the expiry (%v)", o.cadence, least, o.expiry)
+	}
+	if most := (o.expiry - o.safetyMargin()) / 2; o.cadence > most {
+		return o, fmt.Errorf("mongolock: WithExtensionCadence(%v): the cadence must be at most %v, half of what the expiry (%v) leaves after the safety margin (%v), so that a failed extension is retried before the lease ends",
+			o.cadence, most, o.expiry, o.safetyMargin())
 	}
 	if o.sleepMin <= 0 || o.sleepMin > o.sleepMax {
 		return o, fmt.Errorf("mongolock: WithBusyWaitSleep(%v, %v): need 0 < min <= max", o.sleepMin, o.sleepMax)
@@ -90,12 +100,18 @@ func buildConfig(opts []Option) (config, error) {
 }
 
 // safetyMargin is how much earlier than the server the client considers its
-// lease over: a tenth of the expiry, at most a second, and always less than
-// what the extension cadence leaves, so that an extension is sent while the
-// lease is still held.
+// lease over: a tenth of the expiry, at most a second (10ms at the shortest
+// expiry). It covers clocks that run at different rates and $$NOW's own
+// truncation to the millisecond; the cadence never shrinks it.
 func (o config) safetyMargin() time.Duration {
-	m := min(o.expiry/safetyMarginDivisor, maxSafetyMargin)
-	return min(m, (o.expiry-o.cadence)/2)
+	return min(o.expiry/safetyMarginDivisor, maxSafetyMargin)
+}
+
+// clientLease is how long after sending a successful acquisition or
+// extension the client holds the lock: the expiry the server adds to its
+// $$NOW (whole milliseconds), less the safety margin.
+func (o config) clientLease() time.Duration {
+	return o.expiry.Truncate(time.Millisecond) - o.safetyMargin()
 }
 
 // The waiting schedule derives from the busy-wait sleep. Each

@@ -12,6 +12,10 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 )
 
 // A Provider mints named locks that share options and a collection. It is
@@ -42,6 +46,13 @@ type Provider struct {
 // NewProvider returns a Provider for locks in db. It validates every option
 // and returns an error naming the bad one; it does no I/O. A nil db is an
 // error.
+//
+// The lock collection's write concern, read preference and read concern are
+// the library's, whatever db and its client say: writes wait for a majority
+// (w: "majority"), so that a failover cannot roll back an acquisition or an
+// extension, and an acquisition is never sent unacknowledged (w: 0); reads
+// go to the primary, at read concern "local". On a replica set that has
+// lost its majority, locks can then be neither taken nor extended.
 func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 	if db == nil {
 		return nil, errors.New("mongolock: nil *mongo.Database")
@@ -51,7 +62,7 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 		return nil, err
 	}
 	p := &Provider{
-		coll:         db.Collection(o.collection),
+		coll:         db.Collection(o.collection, collectionConcerns),
 		opts:         o,
 		local:        localFor(db, o.collection),
 		extendUpdate: extendUpdate(o.expiry),
@@ -64,6 +75,16 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 	}
 	return p, nil
 }
+
+// collectionConcerns override the database's. The read after a partial
+// batch of extensions decides which handles are still held: at "local" on
+// the primary it sees every write the batch saw, and every majority-written
+// one, also after a failover; "majority" could show a state older than the
+// batch's and keep a lost handle.
+var collectionConcerns = options.Collection().
+	SetWriteConcern(writeconcern.Majority()).
+	SetReadPreference(readpref.Primary()).
+	SetReadConcern(readconcern.Local())
 
 // New returns the lock called name in db; see NewProvider for the options.
 func New(db *mongo.Database, name string, opts ...Option) (*Lock, error) {
