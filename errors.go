@@ -92,21 +92,24 @@ func endedByDeadline(ctx context.Context, err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ce) && ce.IsMaxTimeMSExpiredError()
 }
 
-// isAmbiguous reports whether a write that returned err may nevertheless have
-// been applied on the server: anything but a reply in which the server said
-// no (or found no document), or a failure before the request was sent (no
-// server selected, no connection free, or too little time left for the
-// driver to send it). Such writes are cleaned up in the background.
+// isAmbiguous reports whether an acquisition (or a hand-over) that returned
+// err may nevertheless have been applied on the server. Only two kinds of
+// error prove it was not: a failure before the request was sent (the client
+// closed, no server selected, no connection free, too little time left for
+// the driver to send it), and a reply that found no document to update or a
+// duplicate key. Any other reply may carry a write concern error, or answer
+// a retry of a write whose first try was applied.
 func isAmbiguous(err error) bool {
-	if err == nil || errors.Is(err, mongo.ErrNoDocuments) {
-		return false
-	}
-	if errors.Is(err, driver.ErrDeadlineWouldBeExceeded) || isClosed(err) ||
-		errors.As(err, &topology.ServerSelectionError{}) || errors.As(err, &topology.WaitQueueTimeoutError{}) {
-		return false
-	}
+	return err != nil && !isNoMatch(err) && !isDuplicateKey(err) &&
+		!errors.Is(err, driver.ErrDeadlineWouldBeExceeded) && !isClosed(err) &&
+		!errors.As(err, &topology.ServerSelectionError{}) && !errors.As(err, &topology.WaitQueueTimeoutError{})
+}
+
+// isReply reports whether err is the server's answer to a request, not a
+// network failure: the request is over on the server, applied or not.
+func isReply(err error) bool {
 	var se mongo.ServerError
-	return !errors.As(err, &se) || mongo.IsNetworkError(err)
+	return errors.As(err, &se) && !mongo.IsNetworkError(err)
 }
 
 var errNilContext = errors.New("nil context.Context")

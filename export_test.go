@@ -107,3 +107,14 @@ func KeptDeadline(l *Lock, sent time.Time) time.Time {
 	l.p.keep(h, sent)
 	return l.p.forget(h).deadline
 }
+
+// SetReplyError makes f replace the error of each of p's acquisition round
+// trips (and hand-overs to p's waiters) once the real round trip has
+// returned. Call it before p is used.
+func SetReplyError(p *Provider, f func(err error) error) { p.replyHook = f }
+
+// CleanupOf tells how an acquisition whose round trip returned err is
+// cleaned up: not at all (ambiguous false: it cannot have been applied),
+// by one owner-checked release (replied: the server answered), or by
+// releases repeated for a while (the request may still be on its way).
+func CleanupOf(err error) (ambiguous, replied bool) { return isAmbiguous(err), isReply(err) }

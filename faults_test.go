@@ -12,9 +12,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +24,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/faultproxy"
@@ -638,4 +642,168 @@ func TestFaultResetsDuringAcquireAndReleaseLeaveNoOrphansAndNeverTwoHolders(t *t
 			op, tl.n, tl.reset, tl.failed, tl.violations, spread(tl.freed), resetExpiry)
 	}
 	t.Logf("%d resets injected in %d trials", resets, workers*perWorker)
+}
+
+// Errors that may hide an applied write.
+
+// How the error of an acquisition (or hand-over) round trip decides its
+// cleanup. A reply with a write concern error, an unknown transaction
+// history or a failed retry came after the write may have been applied:
+// one owner-checked release frees it. A network error may leave the
+// request on its way: the release is repeated. Only errors known to come
+// before the request was sent, a reply that found no document and a
+// duplicate key need no cleanup.
+func TestAcquisitionErrorsThatMayHideAnAppliedWriteAreCleanedUp(t *testing.T) {
+	netErr := mongo.CommandError{Labels: []string{"NetworkError", "RetryableWriteError"}, Wrapped: io.ErrUnexpectedEOF}
+	for _, c := range []struct {
+		label              string
+		err                error
+		ambiguous, replied bool
+	}{
+		{"write concern error 64 in a WriteException", wce(64), true, true},
+		{"CommandError 64 WriteConcernFailed", mongo.CommandError{Code: 64, Name: "WriteConcernFailed"}, true, true},
+		{"CommandError 79 UnknownReplWriteConcern", mongo.CommandError{Code: 79, Name: "UnknownReplWriteConcern"}, true, true},
+		{"CommandError 100 UnsatisfiableWriteConcern", mongo.CommandError{Code: 100, Name: "UnsatisfiableWriteConcern"}, true, true},
+		{"CommandError 217 IncompleteTransactionHistory", mongo.CommandError{Code: 217, Name: "IncompleteTransactionHistory"}, true, true},
+		{"a failed retry: RetryableWriteError", mongo.CommandError{Code: 91, Name: "ShutdownInProgress", Labels: []string{"RetryableWriteError"}}, true, true},
+		{"a failed retry: RetryableWriteError, NoWritesPerformed", mongo.CommandError{Code: 91, Name: "ShutdownInProgress", Labels: []string{"RetryableWriteError", "NoWritesPerformed"}}, true, true},
+		{"network error", netErr, true, false},
+		{"network error, wrapped", fmt.Errorf("findAndModify: %w", netErr), true, false},
+		{"cut short by its context", context.Canceled, true, false},
+		{"no document", mongo.ErrNoDocuments, false, false},
+		{"FerretDB's no match", mongo.CommandError{Code: 1, Name: "InternalError", Message: "(FailedToParse) The $$NOW operator cannot be used within this specific context"}, false, true},
+		{"duplicate key", mongo.CommandError{Code: 11000, Name: "DuplicateKey"}, false, true},
+		{"FerretDB's duplicate key", mongo.CommandError{Code: 1, Name: "InternalError", Message: "duplicate key value violates unique constraint"}, false, true},
+		{"server selection", topology.ServerSelectionError{Wrapped: context.DeadlineExceeded}, false, false},
+		{"no connection free", topology.WaitQueueTimeoutError{Wrapped: context.DeadlineExceeded}, false, false},
+		{"too little time left to send", fmt.Errorf("findAndModify: %w", driver.ErrDeadlineWouldBeExceeded), false, false},
+		{"client disconnected", mongo.ErrClientDisconnected, false, false},
+		{"topology closed", topology.ErrTopologyClosed, false, false},
+	} {
+		ambiguous, replied := mongolock.CleanupOf(c.err)
+		require.Equal(t, c.ambiguous, ambiguous, "%s: may have been applied", c.label)
+		if ambiguous {
+			require.Equal(t, c.replied, replied, "%s: the server answered", c.label)
+		}
+	}
+}
+
+// wce is a reply's write concern error with code.
+func wce(code int) error {
+	return mongo.WriteException{WriteConcernError: &mongo.WriteConcernError{Code: code, Message: "injected"}}
+}
+
+// replaceNextReply arms p so that its next acquisition round trip returns err
+// once the real round trip is over, whatever that did on the server.
+func replaceNextReply(p *mongolock.Provider) (arm func(err error)) {
+	var next atomic.Pointer[error]
+	mongolock.SetReplyError(p, func(err error) error {
+		if e := next.Swap(nil); e != nil {
+			return *e
+		}
+		return err
+	})
+	return func(err error) { next.Store(&err) }
+}
+
+// An acquisition applied on the server whose caller sees a write concern
+// error (the write reached the primary, not the requested replicas) is
+// released in the background at once: the lock does not stay held, for a
+// whole expiry, by an acquisition nobody has a handle for. A waiting
+// Acquire retries and gets the lock; a hand-over that failed this way
+// leaves the lock to the waiter soon.
+func TestWriteConcernErrorsOnAppliedAcquisitionsLeaveNoOrphan(t *testing.T) {
+	const (
+		expiry = 30 * time.Second
+		bound  = 3 * time.Second // far below the expiry
+	)
+	e := newLockEnv(t, mongolock.WithExpiry(expiry), mongolock.WithBusyWaitSleep(5*time.Millisecond, 20*time.Millisecond))
+	ctx := boundedCtx(t, time.Minute)
+	arm := replaceNextReply(e.p)
+	token := func(t *testing.T, name string) int64 {
+		return rawLockDoc(t, e.coll, name).Lookup("fencingToken").Int64()
+	}
+	// freeSoon checks that another client gets name well within the
+	// expiry, and releases it.
+	freeSoon := func(t *testing.T, name string) {
+		t.Helper()
+		pollUntil(t, bound, name+" free again after the error", func() bool {
+			h, err := e.other.Lock(name).TryAcquire(ctx)
+			return err == nil && h.Release(ctx) == nil
+		})
+	}
+	// heldBy checks that h holds its lock on the server, and releases it.
+	heldBy := func(t *testing.T, h *mongolock.Handle) {
+		t.Helper()
+		_, err := e.other.Lock(h.Name()).TryAcquire(ctx)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a handle that does not hold its lock")
+		require.NoError(t, h.Release(ctx))
+	}
+	for _, c := range []struct {
+		label     string
+		err       error
+		transient bool // Acquire retries it
+	}{
+		{"write concern error 64", wce(64), true},
+		{"write concern error 100", wce(100), false},
+		{"CommandError 79", mongo.CommandError{Code: 79, Name: "UnknownReplWriteConcern"}, false},
+	} {
+		// TryAcquire returns the error; the acquisition it made is freed.
+		t.Run(c.label+"/TryAcquire", func(t *testing.T) {
+			name := t.Name()
+			require.NoError(t, mustTryAcquire(t, ctx, e.p.Lock(name)).Release(ctx)) // the document exists
+			before := token(t, name)
+			arm(c.err)
+			h, err := e.p.Lock(name).TryAcquire(ctx)
+			releaseAtCleanup(t, h)
+			require.Error(t, err)
+			require.Greater(t, token(t, name), before, "the acquisition was not applied: the test tests nothing")
+			freeSoon(t, name)
+		})
+		// Acquire retries a transient error and returns a handle that
+		// holds the lock, or returns the error; either way the lock is
+		// free once released.
+		t.Run(c.label+"/Acquire", func(t *testing.T) {
+			name := t.Name()
+			require.NoError(t, mustTryAcquire(t, ctx, e.p.Lock(name)).Release(ctx))
+			before := token(t, name)
+			arm(c.err)
+			actx, cancel := context.WithTimeout(ctx, bound)
+			h, err := e.p.Lock(name).Acquire(actx)
+			cancel()
+			releaseAtCleanup(t, h)
+			require.Greater(t, token(t, name), before)
+			if c.transient {
+				require.NoError(t, err, "a transient error")
+				heldBy(t, h)
+			} else {
+				require.Error(t, err)
+				require.NotErrorIs(t, err, context.DeadlineExceeded, "returned only when ctx ended")
+			}
+			freeSoon(t, name)
+		})
+		// A hand-over to a local waiter: Release returns the error, and
+		// the waiter gets the lock soon.
+		t.Run(c.label+"/hand-over", func(t *testing.T) {
+			name := t.Name()
+			h := mustAcquire(t, ctx, e.p.Lock(name))
+			got := make(chan *mongolock.Handle, 1)
+			go func() {
+				actx, cancel := context.WithTimeout(ctx, bound)
+				defer cancel()
+				w, err := e.p.Lock(name).Acquire(actx)
+				assert(t, err == nil, "the waiter: %v", err)
+				got <- w
+			}()
+			awaitQueueLen(t, e.p, name, 1)
+			before := token(t, name)
+			arm(c.err)
+			require.Error(t, h.Release(ctx))
+			require.Greater(t, token(t, name), before, "the hand-over was not applied: the test tests nothing")
+			if w := <-got; w != nil {
+				heldBy(t, w)
+			}
+			freeSoon(t, name)
+		})
+	}
 }

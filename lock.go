@@ -226,13 +226,20 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Han
 // finish in the background (for at most cleanupTimeout more), and whatever
 // it did is undone once its reply is in: an acquisition is released, a
 // claim that nobody of this process still needs is withdrawn. A request
-// that fails ambiguously (the connection dropped after sending) is released
-// in the background too.
+// that fails ambiguously (the connection dropped after sending, a write
+// concern error) is released in the background too.
 func (p *Provider) acquireRoundTrip(ctx context.Context, filter bson.D, name, lockID string, since int64, mode attemptMode) (lockDoc, error) {
 	send := func(ctx context.Context) (doc lockDoc, err error) {
 		err = p.coll.FindOneAndUpdate(ctx, filter, acquirePipeline(lockID, since, p.acquire[mode]), acquireOptions).Decode(&doc)
-		if err != nil && isAmbiguous(err) {
-			p.releaseInBackground(name, lockID, afterNoReply)
+		if p.replyHook != nil {
+			err = p.replyHook(err)
+		}
+		if isAmbiguous(err) {
+			schedule := afterNoReply
+			if isReply(err) {
+				schedule = afterReply
+			}
+			p.releaseInBackground(name, lockID, schedule)
 		}
 		return doc, err
 	}

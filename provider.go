@@ -41,6 +41,8 @@ type Provider struct {
 	bg       sync.WaitGroup // background work: cleanups, the TTL index
 	closer   sync.Once
 	closeErr chan error // the outcome of Close, once it is over
+
+	replyHook func(error) error // tests only: replaces an acquisition's error
 }
 
 // NewProvider returns a Provider for locks in db. It validates every option
