@@ -22,6 +22,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver"
@@ -806,4 +807,64 @@ func TestWriteConcernErrorsOnAppliedAcquisitionsLeaveNoOrphan(t *testing.T) {
 			freeSoon(t, name)
 		})
 	}
+}
+
+// A background release that meets transient errors (here its connections
+// are reset as each try is sent) tries again until it gets through, well
+// before the orphan's lease would have ended, and then stops. After a
+// reply, a try that matches nothing is the last.
+func TestOrphanReleaseRetriesTransientErrorsAndStopsOnAReply(t *testing.T) {
+	const (
+		expiry = 30 * time.Second
+		bound  = 5 * time.Second // far below the expiry
+		resets = 3
+	)
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, time.Minute)
+	var px atomic.Pointer[faultproxy.Proxy]
+	var toReset, updates atomic.Int64 // resets still to make; updates started
+	monitor := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName == "update" {
+			updates.Add(1)
+			if toReset.Add(-1) >= 0 {
+				px.Load().Reset()
+			}
+		}
+	}}
+	proxy, c, closeAll, err := dialProxied(testdb.Info(t).URI, options.Client().SetMonitor(monitor))
+	require.NoError(t, err)
+	t.Cleanup(closeAll)
+	px.Store(proxy)
+	p := newProvider(t, c.Database(db.Name()), mongolock.WithExpiry(expiry))
+	rival := newProvider(t, db, mongolock.WithExpiry(expiry))
+	arm := replaceNextReply(p)
+	require.NoError(t, mustTryAcquire(t, ctx, rival.Lock("orphan")).Release(ctx)) // the document exists
+
+	// The acquisition is applied, its caller sees a write concern error,
+	// and the first tries of its release are cut off.
+	mongolock.WaitBackground(p)
+	updates.Store(0)
+	toReset.Store(resets)
+	arm(wce(64))
+	h, err := p.Lock("orphan").TryAcquire(ctx)
+	releaseAtCleanup(t, h)
+	require.Error(t, err)
+	pollUntil(t, bound, "the orphan released despite the resets", func() bool {
+		h, err := rival.Lock("orphan").TryAcquire(ctx)
+		return err == nil && h.Release(ctx) == nil
+	})
+	mongolock.WaitBackground(p)
+	require.Equal(t, int64(resets+1), updates.Load(), "updates sent: %d cut off, then one that released", resets)
+	t.Logf("released after %d connection resets; proxy: %+v", resets, proxy.Stats())
+
+	// Refused (the rival holds the lock) and told of a write concern error:
+	// one release is sent, matches nothing, and is the last.
+	held := mustTryAcquire(t, ctx, rival.Lock("orphan"))
+	updates.Store(0)
+	arm(wce(64))
+	_, err = p.Lock("orphan").TryAcquire(ctx)
+	require.Error(t, err)
+	mongolock.WaitBackground(p)
+	require.Equal(t, int64(1), updates.Load(), "updates sent after a reply")
+	require.NoError(t, held.Release(ctx), "the cleanup freed someone else's lock")
 }

@@ -285,19 +285,27 @@ func (p *Provider) acquireRoundTrip(ctx context.Context, filter bson.D, name, lo
 // releaseInBackground releases lockID's acquisition of name, if it holds it,
 // without waiting: for acquisitions nobody will get a handle for, and for a
 // Release whose round trip failed. It is owner-checked, so it can never free
-// someone else's acquisition. It tries after each wait of schedule until one
-// try matches.
+// someone else's acquisition. It tries after each wait of schedule, and
+// again after a short, growing backoff while a try fails transiently; it
+// stops once a try matches, an error is not transient (the client closed),
+// or cleanupTimeout has passed.
 func (p *Provider) releaseInBackground(name, lockID string, schedule []time.Duration) {
 	p.background(cleanupTimeout, func(ctx context.Context) {
 		for _, wait := range schedule {
-			select {
-			case <-time.After(wait):
-			case <-ctx.Done():
-				return
-			}
-			res, err := p.coll.UpdateOne(ctx, ownerFilter(name, lockID), releaseUpdate)
-			if err == nil && res.MatchedCount > 0 || isClosed(err) {
-				return
+			for retry := 20 * time.Millisecond; ; retry = min(2*retry, 500*time.Millisecond) {
+				select {
+				case <-time.After(wait):
+				case <-ctx.Done():
+					return
+				}
+				res, err := p.coll.UpdateOne(ctx, ownerFilter(name, lockID), releaseUpdate)
+				if err == nil && res.MatchedCount > 0 || err != nil && !isTransient(err) {
+					return
+				}
+				if err == nil {
+					break // no match: try again at the schedule's next wait, if any
+				}
+				wait = retry
 			}
 		}
 	})
