@@ -74,10 +74,11 @@ func (h *Handle) Lost() <-chan struct{} { return h.lost }
 // higher fencing token), unless another process's turn has come.
 //
 // The first call returns nil if the lock was still held, and an error
-// wrapping ErrLockLost if it had been lost. If the round trip fails (ctx
-// ended, network), Release returns that error and frees the lock in the
-// background with a short timeout; failing that, the lock frees itself when
-// its lease expires. Later calls return nil.
+// wrapping ErrLockLost if it had been lost. If ctx is done before the
+// round trip, or the round trip fails (ctx ended, network), Release returns
+// that error and frees the lock in the background with a short timeout;
+// failing that, the lock frees itself when its lease expires. Either way
+// the handle is released: its Context is done. Later calls return nil.
 func (h *Handle) Release(ctx context.Context) error {
 	if ctx == nil {
 		return h.lock.errorf("release", errNilContext)
@@ -99,8 +100,8 @@ func (h *Handle) Release(ctx context.Context) error {
 	}
 	var err error
 	if w := p.local.queues.offer(h.lock.name); w != nil {
-		err = h.handOver(ctx, w)
-	} else {
+		err = h.handOver(ctx, w) // sends nothing if ctx is done
+	} else if err = ctx.Err(); err == nil {
 		res, uerr := p.coll.UpdateOne(ctx, ownerFilter(h.lock.name, h.lockID), releaseUpdate)
 		if err = uerr; err == nil && res.MatchedCount == 0 {
 			err = mongo.ErrNoDocuments

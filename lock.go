@@ -194,6 +194,9 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) (err 
 // the attempt repeated.
 func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Handle, lockDoc, error) {
 	p := l.p
+	if err := ctx.Err(); err != nil {
+		return nil, lockDoc{}, err // nothing sent, not even the index
+	}
 	p.ensureIndex()
 	for tries := 1; ; tries++ {
 		// A fresh lockId per round trip: a cleanup of one can never free
