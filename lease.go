@@ -128,7 +128,8 @@ func (p *Provider) expire(h *Handle) {
 // extends again at once those for which a tick came meanwhile and the next
 // tick could be too late (round trips slower than the cadence), and, after a
 // transient error, tries again for the handles still kept until their leases
-// are extended or run out.
+// are extended or run out. A batch that fails otherwise is extended in
+// halves, down to single handles: only a handle refused on its own fails.
 func (p *Provider) extend(hs []*Handle) {
 	ls, o := &p.leases, p.opts
 	retry := min(o.cadence/4, 250*time.Millisecond)
@@ -145,6 +146,12 @@ func (p *Provider) extend(hs []*Handle) {
 		ctx, cancel := context.WithDeadline(context.Background(), latest)
 		lost, err := p.extendLeases(ctx, hs)
 		cancel()
+		if err != nil && len(hs) > 1 && !isTransient(err) && !isClosed(err) {
+			// Names adding up past a limit, say: each half on its own.
+			go p.extend(hs[len(hs)/2:])
+			hs = hs[:len(hs)/2]
+			continue
+		}
 		why := fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost)
 		if isClosed(err) { // nothing sent through its client will ever succeed
 			lost, why = hs, fmt.Errorf("%w: its client was disconnected (%w)", ErrLockLost, err)

@@ -1391,6 +1391,70 @@ func TestManyHeldLocksAreExtendedInBatches(t *testing.T) {
 	}
 }
 
+// Names that together are too large for one extension (past the driver's
+// 48 MB message, or the server's 16 MB document) do not fail the whole
+// batch: its halves are extended on their own, and no handle is lost.
+func TestABatchTooLargeForOneExtensionIsExtendedInParts(t *testing.T) {
+	const (
+		n, size = 300, 160 << 10 // 49 MB of names, in one batch
+		expiry  = time.Minute    // the batch's round trips are slow
+		cadence = 3 * time.Second
+	)
+	ctx := boundedCtx(t, 2*time.Minute)
+	db := testdb.Database(t)
+	p := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(expiry), mongolock.WithExtensionCadence(cadence))
+	coll := db.Collection(mongolock.DefaultCollection)
+	names := make([]string, n)
+	docs := make([]any, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("%03d-", i) + strings.Repeat("x", size-4)
+		docs[i] = bson.D{{Key: "_id", Value: names[i]}}
+	}
+	// Create the documents first (in bulk), so that acquiring is fast.
+	_, err := coll.InsertMany(ctx, docs)
+	require.NoError(t, err)
+	start := time.Now()
+	handles := make([]*mongolock.Handle, n)
+	inParallel := func(f func(i int)) {
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Go(func() {
+				for i := w; i < n; i += 4 {
+					f(i)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	inParallel(func(i int) {
+		h, err := p.Lock(names[i]).TryAcquire(ctx)
+		if assert(t, err == nil, "TryAcquire %d: %v", i, err) {
+			handles[i] = h
+		}
+	})
+	for _, h := range handles {
+		require.NotNil(t, releaseAtCleanup(t, h))
+	}
+	acquired := time.Since(start)
+	// Every lease is extended after the last acquisition, when one batch
+	// would hold them all.
+	var latest struct {
+		ExpiresAt time.Time `bson:"expiresAt"`
+	}
+	require.NoError(t, coll.FindOne(ctx, bson.D{}, options.FindOne().
+		SetSort(bson.D{{Key: "expiresAt", Value: -1}}).SetProjection(bson.D{{Key: "_id", Value: 0}, {Key: "expiresAt", Value: 1}})).Decode(&latest))
+	last := latest.ExpiresAt
+	pollUntil(t, expiry/2, "every lease extended after the last acquisition", func() bool {
+		left, err := coll.CountDocuments(ctx, bson.D{{Key: "expiresAt", Value: bson.D{{Key: "$lte", Value: last}}}})
+		return err == nil && left == 0
+	})
+	t.Logf("%d handles with %d KB names: acquired in %v, all extended %v later", n, size>>10, acquired, time.Since(start)-acquired)
+	inParallel(func(i int) {
+		assert(t, !closedNow(handles[i].Lost()), "handle %d lost", i)
+		assert(t, handles[i].Release(ctx) == nil, "Release %d", i)
+	})
+}
+
 func TestADeletedLockAmongManyLosesOnlyItsOwnHandle(t *testing.T) {
 	const n = 50
 	ctx := boundedCtx(t, time.Minute)
