@@ -868,3 +868,61 @@ func TestOrphanReleaseRetriesTransientErrorsAndStopsOnAReply(t *testing.T) {
 	require.Equal(t, int64(1), updates.Load(), "updates sent after a reply")
 	require.NoError(t, held.Release(ctx), "the cleanup freed someone else's lock")
 }
+
+// A Release stuck behind a partition keeps the loss signal armed: the
+// handle's Context ends with ErrLockLost, and Lost closes, before another
+// client can take the lock.
+func TestAReleaseStuckBehindAPartitionSignalsTheLossInTime(t *testing.T) {
+	const name = "stuck-release"
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, time.Minute)
+	rival := newProvider(t, db, mongolock.WithExpiry(faultExpiry))
+	px, c, closeAll, err := dialProxied(testdb.Info(t).URI)
+	require.NoError(t, err)
+	t.Cleanup(closeAll)
+	holder := newProvider(t, c.Database(db.Name()), mongolock.WithExpiry(faultExpiry))
+	h := mustTryAcquire(t, ctx, holder.Lock(name))
+	lostAt := make(chan time.Time, 1)
+	go func() {
+		select {
+		case <-h.Lost():
+			lostAt <- time.Now()
+		case <-ctx.Done():
+		}
+	}()
+
+	px.Blackhole()
+	cutAt := time.Now()
+	released := make(chan error, 1)
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		released <- h.Release(rctx)
+	}()
+	var sentAt time.Time
+	for sentAt.IsZero() {
+		sent := time.Now()
+		h2, err := rival.Lock(name).TryAcquire(ctx)
+		switch {
+		case err == nil:
+			sentAt = sent
+			require.NoError(t, h2.Release(ctx))
+		case errors.Is(err, mongolock.ErrNotAcquired):
+			time.Sleep(5 * time.Millisecond) // polling pace
+		default:
+			require.NoError(t, err, "the rival")
+		}
+	}
+	select {
+	case at := <-lostAt:
+		require.True(t, at.Before(sentAt), "Lost closed %v after the cut, the rival's winning attempt was sent %v after it",
+			at.Sub(cutAt), sentAt.Sub(cutAt))
+		t.Logf("Lost closed %v after the cut, %v before the rival's winning attempt was sent", at.Sub(cutAt), sentAt.Sub(at))
+	case <-time.After(5 * time.Second):
+		require.FailNow(t, "Lost never closed", "the rival's winning attempt was sent %v after the cut", sentAt.Sub(cutAt))
+	}
+	require.ErrorIs(t, context.Cause(h.Context()), mongolock.ErrLockLost)
+	px.Reset() // ends the stuck round trip
+	require.NoError(t, px.Restore())
+	t.Logf("Release returned %v", <-released)
+}
