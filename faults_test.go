@@ -926,3 +926,61 @@ func TestAReleaseStuckBehindAPartitionSignalsTheLossInTime(t *testing.T) {
 	require.NoError(t, px.Restore())
 	t.Logf("Release returned %v", <-released)
 }
+
+// A Release whose ctx ends in the middle of a hand-over to a local waiter
+// (slow round trips through the proxy) leaves the lock neither held by an
+// acquisition nobody has a handle for nor lost: the waiter gets it, and
+// holds it, or the lock is free again soon.
+func TestAReleaseCutShortDuringAHandOverLeavesNoOrphan(t *testing.T) {
+	const (
+		expiry = 30 * time.Second
+		bound  = 5 * time.Second // far below the expiry
+		trials = 16
+	)
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, 2*time.Minute)
+	rival := newProvider(t, db, mongolock.WithExpiry(expiry))
+	px, c, closeAll, err := dialProxied(testdb.Info(t).URI)
+	require.NoError(t, err)
+	t.Cleanup(closeAll)
+	p := newProvider(t, c.Database(db.Name()), mongolock.WithExpiry(expiry),
+		mongolock.WithBusyWaitSleep(5*time.Millisecond, 20*time.Millisecond))
+	l := p.Lock("cut-hand-over")
+	px.SetLatency(30*time.Millisecond, 30*time.Millisecond)
+	var handedOver, cut, waiterGotIt int
+	for i := range trials {
+		h := mustAcquire(t, ctx, l)
+		got := make(chan *mongolock.Handle, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, bound)
+			defer cancel()
+			w, _ := l.Acquire(wctx)
+			got <- w
+		}()
+		awaitQueueLen(t, p, l.Name(), 1)
+		// Cut at points spread over the round trip (60 ms and more).
+		rctx, cancel := context.WithTimeout(ctx, time.Duration(i%8)*10*time.Millisecond+5*time.Millisecond)
+		rerr := h.Release(rctx)
+		cancel()
+		if rerr == nil {
+			handedOver++
+		} else {
+			require.ErrorIs(t, rerr, context.DeadlineExceeded, "trial %d", i)
+			cut++
+		}
+		require.True(t, closedNow(h.Context().Done()), "trial %d: the released handle's Context", i)
+		if w := <-got; w != nil {
+			waiterGotIt++
+			require.False(t, closedNow(w.Lost()), "trial %d: the waiter's handle was lost", i)
+			_, err := rival.Lock(l.Name()).TryAcquire(ctx)
+			require.ErrorIs(t, err, mongolock.ErrNotAcquired, "trial %d: the waiter's handle does not hold the lock", i)
+			require.NoError(t, w.Release(ctx), "trial %d", i)
+		}
+		pollUntil(t, bound, "the lock free again", func() bool {
+			r, err := rival.Lock(l.Name()).TryAcquire(ctx)
+			return err == nil && r.Release(ctx) == nil
+		})
+	}
+	t.Logf("%d trials: %d releases handed over, %d cut short; the waiter got the lock %d times", trials, handedOver, cut, waiterGotIt)
+	require.NotZero(t, cut, "no Release was cut short: the test tested nothing")
+}
