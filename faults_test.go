@@ -283,6 +283,16 @@ func firstHost(uri string) (string, error) {
 	return o.Hosts[0], nil
 }
 
+// proxied returns db on a client of its own behind a new fault proxy,
+// both closed when the test ends.
+func proxied(t *testing.T, db *mongo.Database, opts ...*options.ClientOptions) (*faultproxy.Proxy, *mongo.Database) {
+	t.Helper()
+	px, c, closeAll, err := dialProxied(testdb.Info(t).URI, opts...)
+	require.NoError(t, err)
+	t.Cleanup(closeAll)
+	return px, c.Database(db.Name())
+}
+
 // lossTrials runs n loss races, each on a holder client of its own behind a
 // fault proxy, cut off by fault, against one rival on a direct connection.
 func lossTrials(t *testing.T, n, workers int, fault string, cut func(px *faultproxy.Proxy)) []lossRace {
@@ -831,11 +841,9 @@ func TestOrphanReleaseRetriesTransientErrorsAndStopsOnAReply(t *testing.T) {
 			}
 		}
 	}}
-	proxy, c, closeAll, err := dialProxied(testdb.Info(t).URI, options.Client().SetMonitor(monitor))
-	require.NoError(t, err)
-	t.Cleanup(closeAll)
+	proxy, pdb := proxied(t, db, options.Client().SetMonitor(monitor))
 	px.Store(proxy)
-	p := newProvider(t, c.Database(db.Name()), mongolock.WithExpiry(expiry))
+	p := newProvider(t, pdb, mongolock.WithExpiry(expiry))
 	rival := newProvider(t, db, mongolock.WithExpiry(expiry))
 	arm := replaceNextReply(p)
 	require.NoError(t, mustTryAcquire(t, ctx, rival.Lock("orphan")).Release(ctx)) // the document exists
@@ -877,10 +885,8 @@ func TestAReleaseStuckBehindAPartitionSignalsTheLossInTime(t *testing.T) {
 	db := testdb.Database(t)
 	ctx := boundedCtx(t, time.Minute)
 	rival := newProvider(t, db, mongolock.WithExpiry(faultExpiry))
-	px, c, closeAll, err := dialProxied(testdb.Info(t).URI)
-	require.NoError(t, err)
-	t.Cleanup(closeAll)
-	holder := newProvider(t, c.Database(db.Name()), mongolock.WithExpiry(faultExpiry))
+	px, pdb := proxied(t, db)
+	holder := newProvider(t, pdb, mongolock.WithExpiry(faultExpiry))
 	h := mustTryAcquire(t, ctx, holder.Lock(name))
 	lostAt := make(chan time.Time, 1)
 	go func() {
@@ -940,10 +946,8 @@ func TestAReleaseCutShortDuringAHandOverLeavesNoOrphan(t *testing.T) {
 	db := testdb.Database(t)
 	ctx := boundedCtx(t, 2*time.Minute)
 	rival := newProvider(t, db, mongolock.WithExpiry(expiry))
-	px, c, closeAll, err := dialProxied(testdb.Info(t).URI)
-	require.NoError(t, err)
-	t.Cleanup(closeAll)
-	p := newProvider(t, c.Database(db.Name()), mongolock.WithExpiry(expiry),
+	px, pdb := proxied(t, db)
+	p := newProvider(t, pdb, mongolock.WithExpiry(expiry),
 		mongolock.WithBusyWaitSleep(5*time.Millisecond, 20*time.Millisecond))
 	l := p.Lock("cut-hand-over")
 	px.SetLatency(30*time.Millisecond, 30*time.Millisecond)
