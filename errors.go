@@ -132,9 +132,14 @@ func (e *Error) Unwrap() error { return e.Err }
 // errorf wraps err with the operation and the lock's name, shortened
 // without splitting a character: names may be megabytes long.
 func (l *Lock) errorf(op string, err error) error {
-	name := l.name
+	return &Error{Op: op, Name: shortName(l.name), Err: err}
+}
+
+// shortName shortens name past 64 bytes, without splitting a character:
+// names may be megabytes long.
+func shortName(name string) string {
 	if len(name) > 64 {
-		name = strings.ToValidUTF8(name[:61], "") + "..."
+		return strings.ToValidUTF8(name[:61], "") + "..."
 	}
-	return &Error{Op: op, Name: name, Err: err}
+	return name
 }

@@ -103,7 +103,7 @@ func CollectionConcerns(p *Provider) (*readpref.ReadPref, *writeconcern.WriteCon
 // KeptDeadline starts keeping the lease of a handle of l acquired by a
 // request sent at sent, stops keeping it, and returns its client deadline.
 func KeptDeadline(l *Lock, sent time.Time) time.Time {
-	h := &Handle{lock: l, unkept: make(chan struct{})}
+	h := &acquisition{lock: l, unkept: make(chan struct{})}
 	l.p.keep(h, sent)
 	return l.p.forget(h).deadline
 }

@@ -930,7 +930,9 @@ func TestAReleaseStuckBehindAPartitionSignalsTheLossInTime(t *testing.T) {
 	require.ErrorIs(t, context.Cause(h.Context()), mongolock.ErrLockLost)
 	px.Reset() // ends the stuck round trip
 	require.NoError(t, px.Restore())
-	t.Logf("Release returned %v", <-released)
+	err := <-released
+	t.Logf("Release returned %v", err)
+	require.ErrorIs(t, err, mongolock.ErrLockLost, "the lease ran out during the release")
 }
 
 // A Release whose ctx ends in the middle of a hand-over to a local waiter

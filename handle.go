@@ -3,6 +3,8 @@ package mongolock
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,8 +21,17 @@ import (
 // with the cause ErrLockLost, before the server would let anyone else take
 // the lock, so work that must not run unprotected can stop in time.
 //
-// A Handle is safe for concurrent use.
+// A Handle is safe for concurrent use. Call Release when done: a Handle
+// that becomes unreachable while it holds its lock is released when the
+// garbage collector finds it, with a warning logged (slog.Default).
 type Handle struct {
+	*acquisition
+}
+
+// acquisition is what the library keeps of a Handle while it is held. It
+// never refers to its Handle, so that a Handle its owner dropped becomes
+// unreachable.
+type acquisition struct {
 	lock   *Lock
 	lockID string
 	token  int64
@@ -38,11 +49,24 @@ type Handle struct {
 }
 
 func newHandle(l *Lock, lockID string, token int64, sent time.Time) *Handle {
-	h := &Handle{lock: l, lockID: lockID, token: token, lost: make(chan struct{}), unkept: make(chan struct{})}
-	h.ctx, h.cancel = context.WithCancelCause(context.Background())
+	a := &acquisition{lock: l, lockID: lockID, token: token, lost: make(chan struct{}), unkept: make(chan struct{})}
+	a.ctx, a.cancel = context.WithCancelCause(context.Background())
 	l.p.local.queues.hold(l, time.Now())
-	l.p.keep(h, sent)
+	l.p.keep(a, sent)
+	h := &Handle{a}
+	runtime.AddCleanup(h, (*acquisition).abandoned, a)
 	return h
+}
+
+// abandoned runs once a's Handle is unreachable: if a still holds the lock,
+// nobody can release it any more, so it is released now.
+func (a *acquisition) abandoned() {
+	if a.released.Load() || a.lossError() != nil {
+		return
+	}
+	slog.Warn("mongolock: a Handle became unreachable while holding its lock; releasing it (call Release when done)",
+		"lock", shortName(a.lock.name), "fencingToken", a.token)
+	a.lock.p.background(cleanupTimeout, func(ctx context.Context) { _ = a.release(ctx) })
 }
 
 // Name returns the name of the lock this handle holds.
@@ -79,7 +103,9 @@ func (h *Handle) Lost() <-chan struct{} { return h.lost }
 // that error and frees the lock in the background with a short timeout;
 // failing that, the lock frees itself when its lease expires. Either way
 // the handle is released: its Context is done. Later calls return nil.
-func (h *Handle) Release(ctx context.Context) error {
+func (h *Handle) Release(ctx context.Context) error { return h.release(ctx) }
+
+func (h *acquisition) release(ctx context.Context) error {
 	if ctx == nil {
 		return h.lock.errorf("release", errNilContext)
 	}
@@ -92,7 +118,9 @@ func (h *Handle) Release(ctx context.Context) error {
 	// woken once the release is decided.
 	p := h.lock.p
 	if l := p.forget(h); l != nil {
-		defer time.AfterFunc(time.Until(l.deadline), func() { h.leaseOver(nil) }).Stop()
+		defer time.AfterFunc(time.Until(l.deadline), func() {
+			h.markLost(fmt.Errorf("%w: its lease ran out before the release's round trip ended", ErrLockLost))
+		}).Stop()
 	}
 	defer h.unhold()
 	if err := h.lossError(); err != nil {
@@ -115,8 +143,15 @@ func (h *Handle) Release(ctx context.Context) error {
 		h.markLost(fmt.Errorf("%w: at release, the lock was held by someone else or its document was gone", ErrLockLost))
 		return h.lock.errorf("release", h.lossError())
 	default:
-		p.releaseInBackground(h.lock.name, h.lockID, afterNoReply)
+		schedule := afterNoReply // no reply: the request may still be in flight
+		if isReply(err) {
+			schedule = afterReply
+		}
+		p.releaseInBackground(h.lock.name, h.lockID, schedule)
 		h.cancel(context.Canceled)
+		if lost := h.lossError(); lost != nil { // the lease ran out meanwhile
+			err = fmt.Errorf("%w (and the release failed: %w)", lost, err)
+		}
 		return h.lock.errorf("release", err)
 	}
 }
@@ -125,7 +160,7 @@ func (h *Handle) Release(ctx context.Context) error {
 // with the acquisition pipeline of w's provider, in hand-over mode: if
 // another process's turn has come, the round trip only releases, and w goes
 // on waiting. It returns the round trip's error.
-func (h *Handle) handOver(ctx context.Context, w *waiter) error {
+func (h *acquisition) handOver(ctx context.Context, w *waiter) error {
 	name, wp := h.lock.name, w.lock.p
 	lockID, sent := newLockID(), time.Now()
 	doc, err := wp.acquireRoundTrip(ctx, ownerFilter(name, h.lockID), name, lockID, 0, handOverMode)
@@ -141,7 +176,7 @@ func (h *Handle) handOver(ctx context.Context, w *waiter) error {
 }
 
 // lossError returns why the lock was lost, or nil.
-func (h *Handle) lossError() error {
+func (h *acquisition) lossError() error {
 	select {
 	case <-h.lost:
 		return h.lostErr
@@ -151,7 +186,7 @@ func (h *Handle) lossError() error {
 }
 
 // markLost records why the lock was lost and signals it, once.
-func (h *Handle) markLost(why error) {
+func (h *acquisition) markLost(why error) {
 	h.lostOnce.Do(func() {
 		h.lostErr = why
 		// Cancel first: whoever wakes on Lost sees the cause already.
@@ -162,14 +197,14 @@ func (h *Handle) markLost(why error) {
 }
 
 // unhold tells local waiters, once, that this handle holds the lock no more.
-func (h *Handle) unhold() {
+func (h *acquisition) unhold() {
 	h.unholdOnce.Do(func() { h.lock.p.local.queues.unhold(h.lock.name) })
 }
 
 // leaseOver signals loss when the local lease ran out (lastErr: the last
 // extension's error, if any), then frees the lock on the server in case a
 // late extension did reach it.
-func (h *Handle) leaseOver(lastErr error) {
+func (h *acquisition) leaseOver(lastErr error) {
 	// Counted as background work before Lost closes, so that whoever wakes
 	// on Lost and waits for the background work waits for it.
 	h.lock.p.releaseInBackground(h.lock.name, h.lockID, afterNoReply)

@@ -1122,25 +1122,6 @@ func killedHolderTrial(t *testing.T, name string) {
 		childToken, h.FencingToken(), h.FencingToken()-childToken)
 }
 
-// lockedBuffer collects a child's output for failure messages; exec writes
-// stderr from a goroutine of its own.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // Permissions.
 
 // The privileges locking needs: find, insert and update on the lock

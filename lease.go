@@ -36,7 +36,7 @@ const maxBatch = 500
 // leases keeps the leases of one provider's handles.
 type leases struct {
 	mu    sync.Mutex
-	held  map[*Handle]*lease
+	held  map[*acquisition]*lease
 	timer *time.Timer // the next tick, while handles are held
 }
 
@@ -49,7 +49,7 @@ type lease struct {
 }
 
 // keep starts keeping h's lease, acquired by a request sent at sent.
-func (p *Provider) keep(h *Handle, sent time.Time) {
+func (p *Provider) keep(h *acquisition, sent time.Time) {
 	ls, o := &p.leases, p.opts
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -72,7 +72,7 @@ func (p *Provider) tick() {
 		return
 	}
 	ls.timer.Reset(p.opts.cadence)
-	var due []*Handle
+	var due []*acquisition
 	for h, l := range ls.held {
 		if l.missed = l.busy; !l.busy { // busy: extend again once it is back
 			l.busy, due = true, append(due, h)
@@ -87,7 +87,7 @@ func (p *Provider) tick() {
 // forget stops keeping h's lease (it is being released, or was lost) and
 // returns it, or nil if it was not kept. No extension of h starts afterwards; one
 // already on its way cannot match once the release has cleared the lockId.
-func (p *Provider) forget(h *Handle) *lease {
+func (p *Provider) forget(h *acquisition) *lease {
 	p.leases.mu.Lock()
 	defer p.leases.mu.Unlock()
 	return p.drop(h)
@@ -95,7 +95,7 @@ func (p *Provider) forget(h *Handle) *lease {
 
 // drop removes h's lease and returns it, or nil if it was not kept;
 // leases.mu must be held.
-func (p *Provider) drop(h *Handle) *lease {
+func (p *Provider) drop(h *acquisition) *lease {
 	ls := &p.leases
 	l := ls.held[h]
 	if l != nil {
@@ -112,7 +112,7 @@ func (p *Provider) drop(h *Handle) *lease {
 
 // expire runs when h's loss timer fires: unless an extension moved the
 // deadline meanwhile, the lease ran out.
-func (p *Provider) expire(h *Handle) {
+func (p *Provider) expire(h *acquisition) {
 	p.leases.mu.Lock()
 	l := p.leases.held[h]
 	if l == nil || time.Now().Before(l.deadline) {
@@ -130,7 +130,7 @@ func (p *Provider) expire(h *Handle) {
 // transient error, tries again for the handles still kept until their leases
 // are extended or run out. A batch that fails otherwise is extended in
 // halves, down to single handles: only a handle refused on its own fails.
-func (p *Provider) extend(hs []*Handle) {
+func (p *Provider) extend(hs []*acquisition) {
 	ls, o := &p.leases, p.opts
 	retry := min(o.cadence/4, 250*time.Millisecond)
 	for len(hs) > 0 {
@@ -161,7 +161,7 @@ func (p *Provider) extend(hs []*Handle) {
 				h.markLost(why)
 			}
 		}
-		var again []*Handle
+		var again []*acquisition
 		ls.mu.Lock()
 		for _, h := range hs {
 			l := ls.held[h]
@@ -193,7 +193,7 @@ func (p *Provider) extend(hs []*Handle) {
 // owner-checked round trip, and returns the handles it did not match. Only
 // when a batch matched some but not all does it read their documents to
 // find out which (one more round trip).
-func (p *Provider) extendLeases(ctx context.Context, hs []*Handle) ([]*Handle, error) {
+func (p *Provider) extendLeases(ctx context.Context, hs []*acquisition) ([]*acquisition, error) {
 	names, ids := make(bson.A, len(hs)), make(bson.A, len(hs))
 	for i, h := range hs {
 		names[i], ids[i] = h.lock.name, h.lockID
@@ -219,5 +219,5 @@ func (p *Provider) extendLeases(ctx context.Context, hs []*Handle) ([]*Handle, e
 	if err := cur.Err(); err != nil {
 		return nil, err
 	}
-	return slices.DeleteFunc(slices.Clone(hs), func(h *Handle) bool { return holder[h.lock.name] == h.lockID }), nil
+	return slices.DeleteFunc(slices.Clone(hs), func(h *acquisition) bool { return holder[h.lock.name] == h.lockID }), nil
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"regexp"
 	"runtime"
@@ -2392,4 +2393,40 @@ func TestProvidersAndClientsLeaveNothingBehind(t *testing.T) {
 		return mongolock.Locals() <= baseline
 	})
 	pollUntil(t, 30*time.Second, "goroutines back to where they were", func() bool { return runtime.NumGoroutine() <= goroutines })
+}
+
+// A Handle dropped while it holds its lock is released once the garbage
+// collector finds it unreachable, with a warning: the lock is not kept
+// (extended for ever) for nobody.
+func TestAnAbandonedHandleIsReleasedWithAWarning(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t)
+	var logs lockedBuffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+
+	kept := mustTryAcquire(t, ctx, e.p.Lock("kept"))
+	func() {
+		h, err := e.p.Lock("dropped").TryAcquire(ctx)
+		require.NoError(t, err)
+		require.NotZero(t, h.FencingToken())
+	}()
+	pollUntil(t, 30*time.Second, "the dropped handle's lock free for another client", func() bool {
+		runtime.GC()
+		h, err := e.other.Lock("dropped").TryAcquire(ctx)
+		if err == nil {
+			require.NoError(t, h.Release(ctx))
+		}
+		return err == nil
+	})
+	require.Contains(t, logs.String(), "a Handle became unreachable while holding its lock")
+	require.Contains(t, logs.String(), "lock=dropped")
+
+	// A handle still referenced is not touched by the collector.
+	runtime.GC()
+	_, err := e.other.Lock("kept").TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+	require.NoError(t, kept.Release(ctx))
+	require.NotContains(t, logs.String(), "lock=kept")
 }

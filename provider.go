@@ -68,7 +68,7 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 		opts:         o,
 		local:        localFor(db, o.collection),
 		extendUpdate: extendUpdate(o.expiry),
-		leases:       leases{held: make(map[*Handle]*lease)},
+		leases:       leases{held: make(map[*acquisition]*lease)},
 		done:         make(chan struct{}),
 		closeErr:     make(chan error, 1),
 	}
@@ -194,7 +194,7 @@ func (p *Provider) shutdown(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for i, h := range held {
 		wg.Go(func() {
-			if err := h.Release(ctx); !errors.Is(err, ErrLockLost) {
+			if err := h.release(ctx); !errors.Is(err, ErrLockLost) {
 				errs[i] = err
 			}
 		})
