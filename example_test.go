@@ -72,8 +72,8 @@ func ExampleLock_TryAcquire() {
 		fmt.Println("second attempt: held by someone else, skipping this run")
 	case err != nil:
 		log.Fatal(err)
-	default:
-		fmt.Println("second attempt: acquired (unexpected)")
+	default: // (for the checked output)
+		fmt.Println("second attempt: acquired (unexpected)") // (for the checked output)
 	}
 
 	if err := h.Release(ctx); err != nil {
