@@ -18,6 +18,12 @@ import (
 // creation, cleanup of orphaned acquisitions) to end.
 func WaitBackground(p *Provider) { p.bg.Wait() }
 
+// LockWithValue is p's lock called name whose acquisitions carry value (as
+// an election's do).
+func LockWithValue(p *Provider, name, value string) *Lock {
+	return &Lock{p: p, name: name, value: &value}
+}
+
 // Locals is how many collections of live clients this process keeps
 // state for.
 func Locals() (n int) {

@@ -163,7 +163,7 @@ func (h *acquisition) release(ctx context.Context) error {
 func (h *acquisition) handOver(ctx context.Context, w *waiter) error {
 	name, wp := h.lock.name, w.lock.p
 	lockID, sent := newLockID(), time.Now()
-	doc, err := wp.acquireRoundTrip(ctx, ownerFilter(name, h.lockID), name, lockID, 0, handOverMode)
+	doc, err := w.lock.acquireRoundTrip(ctx, ownerFilter(name, h.lockID), lockID, 0, handOverMode)
 	var next *Handle
 	if err == nil && doc.LockID == lockID {
 		next = newHandle(w.lock, lockID, doc.FencingToken, sent)

@@ -17,8 +17,9 @@ import (
 // held until that Handle is released or lost. A Lock is safe for concurrent
 // use; two Acquire calls on the same Lock compete like any two holders.
 type Lock struct {
-	p    *Provider
-	name string
+	p     *Provider
+	name  string
+	value *string // held with this value (an election's), if not nil
 }
 
 // Name returns the lock's name, exactly as given.
@@ -202,7 +203,7 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Han
 		// A fresh lockId per round trip: a cleanup of one can never free
 		// another.
 		lockID, sent := newLockID(), time.Now()
-		doc, err := p.acquireRoundTrip(ctx, acquireFilter(l.name), l.name, lockID, since, mode)
+		doc, err := l.acquireRoundTrip(ctx, acquireFilter(l.name), lockID, since, mode)
 		switch {
 		case err == nil && doc.LockID == lockID:
 			return newHandle(l, lockID, doc.FencingToken, sent), doc, nil
@@ -221,19 +222,20 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Han
 	}
 }
 
-// acquireRoundTrip sends one acquisition and waits for its reply, for ctx,
-// or for the provider to close (ErrClosed).
+// acquireRoundTrip sends one acquisition of l and waits for its reply, for
+// ctx, or for the provider to close (ErrClosed).
 //
-// No orphans: if ctx ends (or the provider closes) first, the request may already be on the server,
-// and a release sent now could overtake it there. So the request is left to
+// No orphans: if ctx ends (or the provider closes) first, the request may
+// already be on the server, and a release sent now could overtake it there. So the request is left to
 // finish in the background (for at most cleanupTimeout more), and whatever
 // it did is undone once its reply is in: an acquisition is released, a
 // claim that nobody of this process still needs is withdrawn. A request
 // that fails ambiguously (the connection dropped after sending, a write
 // concern error) is released in the background too.
-func (p *Provider) acquireRoundTrip(ctx context.Context, filter bson.D, name, lockID string, since int64, mode attemptMode) (lockDoc, error) {
+func (l *Lock) acquireRoundTrip(ctx context.Context, filter bson.D, lockID string, since int64, mode attemptMode) (lockDoc, error) {
+	p, name := l.p, l.name
 	send := func(ctx context.Context) (doc lockDoc, err error) {
-		err = p.coll.FindOneAndUpdate(ctx, filter, acquirePipeline(lockID, since, p.acquire[mode]), acquireOptions).Decode(&doc)
+		err = p.coll.FindOneAndUpdate(ctx, filter, acquirePipeline(lockID, since, l.value, p.acquire[mode]), acquireOptions).Decode(&doc)
 		if p.replyHook != nil {
 			err = p.replyHook(err)
 		}

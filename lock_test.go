@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"regexp"
 	"runtime"
 	"strings"
@@ -536,6 +537,9 @@ func TestInvalidOptionsAreRefusedNamingTheOptionAndValue(t *testing.T) {
 		{"busy-wait both zero", []mongolock.Option{mongolock.WithBusyWaitSleep(0, 0)}, []string{"WithBusyWaitSleep(0s, 0s)"}},
 		{"busy-wait min above max", []mongolock.Option{mongolock.WithBusyWaitSleep(2*time.Second, time.Second)}, []string{"WithBusyWaitSleep(2s, 1s)"}},
 		{"nil option", []mongolock.Option{mongolock.WithExpiry(time.Second), nil}, []string{"nil Option"}},
+		{"empty owner", []mongolock.Option{mongolock.WithOwner("")}, []string{`WithOwner("")`, "1 to 256 bytes"}},
+		{"owner too long", []mongolock.Option{mongolock.WithOwner(strings.Repeat("o", mongolock.MaxOwnerLen+1))},
+			[]string{`WithOwner("ooo`, "...", "1 to 256 bytes"}},
 	} {
 		for _, c := range optionConstructors {
 			t.Run(tc.label+"/"+c.label, func(t *testing.T) {
@@ -2429,4 +2433,44 @@ func TestAnAbandonedHandleIsReleasedWithAWarning(t *testing.T) {
 	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
 	require.NoError(t, kept.Release(ctx))
 	require.NotContains(t, logs.String(), "lock=kept")
+}
+
+// Every acquisition records its owner (WithOwner, by default host/pid) and
+// the value it carries; a plain acquisition carries none, and a refused
+// attempt changes neither.
+func TestAcquisitionsRecordTheirOwnerAndValue(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	e := newLockEnv(t)
+	svc := newProvider(t, e.db, mongolock.WithOwner("billing-7f9c"))
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	defaultOwner := fmt.Sprintf("%s/%d", host, os.Getpid())
+	field := func(key string) (string, bool) {
+		return rawLockDoc(t, e.coll, "owned").Lookup(key).StringValueOK()
+	}
+
+	h := mustTryAcquire(t, ctx, svc.Lock("owned"))
+	owner, _ := field("owner")
+	require.Equal(t, "billing-7f9c", owner)
+	_, hasValue := field("value")
+	require.False(t, hasValue, "a plain lock carries no value")
+	require.NoError(t, h.Release(ctx))
+
+	h = mustTryAcquire(t, ctx, mongolock.LockWithValue(e.p, "owned", "http://10.0.0.7:8080"))
+	owner, _ = field("owner")
+	value, _ := field("value")
+	require.Equal(t, defaultOwner, owner)
+	require.Equal(t, "http://10.0.0.7:8080", value)
+	_, err = svc.Lock("owned").TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+	owner, _ = field("owner")
+	value, _ = field("value")
+	require.Equal(t, defaultOwner, owner, "a refused attempt changed the owner")
+	require.Equal(t, "http://10.0.0.7:8080", value, "a refused attempt changed the value")
+	require.NoError(t, h.Release(ctx))
+
+	h = mustTryAcquire(t, ctx, svc.Lock("owned"))
+	_, hasValue = field("value")
+	require.False(t, hasValue, "the previous holder's value outlived its acquisition")
+	require.NoError(t, h.Release(ctx))
 }

@@ -2,6 +2,8 @@ package mongolock
 
 import (
 	"fmt"
+	"os"
+	"sync"
 	"time"
 )
 
@@ -15,6 +17,8 @@ const (
 	maxSafetyMargin     = time.Second
 	safetyMarginDivisor = 10
 	minCadenceDivisor   = 100
+	// MaxOwnerLen bounds WithOwner's owner, in bytes.
+	MaxOwnerLen = 256
 )
 
 // An Option configures a Lock or a Provider. Options are validated by New and
@@ -30,7 +34,26 @@ type config struct {
 	sleepMin   time.Duration
 	sleepMax   time.Duration
 	adaptive   bool
+	owner      string
 }
+
+// WithOwner sets who the locks' acquisitions say holds them, as inspection
+// and elections show it (default: the host name and process id, as
+// "host/pid"). At most MaxOwnerLen bytes, not empty. It identifies; it
+// does not exclude: two providers with the same owner still exclude each
+// other.
+func WithOwner(owner string) Option {
+	return func(o *config) { o.owner = owner }
+}
+
+// defaultOwner is "host/pid" of this process.
+var defaultOwner = sync.OnceValue(func() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host"
+	}
+	return fmt.Sprintf("%s/%d", host, os.Getpid())
+})
 
 // WithCollection sets the collection that holds the lock documents
 // (default "distributed_locks", the same as DistributedLock.MongoDB).
@@ -70,12 +93,15 @@ func WithAdaptiveBackoff(on bool) Option {
 }
 
 func buildConfig(opts []Option) (config, error) {
-	o := config{collection: DefaultCollection, expiry: DefaultExpiry, sleepMin: DefaultBusyWaitMin, sleepMax: DefaultBusyWaitMax}
+	o := config{collection: DefaultCollection, expiry: DefaultExpiry, sleepMin: DefaultBusyWaitMin, sleepMax: DefaultBusyWaitMax, owner: defaultOwner()}
 	for _, opt := range opts {
 		if opt == nil {
 			return o, fmt.Errorf("mongolock: nil Option")
 		}
 		opt(&o)
+	}
+	if o.owner == "" || len(o.owner) > MaxOwnerLen {
+		return o, fmt.Errorf("mongolock: WithOwner(%q): the owner must be 1 to %d bytes long", shortName(o.owner), MaxOwnerLen)
 	}
 	if o.collection == "" {
 		return o, fmt.Errorf("mongolock: WithCollection(%q): the collection name must not be empty", o.collection)

@@ -15,12 +15,19 @@ import (
 // A lock is one document:
 //
 //	{_id: name, lockId, acquiredAt, expiresAt, fencingToken,
+//	 owner, value,
 //	 lastProcess, lastLockId, processStreak,
 //	 waitingProcess, waitingSince, waitingUntil}
 //
 // The first five are DistributedLock.MongoDB's: both libraries judge "free"
 // the same way, so Go and .NET services can share a lock. It ignores the
-// other five, which only decide whose turn it is between processes:
+// others:
+//
+//   - owner: who made the last mongolock acquisition (WithOwner; by default
+//     the host name and process id); value: what that acquisition carries
+//     (an election's leader value), absent for a plain lock.
+//
+// The rest only decide whose turn it is between processes:
 //
 //   - lastProcess, lastLockId: the process that made the last mongolock
 //     acquisition, and that acquisition's lockId.
@@ -81,19 +88,24 @@ const (
 // the document as the stage found it, so the first computes scratch fields
 // that the second uses and removes:
 //
-//	{$set: {_attempt: {lockId: <fresh lockId>, since: <token>},
+//	{$set: {_attempt: {lockId: <fresh lockId>, since: <token>[, value]},
 //	        _mine: <lastProcess is this one>,
 //	        _free: <expired, and not this process's turn to step aside>}}
 //	{$set: {<each field>: {$cond: ["$_free", <acquired>, <refused>]},
 //	        _attempt: "$$REMOVE", _mine: "$$REMOVE", _free: "$$REMOVE"}}
 //
 // Only _attempt changes per attempt (since: the token its process saw when
-// it began to wait); the rest is the same for every attempt of a process,
-// mode and expiry, and is encoded once (acquireParts).
-func acquirePipeline(lockID string, since int64, parts acquireParts) bson.A {
+// it began to wait; value: the value to hold the lock with, if any); the
+// rest is the same for every attempt of a provider and mode, and is encoded
+// once (acquireParts).
+func acquirePipeline(lockID string, since int64, value *string, parts acquireParts) bson.A {
+	attempt := bson.D{{Key: "lockId", Value: lockID}, {Key: "since", Value: since}}
+	if value != nil {
+		attempt = append(attempt, bson.E{Key: "value", Value: *value})
+	}
 	return bson.A{
 		bson.D{{Key: "$set", Value: bson.D{
-			{Key: "_attempt", Value: bson.D{{Key: "lockId", Value: lockID}, {Key: "since", Value: since}}},
+			{Key: "_attempt", Value: attempt},
 			{Key: "_mine", Value: parts.mine},
 			{Key: "_free", Value: parts.free},
 		}}},
@@ -110,15 +122,15 @@ type acquireParts struct {
 	mine, free, write bson.Raw
 }
 
-// newAcquireParts encodes the constant parts of process proc's
-// acquisitions. claim is how long a waiting claim lasts.
-func newAcquireParts(proc string, mode attemptMode, expiry, claim time.Duration) acquireParts {
-	mine, free, write := acquireExprs(proc, mode, expiry, claim)
+// newAcquireParts encodes the constant parts of the acquisitions of process
+// proc for owner. claim is how long a waiting claim lasts.
+func newAcquireParts(proc, owner string, mode attemptMode, expiry, claim time.Duration) acquireParts {
+	mine, free, write := acquireExprs(proc, owner, mode, expiry, claim)
 	return acquireParts{mustMarshal(mine), mustMarshal(free), mustMarshal(write)}
 }
 
 // acquireExprs returns _mine's and _free's expressions and the second stage.
-func acquireExprs(proc string, mode attemptMode, expiry, claim time.Duration) (mine, free, write bson.D) {
+func acquireExprs(proc, owner string, mode attemptMode, expiry, claim time.Duration) (mine, free, write bson.D) {
 	const isFree, isMine, now = "$_free", "$_mine", "$$NOW"
 	mine = op("$eq", "$lastProcess", proc)
 	expired := op("$lte", ifNull("$expiresAt", epoch), now)
@@ -165,6 +177,9 @@ func acquireExprs(proc string, mode attemptMode, expiry, claim time.Duration) (m
 		{Key: "acquiredAt", Value: cond(isFree, now, "$acquiredAt")},
 		{Key: "expiresAt", Value: cond(isFree, op("$add", now, expiry.Milliseconds()), expiresAt)},
 		{Key: "fencingToken", Value: cond(isFree, token, "$fencingToken")},
+		{Key: "owner", Value: cond(isFree, owner, "$owner")},
+		{Key: "value", Value: cond(isFree,
+			cond(op("$eq", op("$type", "$_attempt.value"), "missing"), "$$REMOVE", "$_attempt.value"), "$value")},
 		{Key: "lastProcess", Value: cond(isFree, proc, "$lastProcess")},
 		{Key: "lastLockId", Value: cond(isFree, "$_attempt.lockId", "$lastLockId")},
 		{Key: "processStreak", Value: cond(isFree, cond(isMine, op("$add", streak, 1), 1), "$processStreak")},

@@ -23,33 +23,37 @@ func TestGoldenProtocol(t *testing.T) {
 		proc    = "0f1e2d3c4b5a69788796a5b4c3d2e1f0" // this process
 		lockID  = "0123456789abcdef0123456789abcdef" // the attempt's
 		holding = "fedcba9876543210fedcba9876543210" // a held handle's
+		owner   = "build-7f9c/4242"                  // WithOwner's default: host/pid
 	)
 	o := defaultConfig() // expiry 30 s, claims of 783 ms
-	acquire := func(filter bson.D, mode attemptMode) bson.D {
+	acquireWith := func(filter bson.D, mode attemptMode, value *string) bson.D {
 		return bson.D{
 			{Key: "findOneAndUpdate", Value: filter},
-			{Key: "update", Value: acquirePipeline(lockID, 1795000000000000000, newAcquireParts(proc, mode, o.expiry, o.claimLifetime()))},
+			{Key: "update", Value: acquirePipeline(lockID, 1795000000000000000, value, newAcquireParts(proc, owner, mode, o.expiry, o.claimLifetime()))},
 			{Key: "returnDocument", Value: "after"},
 		}
 	}
+	acquire := func(filter bson.D, mode attemptMode) bson.D { return acquireWith(filter, mode, nil) }
+	leaderValue := "http://10.0.0.7:8080"
 	holders, projection := holdersQuery(bson.A{name, "invoices"})
 	var index options.IndexOptions
 	for _, set := range ttlIndex().Options.List() {
 		require.NoError(t, set(&index))
 	}
 	statements := map[string]bson.D{
-		"1-create":      {{Key: "insertOne", Value: createDoc(name)}},
-		"2-try-acquire": acquire(acquireFilter(name), tryMode),
-		"2-acquire":     acquire(acquireFilter(name), waitMode),
-		"3-hand-over":   acquire(ownerFilter(name, holding), handOverMode),
-		"4-release":     {{Key: "updateOne", Value: ownerFilter(name, holding)}, {Key: "update", Value: releaseUpdate}},
-		"5-extend":      {{Key: "updateMany", Value: extendFilter(bson.A{name, "invoices"}, bson.A{holding, lockID})}, {Key: "update", Value: extendUpdate(o.expiry)}},
-		"6-holders":     {{Key: "find", Value: holders}, {Key: "projection", Value: projection}},
-		"7-withdraw":    {{Key: "updateOne", Value: withdrawFilter(name, proc)}, {Key: "update", Value: withdrawUpdate}},
-		"8-ttl-index":   {{Key: "createIndex", Value: ttlIndex().Keys}, {Key: "name", Value: *index.Name}, {Key: "expireAfterSeconds", Value: *index.ExpireAfterSeconds}},
-		"8-ttl-read":    {{Key: "listIndexes", Value: DefaultCollection}},
-		"8-ttl-raise":   raiseTTL(DefaultCollection),
-		"9-watch":       {{Key: "watch", Value: releaseEvents}},
+		"1-create":             {{Key: "insertOne", Value: createDoc(name)}},
+		"2-try-acquire":        acquire(acquireFilter(name), tryMode),
+		"2-acquire":            acquire(acquireFilter(name), waitMode),
+		"2-acquire-with-value": acquireWith(acquireFilter(name), waitMode, &leaderValue),
+		"3-hand-over":          acquire(ownerFilter(name, holding), handOverMode),
+		"4-release":            {{Key: "updateOne", Value: ownerFilter(name, holding)}, {Key: "update", Value: releaseUpdate}},
+		"5-extend":             {{Key: "updateMany", Value: extendFilter(bson.A{name, "invoices"}, bson.A{holding, lockID})}, {Key: "update", Value: extendUpdate(o.expiry)}},
+		"6-holders":            {{Key: "find", Value: holders}, {Key: "projection", Value: projection}},
+		"7-withdraw":           {{Key: "updateOne", Value: withdrawFilter(name, proc)}, {Key: "update", Value: withdrawUpdate}},
+		"8-ttl-index":          {{Key: "createIndex", Value: ttlIndex().Keys}, {Key: "name", Value: *index.Name}, {Key: "expireAfterSeconds", Value: *index.ExpireAfterSeconds}},
+		"8-ttl-read":           {{Key: "listIndexes", Value: DefaultCollection}},
+		"8-ttl-raise":          raiseTTL(DefaultCollection),
+		"9-watch":              {{Key: "watch", Value: releaseEvents}},
 	}
 	for file, stmt := range statements {
 		t.Run(file, func(t *testing.T) {
@@ -72,7 +76,7 @@ func TestGoldenProtocol(t *testing.T) {
 // is what encoding it whole gives.
 func TestAcquirePipelineEncodesAsBuiltWhole(t *testing.T) {
 	id := newLockID()
-	_, got, err := bson.MarshalValue(acquirePipeline(id, 42, newAcquireParts("p", waitMode, 30*time.Second, time.Second)))
+	_, got, err := bson.MarshalValue(acquirePipeline(id, 42, nil, newAcquireParts("p", "host/1", waitMode, 30*time.Second, time.Second)))
 	require.NoError(t, err)
 	_, want, err := bson.MarshalValue(builtWhole(id, "p"))
 	require.NoError(t, err)
@@ -82,7 +86,7 @@ func TestAcquirePipelineEncodesAsBuiltWhole(t *testing.T) {
 // builtWhole builds process proc's Acquire pipeline for lockId id as one
 // value, with nothing encoded beforehand.
 func builtWhole(id, proc string) bson.A {
-	mine, free, write := acquireExprs(proc, waitMode, 30*time.Second, time.Second)
+	mine, free, write := acquireExprs(proc, "host/1", waitMode, 30*time.Second, time.Second)
 	return bson.A{
 		bson.D{{Key: "$set", Value: bson.D{
 			{Key: "_attempt", Value: bson.D{{Key: "lockId", Value: id}, {Key: "since", Value: int64(42)}}},
@@ -99,10 +103,10 @@ func builtWhole(id, proc string) bson.A {
 func BenchmarkAcquirePipelineEncoding(b *testing.B) {
 	proc, id := newLockID(), newLockID()
 	b.Run("constant-parts-encoded-once", func(b *testing.B) {
-		parts := newAcquireParts(proc, waitMode, 30*time.Second, time.Second)
+		parts := newAcquireParts(proc, "host/1", waitMode, 30*time.Second, time.Second)
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, _, err := bson.MarshalValue(acquirePipeline(id, 42, parts)); err != nil {
+			if _, _, err := bson.MarshalValue(acquirePipeline(id, 42, nil, parts)); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -73,7 +73,7 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 		closeErr:     make(chan error, 1),
 	}
 	for _, m := range []attemptMode{tryMode, waitMode, handOverMode} {
-		p.acquire[m] = newAcquireParts(p.local.process, m, o.expiry, o.claimLifetime())
+		p.acquire[m] = newAcquireParts(p.local.process, o.owner, m, o.expiry, o.claimLifetime())
 	}
 	return p, nil
 }
