@@ -278,6 +278,29 @@ var releaseEvents = mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "$or", V
 	bson.D{{Key: "updateDescription.removedFields", Value: "lockId"}},
 }}}}}}
 
+// 9. Inspect: aggregate([{$match: filter}, {$project: …}]): each lock's
+// state, judged by the server's clock ($$NOW). owner and value count only
+// when the holder is the last mongolock acquisition (lockId == lastLockId);
+// a DistributedLock.MongoDB acquisition leaves them as they were.
+func inspectPipeline(match bson.D) mongo.Pipeline {
+	now := "$$NOW"
+	held := op("$and", op("$ne", op("$type", "$lockId"), "missing"), op("$gt", ifNull("$expiresAt", epoch), now))
+	return mongo.Pipeline{
+		{{Key: "$match", Value: match}},
+		{{Key: "$project", Value: bson.D{
+			{Key: "held", Value: held},
+			{Key: "mongolock", Value: op("$eq", "$lockId", "$lastLockId")},
+			{Key: "owner", Value: 1},
+			{Key: "value", Value: 1},
+			{Key: "acquiredAt", Value: 1},
+			{Key: "expiresAt", Value: 1},
+			{Key: "fencingToken", Value: 1},
+			{Key: "waiting", Value: op("$gt", ifNull("$waitingUntil", epoch), now)},
+			{Key: "now", Value: now},
+		}}},
+	}
+}
+
 // op is an aggregation operator: {name: arg} for one argument, {name: [args]}
 // for more.
 func op(name string, args ...any) bson.D {
