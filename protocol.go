@@ -278,7 +278,7 @@ var releaseEvents = mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "$or", V
 	bson.D{{Key: "updateDescription.removedFields", Value: "lockId"}},
 }}}}}}
 
-// 9. Inspect: aggregate([{$match: filter}, {$project: …}]): each lock's
+// 10. Inspect: aggregate([{$match: filter}, {$project: …}]): each lock's
 // state, judged by the server's clock ($$NOW). owner and value count only
 // when the holder is the last mongolock acquisition (lockId == lastLockId);
 // a DistributedLock.MongoDB acquisition leaves them as they were.

@@ -54,6 +54,7 @@ func TestGoldenProtocol(t *testing.T) {
 		"8-ttl-read":           {{Key: "listIndexes", Value: DefaultCollection}},
 		"8-ttl-raise":          raiseTTL(DefaultCollection),
 		"9-watch":              {{Key: "watch", Value: releaseEvents}},
+		"10-inspect":           {{Key: "aggregate", Value: inspectPipeline(acquireFilter(name))}},
 	}
 	for file, stmt := range statements {
 		t.Run(file, func(t *testing.T) {
