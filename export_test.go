@@ -124,3 +124,7 @@ func SetReplyError(p *Provider, f func(err error) error) { p.replyHook = f }
 // by one owner-checked release (replied: the server answered), or by
 // releases repeated for a while (the request may still be on its way).
 func CleanupOf(err error) (ambiguous, replied bool) { return isAmbiguous(err), isReply(err) }
+
+// SetListBatchSize sets the batch size of p's listings (Locks). Call it
+// before p is used.
+func SetListBatchSize(p *Provider, n int32) { p.listBatch = n }

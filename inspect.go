@@ -1,11 +1,15 @@
 package mongolock
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"iter"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // LockInfo is the state of one lock as the server saw it at ServerTime.
@@ -36,26 +40,63 @@ var ErrNoLock = errors.New("mongolock: no such lock")
 // Inspect returns the state of the lock called name, in one round trip. It
 // returns an error wrapping ErrNoLock if the lock has no document.
 func (p *Provider) Inspect(ctx context.Context, name string) (LockInfo, error) {
-	if ctx == nil {
-		return LockInfo{}, p.Lock(name).errorf("inspect", errNilContext)
+	for info, err := range p.infos(ctx, "inspect", name, inspectPipeline(acquireFilter(name))) {
+		return info, err
 	}
-	cur, err := p.coll.Aggregate(ctx, inspectPipeline(bson.D{{Key: "_id", Value: name}}))
-	if err != nil {
-		return LockInfo{}, p.Lock(name).errorf("inspect", err)
-	}
-	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
-	if !cur.Next(ctx) {
-		err := cur.Err()
-		if err == nil {
-			err = ErrNoLock
+	return LockInfo{}, p.Lock(name).errorf("inspect", ErrNoLock)
+}
+
+// Locks returns the states of the locks whose names begin with prefix ("":
+// every lock of the collection), in byte order of name, as an iterator:
+//
+//	for info, err := range locks.Locks(ctx, "billing/") { ... }
+//
+// It reads them in batches of up to 1000 locks, one round trip each, from a
+// server cursor over the _id index; ctx bounds every round trip. Breaking
+// out of the loop closes the cursor. An error is yielded once, with a zero
+// LockInfo, and ends the iteration.
+//
+// It is not a snapshot: each lock is as the server read its document, when
+// its batch was read; locks created or deleted meanwhile may or may not
+// appear. Held is judged at ServerTime, the server's clock when the listing
+// began (the same for every lock: $$NOW holds for a whole aggregation), so
+// it may be stale by as long as the listing took. A server closes a cursor
+// left idle for long (10 minutes on MongoDB): linger longer between two
+// locks, and the next batch fails.
+func (p *Provider) Locks(ctx context.Context, prefix string) iter.Seq2[LockInfo, error] {
+	return p.infos(ctx, "list", prefix, listPipeline(prefix))
+}
+
+// infos yields the state of each lock that pipeline returns; an error,
+// wrapped with op and name, is yielded once and ends it. The cursor is
+// closed when the iteration ends, also early.
+func (p *Provider) infos(ctx context.Context, op, name string, pipeline mongo.Pipeline) iter.Seq2[LockInfo, error] {
+	return func(yield func(LockInfo, error) bool) {
+		fail := func(err error) { yield(LockInfo{}, p.Lock(name).errorf(op, err)) }
+		if ctx == nil {
+			fail(errNilContext)
+			return
 		}
-		return LockInfo{}, p.Lock(name).errorf("inspect", err)
+		cur, err := p.coll.Aggregate(ctx, pipeline, options.Aggregate().SetBatchSize(cmp.Or(p.listBatch, listBatchSize)))
+		if err != nil {
+			fail(err)
+			return
+		}
+		defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
+		for cur.Next(ctx) {
+			info, err := decodeInfo(cur.Current)
+			if err != nil {
+				fail(err)
+				return
+			}
+			if !yield(info, nil) {
+				return
+			}
+		}
+		if err := cur.Err(); err != nil {
+			fail(err)
+		}
 	}
-	info, err := decodeInfo(cur.Current)
-	if err != nil {
-		return LockInfo{}, p.Lock(name).errorf("inspect", err)
-	}
-	return info, nil
 }
 
 // infoDoc is what inspectPipeline returns per document.

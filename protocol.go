@@ -2,6 +2,7 @@ package mongolock
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -299,6 +300,32 @@ func inspectPipeline(match bson.D) mongo.Pipeline {
 			{Key: "now", Value: now},
 		}}},
 	}
+}
+
+// 11. List: the same, with {$match: prefixFilter(prefix)} and then
+// {$sort: {_id: 1}}, read in batches of listBatchSize: a scan of the _id
+// index in name order.
+func listPipeline(prefix string) mongo.Pipeline {
+	return slices.Insert(inspectPipeline(prefixFilter(prefix)), 1, bson.D{{Key: "$sort", Value: bson.D{{Key: "_id", Value: 1}}}})
+}
+
+// listBatchSize bounds how many locks one reply of a listing carries.
+const listBatchSize = 1000
+
+// prefixFilter matches the string _ids that begin with prefix: the range
+// from prefix up to the least string above all of them, in byte order. A
+// range, not a pattern: nothing to escape, and it uses the _id index.
+func prefixFilter(prefix string) bson.D {
+	r := bson.D{{Key: "$gte", Value: prefix}}
+	end := []byte(prefix)
+	for len(end) > 0 && end[len(end)-1] == 0xff {
+		end = end[:len(end)-1]
+	}
+	if len(end) > 0 { // else no string above them all: no upper bound
+		end[len(end)-1]++
+		r = append(r, bson.E{Key: "$lt", Value: string(end)})
+	}
+	return bson.D{{Key: "_id", Value: r}}
 }
 
 // op is an aggregation operator: {name: arg} for one argument, {name: [args]}

@@ -55,6 +55,7 @@ func TestGoldenProtocol(t *testing.T) {
 		"8-ttl-raise":          raiseTTL(DefaultCollection),
 		"9-watch":              {{Key: "watch", Value: releaseEvents}},
 		"10-inspect":           {{Key: "aggregate", Value: inspectPipeline(acquireFilter(name))}},
+		"11-list":              {{Key: "aggregate", Value: listPipeline(name + "/")}, {Key: "batchSize", Value: listBatchSize}},
 	}
 	for file, stmt := range statements {
 		t.Run(file, func(t *testing.T) {

@@ -43,6 +43,7 @@ type Provider struct {
 	closeErr chan error // the outcome of Close, once it is over
 
 	replyHook func(error) error // tests only: replaces an acquisition's error
+	listBatch int32             // tests only: a listing's batch size, if not 0
 }
 
 // NewProvider returns a Provider for locks in db. It validates every option

@@ -1,0 +1,275 @@
+package mongolock_test
+
+// Inspection: Inspect and Locks against the server, on documents of every
+// kind the collection can hold.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/testdb"
+)
+
+// Inspect judges every kind of document by the server's clock, and names an
+// owner only while a mongolock acquisition holds the lock: not for a lease
+// that ran out unreleased, not for a DistributedLock.MongoDB holder (even
+// where an earlier mongolock acquisition left its owner), not for a
+// document that is not a lock at all.
+func TestInspectJudgesEveryKindOfDocument(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	e := newLockEnv(t)
+	inspect := func(name string) mongolock.LockInfo {
+		t.Helper()
+		info, err := e.p.Inspect(ctx, name)
+		require.NoError(t, err, name)
+		require.Equal(t, name, info.Name)
+		return info
+	}
+
+	// A mongolock holder whose process went away: its client is
+	// disconnected, so nothing extends or releases the lock.
+	c := testdb.NewClient(t)
+	gone := newProvider(t, c.Database(e.db.Name()), mongolock.WithExpiry(100*time.Millisecond), mongolock.WithOwner("crashed-1"))
+	h := mustTryAcquire(t, ctx, gone.Lock("expired"))
+	require.NoError(t, c.Disconnect(ctx))
+	owner, _ := rawLockDoc(t, e.coll, "expired").Lookup("owner").StringValueOK()
+	require.Equal(t, "crashed-1", owner)
+	pollUntil(t, 5*time.Second, "the lease ends on the server", func() bool { return !inspect("expired").Held })
+	info := inspect("expired")
+	require.Empty(t, info.Owner, "a lease that ran out has no holder")
+	require.Equal(t, h.FencingToken(), info.FencingToken)
+	require.False(t, info.ExpiresAt.After(info.ServerTime))
+	_, hasLockID := rawLockDoc(t, e.coll, "expired").Lookup("lockId").StringValueOK()
+	require.True(t, hasLockID, "the lease ended without a release")
+
+	// DistributedLock.MongoDB holders: one on a fresh name, one after a
+	// mongolock acquisition that left its owner in the document.
+	svc := newProvider(t, e.db, mongolock.WithOwner("billing-7f9c"))
+	h = mustTryAcquire(t, ctx, svc.Lock("dotnet-after-go"))
+	require.NoError(t, h.Release(ctx))
+	for _, name := range []string{"dotnet", "dotnet-after-go"} {
+		dh, err := newDotnetLock(e.db, name).tryAcquire(ctx)
+		require.NoError(t, err)
+		require.NotNil(t, dh, name)
+		info := inspect(name)
+		require.True(t, info.Held, name)
+		require.Empty(t, info.Owner, "%s: the holder is not a mongolock acquisition", name)
+		require.Equal(t, dh.token, info.FencingToken, name)
+	}
+
+	// A DistributedLock.MongoDB lease that ran out unreleased.
+	dl := newDotnetLock(e.db, "dotnet-expired")
+	dl.expiry = 100 * time.Millisecond
+	dh, err := dl.tryAcquire(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, dh)
+	pollUntil(t, 5*time.Second, "the .NET lease ends on the server", func() bool { return !inspect("dotnet-expired").Held })
+
+	// Documents that mongolock did not write: no fields of a lock, or a
+	// lockId without an expiresAt.
+	_, err = e.coll.InsertMany(ctx, []any{
+		bson.D{{Key: "_id", Value: "stray"}, {Key: "note", Value: "not a lock"}},
+		bson.D{{Key: "_id", Value: "no-expiry"}, {Key: "lockId", Value: "x"}, {Key: "lastLockId", Value: "x"}, {Key: "owner", Value: "o"}},
+	})
+	require.NoError(t, err)
+	for _, name := range []string{"stray", "no-expiry"} {
+		info := inspect(name)
+		require.Equal(t, mongolock.LockInfo{Name: name, ServerTime: info.ServerTime}, info, "%s: free, nothing else known", name)
+		require.False(t, info.ServerTime.IsZero())
+	}
+}
+
+// cursorLog records, from a client's events, the size of each batch of
+// documents an aggregate or getMore reply carried, the cursor each
+// aggregate opened, and the cursors its killCursors commands killed.
+type cursorLog struct {
+	mu      sync.Mutex
+	batches []int
+	opened  []int64
+	killed  []int64
+}
+
+func (c *cursorLog) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		switch e.CommandName {
+		case "aggregate", "getMore":
+			cur := e.Reply.Lookup("cursor").Document()
+			batch := cur.Lookup("firstBatch")
+			if e.CommandName == "getMore" {
+				batch = cur.Lookup("nextBatch")
+			} else {
+				c.opened = append(c.opened, cur.Lookup("id").Int64())
+			}
+			docs, _ := batch.Array().Values()
+			c.batches = append(c.batches, len(docs))
+		case "killCursors":
+			ids, _ := e.Reply.Lookup("cursorsKilled").Array().Values()
+			for _, id := range ids {
+				c.killed = append(c.killed, id.Int64())
+			}
+		}
+	}}
+}
+
+// take returns what was recorded so far and forgets it.
+func (c *cursorLog) take() (batches []int, opened, killed []int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	batches, opened, killed = c.batches, c.opened, c.killed
+	c.batches, c.opened, c.killed = nil, nil, nil
+	return batches, opened, killed
+}
+
+// Locks streams 2,500 locks in name order, a batch of at most the batch
+// size per round trip; a loop that breaks early reads no further batch and
+// leaves no cursor open on the server; an error (ctx cancelled between
+// batches) is yielded once and ends the loop, closing the cursor too.
+func TestLocksStreamsEveryLockInNameOrderAndClosesItsCursor(t *testing.T) {
+	const n, batch = 2500, 100
+	ctx := boundedCtx(t, 60*time.Second)
+	db := testdb.Database(t)
+	var log cursorLog
+	client := testdb.NewClient(t, options.Client().SetMonitor(log.monitor()))
+	p := newProvider(t, client.Database(db.Name()), mongolock.WithOwner("svc-a"))
+	mongolock.SetListBatchSize(p, batch)
+
+	names := make([]string, n)
+	docs := make([]any, n)
+	for i, j := range rand.Perm(n) {
+		names[j] = fmt.Sprintf("job-%04d", j)
+		docs[i] = bson.D{{Key: "_id", Value: fmt.Sprintf("job-%04d", j)}, {Key: "expiresAt", Value: time.Unix(0, 0)}}
+	}
+	coll := db.Collection(mongolock.DefaultCollection)
+	_, err := coll.InsertMany(ctx, docs)
+	require.NoError(t, err)
+	held := mustTryAcquire(t, ctx, p.Lock("job-1234"))
+	releaseAtCleanup(t, held)
+	_, _, _ = log.take()
+
+	var got []string
+	for info, err := range p.Locks(ctx, "") {
+		require.NoError(t, err)
+		got = append(got, info.Name)
+		require.Equal(t, info.Name == "job-1234", info.Held, info.Name)
+		if info.Held {
+			require.Equal(t, "svc-a", info.Owner)
+			require.Equal(t, held.FencingToken(), info.FencingToken)
+		}
+	}
+	require.Equal(t, names, got, "every lock, in name order")
+	batches, _, _ := log.take()
+	require.GreaterOrEqual(t, len(batches), n/batch, "read in batches")
+	require.LessOrEqual(t, slices.Max(batches), batch, "a batch larger than the batch size")
+
+	// Break after a batch and a half.
+	seen := 0
+	for _, err := range p.Locks(ctx, "") {
+		require.NoError(t, err)
+		if seen++; seen == batch*3/2 {
+			break
+		}
+	}
+	batches, opened, killed := log.take()
+	require.Equal(t, []int{batch, batch}, batches, "read past what the loop took")
+	require.Len(t, opened, 1)
+	require.Equal(t, opened, killed, "breaking out of the loop did not close the cursor")
+	var res struct {
+		NotFound []int64 `bson:"cursorsNotFound"`
+	}
+	require.NoError(t, client.Database(db.Name()).RunCommand(ctx, bson.D{
+		{Key: "killCursors", Value: mongolock.DefaultCollection}, {Key: "cursors", Value: bson.A{opened[0]}},
+	}).Decode(&res))
+	require.Equal(t, opened, res.NotFound, "the server still has the cursor")
+
+	// ctx ends between two batches.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var errs []error
+	seen = 0
+	for _, err := range p.Locks(cctx, "job-") {
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if seen++; seen == batch {
+			cancel()
+		}
+	}
+	require.Equal(t, batch, seen)
+	require.Len(t, errs, 1, "one error, then the end")
+	require.ErrorIs(t, errs[0], context.Canceled)
+	var le *mongolock.Error
+	require.ErrorAs(t, errs[0], &le)
+	require.Equal(t, "list", le.Op)
+	require.Equal(t, "job-", le.Name)
+	_, opened, killed = log.take()
+	require.Equal(t, opened, killed, "the cursor of a failed listing was left open")
+}
+
+// A prefix lists exactly the names that begin with it, in byte order: its
+// characters are never a pattern (regular expression metacharacters, query
+// operators), and names past it in byte order (invalid UTF-8, 0xff bytes)
+// are neither lost nor taken in.
+func TestLocksWithAPrefixListsExactlyTheNamesThatBeginWithIt(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	e := newLockEnv(t)
+	names := []string{
+		"", "a", "b", "svc", "svc.a+(b)", "svc.a+(b)/1", "svc.a+(b)/2", "svc.a+(b", "svc.a+(c)/1",
+		"svc.aa(b)/1", "svcXa+(b)/1", "svc.a+(b)\xff", "svc.a+(b)\xff\xff/1", "svc.a+(b*", "svc.a+(b0",
+		"^[$.*", "^[$.*]", "$gt", "a\xff", "a\xff\xff", "b\x00", "\xff", "\xff\xff", "\xff\xff\x00", "\x00",
+		"锁-🔒", "锁-🔓", "锁", "锂", "锂-🔒",
+	}
+	docs := make([]any, len(names))
+	for i, name := range names {
+		docs[i] = bson.D{{Key: "_id", Value: name}, {Key: "expiresAt", Value: time.Unix(0, 0)}}
+	}
+	_, err := e.coll.InsertMany(ctx, docs)
+	require.NoError(t, err)
+	// Not locks: no string name.
+	_, err = e.coll.InsertMany(ctx, []any{bson.D{{Key: "_id", Value: 7}}, bson.D{{Key: "_id", Value: bson.D{{Key: "a", Value: ""}}}}})
+	require.NoError(t, err)
+
+	for _, prefix := range []string{"", "svc.a+(b)", "svc.a+(b", "^[$.*", "$", "a\xff", "\xff", "\xff\xff", "b", "锁-", "锁", "none"} {
+		var want []string
+		for _, name := range names {
+			if strings.HasPrefix(name, prefix) {
+				want = append(want, name)
+			}
+		}
+		slices.Sort(want)
+		var got []string
+		for info, err := range e.p.Locks(ctx, prefix) {
+			require.NoError(t, err, "prefix %q", prefix)
+			got = append(got, info.Name)
+		}
+		require.Equal(t, want, got, "prefix %q", prefix)
+	}
+}
+
+// A nil ctx is an error, never a panic, and Locks yields it once.
+func TestInspectionWithANilContextIsAnError(t *testing.T) {
+	e := newLockEnv(t)
+	var nilCtx context.Context // a variable: staticcheck (SA1012) rejects a literal nil
+	_, err := e.p.Inspect(nilCtx, "x")
+	require.Error(t, err)
+	var errs []error
+	for _, err := range e.p.Locks(nilCtx, "") {
+		errs = append(errs, err)
+	}
+	require.Len(t, errs, 1)
+	require.Error(t, errs[0])
+}
