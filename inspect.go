@@ -99,6 +99,28 @@ func (p *Provider) infos(ctx context.Context, op, name string, pipeline mongo.Pi
 	}
 }
 
+// ForceRelease ends whatever acquisition holds the lock called name, of any
+// process (DistributedLock.MongoDB's too), in one round trip: an operator's
+// tool for a holder that is stuck. The document and its fencing token stay,
+// so the next holder outranks the old one. The old holder is not told at
+// once: it finds out at its next extension, within one extension cadence
+// (its Lost closes, its Context ends with cause ErrLockLost), and until
+// then only fencing tokens keep its writes out.
+//
+// It reports whether there was an acquisition to end: one that held the
+// lock, or whose lease ran out without a release. false and no error mean
+// that the lock was released already or has no document.
+func (p *Provider) ForceRelease(ctx context.Context, name string) (bool, error) {
+	if ctx == nil {
+		return false, p.Lock(name).errorf("force release", errNilContext)
+	}
+	res, err := p.coll.UpdateOne(ctx, forceReleaseFilter(name), releaseUpdate)
+	if err != nil {
+		return false, p.Lock(name).errorf("force release", err)
+	}
+	return res.MatchedCount > 0, nil
+}
+
 // infoDoc is what inspectPipeline returns per document.
 type infoDoc struct {
 	Name         string    `bson:"_id"`

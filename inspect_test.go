@@ -1,7 +1,7 @@
 package mongolock_test
 
-// Inspection: Inspect and Locks against the server, on documents of every
-// kind the collection can hold.
+// Inspection and administration: Inspect, Locks and ForceRelease against
+// the server, on documents of every kind the collection can hold.
 
 import (
 	"context"
@@ -260,11 +260,69 @@ func TestLocksWithAPrefixListsExactlyTheNamesThatBeginWithIt(t *testing.T) {
 	}
 }
 
+// ForceRelease frees a lock under its running holder at once, keeping the
+// fencing token: the next holder outranks the old one, which learns of
+// the loss at its next extension (Lost, Context's cause, Release). On a
+// free lock, or one never used, it reports that there was nothing to end.
+func TestForceReleaseFreesAHeldLockAndItsHolderSeesTheLoss(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
+	h := releaseAtCleanup(t, mustTryAcquire(t, ctx, e.p.Lock("stuck")))
+
+	start := time.Now()
+	released, err := e.other.ForceRelease(ctx, "stuck")
+	require.NoError(t, err)
+	require.True(t, released)
+	info, err := e.other.Inspect(ctx, "stuck")
+	require.NoError(t, err)
+	require.False(t, info.Held)
+	require.Equal(t, h.FencingToken(), info.FencingToken, "the token is kept")
+
+	next := releaseAtCleanup(t, mustTryAcquire(t, ctx, e.other.Lock("stuck")))
+	require.Greater(t, next.FencingToken(), h.FencingToken())
+	awaitClosed(t, h.Lost(), lossDetectionBound-time.Since(start), "the old holder's Lost")
+	require.ErrorIs(t, context.Cause(h.Context()), mongolock.ErrLockLost)
+	require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
+	info, err = e.other.Inspect(ctx, "stuck")
+	require.NoError(t, err)
+	require.True(t, info.Held, "the old holder's release freed the next holder's lock")
+	require.Equal(t, next.FencingToken(), info.FencingToken)
+
+	require.NoError(t, next.Release(ctx))
+	for _, name := range []string{"stuck", "never-used"} {
+		released, err = e.other.ForceRelease(ctx, name)
+		require.NoError(t, err, name)
+		require.False(t, released, "%s: nothing to release", name)
+	}
+}
+
+// A DistributedLock.MongoDB holder is force-released the same way: its
+// delete-release then deletes nothing, and the token goes on increasing.
+func TestForceReleaseFreesADotnetHoldersLock(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	db, l, dotnet := interopSides(t, "dotnet-stuck")
+	dh, err := dotnet.tryAcquire(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, dh)
+
+	released, err := newProvider(t, db).ForceRelease(ctx, "dotnet-stuck")
+	require.NoError(t, err)
+	require.True(t, released)
+	deleted, err := dotnet.release(ctx, dh)
+	require.NoError(t, err)
+	require.False(t, deleted, "the .NET holder's release deleted the force-released document")
+	h := mustTryAcquire(t, ctx, l)
+	require.Greater(t, h.FencingToken(), dh.token)
+	require.NoError(t, h.Release(ctx))
+}
+
 // A nil ctx is an error, never a panic, and Locks yields it once.
 func TestInspectionWithANilContextIsAnError(t *testing.T) {
 	e := newLockEnv(t)
 	var nilCtx context.Context // a variable: staticcheck (SA1012) rejects a literal nil
 	_, err := e.p.Inspect(nilCtx, "x")
+	require.Error(t, err)
+	_, err = e.p.ForceRelease(nilCtx, "x")
 	require.Error(t, err)
 	var errs []error
 	for _, err := range e.p.Locks(nilCtx, "") {

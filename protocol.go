@@ -328,6 +328,13 @@ func prefixFilter(prefix string) bson.D {
 	return bson.D{{Key: "_id", Value: r}}
 }
 
+// 12. Force release: updateOne(forceReleaseFilter, releaseUpdate), the
+// release of whatever acquisition holds the lock, mongolock's or
+// DistributedLock.MongoDB's. The fencing token stays.
+func forceReleaseFilter(name string) bson.D {
+	return bson.D{{Key: "_id", Value: name}, {Key: "lockId", Value: bson.D{{Key: "$exists", Value: true}}}}
+}
+
 // op is an aggregation operator: {name: arg} for one argument, {name: [args]}
 // for more.
 func op(name string, args ...any) bson.D {

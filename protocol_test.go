@@ -56,6 +56,7 @@ func TestGoldenProtocol(t *testing.T) {
 		"9-watch":              {{Key: "watch", Value: releaseEvents}},
 		"10-inspect":           {{Key: "aggregate", Value: inspectPipeline(acquireFilter(name))}},
 		"11-list":              {{Key: "aggregate", Value: listPipeline(name + "/")}, {Key: "batchSize", Value: listBatchSize}},
+		"12-force-release":     {{Key: "updateOne", Value: forceReleaseFilter(name)}, {Key: "update", Value: releaseUpdate}},
 	}
 	for file, stmt := range statements {
 		t.Run(file, func(t *testing.T) {
