@@ -195,3 +195,93 @@ func ExampleHandle_FencingToken() {
 	// Output:
 	// second token greater than first: true
 }
+
+func ExampleProvider_Locks() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database("mongolock_test_examples")
+	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
+
+	locks, err := mongolock.NewProvider(db, mongolock.WithOwner("billing-worker-1"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Held: billing/invoices and reports/nightly; used and released:
+	// billing/refunds.
+	for _, name := range []string{"billing/invoices", "reports/nightly"} {
+		h, err := locks.Lock(name).Acquire(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer func() { _ = h.Release(ctx) }()
+	}
+	if err := locks.Lock("billing/refunds").Do(ctx, func(context.Context) error { return nil }); err != nil {
+		log.Fatal(err)
+	}
+
+	// One lock: its state by the server's clock.
+	info, err := locks.Inspect(ctx, "billing/invoices")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(info.Name, "held:", info.Held, "by", info.Owner)
+
+	// Every lock of the billing service, in name order, read in batches.
+	for info, err := range locks.Locks(ctx, "billing/") {
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%s held=%v owner=%q\n", info.Name, info.Held, info.Owner)
+	}
+	// Output:
+	// billing/invoices held: true by billing-worker-1
+	// billing/invoices held=true owner="billing-worker-1"
+	// billing/refunds held=false owner=""
+}
+
+func ExampleProvider_ForceRelease() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database("mongolock_test_examples")
+	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
+
+	locks, err := mongolock.NewProvider(db, mongolock.WithExpiry(time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	h, err := locks.Lock("stuck-export").Acquire(ctx) // a holder, here in the same process
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// An operator frees the lock; its fencing token stays.
+	released, err := locks.ForceRelease(ctx, "stuck-export")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("released:", released)
+
+	// The holder finds out at its next extension.
+	<-h.Lost()
+	fmt.Println("holder lost it:", errors.Is(context.Cause(h.Context()), mongolock.ErrLockLost))
+
+	released, err = locks.ForceRelease(ctx, "stuck-export")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("released again:", released)
+	// Output:
+	// released: true
+	// holder lost it: true
+	// released again: false
+}
