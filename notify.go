@@ -38,8 +38,15 @@ type releaseSource func(ctx context.Context, coll *mongo.Collection, ready func(
 
 // watchReleases is the change-stream releaseSource.
 func watchReleases(ctx context.Context, coll *mongo.Collection, ready func(), released func(name string)) error {
+	return watch(ctx, coll, releaseEvents, ready, released)
+}
+
+// watch runs a change stream of coll's events that match pipeline until
+// ctx ends, calling ready once it is open and event with each event's
+// document _id. It returns nil when ctx ends, else why the stream ended.
+func watch(ctx context.Context, coll *mongo.Collection, pipeline mongo.Pipeline, ready func(), event func(name string)) error {
 	// Change streams need read concern majority; the collection reads at local.
-	cs, err := coll.Clone(options.Collection().SetReadConcern(readconcern.Majority())).Watch(ctx, releaseEvents)
+	cs, err := coll.Clone(options.Collection().SetReadConcern(readconcern.Majority())).Watch(ctx, pipeline)
 	if err != nil {
 		return err
 	}
@@ -47,7 +54,7 @@ func watchReleases(ctx context.Context, coll *mongo.Collection, ready func(), re
 	defer func() { _ = cs.Close(context.WithoutCancel(ctx)) }()
 	for cs.Next(ctx) {
 		if name, ok := cs.Current.Lookup("documentKey", "_id").StringValueOK(); ok {
-			released(name)
+			event(name)
 		}
 	}
 	if ctx.Err() != nil {
