@@ -358,3 +358,25 @@ func mustMarshal(doc bson.D) bson.Raw {
 	}
 	return raw
 }
+
+// 13. Proclaim: updateOne({_id, lockId}, proclaimUpdate), a leader's new
+// value. Owner-checked: a stale leader's proclaim matches nothing.
+func proclaimUpdate(value string) bson.D {
+	return bson.D{{Key: "$set", Value: bson.D{{Key: "value", Value: value}}}}
+}
+
+// 14. Where the server has change streams, while an election is observed:
+// watch its document for a new holder, a release, a proclaimed value, its
+// creation or its deletion. Extensions and claims on turns do not match.
+func leaderEvents(name string) mongo.Pipeline {
+	exists := bson.D{{Key: "$exists", Value: true}}
+	return mongo.Pipeline{{{Key: "$match", Value: bson.D{
+		{Key: "documentKey._id", Value: name},
+		{Key: "$or", Value: bson.A{
+			bson.D{{Key: "operationType", Value: bson.D{{Key: "$in", Value: bson.A{"insert", "replace", "delete"}}}}},
+			bson.D{{Key: "updateDescription.updatedFields.lockId", Value: exists}},
+			bson.D{{Key: "updateDescription.updatedFields.value", Value: exists}},
+			bson.D{{Key: "updateDescription.removedFields", Value: bson.D{{Key: "$in", Value: bson.A{"lockId", "value"}}}}},
+		}},
+	}}}}
+}

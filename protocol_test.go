@@ -57,6 +57,8 @@ func TestGoldenProtocol(t *testing.T) {
 		"10-inspect":           {{Key: "aggregate", Value: inspectPipeline(acquireFilter(name))}},
 		"11-list":              {{Key: "aggregate", Value: listPipeline(name + "/")}, {Key: "batchSize", Value: listBatchSize}},
 		"12-force-release":     {{Key: "updateOne", Value: forceReleaseFilter(name)}, {Key: "update", Value: releaseUpdate}},
+		"13-proclaim":          {{Key: "updateOne", Value: ownerFilter(name, holding)}, {Key: "update", Value: proclaimUpdate(leaderValue)}},
+		"14-watch-leader":      {{Key: "watch", Value: leaderEvents(name)}},
 	}
 	for file, stmt := range statements {
 		t.Run(file, func(t *testing.T) {

@@ -1,0 +1,316 @@
+package mongolock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Leader election.
+//
+// An election is a lock held with a value: to campaign is to Acquire the
+// lock of the election's name, to lead is to hold it, to resign is to
+// Release it. So an election has the lock's guarantees: at most one leader
+// at a time by the server's clock, fencing tokens that increase from leader
+// to leader, loss signalled before anyone else can lead, a crashed leader
+// replaced once its lease expires, and a resignation handed over at once
+// to a campaign of the same process.
+
+// MaxValueLen bounds an election's value, in bytes.
+const MaxValueLen = 16 << 10
+
+// ErrNoLeader reports that nobody leads an election: its lock is free, its
+// last leader's lease ran out, or it was never held.
+var ErrNoLeader = errors.New("mongolock: no leader")
+
+var errResigned = errors.New("the leadership was resigned")
+
+// An Election elects one leader at a time among those that campaign on its
+// name, in this process and in others. It is the lock of that name: a
+// campaign contends with Acquire calls of the lock, and Inspect shows the
+// leader as the holder. An Election is safe for concurrent use.
+type Election struct {
+	lock *Lock // without a value: campaigns make their own
+}
+
+// Election returns the election called name; names are used as Lock's are.
+func (p *Provider) Election(name string) *Election { return &Election{p.Lock(name)} }
+
+// Name returns the election's name, exactly as given.
+func (e *Election) Name() string { return e.lock.name }
+
+// A Leadership is a campaign that won: the Handle of the election's lock.
+// Its FencingToken, Context and Lost are the Handle's: Context ends (cause
+// ErrLockLost) and Lost closes when leadership is lost, before anyone else
+// can lead. Resign and Release are the same.
+type Leadership struct {
+	*Handle
+}
+
+// Leader is who leads an election, as the server saw it.
+type Leader struct {
+	// Value is what the leader campaigned with, or last proclaimed.
+	Value string
+	// Owner is the leader's (WithOwner); "" for a holder of the lock that is
+	// not a mongolock acquisition.
+	Owner string
+	// FencingToken is the leadership's: greater for each new leader.
+	FencingToken int64
+	// Since is when it was elected, in server time.
+	Since time.Time
+}
+
+// Campaign waits until the caller leads the election with value, or ctx
+// ends. It is Acquire of the election's lock: campaigns of one process wait
+// in line, first come first served; campaigns of different processes take
+// turns, as Acquire calls do. Transient errors are retried.
+//
+// On success, the caller leads until it resigns or leadership is lost. When
+// ctx ends first, the error satisfies errors.Is(err, ctx.Err()), and also
+// errors.Is(err, ErrNotAcquired) if someone else led the whole time. After
+// the provider's Close, it returns ErrClosed. A value longer than
+// MaxValueLen, or an error that retrying cannot fix, is returned at once.
+func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
+	l := &Lock{p: e.lock.p, name: e.lock.name, value: &value}
+	if err := checkValue(value); err != nil {
+		return nil, l.errorf("campaign", err)
+	}
+	h, err := l.Acquire(ctx)
+	if err != nil {
+		return nil, renamed("campaign", err)
+	}
+	return &Leadership{h}, nil
+}
+
+// Proclaim replaces the leader's value, in one owner-checked round trip
+// bounded by ctx. If leadership was lost (even if not noticed yet: someone
+// else leads, or the election's document was deleted), it writes nothing,
+// signals the loss (Lost, Context) and returns an error wrapping
+// ErrLockLost. After Resign, or with a value longer than MaxValueLen, it
+// returns an error and sends nothing. A failed round trip returns its
+// error: the value may or may not have been written.
+func (l *Leadership) Proclaim(ctx context.Context, value string) error {
+	h := l.acquisition
+	fail := func(err error) error { return h.lock.errorf("proclaim", err) }
+	switch {
+	case ctx == nil:
+		return fail(errNilContext)
+	case h.released.Load():
+		return fail(errResigned)
+	}
+	if err := cmp.Or(checkValue(value), h.lossError()); err != nil {
+		return fail(err)
+	}
+	res, err := h.lock.p.coll.UpdateOne(ctx, ownerFilter(h.lock.name, h.lockID), proclaimUpdate(value))
+	if err != nil {
+		return fail(err)
+	}
+	if res.MatchedCount == 0 {
+		lost := fmt.Errorf("%w: at proclaim, someone else led, or the election's document was gone", ErrLockLost)
+		if h.lock.p.forget(h) != nil {
+			h.markLost(lost)
+		}
+		return fail(cmp.Or(h.lossError(), lost))
+	}
+	return nil
+}
+
+// Resign gives leadership up: it is Release. Others can lead at once, and a
+// campaign of this process that waits for the election leads from the same
+// round trip on. The first call returns nil if the caller still led, and an
+// error wrapping ErrLockLost if leadership had been lost; later calls
+// return nil. If the round trip fails, leadership is given up in the
+// background.
+func (l *Leadership) Resign(ctx context.Context) error {
+	return renamed("resign", l.Release(ctx))
+}
+
+// Leader returns who leads the election, judged by the server's clock, in
+// one round trip bounded by ctx. If nobody leads, the error wraps
+// ErrNoLeader; otherwise an error is the round trip's.
+func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	l, _, err := e.read(ctx)
+	switch {
+	case err != nil:
+		return Leader{}, renamed("leader", err)
+	case l == (Leader{}):
+		return Leader{}, e.lock.errorf("leader", ErrNoLeader)
+	}
+	return l, nil
+}
+
+// read returns the leader, or the zero Leader if nobody leads, and how long
+// its lease has left by the server's clock.
+func (e *Election) read(ctx context.Context) (Leader, time.Duration, error) {
+	info, err := e.lock.p.Inspect(ctx, e.lock.name)
+	switch {
+	case errors.Is(err, ErrNoLock):
+		return Leader{}, 0, nil
+	case err != nil || !info.Held:
+		return Leader{}, 0, err
+	}
+	return Leader{Value: info.Value, Owner: info.Owner, FencingToken: info.FencingToken, Since: info.AcquiredAt},
+		info.ExpiresAt.Sub(info.ServerTime), nil
+}
+
+// Observe returns a channel that delivers who leads the election: the
+// current state at once, then each change of leader or of its value. The
+// zero Leader says that nobody leads.
+//
+// Changes are seen by reading the election every longest busy-wait sleep
+// (WithBusyWaitSleep), and when the leader's lease ends. Where the server
+// has change streams, they are seen at once, and reading is a safety net,
+// sixteen times as rare. A receiver that falls behind gets the latest state,
+// not a backlog: the states in between are skipped, as is a leader that led
+// for less than one read.
+//
+// Failed reads are retried. The channel is closed, and nothing of Observe
+// keeps running, once ctx ends, the provider is closed, or its client is
+// disconnected. A nil ctx gets a closed channel.
+func (e *Election) Observe(ctx context.Context) <-chan Leader {
+	out := make(chan Leader)
+	p := e.lock.p
+	if ctx == nil || !p.enter() {
+		close(out)
+		return out
+	}
+	go func() {
+		defer p.calls.Done()
+		defer close(out)
+		e.observe(ctx, out)
+	}()
+	return out
+}
+
+// observe reads the election whenever it may have changed, and offers out
+// the latest state until it is taken.
+func (e *Election) observe(ctx context.Context, out chan<- Leader) {
+	p := e.lock.p
+	ctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stop()
+	changed := make(chan struct{}, 1)
+	var streaming atomic.Bool
+	wg.Go(func() { e.watch(ctx, changed, &streaming) })
+
+	var latest Leader
+	pending, first := false, true
+	due := time.NewTimer(0)
+	defer due.Stop()
+	for {
+		var send chan<- Leader // nil: nothing to offer
+		if pending {
+			send = out
+		}
+		select {
+		case send <- latest:
+			pending = false
+			continue
+		case <-ctx.Done():
+			return
+		case <-p.done:
+			return
+		case <-changed:
+		case <-due.C:
+		}
+		l, left, err := e.read(ctx)
+		switch {
+		case isClosed(err):
+			return
+		case err == nil && (first || l.FencingToken != latest.FencingToken || l.Value != latest.Value):
+			latest, pending, first = l, true, false
+		}
+		next := p.opts.sleepMax
+		if streaming.Load() {
+			next = p.opts.standbySleep()
+		}
+		if err == nil && l != (Leader{}) {
+			next = min(next, left+time.Millisecond) // the lease's end: expired by then
+		}
+		due.Reset(next)
+	}
+}
+
+// watch signals changed on each change of the election's document, while
+// a change stream runs (streaming). It reopens a stream that broke with a
+// transient error, and gives up on a server without change streams.
+func (e *Election) watch(ctx context.Context, changed chan<- struct{}, streaming *atomic.Bool) {
+	p := e.lock.p
+	signal := func(string) {
+		select {
+		case changed <- struct{}{}:
+		default: // a signal is pending already
+		}
+	}
+	for {
+		err := watch(ctx, p.coll, leaderEvents(e.lock.name), func() {
+			streaming.Store(true)
+			signal("") // a change before the stream opened is read now
+		}, signal)
+		if streaming.Swap(false) {
+			signal("") // read now, and poll at the shorter period from then on
+		}
+		if ctx.Err() != nil || !isTransient(err) {
+			return
+		}
+		select {
+		case <-time.After(p.opts.sleepMax):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// Run leads the election whenever it can, until ctx ends: it campaigns with
+// value and, while it leads, runs fn; when fn returns, it resigns (also if
+// fn panics, and the panic goes on) and campaigns again. fn's ctx ends when
+// ctx ends, or when leadership is lost, before anyone else can lead (its
+// cause is then ErrLockLost); fn should return then. A loss is not an
+// error: Run campaigns again. A fn that returns at once lets others lead
+// in turn.
+//
+// Run returns when ctx ends, with an error for which errors.Is(err,
+// ctx.Err()) holds, and after the provider's Close with ErrClosed (Close
+// ends fn's ctx, giving leadership up). An error that campaigning again
+// cannot fix (a value longer than MaxValueLen, a missing permission) is
+// returned at once, as is a nil ctx or fn.
+//
+// To follow who leads, as well as lead, range over Observe in a goroutine.
+func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Context, l *Leadership)) error {
+	switch {
+	case ctx == nil:
+		return e.lock.errorf("run", errNilContext)
+	case fn == nil:
+		return e.lock.errorf("run", errors.New("nil function"))
+	}
+	for {
+		l, err := e.Campaign(ctx, value)
+		if err != nil {
+			return renamed("run", err)
+		}
+		// Its error is a loss, or a failed resignation that goes on in the
+		// background: either way, campaign again.
+		_ = l.do(ctx, func(ctx context.Context) error { fn(ctx, l); return nil })
+	}
+}
+
+func checkValue(value string) error {
+	if len(value) > MaxValueLen {
+		return fmt.Errorf("a value of %d bytes: at most MaxValueLen (%d) are allowed", len(value), MaxValueLen)
+	}
+	return nil
+}
+
+// renamed returns err with its operation renamed op, if it is an *Error: an
+// election's call reports itself rather than the lock's call beneath it.
+func renamed(op string, err error) error {
+	if e, ok := err.(*Error); ok {
+		e.Op = op
+	}
+	return err
+}
