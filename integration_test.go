@@ -961,16 +961,21 @@ const (
 	childEnvURI  = "MONGOLOCK_HELPER_URI"
 	childEnvDB   = "MONGOLOCK_HELPER_DB"
 	childEnvLock = "MONGOLOCK_HELPER_LOCK"
+	// If set, the child campaigns in the election of the lock's name with
+	// this value instead of acquiring the lock.
+	childEnvValue = "MONGOLOCK_HELPER_VALUE"
 
 	childExpiry = 2 * time.Second
 )
 
 // TestHelperProcess is not a test: it is the child process of
-// TestKilledHolderProcessIsTakenOverAfterItsLeaseExpires, which re-executes
-// the test binary to run only this function. It acquires the lock with a
-// short expiry, prints "acquired <token>", and keeps holding it (extending
-// its lease) until it is killed, or until its stdin closes because the
-// parent is gone, so that it never outlives a parent that died.
+// TestKilledHolderProcessIsTakenOverAfterItsLeaseExpires (and of
+// TestKilledLeaderProcessIsSucceededAfterItsLeaseExpires), which re-executes
+// the test binary to run only this function. It acquires the lock (or
+// leads its election) with a short expiry, prints "acquired <token>", and
+// keeps holding it (extending its lease) until it is killed, or until its
+// stdin closes because the parent is gone, so that it never outlives a
+// parent that died.
 func TestHelperProcess(t *testing.T) {
 	if os.Getenv(childEnvFlag) != "1" {
 		t.Skip("the child process of TestKilledHolderProcessIsTakenOverAfterItsLeaseExpires; runs only when started by it")
@@ -979,9 +984,17 @@ func TestHelperProcess(t *testing.T) {
 	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv(childEnvURI)))
 	require.NoError(t, err)
 	defer func() { _ = client.Disconnect(context.Background()) }()
-	l, err := mongolock.New(client.Database(os.Getenv(childEnvDB)), os.Getenv(childEnvLock), mongolock.WithExpiry(childExpiry))
+	p, err := mongolock.NewProvider(client.Database(os.Getenv(childEnvDB)), mongolock.WithExpiry(childExpiry))
 	require.NoError(t, err)
-	h, err := l.Acquire(ctx)
+	var h *mongolock.Handle
+	if value := os.Getenv(childEnvValue); value != "" {
+		var l *mongolock.Leadership
+		if l, err = p.Election(os.Getenv(childEnvLock)).Campaign(ctx, value); err == nil {
+			h = l.Handle
+		}
+	} else {
+		h, err = p.Lock(os.Getenv(childEnvLock)).Acquire(ctx)
+	}
 	require.NoError(t, err)
 	defer func() { _ = h.Release(context.Background()) }()
 	fmt.Printf("acquired %d\n", h.FencingToken())
@@ -998,7 +1011,19 @@ func TestKilledHolderProcessIsTakenOverAfterItsLeaseExpires(t *testing.T) {
 	for i := range trials {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			t.Parallel()
-			killedHolderTrial(t, fmt.Sprintf("nightly-job-%d", i))
+			killedHolderTrial(t, fmt.Sprintf("nightly-job-%d", i), "")
+		})
+	}
+}
+
+// The same for an election: another process leads once the killed
+// leader's lease has expired, within the expiry and its longest sleep.
+func TestKilledLeaderProcessIsSucceededAfterItsLeaseExpires(t *testing.T) {
+	const trials = 2
+	for i := range trials {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			t.Parallel()
+			killedHolderTrial(t, fmt.Sprintf("scheduler-%d", i), "http://10.0.0.7:8080")
 		})
 	}
 }
@@ -1010,7 +1035,9 @@ const killWaitMax = 50 * time.Millisecond
 // busy machine) on top of the expiry and the longest sleep.
 const killSlack = 300 * time.Millisecond
 
-func killedHolderTrial(t *testing.T, name string) {
+// killedHolderTrial kills a child that holds the lock name, or leads its
+// election with value if value is not empty, and takes over.
+func killedHolderTrial(t *testing.T, name, value string) {
 	ctx := boundedCtx(t, 60*time.Second)
 	db := testdb.Database(t)
 
@@ -1020,6 +1047,7 @@ func killedHolderTrial(t *testing.T, name string) {
 		childEnvURI+"="+testdb.Info(t).URI,
 		childEnvDB+"="+db.Name(),
 		childEnvLock+"="+name,
+		childEnvValue+"="+value,
 		testdb.EnvURI+"="+testdb.Info(t).URI, // so that the child's TestMain looks for no server
 	)
 	var output lockedBuffer // the child's stdout and stderr, for failure messages
@@ -1085,11 +1113,16 @@ func killedHolderTrial(t *testing.T, name string) {
 	// chooses the phase; it synchronises nothing).
 	time.Sleep(time.Duration(rand.Int64N(int64(childExpiry / 3))))
 
-	l, err := mongolock.New(db, name, mongolock.WithBusyWaitSleep(5*time.Millisecond, killWaitMax))
-	require.NoError(t, err)
-	h, err := l.TryAcquire(ctx)
+	p := newProvider(t, db, mongolock.WithBusyWaitSleep(5*time.Millisecond, killWaitMax))
+	h, err := p.Lock(name).TryAcquire(ctx)
 	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the child holds the lock")
 	require.Nil(t, h)
+	election := p.Election(name)
+	if value != "" {
+		leader, err := election.Leader(ctx)
+		require.NoError(t, err)
+		require.Equal(t, value, leader.Value, "the child leads")
+	}
 
 	killedAt := time.Now()
 	reap()
@@ -1102,7 +1135,14 @@ func killedHolderTrial(t *testing.T, name string) {
 
 	actx, acancel := context.WithTimeout(ctx, 4*childExpiry)
 	defer acancel()
-	h, err = l.Acquire(actx)
+	if value == "" {
+		h, err = p.Lock(name).Acquire(actx)
+	} else {
+		var l *mongolock.Leadership
+		if l, err = election.Campaign(actx, "successor"); err == nil {
+			h = l.Handle
+		}
+	}
 	require.NoError(t, err, "the lock must be free once the killed child's lease has expired")
 	took := time.Since(killedAt)
 	t.Cleanup(func() { _ = h.Release(context.Background()) }) // on failure below
@@ -1112,6 +1152,11 @@ func killedHolderTrial(t *testing.T, name string) {
 	require.False(t, taken.AcquiredAt.Before(leased.ExpiresAt),
 		"taken over at %v (server time), before the child's lease ended at %v", taken.AcquiredAt, leased.ExpiresAt)
 	require.Greater(t, h.FencingToken(), childToken)
+	if value != "" {
+		leader, err := election.Leader(ctx)
+		require.NoError(t, err)
+		require.Equal(t, "successor", leader.Value)
+	}
 	require.Less(t, took, childExpiry+killWaitMax+killSlack,
 		"taken over %v after SIGKILL; the expiry is %v and the longest sleep %v", took, childExpiry, killWaitMax)
 	require.Less(t, taken.AcquiredAt.Sub(leased.ExpiresAt), killWaitMax+killSlack,
