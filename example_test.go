@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"os/signal"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -284,4 +285,88 @@ func ExampleProvider_ForceRelease() {
 	// released: true
 	// holder lost it: true
 	// released again: false
+}
+
+func ExampleElection() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database("mongolock_test_examples")
+	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
+
+	locks, err := mongolock.NewProvider(db, mongolock.WithOwner("node-a"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	election := locks.Election("scheduler")
+
+	// Followers watch who leads: the current state at once, then each change.
+	updates := election.Observe(ctx)
+	if leader := <-updates; leader == (mongolock.Leader{}) {
+		fmt.Println("nobody leads")
+	}
+
+	leadership, err := election.Campaign(ctx, "http://10.0.0.7:8080") // waits while another leads
+	if err != nil {
+		log.Fatal(err)
+	}
+	// ... lead, stopping if leadership.Context() ends (leadership was lost) ...
+	leader, err := election.Leader(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("leader:", leader.Owner, leader.Value)
+	fmt.Println("observed:", (<-updates).Value)
+
+	if err := leadership.Proclaim(ctx, "http://10.0.0.7:9090"); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("observed:", (<-updates).Value)
+
+	if err := leadership.Resign(ctx); err != nil {
+		log.Fatal(err)
+	}
+	_, err = election.Leader(ctx)
+	fmt.Println("after resigning, no leader:", errors.Is(err, mongolock.ErrNoLeader))
+	// Output:
+	// nobody leads
+	// leader: node-a http://10.0.0.7:8080
+	// observed: http://10.0.0.7:8080
+	// observed: http://10.0.0.7:9090
+	// after resigning, no leader: true
+}
+
+func ExampleElection_Run() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database("mongolock_test_examples")
+	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
+
+	locks, err := mongolock.NewProvider(db)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Lead whenever possible, until the process is interrupted.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
+	defer stop()
+	err = locks.Election("scheduler").Run(ctx, "http://10.0.0.7:8080", func(ctx context.Context, l *mongolock.Leadership) {
+		fmt.Println("leading")
+		stop() // interrupted (for the checked output)
+		// ... schedule jobs, with l.FencingToken(), until ctx ends:
+		// leadership was lost, or Run's ctx ended ...
+		<-ctx.Done()
+	})
+	fmt.Println("stopped:", errors.Is(err, context.Canceled))
+	// Output:
+	// leading
+	// stopped: true
 }
