@@ -118,7 +118,7 @@ var errNilContext = errors.New("nil context.Context")
 // operation, the lock's name (shortened past 64 bytes), and the cause, which
 // errors.Is and errors.As see through.
 type Error struct {
-	Op   string // "acquire", "try acquire", "do", "release", "inspect", "list", "force release"
+	Op   string // "acquire", "try acquire", "do", "release", "inspect", "list", "force release", "campaign", "proclaim", "resign", "leader", "run"
 	Name string // the lock's name, or a listing's prefix
 	Err  error
 }
