@@ -127,24 +127,33 @@ func openBaseline(db *mongo.Database, coll string, expiry time.Duration) (locker
 }
 
 func (b baseline) acquire(ctx context.Context, name string) (held, error) {
+	lockID, err := b.wait(ctx, name)
+	if err != nil {
+		return held{}, err
+	}
+	return held{release: func(ctx context.Context) error {
+		_, err := dotnet.Release(ctx, b.coll, name, lockID)
+		return err
+	}}, nil
+}
+
+// wait tries until it acquires name, and returns the acquisition's lockId.
+func (b baseline) wait(ctx context.Context, name string) (string, error) {
 	for {
 		lockID, err := b.try(ctx, name)
 		switch {
 		case err != nil && ctx.Err() != nil:
-			return held{}, ctx.Err()
+			return "", ctx.Err()
 		case err != nil:
-			return held{}, err
+			return "", err
 		case lockID != "":
-			return held{release: func(ctx context.Context) error {
-				_, err := dotnet.Release(ctx, b.coll, name, lockID)
-				return err
-			}}, nil
+			return lockID, nil
 		}
 		sleep := baselineSleepMin + rand.N(baselineSleepMax-baselineSleepMin+1)
 		select {
 		case <-time.After(sleep):
 		case <-ctx.Done():
-			return held{}, ctx.Err()
+			return "", ctx.Err()
 		}
 	}
 }

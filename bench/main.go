@@ -1,11 +1,12 @@
 // Command bench measures mongolock side by side with the raw driver round
 // trips (the bound) and with DistributedLock.MongoDB's algorithm (the
-// baseline), in one run on one server, for workloads A–G (BENCHMARKS.md):
+// baseline), in one run on one server, for workloads A–H (BENCHMARKS.md):
 //
-//	go run .                 # every workload: A–E 10 s each, G 50 s per size (make bench)
-//	go run . -quick          # a smoke run: A–E 2 s each, F with 1,000 locks, G 10 s
+//	go run .                 # every workload: A–E 10 s each, G 50 s per size, H 60 s (make bench)
+//	go run . -quick          # a smoke run: A–E 2 s each, F with 1,000 locks, G 10 s, H 20 s
 //	go run . -only C,D       # some workloads
 //	go run . -only G -gd 20s # workload G (standby) with a shorter window
+//	go run . -only H         # workload H (election failover)
 //	go run . -only E -impls mongolock -cpuprofile cpu.out
 //	go run . -from out/results.json   # re-render a saved run's report and plot
 //
@@ -56,8 +57,9 @@ func main() {
 	var (
 		dur    = flag.Duration("d", 10*time.Second, "how long each of workloads A–E runs, per implementation")
 		gDur   = flag.Duration("gd", 50*time.Second, "how long workload G's window is, per implementation and size (after a 2 s warm-up)")
-		quick  = flag.Bool("quick", false, "smoke run: -d 2s, -gd 10s, -n 1000, -out out/quick (unless given)")
-		only   = flag.String("only", "", "comma-separated workloads to run, e.g. C,D (default: A,B,C,D,E,F,G)")
+		hDur   = flag.Duration("hd", 60*time.Second, "how long workload H's window is, per implementation (after a 2 s warm-up)")
+		quick  = flag.Bool("quick", false, "smoke run: -d 2s, -gd 10s, -hd 20s, -n 1000, -out out/quick (unless given)")
+		only   = flag.String("only", "", "comma-separated workloads to run, e.g. C,D (default: A,B,C,D,E,F,G,H)")
 		holdN  = flag.Int("n", 10000, "locks held in workload F (also measured at n/10, to see what grows with n)")
 		outDir = flag.String("out", "out", "directory for results.md, results.json and plot.png")
 		dbName = flag.String("db", testPrefix+"bench", "database to use (dropped before and after the run); its name must begin with "+testPrefix)
@@ -74,6 +76,9 @@ func main() {
 		}
 		if !set["gd"] {
 			*gDur = 10 * time.Second
+		}
+		if !set["hd"] {
+			*hDur = 20 * time.Second
 		}
 		if !set["n"] {
 			*holdN = 1000
@@ -95,6 +100,9 @@ func main() {
 	if err == nil && *gDur < standbyHold+standbyAway {
 		err = fmt.Errorf("-gd %v: need at least %v (one hold and one time away)", *gDur, standbyHold+standbyAway)
 	}
+	if err == nil && *hDur < 2*electionHold {
+		err = fmt.Errorf("-hd %v: need at least %v (two terms)", *hDur, 2*electionHold)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
@@ -110,7 +118,7 @@ func main() {
 	if err := profiled(*prof, func() error {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 		defer stop()
-		return run(ctx, *dur, *gDur, selected, *holdN, *outDir, *dbName)
+		return run(ctx, *dur, *gDur, *hDur, selected, *holdN, *outDir, *dbName)
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -169,7 +177,7 @@ func selectImpls(s string) error {
 
 // parseOnly turns -only's list into a set of workload ids.
 func parseOnly(s string) (map[string]bool, error) {
-	all := []string{"A", "B", "C", "D", "E", "F", "G"}
+	all := []string{"A", "B", "C", "D", "E", "F", "G", "H"}
 	sel := map[string]bool{}
 	if s == "" {
 		for _, id := range all {
@@ -196,7 +204,7 @@ func checkDBName(name string) error {
 	return nil
 }
 
-func run(ctx context.Context, dur, gDur time.Duration, selected map[string]bool, holdN int, outDir, dbName string) error {
+func run(ctx context.Context, dur, gDur, hDur time.Duration, selected map[string]bool, holdN int, outDir, dbName string) error {
 	if err := checkDBName(dbName); err != nil {
 		return err
 	}
@@ -229,8 +237,9 @@ func run(ctx context.Context, dur, gDur time.Duration, selected map[string]bool,
 		WindowS:    dur.Seconds(),
 		HoldExpiry: holdExpiry.Seconds(),
 		StandbyS:   gDur.Seconds(),
+		ElectionS:  hDur.Seconds(),
 	}
-	fmt.Fprintf(os.Stderr, "bench: %s; %v per workload and implementation (G: %v per size)\n", server, dur, gDur)
+	fmt.Fprintf(os.Stderr, "bench: %s; %v per workload and implementation (G: %v per size; H: %v)\n", server, dur, gDur, hDur)
 	for _, w := range workloads {
 		if !selected[w.id] {
 			continue
@@ -287,6 +296,25 @@ func run(ctx context.Context, dur, gDur time.Duration, selected map[string]bool,
 				rep.Standby = append(rep.Standby, r)
 				settle()
 			}
+		}
+	}
+	if selected["H"] {
+		for _, im := range impls {
+			if electors[im.name] == nil {
+				continue // raw: it excludes no one, so it elects no one
+			}
+			fmt.Fprintf(os.Stderr, "bench: H %-9s %d processes, %v window ... ", im.name, electionProcs, hDur)
+			if err := db.CreateCollection(ctx, collection("H", im.name)); err != nil {
+				return err
+			}
+			r, err := runElection(ctx, e, im, hDur)
+			if err != nil {
+				return fmt.Errorf("workload H, %s: %w", im.name, err)
+			}
+			fmt.Fprintf(os.Stderr, "%.1f commands/s, %d terms, failover p50 %.0f ms after %d resignations, %.0f ms after %d stops\n",
+				r.OpsPerSec, r.Terms, r.Resign.P50MS, r.Resign.Count, r.Stop.P50MS, r.Stop.Count)
+			rep.Elections = append(rep.Elections, r)
+			settle()
 		}
 	}
 	rep.Targets = evaluate(rep)

@@ -38,7 +38,7 @@ type refLine struct {
 
 // plot draws the figure: for workloads A–E one column each, rows
 // acquisitions/s, wait p99 and operations per acquisition; a row for
-// workload F and one for workload G.
+// workload F, one for workload G and one for workload H.
 func (r *report) plot(path string) error {
 	const cols = 5
 	var rows [][]*plot.Plot
@@ -85,6 +85,9 @@ func (r *report) plot(path string) error {
 	if len(r.Standby) > 0 {
 		rows = append(rows, r.standbyPanels(cols))
 	}
+	if len(r.Elections) > 0 {
+		rows = append(rows, r.electionPanels(cols))
+	}
 	if len(rows) == 0 {
 		return nil
 	}
@@ -107,8 +110,9 @@ func (r *report) plot(path string) error {
 	dc.FillText(sty, vg.Point{X: width / 2, Y: height - 8}, title)
 	sty.Font.Size = 11
 	sub := fmt.Sprintf("A–E: %g s per implementation; wait = acquire call to handle; raw excludes no one, so B–D show the serial bound instead of its rate. "+
-		"F: expiry %g s, cadence %g s, %d cadences. G: hold %v, away %v, %g s window.", r.WindowS, r.HoldExpiry, r.HoldExpiry/3, holdCadences,
-		standbyHold, standbyAway, r.StandbyS)
+		"F: expiry %g s, cadence %g s, %d cadences. G: hold %v, away %v, %g s window. H: %d processes, lead %v, expiry %v, %g s window.",
+		r.WindowS, r.HoldExpiry, r.HoldExpiry/3, holdCadences, standbyHold, standbyAway, r.StandbyS,
+		electionProcs, electionHold, electionExpiry, r.ElectionS)
 	dc.FillText(sty, vg.Point{X: width / 2, Y: height - 30}, sub)
 	dc.Max.Y -= titleH
 
@@ -193,6 +197,33 @@ func (r *report) standbyPanels(cols int) []*plot.Plot {
 		barPanel("G: takeover p50 (ms)", "ms", p50, nil),
 		barPanel("G: takeover max (ms)", "ms", worst, nil),
 		barPanel("G: acquisitions in the window", "acquisitions", acq, nil),
+	}
+	for len(row) < cols {
+		row = append(row, nil) // drawn empty
+	}
+	return row[:cols]
+}
+
+// electionPanels is workload H's row: commands/s, and the failover p50 and
+// max after a resignation and after a stop, per implementation.
+func (r *report) electionPanels(cols int) []*plot.Plot {
+	var ops, resign, stop, worst []bar
+	for _, im := range impls {
+		x := r.election(im.name)
+		if x == nil {
+			continue
+		}
+		ops = append(ops, bar{im.name, im.name, x.OpsPerSec, num(x.OpsPerSec, "")})
+		resign = append(resign, bar{im.name, im.name, x.Resign.P50MS, num(x.Resign.P50MS, "")})
+		stop = append(stop, bar{im.name, im.name, x.Stop.P50MS, num(x.Stop.P50MS, "")})
+		worst = append(worst, bar{im.name + "\nresign", im.name, x.Resign.MaxMS, num(x.Resign.MaxMS, "")},
+			bar{im.name + "\nstop", im.name, x.Stop.MaxMS, num(x.Stop.MaxMS, "")})
+	}
+	row := []*plot.Plot{
+		barPanel("H election: commands/s", "commands/s", ops, nil),
+		barPanel("H: failover p50 after a resignation (ms)", "ms", resign, nil),
+		barPanel("H: failover p50 after a stop (ms)", "ms", stop, nil),
+		barPanel("H: failover max (ms)", "ms", worst, nil),
 	}
 	for len(row) < cols {
 		row = append(row, nil) // drawn empty

@@ -42,13 +42,8 @@ type process struct {
 }
 
 func startProcess(ctx context.Context, e env, im impl, coll string, expiry time.Duration) (*process, error) {
-	ops := &opCounter{n: map[string]int{}}
-	client, err := mongo.Connect(options.Client().ApplyURI(e.uri).SetMonitor(ops.monitor()))
+	client, ops, err := connect(ctx, e)
 	if err != nil {
-		return nil, err
-	}
-	if err := client.Ping(ctx, nil); err != nil {
-		_ = client.Disconnect(ctx)
 		return nil, err
 	}
 	lk, err := im.open(client.Database(e.db), coll, expiry)
@@ -56,8 +51,22 @@ func startProcess(ctx context.Context, e env, im impl, coll string, expiry time.
 		_ = client.Disconnect(ctx)
 		return nil, err
 	}
-	delete(ops.n, "ping") // ops of the run only: the ping above is ours
 	return &process{client: client, ops: ops, lk: lk}, nil
+}
+
+// connect opens a process's client, with a counter of its commands.
+func connect(ctx context.Context, e env) (*mongo.Client, *opCounter, error) {
+	ops := &opCounter{n: map[string]int{}}
+	client, err := mongo.Connect(options.Client().ApplyURI(e.uri).SetMonitor(ops.monitor()))
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := client.Ping(ctx, nil); err != nil {
+		_ = client.Disconnect(ctx)
+		return nil, nil, err
+	}
+	delete(ops.n, "ping") // ops of the run only: the ping above is ours
+	return client, ops, nil
 }
 
 func startProcesses(ctx context.Context, e env, im impl, coll string, expiry time.Duration, n int) ([]*process, error) {

@@ -24,6 +24,10 @@ type report struct {
 	Holds      []holdResult    `json:"holds"`
 	Standby    []standbyResult `json:"standby,omitempty"`
 	Targets    []target        `json:"targets"`
+
+	// Workload H: its window, per implementation, and what it measured.
+	ElectionS float64          `json:"electionWindowSeconds,omitempty"`
+	Elections []electionResult `json:"elections,omitempty"`
 }
 
 // A target is one of the benchmark's goals, judged from this run's figures.
@@ -56,6 +60,15 @@ func (r *report) standby(impl string, procs int) *standbyResult {
 	for i := range r.Standby {
 		if r.Standby[i].Impl == impl && r.Standby[i].Processes == procs {
 			return &r.Standby[i]
+		}
+	}
+	return nil
+}
+
+func (r *report) election(impl string) *electionResult {
+	for i := range r.Elections {
+		if r.Elections[i].Impl == impl {
+			return &r.Elections[i]
 		}
 	}
 	return nil
@@ -184,6 +197,9 @@ func (r *report) markdown() string {
 	if len(r.Standby) > 0 {
 		r.standbyMarkdown(&b)
 	}
+	if len(r.Elections) > 0 {
+		r.electionMarkdown(&b)
+	}
 	if len(r.Targets) > 0 {
 		b.WriteString("\n### Targets (ratios from this run)\n\n")
 		b.WriteString("| target | measured | required | result |\n|---|---|---|---|\n")
@@ -254,6 +270,11 @@ func evaluate(r report) []target {
 			add(fmt.Sprintf("G commands/s growth, %d → %d waiting (P=%d → %d)", small-1, big-1, small, big), measured,
 				"≤ 1.5x", g <= 1.5 && !math.IsNaN(g))
 		}
+	}
+	if m, base := r.election("mongolock"), r.election("baseline"); m != nil && base != nil {
+		ratio("H commands/s", "/s", m.OpsPerSec, base.OpsPerSec, 0.5, false, "baseline")
+		ratio("H failover p50 after a resignation", "ms", m.Resign.P50MS, base.Resign.P50MS, 1, false, "baseline")
+		ratio("H failover p50 after a stop", "ms", m.Stop.P50MS, base.Stop.P50MS, 1, false, "baseline")
 	}
 	if m, base := r.result("A", "mongolock"), r.result("A", "baseline"); m != nil && base != nil {
 		ratio("A acquire+release p50", "ms", m.CycleP50MS, base.CycleP50MS, 1.05, false, "baseline")
@@ -338,6 +359,44 @@ func (r *report) standbyMarkdown(b *strings.Builder) {
 		if x.UnfinishedTakeovers > 0 || x.Lost > 0 || x.Errors > 0 {
 			fmt.Fprintf(b, "- G %s P=%d: %d takeovers unfinished, %d holds lost, %d errors", x.Impl, x.Processes,
 				x.UnfinishedTakeovers, x.Lost, x.Errors)
+			if x.FirstError != "" {
+				fmt.Fprintf(b, " (first: %s)", x.FirstError)
+			}
+			b.WriteString("\n")
+		}
+	}
+}
+
+// electionMarkdown writes workload H's table.
+func (r *report) electionMarkdown(b *strings.Builder) {
+	fmt.Fprintf(b, "\n### Workload H, election failover: %s; %g s window after a %g s warm-up, per implementation\n\n",
+		electionTitle(), r.ElectionS, electionWarmup.Seconds())
+	b.WriteString("| impl | commands/s | terms | after a resignation: failovers | p50 ms | max ms | after a stop: failovers | p50 ms | max ms | lease left at the stop p50 ms | after the lease's end p50 ms | max ms | commands in the window |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	for _, x := range r.Elections {
+		fmt.Fprintf(b, "| %s | %.1f | %d | %d | %.0f | %.0f | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %s |\n",
+			x.Impl, x.OpsPerSec, x.Terms, x.Resign.Count, x.Resign.P50MS, x.Resign.MaxMS, x.Stop.Count, x.Stop.P50MS,
+			x.Stop.MaxMS, x.Stop.LeaseLeftP50MS, x.Stop.AfterExpiryP50MS, x.Stop.AfterExpiryMaxMS, opsList(x.OpsByCommand))
+	}
+	b.WriteString("\n- Each process (a client of its own) campaigns in one election; the leader leads, then ends its term, " +
+		"every other term by resigning and the others by stopping: its client is disconnected without resigning (a crash; " +
+		"the endSessions a disconnection sends is not counted), and a new process with a new client takes its place. " +
+		"Either way it campaigns again after its time away. raw is not run: it excludes no one.\n" +
+		"- mongolock: Provider.Election, Campaign, Leadership.Resign (WithExpiry as above, other options default). " +
+		"baseline: its acquire (one try, then random 10–800 ms sleeps) as Campaign, deleteOne as Resign, and " +
+		"DistributedLock.MongoDB's lease extension, which terms longer than the expiry need (updateOne every expiry/3); " +
+		"it stores no value.\n" +
+		"- commands/s = commands sent by all clients, stopped ones included, in the window / the window. " +
+		"terms = Campaign calls that returned in the window. " +
+		"failover = for each term that ended in the window, from its Resign call's return (or the stop) to the next " +
+		"leader's Campaign return (0 if that returned first); one not followed within " +
+		fmt.Sprintf("%v after the window counts with its length up to then. ", electionGrace) +
+		"After a stop: lease left = how long the server still kept the lease (read by $$NOW just after the stop), " +
+		"and after the lease's end = the failover less that.\n")
+	for _, x := range r.Elections {
+		if x.Resign.Unfinished+x.Stop.Unfinished > 0 || x.Lost > 0 || x.Errors > 0 {
+			fmt.Fprintf(b, "- H %s: %d failovers unfinished, %d terms lost, %d errors", x.Impl,
+				x.Resign.Unfinished+x.Stop.Unfinished, x.Lost, x.Errors)
 			if x.FirstError != "" {
 				fmt.Fprintf(b, " (first: %s)", x.FirstError)
 			}
