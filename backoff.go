@@ -58,7 +58,9 @@ func (o config) backoff() backoff {
 //     does so only once the same acquisition has been seen across the
 //     longest sleep.
 //   - While release events arrive (change streams), a release wakes every
-//     waiter, and polling is a safety net at standbySleep.
+//     waiter, and polling is a safety net at standbySleep; but a lease that
+//     runs out sends no event, so the claimant looks every longest sleep
+//     (at most a second) to find a crashed holder's lock free.
 type waiting struct {
 	failures int
 	lockID   string    // the holder's lockId the last refusal saw
@@ -102,6 +104,11 @@ func (w *waiting) refused(o config, proc string, doc lockDoc, now time.Time, not
 	left := max(turnLength-doc.ProcessStreak, 0) // before the holder's process steps aside
 	b := o.backoff()
 	switch {
+	case notified && doc.WaitingProcess == proc:
+		// A lease that runs out (its holder crashed) writes nothing, so no
+		// event comes: the claimant still looks every longest sleep, at most
+		// a second (unless the shortest sleep is longer).
+		return max(min(o.sleepMax, time.Second), o.sleepMin)
 	case notified:
 		return o.standbySleep()
 	case doc.WaitingProcess == proc:
