@@ -2503,3 +2503,20 @@ func TestInspectReportsALocksState(t *testing.T) {
 	require.Empty(t, info.Owner, "a free lock has no owner")
 	require.Equal(t, h.FencingToken(), info.FencingToken, "the token is kept for the next holder")
 }
+
+// Owners and values are stored as given, also when they look like field
+// paths or variables to the server's expressions.
+func TestOwnersAndValuesThatLookLikeExpressionsAreStoredAsGiven(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	e := newLockEnv(t)
+	for _, s := range []string{"$weird", "$$NOW", "$_attempt.lockId", "{$gt: 1}"} {
+		p := newProvider(t, e.db, mongolock.WithOwner(s))
+		h := mustTryAcquire(t, ctx, mongolock.LockWithValue(p, "literal", s))
+		doc := rawLockDoc(t, e.coll, "literal")
+		owner, _ := doc.Lookup("owner").StringValueOK()
+		value, _ := doc.Lookup("value").StringValueOK()
+		require.Equal(t, s, owner, "owner")
+		require.Equal(t, s, value, "value")
+		require.NoError(t, h.Release(ctx))
+	}
+}

@@ -102,7 +102,7 @@ const (
 func acquirePipeline(lockID string, since int64, value *string, parts acquireParts) bson.A {
 	attempt := bson.D{{Key: "lockId", Value: lockID}, {Key: "since", Value: since}}
 	if value != nil {
-		attempt = append(attempt, bson.E{Key: "value", Value: *value})
+		attempt = append(attempt, bson.E{Key: "value", Value: literal(*value)})
 	}
 	return bson.A{
 		bson.D{{Key: "$set", Value: bson.D{
@@ -178,7 +178,7 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim time.Durat
 		{Key: "acquiredAt", Value: cond(isFree, now, "$acquiredAt")},
 		{Key: "expiresAt", Value: cond(isFree, op("$add", now, expiry.Milliseconds()), expiresAt)},
 		{Key: "fencingToken", Value: cond(isFree, token, "$fencingToken")},
-		{Key: "owner", Value: cond(isFree, owner, "$owner")},
+		{Key: "owner", Value: cond(isFree, literal(owner), "$owner")},
 		{Key: "value", Value: cond(isFree,
 			cond(op("$eq", op("$type", "$_attempt.value"), "missing"), "$$REMOVE", "$_attempt.value"), "$value")},
 		{Key: "lastProcess", Value: cond(isFree, proc, "$lastProcess")},
@@ -348,6 +348,9 @@ func op(name string, args ...any) bson.D {
 func not(x any) bson.D { return bson.D{{Key: "$not", Value: bson.A{x}}} }
 
 func cond(c, then, otherwise any) bson.D { return op("$cond", c, then, otherwise) }
+
+// literal is s as a value, never a field path or variable ("$…", "$$…").
+func literal(s string) bson.D { return bson.D{{Key: "$literal", Value: s}} }
 
 func ifNull(field string, otherwise any) bson.D { return op("$ifNull", field, otherwise) }
 
