@@ -292,3 +292,34 @@ func TestSemaphoreBadN(t *testing.T) {
 	}
 	require.Zero(t, count.commands.Load(), "commands sent")
 }
+
+// The semaphores' collection gets the TTL index, and Close releases the
+// provider's slots.
+func TestSemaphoreIndexAndClose(t *testing.T) {
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, 30*time.Second)
+	p := newProvider(t, ownClient(t, db, nil))
+	s := p.Semaphore("closing", 2)
+	for range 2 {
+		_, err := s.TryAcquire(ctx)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 2, liveHolders(t, semColl(db), "closing"))
+	require.NoError(t, p.Close(ctx))
+	require.Zero(t, holderCount(t, semColl(db), "closing"))
+	_, err := s.TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrClosed)
+
+	cur, err := semColl(db).Indexes().List(ctx)
+	require.NoError(t, err)
+	var indexes []struct {
+		Name               string `bson:"name"`
+		ExpireAfterSeconds int64  `bson:"expireAfterSeconds"`
+	}
+	require.NoError(t, cur.All(ctx, &indexes))
+	found := false
+	for _, ix := range indexes {
+		found = found || ix.Name == mongolock.TTLIndexName && ix.ExpireAfterSeconds == 3600
+	}
+	require.True(t, found, "no TTL index on the semaphores' collection: %+v", indexes)
+}
