@@ -426,7 +426,8 @@ func semAcquirePipeline(id, owner string, n int, expiry time.Duration) bson.A {
 	token := op("$max",
 		op("$add", ifNull("$fencingToken", int64(0)), int64(1)),
 		op("$multiply", op("$toLong", now), int64(tokenFloorScale)))
-	holder := bson.D{{Key: "id", Value: id}, {Key: "owner", Value: owner}, {Key: "acquiredAt", Value: now},
+	// $literal: an owner that begins with "$" is not a field path.
+	holder := bson.D{{Key: "id", Value: id}, {Key: "owner", Value: op("$literal", owner)}, {Key: "acquiredAt", Value: now},
 		{Key: "expiresAt", Value: until}, {Key: "token", Value: token}}
 	return bson.A{
 		bson.D{{Key: "$set", Value: bson.D{{Key: "_live", Value: bson.D{{Key: "$filter", Value: bson.D{

@@ -323,3 +323,18 @@ func TestSemaphoreIndexAndClose(t *testing.T) {
 	}
 	require.True(t, found, "no TTL index on the semaphores' collection: %+v", indexes)
 }
+
+// A holder's owner is stored as given, also one that looks like a field
+// path.
+func TestSemaphoreOwnerIsStoredAsGiven(t *testing.T) {
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, 10*time.Second)
+	p := newProvider(t, db, mongolock.WithOwner("$worker-1"))
+	h, err := p.Semaphore("owned", 1).TryAcquire(ctx)
+	require.NoError(t, err)
+	releaseAtCleanup(t, h)
+	holder := semDoc(t, semColl(db), "owned").Lookup("holders", "0")
+	owner, ok := holder.Document().Lookup("owner").StringValueOK()
+	require.True(t, ok, "no owner in the holder: %v", holder)
+	require.Equal(t, "$worker-1", owner)
+}
