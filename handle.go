@@ -12,7 +12,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
-// A Handle is one acquisition of a lock. While it is held, its lease is
+// A Handle is one acquisition of a lock, or of a slot of a Semaphore (what
+// it says of the lock then holds for the slot). While it is held, its lease is
 // extended every extension cadence, together with the other handles of its
 // Provider: one round trip per 500 handles, and no goroutine per handle.
 //
