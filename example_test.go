@@ -370,3 +370,51 @@ func ExampleElection_Run() {
 	// leading
 	// stopped: true
 }
+
+func ExampleSemaphore() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database("mongolock_test_examples")
+	_ = db.Collection("distributed_locks_semaphores").Drop(ctx) // start afresh (for the checked output)
+
+	locks, err := mongolock.NewProvider(db)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// At most two exports at a time, across every process.
+	exports := locks.Semaphore("exports", 2)
+
+	first, err := exports.Acquire(ctx) // waits while both slots are held
+	if err != nil {
+		log.Fatal(err)
+	}
+	second, err := exports.TryAcquire(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = exports.TryAcquire(ctx)
+	fmt.Println("a third is refused:", errors.Is(err, mongolock.ErrNotAcquired))
+	// ... export, stopping if first.Context() ends (the slot was lost) ...
+	if err := first.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	err = exports.Do(ctx, func(ctx context.Context) error {
+		fmt.Println("exporting") // ctx ends if the slot is lost
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := second.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// a third is refused: true
+	// exporting
+}

@@ -12,7 +12,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
-// A Handle is one acquisition of a lock. While it is held, its lease is
+// A Handle is one acquisition of a lock, or of a slot of a Semaphore (what
+// it says of the lock then holds for the slot). While it is held, its lease is
 // extended every extension cadence, together with the other handles of its
 // Provider: one round trip per 500 handles, and no goroutine per handle.
 //
@@ -51,7 +52,9 @@ type acquisition struct {
 func newHandle(l *Lock, lockID string, token int64, sent time.Time) *Handle {
 	a := &acquisition{lock: l, lockID: lockID, token: token, lost: make(chan struct{}), unkept: make(chan struct{})}
 	a.ctx, a.cancel = context.WithCancelCause(context.Background())
-	l.p.local.queues.hold(l, time.Now())
+	if l.n == 0 { // a semaphore's Acquire waits in no line
+		l.p.local.queues.hold(l, time.Now())
+	}
 	l.p.keep(a, sent)
 	h := &Handle{a}
 	runtime.AddCleanup(h, (*acquisition).abandoned, a)
@@ -127,10 +130,14 @@ func (h *acquisition) release(ctx context.Context) error {
 		return h.lock.errorf("release", err)
 	}
 	var err error
-	if w := p.local.queues.offer(h.lock.name); w != nil {
+	var w *waiter
+	if h.lock.n == 0 { // a semaphore's Acquire waits in no line
+		w = p.local.queues.offer(h.lock.name)
+	}
+	if w != nil {
 		err = h.handOver(ctx, w) // sends nothing if ctx is done
 	} else if err = ctx.Err(); err == nil {
-		res, uerr := p.coll.UpdateOne(ctx, ownerFilter(h.lock.name, h.lockID), releaseUpdate)
+		res, uerr := h.lock.releaseOne(ctx, h.lockID)
 		if err = uerr; err == nil && res.MatchedCount == 0 {
 			err = mongo.ErrNoDocuments
 		}
@@ -147,7 +154,7 @@ func (h *acquisition) release(ctx context.Context) error {
 		if isReply(err) {
 			schedule = afterReply
 		}
-		p.releaseInBackground(h.lock.name, h.lockID, schedule)
+		h.lock.releaseInBackground(h.lockID, schedule)
 		h.cancel(context.Canceled)
 		if lost := h.lossError(); lost != nil { // the lease ran out meanwhile
 			err = fmt.Errorf("%w (and the release failed: %w)", lost, err)
@@ -198,7 +205,9 @@ func (h *acquisition) markLost(why error) {
 
 // unhold tells local waiters, once, that this handle holds the lock no more.
 func (h *acquisition) unhold() {
-	h.unholdOnce.Do(func() { h.lock.p.local.queues.unhold(h.lock.name) })
+	if h.lock.n == 0 {
+		h.unholdOnce.Do(func() { h.lock.p.local.queues.unhold(h.lock.name) })
+	}
 }
 
 // leaseOver signals loss when the local lease ran out (lastErr: the last
@@ -207,7 +216,7 @@ func (h *acquisition) unhold() {
 func (h *acquisition) leaseOver(lastErr error) {
 	// Counted as background work before Lost closes, so that whoever wakes
 	// on Lost and waits for the background work waits for it.
-	h.lock.p.releaseInBackground(h.lock.name, h.lockID, afterNoReply)
+	h.lock.releaseInBackground(h.lockID, afterNoReply)
 	why := fmt.Errorf("%w: its lease ran out before an extension succeeded", ErrLockLost)
 	if lastErr != nil {
 		why = fmt.Errorf("%w (last error: %w)", why, lastErr)

@@ -18,16 +18,20 @@ const indexTimeout = 30 * time.Second
 // createIndex or collMod permission; locking never depends on it (expiry is
 // judged on every acquisition). The index keeps the collection small, and
 // its grace keeps documents long enough for their fencing tokens to count.
-func (p *Provider) ensureIndex() {
-	p.local.indexOnce.Do(func() {
+func (l *Lock) ensureIndex() {
+	p, coll, once := l.p, l.p.coll, &l.p.local.indexOnce
+	if l.n > 0 {
+		coll, once = p.sems, &p.semLocal.indexOnce
+	}
+	once.Do(func() {
 		p.background(indexTimeout, func(ctx context.Context) {
-			_, err := p.coll.Indexes().CreateOne(ctx, ttlIndex())
+			_, err := coll.Indexes().CreateOne(ctx, ttlIndex())
 			var se mongo.ServerError
 			if !errors.As(err, &se) || !se.HasErrorCode(indexOptionsConflict) {
 				return
 			}
-			if secs, ok := ttlSeconds(ctx, p.coll); ok && secs < ttlGraceSeconds {
-				_ = p.coll.Database().RunCommand(ctx, raiseTTL(p.coll.Name())).Err()
+			if secs, ok := ttlSeconds(ctx, coll); ok && secs < ttlGraceSeconds {
+				_ = coll.Database().RunCommand(ctx, raiseTTL(coll.Name())).Err()
 			}
 		})
 	})

@@ -72,15 +72,18 @@ func (p *Provider) tick() {
 		return
 	}
 	ls.timer.Reset(p.opts.cadence)
-	var due []*acquisition
+	var due [2][]*acquisition // locks', semaphores': a batch is of one kind
 	for h, l := range ls.held {
 		if l.missed = l.busy; !l.busy { // busy: extend again once it is back
-			l.busy, due = true, append(due, h)
+			k := min(h.lock.n, 1)
+			l.busy, due[k] = true, append(due[k], h)
 		}
 	}
 	ls.mu.Unlock()
-	for batch := range slices.Chunk(due, maxBatch) {
-		go p.extend(batch)
+	for _, hs := range due {
+		for batch := range slices.Chunk(hs, maxBatch) {
+			go p.extend(batch)
+		}
 	}
 }
 
@@ -194,6 +197,9 @@ func (p *Provider) extend(hs []*acquisition) {
 // when a batch matched some but not all does it read their documents to
 // find out which (one more round trip).
 func (p *Provider) extendLeases(ctx context.Context, hs []*acquisition) ([]*acquisition, error) {
+	if hs[0].lock.n > 0 {
+		return p.extendSlots(ctx, hs)
+	}
 	names, ids := make(bson.A, len(hs)), make(bson.A, len(hs))
 	for i, h := range hs {
 		names[i], ids[i] = h.lock.name, h.lockID

@@ -20,6 +20,7 @@ type Lock struct {
 	p     *Provider
 	name  string
 	value *string // held with this value (an election's), if not nil
+	n     int     // a semaphore's slots, if > 0: a slot, not the lock, is held
 }
 
 // Name returns the lock's name, exactly as given.
@@ -130,15 +131,21 @@ func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
 		case <-p.done:
 			return nil, l.errorf("acquire", ErrClosed)
 		case <-ctx.Done():
-			switch {
-			case lastErr != nil:
-				return nil, l.errorf("acquire", fmt.Errorf("%w (last error: %w)", ctx.Err(), lastErr))
-			case contended:
-				return nil, l.errorf("acquire", fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err()))
-			}
-			return nil, l.errorf("acquire", ctx.Err()) // no attempt came back in time
+			return nil, l.gaveUp(ctx, lastErr, contended)
 		}
 	}
+}
+
+// gaveUp is Acquire's error when ctx ended: with the last transient error,
+// or as contention if the lock was held by someone else.
+func (l *Lock) gaveUp(ctx context.Context, lastErr error, contended bool) error {
+	switch {
+	case lastErr != nil:
+		return l.errorf("acquire", fmt.Errorf("%w (last error: %w)", ctx.Err(), lastErr))
+	case contended:
+		return l.errorf("acquire", fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err()))
+	}
+	return l.errorf("acquire", ctx.Err()) // no attempt came back in time
 }
 
 // leaveLine takes w out of its line when its Acquire returns. A handle
@@ -201,11 +208,10 @@ func (h *Handle) do(ctx context.Context, fn func(ctx context.Context) error) (er
 // racing another client that creates it) is created with a plain insert and
 // the attempt repeated.
 func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Handle, lockDoc, error) {
-	p := l.p
 	if err := ctx.Err(); err != nil {
 		return nil, lockDoc{}, err // nothing sent, not even the index
 	}
-	p.ensureIndex()
+	l.ensureIndex()
 	for tries := 1; ; tries++ {
 		// A fresh lockId per round trip: a cleanup of one can never free
 		// another.
@@ -214,6 +220,8 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Han
 		switch {
 		case err == nil && doc.LockID == lockID:
 			return newHandle(l, lockID, doc.FencingToken, sent), doc, nil
+		case err == nil && l.n > 0 && doc.n != l.n:
+			return nil, doc, fmt.Errorf("%w: it has %d slots, not %d", errSemaphoreSize, doc.n, l.n)
 		case err == nil:
 			return nil, doc, ErrNotAcquired
 		case !isNoMatch(err) && !isDuplicateKey(err):
@@ -223,7 +231,11 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Han
 			// create it: contention, not failure.
 			return nil, doc, fmt.Errorf("%w (the lock document was created and removed concurrently: %w)", ErrNotAcquired, err)
 		}
-		if _, err := p.coll.InsertOne(ctx, createDoc(l.name)); err != nil && !isDuplicateKey(err) {
+		create := createDoc(l.name)
+		if l.n > 0 {
+			create = createSemDoc(l.name, l.n)
+		}
+		if _, err := l.coll().InsertOne(ctx, create); err != nil && !isDuplicateKey(err) {
 			return nil, lockDoc{}, err
 		}
 	}
@@ -242,7 +254,11 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Han
 func (l *Lock) acquireRoundTrip(ctx context.Context, filter bson.D, lockID string, since int64, mode attemptMode) (lockDoc, error) {
 	p, name := l.p, l.name
 	send := func(ctx context.Context) (doc lockDoc, err error) {
-		err = p.coll.FindOneAndUpdate(ctx, filter, acquirePipeline(lockID, since, l.value, p.acquire[mode]), acquireOptions).Decode(&doc)
+		if l.n > 0 {
+			doc, err = l.semAcquire(ctx, lockID)
+		} else {
+			err = p.coll.FindOneAndUpdate(ctx, filter, acquirePipeline(lockID, since, l.value, p.acquire[mode]), acquireOptions).Decode(&doc)
+		}
 		if p.replyHook != nil {
 			err = p.replyHook(err)
 		}
@@ -251,7 +267,7 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, filter bson.D, lockID strin
 			if isReply(err) {
 				schedule = afterReply
 			}
-			p.releaseInBackground(name, lockID, schedule)
+			l.releaseInBackground(lockID, schedule)
 		}
 		return doc, err
 	}
@@ -277,7 +293,7 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, filter bson.D, lockID strin
 		case <-abandoned: // nobody gets a handle: undo what it did
 			switch {
 			case r.err == nil && r.doc.LockID == lockID:
-				p.releaseInBackground(name, lockID, afterReply)
+				l.releaseInBackground(lockID, afterReply)
 			case r.err == nil && r.doc.WaitingProcess == p.local.process && p.local.queues.waiting(name) == 0:
 				p.withdraw(name)
 			}
@@ -294,14 +310,15 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, filter bson.D, lockID strin
 	return lockDoc{}, cmp.Or(ctx.Err(), ErrClosed)
 }
 
-// releaseInBackground releases lockID's acquisition of name, if it holds it,
+// releaseInBackground releases lockID's acquisition of l, if it holds it,
 // without waiting: for acquisitions nobody will get a handle for, and for a
 // Release whose round trip failed. It is owner-checked, so it can never free
 // someone else's acquisition. It tries after each wait of schedule, and
 // again after a short, growing backoff while a try fails transiently; it
 // stops once a try matches, an error is not transient (the client closed),
 // or cleanupTimeout has passed.
-func (p *Provider) releaseInBackground(name, lockID string, schedule []time.Duration) {
+func (l *Lock) releaseInBackground(lockID string, schedule []time.Duration) {
+	p := l.p
 	p.background(cleanupTimeout, func(ctx context.Context) {
 		for _, wait := range schedule {
 			for retry := 20 * time.Millisecond; ; retry = min(2*retry, 500*time.Millisecond) {
@@ -310,7 +327,7 @@ func (p *Provider) releaseInBackground(name, lockID string, schedule []time.Dura
 				case <-ctx.Done():
 					return
 				}
-				res, err := p.coll.UpdateOne(ctx, ownerFilter(name, lockID), releaseUpdate)
+				res, err := l.releaseOne(ctx, lockID)
 				if err == nil && res.MatchedCount > 0 || err != nil && !isTransient(err) {
 					return
 				}

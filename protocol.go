@@ -49,6 +49,7 @@ type lockDoc struct {
 	ProcessStreak  int       `bson:"processStreak"`
 	WaitingProcess string    `bson:"waitingProcess"`
 	WaitingUntil   time.Time `bson:"waitingUntil"`
+	n              int       // a semaphore's slots (semAcquire)
 }
 
 // turnLength is how many times in a row a process may acquire a lock; then,
@@ -382,4 +383,112 @@ func leaderEvents(name string) mongo.Pipeline {
 			bson.D{{Key: "updateDescription.removedFields", Value: bson.D{{Key: "$in", Value: bson.A{"lockId", "value"}}}}},
 		}},
 	}}}}
+}
+
+// Semaphores. A semaphore of n slots is one document in the collection
+// "<collection>_semaphores", apart from the locks, so that neither
+// DistributedLock.MongoDB nor a Lock of the same name can mistake it for a
+// lock:
+//
+//	{_id: name, kind: "semaphore", n,
+//	 holders: [{id, owner, acquiredAt, expiresAt, token}],
+//	 fencingToken, expiresAt}
+//
+// At most n holders are live (expiresAt after the server's $$NOW) at any
+// server instant: an acquisition drops the expired holders and adds itself
+// only if fewer than n remain. n is the document's while anyone holds a
+// slot; an acquisition with another n is refused (attempt returns
+// errSemaphoreSize), and one that finds no live holder sets n to its own.
+// The top-level expiresAt is never before a live holder's: the TTL index
+// deletes an idle semaphore's document as it does a lock's.
+
+// semDoc is a semaphore acquisition's reply: the document after the update.
+type semDoc struct {
+	N            int         `bson:"n"`
+	FencingToken int64       `bson:"fencingToken"`
+	Holders      []semHolder `bson:"holders"`
+}
+
+type semHolder struct {
+	ID    string `bson:"id"`
+	Token int64  `bson:"token"`
+}
+
+// 15. Create a semaphore: insertOne, as a lock's (1).
+func createSemDoc(name string, n int) bson.D {
+	return bson.D{{Key: "_id", Value: name}, {Key: "kind", Value: "semaphore"}, {Key: "n", Value: n},
+		{Key: "holders", Value: bson.A{}}, {Key: "expiresAt", Value: epoch}}
+}
+
+// 16. Acquire a slot: findOneAndUpdate({_id: name}, semAcquirePipeline,
+// returnDocument: after). The first stage keeps the live holders, the
+// second decides, the third writes; a refusal writes nothing.
+func semAcquirePipeline(id, owner string, n int, expiry time.Duration) bson.A {
+	const now, live, acq = "$$NOW", "$_live", "$_acquired"
+	until := op("$add", now, expiry.Milliseconds())
+	token := op("$max",
+		op("$add", ifNull("$fencingToken", int64(0)), int64(1)),
+		op("$multiply", op("$toLong", now), int64(tokenFloorScale)))
+	// $literal: an owner that begins with "$" is not a field path.
+	holder := bson.D{{Key: "id", Value: id}, {Key: "owner", Value: op("$literal", owner)}, {Key: "acquiredAt", Value: now},
+		{Key: "expiresAt", Value: until}, {Key: "token", Value: token}}
+	return bson.A{
+		bson.D{{Key: "$set", Value: bson.D{{Key: "_live", Value: bson.D{{Key: "$filter", Value: bson.D{
+			{Key: "input", Value: ifNull("$holders", bson.A{})},
+			{Key: "cond", Value: op("$gt", "$$this.expiresAt", now)},
+		}}}}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "_acquired", Value: op("$and",
+			op("$lt", op("$size", live), n),
+			op("$or", op("$eq", op("$size", live), 0), op("$eq", "$n", n)))}}}},
+		bson.D{{Key: "$set", Value: bson.D{
+			{Key: "n", Value: cond(acq, n, "$n")},
+			{Key: "holders", Value: cond(acq, op("$concatArrays", live, bson.A{holder}), "$holders")},
+			{Key: "fencingToken", Value: cond(acq, token, "$fencingToken")},
+			{Key: "expiresAt", Value: cond(acq, until, "$expiresAt")},
+			{Key: "_live", Value: "$$REMOVE"},
+			{Key: "_acquired", Value: "$$REMOVE"},
+		}}},
+	}
+}
+
+// semHolderFilter matches the semaphore only while id holds a slot of it:
+// owner-checked, as ownerFilter.
+func semHolderFilter(name, id string) bson.D {
+	return bson.D{{Key: "_id", Value: name}, {Key: "holders.id", Value: id}}
+}
+
+// 17. Release a slot: updateOne(semHolderFilter, semReleaseUpdate). The
+// token stays; the top-level expiresAt too, so the TTL index deletes the
+// document at most ttlGraceSeconds after the released lease would have
+// ended.
+func semReleaseUpdate(id string) bson.D {
+	return bson.D{{Key: "$pull", Value: bson.D{{Key: "holders", Value: bson.D{{Key: "id", Value: id}}}}}}
+}
+
+// 18. Extend slots' leases, one or a batch across semaphores:
+// updateMany(semExtendFilter, semExtendUpdate). Each listed holder still in
+// its document is extended, and the document's expiresAt with it.
+func semExtendFilter(names, ids bson.A) bson.D {
+	return bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}},
+		{Key: "holders.id", Value: bson.D{{Key: "$in", Value: ids}}},
+	}
+}
+
+func semExtendUpdate(ids bson.A, expiry time.Duration) bson.A {
+	until := op("$add", "$$NOW", expiry.Milliseconds())
+	return bson.A{bson.D{{Key: "$set", Value: bson.D{
+		{Key: "holders", Value: bson.D{{Key: "$map", Value: bson.D{
+			{Key: "input", Value: "$holders"},
+			{Key: "in", Value: cond(op("$in", "$$this.id", ids),
+				op("$mergeObjects", "$$this", bson.D{{Key: "expiresAt", Value: until}}), "$$this")},
+		}}}},
+		{Key: "expiresAt", Value: until},
+	}}}}
+}
+
+// 19. After a batch of slots that may have matched fewer holders than it
+// had handles: read their holders to find the lost ones.
+func semHoldersQuery(names bson.A) (filter, projection bson.D) {
+	return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}}}, bson.D{{Key: "holders.id", Value: 1}}
 }

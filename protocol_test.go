@@ -36,6 +36,7 @@ func TestGoldenProtocol(t *testing.T) {
 	acquire := func(filter bson.D, mode attemptMode) bson.D { return acquireWith(filter, mode, nil) }
 	leaderValue := "http://10.0.0.7:8080"
 	holders, projection := holdersQuery(bson.A{name, "invoices"})
+	semHolders, semProjection := semHoldersQuery(bson.A{name, "invoices"})
 	var index options.IndexOptions
 	for _, set := range ttlIndex().Options.List() {
 		require.NoError(t, set(&index))
@@ -59,6 +60,11 @@ func TestGoldenProtocol(t *testing.T) {
 		"12-force-release":     {{Key: "updateOne", Value: forceReleaseFilter(name)}, {Key: "update", Value: releaseUpdate}},
 		"13-proclaim":          {{Key: "updateOne", Value: ownerFilter(name, holding)}, {Key: "update", Value: proclaimUpdate(leaderValue)}},
 		"14-watch-leader":      {{Key: "watch", Value: leaderEvents(name)}},
+		"15-semaphore-create":  {{Key: "insertOne", Value: createSemDoc(name, 3)}},
+		"16-semaphore-acquire": {{Key: "findOneAndUpdate", Value: acquireFilter(name)}, {Key: "update", Value: semAcquirePipeline(lockID, owner, 3, o.expiry)}, {Key: "returnDocument", Value: "after"}},
+		"17-semaphore-release": {{Key: "updateOne", Value: semHolderFilter(name, holding)}, {Key: "update", Value: semReleaseUpdate(holding)}},
+		"18-semaphore-extend":  {{Key: "updateMany", Value: semExtendFilter(bson.A{name, "invoices"}, bson.A{holding, lockID})}, {Key: "update", Value: semExtendUpdate(bson.A{holding, lockID}, o.expiry)}},
+		"19-semaphore-holders": {{Key: "find", Value: semHolders}, {Key: "projection", Value: semProjection}},
 	}
 	for file, stmt := range statements {
 		t.Run(file, func(t *testing.T) {

@@ -26,6 +26,9 @@ type Provider struct {
 	opts  config
 	local *local
 
+	sems     *mongo.Collection // the semaphores: <collection>_semaphores
+	semLocal *local            // its TTL index, created once
+
 	// The statements of this provider that do not change per attempt:
 	// the constant parts of the acquisition pipeline by mode, and the
 	// extension.
@@ -68,6 +71,8 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 		coll:         db.Collection(o.collection, collectionConcerns),
 		opts:         o,
 		local:        localFor(db, o.collection),
+		sems:         db.Collection(o.collection+semSuffix, collectionConcerns),
+		semLocal:     localFor(db, o.collection+semSuffix),
 		extendUpdate: extendUpdate(o.expiry),
 		leases:       leases{held: make(map[*acquisition]*lease)},
 		done:         make(chan struct{}),

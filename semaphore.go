@@ -1,0 +1,194 @@
+package mongolock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Semaphores.
+//
+// A semaphore is a lock with n slots: each acquisition holds one slot, and
+// its Handle is a lock's Handle in every way (a lease extended in the
+// provider's batches, loss signalled before the server's lease ends,
+// owner-checked release, fencing tokens that increase per semaphore), only
+// its statements differ (protocol.go, 15 to 19).
+
+// semSuffix names the semaphores' collection after the locks'.
+const semSuffix = "_semaphores"
+
+// errSemaphoreSize reports that a semaphore's slots are held with another n.
+var errSemaphoreSize = errors.New("the semaphore is held with another number of slots")
+
+// A Semaphore lets at most n holders at a time hold it, in this process and
+// in others, by the server's clock. Semaphores live in the collection
+// "<collection>_semaphores": a Lock and a Semaphore of the same name are
+// unrelated. Processes must agree on n: while any slot is held, an
+// acquisition with another n fails at once with an error (not retried); the
+// first acquisition that finds no slot held sets n. A Semaphore is safe for
+// concurrent use.
+type Semaphore struct {
+	lock *Lock
+	err  error // a bad n, returned by every acquisition
+}
+
+// Semaphore returns the semaphore called name with n slots; names are used
+// as Lock's are. An n below 1 makes every acquisition fail.
+func (p *Provider) Semaphore(name string, n int) *Semaphore {
+	s := &Semaphore{lock: &Lock{p: p, name: name, n: n}}
+	if n < 1 {
+		s.err = fmt.Errorf("semaphore of %d slots: need n >= 1", n)
+	}
+	return s
+}
+
+// Name returns the semaphore's name, exactly as given.
+func (s *Semaphore) Name() string { return s.lock.name }
+
+// TryAcquire makes one attempt to take a slot. It returns a Handle if fewer
+// than n slots were held, ErrNotAcquired if all were, or another error if
+// the attempt failed (the server, the network, ctx, or n, see Semaphore).
+// ctx bounds only the round trip; the Handle lives until released or lost.
+func (s *Semaphore) TryAcquire(ctx context.Context) (*Handle, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, s.lock.errorf("try acquire", err)
+	}
+	return s.lock.TryAcquire(ctx) // attempt takes a slot
+}
+
+// Acquire waits until it holds a slot or ctx ends, trying at the
+// configured sleep (WithBusyWaitSleep, WithAdaptiveBackoff). Waiters are
+// not served in order. Errors are as Lock.Acquire's; a semaphore held with
+// another n is an error returned at once.
+func (s *Semaphore) Acquire(ctx context.Context) (*Handle, error) {
+	l := s.lock
+	if err := s.check(ctx); err != nil {
+		return nil, l.errorf("acquire", err)
+	}
+	p := l.p
+	if !p.enter() {
+		return nil, l.errorf("acquire", ErrClosed)
+	}
+	defer p.calls.Done()
+	b := p.opts.backoff()
+	var contended bool
+	var lastErr error // the last transient error
+	for failures := 1; ; failures++ {
+		h, _, err := l.attempt(ctx, tryMode, 0)
+		switch {
+		case err == nil:
+			return h, nil
+		case errors.Is(err, ErrNotAcquired):
+			contended, lastErr = true, nil
+		case ctx.Err() != nil || endedByDeadline(ctx, err): // cut short by ctx: it tells nothing
+		case isTransient(err):
+			lastErr = err
+		default:
+			return nil, l.errorf("acquire", err)
+		}
+		select {
+		case <-time.After(b.next(failures)):
+		case <-p.done:
+			return nil, l.errorf("acquire", ErrClosed)
+		case <-ctx.Done():
+			return nil, l.gaveUp(ctx, lastErr, contended)
+		}
+	}
+}
+
+// Do acquires a slot (waiting, as Acquire), runs fn, and releases the slot,
+// also when fn panics; as Lock.Do.
+func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error) error {
+	l := s.lock
+	if err := s.check(ctx); err != nil {
+		return l.errorf("do", err)
+	}
+	if fn == nil {
+		return l.errorf("do", errors.New("nil function"))
+	}
+	h, err := s.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	return h.do(ctx, fn)
+}
+
+func (s *Semaphore) check(ctx context.Context) error {
+	if ctx == nil {
+		return errNilContext
+	}
+	return s.err
+}
+
+// coll is the collection of l's document.
+func (l *Lock) coll() *mongo.Collection {
+	if l.n > 0 {
+		return l.p.sems
+	}
+	return l.p.coll
+}
+
+// releaseOne releases lockID's acquisition of l, owner-checked (4 or 17).
+func (l *Lock) releaseOne(ctx context.Context, lockID string) (*mongo.UpdateResult, error) {
+	if l.n > 0 {
+		return l.p.sems.UpdateOne(ctx, semHolderFilter(l.name, lockID), semReleaseUpdate(lockID))
+	}
+	return l.p.coll.UpdateOne(ctx, ownerFilter(l.name, lockID), releaseUpdate)
+}
+
+// semAcquire sends one acquisition of a slot of l for id (16), and returns
+// its reply as a lock's: LockID is id if it took a slot.
+func (l *Lock) semAcquire(ctx context.Context, id string) (lockDoc, error) {
+	var doc semDoc
+	err := l.p.sems.FindOneAndUpdate(ctx, acquireFilter(l.name),
+		semAcquirePipeline(id, l.p.opts.owner, l.n, l.p.opts.expiry), acquireOptions).Decode(&doc)
+	reply := lockDoc{FencingToken: doc.FencingToken, n: doc.N}
+	if i := slices.IndexFunc(doc.Holders, func(h semHolder) bool { return h.ID == id }); i >= 0 {
+		reply.LockID, reply.FencingToken = id, doc.Holders[i].Token
+	}
+	return reply, err
+}
+
+// extendSlots is extendLeases for slots of semaphores (18, 19).
+func (p *Provider) extendSlots(ctx context.Context, hs []*acquisition) ([]*acquisition, error) {
+	names, ids, seen := make(bson.A, 0, len(hs)), make(bson.A, len(hs)), make(map[string]bool, len(hs))
+	for i, h := range hs {
+		if !seen[h.lock.name] {
+			seen[h.lock.name], names = true, append(names, h.lock.name)
+		}
+		ids[i] = h.lockID
+	}
+	res, err := p.sems.UpdateMany(ctx, semExtendFilter(names, ids), semExtendUpdate(ids, p.opts.expiry))
+	switch {
+	case err != nil || len(names) == len(hs) && int(res.MatchedCount) == len(hs):
+		return nil, err // one slot per semaphore: a match is its slot
+	case res.MatchedCount == 0:
+		return hs, nil
+	}
+	filter, projection := semHoldersQuery(names)
+	cur, err := p.sems.Find(ctx, filter, options.Find().SetProjection(projection))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
+	held := make(map[string]bool, len(hs))
+	for cur.Next(ctx) {
+		var doc semDoc
+		if err := cur.Decode(&doc); err != nil {
+			return nil, err
+		}
+		for _, h := range doc.Holders {
+			held[h.ID] = true
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(slices.Clone(hs), func(h *acquisition) bool { return held[h.lockID] }), nil
+}

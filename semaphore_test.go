@@ -1,0 +1,341 @@
+package mongolock_test
+
+// Semaphores against the real server, with holders on clients of their
+// own.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/testdb"
+)
+
+// semColl is the raw collection of the semaphores of db.
+func semColl(db *mongo.Database) *mongo.Collection {
+	return db.Collection(mongolock.DefaultCollection + "_semaphores")
+}
+
+// liveHolders counts, by the server's clock, the holders of name whose
+// lease has not ended.
+func liveHolders(t *testing.T, coll *mongo.Collection, name string) int {
+	t.Helper()
+	cur, err := coll.Aggregate(context.Background(), mongo.Pipeline{
+		{{Key: "$match", Value: bson.D{{Key: "_id", Value: name}}}},
+		{{Key: "$project", Value: bson.D{{Key: "live", Value: bson.D{{Key: "$size", Value: bson.D{{Key: "$filter", Value: bson.D{
+			{Key: "input", Value: "$holders"},
+			{Key: "cond", Value: bson.D{{Key: "$gt", Value: bson.A{"$$this.expiresAt", "$$NOW"}}}},
+		}}}}}}}}},
+	})
+	require.NoError(t, err)
+	var docs []struct {
+		Live int `bson:"live"`
+	}
+	require.NoError(t, cur.All(context.Background(), &docs))
+	if len(docs) == 0 {
+		return 0
+	}
+	return docs[0].Live
+}
+
+// semDoc reads name's semaphore document.
+func semDoc(t *testing.T, coll *mongo.Collection, name string) bson.Raw {
+	t.Helper()
+	raw, err := coll.FindOne(context.Background(), bson.D{{Key: "_id", Value: name}}).Raw()
+	require.NoError(t, err)
+	return raw
+}
+
+func holderCount(t *testing.T, coll *mongo.Collection, name string) int {
+	t.Helper()
+	vals, err := semDoc(t, coll, name).Lookup("holders").Array().Values()
+	require.NoError(t, err)
+	return len(vals)
+}
+
+// Holders of three processes, three calls each, contend for three slots:
+// never more than three hold at once, by an in-process count and by the
+// server's, and every acquisition's token is new and greater than the
+// ones its caller got before.
+func TestSemaphoreNeverMoreThanNHolders(t *testing.T) {
+	const n, procs, callers, rounds = 3, 3, 3, 12
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, time.Minute)
+	var holding, most atomic.Int64
+	tokens := map[int64]bool{}
+	var wg sync.WaitGroup
+	for range procs {
+		p := newProvider(t, ownClient(t, db, nil), fastPolls)
+		s := p.Semaphore("pool", n)
+		for range callers {
+			wg.Go(func() {
+				for range rounds {
+					err := s.Do(ctx, func(context.Context) error {
+						now := holding.Add(1)
+						defer holding.Add(-1)
+						for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+						}
+						if live := liveHolders(t, semColl(db), "pool"); live > n {
+							return fmt.Errorf("%d live holders on the server", live)
+						}
+						time.Sleep(2 * time.Millisecond) // the work done holding a slot
+						return nil
+					})
+					if !assert(t, err == nil, "Do: %v", err) {
+						return
+					}
+				}
+			})
+		}
+	}
+	// Tokens: a caller of its own, acquiring alongside.
+	probe := newProvider(t, ownClient(t, db, nil), fastPolls).Semaphore("pool", n)
+	var last int64
+	for range rounds {
+		h, err := probe.Acquire(ctx)
+		require.NoError(t, err)
+		tok := h.FencingToken()
+		require.False(t, tokens[tok], "token %d issued twice", tok)
+		tokens[tok] = true
+		require.Greater(t, tok, last)
+		last = tok
+		require.NoError(t, h.Release(ctx))
+	}
+	wg.Wait()
+	require.LessOrEqual(t, most.Load(), int64(n), "holders at once")
+	require.Equal(t, int64(n), most.Load(), "the slots were never all held: no contention")
+	require.Greater(t, semDoc(t, semColl(db), "pool").Lookup("fencingToken").Int64(), last)
+	require.Zero(t, holderCount(t, semColl(db), "pool"))
+}
+
+// A full semaphore refuses TryAcquire; a release frees a slot at once, and
+// the next holder's token is greater. A Lock of the same name is another
+// thing altogether.
+func TestSemaphoreTryAcquireWhenFullAndAfterRelease(t *testing.T) {
+	e := newLockEnv(t)
+	ctx := boundedCtx(t, 30*time.Second)
+	s, other := e.p.Semaphore("full", 2), e.other.Semaphore("full", 2)
+	a, err := s.TryAcquire(ctx)
+	require.NoError(t, err)
+	releaseAtCleanup(t, a)
+	b, err := other.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.Greater(t, b.FencingToken(), a.FencingToken())
+	require.Equal(t, "full", b.Name())
+
+	_, err = other.TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+	_, err = s.TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+
+	// Not a lock: the mutex of that name is free.
+	h := mustTryAcquire(t, ctx, e.p.Lock("full"))
+	require.NoError(t, h.Release(ctx))
+
+	require.NoError(t, b.Release(ctx))
+	require.Equal(t, 1, holderCount(t, semColl(e.db), "full"))
+	c, err := other.TryAcquire(ctx)
+	require.NoError(t, err, "a released slot is free at once")
+	require.Greater(t, c.FencingToken(), b.FencingToken())
+	require.NoError(t, c.Release(ctx))
+	require.NoError(t, a.Release(ctx))
+	require.Zero(t, holderCount(t, semColl(e.db), "full"))
+}
+
+// Slots of one provider are extended in its batches, several of one
+// semaphore included; a slot taken from its holder on the server is lost,
+// and only that one.
+func TestSemaphoreLeasesAreExtendedAndLossIsSeen(t *testing.T) {
+	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
+	ctx := boundedCtx(t, 30*time.Second)
+	s := e.p.Semaphore("kept", 3)
+	var hs []*mongolock.Handle
+	for range 2 {
+		h, err := s.TryAcquire(ctx)
+		require.NoError(t, err)
+		hs = append(hs, releaseAtCleanup(t, h))
+	}
+	single, err := e.p.Semaphore("kept-too", 1).TryAcquire(ctx)
+	require.NoError(t, err)
+	releaseAtCleanup(t, single)
+	lock := releaseAtCleanup(t, mustTryAcquire(t, ctx, e.p.Lock("kept")))
+
+	// Held across several leases.
+	staysOpen(t, hs[0].Lost(), 4*shortExpiry, "the first slot's Lost")
+	for _, h := range append(hs, single, lock) {
+		require.False(t, closedNow(h.Lost()), "%s lost", h.Name())
+	}
+	require.Equal(t, 2, liveHolders(t, semColl(e.db), "kept"))
+	_, err = e.other.Semaphore("kept-too", 1).TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+
+	// Someone takes the second slot away on the server.
+	_, err = semColl(e.db).UpdateOne(ctx, bson.D{{Key: "_id", Value: "kept"}},
+		bson.D{{Key: "$pull", Value: bson.D{{Key: "holders", Value: bson.D{{Key: "id", Value: mongolock.LockID(hs[1])}}}}}})
+	require.NoError(t, err)
+	awaitClosed(t, hs[1].Lost(), lossDetectionBound, "the taken slot's Lost")
+	require.ErrorIs(t, context.Cause(hs[1].Context()), mongolock.ErrLockLost)
+	staysOpen(t, hs[0].Lost(), 2*shortExpiry, "the other slot's Lost")
+	require.False(t, closedNow(single.Lost()) || closedNow(lock.Lost()))
+	require.ErrorIs(t, hs[1].Release(ctx), mongolock.ErrLockLost)
+	require.NoError(t, hs[0].Release(ctx))
+}
+
+// A holder cut off from the server loses its slot: Lost closes before
+// anyone else can take it.
+func TestSemaphoreExpiredHolderFreesItsSlotAfterLost(t *testing.T) {
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, 30*time.Second)
+	px, pdb := proxied(t, db)
+	holder := newProvider(t, pdb, mongolock.WithExpiry(shortExpiry))
+	h, err := holder.Semaphore("cut", 1).TryAcquire(ctx)
+	require.NoError(t, err)
+	rival := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(shortExpiry)).Semaphore("cut", 1)
+	_, err = rival.TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+
+	px.Blackhole()
+	var got *mongolock.Handle
+	for got == nil {
+		got, err = rival.TryAcquire(ctx)
+		if err != nil {
+			require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+			time.Sleep(5 * time.Millisecond) // polling interval
+		}
+	}
+	took := time.Now()
+	require.True(t, closedNow(h.Lost()), "the rival took the slot at %v, while its holder's Lost was still open", took)
+	require.Greater(t, got.FencingToken(), h.FencingToken())
+	require.NoError(t, got.Release(ctx))
+	require.NoError(t, px.Restore())
+}
+
+// An Acquire whose ctx ends after its request reached the server leaves no
+// slot held: the slot its request took is released in the background.
+func TestSemaphoreCancelledAcquireLeavesNoOrphanSlot(t *testing.T) {
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, 30*time.Second)
+	px, pdb := proxied(t, db)
+	p := newProvider(t, pdb, mongolock.WithExpiry(30*time.Second))
+	s := p.Semaphore("orphan", 1)
+	h, err := s.TryAcquire(ctx) // creates the document
+	require.NoError(t, err)
+	require.NoError(t, h.Release(ctx))
+	before := semDoc(t, semColl(db), "orphan").Lookup("fencingToken").Int64()
+
+	px.SetLatency(0, 400*time.Millisecond) // replies come late
+	actx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = s.Acquire(actx)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	pollUntil(t, 5*time.Second, "the server granted the cut-short acquisition", func() bool {
+		return semDoc(t, semColl(db), "orphan").Lookup("fencingToken").Int64() != before
+	})
+	pollUntil(t, 5*time.Second, "the orphaned slot is released (30 s lease)", func() bool {
+		return holderCount(t, semColl(db), "orphan") == 0
+	})
+	px.SetLatency(0, 0)
+}
+
+// Processes that disagree on n: while a slot is held, the one with another
+// n gets an error at once, not a wait; once no slot is held, its n
+// replaces the document's.
+func TestSemaphoreDisagreementOnN(t *testing.T) {
+	e := newLockEnv(t, fastPolls)
+	ctx := boundedCtx(t, 30*time.Second)
+	h, err := e.p.Semaphore("sized", 2).TryAcquire(ctx)
+	require.NoError(t, err)
+	three := e.other.Semaphore("sized", 3)
+	start := time.Now()
+	_, err = three.Acquire(ctx)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, mongolock.ErrNotAcquired)
+	require.ErrorContains(t, err, "it has 2 slots, not 3")
+	require.Less(t, time.Since(start), 5*time.Second, "not retried")
+	_, err = three.TryAcquire(ctx)
+	require.ErrorContains(t, err, "it has 2 slots, not 3")
+	var me *mongolock.Error
+	require.True(t, errors.As(err, &me))
+	require.Equal(t, "try acquire", me.Op)
+
+	require.NoError(t, h.Release(ctx))
+	h3, err := three.TryAcquire(ctx)
+	require.NoError(t, err, "no slot held: n = 3 takes over")
+	require.EqualValues(t, 3, semDoc(t, semColl(e.db), "sized").Lookup("n").AsInt64())
+	_, err = e.p.Semaphore("sized", 2).TryAcquire(ctx)
+	require.ErrorContains(t, err, "it has 3 slots, not 2")
+	require.NoError(t, h3.Release(ctx))
+}
+
+// n below 1 is an error of every acquisition, before anything is sent.
+func TestSemaphoreBadN(t *testing.T) {
+	count := &commandCounter{}
+	db := testdb.Database(t)
+	p := newProvider(t, ownClient(t, db, count))
+	ctx := boundedCtx(t, 10*time.Second)
+	for _, n := range []int{0, -1} {
+		s := p.Semaphore("bad", n)
+		_, err := s.TryAcquire(ctx)
+		require.ErrorContains(t, err, fmt.Sprintf("semaphore of %d slots: need n >= 1", n))
+		_, err = s.Acquire(ctx)
+		require.ErrorContains(t, err, "need n >= 1")
+		err = s.Do(ctx, func(context.Context) error { return nil })
+		require.ErrorContains(t, err, "need n >= 1")
+	}
+	require.Zero(t, count.commands.Load(), "commands sent")
+}
+
+// The semaphores' collection gets the TTL index, and Close releases the
+// provider's slots.
+func TestSemaphoreIndexAndClose(t *testing.T) {
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, 30*time.Second)
+	p := newProvider(t, ownClient(t, db, nil))
+	s := p.Semaphore("closing", 2)
+	for range 2 {
+		_, err := s.TryAcquire(ctx)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 2, liveHolders(t, semColl(db), "closing"))
+	require.NoError(t, p.Close(ctx))
+	require.Zero(t, holderCount(t, semColl(db), "closing"))
+	_, err := s.TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrClosed)
+
+	cur, err := semColl(db).Indexes().List(ctx)
+	require.NoError(t, err)
+	var indexes []struct {
+		Name               string `bson:"name"`
+		ExpireAfterSeconds int64  `bson:"expireAfterSeconds"`
+	}
+	require.NoError(t, cur.All(ctx, &indexes))
+	found := false
+	for _, ix := range indexes {
+		found = found || ix.Name == mongolock.TTLIndexName && ix.ExpireAfterSeconds == 3600
+	}
+	require.True(t, found, "no TTL index on the semaphores' collection: %+v", indexes)
+}
+
+// A holder's owner is stored as given, also one that looks like a field
+// path.
+func TestSemaphoreOwnerIsStoredAsGiven(t *testing.T) {
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, 10*time.Second)
+	p := newProvider(t, db, mongolock.WithOwner("$worker-1"))
+	h, err := p.Semaphore("owned", 1).TryAcquire(ctx)
+	require.NoError(t, err)
+	releaseAtCleanup(t, h)
+	holder := semDoc(t, semColl(db), "owned").Lookup("holders", "0")
+	owner, ok := holder.Document().Lookup("owner").StringValueOK()
+	require.True(t, ok, "no owner in the holder: %v", holder)
+	require.Equal(t, "$worker-1", owner)
+}
