@@ -48,13 +48,8 @@ func ExampleNew() {
 func ExampleLock_TryAcquire() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer func() { _ = client.Disconnect(context.Background()) }()
-	db := client.Database("mongolock_test_examples")
-	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
+	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
+	defer disconnect()                                          // (for the checked output)
 
 	lock, err := mongolock.New(db, "inventory-sync")
 	if err != nil {
@@ -88,13 +83,8 @@ func ExampleLock_TryAcquire() {
 func ExampleProvider() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer func() { _ = client.Disconnect(context.Background()) }()
-	db := client.Database("mongolock_test_examples")
-	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
+	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
+	defer disconnect()                                          // (for the checked output)
 
 	// One provider for the whole application: its options apply to every
 	// lock it mints.
@@ -125,13 +115,8 @@ func ExampleProvider() {
 func ExampleLock_Do() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer func() { _ = client.Disconnect(context.Background()) }()
-	db := client.Database("mongolock_test_examples")
-	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
+	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
+	defer disconnect()                                          // (for the checked output)
 
 	lock, err := mongolock.New(db, "schema-migration")
 	if err != nil {
@@ -164,13 +149,8 @@ func ExampleLock_Do() {
 func ExampleHandle_FencingToken() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer func() { _ = client.Disconnect(context.Background()) }()
-	db := client.Database("mongolock_test_examples")
-	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
+	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
+	defer disconnect()                                          // (for the checked output)
 
 	lock, err := mongolock.New(db, "ledger")
 	if err != nil {
@@ -200,13 +180,8 @@ func ExampleHandle_FencingToken() {
 func ExampleProvider_Locks() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer func() { _ = client.Disconnect(context.Background()) }()
-	db := client.Database("mongolock_test_examples")
-	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
+	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
+	defer disconnect()                                          // (for the checked output)
 
 	locks, err := mongolock.NewProvider(db, mongolock.WithOwner("billing-worker-1"))
 	if err != nil {
@@ -248,13 +223,8 @@ func ExampleProvider_Locks() {
 func ExampleProvider_ForceRelease() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer func() { _ = client.Disconnect(context.Background()) }()
-	db := client.Database("mongolock_test_examples")
-	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
+	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
+	defer disconnect()                                          // (for the checked output)
 
 	locks, err := mongolock.NewProvider(db, mongolock.WithExpiry(time.Second))
 	if err != nil {
@@ -290,13 +260,8 @@ func ExampleProvider_ForceRelease() {
 func ExampleElection() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer func() { _ = client.Disconnect(context.Background()) }()
-	db := client.Database("mongolock_test_examples")
-	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
+	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
+	defer disconnect()                                          // (for the checked output)
 
 	locks, err := mongolock.NewProvider(db, mongolock.WithOwner("node-a"))
 	if err != nil {
@@ -343,13 +308,8 @@ func ExampleElection() {
 func ExampleElection_Run() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer func() { _ = client.Disconnect(context.Background()) }()
-	db := client.Database("mongolock_test_examples")
-	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
+	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
+	defer disconnect()                                          // (for the checked output)
 
 	locks, err := mongolock.NewProvider(db)
 	if err != nil {
@@ -374,13 +334,8 @@ func ExampleElection_Run() {
 func ExampleSemaphore() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer func() { _ = client.Disconnect(context.Background()) }()
-	db := client.Database("mongolock_test_examples")
-	_ = db.Collection("distributed_locks_semaphores").Drop(ctx) // start afresh (for the checked output)
+	db, disconnect := exampleDatabase(ctx, "distributed_locks_semaphores") // (for the checked output)
+	defer disconnect()                                                     // (for the checked output)
 
 	locks, err := mongolock.NewProvider(db)
 	if err != nil {
@@ -417,4 +372,16 @@ func ExampleSemaphore() {
 	// Output:
 	// a third is refused: true
 	// exporting
+}
+
+// exampleDatabase connects as ExampleNew does and empties collection, so
+// that the checked output starts afresh.
+func exampleDatabase(ctx context.Context, collection string) (*mongo.Database, func()) {
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	db := client.Database("mongolock_test_examples")
+	_ = db.Collection(collection).Drop(ctx)
+	return db, func() { _ = client.Disconnect(context.Background()) }
 }
