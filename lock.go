@@ -21,6 +21,7 @@ type Lock struct {
 	name  string
 	value *string // held with this value (an election's), if not nil
 	n     int     // a semaphore's slots, if > 0: a slot, not the lock, is held
+	rw    rwMode  // an RWLock's mode, if not 0 (n is then 1)
 }
 
 // Name returns the lock's name, exactly as given.
@@ -232,7 +233,9 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Han
 			return nil, doc, fmt.Errorf("%w (the lock document was created and removed concurrently: %w)", ErrNotAcquired, err)
 		}
 		create := createDoc(l.name)
-		if l.n > 0 {
+		if l.rw != 0 {
+			create = createRWDoc(l.name)
+		} else if l.n > 0 {
 			create = createSemDoc(l.name, l.n)
 		}
 		if _, err := l.coll().InsertOne(ctx, create); err != nil && !isDuplicateKey(err) {
@@ -255,7 +258,7 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, filter bson.D, lockID strin
 	p, name := l.p, l.name
 	send := func(ctx context.Context) (doc lockDoc, err error) {
 		if l.n > 0 {
-			doc, err = l.semAcquire(ctx, lockID)
+			doc, err = l.semAcquire(ctx, lockID, mode)
 		} else {
 			err = p.coll.FindOneAndUpdate(ctx, filter, acquirePipeline(lockID, since, l.value, p.acquire[mode]), acquireOptions).Decode(&doc)
 		}

@@ -492,3 +492,63 @@ func semExtendUpdate(ids bson.A, expiry time.Duration) bson.A {
 func semHoldersQuery(names bson.A) (filter, projection bson.D) {
 	return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}}}, bson.D{{Key: "holders.id", Value: 1}}
 }
+
+// Reader-writer locks. An RWLock is one document in the semaphores'
+// collection, released and extended as a semaphore's (17 to 19):
+//
+//	{_id: name, kind: "rwlock",
+//	 holders: [{id, owner, mode, acquiredAt, expiresAt, token}],
+//	 fencingToken, expiresAt, writerWaitingUntil}
+//
+// mode is "r" or "w"; a holder without mode (a Semaphore's, under the same
+// name) counts as a writer. writerWaitingUntil: the server time until which
+// a refused writer's claim blocks new readers, unless it asks again.
+
+// 20. Create an RWLock: insertOne, as a lock's (1).
+func createRWDoc(name string) bson.D {
+	return bson.D{{Key: "_id", Value: name}, {Key: "kind", Value: "rwlock"},
+		{Key: "holders", Value: bson.A{}}, {Key: "expiresAt", Value: epoch}}
+}
+
+// 21. Acquire for reading or writing: findOneAndUpdate({_id: name},
+// rwAcquirePipeline, returnDocument: after), in three stages as a slot's
+// (16). A reader acquires if no live holder is a writer and no writer's
+// claim is live; a writer if no holder is live. A writer that acquires
+// clears the claim; one refused in Lock (claim) sets it to $$NOW + its
+// lifetime; other refusals write nothing.
+func rwAcquirePipeline(id, owner string, mode rwMode, claim bool, expiry, claimLife time.Duration) bson.A {
+	const now, live, acq = "$$NOW", "$_live", "$_acquired"
+	until := op("$add", now, expiry.Milliseconds())
+	token := op("$max",
+		op("$add", ifNull("$fencingToken", int64(0)), int64(1)),
+		op("$multiply", op("$toLong", now), int64(tokenFloorScale)))
+	holder := bson.D{{Key: "id", Value: id}, {Key: "owner", Value: literal(owner)}, {Key: "mode", Value: string(mode)},
+		{Key: "acquiredAt", Value: now}, {Key: "expiresAt", Value: until}, {Key: "token", Value: token}}
+	acquired := op("$eq", op("$size", live), 0)
+	if mode == readMode {
+		writers := bson.D{{Key: "$filter", Value: bson.D{{Key: "input", Value: live}, {Key: "cond", Value: op("$ne", "$$this.mode", "r")}}}}
+		acquired = op("$and", op("$eq", op("$size", writers), 0),
+			not(op("$gt", ifNull("$writerWaitingUntil", epoch), now)))
+	}
+	set := bson.D{
+		{Key: "holders", Value: cond(acq, op("$concatArrays", live, bson.A{holder}), "$holders")},
+		{Key: "fencingToken", Value: cond(acq, token, "$fencingToken")},
+		{Key: "expiresAt", Value: cond(acq, op("$max", ifNull("$expiresAt", epoch), until), "$expiresAt")},
+	}
+	if mode == writeMode {
+		refused := any("$writerWaitingUntil")
+		if claim {
+			refused = op("$add", now, claimLife.Milliseconds())
+		}
+		set = append(set, bson.E{Key: "writerWaitingUntil", Value: cond(acq, "$$REMOVE", refused)})
+	}
+	set = append(set, bson.E{Key: "_live", Value: "$$REMOVE"}, bson.E{Key: "_acquired", Value: "$$REMOVE"})
+	return bson.A{
+		bson.D{{Key: "$set", Value: bson.D{{Key: "_live", Value: bson.D{{Key: "$filter", Value: bson.D{
+			{Key: "input", Value: ifNull("$holders", bson.A{})},
+			{Key: "cond", Value: op("$gt", "$$this.expiresAt", now)},
+		}}}}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "_acquired", Value: acquired}}}},
+		bson.D{{Key: "$set", Value: set}},
+	}
+}

@@ -34,6 +34,9 @@ func TestGoldenProtocol(t *testing.T) {
 		}
 	}
 	acquire := func(filter bson.D, mode attemptMode) bson.D { return acquireWith(filter, mode, nil) }
+	rwAcquire := func(mode rwMode, claim bool) bson.D {
+		return bson.D{{Key: "findOneAndUpdate", Value: acquireFilter(name)}, {Key: "update", Value: rwAcquirePipeline(lockID, owner, mode, claim, o.expiry, o.claimLifetime())}, {Key: "returnDocument", Value: "after"}}
+	}
 	leaderValue := "http://10.0.0.7:8080"
 	holders, projection := holdersQuery(bson.A{name, "invoices"})
 	semHolders, semProjection := semHoldersQuery(bson.A{name, "invoices"})
@@ -65,6 +68,10 @@ func TestGoldenProtocol(t *testing.T) {
 		"17-semaphore-release": {{Key: "updateOne", Value: semHolderFilter(name, holding)}, {Key: "update", Value: semReleaseUpdate(holding)}},
 		"18-semaphore-extend":  {{Key: "updateMany", Value: semExtendFilter(bson.A{name, "invoices"}, bson.A{holding, lockID})}, {Key: "update", Value: semExtendUpdate(bson.A{holding, lockID}, o.expiry)}},
 		"19-semaphore-holders": {{Key: "find", Value: semHolders}, {Key: "projection", Value: semProjection}},
+		"20-rwlock-create":     {{Key: "insertOne", Value: createRWDoc(name)}},
+		"21-rwlock-rlock":      rwAcquire(readMode, false),
+		"21-rwlock-try-lock":   rwAcquire(writeMode, false),
+		"21-rwlock-lock":       rwAcquire(writeMode, true),
 	}
 	for file, stmt := range statements {
 		t.Run(file, func(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -71,35 +70,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Handle, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, l.errorf("acquire", err)
 	}
-	p := l.p
-	if !p.enter() {
-		return nil, l.errorf("acquire", ErrClosed)
-	}
-	defer p.calls.Done()
-	b := p.opts.backoff()
-	var contended bool
-	var lastErr error // the last transient error
-	for failures := 1; ; failures++ {
-		h, _, err := l.attempt(ctx, tryMode, 0)
-		switch {
-		case err == nil:
-			return h, nil
-		case errors.Is(err, ErrNotAcquired):
-			contended, lastErr = true, nil
-		case ctx.Err() != nil || endedByDeadline(ctx, err): // cut short by ctx: it tells nothing
-		case isTransient(err):
-			lastErr = err
-		default:
-			return nil, l.errorf("acquire", err)
-		}
-		select {
-		case <-time.After(b.next(failures)):
-		case <-p.done:
-			return nil, l.errorf("acquire", ErrClosed)
-		case <-ctx.Done():
-			return nil, l.gaveUp(ctx, lastErr, contended)
-		}
-	}
+	return l.acquireSlot(ctx, tryMode)
 }
 
 // Do acquires a slot (waiting, as Acquire), runs fn, and releases the slot,
@@ -142,13 +113,20 @@ func (l *Lock) releaseOne(ctx context.Context, lockID string) (*mongo.UpdateResu
 	return l.p.coll.UpdateOne(ctx, ownerFilter(l.name, lockID), releaseUpdate)
 }
 
-// semAcquire sends one acquisition of a slot of l for id (16), and returns
+// semAcquire sends one acquisition of a slot of l for id (16, or 21 for
+// an RWLock), and returns
 // its reply as a lock's: LockID is id if it took a slot.
-func (l *Lock) semAcquire(ctx context.Context, id string) (lockDoc, error) {
+func (l *Lock) semAcquire(ctx context.Context, id string, mode attemptMode) (lockDoc, error) {
 	var doc semDoc
-	err := l.p.sems.FindOneAndUpdate(ctx, acquireFilter(l.name),
-		semAcquirePipeline(id, l.p.opts.owner, l.n, l.p.opts.expiry), acquireOptions).Decode(&doc)
+	pipeline := semAcquirePipeline(id, l.p.opts.owner, l.n, l.p.opts.expiry)
+	if l.rw != 0 {
+		pipeline = rwAcquirePipeline(id, l.p.opts.owner, l.rw, mode == waitMode, l.p.opts.expiry, l.p.opts.claimLifetime())
+	}
+	err := l.p.sems.FindOneAndUpdate(ctx, acquireFilter(l.name), pipeline, acquireOptions).Decode(&doc)
 	reply := lockDoc{FencingToken: doc.FencingToken, n: doc.N}
+	if l.rw != 0 {
+		reply.n = l.n // an RWLock's document has no n
+	}
 	if i := slices.IndexFunc(doc.Holders, func(h semHolder) bool { return h.ID == id }); i >= 0 {
 		reply.LockID, reply.FencingToken = id, doc.Holders[i].Token
 	}

@@ -17,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/faultproxy"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
@@ -230,18 +231,26 @@ func TestSemaphoreCancelledAcquireLeavesNoOrphanSlot(t *testing.T) {
 	h, err := s.TryAcquire(ctx) // creates the document
 	require.NoError(t, err)
 	require.NoError(t, h.Release(ctx))
-	before := semDoc(t, semColl(db), "orphan").Lookup("fencingToken").Int64()
+	requireNoOrphanAfterCut(t, db, px, "orphan", s.Acquire)
+}
 
+// requireNoOrphanAfterCut makes replies through px late, cuts acquire
+// short after its request reached the server, and sees that what it took of
+// the semaphores' document name is released in the background.
+func requireNoOrphanAfterCut(t *testing.T, db *mongo.Database, px *faultproxy.Proxy, name string, acquire func(context.Context) (*mongolock.Handle, error)) {
+	t.Helper()
+	ctx := boundedCtx(t, 30*time.Second)
+	before := semDoc(t, semColl(db), name).Lookup("fencingToken").Int64()
 	px.SetLatency(0, 400*time.Millisecond) // replies come late
 	actx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	_, err = s.Acquire(actx)
+	_, err := acquire(actx)
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	pollUntil(t, 5*time.Second, "the server granted the cut-short acquisition", func() bool {
-		return semDoc(t, semColl(db), "orphan").Lookup("fencingToken").Int64() != before
+		return semDoc(t, semColl(db), name).Lookup("fencingToken").Int64() != before
 	})
-	pollUntil(t, 5*time.Second, "the orphaned slot is released (30 s lease)", func() bool {
-		return holderCount(t, semColl(db), "orphan") == 0
+	pollUntil(t, 5*time.Second, "the orphaned acquisition is released (30 s lease)", func() bool {
+		return holderCount(t, semColl(db), name) == 0
 	})
 	px.SetLatency(0, 0)
 }

@@ -1,0 +1,292 @@
+package mongolock_test
+
+// Reader-writer locks against the real server, with holders on clients of
+// their own.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/testdb"
+)
+
+// liveModes counts, by the server's clock, name's live readers and writers.
+func liveModes(t *testing.T, coll *mongo.Collection, name string) (readers, writers int) {
+	t.Helper()
+	live := func(r bool) bson.D {
+		eq := "$ne"
+		if r {
+			eq = "$eq"
+		}
+		return bson.D{{Key: "$size", Value: bson.D{{Key: "$filter", Value: bson.D{
+			{Key: "input", Value: bson.D{{Key: "$ifNull", Value: bson.A{"$holders", bson.A{}}}}},
+			{Key: "cond", Value: bson.D{{Key: "$and", Value: bson.A{
+				bson.D{{Key: "$gt", Value: bson.A{"$$this.expiresAt", "$$NOW"}}},
+				bson.D{{Key: eq, Value: bson.A{"$$this.mode", "r"}}},
+			}}}},
+		}}}}}
+	}
+	cur, err := coll.Aggregate(context.Background(), mongo.Pipeline{
+		{{Key: "$match", Value: bson.D{{Key: "_id", Value: name}}}},
+		{{Key: "$project", Value: bson.D{{Key: "r", Value: live(true)}, {Key: "w", Value: live(false)}}}},
+	})
+	require.NoError(t, err)
+	var docs []struct {
+		R int `bson:"r"`
+		W int `bson:"w"`
+	}
+	require.NoError(t, cur.All(context.Background(), &docs))
+	if len(docs) == 0 {
+		return 0, 0
+	}
+	return docs[0].R, docs[0].W
+}
+
+// Readers of separate clients hold the lock at once; a writer is refused
+// while any does, and readers and writers are refused while a writer
+// holds it. Every acquisition's token is greater than the one before.
+func TestRWLockTryReadersShareWriterExcludes(t *testing.T) {
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, 30*time.Second)
+	var rws []*mongolock.RWLock
+	for range 3 {
+		rws = append(rws, newProvider(t, ownClient(t, db, nil)).RWLock("shared"))
+	}
+	require.Equal(t, "shared", rws[0].Name())
+	var last int64
+	next := func(h *mongolock.Handle) *mongolock.Handle {
+		require.Greater(t, h.FencingToken(), last)
+		last = h.FencingToken()
+		return releaseAtCleanup(t, h)
+	}
+	var readers []*mongolock.Handle
+	for _, rw := range rws {
+		h, err := rw.TryRLock(ctx)
+		require.NoError(t, err)
+		readers = append(readers, next(h))
+	}
+	r, w := liveModes(t, semColl(db), "shared")
+	require.Equal(t, [2]int{3, 0}, [2]int{r, w}, "live readers, writers")
+	for _, rw := range rws {
+		_, err := rw.TryLock(ctx)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a writer with readers")
+	}
+	// A refused TryLock does not block readers.
+	h, err := rws[0].TryRLock(ctx)
+	require.NoError(t, err)
+	require.NoError(t, next(h).Release(ctx))
+
+	for i, h := range readers {
+		require.NoError(t, h.Release(ctx))
+		if i < len(readers)-1 {
+			_, err := rws[2].TryLock(ctx)
+			require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a writer with %d readers", len(readers)-1-i)
+		}
+	}
+	wh, err := rws[1].TryLock(ctx)
+	require.NoError(t, err, "no readers left")
+	next(wh)
+	r, w = liveModes(t, semColl(db), "shared")
+	require.Equal(t, [2]int{0, 1}, [2]int{r, w}, "live readers, writers")
+	for _, rw := range rws {
+		_, err := rw.TryLock(ctx)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "two writers")
+		_, err = rw.TryRLock(ctx)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a reader with a writer")
+	}
+	require.NoError(t, wh.Release(ctx))
+	h, err = rws[2].TryRLock(ctx)
+	require.NoError(t, err, "the writer released")
+	require.NoError(t, next(h).Release(ctx))
+	require.Zero(t, holderCount(t, semColl(db), "shared"))
+}
+
+// Readers and writers of three processes contend: never a writer with
+// anyone else, by an in-process count and by the server's, and readers do
+// share the lock.
+func TestRWLockNeverWriterWithOthers(t *testing.T) {
+	const procs, rounds = 3, 10
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, time.Minute)
+	var readers, writers, mostReaders, writes atomic.Int64
+	check := func() error {
+		if r, w := readers.Load(), writers.Load(); w > 1 || w == 1 && r > 0 {
+			return fmt.Errorf("%d readers and %d writers at once", r, w)
+		}
+		if r, w := liveModes(t, semColl(db), "mixed"); w > 1 || w == 1 && r > 0 {
+			return fmt.Errorf("%d live readers and %d live writers on the server", r, w)
+		}
+		return nil
+	}
+	var wg sync.WaitGroup
+	for range procs {
+		rw := newProvider(t, ownClient(t, db, nil), fastPolls).RWLock("mixed")
+		for range 2 { // readers
+			wg.Go(func() {
+				for range rounds {
+					h, err := rw.RLock(ctx)
+					if !assert(t, err == nil, "RLock: %v", err) {
+						return
+					}
+					now := readers.Add(1)
+					for m := mostReaders.Load(); now > m && !mostReaders.CompareAndSwap(m, now); m = mostReaders.Load() {
+					}
+					err = check()
+					time.Sleep(5 * time.Millisecond) // the work done reading
+					readers.Add(-1)
+					assert(t, err == nil, "%v", err)
+					assert(t, h.Release(ctx) == nil, "release")
+				}
+			})
+		}
+		wg.Go(func() { // a writer
+			for range rounds / 2 {
+				h, err := rw.Lock(ctx)
+				if !assert(t, err == nil, "Lock: %v", err) {
+					return
+				}
+				writers.Add(1)
+				writes.Add(1)
+				err = check()
+				time.Sleep(2 * time.Millisecond) // the work done writing
+				writers.Add(-1)
+				assert(t, err == nil, "%v", err)
+				assert(t, h.Release(ctx) == nil, "release")
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, int64(procs*(rounds/2)), writes.Load())
+	require.Greater(t, mostReaders.Load(), int64(1), "readers never shared the lock")
+	require.Zero(t, holderCount(t, semColl(db), "mixed"))
+}
+
+// A writer waiting in Lock blocks new readers, and gets the lock once the
+// readers holding it release, though readers keep coming, each taking the
+// lock before the last one releases it: without the writer's claim, the
+// lock would never be free of readers.
+func TestRWLockWaitingWriterIsNotStarvedByReaders(t *testing.T) {
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, 30*time.Second)
+	readerP := newProvider(t, ownClient(t, db, nil), fastPolls).RWLock("busy")
+	writerP := newProvider(t, ownClient(t, db, nil), fastPolls).RWLock("busy")
+
+	// The stream: a reader every 10 ms, each holding for 50 ms.
+	var mu sync.Mutex
+	type read struct {
+		token      int64
+		afterClaim bool // started once the writer's claim was seen
+	}
+	var reads []read
+	var claimSeen atomic.Bool
+	stop := make(chan struct{})
+	var stream sync.WaitGroup
+	stream.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond): // the stream's pace
+			}
+			after := claimSeen.Load()
+			stream.Go(func() {
+				h, err := readerP.RLock(ctx)
+				if !assert(t, err == nil, "RLock: %v", err) {
+					return
+				}
+				mu.Lock()
+				reads = append(reads, read{h.FencingToken(), after})
+				mu.Unlock()
+				time.Sleep(50 * time.Millisecond) // the work done reading
+				assert(t, h.Release(ctx) == nil, "release")
+			})
+		}
+	})
+	pollUntil(t, 5*time.Second, "readers overlap", func() bool {
+		r, _ := liveModes(t, semColl(db), "busy")
+		return r >= 2
+	})
+
+	type got struct {
+		h   *mongolock.Handle
+		err error
+	}
+	wrote := make(chan got, 1)
+	go func() {
+		h, err := writerP.Lock(ctx)
+		wrote <- got{h, err}
+	}()
+	pollUntil(t, 5*time.Second, "the waiting writer's claim", func() bool {
+		_, ok := semDoc(t, semColl(db), "busy").Lookup("writerWaitingUntil").TimeOK()
+		return ok
+	})
+	claimSeen.Store(true)
+	_, err := readerP.TryRLock(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a new reader while a writer waits")
+
+	var w got
+	select {
+	case w = <-wrote:
+	case <-time.After(10 * time.Second):
+		close(stop)
+		t.Fatal("the writer starved behind the readers")
+	}
+	require.NoError(t, w.err)
+	r, wr := liveModes(t, semColl(db), "busy")
+	require.Equal(t, [2]int{0, 1}, [2]int{r, wr}, "live readers, writers")
+	require.NoError(t, w.h.Release(ctx))
+	close(stop)
+	stream.Wait()
+	var before, waited int
+	for _, rd := range reads {
+		if rd.afterClaim {
+			require.Greater(t, rd.token, w.h.FencingToken(), "a reader started after the claim got in before the writer")
+			waited++
+		} else if rd.token < w.h.FencingToken() {
+			before++
+		}
+	}
+	require.Greater(t, before, 1, "readers before the writer")
+	require.Positive(t, waited, "readers that waited for the writer")
+	require.Zero(t, holderCount(t, semColl(db), "busy"))
+}
+
+// A Lock whose ctx ends after its request reached the server leaves nothing
+// held; and a writer that gave up stops blocking readers.
+func TestRWLockCancelledLockLeavesNoOrphan(t *testing.T) {
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, 30*time.Second)
+	px, pdb := proxied(t, db)
+	rw := newProvider(t, pdb, mongolock.WithExpiry(30*time.Second)).RWLock("orphan")
+	h, err := rw.TryLock(ctx) // creates the document
+	require.NoError(t, err)
+	require.NoError(t, h.Release(ctx))
+	requireNoOrphanAfterCut(t, db, px, "orphan", rw.Lock)
+
+	// A writer that gives up while readers hold: its claim lapses.
+	reader := newProvider(t, ownClient(t, db, nil)).RWLock("orphan")
+	r, err := reader.TryRLock(ctx)
+	require.NoError(t, err)
+	releaseAtCleanup(t, r)
+	wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = rw.Lock(wctx)
+	wcancel()
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	pollUntil(t, 10*time.Second, "a reader gets in after the writer gave up", func() bool {
+		h, err := reader.TryRLock(ctx)
+		if err == nil {
+			require.NoError(t, h.Release(ctx))
+		}
+		return err == nil
+	})
+}
