@@ -190,6 +190,8 @@ func TestRWLockWaitingWriterIsNotStarvedByReaders(t *testing.T) {
 	var claimSeen atomic.Bool
 	stop := make(chan struct{})
 	var stream sync.WaitGroup
+	stopOnce := sync.OnceFunc(func() { close(stop) })
+	t.Cleanup(func() { stopOnce(); stream.Wait() })
 	stream.Go(func() {
 		for {
 			select {
@@ -237,14 +239,13 @@ func TestRWLockWaitingWriterIsNotStarvedByReaders(t *testing.T) {
 	select {
 	case w = <-wrote:
 	case <-time.After(10 * time.Second):
-		close(stop)
 		t.Fatal("the writer starved behind the readers")
 	}
 	require.NoError(t, w.err)
 	r, wr := liveModes(t, semColl(db), "busy")
 	require.Equal(t, [2]int{0, 1}, [2]int{r, wr}, "live readers, writers")
 	require.NoError(t, w.h.Release(ctx))
-	close(stop)
+	stopOnce()
 	stream.Wait()
 	var before, waited int
 	for _, rd := range reads {
