@@ -414,6 +414,18 @@ type semHolder struct {
 	Token int64  `bson:"token"`
 }
 
+// nextToken is an acquisition's fencing token: one more than the last, and
+// at least the floor of $$NOW (tokenFloorScale).
+var nextToken = op("$max",
+	op("$add", ifNull("$fencingToken", int64(0)), int64(1)),
+	op("$multiply", op("$toLong", "$$NOW"), int64(tokenFloorScale)))
+
+// liveStage sets _live to the holders whose lease has not ended.
+var liveStage = bson.D{{Key: "$set", Value: bson.D{{Key: "_live", Value: bson.D{{Key: "$filter", Value: bson.D{
+	{Key: "input", Value: ifNull("$holders", bson.A{})},
+	{Key: "cond", Value: op("$gt", "$$this.expiresAt", "$$NOW")},
+}}}}}}}
+
 // 15. Create a semaphore: insertOne, as a lock's (1).
 func createSemDoc(name string, n int) bson.D {
 	return bson.D{{Key: "_id", Value: name}, {Key: "kind", Value: "semaphore"}, {Key: "n", Value: n},
@@ -426,24 +438,18 @@ func createSemDoc(name string, n int) bson.D {
 func semAcquirePipeline(id, owner string, n int, expiry time.Duration) bson.A {
 	const now, live, acq = "$$NOW", "$_live", "$_acquired"
 	until := op("$add", now, expiry.Milliseconds())
-	token := op("$max",
-		op("$add", ifNull("$fencingToken", int64(0)), int64(1)),
-		op("$multiply", op("$toLong", now), int64(tokenFloorScale)))
 	// $literal: an owner that begins with "$" is not a field path.
 	holder := bson.D{{Key: "id", Value: id}, {Key: "owner", Value: op("$literal", owner)}, {Key: "acquiredAt", Value: now},
-		{Key: "expiresAt", Value: until}, {Key: "token", Value: token}}
+		{Key: "expiresAt", Value: until}, {Key: "token", Value: nextToken}}
 	return bson.A{
-		bson.D{{Key: "$set", Value: bson.D{{Key: "_live", Value: bson.D{{Key: "$filter", Value: bson.D{
-			{Key: "input", Value: ifNull("$holders", bson.A{})},
-			{Key: "cond", Value: op("$gt", "$$this.expiresAt", now)},
-		}}}}}}},
+		liveStage,
 		bson.D{{Key: "$set", Value: bson.D{{Key: "_acquired", Value: op("$and",
 			op("$lt", op("$size", live), n),
 			op("$or", op("$eq", op("$size", live), 0), op("$eq", "$n", n)))}}}},
 		bson.D{{Key: "$set", Value: bson.D{
 			{Key: "n", Value: cond(acq, n, "$n")},
 			{Key: "holders", Value: cond(acq, op("$concatArrays", live, bson.A{holder}), "$holders")},
-			{Key: "fencingToken", Value: cond(acq, token, "$fencingToken")},
+			{Key: "fencingToken", Value: cond(acq, nextToken, "$fencingToken")},
 			{Key: "expiresAt", Value: cond(acq, until, "$expiresAt")},
 			{Key: "_live", Value: "$$REMOVE"},
 			{Key: "_acquired", Value: "$$REMOVE"},
@@ -519,11 +525,8 @@ func createRWDoc(name string) bson.D {
 func rwAcquirePipeline(id, owner string, mode rwMode, claim bool, expiry, claimLife time.Duration) bson.A {
 	const now, live, acq = "$$NOW", "$_live", "$_acquired"
 	until := op("$add", now, expiry.Milliseconds())
-	token := op("$max",
-		op("$add", ifNull("$fencingToken", int64(0)), int64(1)),
-		op("$multiply", op("$toLong", now), int64(tokenFloorScale)))
 	holder := bson.D{{Key: "id", Value: id}, {Key: "owner", Value: literal(owner)}, {Key: "mode", Value: string(mode)},
-		{Key: "acquiredAt", Value: now}, {Key: "expiresAt", Value: until}, {Key: "token", Value: token}}
+		{Key: "acquiredAt", Value: now}, {Key: "expiresAt", Value: until}, {Key: "token", Value: nextToken}}
 	acquired := op("$eq", op("$size", live), 0)
 	if mode == readMode {
 		writers := bson.D{{Key: "$filter", Value: bson.D{{Key: "input", Value: live}, {Key: "cond", Value: op("$ne", "$$this.mode", "r")}}}}
@@ -532,7 +535,7 @@ func rwAcquirePipeline(id, owner string, mode rwMode, claim bool, expiry, claimL
 	}
 	set := bson.D{
 		{Key: "holders", Value: cond(acq, op("$concatArrays", live, bson.A{holder}), "$holders")},
-		{Key: "fencingToken", Value: cond(acq, token, "$fencingToken")},
+		{Key: "fencingToken", Value: cond(acq, nextToken, "$fencingToken")},
 		{Key: "expiresAt", Value: cond(acq, op("$max", ifNull("$expiresAt", epoch), until), "$expiresAt")},
 	}
 	if mode == writeMode {
@@ -544,10 +547,7 @@ func rwAcquirePipeline(id, owner string, mode rwMode, claim bool, expiry, claimL
 	}
 	set = append(set, bson.E{Key: "_live", Value: "$$REMOVE"}, bson.E{Key: "_acquired", Value: "$$REMOVE"})
 	return bson.A{
-		bson.D{{Key: "$set", Value: bson.D{{Key: "_live", Value: bson.D{{Key: "$filter", Value: bson.D{
-			{Key: "input", Value: ifNull("$holders", bson.A{})},
-			{Key: "cond", Value: op("$gt", "$$this.expiresAt", now)},
-		}}}}}}},
+		liveStage,
 		bson.D{{Key: "$set", Value: bson.D{{Key: "_acquired", Value: acquired}}}},
 		bson.D{{Key: "$set", Value: set}},
 	}
