@@ -374,6 +374,49 @@ func ExampleSemaphore() {
 	// exporting
 }
 
+func ExampleRWLock() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, disconnect := exampleDatabase(ctx, "distributed_locks_semaphores") // (for the checked output)
+	defer disconnect()                                                     // (for the checked output)
+
+	locks, err := mongolock.NewProvider(db)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Many readers of the catalog at once, or one writer.
+	catalog := locks.RWLock("catalog")
+
+	reader, err := catalog.RLock(ctx) // waits while a writer holds or waits
+	if err != nil {
+		log.Fatal(err)
+	}
+	another, err := catalog.TryRLock(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = catalog.TryLock(ctx)
+	fmt.Println("a writer is refused:", errors.Is(err, mongolock.ErrNotAcquired))
+	// ... read, stopping if reader.Context() ends (the lock was lost) ...
+	for _, h := range []*mongolock.Handle{reader, another} {
+		if err := h.Release(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}
+
+	writer, err := catalog.Lock(ctx) // waits until nobody holds it
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("the writer's token outranks the readers':", writer.FencingToken() > another.FencingToken())
+	if err := writer.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// a writer is refused: true
+	// the writer's token outranks the readers': true
+}
+
 // exampleDatabase connects as ExampleNew does and empties collection, so
 // that the checked output starts afresh.
 func exampleDatabase(ctx context.Context, collection string) (*mongo.Database, func()) {

@@ -67,8 +67,8 @@ func (rw *RWLock) RLock(ctx context.Context) (*Handle, error) {
 // Lock waits until it holds the lock for writing or ctx ends. While it
 // waits, new readers are refused; current readers keep the lock until they
 // release it or lose it. Writers are not served in order. Errors are as
-// Lock.Acquire's. A Lock whose ctx ends stops blocking readers within a
-// second or so (the claim's lifetime).
+// Lock.Acquire's. A Lock whose ctx ends stops blocking readers once its
+// claim lapses: by default within a second.
 func (rw *RWLock) Lock(ctx context.Context) (*Handle, error) {
 	if ctx == nil {
 		return nil, rw.w.errorf("acquire", errNilContext)
