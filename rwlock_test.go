@@ -291,3 +291,39 @@ func TestRWLockCancelledLockLeavesNoOrphan(t *testing.T) {
 		return err == nil
 	})
 }
+
+// Readers' and writers' leases are extended with the provider's other
+// handles; a holder taken away on the server is lost, and only that one;
+// Close releases the rest.
+func TestRWLockLeasesAreExtendedAndLossIsSeen(t *testing.T) {
+	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
+	ctx := boundedCtx(t, 30*time.Second)
+	var hs []*mongolock.Handle
+	for range 2 {
+		h, err := e.p.RWLock("read").TryRLock(ctx)
+		require.NoError(t, err)
+		hs = append(hs, h)
+	}
+	w, err := e.p.RWLock("written").TryLock(ctx)
+	require.NoError(t, err)
+	hs = append(hs, w)
+
+	staysOpen(t, hs[0].Lost(), 4*shortExpiry, "a reader's Lost")
+	for _, h := range hs {
+		require.False(t, closedNow(h.Lost()), "%s lost", h.Name())
+	}
+	_, err = e.other.RWLock("written").TryRLock(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the writer's lease was kept")
+
+	_, err = semColl(e.db).UpdateOne(ctx, bson.D{{Key: "_id", Value: "read"}},
+		bson.D{{Key: "$pull", Value: bson.D{{Key: "holders", Value: bson.D{{Key: "id", Value: mongolock.LockID(hs[1])}}}}}})
+	require.NoError(t, err)
+	awaitClosed(t, hs[1].Lost(), lossDetectionBound, "the taken reader's Lost")
+	require.ErrorIs(t, context.Cause(hs[1].Context()), mongolock.ErrLockLost)
+	require.False(t, closedNow(hs[0].Lost()) || closedNow(w.Lost()))
+	require.ErrorIs(t, hs[1].Release(ctx), mongolock.ErrLockLost)
+
+	require.NoError(t, e.p.Close(ctx))
+	require.Zero(t, holderCount(t, semColl(e.db), "read"))
+	require.Zero(t, holderCount(t, semColl(e.db), "written"))
+}
