@@ -114,7 +114,8 @@ func TestSemaphoreNeverMoreThanNHolders(t *testing.T) {
 	wg.Wait()
 	require.LessOrEqual(t, most.Load(), int64(n), "holders at once")
 	require.Equal(t, int64(n), most.Load(), "the slots were never all held: no contention")
-	require.Greater(t, semDoc(t, semColl(db), "pool").Lookup("fencingToken").Int64(), last)
+	// The document keeps the last token issued: never below one a handle got.
+	require.GreaterOrEqual(t, semDoc(t, semColl(db), "pool").Lookup("fencingToken").Int64(), last)
 	require.Zero(t, holderCount(t, semColl(db), "pool"))
 }
 
