@@ -461,6 +461,8 @@ func TestTryAcquireGetsAFreeLockWhileOtherProcessesWait(t *testing.T) {
 	holder, err := e.p.Lock("cron").TryAcquire(ctx)
 	require.NoError(t, err)
 	var counts []*commandCounter
+	var waiters sync.WaitGroup
+	defer waiters.Wait() // after the cancels below: their Acquire calls have returned before the cleanups
 	for range 3 {
 		// Waiters that poll rarely, so that the free lock is there to take.
 		c := &commandCounter{}
@@ -468,7 +470,7 @@ func TestTryAcquireGetsAFreeLockWhileOtherProcessesWait(t *testing.T) {
 		w := newProvider(t, ownClient(t, e.db, c), mongolock.WithBusyWaitSleep(5*time.Second, 5*time.Second))
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		go func() { _, _ = w.Lock("cron").Acquire(wctx) }()
+		waiters.Go(func() { _, _ = w.Lock("cron").Acquire(wctx) })
 	}
 	// Each has made its first attempt, and sleeps.
 	pollUntil(t, 10*time.Second, "the waiters' first attempts", func() bool {
