@@ -43,7 +43,8 @@ type Provider struct {
 	calls    sync.WaitGroup // Acquire and TryAcquire calls in flight
 	bg       sync.WaitGroup // background work: cleanups, the TTL index
 	closer   sync.Once
-	closeErr chan error // the outcome of Close, once it is over
+	drained  chan struct{} // closed when Close is over
+	closeErr error         // its outcome; set before drained closes
 
 	replyHook func(error) error // tests only: replaces an acquisition's error
 	listBatch int32             // tests only: a listing's batch size, if not 0
@@ -76,7 +77,7 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 		extendUpdate: extendUpdate(o.expiry),
 		leases:       leases{held: make(map[*acquisition]*lease)},
 		done:         make(chan struct{}),
-		closeErr:     make(chan error, 1),
+		drained:      make(chan struct{}),
 	}
 	for _, m := range []attemptMode{tryMode, waitMode, handOverMode} {
 		p.acquire[m] = newAcquireParts(p.local.process, o.owner, m, o.expiry, o.claimLifetime())
@@ -178,12 +179,14 @@ func (p *Provider) Close(ctx context.Context) error {
 		p.closed = true
 		p.mu.Unlock()
 		close(p.done)
-		go func() { p.closeErr <- p.shutdown(ctx) }()
+		go func() {
+			p.closeErr = p.shutdown(ctx)
+			close(p.drained)
+		}()
 	})
 	select {
-	case err := <-p.closeErr:
-		p.closeErr <- err // for later calls
-		return err
+	case <-p.drained:
+		return p.closeErr
 	case <-ctx.Done():
 		return ctx.Err()
 	}
