@@ -57,6 +57,10 @@ func (o config) backoff() backoff {
 //     whose own process has been taking the lock in streaks (a busy lock)
 //     does so only once the same acquisition has been seen across the
 //     longest sleep.
+//   - A semaphore's or an RWLock's waiters have no turns to time: their
+//     claimant looks at the minimum sleep while the holders change, others
+//     at the configured sleep, and all back off as above while the holders
+//     stay.
 //   - While release events arrive (change streams), a release wakes every
 //     waiter, and polling is a safety net at standbySleep; but a lease that
 //     runs out sends no event, so the claimant looks every longest sleep
@@ -111,6 +115,14 @@ func (w *waiting) refused(o config, proc string, doc lockDoc, now time.Time, not
 		return max(min(o.sleepMax, time.Second), o.sleepMin)
 	case notified:
 		return o.standbySleep()
+	case doc.n > 0 && doc.WaitingProcess == proc:
+		// A slot's claimant: no turns to time; it looks often while the
+		// holders change, since its slot may come free any moment.
+		w.standby = 0
+		if first || changing {
+			return o.sleepMin
+		}
+		return o.claimantSleep()
 	case doc.WaitingProcess == proc:
 		w.standby = 0
 		d := o.claimantSleep()
@@ -132,6 +144,9 @@ func (w *waiting) refused(o config, proc string, doc lockDoc, now time.Time, not
 		return max(w.standby, o.sleepMin)
 	}
 	w.standby = 0
+	if doc.n > 0 {
+		return b.next(w.failures) // a slot's: no turns to time
+	}
 	if w.per == 0 {
 		return o.sleepMin // learn the pace
 	}

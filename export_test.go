@@ -59,7 +59,10 @@ func CollectionName(p *Provider) string { return p.coll.Name() }
 
 // QueueLen is the number of Acquire calls of this process waiting in line
 // for name; QueueNames the number of names with a local queue entry.
+// SlotQueueLen is QueueLen for a Semaphore's or an RWLock's name.
 func QueueLen(p *Provider, name string) int { return p.local.queues.waiting(name) }
+
+func SlotQueueLen(p *Provider, name string) int { return p.semLocal.queues.waiting(name) }
 
 func QueueNames(p *Provider) int {
 	qs := &p.local.queues
@@ -71,24 +74,26 @@ func QueueNames(p *Provider) int {
 // DatabaseName is the provider's database.
 func DatabaseName(p *Provider) string { return p.coll.Database().Name() }
 
-// SetReleaseSource replaces the change stream that wakes waiters of p's
-// collection when a lock is released (an in-memory source, for tests).
-// Call it before the collection has waiters.
+// SetReleaseSource replaces the change streams that wake waiters of p's
+// collections (the locks', the semaphores') when a lock or slot is released
+// (an in-memory source, for tests). Call it before the collections have
+// waiters.
 func SetReleaseSource(p *Provider, source func(ctx context.Context, released func(name string)) error) {
-	n := &p.local.notify
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.source = func(ctx context.Context, _ *mongo.Collection, ready func(), released func(string)) error {
-		ready()
-		return source(ctx, released)
+	for _, n := range []*notifier{&p.local.notify, &p.semLocal.notify} {
+		n.mu.Lock()
+		n.source = func(ctx context.Context, _ *mongo.Collection, ready func(), released func(string)) error {
+			ready()
+			return source(ctx, released)
+		}
+		n.none = false
+		n.mu.Unlock()
 	}
-	n.none = false
 }
 
-// Notifying reports whether p's collection runs its release source and
-// the source is ready (a change stream: opened).
+// Notifying reports whether one of p's collections runs its release source
+// and the source is ready (a change stream: opened).
 func Notifying(p *Provider) bool {
-	return p.local.notify.isOpen()
+	return p.local.notify.isOpen() || p.semLocal.notify.isOpen()
 }
 
 // LockID is the lockId of h's acquisition.

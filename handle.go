@@ -52,9 +52,7 @@ type acquisition struct {
 func newHandle(l *Lock, lockID string, token int64, sent time.Time) *Handle {
 	a := &acquisition{lock: l, lockID: lockID, token: token, lost: make(chan struct{}), unkept: make(chan struct{})}
 	a.ctx, a.cancel = context.WithCancelCause(context.Background())
-	if l.n == 0 { // a semaphore's Acquire waits in no line
-		l.p.local.queues.hold(l, time.Now())
-	}
+	l.local().queues.hold(l, time.Now())
 	l.p.keep(a, sent)
 	h := &Handle{a}
 	runtime.AddCleanup(h, (*acquisition).abandoned, a)
@@ -130,11 +128,7 @@ func (h *acquisition) release(ctx context.Context) error {
 		return h.lock.errorf("release", err)
 	}
 	var err error
-	var w *waiter
-	if h.lock.n == 0 { // a semaphore's Acquire waits in no line
-		w = p.local.queues.offer(h.lock.name)
-	}
-	if w != nil {
+	if w := h.lock.local().queues.offer(h.lock.name); w != nil {
 		err = h.handOver(ctx, w) // sends nothing if ctx is done
 	} else if err = ctx.Err(); err == nil {
 		res, uerr := h.lock.releaseOne(ctx, h.lockID)
@@ -168,14 +162,13 @@ func (h *acquisition) release(ctx context.Context) error {
 // another process's turn has come, the round trip only releases, and w goes
 // on waiting. It returns the round trip's error.
 func (h *acquisition) handOver(ctx context.Context, w *waiter) error {
-	name, wp := h.lock.name, w.lock.p
 	lockID, sent := newLockID(), time.Now()
-	doc, err := w.lock.acquireRoundTrip(ctx, ownerFilter(name, h.lockID), lockID, 0, handOverMode)
+	doc, err := w.lock.acquireRoundTrip(ctx, h.lockID, lockID, 0, handOverMode)
 	var next *Handle
 	if err == nil && doc.LockID == lockID {
 		next = newHandle(w.lock, lockID, doc.FencingToken, sent)
 	}
-	if !wp.local.queues.deliver(w, next) && next != nil {
+	if !w.lock.local().queues.deliver(w, next) && next != nil {
 		// Its Acquire ended meanwhile.
 		h.lock.p.background(cleanupTimeout, func(ctx context.Context) { _ = next.Release(ctx) })
 	}
@@ -205,9 +198,7 @@ func (h *acquisition) markLost(why error) {
 
 // unhold tells local waiters, once, that this handle holds the lock no more.
 func (h *acquisition) unhold() {
-	if h.lock.n == 0 {
-		h.unholdOnce.Do(func() { h.lock.p.local.queues.unhold(h.lock.name) })
-	}
+	h.unholdOnce.Do(func() { h.lock.local().queues.unhold(h.lock) })
 }
 
 // leaseOver signals loss when the local lease ran out (lastErr: the last

@@ -210,6 +210,13 @@ func awaitQueueLen(t *testing.T, p *mongolock.Provider, name string, n int) {
 		func() bool { return mongolock.QueueLen(p, name) == n })
 }
 
+// awaitSlotQueueLen is awaitQueueLen for a Semaphore's or an RWLock's name.
+func awaitSlotQueueLen(t *testing.T, p *mongolock.Provider, name string, n int) {
+	t.Helper()
+	pollUntil(t, 10*time.Second, fmt.Sprintf("%d in line for %q", n, name),
+		func() bool { return mongolock.SlotQueueLen(p, name) == n })
+}
+
 // awaitClosed waits up to d for ch to be closed and returns when it was
 // seen closed; it fails the test if ch stays open.
 func awaitClosed(t *testing.T, ch <-chan struct{}, d time.Duration, what string) time.Time {

@@ -492,42 +492,87 @@ func TestTryAcquireGetsAFreeLockWhileOtherProcessesWait(t *testing.T) {
 // While a lock is held for long by one process, only the claimant polls
 // faster than the configured sleep; the other waiting processes back off.
 func TestWhileALockIsHeldOnlyTheClaimantPollsOften(t *testing.T) {
-	const waiters, hold = 4, 2 * time.Second
-	ctx := boundedCtx(t, time.Minute)
-	db := testdb.Database(t)
-	holderP := newProvider(t, ownClient(t, db, nil))
-	h, err := holderP.Lock("standby").TryAcquire(ctx)
-	require.NoError(t, err)
-
-	counts := make([]*commandCounter, waiters)
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	for i := range waiters {
-		counts[i] = &commandCounter{}
-		p := newProvider(t, ownClient(t, db, counts[i]), mongolock.WithBusyWaitSleep(10*time.Millisecond, 100*time.Millisecond))
-		wg.Go(func() {
-			h, err := p.Lock("standby").Acquire(wctx)
-			if err == nil {
-				_ = h.Release(ctx)
+	type acquire func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error)
+	const name = "standby"
+	for _, c := range []struct {
+		kind       string
+		holds      int // acquisitions by hold that fill it
+		hold, wait acquire
+	}{
+		{"lock", 1,
+			func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error) {
+				return p.Lock(name).TryAcquire(ctx)
+			},
+			func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error) {
+				return p.Lock(name).Acquire(ctx)
+			}},
+		{"semaphore", 2,
+			func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error) {
+				return p.Semaphore(name, 2).TryAcquire(ctx)
+			},
+			func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error) {
+				return p.Semaphore(name, 2).Acquire(ctx)
+			}},
+		{"readers-wait-for-a-writer", 1,
+			func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error) {
+				return p.RWLock(name).TryLock(ctx)
+			},
+			func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error) {
+				return p.RWLock(name).RLock(ctx)
+			}},
+		{"writers-wait-for-a-reader", 1,
+			func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error) {
+				return p.RWLock(name).TryRLock(ctx)
+			},
+			func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error) {
+				return p.RWLock(name).Lock(ctx)
+			}},
+	} {
+		t.Run(c.kind, func(t *testing.T) {
+			const waiters, hold = 4, 2 * time.Second
+			ctx := boundedCtx(t, time.Minute)
+			db := testdb.Database(t)
+			holderP := newProvider(t, ownClient(t, db, nil))
+			held := make([]*mongolock.Handle, c.holds)
+			for i := range held {
+				var err error
+				held[i], err = c.hold(holderP, ctx)
+				require.NoError(t, err)
 			}
+
+			counts := make([]*commandCounter, waiters)
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			var wg sync.WaitGroup
+			for i := range waiters {
+				counts[i] = &commandCounter{}
+				p := newProvider(t, ownClient(t, db, counts[i]), mongolock.WithBusyWaitSleep(10*time.Millisecond, 100*time.Millisecond))
+				wg.Go(func() {
+					h, err := c.wait(p, wctx)
+					if err == nil {
+						_ = h.Release(ctx)
+					}
+				})
+			}
+			time.Sleep(hold) // it is held for this long: what it costs is counted
+			cancel()
+			wg.Wait()
+			for _, h := range held {
+				require.NoError(t, h.Release(ctx))
+			}
+			var often int
+			for i, c := range counts {
+				n := c.started.Load()
+				t.Logf("waiting process %d: %d attempts in %v", i, n, hold)
+				// The configured sleep is 10-100 ms: 20 attempts in 2 s is above
+				// what backing off to 800 ms allows, and far below the claimant's.
+				if n > 20 {
+					often++
+				}
+			}
+			require.Equal(t, 1, often, "processes that polled often while it was held")
 		})
 	}
-	time.Sleep(hold) // the lock is held for this long: what it costs is counted
-	cancel()
-	wg.Wait()
-	require.NoError(t, h.Release(ctx))
-	var often int
-	for i, c := range counts {
-		n := c.started.Load()
-		t.Logf("waiting process %d: %d attempts in %v", i, n, hold)
-		// The configured sleep is 10-100 ms: 20 attempts in 2 s is above
-		// what backing off to 800 ms allows, and far below the claimant's.
-		if n > 20 {
-			often++
-		}
-	}
-	require.Equal(t, 1, often, "processes that polled often while the lock was held")
 }
 
 // DistributedLock.MongoDB: a Go service and a .NET service sharing a lock

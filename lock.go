@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // A Lock is a named distributed lock. It holds no state of its own: every
@@ -84,7 +83,8 @@ func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
 	if ctx == nil {
 		return nil, l.errorf("acquire", errNilContext)
 	}
-	p, qs := l.p, &l.p.local.queues
+	p, lc := l.p, l.local()
+	qs := &lc.queues
 	if !p.enter() {
 		return nil, l.errorf("acquire", ErrClosed)
 	}
@@ -94,7 +94,7 @@ func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
 	// a waiter for release events; contended: held by someone else.
 	var claimed, watching, contended bool
 	var lastErr error // the last transient error
-	defer func() { p.leaveLine(w, err != nil && claimed, watching) }()
+	defer func() { l.leaveLine(w, err != nil && claimed, watching) }()
 	for {
 		select {
 		case <-w.wake: // what woke it is seen below
@@ -113,10 +113,10 @@ func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
 			case err == nil:
 				return h, nil
 			case errors.Is(err, ErrNotAcquired):
-				contended, claimed = true, claimed || doc.WaitingProcess == p.local.process
+				contended, claimed = true, claimed || doc.WaitingProcess == lc.process
 				if !watching {
 					watching = true
-					p.local.notify.join(p.coll, qs.wakeHead, &p.local.bg)
+					lc.notify.join(l.coll(), qs.wakeHead, &lc.bg)
 				}
 				due = qs.after(w, &doc)
 			case ctx.Err() != nil || endedByDeadline(ctx, err): // cut short by ctx: it tells nothing
@@ -152,16 +152,17 @@ func (l *Lock) gaveUp(ctx context.Context, lastErr error, contended bool) error 
 // leaveLine takes w out of its line when its Acquire returns. A handle
 // handed over as it gave up is released, and so is its process's claim if
 // withdraw and nobody else of its process waits.
-func (p *Provider) leaveLine(w *waiter, withdraw, watching bool) {
+func (l *Lock) leaveLine(w *waiter, withdraw, watching bool) {
+	lc := l.local()
 	if watching {
-		p.local.notify.leave()
+		lc.notify.leave()
 	}
-	left, untaken := p.local.queues.leave(w)
+	left, untaken := lc.queues.leave(w)
 	if untaken != nil {
-		p.background(cleanupTimeout, func(ctx context.Context) { _ = untaken.Release(ctx) })
+		l.p.background(cleanupTimeout, func(ctx context.Context) { _ = untaken.Release(ctx) })
 	}
 	if withdraw && left == 0 {
-		p.withdraw(w.lock.name)
+		l.withdraw()
 	}
 }
 
@@ -217,7 +218,7 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Han
 		// A fresh lockId per round trip: a cleanup of one can never free
 		// another.
 		lockID, sent := newLockID(), time.Now()
-		doc, err := l.acquireRoundTrip(ctx, acquireFilter(l.name), lockID, since, mode)
+		doc, err := l.acquireRoundTrip(ctx, "", lockID, since, mode)
 		switch {
 		case err == nil && doc.LockID == lockID:
 			return newHandle(l, lockID, doc.FencingToken, sent), doc, nil
@@ -244,8 +245,9 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Han
 	}
 }
 
-// acquireRoundTrip sends one acquisition of l and waits for its reply, for
-// ctx, or for the provider to close (ErrClosed).
+// acquireRoundTrip sends one acquisition of l, or a hand-over from the
+// acquisition releasing, and waits for its reply, for ctx, or for the
+// provider to close (ErrClosed).
 //
 // No orphans: if ctx ends (or the provider closes) first, the request may
 // already be on the server, and a release sent now could overtake it there. So the request is left to
@@ -254,12 +256,16 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Han
 // claim that nobody of this process still needs is withdrawn. A request
 // that fails ambiguously (the connection dropped after sending, a write
 // concern error) is released in the background too.
-func (l *Lock) acquireRoundTrip(ctx context.Context, filter bson.D, lockID string, since int64, mode attemptMode) (lockDoc, error) {
-	p, name := l.p, l.name
+func (l *Lock) acquireRoundTrip(ctx context.Context, releasing, lockID string, since int64, mode attemptMode) (lockDoc, error) {
+	p, lc := l.p, l.local()
 	send := func(ctx context.Context) (doc lockDoc, err error) {
 		if l.n > 0 {
-			doc, err = l.semAcquire(ctx, lockID, mode)
+			doc, err = l.slotAcquire(ctx, releasing, lockID, mode)
 		} else {
+			filter := acquireFilter(l.name)
+			if releasing != "" {
+				filter = ownerFilter(l.name, releasing)
+			}
 			err = p.coll.FindOneAndUpdate(ctx, filter, acquirePipeline(lockID, since, l.value, p.acquire[mode]), acquireOptions).Decode(&doc)
 		}
 		if p.replyHook != nil {
@@ -297,8 +303,8 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, filter bson.D, lockID strin
 			switch {
 			case r.err == nil && r.doc.LockID == lockID:
 				l.releaseInBackground(lockID, afterReply)
-			case r.err == nil && r.doc.WaitingProcess == p.local.process && p.local.queues.waiting(name) == 0:
-				p.withdraw(name)
+			case r.err == nil && r.doc.WaitingProcess == lc.process && lc.queues.waiting(l.name) == 0:
+				l.withdraw()
 			}
 		}
 	})
@@ -352,10 +358,10 @@ var (
 	afterNoReply = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond, 1500 * time.Millisecond}
 )
 
-// withdraw removes this process's claim on name's next turn, in the
+// withdraw removes this process's claim on l's next turn, in the
 // background.
-func (p *Provider) withdraw(name string) {
-	p.background(cleanupTimeout, func(ctx context.Context) {
-		_, _ = p.coll.UpdateOne(ctx, withdrawFilter(name, p.local.process), withdrawUpdate)
+func (l *Lock) withdraw() {
+	l.p.background(cleanupTimeout, func(ctx context.Context) {
+		_, _ = l.coll().UpdateOne(ctx, withdrawFilter(l.name, l.local().process), withdrawUpdate)
 	})
 }

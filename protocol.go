@@ -49,7 +49,7 @@ type lockDoc struct {
 	ProcessStreak  int       `bson:"processStreak"`
 	WaitingProcess string    `bson:"waitingProcess"`
 	WaitingUntil   time.Time `bson:"waitingUntil"`
-	n              int       // a semaphore's slots (semAcquire)
+	n              int       // a semaphore's slots, an RWLock's 1 (slotAcquire)
 }
 
 // turnLength is how many times in a row a process may acquire a lock; then,
@@ -272,12 +272,13 @@ func raiseTTL(coll string) bson.D {
 }
 
 // 9. Where the server has change streams, while some Acquire waits for a
-// lock held by another process: watch the collection for releases (lockId
-// removed by a release, or the document deleted by DistributedLock.MongoDB
-// or the TTL monitor).
+// lock or a slot held by another process: watch the collection for releases
+// (a lock's lockId removed by a release, a slot's releasedAt stamped, or the
+// document deleted by DistributedLock.MongoDB or the TTL monitor).
 var releaseEvents = mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "$or", Value: bson.A{
 	bson.D{{Key: "operationType", Value: "delete"}},
 	bson.D{{Key: "updateDescription.removedFields", Value: "lockId"}},
+	bson.D{{Key: "updateDescription.updatedFields.releasedAt", Value: bson.D{{Key: "$exists", Value: true}}}},
 }}}}}}
 
 // 10. Inspect: aggregate([{$match: filter}, {$project: …}]): each lock's
@@ -392,7 +393,7 @@ func leaderEvents(name string) mongo.Pipeline {
 //
 //	{_id: name, kind: "semaphore", n,
 //	 holders: [{id, owner, acquiredAt, expiresAt, token}],
-//	 fencingToken, expiresAt}
+//	 fencingToken, expiresAt, waitingProcess, waitingUntil, releasedAt}
 //
 // At most n holders are live (expiresAt after the server's $$NOW) at any
 // server instant: an acquisition drops the expired holders and adds itself
@@ -404,9 +405,10 @@ func leaderEvents(name string) mongo.Pipeline {
 
 // semDoc is a semaphore acquisition's reply: the document after the update.
 type semDoc struct {
-	N            int         `bson:"n"`
-	FencingToken int64       `bson:"fencingToken"`
-	Holders      []semHolder `bson:"holders"`
+	N              int         `bson:"n"`
+	FencingToken   int64       `bson:"fencingToken"`
+	Holders        []semHolder `bson:"holders"`
+	WaitingProcess string      `bson:"waitingProcess"`
 }
 
 type semHolder struct {
@@ -432,29 +434,95 @@ func createSemDoc(name string, n int) bson.D {
 		{Key: "holders", Value: bson.A{}}, {Key: "expiresAt", Value: epoch}}
 }
 
-// 16. Acquire a slot: findOneAndUpdate({_id: name}, semAcquirePipeline,
-// returnDocument: after). The first stage keeps the live holders, the
-// second decides, the third writes; a refusal writes nothing.
-func semAcquirePipeline(id, owner string, n int, expiry time.Duration) bson.A {
+// 16. Acquire a slot, or hand one over: findOneAndUpdate({_id: name},
+// slotPipeline, returnDocument: after). As a lock's (2, 3), with a scalar
+// claim (waitingProcess, waitingUntil) and no turns: a refused Acquire
+// claims the next free slot for its process, unless another process's claim
+// is live (its own is renewed once half spent); while another process's
+// claim is live, an acquisition leaves it a slot: a semaphore's takes a
+// slot only if another stays free, an RWLock's writer waits. An acquisition
+// fulfils its process's claim. The stages keep the live holders, decide,
+// and write; a refusal writes nothing but the claim. A hand-over (filter
+// semHolderFilter(name, releasing)) first removes the releasing holder, and
+// a refused one only releases, stamping releasedAt as a release does (17).
+func slotPipeline(a slotAttempt) bson.A {
 	const now, live, acq = "$$NOW", "$_live", "$_acquired"
-	until := op("$add", now, expiry.Milliseconds())
-	// $literal: an owner that begins with "$" is not a field path.
-	holder := bson.D{{Key: "id", Value: id}, {Key: "owner", Value: op("$literal", owner)}, {Key: "acquiredAt", Value: now},
-		{Key: "expiresAt", Value: until}, {Key: "token", Value: nextToken}}
-	return bson.A{
-		liveStage,
-		bson.D{{Key: "$set", Value: bson.D{{Key: "_acquired", Value: op("$and",
-			op("$lt", op("$size", live), n),
-			op("$or", op("$eq", op("$size", live), 0), op("$eq", "$n", n)))}}}},
-		bson.D{{Key: "$set", Value: bson.D{
-			{Key: "n", Value: cond(acq, n, "$n")},
-			{Key: "holders", Value: cond(acq, op("$concatArrays", live, bson.A{holder}), "$holders")},
-			{Key: "fencingToken", Value: cond(acq, nextToken, "$fencingToken")},
-			{Key: "expiresAt", Value: cond(acq, until, "$expiresAt")},
-			{Key: "_live", Value: "$$REMOVE"},
-			{Key: "_acquired", Value: "$$REMOVE"},
-		}}},
+	until := op("$add", now, a.expiry.Milliseconds())
+	holder := bson.D{{Key: "id", Value: a.id}, {Key: "owner", Value: literal(a.owner)}}
+	if a.rw != 0 {
+		holder = append(holder, bson.E{Key: "mode", Value: string(a.rw)})
 	}
+	holder = append(holder, bson.E{Key: "acquiredAt", Value: now}, bson.E{Key: "expiresAt", Value: until}, bson.E{Key: "token", Value: nextToken})
+	claimLive := op("$gt", ifNull("$waitingUntil", epoch), now)
+	other := op("$and", claimLive, op("$ne", "$waitingProcess", a.proc)) // another process's live claim
+	size := op("$size", live)
+	var acquired, claimable any
+	switch a.rw {
+	case readMode: // no live writer, and no writer's claim, even of this process
+		writers := bson.D{{Key: "$filter", Value: bson.D{{Key: "input", Value: live}, {Key: "cond", Value: op("$ne", "$$this.mode", "r")}}}}
+		acquired = op("$and", op("$eq", op("$size", writers), 0), not(op("$and", claimLive, op("$eq", "$waitingMode", "w"))))
+		claimable = not(op("$and", claimLive, op("$or", other, op("$eq", "$waitingMode", "w"))))
+	case writeMode:
+		acquired = op("$and", op("$eq", size, 0), not(other))
+		claimable = not(other)
+	default: // a semaphore's: fewer than n live, with n agreed, and one to spare for another's claim
+		acquired = op("$and",
+			op("$lt", size, a.n),
+			op("$or", op("$eq", size, 0), op("$eq", "$n", a.n)),
+			op("$or", not(other), op("$lt", size, a.n-1)))
+		claimable = not(other)
+	}
+	mine := op("$eq", "$waitingProcess", a.proc)
+	keep := func(field string) any { return cond(acq, cond(mine, "$$REMOVE", "$"+field), "$"+field) }
+	claims := bson.D{
+		{Key: "waitingProcess", Value: keep("waitingProcess")},
+		{Key: "waitingUntil", Value: keep("waitingUntil")},
+	}
+	if a.rw != 0 {
+		claims = append(claims, bson.E{Key: "waitingMode", Value: keep("waitingMode")})
+	}
+	if a.mode == waitMode {
+		// Renewed only once half spent: most refusals write nothing.
+		claiming := op("$and", not(acq), claimable,
+			op("$lt", ifNull("$waitingUntil", epoch), op("$add", now, (a.claim/2).Milliseconds())))
+		values := []any{a.proc, op("$add", now, a.claim.Milliseconds()), string(a.rw)}
+		for i := range claims {
+			claims[i].Value = cond(claiming, values[i], claims[i].Value)
+		}
+	}
+	set := bson.D{
+		{Key: "holders", Value: cond(acq, op("$concatArrays", live, bson.A{holder}), "$holders")},
+		{Key: "fencingToken", Value: cond(acq, nextToken, "$fencingToken")},
+		{Key: "expiresAt", Value: cond(acq, op("$max", ifNull("$expiresAt", epoch), until), "$expiresAt")},
+	}
+	if a.rw == 0 {
+		set = append(set, bson.E{Key: "n", Value: cond(acq, a.n, "$n")})
+	}
+	set = append(set, claims...)
+	var stages bson.A
+	if a.mode == handOverMode {
+		stages = bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "holders", Value: bson.D{{Key: "$filter", Value: bson.D{
+			{Key: "input", Value: ifNull("$holders", bson.A{})},
+			{Key: "cond", Value: op("$ne", "$$this.id", a.releasing)},
+		}}}}}}}}
+		set = append(set, bson.E{Key: "releasedAt", Value: cond(acq, ifNull("$releasedAt", "$$REMOVE"), now)})
+	}
+	set = append(set, bson.E{Key: "_live", Value: "$$REMOVE"}, bson.E{Key: "_acquired", Value: "$$REMOVE"})
+	return append(stages,
+		liveStage,
+		bson.D{{Key: "$set", Value: bson.D{{Key: "_acquired", Value: acquired}}}},
+		bson.D{{Key: "$set", Value: set}},
+	)
+}
+
+// slotAttempt is what slotPipeline needs of one attempt.
+type slotAttempt struct {
+	id, releasing string // releasing: the holder handed over from (handOverMode)
+	proc, owner   string
+	n             int    // a semaphore's slots
+	rw            rwMode // an RWLock's mode; 0 for a semaphore
+	mode          attemptMode
+	expiry, claim time.Duration
 }
 
 // semHolderFilter matches the semaphore only while id holds a slot of it:
@@ -466,9 +534,12 @@ func semHolderFilter(name, id string) bson.D {
 // 17. Release a slot: updateOne(semHolderFilter, semReleaseUpdate). The
 // token stays; the top-level expiresAt too, so the TTL index deletes the
 // document at most ttlGraceSeconds after the released lease would have
-// ended.
+// ended. releasedAt is what release events (9) look for.
 func semReleaseUpdate(id string) bson.D {
-	return bson.D{{Key: "$pull", Value: bson.D{{Key: "holders", Value: bson.D{{Key: "id", Value: id}}}}}}
+	return bson.D{
+		{Key: "$pull", Value: bson.D{{Key: "holders", Value: bson.D{{Key: "id", Value: id}}}}},
+		{Key: "$currentDate", Value: bson.D{{Key: "releasedAt", Value: true}}},
+	}
 }
 
 // 18. Extend slots' leases, one or a batch across semaphores:
@@ -504,51 +575,18 @@ func semHoldersQuery(names bson.A) (filter, projection bson.D) {
 //
 //	{_id: name, kind: "rwlock",
 //	 holders: [{id, owner, mode, acquiredAt, expiresAt, token}],
-//	 fencingToken, expiresAt, writerWaitingUntil}
+//	 fencingToken, expiresAt, waitingProcess, waitingUntil, waitingMode,
+//	 releasedAt}
 //
 // mode is "r" or "w"; a holder without mode (a Semaphore's, under the same
-// name) counts as a writer. writerWaitingUntil: the server time until which
-// a refused writer's claim blocks new readers, unless it asks again.
+// name) counts as a writer. A writer's live claim (waitingMode "w") blocks
+// new readers, even of its own process, so that readers cannot starve
+// writers; a reader's claim blocks writers of other processes, so that
+// writers cannot starve readers. Acquired by 16, with the mode; released,
+// handed over and extended as a semaphore's slot.
 
 // 20. Create an RWLock: insertOne, as a lock's (1).
 func createRWDoc(name string) bson.D {
 	return bson.D{{Key: "_id", Value: name}, {Key: "kind", Value: "rwlock"},
 		{Key: "holders", Value: bson.A{}}, {Key: "expiresAt", Value: epoch}}
-}
-
-// 21. Acquire for reading or writing: findOneAndUpdate({_id: name},
-// rwAcquirePipeline, returnDocument: after), in three stages as a slot's
-// (16). A reader acquires if no live holder is a writer and no writer's
-// claim is live; a writer if no holder is live. A writer that acquires
-// clears the claim; one refused in Lock (claim) sets it to $$NOW + its
-// lifetime; other refusals write nothing.
-func rwAcquirePipeline(id, owner string, mode rwMode, claim bool, expiry, claimLife time.Duration) bson.A {
-	const now, live, acq = "$$NOW", "$_live", "$_acquired"
-	until := op("$add", now, expiry.Milliseconds())
-	holder := bson.D{{Key: "id", Value: id}, {Key: "owner", Value: literal(owner)}, {Key: "mode", Value: string(mode)},
-		{Key: "acquiredAt", Value: now}, {Key: "expiresAt", Value: until}, {Key: "token", Value: nextToken}}
-	acquired := op("$eq", op("$size", live), 0)
-	if mode == readMode {
-		writers := bson.D{{Key: "$filter", Value: bson.D{{Key: "input", Value: live}, {Key: "cond", Value: op("$ne", "$$this.mode", "r")}}}}
-		acquired = op("$and", op("$eq", op("$size", writers), 0),
-			not(op("$gt", ifNull("$writerWaitingUntil", epoch), now)))
-	}
-	set := bson.D{
-		{Key: "holders", Value: cond(acq, op("$concatArrays", live, bson.A{holder}), "$holders")},
-		{Key: "fencingToken", Value: cond(acq, nextToken, "$fencingToken")},
-		{Key: "expiresAt", Value: cond(acq, op("$max", ifNull("$expiresAt", epoch), until), "$expiresAt")},
-	}
-	if mode == writeMode {
-		refused := any("$writerWaitingUntil")
-		if claim {
-			refused = op("$add", now, claimLife.Milliseconds())
-		}
-		set = append(set, bson.E{Key: "writerWaitingUntil", Value: cond(acq, "$$REMOVE", refused)})
-	}
-	set = append(set, bson.E{Key: "_live", Value: "$$REMOVE"}, bson.E{Key: "_acquired", Value: "$$REMOVE"})
-	return bson.A{
-		liveStage,
-		bson.D{{Key: "$set", Value: bson.D{{Key: "_acquired", Value: acquired}}}},
-		bson.D{{Key: "$set", Value: set}},
-	}
 }

@@ -34,8 +34,13 @@ func TestGoldenProtocol(t *testing.T) {
 		}
 	}
 	acquire := func(filter bson.D, mode attemptMode) bson.D { return acquireWith(filter, mode, nil) }
-	rwAcquire := func(mode rwMode, claim bool) bson.D {
-		return bson.D{{Key: "findOneAndUpdate", Value: acquireFilter(name)}, {Key: "update", Value: rwAcquirePipeline(lockID, owner, mode, claim, o.expiry, o.claimLifetime())}, {Key: "returnDocument", Value: "after"}}
+	slotAcquire := func(n int, rw rwMode, mode attemptMode) bson.D {
+		filter, releasing := acquireFilter(name), ""
+		if mode == handOverMode {
+			filter, releasing = semHolderFilter(name, holding), holding
+		}
+		a := slotAttempt{id: lockID, releasing: releasing, proc: proc, owner: owner, n: n, rw: rw, mode: mode, expiry: o.expiry, claim: o.claimLifetime()}
+		return bson.D{{Key: "findOneAndUpdate", Value: filter}, {Key: "update", Value: slotPipeline(a)}, {Key: "returnDocument", Value: "after"}}
 	}
 	leaderValue := "http://10.0.0.7:8080"
 	holders, projection := holdersQuery(bson.A{name, "invoices"})
@@ -45,33 +50,37 @@ func TestGoldenProtocol(t *testing.T) {
 		require.NoError(t, set(&index))
 	}
 	statements := map[string]bson.D{
-		"1-create":             {{Key: "insertOne", Value: createDoc(name)}},
-		"2-try-acquire":        acquire(acquireFilter(name), tryMode),
-		"2-acquire":            acquire(acquireFilter(name), waitMode),
-		"2-acquire-with-value": acquireWith(acquireFilter(name), waitMode, &leaderValue),
-		"3-hand-over":          acquire(ownerFilter(name, holding), handOverMode),
-		"4-release":            {{Key: "updateOne", Value: ownerFilter(name, holding)}, {Key: "update", Value: releaseUpdate}},
-		"5-extend":             {{Key: "updateMany", Value: extendFilter(bson.A{name, "invoices"}, bson.A{holding, lockID})}, {Key: "update", Value: extendUpdate(o.expiry)}},
-		"6-holders":            {{Key: "find", Value: holders}, {Key: "projection", Value: projection}},
-		"7-withdraw":           {{Key: "updateOne", Value: withdrawFilter(name, proc)}, {Key: "update", Value: withdrawUpdate}},
-		"8-ttl-index":          {{Key: "createIndex", Value: ttlIndex().Keys}, {Key: "name", Value: *index.Name}, {Key: "expireAfterSeconds", Value: *index.ExpireAfterSeconds}},
-		"8-ttl-read":           {{Key: "listIndexes", Value: DefaultCollection}},
-		"8-ttl-raise":          raiseTTL(DefaultCollection),
-		"9-watch":              {{Key: "watch", Value: releaseEvents}},
-		"10-inspect":           {{Key: "aggregate", Value: inspectPipeline(acquireFilter(name))}},
-		"11-list":              {{Key: "aggregate", Value: listPipeline(name + "/")}, {Key: "batchSize", Value: listBatchSize}},
-		"12-force-release":     {{Key: "updateOne", Value: forceReleaseFilter(name)}, {Key: "update", Value: releaseUpdate}},
-		"13-proclaim":          {{Key: "updateOne", Value: ownerFilter(name, holding)}, {Key: "update", Value: proclaimUpdate(leaderValue)}},
-		"14-watch-leader":      {{Key: "watch", Value: leaderEvents(name)}},
-		"15-semaphore-create":  {{Key: "insertOne", Value: createSemDoc(name, 3)}},
-		"16-semaphore-acquire": {{Key: "findOneAndUpdate", Value: acquireFilter(name)}, {Key: "update", Value: semAcquirePipeline(lockID, owner, 3, o.expiry)}, {Key: "returnDocument", Value: "after"}},
-		"17-semaphore-release": {{Key: "updateOne", Value: semHolderFilter(name, holding)}, {Key: "update", Value: semReleaseUpdate(holding)}},
-		"18-semaphore-extend":  {{Key: "updateMany", Value: semExtendFilter(bson.A{name, "invoices"}, bson.A{holding, lockID})}, {Key: "update", Value: semExtendUpdate(bson.A{holding, lockID}, o.expiry)}},
-		"19-semaphore-holders": {{Key: "find", Value: semHolders}, {Key: "projection", Value: semProjection}},
-		"20-rwlock-create":     {{Key: "insertOne", Value: createRWDoc(name)}},
-		"21-rwlock-rlock":      rwAcquire(readMode, false),
-		"21-rwlock-try-lock":   rwAcquire(writeMode, false),
-		"21-rwlock-lock":       rwAcquire(writeMode, true),
+		"1-create":                 {{Key: "insertOne", Value: createDoc(name)}},
+		"2-try-acquire":            acquire(acquireFilter(name), tryMode),
+		"2-acquire":                acquire(acquireFilter(name), waitMode),
+		"2-acquire-with-value":     acquireWith(acquireFilter(name), waitMode, &leaderValue),
+		"3-hand-over":              acquire(ownerFilter(name, holding), handOverMode),
+		"4-release":                {{Key: "updateOne", Value: ownerFilter(name, holding)}, {Key: "update", Value: releaseUpdate}},
+		"5-extend":                 {{Key: "updateMany", Value: extendFilter(bson.A{name, "invoices"}, bson.A{holding, lockID})}, {Key: "update", Value: extendUpdate(o.expiry)}},
+		"6-holders":                {{Key: "find", Value: holders}, {Key: "projection", Value: projection}},
+		"7-withdraw":               {{Key: "updateOne", Value: withdrawFilter(name, proc)}, {Key: "update", Value: withdrawUpdate}},
+		"8-ttl-index":              {{Key: "createIndex", Value: ttlIndex().Keys}, {Key: "name", Value: *index.Name}, {Key: "expireAfterSeconds", Value: *index.ExpireAfterSeconds}},
+		"8-ttl-read":               {{Key: "listIndexes", Value: DefaultCollection}},
+		"8-ttl-raise":              raiseTTL(DefaultCollection),
+		"9-watch":                  {{Key: "watch", Value: releaseEvents}},
+		"10-inspect":               {{Key: "aggregate", Value: inspectPipeline(acquireFilter(name))}},
+		"11-list":                  {{Key: "aggregate", Value: listPipeline(name + "/")}, {Key: "batchSize", Value: listBatchSize}},
+		"12-force-release":         {{Key: "updateOne", Value: forceReleaseFilter(name)}, {Key: "update", Value: releaseUpdate}},
+		"13-proclaim":              {{Key: "updateOne", Value: ownerFilter(name, holding)}, {Key: "update", Value: proclaimUpdate(leaderValue)}},
+		"14-watch-leader":          {{Key: "watch", Value: leaderEvents(name)}},
+		"15-semaphore-create":      {{Key: "insertOne", Value: createSemDoc(name, 3)}},
+		"16-semaphore-try-acquire": slotAcquire(3, 0, tryMode),
+		"16-semaphore-acquire":     slotAcquire(3, 0, waitMode),
+		"16-semaphore-hand-over":   slotAcquire(3, 0, handOverMode),
+		"16-rwlock-try-rlock":      slotAcquire(1, readMode, tryMode),
+		"16-rwlock-rlock":          slotAcquire(1, readMode, waitMode),
+		"16-rwlock-try-lock":       slotAcquire(1, writeMode, tryMode),
+		"16-rwlock-lock":           slotAcquire(1, writeMode, waitMode),
+		"16-rwlock-hand-over":      slotAcquire(1, writeMode, handOverMode),
+		"17-semaphore-release":     {{Key: "updateOne", Value: semHolderFilter(name, holding)}, {Key: "update", Value: semReleaseUpdate(holding)}},
+		"18-semaphore-extend":      {{Key: "updateMany", Value: semExtendFilter(bson.A{name, "invoices"}, bson.A{holding, lockID})}, {Key: "update", Value: semExtendUpdate(bson.A{holding, lockID}, o.expiry)}},
+		"19-semaphore-holders":     {{Key: "find", Value: semHolders}, {Key: "projection", Value: semProjection}},
+		"20-rwlock-create":         {{Key: "insertOne", Value: createRWDoc(name)}},
 	}
 	for file, stmt := range statements {
 		t.Run(file, func(t *testing.T) {

@@ -8,15 +8,17 @@ import (
 
 // The local line: Acquire calls of one process for the same lock (same
 // client, database, collection and name) wait here, first come first
-// served, and only the head talks to the database. While a handle of this
-// process holds the lock the head does not poll at all: the lock can only
-// come free through that handle's release or loss, and both wake the head.
-// A release hands the lock to the head in its own round trip (Release).
+// served, and only the head talks to the database. While handles of this
+// process hold all it can hold (the lock, a semaphore's n slots, an RWLock
+// for writing) the head does not poll at all: it can only come free through
+// those handles' releases or losses, and each wakes the head. A release
+// hands the lock or slot to the head in its own round trip (Release).
 
 // queue is the line of one lock name.
 type queue struct {
 	waiters []*waiter // waiters[0] is the head
 	held    int       // handles of this process that hold the name
+	writing int       // of which an RWLock's for writing
 	sched   waiting   // when the head attempts next
 }
 
@@ -102,20 +104,33 @@ func (qs *queues) next(w *waiter) (handedOver *Handle, mayAttempt bool, since in
 		w.handedOver = nil
 		return h, false, 0
 	}
-	return nil, w.q.waiters[0] == w && w.q.held == 0 && !w.offered, w.q.sched.waitingSince()
+	return nil, w.q.waiters[0] == w && !w.q.full(w.lock) && !w.offered, w.q.sched.waitingSince()
+}
+
+// full reports whether this process's handles hold all of the name that l
+// could take: the lock, a semaphore's n slots, an RWLock (for reading: if
+// held for writing).
+func (q *queue) full(l *Lock) bool {
+	switch l.rw {
+	case readMode:
+		return q.writing > 0
+	case writeMode:
+		return q.held > 0
+	}
+	return q.held >= max(l.n, 1)
 }
 
 // after returns when the next attempt of w is due, by its line's schedule:
 // after a refusal that returned doc, or after a transient error (nil doc).
 func (qs *queues) after(w *waiter, doc *lockDoc) <-chan time.Time {
-	p := w.lock.p
-	notified := p.local.notify.isOpen()
+	p, lc := w.lock.p, w.lock.local()
+	notified := lc.notify.isOpen()
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if doc == nil {
 		return time.After(w.q.sched.failed(p.opts))
 	}
-	return time.After(w.q.sched.refused(p.opts, p.local.process, *doc, time.Now(), notified))
+	return time.After(w.q.sched.refused(p.opts, lc.process, *doc, time.Now(), notified))
 }
 
 // hold records that a handle of l's provider acquired l's name at now.
@@ -124,18 +139,24 @@ func (qs *queues) hold(l *Lock, now time.Time) {
 	defer qs.mu.Unlock()
 	q := qs.get(l.name)
 	q.held++
+	if l.rw == writeMode {
+		q.writing++
+	}
 	q.sched.acquired(now, l.p.opts.sleepMax)
 }
 
-// unhold records that a handle of this process no longer holds name, and
+// unhold records that a handle of this process no longer holds l's name, and
 // wakes the head to attempt at once.
-func (qs *queues) unhold(name string) {
+func (qs *queues) unhold(l *Lock) {
 	qs.mu.Lock()
-	q := qs.get(name)
+	q := qs.get(l.name)
 	q.held--
-	qs.drop(name, q)
+	if l.rw == writeMode {
+		q.writing--
+	}
+	qs.drop(l.name, q)
 	qs.mu.Unlock()
-	qs.wakeHead(name)
+	qs.wakeHead(l.name)
 }
 
 // wakeHead wakes the head of name's line to attempt at once: the lock was

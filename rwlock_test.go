@@ -5,6 +5,7 @@ package mongolock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -228,8 +229,9 @@ func TestRWLockWaitingWriterIsNotStarvedByReaders(t *testing.T) {
 		wrote <- got{h, err}
 	}()
 	pollUntil(t, 5*time.Second, "the waiting writer's claim", func() bool {
-		_, ok := semDoc(t, semColl(db), "busy").Lookup("writerWaitingUntil").TimeOK()
-		return ok
+		doc := semDoc(t, semColl(db), "busy")
+		_, ok := doc.Lookup("waitingUntil").TimeOK()
+		return ok && doc.Lookup("waitingMode").StringValue() == "w"
 	})
 	claimSeen.Store(true)
 	_, err := readerP.TryRLock(ctx)
@@ -326,4 +328,73 @@ func TestRWLockLeasesAreExtendedAndLossIsSeen(t *testing.T) {
 	require.NoError(t, e.p.Close(ctx))
 	require.Zero(t, holderCount(t, semColl(e.db), "read"))
 	require.Zero(t, holderCount(t, semColl(e.db), "written"))
+}
+
+// Writers cannot starve readers either: a reader refused while a writer
+// holds the lock claims the next turn, so the writer's process does not
+// hand the lock to its next writer, and the reader gets in first. Calls of
+// one process, reading and writing, wait in one line.
+func TestRWLockWaitingReaderGetsInBeforeTheWritersNextWriter(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
+	writers, readers := e.p.RWLock("alternate"), e.other.RWLock("alternate")
+	first, err := writers.Lock(ctx)
+	require.NoError(t, err)
+	read := make(chan *mongolock.Handle, 1)
+	go func() {
+		h, err := readers.RLock(ctx)
+		if assert(t, err == nil, "reader: %v", err) {
+			read <- h
+		}
+	}()
+	pollUntil(t, 10*time.Second, "the reader's claim", func() bool {
+		m, ok := semDoc(t, semColl(e.db), "alternate").Lookup("waitingMode").StringValueOK()
+		return ok && m == "r"
+	})
+	wrote := make(chan *mongolock.Handle, 1)
+	go func() {
+		h, err := writers.Lock(ctx)
+		if assert(t, err == nil, "second writer: %v", err) {
+			wrote <- h
+		}
+	}()
+	awaitSlotQueueLen(t, e.p, "alternate", 1)
+	require.NoError(t, first.Release(ctx))
+
+	var r *mongolock.Handle
+	select {
+	case r = <-read:
+	case w := <-wrote:
+		t.Fatalf("the writer's process handed the lock to its next writer (token %d) while a reader waited", w.FencingToken())
+	case <-ctx.Done():
+		t.Fatal("the reader never got the lock")
+	}
+	require.Greater(t, r.FencingToken(), first.FencingToken())
+	require.NoError(t, r.Release(ctx))
+	w := <-wrote
+	require.Greater(t, w.FencingToken(), r.FencingToken())
+	require.NoError(t, w.Release(ctx))
+}
+
+// RDo and Do run fn under the lock for reading and for writing, and
+// release it.
+func TestRWLockDoHoldsForFnAndReleases(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t)
+	rw := e.p.RWLock("do")
+	require.NoError(t, rw.RDo(ctx, func(ctx context.Context) error {
+		r, w := liveModes(t, semColl(e.db), "do")
+		require.Equal(t, [2]int{1, 0}, [2]int{r, w}, "live readers, writers in RDo")
+		_, err := e.other.RWLock("do").TryLock(ctx)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+		return nil
+	}))
+	errFn := errors.New("fn failed")
+	require.ErrorIs(t, rw.Do(ctx, func(ctx context.Context) error {
+		r, w := liveModes(t, semColl(e.db), "do")
+		require.Equal(t, [2]int{0, 1}, [2]int{r, w}, "live readers, writers in Do")
+		return errFn
+	}), errFn)
+	r, w := liveModes(t, semColl(e.db), "do")
+	require.Equal(t, [2]int{0, 0}, [2]int{r, w}, "live readers, writers after Do")
 }

@@ -61,16 +61,18 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Handle, error) {
 	return s.lock.TryAcquire(ctx) // attempt takes a slot
 }
 
-// Acquire waits until it holds a slot or ctx ends, trying at the
-// configured sleep (WithBusyWaitSleep, WithAdaptiveBackoff). Waiters are
-// not served in order. Errors are as Lock.Acquire's; a semaphore held with
-// another n is an error returned at once.
+// Acquire waits until it holds a slot or ctx ends, as Lock.Acquire waits
+// for a lock: Acquire calls of one process wait in line, first come first
+// served, and a release in this process hands its slot to the next in line
+// in the same round trip. Between processes, a refused Acquire claims the
+// next free slot for its process: while the claim lasts, other processes
+// take a slot only if another stays free. Errors are as Lock.Acquire's; a
+// semaphore held with another n is an error returned at once.
 func (s *Semaphore) Acquire(ctx context.Context) (*Handle, error) {
-	l := s.lock
 	if err := s.check(ctx); err != nil {
-		return nil, l.errorf("acquire", err)
+		return nil, s.lock.errorf("acquire", err)
 	}
-	return l.acquireSlot(ctx, tryMode)
+	return s.lock.Acquire(ctx)
 }
 
 // Do acquires a slot (waiting, as Acquire), runs fn, and releases the slot,
@@ -105,6 +107,15 @@ func (l *Lock) coll() *mongo.Collection {
 	return l.p.coll
 }
 
+// local is what this process keeps for l's collection: its line, release
+// events and TTL index.
+func (l *Lock) local() *local {
+	if l.n > 0 {
+		return l.p.semLocal
+	}
+	return l.p.local
+}
+
 // releaseOne releases lockID's acquisition of l, owner-checked (4 or 17).
 func (l *Lock) releaseOne(ctx context.Context, lockID string) (*mongo.UpdateResult, error) {
 	if l.n > 0 {
@@ -113,19 +124,24 @@ func (l *Lock) releaseOne(ctx context.Context, lockID string) (*mongo.UpdateResu
 	return l.p.coll.UpdateOne(ctx, ownerFilter(l.name, lockID), releaseUpdate)
 }
 
-// semAcquire sends one acquisition of a slot of l for id (16, or 21 for
-// an RWLock), and returns
-// its reply as a lock's: LockID is id if it took a slot.
-func (l *Lock) semAcquire(ctx context.Context, id string, mode attemptMode) (lockDoc, error) {
-	var doc semDoc
-	pipeline := semAcquirePipeline(id, l.p.opts.owner, l.n, l.p.opts.expiry)
-	if l.rw != 0 {
-		pipeline = rwAcquirePipeline(id, l.p.opts.owner, l.rw, mode == waitMode, l.p.opts.expiry, l.p.opts.claimLifetime())
+// slotAcquire sends one acquisition of a slot of l for id, or a hand-over
+// from the holder releasing (16), and returns its reply as a lock's:
+// LockID is id if it took a slot, else the newest holder's.
+func (l *Lock) slotAcquire(ctx context.Context, releasing, id string, mode attemptMode) (lockDoc, error) {
+	p, filter := l.p, acquireFilter(l.name)
+	if releasing != "" {
+		filter = semHolderFilter(l.name, releasing)
 	}
-	err := l.p.sems.FindOneAndUpdate(ctx, acquireFilter(l.name), pipeline, acquireOptions).Decode(&doc)
-	reply := lockDoc{FencingToken: doc.FencingToken, n: doc.N}
+	pipeline := slotPipeline(slotAttempt{id: id, releasing: releasing, proc: p.semLocal.process, owner: p.opts.owner,
+		n: l.n, rw: l.rw, mode: mode, expiry: p.opts.expiry, claim: p.opts.claimLifetime()})
+	var doc semDoc
+	err := p.sems.FindOneAndUpdate(ctx, filter, pipeline, acquireOptions).Decode(&doc)
+	reply := lockDoc{FencingToken: doc.FencingToken, WaitingProcess: doc.WaitingProcess, n: doc.N}
 	if l.rw != 0 {
 		reply.n = l.n // an RWLock's document has no n
+	}
+	if len(doc.Holders) > 0 {
+		reply.LockID = doc.Holders[len(doc.Holders)-1].ID
 	}
 	if i := slices.IndexFunc(doc.Holders, func(h semHolder) bool { return h.ID == id }); i >= 0 {
 		reply.LockID, reply.FencingToken = id, doc.Holders[i].Token

@@ -311,12 +311,17 @@ func TestSemaphoreIndexAndClose(t *testing.T) {
 	ctx := boundedCtx(t, 30*time.Second)
 	p := newProvider(t, ownClient(t, db, nil))
 	s := p.Semaphore("closing", 2)
+	var held []*mongolock.Handle // kept: a dropped Handle is released by the garbage collector
 	for range 2 {
-		_, err := s.TryAcquire(ctx)
+		h, err := s.TryAcquire(ctx)
 		require.NoError(t, err)
+		held = append(held, h)
 	}
 	require.Equal(t, 2, liveHolders(t, semColl(db), "closing"))
 	require.NoError(t, p.Close(ctx))
+	for _, h := range held {
+		require.NoError(t, h.Release(ctx), "a handle Close released")
+	}
 	require.Zero(t, holderCount(t, semColl(db), "closing"))
 	_, err := s.TryAcquire(ctx)
 	require.ErrorIs(t, err, mongolock.ErrClosed)
@@ -348,4 +353,164 @@ func TestSemaphoreOwnerIsStoredAsGiven(t *testing.T) {
 	owner, ok := holder.Document().Lookup("owner").StringValueOK()
 	require.True(t, ok, "no owner in the holder: %v", holder)
 	require.Equal(t, "$worker-1", owner)
+}
+
+// The line: Acquire calls of one process wait in line for a semaphore, send
+// nothing while their process holds all n slots, and each release hands its
+// slot to the next in line in its own round trip, with a higher token.
+func TestSemaphoreLocalWaitersGetSlotsHandedOverInArrivalOrder(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	// Short sleeps: a waiter that polled would poll often.
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 2*time.Millisecond))
+	s := e.p.Semaphore("line", 2)
+	held := make([]*mongolock.Handle, 2)
+	for i := range held {
+		var err error
+		held[i], err = s.TryAcquire(ctx)
+		require.NoError(t, err)
+	}
+	const waiters = 4
+	got := make([]chan *mongolock.Handle, waiters)
+	for i := range got {
+		got[i] = make(chan *mongolock.Handle, 1)
+		go func() {
+			h, err := s.Acquire(ctx)
+			if assert(t, err == nil, "waiter %d: %v", i, err) {
+				got[i] <- h
+			}
+		}()
+		awaitSlotQueueLen(t, e.p, "line", i+1) // i+1 in line: the next arrives after
+	}
+	mongolock.WaitBackground(e.p) // the TTL index is in place
+	before := e.count.started.Load()
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		require.Equal(t, before, e.count.started.Load(), "a waiter polled while its process held every slot")
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := range waiters {
+		released := held[i%2]
+		before := e.count.commands.Load()
+		require.NoError(t, released.Release(ctx))
+		var h *mongolock.Handle
+		select {
+		case h = <-got[i]:
+		case <-ctx.Done():
+			t.Fatalf("waiter %d did not get the released slot", i)
+		}
+		require.EqualValues(t, 1, e.count.commands.Load()-before, "commands for release + next acquisition")
+		require.Greater(t, h.FencingToken(), released.FencingToken())
+		held[i%2] = h
+	}
+	require.Equal(t, 2, liveHolders(t, semColl(e.db), "line"))
+	for _, h := range held {
+		require.NoError(t, h.Release(ctx))
+	}
+	require.Zero(t, liveHolders(t, semColl(e.db), "line"))
+}
+
+// Hand-overs within a process give way to another process's claim: while
+// local goroutines keep taking slots, never more than n-1 of them hold one
+// at once, and the waiting process gets the slot left free.
+func TestSemaphoreHandOversGiveWayToAWaitingProcess(t *testing.T) {
+	const n = 2
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
+	s := e.p.Semaphore("turns", n)
+	held := make([]*mongolock.Handle, n)
+	for i := range held {
+		var err error
+		held[i], err = s.TryAcquire(ctx)
+		require.NoError(t, err)
+	}
+	rivalGot := make(chan *mongolock.Handle, 1)
+	go func() {
+		h, err := e.other.Semaphore("turns", n).Acquire(ctx)
+		if assert(t, err == nil, "rival: %v", err) {
+			rivalGot <- h
+		}
+	}()
+	pollUntil(t, 10*time.Second, "the rival's claim", func() bool {
+		_, ok := semDoc(t, semColl(e.db), "turns").Lookup("waitingProcess").StringValueOK()
+		return ok
+	})
+
+	var acquisitions, inside, most atomic.Int32
+	busy, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			for {
+				h, err := s.Acquire(busy)
+				if err != nil {
+					return
+				}
+				acquisitions.Add(1)
+				for in := inside.Add(1); ; {
+					if m := most.Load(); in <= m || most.CompareAndSwap(m, in) {
+						break
+					}
+				}
+				time.Sleep(2 * time.Millisecond) // the work done holding
+				inside.Add(-1)                   // before the release: a hand-over's next holder counts after it
+				if err := h.Release(ctx); !assert(t, err == nil, "release: %v", err) {
+					return
+				}
+			}
+		})
+	}
+	awaitSlotQueueLen(t, e.p, "turns", 3)
+	for _, h := range held {
+		require.NoError(t, h.Release(ctx))
+	}
+	var r *mongolock.Handle
+	select {
+	case r = <-rivalGot:
+	case <-ctx.Done():
+		t.Fatal("the waiting process never got a slot")
+	}
+	stop()
+	wg.Wait()
+	require.NoError(t, r.Release(ctx))
+	require.LessOrEqual(t, most.Load(), int32(n-1), "local holders at once while another process claimed a slot")
+	t.Logf("%d local acquisitions, at most %d at once, before the waiting process got a slot", acquisitions.Load(), most.Load())
+}
+
+// A release event wakes a semaphore's waiter whose sleeps are far longer
+// than the test.
+func TestSemaphoreReleaseEventWakesAWaiter(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
+	events := make(chan string)
+	mongolock.SetReleaseSource(e.p, func(ctx context.Context, released func(string)) error {
+		for {
+			select {
+			case name := <-events:
+				released(name)
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	})
+	holder, err := e.other.Semaphore("evented", 1).TryAcquire(ctx)
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		h, err := e.p.Semaphore("evented", 1).Acquire(wctx)
+		if err == nil {
+			err = h.Release(ctx)
+		}
+		got <- err
+	}()
+	pollUntil(t, 10*time.Second, "the waiter's first attempt", e.count.idle)
+	pollUntil(t, 10*time.Second, "a release source running while a waiter waits",
+		func() bool { return mongolock.Notifying(e.p) })
+	require.NoError(t, holder.Release(ctx))
+	events <- "evented"
+	require.NoError(t, <-got, "the waiter did not acquire after the release event")
+	pollUntil(t, 10*time.Second, "the release source stopped without waiters",
+		func() bool { return !mongolock.Notifying(e.p) })
 }
