@@ -420,11 +420,14 @@ var nextToken = op("$max",
 	op("$add", ifNull("$fencingToken", int64(0)), int64(1)),
 	op("$multiply", op("$toLong", "$$NOW"), int64(tokenFloorScale)))
 
-// liveStage sets _live to the holders whose lease has not ended.
-var liveStage = bson.D{{Key: "$set", Value: bson.D{{Key: "_live", Value: bson.D{{Key: "$filter", Value: bson.D{
+// liveHolders are the holders whose lease has not ended.
+var liveHolders = bson.D{{Key: "$filter", Value: bson.D{
 	{Key: "input", Value: ifNull("$holders", bson.A{})},
 	{Key: "cond", Value: op("$gt", "$$this.expiresAt", "$$NOW")},
-}}}}}}}
+}}}
+
+// liveStage sets _live to liveHolders.
+var liveStage = bson.D{{Key: "$set", Value: bson.D{{Key: "_live", Value: liveHolders}}}}
 
 // 15. Create a semaphore: insertOne, as a lock's (1).
 func createSemDoc(name string, n int) bson.D {
@@ -550,5 +553,21 @@ func rwAcquirePipeline(id, owner string, mode rwMode, claim bool, expiry, claimL
 		liveStage,
 		bson.D{{Key: "$set", Value: bson.D{{Key: "_acquired", Value: acquired}}}},
 		bson.D{{Key: "$set", Value: set}},
+	}
+}
+
+// 22. Inspect a semaphore or an RWLock: aggregate([{$match: {_id: name}},
+// {$project: …}]) on the semaphores' collection. The holders are the live
+// ones, as an acquisition judges them (16, 21): by the server's clock.
+func semInspectPipeline(name string) mongo.Pipeline {
+	return mongo.Pipeline{
+		{{Key: "$match", Value: acquireFilter(name)}},
+		{{Key: "$project", Value: bson.D{
+			{Key: "n", Value: 1},
+			{Key: "holders", Value: liveHolders},
+			{Key: "fencingToken", Value: 1},
+			{Key: "writerWaiting", Value: op("$gt", ifNull("$writerWaitingUntil", epoch), "$$NOW")},
+			{Key: "now", Value: "$$NOW"},
+		}}},
 	}
 }

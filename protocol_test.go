@@ -72,6 +72,7 @@ func TestGoldenProtocol(t *testing.T) {
 		"21-rwlock-rlock":      rwAcquire(readMode, false),
 		"21-rwlock-try-lock":   rwAcquire(writeMode, false),
 		"21-rwlock-lock":       rwAcquire(writeMode, true),
+		"22-semaphore-inspect": {{Key: "aggregate", Value: semInspectPipeline(name)}},
 	}
 	for file, stmt := range statements {
 		t.Run(file, func(t *testing.T) {
