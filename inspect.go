@@ -33,8 +33,9 @@ type LockInfo struct {
 	ServerTime time.Time
 }
 
-// ErrNoLock reports that a lock has no document: it was never used, or its
-// document was deleted a while after its last release.
+// ErrNoLock reports that a lock, a Semaphore or an RWLock has no document:
+// it was never used, or its document was deleted a while after its last
+// release.
 var ErrNoLock = errors.New("mongolock: no such lock")
 
 // Inspect returns the state of the lock called name, in one round trip. It
@@ -146,4 +147,115 @@ func decodeInfo(raw bson.Raw) (LockInfo, error) {
 		info.Owner, info.Value = d.Owner, d.Value
 	}
 	return info, nil
+}
+
+// HolderInfo is one live acquisition of a Semaphore's slot or of an RWLock.
+type HolderInfo struct {
+	// Owner is the holder's (WithOwner; by default host/pid).
+	Owner string
+	// Write reports whether the holder holds an RWLock for writing (false:
+	// for reading). It is false for a Semaphore's slot.
+	Write bool
+	// AcquiredAt is when the holder acquired, ExpiresAt when its lease
+	// ends unless extended, in server time.
+	AcquiredAt, ExpiresAt time.Time
+	// FencingToken is the acquisition's token.
+	FencingToken int64
+}
+
+// SemaphoreInfo is the state of a Semaphore as the server saw it at
+// ServerTime.
+type SemaphoreInfo struct {
+	Name string
+	// N is the number of slots the holders hold it with; with no holder,
+	// the last acquisition's (the next may set another).
+	N int
+	// Holders are those whose lease had not ended at ServerTime, in the
+	// order they acquired; empty when no slot is held.
+	Holders []HolderInfo
+	// FencingToken is the last acquisition's token: the greatest issued.
+	FencingToken int64
+	// ServerTime is the server's clock when it was read.
+	ServerTime time.Time
+}
+
+// RWLockInfo is the state of an RWLock as the server saw it at ServerTime.
+type RWLockInfo struct {
+	Name string
+	// Holders are those whose lease had not ended at ServerTime, in the
+	// order they acquired: readers, or one writer; empty when the lock is
+	// free.
+	Holders []HolderInfo
+	// FencingToken is the last acquisition's token: the greatest issued.
+	FencingToken int64
+	// WriterWaiting reports whether a writer waiting in Lock claims the
+	// lock: while it does, new readers are refused.
+	WriterWaiting bool
+	// ServerTime is the server's clock when it was read.
+	ServerTime time.Time
+}
+
+// Inspect returns the semaphore's state in one round trip, judged by the
+// server's clock: a holder whose lease has ended is not listed, though it
+// was never released. It returns an error wrapping ErrNoLock if the
+// semaphore has no document, and an *Error wrapping the server's, the
+// network's or ctx's error if the round trip failed. It changes nothing,
+// and ignores the Semaphore's n.
+func (s *Semaphore) Inspect(ctx context.Context) (SemaphoreInfo, error) {
+	d, err := s.lock.inspectSlots(ctx)
+	return SemaphoreInfo{Name: d.Name, N: d.N, Holders: d.holders(false), FencingToken: d.FencingToken, ServerTime: d.Now}, err
+}
+
+// Inspect returns the lock's state in one round trip, judged by the
+// server's clock: a holder whose lease has ended is not listed. Errors are
+// as Semaphore.Inspect's: ErrNoLock if the lock has no document.
+func (rw *RWLock) Inspect(ctx context.Context) (RWLockInfo, error) {
+	d, err := rw.w.inspectSlots(ctx)
+	return RWLockInfo{Name: d.Name, Holders: d.holders(true), FencingToken: d.FencingToken, WriterWaiting: d.WriterWaiting, ServerTime: d.Now}, err
+}
+
+// slotsDoc is what semInspectPipeline returns.
+type slotsDoc struct {
+	Name    string `bson:"_id"`
+	N       int    `bson:"n"`
+	Holders []struct {
+		Owner      string    `bson:"owner"`
+		Mode       string    `bson:"mode"`
+		AcquiredAt time.Time `bson:"acquiredAt"`
+		ExpiresAt  time.Time `bson:"expiresAt"`
+		Token      int64     `bson:"token"`
+	} `bson:"holders"`
+	FencingToken  int64     `bson:"fencingToken"`
+	WriterWaiting bool      `bson:"writerWaiting"`
+	Now           time.Time `bson:"now"`
+}
+
+// inspectSlots reads the state of l, a Semaphore's or an RWLock's (21).
+func (l *Lock) inspectSlots(ctx context.Context) (slotsDoc, error) {
+	if ctx == nil {
+		return slotsDoc{}, l.errorf("inspect", errNilContext)
+	}
+	cur, err := l.p.sems.Aggregate(ctx, semInspectPipeline(l.name))
+	if err != nil {
+		return slotsDoc{}, l.errorf("inspect", err)
+	}
+	var docs []slotsDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return slotsDoc{}, l.errorf("inspect", err)
+	}
+	if len(docs) == 0 {
+		return slotsDoc{}, l.errorf("inspect", ErrNoLock)
+	}
+	return docs[0], nil
+}
+
+// holders returns d's holders; of an RWLock if rw, where a holder without
+// a mode (a Semaphore's) counts as a writer, as acquisitions count it.
+func (d slotsDoc) holders(rw bool) []HolderInfo {
+	var hs []HolderInfo
+	for _, h := range d.Holders {
+		hs = append(hs, HolderInfo{Owner: h.Owner, Write: rw && h.Mode != string(readMode), AcquiredAt: h.AcquiredAt,
+			ExpiresAt: h.ExpiresAt, FencingToken: h.Token})
+	}
+	return hs
 }

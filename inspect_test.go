@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
@@ -324,10 +325,164 @@ func TestInspectionWithANilContextIsAnError(t *testing.T) {
 	require.Error(t, err)
 	_, err = e.p.ForceRelease(nilCtx, "x")
 	require.Error(t, err)
+	_, err = e.p.Semaphore("x", 1).Inspect(nilCtx)
+	require.Error(t, err)
+	_, err = e.p.RWLock("x").Inspect(nilCtx)
+	require.Error(t, err)
 	var errs []error
 	for _, err := range e.p.Locks(nilCtx, "") {
 		errs = append(errs, err)
 	}
 	require.Len(t, errs, 1)
 	require.Error(t, errs[0])
+}
+
+// abandonedProvider returns a provider of 100 ms leases on a client of its
+// own, and a function that disconnects that client: what the provider
+// holds then is abandoned, as by a process that died.
+func abandonedProvider(t *testing.T, db *mongo.Database, owner string) (*mongolock.Provider, func()) {
+	t.Helper()
+	c := testdb.NewClient(t)
+	p := newProvider(t, c.Database(db.Name()), mongolock.WithExpiry(100*time.Millisecond), mongolock.WithOwner(owner))
+	return p, func() { require.NoError(t, c.Disconnect(context.Background())) }
+}
+
+// requireNoDocument checks that err says that name has no document.
+func requireNoDocument(t *testing.T, err error, name string) {
+	t.Helper()
+	require.ErrorIs(t, err, mongolock.ErrNoLock)
+	var le *mongolock.Error
+	require.ErrorAs(t, err, &le)
+	require.Equal(t, "inspect", le.Op)
+	require.Equal(t, name, le.Name)
+}
+
+// requireHolder checks that info describes h's live acquisition by owner,
+// at serverTime.
+func requireHolder(t *testing.T, info mongolock.HolderInfo, h *mongolock.Handle, owner string, write bool, serverTime time.Time) {
+	t.Helper()
+	require.Equal(t, owner, info.Owner)
+	require.Equal(t, write, info.Write, "writes")
+	require.Equal(t, h.FencingToken(), info.FencingToken)
+	require.False(t, info.AcquiredAt.After(serverTime), "acquired at %v, after the server's %v", info.AcquiredAt, serverTime)
+	require.True(t, info.ExpiresAt.After(serverTime), "expires at %v, not after the server's %v", info.ExpiresAt, serverTime)
+}
+
+// A semaphore's Inspect lists its live holders, by the server's clock: a
+// holder whose lease ran out unreleased stays in the document but is not
+// listed; a released one is gone. n and the last token are the
+// document's. A semaphore never used has no document: ErrNoLock.
+func TestSemaphoreInspectListsItsLiveHolders(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	db := testdb.Database(t)
+	a := newProvider(t, ownClient(t, db, nil), mongolock.WithOwner("svc-a")).Semaphore("exports", 3)
+	b := newProvider(t, ownClient(t, db, nil), mongolock.WithOwner("svc-b")).Semaphore("exports", 3)
+
+	_, err := a.Inspect(ctx)
+	requireNoDocument(t, err, "exports")
+
+	gone, crash := abandonedProvider(t, db, "crashed-1")
+	abandoned, err := gone.Semaphore("exports", 3).TryAcquire(ctx)
+	require.NoError(t, err)
+	crash()
+	ha, err := a.TryAcquire(ctx)
+	require.NoError(t, err)
+	releaseAtCleanup(t, ha)
+	hb, err := b.TryAcquire(ctx)
+	require.NoError(t, err)
+	releaseAtCleanup(t, hb)
+
+	var info mongolock.SemaphoreInfo
+	pollUntil(t, 5*time.Second, "the abandoned slot's lease ends on the server", func() bool {
+		info, err = b.Inspect(ctx)
+		require.NoError(t, err)
+		return len(info.Holders) == 2
+	})
+	require.Equal(t, "exports", info.Name)
+	require.Equal(t, 3, info.N)
+	requireHolder(t, info.Holders[0], ha, "svc-a", false, info.ServerTime)
+	requireHolder(t, info.Holders[1], hb, "svc-b", false, info.ServerTime)
+	require.Equal(t, hb.FencingToken(), info.FencingToken)
+	require.Greater(t, ha.FencingToken(), abandoned.FencingToken())
+	require.Equal(t, 3, holderCount(t, semColl(db), "exports"), "the abandoned holder is still in the document")
+
+	require.NoError(t, ha.Release(ctx))
+	info, err = a.Inspect(ctx)
+	require.NoError(t, err)
+	require.Len(t, info.Holders, 1)
+	requireHolder(t, info.Holders[0], hb, "svc-b", false, info.ServerTime)
+	require.NoError(t, hb.Release(ctx))
+	info, err = a.Inspect(ctx)
+	require.NoError(t, err)
+	require.Empty(t, info.Holders)
+	require.Equal(t, hb.FencingToken(), info.FencingToken, "the token stays")
+	require.Equal(t, 3, info.N)
+}
+
+// An RWLock's Inspect lists its live readers, then its writer, by the
+// server's clock, and shows a writer waiting in Lock while its claim is
+// live. An RWLock never used has no document: ErrNoLock.
+func TestRWLockInspectListsItsHoldersAndAWaitingWriter(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	db := testdb.Database(t)
+	a := newProvider(t, ownClient(t, db, nil), mongolock.WithOwner("svc-a")).RWLock("catalog")
+	b := newProvider(t, ownClient(t, db, nil), mongolock.WithOwner("svc-b")).RWLock("catalog")
+	w := newProvider(t, ownClient(t, db, nil), mongolock.WithOwner("svc-w"), fastPolls).RWLock("catalog")
+
+	_, err := a.Inspect(ctx)
+	requireNoDocument(t, err, "catalog")
+
+	gone, crash := abandonedProvider(t, db, "crashed-1")
+	abandoned, err := gone.RWLock("catalog").TryLock(ctx)
+	require.NoError(t, err)
+	crash()
+	var info mongolock.RWLockInfo
+	pollUntil(t, 5*time.Second, "the abandoned writer's lease ends on the server", func() bool {
+		info, err = a.Inspect(ctx)
+		require.NoError(t, err)
+		return len(info.Holders) == 0
+	})
+	require.Equal(t, mongolock.RWLockInfo{Name: "catalog", FencingToken: abandoned.FencingToken(), ServerTime: info.ServerTime}, info)
+	require.Equal(t, 1, holderCount(t, semColl(db), "catalog"), "the abandoned writer is still in the document")
+
+	ra := releaseAtCleanup(t, mustRLock(t, ctx, a))
+	rb := releaseAtCleanup(t, mustRLock(t, ctx, b))
+	info, err = w.Inspect(ctx)
+	require.NoError(t, err)
+	require.Len(t, info.Holders, 2)
+	requireHolder(t, info.Holders[0], ra, "svc-a", false, info.ServerTime)
+	requireHolder(t, info.Holders[1], rb, "svc-b", false, info.ServerTime)
+	require.Equal(t, rb.FencingToken(), info.FencingToken)
+	require.False(t, info.WriterWaiting)
+
+	// A writer waits while the readers hold the lock.
+	writer := make(chan *mongolock.Handle, 1)
+	go func() {
+		h, err := w.Lock(ctx)
+		assert(t, err == nil, "Lock: %v", err)
+		writer <- h
+	}()
+	pollUntil(t, 5*time.Second, "the writer claims the lock", func() bool {
+		info, err = a.Inspect(ctx)
+		require.NoError(t, err)
+		return info.WriterWaiting
+	})
+	require.Len(t, info.Holders, 2, "the readers keep the lock")
+	require.NoError(t, ra.Release(ctx))
+	require.NoError(t, rb.Release(ctx))
+	wh := releaseAtCleanup(t, <-writer)
+	require.NotNil(t, wh)
+	info, err = a.Inspect(ctx)
+	require.NoError(t, err)
+	require.Len(t, info.Holders, 1)
+	requireHolder(t, info.Holders[0], wh, "svc-w", true, info.ServerTime)
+	require.Equal(t, wh.FencingToken(), info.FencingToken)
+	require.False(t, info.WriterWaiting, "the writer's claim is met")
+}
+
+func mustRLock(t *testing.T, ctx context.Context, rw *mongolock.RWLock) *mongolock.Handle {
+	t.Helper()
+	h, err := rw.TryRLock(ctx)
+	require.NoError(t, err, "TryRLock(%q)", rw.Name())
+	return h
 }

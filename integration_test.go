@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -998,8 +999,8 @@ func TestMongolockTokensOutrankEveryEarlierTokenWhileContendingWithDotnetRelease
 	t.Logf("acquisitions in %v: C# protocol %d, mongolock %d", time.Since(end.Add(-duration)).Round(time.Millisecond), acquisitions[0], acquisitions[1])
 }
 
-// Killed processes: a child process of the test binary holds a lock and is
-// killed with SIGKILL.
+// Killed processes: a child process of the test binary holds a lock, a
+// semaphore's slots, or an RWLock, and is killed with SIGKILL.
 
 // The child process's environment: TestHelperProcess runs only when
 // childEnvFlag is "1".
@@ -1008,43 +1009,128 @@ const (
 	childEnvURI  = "MONGOLOCK_HELPER_URI"
 	childEnvDB   = "MONGOLOCK_HELPER_DB"
 	childEnvLock = "MONGOLOCK_HELPER_LOCK"
-	// If set, the child campaigns in the election of the lock's name with
-	// this value instead of acquiring the lock.
-	childEnvValue = "MONGOLOCK_HELPER_VALUE"
+	// What the child holds: a key of holdings.
+	childEnvHolds = "MONGOLOCK_HELPER_HOLDS"
 
 	childExpiry = 2 * time.Second
 )
 
-// TestHelperProcess is not a test: it is the child process of
-// TestKilledHolderProcessIsTakenOverAfterItsLeaseExpires (and of
-// TestKilledLeaderProcessIsSucceededAfterItsLeaseExpires), which re-executes
-// the test binary to run only this function. It acquires the lock (or
-// leads its election) with a short expiry, prints "acquired <token>", and
-// keeps holding it (extending its lease) until it is killed, or until its
-// stdin closes because the parent is gone, so that it never outlives a
-// parent that died.
+// holding is what a killed child holds, of a provider: how the child takes
+// it, how the parent is refused while the child lives, and how the parent
+// takes it over once the child is dead.
+type holding struct {
+	// coll is the collection of the document.
+	coll func(db *mongo.Database) *mongo.Collection
+	// take is the child's acquisition: every handle it holds.
+	take func(ctx context.Context) ([]*mongolock.Handle, error)
+	// tryTake is the parent's one attempt while the child lives.
+	tryTake func(ctx context.Context) (*mongolock.Handle, error)
+	// takeOver is the parent's waiting acquisition once the child is dead.
+	takeOver func(ctx context.Context) (*mongolock.Handle, error)
+	// leader is the child's value, for an election: the Leader while the
+	// child lives ("successor", the parent's, after).
+	leader string
+}
+
+// holdings are what a killed child can hold, by childEnvHolds: of name, on
+// p.
+var holdings = map[string]func(p *mongolock.Provider, name string) holding{
+	"lock": func(p *mongolock.Provider, name string) holding {
+		l := p.Lock(name)
+		return holding{coll: lockColl, take: one(l.Acquire), tryTake: l.TryAcquire, takeOver: l.Acquire}
+	},
+	"leader": func(p *mongolock.Provider, name string) holding {
+		e := p.Election(name)
+		return holding{coll: lockColl, take: one(campaign(e, leaderValue)), tryTake: p.Lock(name).TryAcquire,
+			takeOver: campaign(e, "successor"), leader: leaderValue}
+	},
+	// Both slots of a semaphore of two.
+	"semaphore": func(p *mongolock.Provider, name string) holding {
+		s := p.Semaphore(name, 2)
+		both := func(ctx context.Context) ([]*mongolock.Handle, error) {
+			var hs []*mongolock.Handle
+			for range 2 {
+				h, err := s.Acquire(ctx)
+				if err != nil {
+					return hs, err
+				}
+				hs = append(hs, h)
+			}
+			return hs, nil
+		}
+		return holding{coll: semColl, take: both, tryTake: s.TryAcquire, takeOver: s.Acquire}
+	},
+	// An RWLock held for reading, taken over by a writer.
+	"read": func(p *mongolock.Provider, name string) holding {
+		rw := p.RWLock(name)
+		return holding{coll: semColl, take: one(rw.RLock), tryTake: rw.TryLock, takeOver: rw.Lock}
+	},
+	// An RWLock held for writing, taken over by a reader.
+	"write": func(p *mongolock.Provider, name string) holding {
+		rw := p.RWLock(name)
+		return holding{coll: semColl, take: one(rw.Lock), tryTake: rw.TryRLock, takeOver: rw.RLock}
+	},
+}
+
+// leaderValue is the value a killed child leads its election with.
+const leaderValue = "http://10.0.0.7:8080"
+
+func lockColl(db *mongo.Database) *mongo.Collection {
+	return db.Collection(mongolock.DefaultCollection)
+}
+
+// one makes an acquisition of one handle an acquisition of a list.
+func one(acquire func(context.Context) (*mongolock.Handle, error)) func(context.Context) ([]*mongolock.Handle, error) {
+	return func(ctx context.Context) ([]*mongolock.Handle, error) {
+		h, err := acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return []*mongolock.Handle{h}, nil
+	}
+}
+
+// campaign is an acquisition that leads e with value.
+func campaign(e *mongolock.Election, value string) func(context.Context) (*mongolock.Handle, error) {
+	return func(ctx context.Context) (*mongolock.Handle, error) {
+		l, err := e.Campaign(ctx, value)
+		if err != nil {
+			return nil, err
+		}
+		return l.Handle, nil
+	}
+}
+
+// TestHelperProcess is not a test: it is the child process of the
+// TestKilled… tests, which re-execute the test binary to run only this
+// function. It takes what childEnvHolds names with a short expiry, prints
+// "acquired <its greatest token>", and keeps holding it (extending its
+// leases) until it is killed, or until its stdin closes because the parent
+// is gone, so that it never outlives a parent that died.
 func TestHelperProcess(t *testing.T) {
 	if os.Getenv(childEnvFlag) != "1" {
-		t.Skip("the child process of TestKilledHolderProcessIsTakenOverAfterItsLeaseExpires; runs only when started by it")
+		t.Skip("the child process of the TestKilled… tests; runs only when started by one")
 	}
+	hold, ok := holdings[os.Getenv(childEnvHolds)]
+	require.True(t, ok, "%s=%q", childEnvHolds, os.Getenv(childEnvHolds))
 	ctx := boundedCtx(t, 30*time.Second)
 	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv(childEnvURI)))
 	require.NoError(t, err)
 	defer func() { _ = client.Disconnect(context.Background()) }()
 	p, err := mongolock.NewProvider(client.Database(os.Getenv(childEnvDB)), mongolock.WithExpiry(childExpiry))
 	require.NoError(t, err)
-	var h *mongolock.Handle
-	if value := os.Getenv(childEnvValue); value != "" {
-		var l *mongolock.Leadership
-		if l, err = p.Election(os.Getenv(childEnvLock)).Campaign(ctx, value); err == nil {
-			h = l.Handle
+	hs, err := hold(p, os.Getenv(childEnvLock)).take(ctx)
+	defer func() {
+		for _, h := range hs {
+			_ = h.Release(context.Background())
 		}
-	} else {
-		h, err = p.Lock(os.Getenv(childEnvLock)).Acquire(ctx)
-	}
+	}()
 	require.NoError(t, err)
-	defer func() { _ = h.Release(context.Background()) }()
-	fmt.Printf("acquired %d\n", h.FencingToken())
+	var token int64
+	for _, h := range hs {
+		token = max(token, h.FencingToken())
+	}
+	fmt.Printf("acquired %d\n", token)
 	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent kills us or goes away
 }
 
@@ -1054,23 +1140,41 @@ func TestHelperProcess(t *testing.T) {
 // sleep, with a greater fencing token. Several children are killed at once,
 // each at a random point of its extension cycle.
 func TestKilledHolderProcessIsTakenOverAfterItsLeaseExpires(t *testing.T) {
-	const trials = 4
-	for i := range trials {
-		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			t.Parallel()
-			killedHolderTrial(t, fmt.Sprintf("nightly-job-%d", i), "")
-		})
-	}
+	killedHolderTrials(t, "lock", "nightly-job", 4)
 }
 
 // The same for an election: another process leads once the killed
 // leader's lease has expired, within the expiry and its longest sleep.
 func TestKilledLeaderProcessIsSucceededAfterItsLeaseExpires(t *testing.T) {
-	const trials = 2
+	killedHolderTrials(t, "leader", "scheduler", 2)
+}
+
+// The same for a semaphore of two slots, both held by the killed process:
+// another process gets a slot once a lease of the child's has expired, not
+// before, with a token greater than the child's.
+func TestKilledSemaphoreHolderProcessFreesASlotAfterItsLeaseExpires(t *testing.T) {
+	killedHolderTrials(t, "semaphore", "exports", 2)
+}
+
+// The same for an RWLock held for reading by the killed process: a writer
+// gets it once the reader's lease has expired, not before.
+func TestKilledReaderProcessIsTakenOverByAWriterAfterItsLeaseExpires(t *testing.T) {
+	killedHolderTrials(t, "read", "catalog-r", 2)
+}
+
+// The same for an RWLock held for writing by the killed process: a reader
+// gets it once the writer's lease has expired, not before.
+func TestKilledWriterProcessIsTakenOverByAReaderAfterItsLeaseExpires(t *testing.T) {
+	killedHolderTrials(t, "write", "catalog-w", 2)
+}
+
+// killedHolderTrials runs trials of killedHolderTrial at once, each on a
+// name of its own.
+func killedHolderTrials(t *testing.T, holds, name string, trials int) {
 	for i := range trials {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			t.Parallel()
-			killedHolderTrial(t, fmt.Sprintf("scheduler-%d", i), "http://10.0.0.7:8080")
+			killedHolderTrial(t, holds, fmt.Sprintf("%s-%d", name, i))
 		})
 	}
 }
@@ -1082,11 +1186,52 @@ const killWaitMax = 50 * time.Millisecond
 // busy machine) on top of the expiry and the longest sleep.
 const killSlack = 300 * time.Millisecond
 
-// killedHolderTrial kills a child that holds the lock name, or leads its
-// election with value if value is not empty, and takes over.
-func killedHolderTrial(t *testing.T, name, value string) {
+// lease is one acquisition's, as its document records it.
+type lease struct {
+	AcquiredAt time.Time `bson:"acquiredAt"`
+	ExpiresAt  time.Time `bson:"expiresAt"`
+	Token      int64     `bson:"token"`
+}
+
+// readLeases reads the leases of name's document in coll: a lock's one, or
+// a semaphore's or an RWLock's holders.
+func readLeases(ctx context.Context, t *testing.T, coll *mongo.Collection, name string) []lease {
+	t.Helper()
+	var doc struct {
+		Kind         string    `bson:"kind"`
+		Holders      []lease   `bson:"holders"`
+		AcquiredAt   time.Time `bson:"acquiredAt"`
+		ExpiresAt    time.Time `bson:"expiresAt"`
+		FencingToken int64     `bson:"fencingToken"`
+	}
+	require.NoError(t, coll.FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Decode(&doc), "the document of %q", name)
+	if doc.Kind != "" {
+		return doc.Holders
+	}
+	return []lease{{AcquiredAt: doc.AcquiredAt, ExpiresAt: doc.ExpiresAt, Token: doc.FencingToken}}
+}
+
+// ending returns the earliest and latest ends of leases.
+func ending(leases []lease) (first, last time.Time) {
+	for i, l := range leases {
+		if i == 0 || l.ExpiresAt.Before(first) {
+			first = l.ExpiresAt
+		}
+		if l.ExpiresAt.After(last) {
+			last = l.ExpiresAt
+		}
+	}
+	return first, last
+}
+
+// killedHolderTrial kills a child that holds name as holdings[holds] says,
+// and takes over.
+func killedHolderTrial(t *testing.T, holds, name string) {
 	ctx := boundedCtx(t, 60*time.Second)
 	db := testdb.Database(t)
+	p := newProvider(t, db, mongolock.WithBusyWaitSleep(5*time.Millisecond, killWaitMax))
+	hold := holdings[holds](p, name)
+	coll := hold.coll(db)
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.timeout=2m")
 	cmd.Env = append(os.Environ(),
@@ -1094,7 +1239,7 @@ func killedHolderTrial(t *testing.T, name, value string) {
 		childEnvURI+"="+testdb.Info(t).URI,
 		childEnvDB+"="+db.Name(),
 		childEnvLock+"="+name,
-		childEnvValue+"="+value,
+		childEnvHolds+"="+holds,
 		testdb.EnvURI+"="+testdb.Info(t).URI, // so that the child's TestMain looks for no server
 	)
 	var output lockedBuffer // the child's stdout and stderr, for failure messages
@@ -1146,29 +1291,26 @@ func killedHolderTrial(t *testing.T, name, value string) {
 		require.FailNow(t, "the child did not acquire within 30s", "its output:\n%s", output.String())
 	}
 
-	// Kill the child only once it has extended its lease: it is alive and
-	// keeping the lock, which then frees itself only because the child died.
-	first, found := readInteropDoc(ctx, t, db, name)
-	require.True(t, found)
-	pollUntil(t, 2*childExpiry, "the child extending its lease", func() bool {
-		doc, found := readInteropDoc(ctx, t, db, name)
-		require.True(t, found)
-		return doc.ExpiresAt.After(first.ExpiresAt)
+	// Kill the child only once it has extended its leases: it is alive and
+	// keeping them, and they then end only because the child died.
+	_, firstEnd := ending(readLeases(ctx, t, coll, name))
+	pollUntil(t, 2*childExpiry, "the child extending its leases", func() bool {
+		end, _ := ending(readLeases(ctx, t, coll, name))
+		return end.After(firstEnd)
 	})
 
 	// Then kill it at a random point of its extension cycle (this wait
 	// chooses the phase; it synchronises nothing).
 	time.Sleep(time.Duration(rand.Int64N(int64(childExpiry / 3))))
 
-	p := newProvider(t, db, mongolock.WithBusyWaitSleep(5*time.Millisecond, killWaitMax))
-	h, err := p.Lock(name).TryAcquire(ctx)
-	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the child holds the lock")
+	h, err := hold.tryTake(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the child holds %q", name)
 	require.Nil(t, h)
 	election := p.Election(name)
-	if value != "" {
+	if hold.leader != "" {
 		leader, err := election.Leader(ctx)
 		require.NoError(t, err)
-		require.Equal(t, value, leader.Value, "the child leads")
+		require.Equal(t, hold.leader, leader.Value, "the child leads")
 	}
 
 	killedAt := time.Now()
@@ -1176,41 +1318,37 @@ func killedHolderTrial(t *testing.T, name, value string) {
 	var exitErr *exec.ExitError
 	require.ErrorAs(t, waitErr, &exitErr, "the child must have been killed, not have exited on its own")
 
-	// Whatever lease the child last wrote is what the server must honour.
-	leased, found := readInteropDoc(ctx, t, db, name)
-	require.True(t, found)
+	// Whatever leases the child last wrote are what the server must honour.
+	// The first to end frees what the parent asks for: a semaphore's slot;
+	// a child holds anything else once.
+	leaseEnd, _ := ending(readLeases(ctx, t, coll, name))
 
 	actx, acancel := context.WithTimeout(ctx, 4*childExpiry)
 	defer acancel()
-	if value == "" {
-		h, err = p.Lock(name).Acquire(actx)
-	} else {
-		var l *mongolock.Leadership
-		if l, err = election.Campaign(actx, "successor"); err == nil {
-			h = l.Handle
-		}
-	}
-	require.NoError(t, err, "the lock must be free once the killed child's lease has expired")
+	h, err = hold.takeOver(actx)
+	require.NoError(t, err, "%q must be free once the killed child's lease has expired", name)
 	took := time.Since(killedAt)
 	t.Cleanup(func() { _ = h.Release(context.Background()) }) // on failure below
 
-	taken, found := readInteropDoc(ctx, t, db, name)
-	require.True(t, found)
-	require.False(t, taken.AcquiredAt.Before(leased.ExpiresAt),
-		"taken over at %v (server time), before the child's lease ended at %v", taken.AcquiredAt, leased.ExpiresAt)
+	after := readLeases(ctx, t, coll, name)
+	i := slices.IndexFunc(after, func(l lease) bool { return l.Token == h.FencingToken() })
+	require.GreaterOrEqual(t, i, 0, "the parent's lease is not in the document: %+v", after)
+	takenAt := after[i].AcquiredAt
+	require.False(t, takenAt.Before(leaseEnd),
+		"taken over at %v (server time), before the child's lease ended at %v", takenAt, leaseEnd)
 	require.Greater(t, h.FencingToken(), childToken)
-	if value != "" {
+	if hold.leader != "" {
 		leader, err := election.Leader(ctx)
 		require.NoError(t, err)
 		require.Equal(t, "successor", leader.Value)
 	}
 	require.Less(t, took, childExpiry+killWaitMax+killSlack,
 		"taken over %v after SIGKILL; the expiry is %v and the longest sleep %v", took, childExpiry, killWaitMax)
-	require.Less(t, taken.AcquiredAt.Sub(leased.ExpiresAt), killWaitMax+killSlack,
-		"taken over %v after the child's lease ended (server time)", taken.AcquiredAt.Sub(leased.ExpiresAt))
+	require.Less(t, takenAt.Sub(leaseEnd), killWaitMax+killSlack,
+		"taken over %v after the child's lease ended (server time)", takenAt.Sub(leaseEnd))
 	require.NoError(t, h.Release(ctx))
-	t.Logf("acquired %v after SIGKILL (expiry %v), %v after the child's lease ended (server time); tokens: child %d, parent %d (+%d)",
-		took.Round(time.Millisecond), childExpiry, taken.AcquiredAt.Sub(leased.ExpiresAt),
+	t.Logf("%s: acquired %v after SIGKILL (expiry %v), %v after the child's lease ended (server time); tokens: child %d, parent %d (+%d)",
+		holds, took.Round(time.Millisecond), childExpiry, takenAt.Sub(leaseEnd),
 		childToken, h.FencingToken(), h.FencingToken()-childToken)
 }
 

@@ -422,11 +422,14 @@ var nextToken = op("$max",
 	op("$add", ifNull("$fencingToken", int64(0)), int64(1)),
 	op("$multiply", op("$toLong", "$$NOW"), int64(tokenFloorScale)))
 
-// liveStage sets _live to the holders whose lease has not ended.
-var liveStage = bson.D{{Key: "$set", Value: bson.D{{Key: "_live", Value: bson.D{{Key: "$filter", Value: bson.D{
+// liveHolders are the holders whose lease has not ended.
+var liveHolders = bson.D{{Key: "$filter", Value: bson.D{
 	{Key: "input", Value: ifNull("$holders", bson.A{})},
 	{Key: "cond", Value: op("$gt", "$$this.expiresAt", "$$NOW")},
-}}}}}}}
+}}}
+
+// liveStage sets _live to liveHolders.
+var liveStage = bson.D{{Key: "$set", Value: bson.D{{Key: "_live", Value: liveHolders}}}}
 
 // 15. Create a semaphore: insertOne, as a lock's (1).
 func createSemDoc(name string, n int) bson.D {
@@ -589,4 +592,20 @@ func semHoldersQuery(names bson.A) (filter, projection bson.D) {
 func createRWDoc(name string) bson.D {
 	return bson.D{{Key: "_id", Value: name}, {Key: "kind", Value: "rwlock"},
 		{Key: "holders", Value: bson.A{}}, {Key: "expiresAt", Value: epoch}}
+}
+
+// 21. Inspect a semaphore or an RWLock: aggregate([{$match: {_id: name}},
+// {$project: …}]) on the semaphores' collection. The holders are the live
+// ones, as an acquisition judges them (16): by the server's clock.
+func semInspectPipeline(name string) mongo.Pipeline {
+	return mongo.Pipeline{
+		{{Key: "$match", Value: acquireFilter(name)}},
+		{{Key: "$project", Value: bson.D{
+			{Key: "n", Value: 1},
+			{Key: "holders", Value: liveHolders},
+			{Key: "fencingToken", Value: 1},
+			{Key: "writerWaiting", Value: op("$and", op("$gt", ifNull("$waitingUntil", epoch), "$$NOW"), op("$eq", "$waitingMode", "w"))},
+			{Key: "now", Value: "$$NOW"},
+		}}},
+	}
 }

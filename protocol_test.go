@@ -81,6 +81,7 @@ func TestGoldenProtocol(t *testing.T) {
 		"18-semaphore-extend":      {{Key: "updateMany", Value: semExtendFilter(bson.A{name, "invoices"}, bson.A{holding, lockID})}, {Key: "update", Value: semExtendUpdate(bson.A{holding, lockID}, o.expiry)}},
 		"19-semaphore-holders":     {{Key: "find", Value: semHolders}, {Key: "projection", Value: semProjection}},
 		"20-rwlock-create":         {{Key: "insertOne", Value: createRWDoc(name)}},
+		"21-semaphore-inspect":     {{Key: "aggregate", Value: semInspectPipeline(name)}},
 	}
 	for file, stmt := range statements {
 		t.Run(file, func(t *testing.T) {
