@@ -51,8 +51,10 @@ func (p *Provider) Semaphore(name string, n int) *Semaphore {
 func (s *Semaphore) Name() string { return s.lock.name }
 
 // TryAcquire makes one attempt to take a slot. It returns a Handle if fewer
-// than n slots were held, ErrNotAcquired if all were, or another error if
-// the attempt failed (the server, the network, ctx, or n, see Semaphore).
+// than n slots were held, ErrNotAcquired if all were (or all but one, while
+// an Acquire of another process claims the next free slot), or another
+// error if the attempt failed (the server, the network, ctx, or n, see
+// Semaphore). A refused TryAcquire claims nothing.
 // ctx bounds only the round trip; the Handle lives until released or lost.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Handle, error) {
 	if err := s.check(ctx); err != nil {
