@@ -192,38 +192,52 @@ func (p *Provider) extend(hs []*acquisition) {
 	}
 }
 
-// extendLeases pushes the leases of hs to $$NOW + expiry in one
-// owner-checked round trip, and returns the handles it did not match. Only
-// when a batch matched some but not all does it read their documents to
-// find out which (one more round trip).
+// extendLeases pushes the leases of hs, all locks' or all slots', to
+// $$NOW + expiry in one owner-checked round trip (5 or 18), and returns the
+// handles it did not match. Only when a batch may have matched some but not
+// all does it read their documents to find out which (one more round trip:
+// 6 or 19).
 func (p *Provider) extendLeases(ctx context.Context, hs []*acquisition) ([]*acquisition, error) {
-	if hs[0].lock.n > 0 {
-		return p.extendSlots(ctx, hs)
-	}
-	names, ids := make(bson.A, len(hs)), make(bson.A, len(hs))
+	names, ids, seen := make(bson.A, 0, len(hs)), make(bson.A, len(hs)), make(map[string]bool, len(hs))
 	for i, h := range hs {
-		names[i], ids[i] = h.lock.name, h.lockID
+		if !seen[h.lock.name] {
+			seen[h.lock.name], names = true, append(names, h.lock.name)
+		}
+		ids[i] = h.lockID
 	}
-	res, err := p.coll.UpdateMany(ctx, extendFilter(names, ids), p.extendUpdate)
+	coll, filter, update, query := p.coll, extendFilter(names, ids), any(p.extendUpdate), holdersQuery
+	if hs[0].lock.n > 0 {
+		coll, filter, update, query = p.sems, semExtendFilter(names, ids), semExtendUpdate(ids, p.opts.expiry), semHoldersQuery
+	}
+	res, err := coll.UpdateMany(ctx, filter, update)
 	switch {
-	case err != nil || int(res.MatchedCount) == len(hs):
-		return nil, err
+	case err != nil || len(names) == len(hs) && int(res.MatchedCount) == len(hs):
+		return nil, err // one handle per document: a match is its own
 	case res.MatchedCount == 0:
 		return hs, nil
 	}
-	filter, projection := holdersQuery(names)
-	cur, err := p.coll.Find(ctx, filter, options.Find().SetProjection(projection))
+	f, projection := query(names)
+	cur, err := coll.Find(ctx, f, options.Find().SetProjection(projection))
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
-	holder := make(map[string]string, len(hs))
+	held := make(map[string]bool, len(hs))
 	for cur.Next(ctx) {
-		name, _ := cur.Current.Lookup("_id").StringValueOK()
-		holder[name], _ = cur.Current.Lookup("lockId").StringValueOK()
+		var doc struct {
+			LockID  string      `bson:"lockId"`
+			Holders []semHolder `bson:"holders"`
+		}
+		if err := cur.Decode(&doc); err != nil {
+			return nil, err
+		}
+		held[doc.LockID] = true
+		for _, h := range doc.Holders {
+			held[h.ID] = true
+		}
 	}
 	if err := cur.Err(); err != nil {
 		return nil, err
 	}
-	return slices.DeleteFunc(slices.Clone(hs), func(h *acquisition) bool { return holder[h.lock.name] == h.lockID }), nil
+	return slices.DeleteFunc(slices.Clone(hs), func(h *acquisition) bool { return held[h.lockID] }), nil
 }

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"slices"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // Semaphores.
@@ -149,42 +147,4 @@ func (l *Lock) slotAcquire(ctx context.Context, releasing, id string, mode attem
 		reply.LockID, reply.FencingToken = id, doc.Holders[i].Token
 	}
 	return reply, err
-}
-
-// extendSlots is extendLeases for slots of semaphores (18, 19).
-func (p *Provider) extendSlots(ctx context.Context, hs []*acquisition) ([]*acquisition, error) {
-	names, ids, seen := make(bson.A, 0, len(hs)), make(bson.A, len(hs)), make(map[string]bool, len(hs))
-	for i, h := range hs {
-		if !seen[h.lock.name] {
-			seen[h.lock.name], names = true, append(names, h.lock.name)
-		}
-		ids[i] = h.lockID
-	}
-	res, err := p.sems.UpdateMany(ctx, semExtendFilter(names, ids), semExtendUpdate(ids, p.opts.expiry))
-	switch {
-	case err != nil || len(names) == len(hs) && int(res.MatchedCount) == len(hs):
-		return nil, err // one slot per semaphore: a match is its slot
-	case res.MatchedCount == 0:
-		return hs, nil
-	}
-	filter, projection := semHoldersQuery(names)
-	cur, err := p.sems.Find(ctx, filter, options.Find().SetProjection(projection))
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
-	held := make(map[string]bool, len(hs))
-	for cur.Next(ctx) {
-		var doc semDoc
-		if err := cur.Decode(&doc); err != nil {
-			return nil, err
-		}
-		for _, h := range doc.Holders {
-			held[h.ID] = true
-		}
-	}
-	if err := cur.Err(); err != nil {
-		return nil, err
-	}
-	return slices.DeleteFunc(slices.Clone(hs), func(h *acquisition) bool { return held[h.lockID] }), nil
 }
