@@ -193,32 +193,61 @@ func TestSemaphoreLeasesAreExtendedAndLossIsSeen(t *testing.T) {
 }
 
 // A holder cut off from the server loses its slot: Lost closes before
-// anyone else can take it.
+// anyone else can take it. So does an RWLock's reader or writer.
 func TestSemaphoreExpiredHolderFreesItsSlotAfterLost(t *testing.T) {
-	db := testdb.Database(t)
-	ctx := boundedCtx(t, 30*time.Second)
-	px, pdb := proxied(t, db)
-	holder := newProvider(t, pdb, mongolock.WithExpiry(shortExpiry))
-	h, err := holder.Semaphore("cut", 1).TryAcquire(ctx)
-	require.NoError(t, err)
-	rival := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(shortExpiry)).Semaphore("cut", 1)
-	_, err = rival.TryAcquire(ctx)
-	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
-
-	px.Blackhole()
-	var got *mongolock.Handle
-	for got == nil {
-		got, err = rival.TryAcquire(ctx)
-		if err != nil {
+	type try func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error)
+	for _, c := range []struct {
+		kind         string
+		holds, rival try
+	}{
+		{"semaphore",
+			func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error) {
+				return p.Semaphore("cut", 1).TryAcquire(ctx)
+			},
+			func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error) {
+				return p.Semaphore("cut", 1).TryAcquire(ctx)
+			}},
+		{"rwlock-writer",
+			func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error) {
+				return p.RWLock("cut").TryLock(ctx)
+			},
+			func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error) {
+				return p.RWLock("cut").TryRLock(ctx)
+			}},
+		{"rwlock-reader",
+			func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error) {
+				return p.RWLock("cut").TryRLock(ctx)
+			},
+			func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error) {
+				return p.RWLock("cut").TryLock(ctx)
+			}},
+	} {
+		t.Run(c.kind, func(t *testing.T) {
+			db := testdb.Database(t)
+			ctx := boundedCtx(t, 30*time.Second)
+			px, pdb := proxied(t, db)
+			h, err := c.holds(newProvider(t, pdb, mongolock.WithExpiry(shortExpiry)), ctx)
+			require.NoError(t, err)
+			rival := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(shortExpiry))
+			_, err = c.rival(rival, ctx)
 			require.ErrorIs(t, err, mongolock.ErrNotAcquired)
-			time.Sleep(5 * time.Millisecond) // polling interval
-		}
+
+			px.Blackhole()
+			var got *mongolock.Handle
+			for got == nil {
+				got, err = c.rival(rival, ctx)
+				if err != nil {
+					require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+					time.Sleep(5 * time.Millisecond) // polling interval
+				}
+			}
+			took := time.Now()
+			require.True(t, closedNow(h.Lost()), "the rival took it at %v, while its holder's Lost was still open", took)
+			require.Greater(t, got.FencingToken(), h.FencingToken())
+			require.NoError(t, got.Release(ctx))
+			require.NoError(t, px.Restore())
+		})
 	}
-	took := time.Now()
-	require.True(t, closedNow(h.Lost()), "the rival took the slot at %v, while its holder's Lost was still open", took)
-	require.Greater(t, got.FencingToken(), h.FencingToken())
-	require.NoError(t, got.Release(ctx))
-	require.NoError(t, px.Restore())
 }
 
 // An Acquire whose ctx ends after its request reached the server leaves no
