@@ -509,7 +509,7 @@ func (r *report) sharedMarkdown(b *strings.Builder, w sharedWorkload) {
 		_, o := rs[1].acquisitions()
 		fmt.Fprintf(b, "- %s vs %s: %s vs %s acquisitions = %sx.\n", rs[0].Impl, rs[1].Impl, num(a, "/s"), num(o, "/s"), num(a/o, ""))
 	}
-	fmt.Fprintf(b, "- Bound: %d exclusive holder(s) at a time, each for %g ms, is %s (slots / hold; a hand-over's round trip comes on top). "+
+	fmt.Fprintf(b, "- Bound: slots (exclusive holders at a time) / hold = %d / %g ms = %s; a hand-over's round trip comes on top. "+
 		"exclusive/s = acquisitions held exclusively (all of them but an RWLock's readers) per second.\n", rs[0].Slots, rs[0].HoldMS, num(bound, "/s"))
 	b.WriteString("- Each worker loops: pick an operation by its share, acquire, hold, release, 2 ms of work outside. " +
 		"Processes are separate clients with their own Provider. wait = acquire call to handle, per kind; a wait cut by the window's " +
