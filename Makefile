@@ -39,7 +39,8 @@ demo:
 # a module of its own, so that its plotting dependency stays out of go.mod;
 # it finds its server itself (MONGOLOCK_TEST_URI, else scripts/testdb) and
 # drops its database, mongolock_test_bench.
-# BENCHFLAGS=-quick for a smoke run, BENCHFLAGS='-only C,D' for some workloads.
+# BENCHFLAGS=-quick for a smoke run, BENCHFLAGS='-only C,D' for some workloads,
+# BENCHFLAGS='-only I,J,K -out out/ijk' for the semaphore and reader-writer lock.
 bench:
 	cd bench && $(GO) run . $(BENCHFLAGS)
 

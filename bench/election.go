@@ -144,19 +144,16 @@ func (baselineElector) close(context.Context) {}
 // electionResult is what one run of workload H measured for one
 // implementation.
 type electionResult struct {
-	Impl         string         `json:"impl"`
-	Processes    int            `json:"processes"`
-	Seconds      float64        `json:"seconds"` // the window, after the warm-up
-	Ops          int            `json:"ops"`     // commands sent by all clients in the window
-	OpsByCommand map[string]int `json:"opsByCommand"`
-	OpsPerSec    float64        `json:"commandsPerSecond"`
-	Terms        int            `json:"terms"` // Campaign returns in the window
-	PerProcess   []int          `json:"termsPerProcess"`
-	Resign       failovers      `json:"resign"`
-	Stop         failovers      `json:"stop"`
-	Lost         int            `json:"lost"` // terms signalled lost before their end
-	Errors       int            `json:"errors"`
-	FirstError   string         `json:"firstError,omitempty"`
+	Impl       string    `json:"impl"`
+	Processes  int       `json:"processes"`
+	Seconds    float64   `json:"seconds"` // the window, after the warm-up
+	commands             // sent by all clients in the window
+	Terms      int       `json:"terms"` // Campaign returns in the window
+	PerProcess []int     `json:"termsPerProcess"`
+	Resign     failovers `json:"resign"`
+	Stop       failovers `json:"stop"`
+	Lost       int       `json:"lost"` // terms signalled lost before their end
+	errorCount
 }
 
 // failovers are the failovers after the terms of one kind that ended in the
@@ -395,11 +392,7 @@ func runElection(ctx context.Context, e env, im impl, d time.Duration) (election
 
 	window := to.Sub(from)
 	res.Seconds = window.Seconds()
-	res.OpsByCommand = diff(ops1, ops0)
-	for _, n := range res.OpsByCommand {
-		res.Ops += n
-	}
-	res.OpsPerSec = float64(res.Ops) / window.Seconds()
+	res.commands = countCommands(diff(ops1, ops0), window)
 	res.PerProcess = make([]int, electionProcs)
 	in := func(t time.Time) bool { return !t.IsZero() && !t.Before(from) && !t.After(to) }
 	var resign, stop, left, after []time.Duration
@@ -438,10 +431,7 @@ func runElection(ctx context.Context, e env, im impl, d time.Duration) (election
 	res.Stop.AfterExpiryP50MS = ms(percentile(after, 50))
 	res.Stop.AfterExpiryMaxMS = ms(percentile(after, 100))
 	res.Stop.AfterExpiryMS = msList(after)
-	res.Lost, res.Errors = r.log.lost, r.log.errs
-	if r.log.firstErr != nil {
-		res.FirstError = r.log.firstErr.Error()
-	}
+	res.Lost, res.errorCount = r.log.lost, r.log.errorCount
 	return res, ctx.Err()
 }
 

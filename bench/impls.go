@@ -96,7 +96,11 @@ func openMongolock(db *mongo.Database, coll string, expiry time.Duration) (locke
 }
 
 func (m mongolockImpl) acquire(ctx context.Context, name string) (held, error) {
-	h, err := m.p.Lock(name).Acquire(ctx)
+	return fromHandle(m.p.Lock(name).Acquire(ctx))
+}
+
+// fromHandle is a mongolock acquisition as a held.
+func fromHandle(h *mongolock.Handle, err error) (held, error) {
 	if err != nil {
 		return held{}, err
 	}

@@ -1,12 +1,15 @@
 // Command bench measures mongolock side by side with the raw driver round
 // trips (the bound) and with DistributedLock.MongoDB's algorithm (the
-// baseline), in one run on one server, for workloads A–H (BENCHMARKS.md):
+// baseline), in one run on one server, for workloads A–H (BENCHMARKS.md);
+// and the library's semaphore and reader-writer lock side by side with its
+// mutex, for workloads I–K:
 //
-//	go run .                 # every workload: A–E 10 s each, G 50 s per size, H 60 s (make bench)
-//	go run . -quick          # a smoke run: A–E 2 s each, F with 1,000 locks, G 10 s, H 20 s
+//	go run .                 # every workload: A–E, I, J 10 s each, G 50 s per size, H 60 s (make bench)
+//	go run . -quick          # a smoke run: A–E, I, J 2 s each, F with 1,000 locks, G 10 s, H 20 s, K 5 rounds
 //	go run . -only C,D       # some workloads
 //	go run . -only G -gd 20s # workload G (standby) with a shorter window
 //	go run . -only H         # workload H (election failover)
+//	go run . -only I,J,K -out out/ijk  # semaphore, RW lock, cost per holder
 //	go run . -only E -impls mongolock -cpuprofile cpu.out
 //	go run . -from out/results.json   # re-render a saved run's report and plot
 //
@@ -55,11 +58,12 @@ const (
 
 func main() {
 	var (
-		dur    = flag.Duration("d", 10*time.Second, "how long each of workloads A–E runs, per implementation")
+		dur    = flag.Duration("d", 10*time.Second, "how long each of workloads A–E, I and J runs, per implementation")
 		gDur   = flag.Duration("gd", 50*time.Second, "how long workload G's window is, per implementation and size (after a 2 s warm-up)")
 		hDur   = flag.Duration("hd", 60*time.Second, "how long workload H's window is, per implementation (after a 2 s warm-up)")
-		quick  = flag.Bool("quick", false, "smoke run: -d 2s, -gd 10s, -hd 20s, -n 1000, -out out/quick (unless given)")
-		only   = flag.String("only", "", "comma-separated workloads to run, e.g. C,D (default: A,B,C,D,E,F,G,H)")
+		kRound = flag.Int("kr", 20, "workload K's rounds, each of 20 pairs and 20 refused tries per size")
+		quick  = flag.Bool("quick", false, "smoke run: -d 2s, -gd 10s, -hd 20s, -n 1000, -kr 5, -out out/quick (unless given)")
+		only   = flag.String("only", "", "comma-separated workloads to run, e.g. C,D (default: all, A to K)")
 		holdN  = flag.Int("n", 10000, "locks held in workload F (also measured at n/10, to see what grows with n)")
 		outDir = flag.String("out", "out", "directory for results.md, results.json and plot.png")
 		dbName = flag.String("db", testPrefix+"bench", "database to use (dropped before and after the run); its name must begin with "+testPrefix)
@@ -83,6 +87,9 @@ func main() {
 		if !set["n"] {
 			*holdN = 1000
 		}
+		if !set["kr"] {
+			*kRound = 5
+		}
 		if !set["out"] { // out/ keeps the committed full run's results
 			*outDir = filepath.Join("out", "quick")
 		}
@@ -103,6 +110,9 @@ func main() {
 	if err == nil && *hDur < 2*electionHold {
 		err = fmt.Errorf("-hd %v: need at least %v (two terms)", *hDur, 2*electionHold)
 	}
+	if err == nil && *kRound < 1 {
+		err = fmt.Errorf("-kr %d: need at least 1", *kRound)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
@@ -118,7 +128,7 @@ func main() {
 	if err := profiled(*prof, func() error {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 		defer stop()
-		return run(ctx, *dur, *gDur, *hDur, selected, *holdN, *outDir, *dbName)
+		return run(ctx, *dur, *gDur, *hDur, selected, *holdN, *kRound, *outDir, *dbName)
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -177,7 +187,7 @@ func selectImpls(s string) error {
 
 // parseOnly turns -only's list into a set of workload ids.
 func parseOnly(s string) (map[string]bool, error) {
-	all := []string{"A", "B", "C", "D", "E", "F", "G", "H"}
+	all := []string{"A", "B", "C", "D", "E", "F", "G", "H", "I", "J", "K"}
 	sel := map[string]bool{}
 	if s == "" {
 		for _, id := range all {
@@ -204,7 +214,7 @@ func checkDBName(name string) error {
 	return nil
 }
 
-func run(ctx context.Context, dur, gDur, hDur time.Duration, selected map[string]bool, holdN int, outDir, dbName string) error {
+func run(ctx context.Context, dur, gDur, hDur time.Duration, selected map[string]bool, holdN, kRounds int, outDir, dbName string) error {
 	if err := checkDBName(dbName); err != nil {
 		return err
 	}
@@ -317,8 +327,49 @@ func run(ctx context.Context, dur, gDur, hDur time.Duration, selected map[string
 			settle()
 		}
 	}
+	for _, w := range sharedWorkloads {
+		if !selected[w.id] {
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "bench: %s %s\n", w.id, w.title)
+		for _, im := range w.impls {
+			if err := db.CreateCollection(ctx, collection(w.id, im.name)); err != nil {
+				return err
+			}
+			r, err := runShared(ctx, e, w, im, dur)
+			if err != nil {
+				return fmt.Errorf("workload %s, %s: %w", w.id, im.name, err)
+			}
+			_, all := r.acquisitions()
+			fmt.Fprintf(os.Stderr, "bench: %s %-9s %.1f acq/s (%.0f%% of the bound), %.2f ops/acq, most holders at once %d, violations %d\n",
+				w.id, im.name, all, 100*r.ofBound(), r.OpsPerAcq, r.MostHolders, r.Violations)
+			rep.Shared = append(rep.Shared, r)
+			settle()
+		}
+	}
+	if selected["K"] {
+		fmt.Fprintf(os.Stderr, "bench: K %s ... ", holderTitle())
+		if err := db.CreateCollection(ctx, collection("K", "mongolock")); err != nil {
+			return err
+		}
+		k, err := runHolderCost(ctx, e, kRounds, holderPerRound)
+		if err != nil {
+			return fmt.Errorf("workload K: %w", err)
+		}
+		for _, c := range k.Sizes {
+			fmt.Fprintf(os.Stderr, "n=%d %.0f µs, ", c.N, c.Acquire.CallP50US)
+		}
+		fmt.Fprintf(os.Stderr, "per acquisition\n")
+		rep.HolderCost = &k
+	}
 	rep.Targets = evaluate(rep)
-	return rep.write(os.Stdout, outDir)
+	if err := rep.write(os.Stdout, outDir); err != nil {
+		return err
+	}
+	if n := rep.violations(); n > 0 {
+		return fmt.Errorf("VIOLATION: %d acquisitions broke their resource's rule (workloads I, J); see the report", n)
+	}
+	return nil
 }
 
 // settle gives the server and the runtime a moment between runs.
@@ -382,6 +433,12 @@ func libraryVersion() string {
 		return "unknown (no git repository)"
 	}
 	v := strings.TrimSpace(string(out))
+	// The root package's own last change, which a benchmark commit on top
+	// of it leaves the same.
+	if lib, err := exec.Command("git", "-C", "..", "log", "-1", "--format=%h", "--", ":(glob)*.go").Output(); err == nil &&
+		len(lib) > 0 && !strings.HasPrefix(v, strings.TrimSpace(string(lib))+" ") {
+		v += fmt.Sprintf(" (the root package's Go files last changed in %s)", strings.TrimSpace(string(lib)))
+	}
 	if dirty, err := exec.Command("git", "-C", "..", "status", "--porcelain", "--", ":(glob)*.go").Output(); err == nil && len(dirty) > 0 {
 		v += " (+ uncommitted changes to the library)"
 	}

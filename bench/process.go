@@ -33,6 +33,24 @@ func (c *opCounter) snapshot() map[string]int {
 	return maps.Clone(c.n)
 }
 
+// commands is what the clients of a run sent in a window, by the command
+// monitor (Started events).
+type commands struct {
+	Ops          int            `json:"ops"`
+	OpsByCommand map[string]int `json:"opsByCommand"`
+	OpsPerSec    float64        `json:"commandsPerSecond"`
+}
+
+// countCommands is ops, sent over window.
+func countCommands(ops map[string]int, window time.Duration) commands {
+	c := commands{OpsByCommand: ops}
+	for _, n := range ops {
+		c.Ops += n
+	}
+	c.OpsPerSec = float64(c.Ops) / window.Seconds()
+	return c
+}
+
 // A process is what the issue calls a process: a client of its own, with its
 // own command counter and its own locker (Provider, for mongolock).
 type process struct {

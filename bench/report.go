@@ -28,6 +28,10 @@ type report struct {
 	// Workload H: its window, per implementation, and what it measured.
 	ElectionS float64          `json:"electionWindowSeconds,omitempty"`
 	Elections []electionResult `json:"elections,omitempty"`
+
+	// Workloads I and J (windows of WindowS), and K.
+	Shared     []sharedResult `json:"shared,omitempty"`
+	HolderCost *holderRun     `json:"holderCost,omitempty"`
 }
 
 // A target is one of the benchmark's goals, judged from this run's figures.
@@ -63,6 +67,26 @@ func (r *report) standby(impl string, procs int) *standbyResult {
 		}
 	}
 	return nil
+}
+
+func (r *report) shared(workload string) []sharedResult {
+	var rs []sharedResult
+	for _, x := range r.Shared {
+		if x.Workload == workload {
+			rs = append(rs, x)
+		}
+	}
+	return rs
+}
+
+// violations counts the acquisitions of workloads I and J that broke their
+// resource's rule.
+func (r *report) violations() int {
+	n := 0
+	for _, x := range r.Shared {
+		n += x.Violations
+	}
+	return n
 }
 
 func (r *report) election(impl string) *electionResult {
@@ -200,6 +224,12 @@ func (r *report) markdown() string {
 	if len(r.Elections) > 0 {
 		r.electionMarkdown(&b)
 	}
+	for _, w := range sharedWorkloads {
+		r.sharedMarkdown(&b, w)
+	}
+	if r.HolderCost != nil {
+		r.holderMarkdown(&b)
+	}
 	if len(r.Targets) > 0 {
 		b.WriteString("\n### Targets (ratios from this run)\n\n")
 		b.WriteString("| target | measured | required | result |\n|---|---|---|---|\n")
@@ -270,6 +300,10 @@ func evaluate(r report) []target {
 			add(fmt.Sprintf("G commands/s growth, %d → %d waiting (P=%d → %d)", small-1, big-1, small, big), measured,
 				"≤ 1.5x", g <= 1.5 && !math.IsNaN(g))
 		}
+	}
+	for _, x := range r.Shared {
+		add(fmt.Sprintf("%s %s: %s (safety)", x.Workload, x.Impl, sharedRule(x)),
+			fmt.Sprintf("%d violations; most holders at once %d", x.Violations, x.MostHolders), "no violation", x.Violations == 0)
 	}
 	if m, base := r.election("mongolock"), r.election("baseline"); m != nil && base != nil {
 		ratio("H commands/s", "/s", m.OpsPerSec, base.OpsPerSec, 0.5, false, "baseline")
@@ -425,4 +459,123 @@ func num(v float64, unit string) string {
 		return s + "/s"
 	}
 	return s + " " + unit
+}
+
+// sharedRule states what workload I's or J's guard checks.
+func sharedRule(x sharedResult) string {
+	for _, k := range x.Kinds {
+		if k.Shared {
+			return fmt.Sprintf("no holder with a writer, at most %d writer", x.Slots)
+		}
+	}
+	return fmt.Sprintf("at most %d hold at once", x.Slots)
+}
+
+// sharedMarkdown writes the table of workload I or J, if it ran.
+func (r *report) sharedMarkdown(b *strings.Builder, w sharedWorkload) {
+	rs := r.shared(w.id)
+	if len(rs) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\n### Workload %s, %s; %g s per implementation\n\n", w.id, w.title, r.WindowS)
+	b.WriteString("| impl |")
+	align := "|---|"
+	for _, k := range w.kinds {
+		fmt.Fprintf(b, " %s/s | %s wait p50 ms | %s wait p99 ms |", k.name, k.name, k.name)
+		align += "--:|--:|--:|"
+	}
+	if len(w.kinds) > 1 {
+		b.WriteString(" all/s |")
+		align += "--:|"
+	}
+	bound := rs[0].bound()
+	fmt.Fprintf(b, " exclusive/s of %s | commands/acq | most holders at once | violations | min process share | starved workers | commands |\n%s--:|--:|--:|--:|--:|--:|---|\n",
+		num(bound, "/s"), align)
+	for _, x := range rs {
+		fmt.Fprintf(b, "| %s |", x.Impl)
+		for _, k := range x.Kinds {
+			fmt.Fprintf(b, " %.1f | %.1f | %.1f |", k.AcqPerSec, k.WaitP50MS, k.WaitP99MS)
+		}
+		if len(x.Kinds) > 1 {
+			_, all := x.acquisitions()
+			fmt.Fprintf(b, " %.1f |", all)
+		}
+		fmt.Fprintf(b, " %.1f%% | %.2f | %d | %d | %.3f | %d/%d | %s |\n", 100*x.ofBound(), x.OpsPerAcq, x.MostHolders,
+			x.Violations, x.MinShare, x.StarvedWorkers, x.Processes*x.Workers, opsList(x.OpsByCommand))
+	}
+	b.WriteString("\n")
+	if len(rs) >= 2 {
+		_, a := rs[0].acquisitions()
+		_, o := rs[1].acquisitions()
+		fmt.Fprintf(b, "- %s vs %s: %s vs %s acquisitions = %sx.\n", rs[0].Impl, rs[1].Impl, num(a, "/s"), num(o, "/s"), num(a/o, ""))
+	}
+	fmt.Fprintf(b, "- Bound: slots (exclusive holders at a time) / hold = %d / %g ms = %s; a hand-over's round trip comes on top. "+
+		"exclusive/s = acquisitions held exclusively (all of them but an RWLock's readers) per second.\n", rs[0].Slots, rs[0].HoldMS, num(bound, "/s"))
+	b.WriteString("- Each worker loops: pick an operation by its share, acquire, hold, release, 2 ms of work outside. " +
+		"Processes are separate clients with their own Provider. wait = acquire call to handle, per kind; a wait cut by the window's " +
+		"end counts with its length so far. commands/acq = commands sent by all clients / acquisitions of every kind. " +
+		fmt.Sprintf("min process share = the smallest process's fraction of all acquisitions (1/(2P) = %.3f); ", 1/float64(2*rs[0].Processes)) +
+		"starved = workers with no acquisition of any kind. most holders at once and violations: every acquisition is counted from its Acquire's return to its Release " +
+		"call, within the server's hold, across all processes: a count over the rule (" + sharedRule(rs[0]) + ") is a violation.\n")
+	for _, x := range rs {
+		if x.Violations > 0 {
+			fmt.Fprintf(b, "- **VIOLATION**: %s %s: %d acquisitions broke the rule; first: %s\n", x.Workload, x.Impl, x.Violations, x.FirstViolation)
+		}
+		for _, k := range x.Kinds {
+			if k.Errors > 0 || k.Unfinished > 0 {
+				fmt.Fprintf(b, "- %s %s %s: %d errors, %d waits cut by the window's end", x.Workload, x.Impl, k.Kind, k.Errors, k.Unfinished)
+				if k.FirstError != "" {
+					fmt.Fprintf(b, " (first error: %s)", k.FirstError)
+				}
+				b.WriteString("\n")
+			}
+		}
+	}
+}
+
+// holderMarkdown writes workload K's table.
+func (r *report) holderMarkdown(b *strings.Builder) {
+	h := r.HolderCost
+	cols := []struct {
+		head string
+		fig  func(holderCost) float64
+	}{
+		{"acquire call p50 µs", func(c holderCost) float64 { return c.Acquire.CallP50US }},
+		{"p90", func(c holderCost) float64 { return c.Acquire.CallP90US }},
+		{"its command p50 µs", func(c holderCost) float64 { return c.Acquire.CommandP50US }},
+		{"p90", func(c holderCost) float64 { return c.Acquire.CommandP90US }},
+		{"release call p50 µs", func(c holderCost) float64 { return c.Release.CallP50US }},
+		{"its command p50 µs", func(c holderCost) float64 { return c.Release.CommandP50US }},
+		{"refused try call p50 µs", func(c holderCost) float64 { return c.Refused.CallP50US }},
+		{"its command p50 µs", func(c holderCost) float64 { return c.Refused.CommandP50US }},
+		{"acquisition's reply, bytes", func(c holderCost) float64 { return float64(c.ReplyBytes) }},
+	}
+	fmt.Fprintf(b, "\n### Workload K, cost per holder: %s; %d rounds of %d per size\n\n| n |", holderTitle(), h.Rounds, h.PerRound)
+	for _, c := range cols {
+		fmt.Fprintf(b, " %s |", c.head)
+	}
+	b.WriteString("\n|--:|" + strings.Repeat("--:|", len(cols)) + "\n")
+	for _, size := range h.Sizes {
+		fmt.Fprintf(b, "| %d |", size.N)
+		for _, c := range cols {
+			fmt.Fprintf(b, " %.0f |", c.fig(size))
+		}
+		b.WriteString("\n")
+	}
+	small, big := h.Sizes[0].N, h.Sizes[len(h.Sizes)-1].N
+	if big > small {
+		fmt.Fprintf(b, "| per holder, %d → %d |", small, big)
+		for _, c := range cols {
+			fmt.Fprintf(b, " %.2f |", h.slope(c.fig))
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(b, "\n- One process (a client and Provider of its own, expiry %v so that none of its holders is extended meanwhile) "+
+		"holds n-1 slots of a semaphore of n; another times TryAcquire + Release pairs on it, one at a time, in rounds over the sizes "+
+		"(rotating which goes first); then the first process takes the last slot and the other times refused tries. "+
+		"call = the library call as its caller sees it (a ctx with a timeout, as services bound calls); its command = that call's one "+
+		"command, from the request's sending to the reply's reading (the driver's command monitor): the server's work plus the transport, "+
+		"for which a ping's command time stands (p50 %.0f µs); call less command is the client's work (the pipeline, the reply's decoding). "+
+		"per holder = (figure at n=%d − figure at n=%d) / %d. The reply is the semaphore's document after the update, every holder in it.\n",
+		holderExpiry, h.PingP50US, big, small, big-small)
 }

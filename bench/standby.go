@@ -42,14 +42,13 @@ func standbyTitle() string {
 // standbyResult is what one run of workload G measured for one
 // implementation and P.
 type standbyResult struct {
-	Impl         string         `json:"impl"`
-	Processes    int            `json:"processes"`
-	Seconds      float64        `json:"seconds"` // the window, after the warm-up
-	Ops          int            `json:"ops"`     // commands sent by all clients in the window
-	OpsByCommand map[string]int `json:"opsByCommand"`
-	OpsPerSec    float64        `json:"commandsPerSecond"`
-	Acquisitions int            `json:"acquisitions"` // Acquire returns in the window
-	PerProcess   []int          `json:"acquisitionsPerProcess"`
+	Impl      string  `json:"impl"`
+	Processes int     `json:"processes"`
+	Seconds   float64 `json:"seconds"` // the window, after the warm-up
+	commands          // sent by all clients in the window
+	// Acquisitions are the Acquire returns in the window.
+	Acquisitions int   `json:"acquisitions"`
+	PerProcess   []int `json:"acquisitionsPerProcess"`
 	// Takeovers are the releases that returned in the window; the delay of
 	// each is from its Release's return to the next acquisition's Acquire
 	// return (0 if that returned first).
@@ -59,21 +58,19 @@ type standbyResult struct {
 	TakeoverMaxMS float64 `json:"takeoverMaxMs"`
 	// UnfinishedTakeovers are releases of the window that no acquisition
 	// followed within standbyGrace; they count with their length so far.
-	UnfinishedTakeovers int    `json:"unfinishedTakeovers"`
-	Lost                int    `json:"lost"` // holds signalled lost (Handle.Lost) before their release
-	Errors              int    `json:"errors"`
-	FirstError          string `json:"firstError,omitempty"`
+	UnfinishedTakeovers int `json:"unfinishedTakeovers"`
+	Lost                int `json:"lost"` // holds signalled lost (Handle.Lost) before their release
+	errorCount
 }
 
 // standbyLog records every acquisition of a run in the order the Acquire
 // calls returned: with one name and 3 s holds that is the order in which
 // the lock was held.
 type standbyLog struct {
-	mu       sync.Mutex
-	acqs     []standbyAcq
-	lost     int
-	errs     int
-	firstErr error
+	mu   sync.Mutex
+	acqs []standbyAcq
+	lost int
+	errorCount
 }
 
 type standbyAcq struct {
@@ -97,21 +94,14 @@ func (l *standbyLog) released(i int, at time.Time, lost bool, err error) {
 	case lost:
 		l.lost++
 	case err != nil:
-		l.fail(err)
+		l.add(err)
 	}
 }
 
 func (l *standbyLog) failed(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.fail(err)
-}
-
-func (l *standbyLog) fail(err error) {
-	l.errs++
-	if l.firstErr == nil {
-		l.firstErr = err
-	}
+	l.add(err)
 }
 
 // followed reports whether every release that returned in [from, to] has
@@ -182,11 +172,7 @@ func runStandby(ctx context.Context, e env, im impl, procs int, d time.Duration)
 
 	window := to.Sub(from)
 	r.Seconds = window.Seconds()
-	r.OpsByCommand = diff(ops1, ops0)
-	for _, n := range r.OpsByCommand {
-		r.Ops += n
-	}
-	r.OpsPerSec = float64(r.Ops) / window.Seconds()
+	r.commands = countCommands(diff(ops1, ops0), window)
 	r.PerProcess = make([]int, procs)
 	var delays []time.Duration
 	for i, a := range log.acqs {
@@ -208,10 +194,7 @@ func runStandby(ctx context.Context, e env, im impl, procs int, d time.Duration)
 	r.TakeoverP50MS = ms(percentile(delays, 50))
 	r.TakeoverP90MS = ms(percentile(delays, 90))
 	r.TakeoverMaxMS = ms(percentile(delays, 100))
-	r.Lost, r.Errors = log.lost, log.errs
-	if log.firstErr != nil {
-		r.FirstError = log.firstErr.Error()
-	}
+	r.Lost, r.errorCount = log.lost, log.errorCount
 	return r, ctx.Err()
 }
 

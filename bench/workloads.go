@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,33 +52,56 @@ func collection(workloadID, implName string) string {
 
 // result is what one run of a workload A–E measured for one implementation.
 type result struct {
-	Workload          string         `json:"workload"`
-	Impl              string         `json:"impl"`
-	Processes         int            `json:"processes"`
-	Workers           int            `json:"workersPerProcess"`
-	CriticalSectionMS float64        `json:"criticalSectionMs"`
-	Seconds           float64        `json:"seconds"`
-	Acquisitions      int            `json:"acquisitions"`
-	AcqPerSec         float64        `json:"acquisitionsPerSecond"`
-	WaitP50MS         float64        `json:"waitP50Ms"`  // acquire call to handle
-	WaitP99MS         float64        `json:"waitP99Ms"`  // including waits cut by the window's end
-	CycleP50MS        float64        `json:"cycleP50Ms"` // acquire + release call times
-	CycleP99MS        float64        `json:"cycleP99Ms"`
-	ReleaseP50MS      float64        `json:"releaseP50Ms"`
-	ReleaseP99MS      float64        `json:"releaseP99Ms"`
-	Unfinished        int            `json:"unfinishedWaits"`           // waits still going at the end (counted up to it)
-	ClientCPUPerAcqUS float64        `json:"clientCpuPerAcquisitionUs"` // this OS process's CPU time / acquisitions
-	Ops               int            `json:"ops"`
-	OpsByCommand      map[string]int `json:"opsByCommand"`
-	OpsPerAcq         float64        `json:"opsPerAcquisition"`
-	PerProcess        []int          `json:"acquisitionsPerProcess"`
-	MinShare          float64        `json:"minProcessShare"`
-	FairFloor         float64        `json:"fairFloor"` // 1/(2P)
-	MinWorker         int            `json:"minWorkerAcquisitions"`
-	MaxWorker         int            `json:"maxWorkerAcquisitions"`
-	StarvedWorkers    int            `json:"starvedWorkers"` // workers with no acquisition
-	Errors            int            `json:"errors"`
-	FirstError        string         `json:"firstError,omitempty"`
+	Workload          string  `json:"workload"`
+	Impl              string  `json:"impl"`
+	Processes         int     `json:"processes"`
+	Workers           int     `json:"workersPerProcess"`
+	CriticalSectionMS float64 `json:"criticalSectionMs"`
+	Seconds           float64 `json:"seconds"`
+	tally
+	ClientCPUPerAcqUS float64 `json:"clientCpuPerAcquisitionUs"` // this OS process's CPU time / acquisitions
+	commands
+	OpsPerAcq float64 `json:"opsPerAcquisition"`
+	FairFloor float64 `json:"fairFloor"` // 1/(2P)
+}
+
+// tally is what workers' records add up to, over a window.
+type tally struct {
+	Acquisitions   int     `json:"acquisitions"`
+	AcqPerSec      float64 `json:"acquisitionsPerSecond"`
+	WaitP50MS      float64 `json:"waitP50Ms"`  // acquire call to handle
+	WaitP99MS      float64 `json:"waitP99Ms"`  // including waits cut by the window's end
+	CycleP50MS     float64 `json:"cycleP50Ms"` // acquire + release call times
+	CycleP99MS     float64 `json:"cycleP99Ms"`
+	ReleaseP50MS   float64 `json:"releaseP50Ms"`
+	ReleaseP99MS   float64 `json:"releaseP99Ms"`
+	Unfinished     int     `json:"unfinishedWaits"` // waits still going at the end (counted up to it)
+	PerProcess     []int   `json:"acquisitionsPerProcess"`
+	MinShare       float64 `json:"minProcessShare"`
+	MinWorker      int     `json:"minWorkerAcquisitions"`
+	MaxWorker      int     `json:"maxWorkerAcquisitions"`
+	StarvedWorkers int     `json:"starvedWorkers"` // workers with no acquisition
+	errorCount
+}
+
+// errorCount counts a run's failed calls, keeping the first one's message.
+type errorCount struct {
+	Errors     int    `json:"errors"`
+	FirstError string `json:"firstError,omitempty"`
+}
+
+func (c *errorCount) add(err error) {
+	c.Errors++
+	if c.FirstError == "" {
+		c.FirstError = err.Error()
+	}
+}
+
+func (c *errorCount) merge(o errorCount) {
+	c.Errors += o.Errors
+	if c.FirstError == "" {
+		c.FirstError = o.FirstError
+	}
 }
 
 // workerStats is one worker's record; each worker writes only its own.
@@ -87,29 +111,30 @@ type workerStats struct {
 	cycles     []time.Duration
 	releases   []time.Duration
 	unfinished int
-	errs       int
-	firstErr   error
-}
-
-func (s *workerStats) fail(err error) {
-	s.errs++
-	if s.firstErr == nil {
-		s.firstErr = err
-	}
+	errorCount
 }
 
 const releaseTimeout = 5 * time.Second
 
-// work is one worker's loop until end. Every acquisition that returned
-// before end counts; a wait that end cuts short is counted in the wait
-// figures with its length up to end, so that starving waiters show.
-func work(ctx context.Context, end time.Time, lk locker, name string, cs time.Duration, st *workerStats) {
+// An attempt is a worker's next acquisition, and the record it counts in.
+type attempt struct {
+	acquire func(ctx context.Context) (held, error)
+	st      *workerStats
+}
+
+// work is one worker's loop until end, taking its attempts from next.
+// Every acquisition that returned before end counts; a wait that end cuts
+// short is counted in the wait figures with its length up to end, so that
+// starving waiters show.
+func work(ctx context.Context, end time.Time, next func() attempt, cs time.Duration) {
 	for {
 		t0 := time.Now()
 		if !t0.Before(end) {
 			return
 		}
-		h, err := lk.acquire(ctx, name)
+		a := next()
+		st := a.st
+		h, err := a.acquire(ctx)
 		t1 := time.Now()
 		if err != nil {
 			// The driver refuses an operation that the deadline would cut
@@ -119,7 +144,7 @@ func work(ctx context.Context, end time.Time, lk locker, name string, cs time.Du
 				st.waits = append(st.waits, end.Sub(t0))
 				return
 			}
-			st.fail(err)
+			st.add(err)
 			pause(ctx, 10*time.Millisecond)
 			continue
 		}
@@ -132,7 +157,7 @@ func work(ctx context.Context, end time.Time, lk locker, name string, cs time.Du
 		cancel()
 		t3 := time.Now()
 		if err != nil {
-			st.fail(err)
+			st.add(err)
 		}
 		if t1.Before(end) {
 			st.acquired++
@@ -174,10 +199,7 @@ func (w *window) add(o window) {
 			a.cycles = append(a.cycles, b.cycles...)
 			a.releases = append(a.releases, b.releases...)
 			a.unfinished += b.unfinished
-			a.errs += b.errs
-			if a.firstErr == nil {
-				a.firstErr = b.firstErr
-			}
+			a.merge(b.errorCount)
 		}
 	}
 	for k, n := range o.ops {
@@ -236,7 +258,8 @@ func runWindow(ctx context.Context, e env, im impl, w workload, round int, d tim
 			if !w.shared {
 				name = fmt.Sprintf("p%d-w%d-r%d", pi, wi, round)
 			}
-			wg.Go(func() { work(rctx, end, p.lk, name, w.criticalSection, &stats[pi][wi]) })
+			a := attempt{func(ctx context.Context) (held, error) { return p.lk.acquire(ctx, name) }, &stats[pi][wi]}
+			wg.Go(func() { work(rctx, end, func() attempt { return a }, w.criticalSection) })
 		}
 	}
 	wg.Wait()
@@ -251,10 +274,19 @@ func summarize(w workload, im impl, d time.Duration, stats [][]workerStats, ops 
 		Workers:           w.workers,
 		CriticalSectionMS: ms(w.criticalSection),
 		Seconds:           d.Seconds(),
-		OpsByCommand:      ops,
+		tally:             tallyOf(stats, d),
+		commands:          countCommands(ops, d),
 		FairFloor:         1 / float64(2*w.procs),
-		MinWorker:         -1,
 	}
+	if r.Acquisitions > 0 {
+		r.OpsPerAcq = float64(r.Ops) / float64(r.Acquisitions)
+	}
+	return r
+}
+
+// tallyOf adds up the records of every worker of every process over d.
+func tallyOf(stats [][]workerStats, d time.Duration) tally {
+	t := tally{MinWorker: -1}
 	var waits, cycles, releases []time.Duration
 	for _, proc := range stats {
 		n := 0
@@ -263,45 +295,39 @@ func summarize(w workload, im impl, d time.Duration, stats [][]workerStats, ops 
 			waits = append(waits, s.waits...)
 			cycles = append(cycles, s.cycles...)
 			releases = append(releases, s.releases...)
-			r.Unfinished += s.unfinished
-			r.Errors += s.errs
-			if s.firstErr != nil && r.FirstError == "" {
-				r.FirstError = s.firstErr.Error()
+			t.Unfinished += s.unfinished
+			t.merge(s.errorCount)
+			if t.MinWorker < 0 || s.acquired < t.MinWorker {
+				t.MinWorker = s.acquired
 			}
-			if r.MinWorker < 0 || s.acquired < r.MinWorker {
-				r.MinWorker = s.acquired
-			}
-			r.MaxWorker = max(r.MaxWorker, s.acquired)
+			t.MaxWorker = max(t.MaxWorker, s.acquired)
 			if s.acquired == 0 {
-				r.StarvedWorkers++
+				t.StarvedWorkers++
 			}
 		}
-		r.PerProcess = append(r.PerProcess, n)
-		r.Acquisitions += n
+		t.PerProcess = append(t.PerProcess, n)
+		t.Acquisitions += n
 	}
-	for _, n := range ops {
-		r.Ops += n
-	}
-	r.AcqPerSec = float64(r.Acquisitions) / d.Seconds()
-	r.WaitP50MS, r.WaitP99MS = ms(percentile(waits, 50)), ms(percentile(waits, 99))
-	r.CycleP50MS, r.CycleP99MS = ms(percentile(cycles, 50)), ms(percentile(cycles, 99))
-	r.ReleaseP50MS, r.ReleaseP99MS = ms(percentile(releases, 50)), ms(percentile(releases, 99))
-	if r.Acquisitions > 0 {
-		r.OpsPerAcq = float64(r.Ops) / float64(r.Acquisitions)
-		r.MinShare = 1
-		for _, n := range r.PerProcess {
-			r.MinShare = min(r.MinShare, float64(n)/float64(r.Acquisitions))
+	t.AcqPerSec = float64(t.Acquisitions) / d.Seconds()
+	t.WaitP50MS, t.WaitP99MS = ms(percentile(waits, 50)), ms(percentile(waits, 99))
+	t.CycleP50MS, t.CycleP99MS = ms(percentile(cycles, 50)), ms(percentile(cycles, 99))
+	t.ReleaseP50MS, t.ReleaseP99MS = ms(percentile(releases, 50)), ms(percentile(releases, 99))
+	if t.Acquisitions > 0 {
+		t.MinShare = 1
+		for _, n := range t.PerProcess {
+			t.MinShare = min(t.MinShare, float64(n)/float64(t.Acquisitions))
 		}
 	}
-	return r
+	return t
 }
 
-// percentile is the nearest-rank p-th percentile of ds (0 if empty).
-func percentile(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
+// percentile is the nearest-rank p-th percentile of xs (0 if empty).
+func percentile[T cmp.Ordered](xs []T, p float64) T {
+	var zero T
+	if len(xs) == 0 {
+		return zero
 	}
-	s := slices.Clone(ds)
+	s := slices.Clone(xs)
 	slices.Sort(s)
 	i := int(float64(len(s))*p/100+0.5) - 1
 	return s[min(max(i, 0), len(s)-1)]
