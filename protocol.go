@@ -518,6 +518,17 @@ func slotPipeline(a slotAttempt) bson.A {
 	)
 }
 
+// slotReplyOptions return, of the document after a slot's acquisition, only
+// what the client reads: the newest holder (this acquisition's, if it took
+// a slot), not the whole list.
+var (
+	slotReplyFields = bson.D{
+		{Key: "n", Value: 1}, {Key: "fencingToken", Value: 1}, {Key: "waitingProcess", Value: 1},
+		{Key: "holders", Value: bson.D{{Key: "$slice", Value: -1}}},
+	}
+	slotReplyOptions = options.FindOneAndUpdate().SetReturnDocument(options.After).SetProjection(slotReplyFields)
+)
+
 // slotAttempt is what slotPipeline needs of one attempt.
 type slotAttempt struct {
 	id, releasing string // releasing: the holder handed over from (handOverMode)

@@ -40,7 +40,7 @@ func TestGoldenProtocol(t *testing.T) {
 			filter, releasing = semHolderFilter(name, holding), holding
 		}
 		a := slotAttempt{id: lockID, releasing: releasing, proc: proc, owner: owner, n: n, rw: rw, mode: mode, expiry: o.expiry, claim: o.claimLifetime()}
-		return bson.D{{Key: "findOneAndUpdate", Value: filter}, {Key: "update", Value: slotPipeline(a)}, {Key: "returnDocument", Value: "after"}}
+		return bson.D{{Key: "findOneAndUpdate", Value: filter}, {Key: "update", Value: slotPipeline(a)}, {Key: "returnDocument", Value: "after"}, {Key: "fields", Value: slotReplyFields}}
 	}
 	leaderValue := "http://10.0.0.7:8080"
 	holders, projection := holdersQuery(bson.A{name, "invoices"})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
@@ -126,7 +125,7 @@ func (l *Lock) releaseOne(ctx context.Context, lockID string) (*mongo.UpdateResu
 
 // slotAcquire sends one acquisition of a slot of l for id, or a hand-over
 // from the holder releasing (16), and returns its reply as a lock's:
-// LockID is id if it took a slot, else the newest holder's.
+// LockID is the newest holder's, id if it took a slot.
 func (l *Lock) slotAcquire(ctx context.Context, releasing, id string, mode attemptMode) (lockDoc, error) {
 	p, filter := l.p, acquireFilter(l.name)
 	if releasing != "" {
@@ -135,16 +134,13 @@ func (l *Lock) slotAcquire(ctx context.Context, releasing, id string, mode attem
 	pipeline := slotPipeline(slotAttempt{id: id, releasing: releasing, proc: p.semLocal.process, owner: p.opts.owner,
 		n: l.n, rw: l.rw, mode: mode, expiry: p.opts.expiry, claim: p.opts.claimLifetime()})
 	var doc semDoc
-	err := p.sems.FindOneAndUpdate(ctx, filter, pipeline, acquireOptions).Decode(&doc)
+	err := p.sems.FindOneAndUpdate(ctx, filter, pipeline, slotReplyOptions).Decode(&doc)
 	reply := lockDoc{FencingToken: doc.FencingToken, WaitingProcess: doc.WaitingProcess, n: doc.N}
 	if l.rw != 0 {
 		reply.n = l.n // an RWLock's document has no n
 	}
-	if len(doc.Holders) > 0 {
-		reply.LockID = doc.Holders[len(doc.Holders)-1].ID
-	}
-	if i := slices.IndexFunc(doc.Holders, func(h semHolder) bool { return h.ID == id }); i >= 0 {
-		reply.LockID, reply.FencingToken = id, doc.Holders[i].Token
+	if len(doc.Holders) > 0 { // the newest only: an acquisition is appended
+		reply.LockID = doc.Holders[0].ID
 	}
 	return reply, err
 }
