@@ -58,9 +58,9 @@ func (o config) backoff() backoff {
 //     does so only once the same acquisition has been seen across the
 //     longest sleep.
 //   - A semaphore's or an RWLock's waiters have no turns to time: their
-//     claimant looks at the minimum sleep while the holders change, others
-//     at the configured sleep, and all back off as above while the holders
-//     stay.
+//     claimant looks again after half as long as the newest holder has
+//     held (from the minimum sleep up to the claimant's), others at the
+//     configured sleep, and they back off as above while the holders stay.
 //   - While release events arrive (change streams), a release wakes every
 //     waiter, and polling is a safety net at standbySleep; but a lease that
 //     runs out sends no event, so the claimant looks every longest sleep
@@ -116,13 +116,12 @@ func (w *waiting) refused(o config, proc string, doc lockDoc, now time.Time, not
 	case notified:
 		return o.standbySleep()
 	case doc.n > 0 && doc.WaitingProcess == proc:
-		// A slot's claimant: no turns to time; it looks often while the
-		// holders change, since its slot may come free any moment.
+		// A slot's claimant: no turns to time. Its claim holds newcomers
+		// back, so the holders it waits for leave soon if they came and
+		// went so far: it looks again after half as long as the newest
+		// holder has held, from the minimum sleep up to claimantSleep.
 		w.standby = 0
-		if first || changing {
-			return o.sleepMin
-		}
-		return o.claimantSleep()
+		return min(max(now.Sub(w.heldFrom)/2, o.sleepMin), o.claimantSleep())
 	case doc.WaitingProcess == proc:
 		w.standby = 0
 		d := o.claimantSleep()

@@ -194,6 +194,28 @@ func TestTheClaimantPollsAtMostEveryClaimantSleep(t *testing.T) {
 	require.Equal(t, o.sleepMin, d)
 }
 
+// A slot's claimant (a semaphore's, an RWLock's) has no turns to time: it
+// looks again after half as long as the newest holder has held, so the
+// sleeps grow by half from the minimum while nobody new comes, up to the
+// claimant's longest, and start again when someone does.
+func TestASlotsClaimantLooksAgainAfterHalfAsLongAsTheNewestHolderHeld(t *testing.T) {
+	o := defaultConfig()
+	var w waiting
+	doc := lockDoc{WaitingProcess: "me", LockID: "a", n: 4}
+	now := time.Now()
+	var sleeps []time.Duration
+	for range 10 {
+		d := w.refused(o, "me", doc, now, false)
+		sleeps = append(sleeps, d)
+		now = now.Add(d)
+	}
+	ms := time.Millisecond
+	require.Equal(t, []time.Duration{10 * ms, 10 * ms, 10 * ms, 15 * ms, 22500 * time.Microsecond, 33750 * time.Microsecond,
+		50625 * time.Microsecond, 75937500, 113906250, o.claimantSleep()}, sleeps)
+	doc.LockID = "b" // someone new holds a slot: it may leave soon too
+	require.Equal(t, o.sleepMin, w.refused(o, "me", doc, now, false))
+}
+
 // Waiters behind another process's claim back off while the lock stays with
 // one holder, quadrupling their sleep up to the standby sleep.
 func TestOtherWaitersBackOffWhileTheLockStaysWithOneHolder(t *testing.T) {

@@ -576,6 +576,6 @@ func (r *report) holderMarkdown(b *strings.Builder) {
 		"call = the library call as its caller sees it (a ctx with a timeout, as services bound calls); its command = that call's one "+
 		"command, from the request's sending to the reply's reading (the driver's command monitor): the server's work plus the transport, "+
 		"for which a ping's command time stands (p50 %.0f µs); call less command is the client's work (the pipeline, the reply's decoding). "+
-		"per holder = (figure at n=%d − figure at n=%d) / %d. The reply is the semaphore's document after the update, every holder in it.\n",
+		"per holder = (figure at n=%d − figure at n=%d) / %d. The reply is the semaphore's document after the update with only its newest holder (a projection).\n",
 		holderExpiry, h.PingP50US, big, small, big-small)
 }
