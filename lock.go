@@ -222,6 +222,8 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Han
 		switch {
 		case err == nil && doc.LockID == lockID:
 			return newHandle(l, lockID, doc.FencingToken, sent), doc, nil
+		case err == nil && l.n > 0 && doc.kind != slotKind(l.rw):
+			return nil, doc, fmt.Errorf("%w (a %s's)", errOtherKind, doc.kind)
 		case err == nil && l.n > 0 && doc.n != l.n:
 			return nil, doc, fmt.Errorf("%w: it has %d slots, not %d", errSemaphoreSize, doc.n, l.n)
 		case err == nil:

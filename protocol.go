@@ -50,6 +50,7 @@ type lockDoc struct {
 	WaitingProcess string    `bson:"waitingProcess"`
 	WaitingUntil   time.Time `bson:"waitingUntil"`
 	n              int       // a semaphore's slots, an RWLock's 1 (slotAcquire)
+	kind           string    // a semaphore's or an RWLock's kind (slotAcquire)
 }
 
 // turnLength is how many times in a row a process may acquire a lock; then,
@@ -405,6 +406,7 @@ func leaderEvents(name string) mongo.Pipeline {
 
 // semDoc is a semaphore acquisition's reply: the document after the update.
 type semDoc struct {
+	Kind           string      `bson:"kind"`
 	N              int         `bson:"n"`
 	FencingToken   int64       `bson:"fencingToken"`
 	Holders        []semHolder `bson:"holders"`
@@ -459,6 +461,7 @@ func slotPipeline(a slotAttempt) bson.A {
 	claimLive := op("$gt", ifNull("$waitingUntil", epoch), now)
 	other := op("$and", claimLive, op("$ne", "$waitingProcess", a.proc)) // another process's live claim
 	size := op("$size", live)
+	ofKind := op("$eq", "$kind", slotKind(a.rw))
 	var acquired, claimable any
 	switch a.rw {
 	case readMode: // no live writer, and no writer's claim, even of this process
@@ -486,7 +489,7 @@ func slotPipeline(a slotAttempt) bson.A {
 	}
 	if a.mode == waitMode {
 		// Renewed only once half spent: most refusals write nothing.
-		claiming := op("$and", not(acq), claimable,
+		claiming := op("$and", not(acq), ofKind, claimable,
 			op("$lt", ifNull("$waitingUntil", epoch), op("$add", now, (a.claim/2).Milliseconds())))
 		values := []any{a.proc, op("$add", now, a.claim.Milliseconds()), string(a.rw)}
 		for i := range claims {
@@ -513,9 +516,18 @@ func slotPipeline(a slotAttempt) bson.A {
 	set = append(set, bson.E{Key: "_live", Value: "$$REMOVE"}, bson.E{Key: "_acquired", Value: "$$REMOVE"})
 	return append(stages,
 		liveStage,
-		bson.D{{Key: "$set", Value: bson.D{{Key: "_acquired", Value: acquired}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "_acquired", Value: op("$and", ofKind, acquired)}}}},
 		bson.D{{Key: "$set", Value: set}},
 	)
+}
+
+// slotKind is the kind of the documents whose slots are taken in mode rw:
+// an RWLock's if rw is not 0, else a semaphore's.
+func slotKind(rw rwMode) string {
+	if rw != 0 {
+		return "rwlock"
+	}
+	return "semaphore"
 }
 
 // slotReplyOptions return, of the document after a slot's acquisition, only
@@ -523,7 +535,7 @@ func slotPipeline(a slotAttempt) bson.A {
 // a slot), not the whole list.
 var (
 	slotReplyFields = bson.D{
-		{Key: "n", Value: 1}, {Key: "fencingToken", Value: 1}, {Key: "waitingProcess", Value: 1},
+		{Key: "kind", Value: 1}, {Key: "n", Value: 1}, {Key: "fencingToken", Value: 1}, {Key: "waitingProcess", Value: 1},
 		{Key: "holders", Value: bson.D{{Key: "$slice", Value: -1}}},
 	}
 	slotReplyOptions = options.FindOneAndUpdate().SetReturnDocument(options.After).SetProjection(slotReplyFields)

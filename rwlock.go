@@ -14,7 +14,8 @@ import (
 
 // An RWLock is a distributed reader-writer lock, named as Lock's are.
 // RWLocks live in the collection "<collection>_semaphores" with the
-// Semaphores: do not give an RWLock and a Semaphore the same name.
+// Semaphores: a Semaphore's acquisition under an RWLock's name, or the
+// other way round, fails at once with an error (not ErrNotAcquired).
 //
 // A writer that waits in Lock blocks new readers, as with sync.RWMutex: once
 // a writer is refused, RLock and TryRLock are refused until the writer has

@@ -398,3 +398,37 @@ func TestRWLockDoHoldsForFnAndReleases(t *testing.T) {
 	r, w := liveModes(t, semColl(e.db), "do")
 	require.Equal(t, [2]int{0, 0}, [2]int{r, w}, "live readers, writers after Do")
 }
+
+// A Semaphore and an RWLock share a collection: an acquisition under a name
+// of the other kind fails at once with an error that says so, free or held,
+// and changes nothing.
+func TestRWLockAndSemaphoreOfOneNameAreAnError(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t)
+	rw, sem := e.p.RWLock("shared"), e.p.Semaphore("shared", 2)
+	requireOtherKind := func(err error, what string) {
+		t.Helper()
+		require.ErrorContains(t, err, "taken by another kind of lock", what)
+		require.NotErrorIs(t, err, mongolock.ErrNotAcquired, what)
+	}
+	h, err := rw.TryRLock(ctx)
+	require.NoError(t, err)
+	_, err = sem.TryAcquire(ctx)
+	requireOtherKind(err, "a semaphore's TryAcquire on a read-held RWLock")
+	_, err = sem.Acquire(ctx) // at once: ctx is a minute
+	requireOtherKind(err, "a semaphore's Acquire on a read-held RWLock")
+	require.NoError(t, h.Release(ctx))
+	_, err = sem.TryAcquire(ctx)
+	requireOtherKind(err, "a semaphore's TryAcquire on a free RWLock")
+	r, w := liveModes(t, semColl(e.db), "shared")
+	require.Equal(t, [2]int{0, 0}, [2]int{r, w})
+
+	s, err := e.p.Semaphore("counted", 2).TryAcquire(ctx)
+	require.NoError(t, err)
+	_, err = e.other.RWLock("counted").Lock(ctx)
+	requireOtherKind(err, "an RWLock's Lock on a held semaphore")
+	_, err = e.other.RWLock("counted").TryRLock(ctx)
+	requireOtherKind(err, "an RWLock's TryRLock on a held semaphore")
+	require.Equal(t, 1, liveHolders(t, semColl(e.db), "counted"))
+	require.NoError(t, s.Release(ctx))
+}

@@ -22,6 +22,10 @@ const semSuffix = "_semaphores"
 // errSemaphoreSize reports that a semaphore's slots are held with another n.
 var errSemaphoreSize = errors.New("the semaphore is held with another number of slots")
 
+// errOtherKind reports that a Semaphore's name is an RWLock's, or the
+// other way round.
+var errOtherKind = errors.New("the name is taken by another kind of lock")
+
 // A Semaphore lets at most n holders at a time hold it, in this process and
 // in others, by the server's clock. Semaphores live in the collection
 // "<collection>_semaphores": a Lock and a Semaphore of the same name are
@@ -131,11 +135,11 @@ func (l *Lock) slotAcquire(ctx context.Context, releasing, id string, mode attem
 	if releasing != "" {
 		filter = semHolderFilter(l.name, releasing)
 	}
-	pipeline := slotPipeline(slotAttempt{id: id, releasing: releasing, proc: p.semLocal.process, owner: p.opts.owner,
-		n: l.n, rw: l.rw, mode: mode, expiry: p.opts.expiry, claim: p.opts.claimLifetime()})
+	a := slotAttempt{id: id, releasing: releasing, proc: p.semLocal.process, owner: p.opts.owner,
+		n: l.n, rw: l.rw, mode: mode, expiry: p.opts.expiry, claim: p.opts.claimLifetime()}
 	var doc semDoc
-	err := p.sems.FindOneAndUpdate(ctx, filter, pipeline, slotReplyOptions).Decode(&doc)
-	reply := lockDoc{FencingToken: doc.FencingToken, WaitingProcess: doc.WaitingProcess, n: doc.N}
+	err := p.sems.FindOneAndUpdate(ctx, filter, slotPipeline(a), slotReplyOptions).Decode(&doc)
+	reply := lockDoc{FencingToken: doc.FencingToken, WaitingProcess: doc.WaitingProcess, n: doc.N, kind: doc.Kind}
 	if l.rw != 0 {
 		reply.n = l.n // an RWLock's document has no n
 	}
