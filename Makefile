@@ -44,14 +44,16 @@ demo:
 bench:
 	cd bench && $(GO) run . $(BENCHFLAGS)
 
-# The soak (cmd/soak): P processes x G goroutines over K names, each
-# critical section checked on the server through a fenced resource, while
-# holder processes are SIGKILLed and clients closed under held locks. Prints
-# trials, faults injected and violations (must be 0; exit status 1 if not).
-# The server is the tests' (MONGOLOCK_TEST_URI, else as `make test`); the
-# soak drops its database, mongolock_test_soak. `make test` runs a 12 s form
-# (TestSoak). SOAK=10m for ten minutes; SOAKFLAGS='-p 4 -g 8 -k 2' for other
-# shapes (go run ./cmd/soak -h).
+# The soak (cmd/soak): P processes x G goroutines over mutexes, semaphores
+# of n slots and reader-writer locks, each critical section checked on the
+# server through a fenced resource that keeps the holders inside, while
+# holder processes are SIGKILLed and clients closed under held handles.
+# Prints trials and violations per primitive and the faults injected
+# (violations must be 0; exit status 1 if not). The server is the tests'
+# (MONGOLOCK_TEST_URI, else as `make test`); the soak drops its database,
+# mongolock_test_soak. `make test` runs a 12 s form (TestSoak). SOAK=10m for
+# ten minutes; SOAKFLAGS='-p 4 -g 8 -k 2 -ks 2 -n 2 -kr 1' for other shapes
+# (go run ./cmd/soak -h).
 SOAK      ?= 60s
 SOAKFLAGS ?=
 

@@ -1,10 +1,15 @@
-// Command soak runs P processes x G goroutines over K lock names for a
-// while, injecting faults, and checks on the server that the locks did
-// their job:
+// Command soak runs P processes x G goroutines over named locks,
+// semaphores and reader-writer locks for a while, injecting faults, and
+// checks on the server that they did their job:
 //
 //	go run ./cmd/soak                   # 15 s against a test server of its own
 //	go run ./cmd/soak -d 10m -p 4 -g 8  # make soak SOAK=10m
 //	MONGOLOCK_TEST_URI=mongodb://... go run ./cmd/soak -d 1h
+//
+// Each trial picks a kind, then one of its names: -k mutexes
+// (Provider.Lock), -ks semaphores of -n slots (Provider.Semaphore), or -kr
+// reader-writer locks (Provider.RWLock; a writer one time in three). One
+// acquisition in four loops on the Try call instead of waiting.
 //
 // The server is -uri, else MONGOLOCK_TEST_URI (never MONGODB_URI), else the
 // tests' own (testcontainers where Docker answers, else scripts/testdb). The
@@ -12,25 +17,45 @@
 // after the run, and takes only a name beginning with mongolock_test_.
 //
 // Every critical section writes to a "fenced resource", one document per
-// lock name, that accepts a write only with a fencing token at least its
-// last one. The writes double as the checks, made by the server:
+// name, that keeps the holders inside. The writes double as the checks,
+// made by the server in each update's filter:
 //
-//   - entering sets the resource's holder (inside) only if nobody is inside
-//     and the entrant's token is greater than the last one: otherwise two
-//     holders overlap, or tokens went back in acquisition order;
-//   - every write and the exit match the holder's own token: otherwise
-//     someone entered meanwhile (the holder was displaced);
+//   - a mutex's holder enters only if nobody is inside (but a holder of a
+//     killed process) and its token is greater than the last one entered;
+//   - a semaphore's enters only if fewer than n are inside and none with
+//     its token;
+//   - an rwlock's reader enters only if no writer is inside and its token
+//     is greater than the last writer's entered; a writer only if nobody
+//     is inside and its token is greater than the last one entered;
+//   - every write and the exit match the holder among those inside, and a
+//     mutex's or rwlock's token is still at least the one it had to
+//     outrank: otherwise someone entered meanwhile (the holder was
+//     displaced);
 //   - a holder whose client is dropped under it must be told (Lost) before
 //     the server lets the next holder in: otherwise the next one finds it
-//     inside.
+//     inside (one holder too many, for a semaphore).
 //
-// Faults: the parent SIGKILLs a random child process every -kill-every
-// (mid-hold, as a rule: the children hold or wait all the time) and starts
-// another in its place; each child closes its own client under a held lock
-// every -drop-every, waits for the handle to report the loss, and
-// reconnects. Counts live on the server, so that killed processes lose
-// none. The program prints the trials (acquisitions), the faults injected
-// and the violations, and exits with status 1 if there was any violation.
+// A refused entry is a violation: holders overlap (n+1 of a semaphore's),
+// or tokens went back in acquisition order. A mutex's and an rwlock
+// writer's holders enter in the order they acquired, so each token must
+// exceed the last entered. Readers and a semaphore's holders acquire side
+// by side and may enter in another order, so the server cannot require
+// that of them. A reader's token must exceed the last writer's entered: a
+// writer excludes readers, so that writer acquired first. A semaphore's
+// holder reads the last token entered before it acquires, and its token
+// must exceed that one (compared by the holder: the server sees entries,
+// not acquisitions); no two holders inside may have the same token.
+//
+// Faults: the parent SIGKILLs a child every -kill-every, one with a holder
+// inside a critical section of the kind hit least so far if it finds one
+// within a second, and starts another in its place; the victim's holders
+// are taken out of the resources. Each child closes its own client under a
+// held handle every -drop-every, under holders of each kind in turn (the
+// i-th process, and its replacements, begin with the i-th kind), waits for
+// the handle to report the loss, and reconnects. Counts
+// live on the server, so that killed processes lose none. The program
+// prints trials and violations per kind, the faults injected, and exits
+// with status 1 if there was any violation.
 //
 // Each child is this same program, started again with MONGOLOCK_SOAK_CHILD=1
 // in its environment (TestSoak starts its test binary the same way).

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,48 +25,98 @@ import (
 
 // Result is what a soak run measured, read from the server at the end.
 type Result struct {
-	Trials  int64 // critical sections entered: acquisitions
-	Writes  int64 // writes the fenced resources accepted
-	Kills   int64 // child processes SIGKILLed
-	Drops   int64 // clients closed under a held lock
-	Fenced  int64 // writes refused after the holder learnt of its loss
-	Losses  int64 // handles that reported a loss
-	Timeout int64 // Acquire calls that gave up after 20 s
-	Errors  int64 // other failed calls (a dropped client's are not counted)
-
-	Overlap     int64 // an entrant found a live holder inside
-	OutOfOrder  int64 // an entrant's token was not greater than the last accepted
-	Displaced   int64 // a holder's write or exit found someone else inside
-	Unsignalled int64 // a dropped client's handle did not report its loss in time
-	LeftInside  int64 // a live holder still inside after every child ended
+	Per     [numKinds]Counts // by kind: mutex, semaphore, rwlock
+	N       int              // a semaphore's slots
+	Writes  int64            // writes the fenced resources accepted
+	Kills   int64            // child processes SIGKILLed
+	Fenced  int64            // writes refused after the holder learnt of its loss
+	Losses  int64            // handles that reported a loss
+	Timeout int64            // Acquire calls that gave up after 20 s
+	Errors  int64            // other failed calls (a dropped client's are not counted)
 
 	ChildFailures int // children that exited with an error (not killed)
 	Elapsed       time.Duration
 }
 
-// Faults is the number of faults injected.
-func (r *Result) Faults() int64 { return r.Kills + r.Drops }
+// Counts are one kind's trials, faults and violations.
+type Counts struct {
+	Trials      int64 // critical sections entered: acquisitions
+	WriteTrials int64 // of an rwlock's trials, the writers'
+	Peak        int64 // a semaphore's or rwlock's: the most holders inside at once
+	Killed      int64 // holders inside a SIGKILLed child process
+	Dropped     int64 // holders whose client was closed under them
+
+	Overlap     int64 // an entrant found a conflicting live holder inside (n of them, for a semaphore)
+	OutOfOrder  int64 // an entrant's token was not greater than one it must outrank
+	Displaced   int64 // a holder's write or exit found that someone had entered who must not have
+	Unsignalled int64 // a dropped client's handle did not report its loss in time
+	LeftInside  int64 // a live holder still inside after every child ended
+}
 
 // Violations is the number of broken guarantees seen; it must be 0.
-func (r *Result) Violations() int64 {
-	return r.Overlap + r.OutOfOrder + r.Displaced + r.Unsignalled + r.LeftInside
+func (c *Counts) Violations() int64 {
+	return c.Overlap + c.OutOfOrder + c.Displaced + c.Unsignalled + c.LeftInside
+}
+
+// Trials is the number of critical sections entered, of every kind.
+func (r *Result) Trials() (n int64) {
+	for _, c := range r.Per {
+		n += c.Trials
+	}
+	return n
+}
+
+// Drops is the number of clients closed under a held handle.
+func (r *Result) Drops() (n int64) {
+	for _, c := range r.Per {
+		n += c.Dropped
+	}
+	return n
+}
+
+// Faults is the number of faults injected.
+func (r *Result) Faults() int64 { return r.Kills + r.Drops() }
+
+// Violations is the number of broken guarantees seen; it must be 0.
+func (r *Result) Violations() (n int64) {
+	for _, c := range r.Per {
+		n += c.Violations()
+	}
+	return n
 }
 
 func (r *Result) String() string {
-	return fmt.Sprintf("trials %d (acquisitions), faults injected %d (%d SIGKILLs of a child process, %d clients closed under a held lock), violations %d"+
-		" (overlaps %d, out-of-order tokens %d, displaced holders %d, unsignalled losses %d, left inside %d)\n"+
-		"  also: %d writes accepted, %d refused after a loss, %d losses reported, %d acquire timeouts, %d errors, %d failed children, %v",
-		r.Trials, r.Faults(), r.Kills, r.Drops, r.Violations(),
-		r.Overlap, r.OutOfOrder, r.Displaced, r.Unsignalled, r.LeftInside,
+	m, s, rw := &r.Per[mutex], &r.Per[semaphore], &r.Per[rwlock]
+	var b strings.Builder
+	fmt.Fprintf(&b, "trials: mutex %d, semaphore %d, rwlock %d (%d writers); violations: mutex %d, semaphore %d, rwlock %d;"+
+		" faults injected %d (%d SIGKILLs of a child process, %d clients closed under a held handle)",
+		m.Trials, s.Trials, rw.Trials, rw.WriteTrials, m.Violations(), s.Violations(), rw.Violations(),
+		r.Faults(), r.Kills, r.Drops())
+	for kd := range numKinds {
+		c := &r.Per[kd]
+		fmt.Fprintf(&b, "\n  %-10s overlaps %d, out-of-order tokens %d, displaced holders %d, unsignalled losses %d, left inside %d;"+
+			" holders killed %d, clients closed under a holder %d",
+			kd.String()+":", c.Overlap, c.OutOfOrder, c.Displaced, c.Unsignalled, c.LeftInside, c.Killed, c.Dropped)
+		switch kd {
+		case semaphore:
+			fmt.Fprintf(&b, "; at most %d of %d slots inside at once", c.Peak, r.N)
+		case rwlock:
+			fmt.Fprintf(&b, "; at most %d holders inside at once", c.Peak)
+		}
+	}
+	fmt.Fprintf(&b, "\n  also: %d writes accepted, %d refused after a loss, %d losses reported, %d acquire timeouts, %d errors, %d failed children, %v",
 		r.Writes, r.Fenced, r.Losses, r.Timeout, r.Errors, r.ChildFailures, r.Elapsed.Round(time.Millisecond))
+	return b.String()
 }
 
 type config struct {
-	procs, goroutines, names int
-	dur, expiry, hold        time.Duration
-	killEvery, dropEvery     time.Duration
-	db, uri                  string
-	sabotage, keep           bool
+	procs, goroutines    int
+	names                [numKinds]int // names per kind
+	n                    int           // a semaphore's slots
+	dur, expiry, hold    time.Duration
+	killEvery, dropEvery time.Duration
+	db, uri              string
+	sabotage, keep       bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -74,12 +125,15 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs.IntVar(&c.procs, "p", 3, "processes")
 	fs.IntVar(&c.goroutines, "g", 3, "goroutines per process")
-	fs.IntVar(&c.names, "k", 4, "lock names (and fenced resources)")
+	fs.IntVar(&c.names[mutex], "k", 4, "mutex names (each with its fenced resource; 0: no mutexes)")
+	fs.IntVar(&c.names[semaphore], "ks", 1, "semaphore names (0: no semaphores)")
+	fs.IntVar(&c.names[rwlock], "kr", 2, "reader-writer lock names (0: no rwlocks)")
+	fs.IntVar(&c.n, "n", 3, "a semaphore's slots")
 	fs.DurationVar(&c.dur, "d", 15*time.Second, "how long to run")
 	fs.DurationVar(&c.expiry, "expiry", 2*time.Second, "lock expiry (a killed holder blocks its lock this long)")
 	fs.DurationVar(&c.hold, "hold", 5*time.Millisecond, "longest sleep between a critical section's writes")
-	fs.DurationVar(&c.killEvery, "kill-every", 5*time.Second, "SIGKILL a random child about this often (0: never)")
-	fs.DurationVar(&c.dropEvery, "drop-every", 6*time.Second, "each child closes its client under a held lock about this often (0: never)")
+	fs.DurationVar(&c.killEvery, "kill-every", 5*time.Second, "SIGKILL a child about this often, one with a holder inside if there is one (0: never)")
+	fs.DurationVar(&c.dropEvery, "drop-every", 6*time.Second, "each child closes its client under a held handle about this often, under each kind in turn (0: never)")
 	fs.StringVar(&c.db, "db", testdb.Prefix+"soak", "database (dropped before the run, and after it unless -keep); its name must begin with "+testdb.Prefix)
 	fs.StringVar(&c.uri, "uri", "", "server (default: "+testdb.EnvURI+", else a test server of its own: testcontainers where Docker answers, else scripts/testdb)")
 	fs.BoolVar(&c.sabotage, "sabotage", false, "children work after releasing: the run must report violations")
@@ -87,8 +141,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
-	if c.procs < 1 || c.goroutines < 1 || c.names < 1 || c.dur <= 0 {
-		return c, fmt.Errorf("need -p, -g, -k >= 1 and -d > 0")
+	if c.procs < 1 || c.goroutines < 1 || c.n < 1 || c.dur <= 0 || min(c.names[mutex], c.names[semaphore], c.names[rwlock]) < 0 || c.names == [numKinds]int{} {
+		return c, fmt.Errorf("need -p, -g, -n >= 1, -d > 0, and -k, -ks, -kr >= 0, not all 0")
 	}
 	if !strings.HasPrefix(c.db, testdb.Prefix) {
 		return c, fmt.Errorf("-db %q: the soak drops its database, so it takes only a name beginning with %q", c.db, testdb.Prefix)
@@ -121,6 +175,7 @@ func runParent(args []string, stdout, stderr io.Writer) (*Result, error) {
 // A proc is a running child process.
 type proc struct {
 	id    string
+	nth   int // which of the -p processes it is: a replacement takes its victim's
 	cmd   *exec.Cmd
 	stdin io.Closer
 	done  chan struct{} // closed when it has exited
@@ -142,9 +197,17 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 		defer func() { _ = testdb.DropDatabase(context.Background(), db) }()
 	}
 	resources := db.Collection("soak_resources")
-	for k := range cfg.names {
-		if _, err := resources.InsertOne(ctx, bson.D{{Key: "_id", Value: k}, {Key: fLast, Value: int64(0)}, {Key: fEntries, Value: 0}, {Key: fWrites, Value: 0}}); err != nil {
-			return nil, err
+	for kd := range numKinds {
+		for k := range cfg.names[kd] {
+			doc := bson.D{{Key: "_id", Value: lockName(kd, k)}, {Key: fKind, Value: kd.String()},
+				{Key: fLast, Value: int64(0)}, {Key: fEntries, Value: 0}, {Key: fWrites, Value: 0}}
+			if kd != mutex {
+				doc = append(doc, bson.E{Key: fHolders, Value: bson.A{}}, bson.E{Key: fPeak, Value: 0},
+					bson.E{Key: fLastWriter, Value: int64(0)}, bson.E{Key: fWEntries, Value: 0})
+			}
+			if _, err := resources.InsertOne(ctx, doc); err != nil {
+				return nil, err
+			}
 		}
 	}
 	exe, err := os.Executable()
@@ -159,8 +222,8 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 	if cfg.dropEvery > 0 {
 		drops = fmt.Sprintf("a client closed per process about every %v", cfg.dropEvery)
 	}
-	fmt.Fprintf(stdout, "soak: %d processes x %d goroutines over %d names for %v (expiry %v; %s, %s)\n",
-		cfg.procs, cfg.goroutines, cfg.names, cfg.dur, cfg.expiry, kills, drops)
+	fmt.Fprintf(stdout, "soak: %d processes x %d goroutines over %d mutex, %d semaphore (%d slots) and %d rwlock names for %v (expiry %v; %s, %s)\n",
+		cfg.procs, cfg.goroutines, cfg.names[mutex], cfg.names[semaphore], cfg.n, cfg.names[rwlock], cfg.dur, cfg.expiry, kills, drops)
 	start := time.Now()
 	until := start.Add(cfg.dur)
 	var (
@@ -169,12 +232,14 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 		running []*proc
 		all     []*proc
 	)
-	spawn := func() error {
+	spawn := func(nth int) error {
 		seq++
 		id := "c" + strconv.Itoa(seq)
 		cmd := exec.Command(exe,
-			"-id", id, "-db", cfg.db, "-g", strconv.Itoa(cfg.goroutines), "-k", strconv.Itoa(cfg.names),
+			"-id", id, "-db", cfg.db, "-g", strconv.Itoa(cfg.goroutines), "-k", strconv.Itoa(cfg.names[mutex]),
+			"-ks", strconv.Itoa(cfg.names[semaphore]), "-kr", strconv.Itoa(cfg.names[rwlock]), "-n", strconv.Itoa(cfg.n),
 			"-expiry", cfg.expiry.String(), "-hold", cfg.hold.String(), "-drop-every", cfg.dropEvery.String(),
+			"-drop-kind", strconv.Itoa(nth%int(numKinds)),
 			"-until", strconv.FormatInt(until.UnixNano(), 10), "-sabotage="+strconv.FormatBool(cfg.sabotage))
 		cmd.Env = append(os.Environ(), childEnv+"=1", testdb.EnvURI+"="+cfg.uri)
 		out := &lineWriter{mu: &outMu, w: stderr}
@@ -186,7 +251,7 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 		if err := cmd.Start(); err != nil {
 			return err
 		}
-		p := &proc{id: id, cmd: cmd, stdin: stdin, done: make(chan struct{})}
+		p := &proc{id: id, nth: nth, cmd: cmd, stdin: stdin, done: make(chan struct{})}
 		go func() {
 			p.err = cmd.Wait()
 			_ = stdin.Close()
@@ -202,15 +267,21 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 			<-p.done
 		}
 	}()
-	for range cfg.procs {
-		if err := spawn(); err != nil {
+	for nth := range cfg.procs {
+		if err := spawn(nth); err != nil {
 			return nil, err
 		}
 	}
 
-	r := &Result{}
-	// Kill a random child now and then, while there is time for its locks
-	// to expire and be taken again before the end; start another.
+	r := &Result{N: cfg.n}
+	// Kill a child now and then, while there is time for its locks to
+	// expire and be taken again before the end; start another. The victim
+	// is one inside a critical section of the kind whose holders were
+	// killed least so far, so that kills hit every kind.
+	var (
+		hits   [numKinds]int64
+		killed = bson.A{} // the victims' ids
+	)
 	if cfg.killEvery > 0 {
 		for {
 			next := time.Now().Add(time.Duration(float64(cfg.killEvery) * (0.5 + rand.Float64())))
@@ -218,7 +289,10 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 				break
 			}
 			time.Sleep(time.Until(next))
-			i := rand.IntN(len(running))
+			i, err := pickVictim(ctx, resources, running, cfg.names, hits)
+			if err != nil {
+				return nil, err
+			}
 			victim := running[i]
 			running = append(running[:i], running[i+1:]...)
 			if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -227,12 +301,23 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 			<-victim.done
 			r.Kills++
 			// The victim can write nothing more: whatever it was inside of,
-			// it left dead.
-			if _, err := resources.UpdateMany(ctx, bson.D{{Key: fInside + ".proc", Value: victim.id}},
-				bson.D{{Key: "$set", Value: bson.D{{Key: fInside + ".dead", Value: true}}}}); err != nil {
+			// it left dead. A request it sent just before may still reach
+			// the server after this: an entrant refused by one of its
+			// holders finds it in the list of the killed (reap), and so
+			// does the end of the run.
+			killed = append(killed, victim.id)
+			if _, err := db.Collection("soak_stats").UpdateOne(ctx, bson.D{{Key: "_id", Value: statsID}},
+				bson.D{{Key: "$addToSet", Value: bson.D{{Key: sKilled, Value: victim.id}}}}, options.UpdateOne().SetUpsert(true)); err != nil {
 				return nil, err
 			}
-			if err := spawn(); err != nil {
+			for kd := range numKinds {
+				n, err := markDead(ctx, resources, kd, bson.D{{Key: fKind, Value: kd.String()}}, bson.A{victim.id})
+				if err != nil {
+					return nil, err
+				}
+				hits[kd] += n
+			}
+			if err := spawn(victim.nth); err != nil {
 				return nil, err
 			}
 		}
@@ -254,6 +339,11 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 		}
 	}
 	r.Elapsed = time.Since(start)
+	for kd := range numKinds {
+		if _, err := markDead(ctx, resources, kd, bson.D{{Key: fKind, Value: kd.String()}}, killed); err != nil {
+			return nil, err
+		}
+	}
 	if err := r.read(ctx, db); err != nil {
 		return nil, err
 	}
@@ -275,14 +365,27 @@ func (r *Result) read(ctx context.Context, db *mongo.Database) error {
 		return err
 	}
 	for _, d := range docs {
-		r.Trials += num(d[fEntries])
+		name, _ := d[fKind].(string)
+		kd := kind(slices.Index(kindNames[:], name))
+		if kd < 0 {
+			return fmt.Errorf("resource %v: no kind", d["_id"])
+		}
+		c := &r.Per[kd]
+		c.Trials += num(d[fEntries])
+		c.WriteTrials += num(d[fWEntries])
+		c.Peak = max(c.Peak, num(d[fPeak]))
+		c.Killed += num(d[fKilled])
+		c.Dropped += num(d[fDropped])
+		c.Overlap += num(d[vOverlap])
+		c.OutOfOrder += num(d[vOutOfOrder])
+		c.Displaced += num(d[vDisplaced])
+		c.Unsignalled += num(d[vUnsignalled])
 		r.Writes += num(d[fWrites])
-		r.Overlap += num(d[vOverlap])
-		r.OutOfOrder += num(d[vOutOfOrder])
-		r.Displaced += num(d[vDisplaced])
-		r.Unsignalled += num(d[vUnsignalled])
 		if in, ok := d[fInside].(bson.M); ok && in["dead"] != true {
-			r.LeftInside++
+			c.LeftInside++
+		}
+		if in, ok := d[fHolders].(bson.A); ok {
+			c.LeftInside += int64(len(in)) // the killed were taken out
 		}
 	}
 	var stats bson.M
@@ -290,9 +393,75 @@ func (r *Result) read(ctx context.Context, db *mongo.Database) error {
 	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 		return err
 	}
-	r.Drops, r.Fenced, r.Losses = num(stats[sDrops]), num(stats[sFenced]), num(stats[sLosses])
+	r.Fenced, r.Losses = num(stats[sFenced]), num(stats[sLosses])
 	r.Timeout, r.Errors = num(stats[sTimeouts]), num(stats[sErrors])
 	return nil
+}
+
+// pickVictim returns the index in running of the child to SIGKILL: one
+// found with a live holder inside a resource of a kind whose holders were
+// killed least so far, watched for up to half a second; then of any kind,
+// for as long again; else any child.
+func pickVictim(ctx context.Context, resources *mongo.Collection, running []*proc, names [numKinds]int, hits [numKinds]int64) (int, error) {
+	var fewest, every bson.A
+	for _, kd := range leastHit(hits, names) {
+		fewest = append(fewest, kd.String())
+	}
+	for kd := range numKinds {
+		every = append(every, kd.String())
+	}
+	live := bson.A{
+		bson.D{{Key: fHolders + ".0", Value: bson.D{{Key: "$exists", Value: true}}}},
+		bson.D{{Key: fInside, Value: bson.D{{Key: "$exists", Value: true}}}, {Key: fInside + ".dead", Value: bson.D{{Key: "$ne", Value: true}}}},
+	}
+	for start := time.Now(); time.Since(start) < time.Second; time.Sleep(5 * time.Millisecond) {
+		kinds := fewest
+		if time.Since(start) > time.Second/2 {
+			kinds = every
+		}
+		cur, err := resources.Find(ctx, bson.D{{Key: fKind, Value: bson.D{{Key: "$in", Value: kinds}}}, {Key: "$or", Value: live}})
+		if err != nil {
+			return 0, err
+		}
+		var docs []struct {
+			Inside  *struct{ Proc string }  `bson:"inside"`
+			Holders []struct{ Proc string } `bson:"holders"`
+		}
+		if err := cur.All(ctx, &docs); err != nil {
+			return 0, err
+		}
+		var inside []int
+		for _, d := range docs {
+			procs := d.Holders
+			if d.Inside != nil {
+				procs = append(procs, *d.Inside)
+			}
+			for _, h := range procs {
+				if i := slices.IndexFunc(running, func(p *proc) bool { return p.id == h.Proc }); i >= 0 {
+					inside = append(inside, i)
+				}
+			}
+		}
+		if len(inside) > 0 {
+			return inside[rand.IntN(len(inside))], nil
+		}
+	}
+	return rand.IntN(len(running)), nil
+}
+
+// leastHit returns the kinds with names whose count is the least.
+func leastHit(counts [numKinds]int64, names [numKinds]int) []kind {
+	var least []kind
+	for kd := range numKinds {
+		switch {
+		case names[kd] == 0:
+		case len(least) == 0 || counts[kd] < counts[least[0]]:
+			least = []kind{kd}
+		case counts[kd] == counts[least[0]]:
+			least = append(least, kd)
+		}
+	}
+	return least
 }
 
 func num(v any) int64 {

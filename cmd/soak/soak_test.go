@@ -68,37 +68,60 @@ func runSoak(t *testing.T, args ...string) (*Result, string) {
 }
 
 // TestSoak is the short form of make soak: 3 processes x 3 goroutines over
-// 4 names for 12 s, with SIGKILLed holder processes and clients closed under
-// held locks. The server must see no overlap, no token out of order, and
-// every dropped holder must learn of its loss before the next one comes in.
+// 4 mutexes, a semaphore of 3 slots and 2 reader-writer locks for 12 s,
+// with SIGKILLed holder processes and clients closed under held handles.
+// The server must see no overlap (for a semaphore, no n+1 holders; for an
+// rwlock, no writer with anyone else), no token out of order, and every
+// dropped holder must learn of its loss before the next one comes in.
 func TestSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the soak runs 15 s")
 	}
-	r, children := runSoak(t, "-d", "12s", "-p", "3", "-g", "3", "-k", "4", "-kill-every", "4s", "-drop-every", "5s")
+	r, children := runSoak(t, "-d", "12s", "-p", "3", "-g", "3", "-k", "4", "-ks", "1", "-n", "3", "-kr", "2", "-kill-every", "4s", "-drop-every", "4s")
 	if r.Violations() != 0 || r.ChildFailures != 0 {
 		t.Fatalf("%v\nchildren said:\n%s", r, children)
 	}
-	if r.Trials < 100 {
-		t.Errorf("only %d trials in 12 s", r.Trials)
+	for kd := range numKinds {
+		c := r.Per[kd]
+		if c.Trials < 30 {
+			t.Errorf("%v: only %d trials in 12 s", kd, c.Trials)
+		}
+		if c.Dropped == 0 {
+			t.Errorf("%v: no client closed under a holder; want some", kd)
+		}
 	}
-	if r.Kills == 0 || r.Drops == 0 {
-		t.Errorf("faults: %d kills, %d drops; want some of each", r.Kills, r.Drops)
+	// The checks bite only where holders meet: a full semaphore, readers
+	// side by side.
+	if s := r.Per[semaphore]; s.Peak != 3 {
+		t.Errorf("semaphore: at most %d of 3 slots inside at once; want it full at times", s.Peak)
 	}
-	if r.Writes < r.Trials {
-		t.Errorf("%d writes accepted for %d trials: every trial writes at least once", r.Writes, r.Trials)
+	if rw := r.Per[rwlock]; rw.WriteTrials == 0 || rw.WriteTrials == rw.Trials || rw.Peak < 2 {
+		t.Errorf("rwlock: %d of %d trials were writers', at most %d holders inside at once; want writers, and readers side by side",
+			rw.WriteTrials, rw.Trials, rw.Peak)
+	}
+	if r.Kills == 0 {
+		t.Errorf("no child SIGKILLed; want some")
+	}
+	if r.Writes < r.Trials() {
+		t.Errorf("%d writes accepted for %d trials: every trial writes at least once", r.Writes, r.Trials())
 	}
 }
 
-// The checks must see a broken lock: children that go on writing after
-// releasing overlap with the next holder.
+// The checks must see broken locks: children that go on working after
+// releasing overlap with the next holders: of a mutex, of the n+1st slot
+// of a semaphore, of a writer and readers of an rwlock.
 func TestSoakReportsWorkAfterReleaseAsViolations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	r, _ := runSoak(t, "-d", "3s", "-p", "2", "-g", "2", "-k", "1", "-hold", "20ms", "-kill-every", "0", "-drop-every", "0", "-sabotage")
-	if r.Overlap == 0 || r.Displaced == 0 {
-		t.Fatalf("sabotaged run: %v; want overlaps and displaced holders", r)
+	r, _ := runSoak(t, "-d", "3s", "-p", "2", "-g", "4", "-k", "1", "-ks", "1", "-n", "2", "-kr", "1", "-hold", "20ms", "-kill-every", "0", "-drop-every", "0", "-sabotage")
+	for kd := range numKinds {
+		if r.Per[kd].Overlap == 0 {
+			t.Errorf("sabotaged run: no %v overlaps; want some\n%v", kd, r)
+		}
+	}
+	if r.Per[mutex].Displaced == 0 {
+		t.Errorf("sabotaged run: %v\nwant displaced mutex holders", r)
 	}
 }
 
