@@ -77,7 +77,7 @@ func TestSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the soak runs 15 s")
 	}
-	r, children := runSoak(t, "-d", "12s", "-p", "3", "-g", "3", "-k", "4", "-ks", "1", "-n", "3", "-kr", "2", "-kill-every", "4s", "-drop-every", "4s")
+	r, children := runSoak(t, "-d", "12s", "-p", "3", "-g", "3", "-k", "4", "-ks", "1", "-n", "3", "-kr", "2", "-kill-every", "4s", "-drop-every", "2s")
 	if r.Violations() != 0 || r.ChildFailures != 0 {
 		t.Fatalf("%v\nchildren said:\n%s", r, children)
 	}
