@@ -112,7 +112,7 @@ func (h *acquisition) release(ctx context.Context) (err error) {
 	if h.released.Swap(true) {
 		return nil
 	}
-	ctx, span := h.lock.p.tel.start(ctx, "release", h.lock)
+	ctx, span := h.lock.p.tel.start(ctx, spanRelease, h.lock)
 	defer func() { h.lock.p.tel.endRelease(span, h, "released", err) }()
 	// Stop extending before releasing, but signal the loss if the lease runs
 	// out before the round trip ends: a release stuck behind a partition

@@ -47,7 +47,7 @@ func (l *Lock) TryAcquire(ctx context.Context) (h *Handle, err error) {
 	if ctx == nil {
 		return nil, l.errorf("try acquire", errNilContext)
 	}
-	ctx, call := l.p.tel.startAcquire(ctx, l, "try_acquire")
+	ctx, call := l.p.tel.startAcquire(ctx, l, spanTryAcquire)
 	defer func() { call.end(ctx, h, err) }()
 	if !l.p.enter() {
 		return nil, l.errorf("try acquire", ErrClosed)
@@ -86,7 +86,7 @@ func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
 	if ctx == nil {
 		return nil, l.errorf("acquire", errNilContext)
 	}
-	ctx, call := l.p.tel.startAcquire(ctx, l, "acquire")
+	ctx, call := l.p.tel.startAcquire(ctx, l, spanAcquire)
 	defer func() { call.end(ctx, h, err) }()
 	p, lc := l.p, l.local()
 	qs := &lc.queues

@@ -23,6 +23,16 @@ import (
 // instrumentation names the library's tracer and meter.
 const instrumentation = "github.com/mongolock/mongolock"
 
+// Span names; an acquisition's, less the prefix, is its mongolock.operation.
+const (
+	spanPrefix     = "mongolock."
+	spanAcquire    = spanPrefix + "acquire"
+	spanTryAcquire = spanPrefix + "try_acquire"
+	spanRelease    = spanPrefix + "release"
+	spanProclaim   = spanPrefix + "proclaim"
+	spanExtend     = spanPrefix + "extend"
+)
+
 // Attribute keys: the semantic conventions' where they have one.
 const (
 	keySystem     = attribute.Key("db.system.name")
@@ -197,9 +207,9 @@ func (t *telemetry) measure(l *Lock, extra ...attribute.KeyValue) metric.Measure
 	return metric.WithAttributes(t.lockAttrs(l, t.metricNames, extra...)...)
 }
 
-// start starts the span of op on l, a child of ctx's span.
-func (t *telemetry) start(ctx context.Context, op string, l *Lock) (context.Context, trace.Span) {
-	ctx, span := t.tracer.Start(ctx, "mongolock."+op)
+// start starts the span called name of a call on l, a child of ctx's span.
+func (t *telemetry) start(ctx context.Context, name string, l *Lock) (context.Context, trace.Span) {
+	ctx, span := t.tracer.Start(ctx, name)
 	if span.IsRecording() {
 		kv := t.lockAttrs(l, t.spanNames)
 		if l.n > 0 && l.rw == 0 {
@@ -266,16 +276,16 @@ func end(span trace.Span, out string, err error, kv ...attribute.KeyValue) {
 type acquireCall struct {
 	t          *telemetry
 	l          *Lock
-	op         string // "acquire" or "try_acquire"
+	name       string // spanAcquire or spanTryAcquire
 	span       trace.Span
 	start      time.Time
 	attempts   int
 	handedOver bool // the handle was handed over by a release of this process
 }
 
-func (t *telemetry) startAcquire(ctx context.Context, l *Lock, op string) (context.Context, acquireCall) {
-	ctx, span := t.start(ctx, op, l)
-	return ctx, acquireCall{t: t, l: l, op: op, span: span, start: time.Now()}
+func (t *telemetry) startAcquire(ctx context.Context, l *Lock, name string) (context.Context, acquireCall) {
+	ctx, span := t.start(ctx, name, l)
+	return ctx, acquireCall{t: t, l: l, name: name, span: span, start: time.Now()}
 }
 
 // attempted counts an attempt that returned err. A refused or failed one
@@ -311,7 +321,7 @@ func (c *acquireCall) end(ctx context.Context, h *Handle, err error) {
 	}
 	t := c.t
 	if t.waited.Enabled(ctx) || t.attempts.Enabled(ctx) {
-		m := t.measure(c.l, keyOperation.String(c.op), keyOutcome.String(out))
+		m := t.measure(c.l, keyOperation.String(c.name[len(spanPrefix):]), keyOutcome.String(out))
 		t.waited.Record(ctx, waited.Seconds(), m)
 		t.attempts.Record(ctx, int64(c.attempts), m)
 	}
@@ -360,7 +370,7 @@ func (t *telemetry) lost(h *acquisition, reason lossReason, why error) {
 // startExtension starts the span of one extension round trip of hs, all
 // of one collection.
 func (t *telemetry) startExtension(ctx context.Context, hs []*acquisition) (context.Context, trace.Span) {
-	ctx, span := t.tracer.Start(ctx, "mongolock.extend")
+	ctx, span := t.tracer.Start(ctx, spanExtend)
 	if span.IsRecording() {
 		span.SetAttributes(keySystem.String("mongodb"), keyNamespace.String(t.db),
 			keyCollection.String(hs[0].lock.coll().Name()), keyHandles.Int(len(hs)))
