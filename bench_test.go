@@ -10,6 +10,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/testdb"
@@ -34,23 +38,27 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			rawAcquireRelease(ctx, b, coll, "bench")
 		}
 	})
-	b.Run("mongolock", func(b *testing.B) {
-		p, err := mongolock.NewProvider(db)
+	b.Run("mongolock", func(b *testing.B) { acquireRelease(ctx, b, db) })
+}
+
+// acquireRelease acquires and releases a lock of a provider with opts
+// until the benchmark's loop ends.
+func acquireRelease(ctx context.Context, b *testing.B, db *mongo.Database, opts ...mongolock.Option) {
+	p, err := mongolock.NewProvider(db, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := p.Lock("bench")
+	for b.Loop() {
+		h, err := l.Acquire(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}
-		l := p.Lock("bench")
-		for b.Loop() {
-			h, err := l.Acquire(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := h.Release(ctx); err != nil {
-				b.Fatal(err)
-			}
+		if err := h.Release(ctx); err != nil {
+			b.Fatal(err)
 		}
-		mongolock.WaitBackground(p)
-	})
+	}
+	mongolock.WaitBackground(p)
 }
 
 // BenchmarkAcquireReleaseDistinctNames: parallel goroutines, a name each.
@@ -108,3 +116,59 @@ func rawAcquireRelease(ctx context.Context, b *testing.B, coll *mongo.Collection
 		b.Error(err)
 	}
 }
+
+// BenchmarkAcquireTelemetry: what telemetry adds to an acquisition and its
+// release. "off" is no-op providers; "global" the default, the global
+// providers with no SDK installed; "sdk" the SDK, every span sampled and
+// exported to nowhere in batches, every measurement aggregated. "hooks"
+// runs only the telemetry of one acquisition, without I/O; "server" an
+// Acquire and a Release, one goroutine, one name, as
+// BenchmarkAcquireRelease.
+func BenchmarkAcquireTelemetry(b *testing.B) {
+	db := testdb.Database(b)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	setups := []struct {
+		name string
+		opts func(b *testing.B) []mongolock.Option
+	}{
+		{"off", func(*testing.B) []mongolock.Option {
+			return []mongolock.Option{mongolock.WithTracerProvider(tracenoop.NewTracerProvider()), mongolock.WithMeterProvider(metricnoop.NewMeterProvider())}
+		}},
+		{"global", func(*testing.B) []mongolock.Option { return nil }},
+		{"sdk", func(b *testing.B) []mongolock.Option {
+			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardSpans{}))
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+			b.Cleanup(func() {
+				_ = tp.Shutdown(context.Background())
+				_ = mp.Shutdown(context.Background())
+			})
+			return []mongolock.Option{mongolock.WithTracerProvider(tp), mongolock.WithMeterProvider(mp)}
+		}},
+	}
+	for _, s := range setups {
+		b.Run("hooks/"+s.name, func(b *testing.B) {
+			p, err := mongolock.NewProvider(db, s.opts(b)...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			l := p.Lock("bench")
+			b.ReportAllocs()
+			for b.Loop() {
+				mongolock.TelemetryCycle(ctx, l)
+			}
+		})
+	}
+	for _, s := range setups {
+		b.Run("server/"+s.name, func(b *testing.B) {
+			b.ReportAllocs()
+			acquireRelease(ctx, b, db, s.opts(b)...)
+		})
+	}
+}
+
+// discardSpans is a span exporter that drops what it is given.
+type discardSpans struct{}
+
+func (discardSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardSpans) Shutdown(context.Context) error                             { return nil }

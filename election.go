@@ -93,7 +93,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 // ErrLockLost. After Resign, or with a value longer than MaxValueLen, it
 // returns an error and sends nothing. A failed round trip returns its
 // error: the value may or may not have been written.
-func (l *Leadership) Proclaim(ctx context.Context, value string) error {
+func (l *Leadership) Proclaim(ctx context.Context, value string) (err error) {
 	h := l.acquisition
 	fail := func(err error) error { return h.lock.errorf("proclaim", err) }
 	switch {
@@ -102,6 +102,8 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 	case h.released.Load():
 		return fail(errResigned)
 	}
+	ctx, span := h.lock.p.tel.start(ctx, spanProclaim, h.lock)
+	defer func() { h.lock.p.tel.endRelease(span, h, "proclaimed", err) }()
 	if err := cmp.Or(checkValue(value), h.lossError()); err != nil {
 		return fail(err)
 	}
@@ -112,7 +114,7 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 	if res.MatchedCount == 0 {
 		lost := fmt.Errorf("%w: at proclaim, someone else led, or the election's document was gone", ErrLockLost)
 		if h.lock.p.forget(h) != nil {
-			h.markLost(lost)
+			h.markLost(lossTakenOver, lost)
 		}
 		return fail(cmp.Or(h.lossError(), lost))
 	}

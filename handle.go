@@ -3,7 +3,6 @@ package mongolock
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -24,7 +23,7 @@ import (
 //
 // A Handle is safe for concurrent use. Call Release when done: a Handle
 // that becomes unreachable while it holds its lock is released when the
-// garbage collector finds it, with a warning logged (slog.Default).
+// garbage collector finds it, with a warning logged (WithLogger).
 type Handle struct {
 	*acquisition
 }
@@ -53,6 +52,7 @@ func newHandle(l *Lock, lockID string, token int64, sent time.Time) *Handle {
 	a := &acquisition{lock: l, lockID: lockID, token: token, lost: make(chan struct{}), unkept: make(chan struct{})}
 	a.ctx, a.cancel = context.WithCancelCause(context.Background())
 	l.local().queues.hold(l, time.Now())
+	l.p.tel.acquired(l)
 	l.p.keep(a, sent)
 	h := &Handle{a}
 	runtime.AddCleanup(h, (*acquisition).abandoned, a)
@@ -65,8 +65,7 @@ func (a *acquisition) abandoned() {
 	if a.released.Load() || a.lossError() != nil {
 		return
 	}
-	slog.Warn("mongolock: a Handle became unreachable while holding its lock; releasing it (call Release when done)",
-		"lock", shortName(a.lock.name), "fencingToken", a.token)
+	a.lock.p.tel.abandoned(a)
 	a.lock.p.background(cleanupTimeout, func(ctx context.Context) { _ = a.release(ctx) })
 }
 
@@ -106,13 +105,15 @@ func (h *Handle) Lost() <-chan struct{} { return h.lost }
 // the handle is released: its Context is done. Later calls return nil.
 func (h *Handle) Release(ctx context.Context) error { return h.release(ctx) }
 
-func (h *acquisition) release(ctx context.Context) error {
+func (h *acquisition) release(ctx context.Context) (err error) {
 	if ctx == nil {
 		return h.lock.errorf("release", errNilContext)
 	}
 	if h.released.Swap(true) {
 		return nil
 	}
+	ctx, span := h.lock.p.tel.start(ctx, spanRelease, h.lock)
+	defer func() { h.lock.p.tel.endRelease(span, h, "released", err) }()
 	// Stop extending before releasing, but signal the loss if the lease runs
 	// out before the round trip ends: a release stuck behind a partition
 	// must not leave work running under a live Context. Local waiters are
@@ -120,14 +121,13 @@ func (h *acquisition) release(ctx context.Context) error {
 	p := h.lock.p
 	if l := p.forget(h); l != nil {
 		defer time.AfterFunc(time.Until(l.deadline), func() {
-			h.markLost(fmt.Errorf("%w: its lease ran out before the release's round trip ended", ErrLockLost))
+			h.markLost(lossExpired, fmt.Errorf("%w: its lease ran out before the release's round trip ended", ErrLockLost))
 		}).Stop()
 	}
 	defer h.unhold()
 	if err := h.lossError(); err != nil {
 		return h.lock.errorf("release", err)
 	}
-	var err error
 	if w := h.lock.local().queues.offer(h.lock.name); w != nil {
 		err = h.handOver(ctx, w) // sends nothing if ctx is done
 	} else if err = ctx.Err(); err == nil {
@@ -141,14 +141,14 @@ func (h *acquisition) release(ctx context.Context) error {
 		h.cancel(context.Canceled)
 		return nil
 	case isNoMatch(err):
-		h.markLost(fmt.Errorf("%w: at release, the lock was held by someone else or its document was gone", ErrLockLost))
+		h.markLost(lossTakenOver, fmt.Errorf("%w: at release, the lock was held by someone else or its document was gone", ErrLockLost))
 		return h.lock.errorf("release", h.lossError())
 	default:
 		schedule := afterNoReply // no reply: the request may still be in flight
 		if isReply(err) {
 			schedule = afterReply
 		}
-		h.lock.releaseInBackground(h.lockID, schedule)
+		h.lock.releaseInBackground(h.lockID, schedule, false)
 		h.cancel(context.Canceled)
 		if lost := h.lossError(); lost != nil { // the lease ran out meanwhile
 			err = fmt.Errorf("%w (and the release failed: %w)", lost, err)
@@ -168,9 +168,14 @@ func (h *acquisition) handOver(ctx context.Context, w *waiter) error {
 	if err == nil && doc.LockID == lockID {
 		next = newHandle(w.lock, lockID, doc.FencingToken, sent)
 	}
+	handedOver(ctx, next != nil)
 	if !w.lock.local().queues.deliver(w, next) && next != nil {
 		// Its Acquire ended meanwhile.
-		h.lock.p.background(cleanupTimeout, func(ctx context.Context) { _ = next.Release(ctx) })
+		h.lock.p.background(cleanupTimeout, func(ctx context.Context) {
+			if next.Release(ctx) == nil {
+				w.lock.p.tel.orphanReleased(w.lock)
+			}
+		})
 	}
 	return err
 }
@@ -185,20 +190,25 @@ func (h *acquisition) lossError() error {
 	}
 }
 
-// markLost records why the lock was lost and signals it, once.
-func (h *acquisition) markLost(why error) {
+// markLost records why the lock was lost and signals it, once; reason
+// classifies why for telemetry.
+func (h *acquisition) markLost(reason lossReason, why error) {
 	h.lostOnce.Do(func() {
 		h.lostErr = why
 		// Cancel first: whoever wakes on Lost sees the cause already.
 		h.cancel(ErrLockLost)
 		close(h.lost)
 		h.unhold()
+		h.lock.p.tel.lost(h, reason, why) // after the signal: logging may be slow
 	})
 }
 
 // unhold tells local waiters, once, that this handle holds the lock no more.
 func (h *acquisition) unhold() {
-	h.unholdOnce.Do(func() { h.lock.local().queues.unhold(h.lock) })
+	h.unholdOnce.Do(func() {
+		h.lock.local().queues.unhold(h.lock)
+		h.lock.p.tel.unheld(h.lock)
+	})
 }
 
 // leaseOver signals loss when the local lease ran out (lastErr: the last
@@ -207,10 +217,10 @@ func (h *acquisition) unhold() {
 func (h *acquisition) leaseOver(lastErr error) {
 	// Counted as background work before Lost closes, so that whoever wakes
 	// on Lost and waits for the background work waits for it.
-	h.lock.releaseInBackground(h.lockID, afterNoReply)
+	h.lock.releaseInBackground(h.lockID, afterNoReply, false)
 	why := fmt.Errorf("%w: its lease ran out before an extension succeeded", ErrLockLost)
 	if lastErr != nil {
 		why = fmt.Errorf("%w (last error: %w)", why, lastErr)
 	}
-	h.markLost(why)
+	h.markLost(lossExpired, why)
 }

@@ -14,10 +14,11 @@ const indexTimeout = 30 * time.Second
 // ensureIndex creates the TTL index in the background, at most once per
 // process for each client, database and collection, and raises a smaller
 // expireAfterSeconds of an existing one to the grace. Failure is not an
-// error: the index may exist with other options, or the user may lack the
-// createIndex or collMod permission; locking never depends on it (expiry is
-// judged on every acquisition). The index keeps the collection small, and
-// its grace keeps documents long enough for their fencing tokens to count.
+// error, only logged (WithLogger): the index may exist with other options,
+// or the user may lack the createIndex or collMod permission; locking never
+// depends on it (expiry is judged on every acquisition). The index keeps
+// the collection small, and its grace keeps documents long enough for their
+// fencing tokens to count.
 func (l *Lock) ensureIndex() {
 	p, coll, once := l.p, l.p.coll, &l.p.local.indexOnce
 	if l.n > 0 {
@@ -27,12 +28,16 @@ func (l *Lock) ensureIndex() {
 		p.background(indexTimeout, func(ctx context.Context) {
 			_, err := coll.Indexes().CreateOne(ctx, ttlIndex())
 			var se mongo.ServerError
-			if !errors.As(err, &se) || !se.HasErrorCode(indexOptionsConflict) {
-				return
+			if errors.As(err, &se) && se.HasErrorCode(indexOptionsConflict) {
+				secs, ok := ttlSeconds(ctx, coll)
+				switch {
+				case ok && secs < ttlGraceSeconds:
+					err = coll.Database().RunCommand(ctx, raiseTTL(coll.Name())).Err()
+				case ok:
+					err = nil // ours already, keeping documents as long or longer
+				}
 			}
-			if secs, ok := ttlSeconds(ctx, coll); ok && secs < ttlGraceSeconds {
-				_ = coll.Database().RunCommand(ctx, raiseTTL(coll.Name())).Err()
-			}
+			p.tel.indexFailed(coll.Name(), err)
 		})
 	})
 }

@@ -147,7 +147,9 @@ func (p *Provider) extend(hs []*acquisition) {
 		ls.mu.Unlock()
 		sent := time.Now()
 		ctx, cancel := context.WithDeadline(context.Background(), latest)
+		ctx, span := p.tel.startExtension(ctx, hs)
 		lost, err := p.extendLeases(ctx, hs)
+		p.tel.endExtension(ctx, span, hs, lost, err, sent)
 		cancel()
 		if err != nil && len(hs) > 1 && !isTransient(err) && !isClosed(err) {
 			// Names adding up past a limit, say: each half on its own.
@@ -155,13 +157,13 @@ func (p *Provider) extend(hs []*acquisition) {
 			hs = hs[:len(hs)/2]
 			continue
 		}
-		why := fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost)
+		reason, why := lossTakenOver, fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost)
 		if isClosed(err) { // nothing sent through its client will ever succeed
-			lost, why = hs, fmt.Errorf("%w: its client was disconnected (%w)", ErrLockLost, err)
+			lost, reason, why = hs, lossClientClosed, fmt.Errorf("%w: its client was disconnected (%w)", ErrLockLost, err)
 		}
 		for _, h := range lost {
 			if p.forget(h) != nil {
-				h.markLost(why)
+				h.markLost(reason, why)
 			}
 		}
 		var again []*acquisition

@@ -43,15 +43,18 @@ func newLockID() string { return strings.ReplaceAll(uuid.NewString(), "-", "") }
 // waits), or another error if the attempt failed (the server, the network,
 // or ctx). ctx bounds only the round trip; the Handle lives until released
 // or lost. A refused TryAcquire leaves no trace: it claims no turn.
-func (l *Lock) TryAcquire(ctx context.Context) (*Handle, error) {
+func (l *Lock) TryAcquire(ctx context.Context) (h *Handle, err error) {
 	if ctx == nil {
 		return nil, l.errorf("try acquire", errNilContext)
 	}
+	ctx, call := l.p.tel.startAcquire(ctx, l, spanTryAcquire)
+	defer func() { call.end(ctx, h, err) }()
 	if !l.p.enter() {
 		return nil, l.errorf("try acquire", ErrClosed)
 	}
 	defer l.p.calls.Done()
-	h, _, err := l.attempt(ctx, tryMode, 0)
+	h, _, err = l.attempt(ctx, tryMode, 0)
+	call.attempted(ctx, err)
 	if err != nil {
 		return nil, l.errorf("try acquire", err)
 	}
@@ -83,6 +86,8 @@ func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
 	if ctx == nil {
 		return nil, l.errorf("acquire", errNilContext)
 	}
+	ctx, call := l.p.tel.startAcquire(ctx, l, spanAcquire)
+	defer func() { call.end(ctx, h, err) }()
 	p, lc := l.p, l.local()
 	qs := &lc.queues
 	if !p.enter() {
@@ -102,6 +107,7 @@ func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
 		}
 		handedOver, mayAttempt, since := qs.next(w)
 		if handedOver != nil {
+			call.handedOver = true
 			return handedOver, nil
 		}
 		var due <-chan time.Time // nil: wait to be woken
@@ -109,6 +115,7 @@ func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
 			contended = true // someone of this process goes first
 		} else {
 			h, doc, err := l.attempt(ctx, waitMode, since)
+			call.attempted(ctx, err)
 			switch {
 			case err == nil:
 				return h, nil
@@ -159,7 +166,11 @@ func (l *Lock) leaveLine(w *waiter, withdraw, watching bool) {
 	}
 	left, untaken := lc.queues.leave(w)
 	if untaken != nil {
-		l.p.background(cleanupTimeout, func(ctx context.Context) { _ = untaken.Release(ctx) })
+		l.p.background(cleanupTimeout, func(ctx context.Context) {
+			if untaken.Release(ctx) == nil {
+				l.p.tel.orphanReleased(l)
+			}
+		})
 	}
 	if withdraw && left == 0 {
 		l.withdraw()
@@ -278,7 +289,7 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, releasing, lockID string, s
 			if isReply(err) {
 				schedule = afterReply
 			}
-			l.releaseInBackground(lockID, schedule)
+			l.releaseInBackground(lockID, schedule, true)
 		}
 		return doc, err
 	}
@@ -304,7 +315,7 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, releasing, lockID string, s
 		case <-abandoned: // nobody gets a handle: undo what it did
 			switch {
 			case r.err == nil && r.doc.LockID == lockID:
-				l.releaseInBackground(lockID, afterReply)
+				l.releaseInBackground(lockID, afterReply, true)
 			case r.err == nil && r.doc.WaitingProcess == lc.process && lc.queues.waiting(l.name) == 0:
 				l.withdraw()
 			}
@@ -327,8 +338,9 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, releasing, lockID string, s
 // someone else's acquisition. It tries after each wait of schedule, and
 // again after a short, growing backoff while a try fails transiently; it
 // stops once a try matches, an error is not transient (the client closed),
-// or cleanupTimeout has passed.
-func (l *Lock) releaseInBackground(lockID string, schedule []time.Duration) {
+// or cleanupTimeout has passed. An orphan's release (an acquisition nobody
+// got a handle for) is counted and logged.
+func (l *Lock) releaseInBackground(lockID string, schedule []time.Duration, orphan bool) {
 	p := l.p
 	p.background(cleanupTimeout, func(ctx context.Context) {
 		for _, wait := range schedule {
@@ -339,12 +351,16 @@ func (l *Lock) releaseInBackground(lockID string, schedule []time.Duration) {
 					return
 				}
 				res, err := l.releaseOne(ctx, lockID)
+				if err == nil && res.MatchedCount > 0 && orphan {
+					p.tel.orphanReleased(l)
+				}
 				if err == nil && res.MatchedCount > 0 || err != nil && !isTransient(err) {
 					return
 				}
 				if err == nil {
 					break // no match: try again at the schedule's next wait, if any
 				}
+				p.tel.retrying(l, err)
 				wait = retry
 			}
 		}

@@ -2400,32 +2400,36 @@ func TestProvidersAndClientsLeaveNothingBehind(t *testing.T) {
 }
 
 // A Handle dropped while it holds its lock is released once the garbage
-// collector finds it unreachable, with a warning: the lock is not kept
-// (extended for ever) for nobody.
+// collector finds it unreachable, with a warning to WithLogger's logger
+// (without it, nothing is logged, not even through slog.Default): the lock
+// is not kept (extended for ever) for nobody.
 func TestAnAbandonedHandleIsReleasedWithAWarning(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
-	e := newLockEnv(t)
-	var logs lockedBuffer
+	var logs, defaults lockedBuffer
 	prev := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	slog.SetDefault(slog.New(slog.NewTextHandler(&defaults, nil)))
 	t.Cleanup(func() { slog.SetDefault(prev) })
+	e := newLockEnv(t, mongolock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 
 	kept := mustTryAcquire(t, ctx, e.p.Lock("kept"))
-	func() {
-		h, err := e.p.Lock("dropped").TryAcquire(ctx)
-		require.NoError(t, err)
-		require.NotZero(t, h.FencingToken())
-	}()
-	pollUntil(t, 30*time.Second, "the dropped handle's lock free for another client", func() bool {
-		runtime.GC()
-		h, err := e.other.Lock("dropped").TryAcquire(ctx)
-		if err == nil {
-			require.NoError(t, h.Release(ctx))
-		}
-		return err == nil
-	})
-	require.Contains(t, logs.String(), "a Handle became unreachable while holding its lock")
+	for _, p := range []*mongolock.Provider{e.p, newProvider(t, e.db)} {
+		func() {
+			h, err := p.Lock("dropped").TryAcquire(ctx)
+			require.NoError(t, err)
+			require.NotZero(t, h.FencingToken())
+		}()
+		pollUntil(t, 30*time.Second, "the dropped handle's lock free for another client", func() bool {
+			runtime.GC()
+			h, err := e.other.Lock("dropped").TryAcquire(ctx)
+			if err == nil {
+				require.NoError(t, h.Release(ctx))
+			}
+			return err == nil
+		})
+	}
+	require.Equal(t, 1, strings.Count(logs.String(), "a Handle became unreachable while holding its lock"))
 	require.Contains(t, logs.String(), "lock=dropped")
+	require.Empty(t, defaults.String())
 
 	// A handle still referenced is not touched by the collector.
 	runtime.GC()

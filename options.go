@@ -35,6 +35,7 @@ type config struct {
 	sleepMax   time.Duration
 	adaptive   bool
 	owner      string
+	telemetryConfig
 }
 
 // WithOwner sets who the locks' acquisitions say holds them, as inspection
@@ -93,7 +94,8 @@ func WithAdaptiveBackoff(on bool) Option {
 }
 
 func buildConfig(opts []Option) (config, error) {
-	o := config{collection: DefaultCollection, expiry: DefaultExpiry, sleepMin: DefaultBusyWaitMin, sleepMax: DefaultBusyWaitMax, owner: defaultOwner()}
+	o := config{collection: DefaultCollection, expiry: DefaultExpiry, sleepMin: DefaultBusyWaitMin, sleepMax: DefaultBusyWaitMax, owner: defaultOwner(),
+		telemetryConfig: defaultTelemetryConfig()}
 	for _, opt := range opts {
 		if opt == nil {
 			return o, fmt.Errorf("mongolock: nil Option")
@@ -102,6 +104,9 @@ func buildConfig(opts []Option) (config, error) {
 	}
 	if o.owner == "" || len(o.owner) > MaxOwnerLen {
 		return o, fmt.Errorf("mongolock: WithOwner(%q): the owner must be 1 to %d bytes long", shortName(o.owner), MaxOwnerLen)
+	}
+	if err := o.telemetryConfig.check(); err != nil {
+		return o, err
 	}
 	if o.collection == "" {
 		return o, fmt.Errorf("mongolock: WithCollection(%q): the collection name must not be empty", o.collection)

@@ -36,6 +36,7 @@ type Provider struct {
 	extendUpdate bson.A
 
 	leases leases // the leases of its handles
+	tel    telemetry
 
 	mu       sync.Mutex
 	closed   bool           // Close was called
@@ -76,6 +77,7 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 		semLocal:     localFor(db, o.collection+semSuffix),
 		extendUpdate: extendUpdate(o.expiry),
 		leases:       leases{held: make(map[*acquisition]*lease)},
+		tel:          newTelemetry(o.telemetryConfig, db.Name()),
 		done:         make(chan struct{}),
 		drained:      make(chan struct{}),
 	}
