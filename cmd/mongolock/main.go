@@ -1,0 +1,285 @@
+// Command mongolock runs a command under a distributed lock on MongoDB,
+// and shows and frees locks from a shell:
+//
+//	mongolock run [flags] NAME [--] CMD [ARGS...]
+//	mongolock list [flags] [PREFIX]
+//	mongolock inspect [flags] NAME
+//	mongolock release --force [flags] NAME
+//
+// Install it with
+//
+//	go install github.com/mongolock/mongolock/cmd/mongolock@latest
+//
+// and see mongolock help, or mongolock help COMMAND, for flags, exit
+// statuses and examples. It uses the library's public API only, so what it
+// does with a lock is what a Go program can do.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strings"
+)
+
+// Exit statuses. run exits with its command's status otherwise, so these
+// are numbers few programs use: sysexits' EX_UNAVAILABLE and EX_TEMPFAIL,
+// and the one after it.
+const (
+	exitFailed      = 1   // nothing done: no such lock, a free lock, not confirmed
+	exitUsage       = 2   // bad flags or arguments, no URI or database
+	exitUnavailable = 69  // could not talk to the server
+	exitNotAcquired = 75  // run: the lock was held by someone else
+	exitLost        = 76  // run: the lock was lost while the command ran
+	exitNoExec      = 126 // run: the command could not be executed
+	exitNotFound    = 127 // run: the command was not found
+)
+
+// exitError ends the program with code, after printing msg (if any) as
+// one line on stderr.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func fail(code int, format string, args ...any) error {
+	return &exitError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// oneLine makes err's text one line, without a second "mongolock: ".
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(strings.TrimPrefix(err.Error(), "mongolock: ")), " ")
+}
+
+// A command is one of mongolock's subcommands.
+type command struct {
+	name, synopsis, help string
+	flags                *flag.FlagSet
+	run                  func(args []string) error
+}
+
+// cli is what one invocation reads and writes.
+type cli struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	conn           connFlags
+	commands       []*command
+}
+
+func main() {
+	c := &cli{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}
+	os.Exit(c.main(os.Args[1:]))
+}
+
+func (c *cli) main(args []string) int {
+	err := c.dispatch(args)
+	var e *exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &e):
+		if e.msg != "" {
+			fmt.Fprintln(c.stderr, "mongolock: "+e.msg)
+		}
+		return e.code
+	default:
+		fmt.Fprintln(c.stderr, "mongolock: "+oneLine(err))
+		return exitFailed
+	}
+}
+
+func (c *cli) dispatch(args []string) error {
+	global := flag.NewFlagSet("mongolock", flag.ContinueOnError)
+	version := global.Bool("version", false, "print the version and exit")
+	c.conn.register(global)
+	c.commands = []*command{c.runCommand(), c.listCommand(), c.inspectCommand(), c.releaseCommand()}
+	for _, cmd := range c.commands {
+		c.conn.register(cmd.flags)
+	}
+	if err := c.parse(global, "", args); err != nil {
+		return err
+	}
+	args = global.Args()
+	switch {
+	case *version:
+		fmt.Fprintln(c.stdout, "mongolock", moduleVersion(), runtime.Version())
+		return nil
+	case len(args) == 0:
+		return fail(exitUsage, "no command (mongolock help lists the commands)")
+	case args[0] == "help":
+		return c.helpOf(args[1:])
+	case args[0] == "version":
+		fmt.Fprintln(c.stdout, "mongolock", moduleVersion(), runtime.Version())
+		return nil
+	}
+	for _, cmd := range c.commands {
+		if cmd.name == args[0] {
+			return cmd.run(args[1:])
+		}
+	}
+	return fail(exitUsage, "unknown command %q (mongolock help lists the commands)", args[0])
+}
+
+// parse parses flags of fs, for the command called name ("": mongolock
+// itself); --help prints its help and ends the program.
+func (c *cli) parse(fs *flag.FlagSet, name string, args []string) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		if err := c.helpOf([]string{name}); err != nil {
+			return err
+		}
+		return &exitError{code: 0} // helped: nothing else to do
+	case err != nil:
+		see := "mongolock help"
+		if name != "" {
+			see = "mongolock " + name + " --help"
+		}
+		return fail(exitUsage, "%s (%s lists the flags)", err, see)
+	}
+	return nil
+}
+
+// parseArgs parses fs's flags in args, which may stand before, between and
+// after the first n positional arguments. It returns those (fewer if args
+// has fewer) and the arguments after them, unparsed, without a leading
+// "--".
+func (c *cli) parseArgs(cmd *command, args []string, n int) (pos, rest []string, err error) {
+	for {
+		if err := c.parse(cmd.flags, cmd.name, args); err != nil {
+			return nil, nil, err
+		}
+		left := cmd.flags.Args()
+		ended := len(left) < len(args) && args[len(args)-len(left)-1] == "--"
+		if ended || len(pos) == n || len(left) == 0 {
+			k := min(n-len(pos), len(left))
+			pos, rest = append(pos, left[:k]...), left[k:]
+			if len(rest) > 0 && rest[0] == "--" {
+				rest = rest[1:]
+			}
+			return pos, rest, nil
+		}
+		pos, args = append(pos, left[0]), left[1:]
+	}
+}
+
+// nameArg parses the arguments of a command that takes one name.
+func (c *cli) nameArg(cmd *command, args []string) (string, error) {
+	pos, rest, err := c.parseArgs(cmd, args, 1)
+	switch {
+	case err != nil:
+		return "", err
+	case len(pos) == 0:
+		return "", fail(exitUsage, "%s: no name (mongolock %s --help)", cmd.name, cmd.name)
+	case len(rest) > 0:
+		return "", fail(exitUsage, "%s: one name, not %q too", cmd.name, rest[0])
+	}
+	return pos[0], nil
+}
+
+func (c *cli) helpOf(args []string) error {
+	if len(args) == 0 || args[0] == "" {
+		fmt.Fprint(c.stdout, c.usage())
+		return nil
+	}
+	for _, cmd := range c.commands {
+		if cmd.name == args[0] {
+			fmt.Fprintf(c.stdout, "Usage: mongolock %s\n\n%s\nFlags:\n%s\n%s", cmd.synopsis,
+				strings.TrimLeft(cmd.help, "\n"), flagDefaults(cmd.flags), exitStatuses)
+			return nil
+		}
+	}
+	return fail(exitUsage, "unknown command %q (mongolock help lists the commands)", args[0])
+}
+
+func (c *cli) usage() string {
+	var b strings.Builder
+	b.WriteString("mongolock runs a command under a distributed lock on MongoDB, and shows and frees locks.\n\nUsage:\n")
+	for _, cmd := range c.commands {
+		fmt.Fprintf(&b, "  mongolock %s\n", cmd.synopsis)
+	}
+	b.WriteString("  mongolock help [COMMAND]\n  mongolock --version\n\n")
+	b.WriteString("Connection flags, for every command (before or after its name):\n")
+	b.WriteString(flagDefaults(c.conn.sample()))
+	b.WriteString("\n" + exitStatuses + "\n")
+	b.WriteString(`Examples:
+  export MONGODB_URI=mongodb://db.example.net/ops
+  mongolock run nightly -- ./report.sh          # waits for the lock, then runs the report
+  mongolock run --try nightly -- ./report.sh    # skips the run (status 75) if it is held
+  mongolock list
+  mongolock inspect --json nightly
+  mongolock release --force nightly
+
+mongolock help COMMAND shows a command's flags and examples.
+`)
+	return b.String()
+}
+
+const exitStatuses = `Exit status:
+  0        done; run: the command's own status (128+N if signal N ended it)
+  1        nothing done: no such lock, a free lock not released, not confirmed
+  2        bad flags or arguments, no URI or no database
+  69       could not talk to the server (unreachable, or it refused the request)
+  75       run: not acquired: the lock was held (--try, or --wait ran out)
+  76       run: the lock was lost while the command ran (it got SIGTERM)
+  126, 127 run: the command could not be executed, or was not found
+`
+
+// flagDefaults lists fs's flags: --name VALUE, then the usage and the
+// default, indented and wrapped.
+func flagDefaults(fs *flag.FlagSet) string {
+	var b strings.Builder
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		b.WriteString("  --" + f.Name)
+		if name != "" {
+			b.WriteString(" " + name)
+		}
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
+			usage += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		line := "\n     "
+		for _, word := range strings.Fields(usage) {
+			if len(line)+1+len(word) > 80 {
+				b.WriteString(line)
+				line = "\n     "
+			}
+			line += " " + word
+		}
+		b.WriteString(line + "\n")
+	})
+	return b.String()
+}
+
+// moduleVersion is the module's version this binary was built from: a
+// release's tag when installed with go install ...@version.
+// A build from a checkout says its commit instead, if it knows it.
+func moduleVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok || bi.Main.Version == "" {
+		return "(unknown)"
+	}
+	if bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch {
+		case s.Key == "vcs.revision":
+			rev = " " + s.Value[:min(12, len(s.Value))]
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "+dirty"
+		}
+	}
+	if rev == "" {
+		dirty = ""
+	}
+	return bi.Main.Version + rev + dirty
+}

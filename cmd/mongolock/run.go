@@ -1,0 +1,361 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
+
+	"github.com/mongolock/mongolock"
+)
+
+const runHelp = `
+Acquires the lock NAME, waiting while someone else holds it (up to --wait; --try
+makes one attempt), runs CMD with MONGOLOCK_NAME and MONGOLOCK_FENCING_TOKEN in its
+environment, releases the lock when CMD exits, and exits with CMD's status. While
+CMD runs, the lock's lease (--expiry) is extended every --expiry/3. Go programs,
+other mongolock commands and DistributedLock.MongoDB services using the same
+database and collection share the lock.
+
+CMD runs in a process group of its own, and signals go to the whole group: SIGINT,
+SIGTERM, SIGHUP and SIGQUIT sent to mongolock are passed on, and the lock is
+released once CMD has exited. (So CMD cannot read from a terminal: its group is
+not the terminal's foreground group.)
+
+If the lock is lost while CMD runs, CMD's group gets SIGTERM at once and SIGKILL
+--grace later, and mongolock exits with status 76. When the lease could not be
+extended (the server was unreachable), mongolock knows a safety margin of
+min(--expiry/10, 1s) before the server's lease ends: with a --grace shorter than
+that margin (by default it is half of it: 500ms with the default --expiry), CMD is
+killed before anyone else can take the lock; a longer grace lets CMD overlap the
+next holder by up to the difference. A force release frees the lock at once: CMD
+is stopped within --expiry/3, while the next holder may already run, so pass
+MONGOLOCK_FENCING_TOKEN to what CMD writes, for it to refuse an older holder. If
+mongolock itself is killed by SIGKILL, CMD gets SIGKILL too (on Linux; the
+processes CMD started do not).
+
+Without --verbose, run prints nothing of its own unless something went wrong; a
+lock held by someone else is not wrong: the exit status (75) says it. So cron
+mails only what CMD prints.
+
+Examples:
+  mongolock run nightly -- ./report.sh
+  mongolock run --try nightly -- ./report.sh            # in a crontab: skip if held
+  mongolock run --wait 10m --expiry 1m migrate -- ./migrate.sh up
+  mongolock run --semaphore 3 exports -- ./export.sh    # at most 3 at a time
+  mongolock run --read catalog -- ./read-catalog.sh     # with other readers; --write alone
+  mongolock run nightly -- sh -c 'exec ./report.sh --token "$MONGOLOCK_FENCING_TOKEN"'
+`
+
+type runFlags struct {
+	wait, grace, expiry time.Duration
+	try, read, write    bool
+	verbose             bool
+	owner               string
+	slots               int
+}
+
+func (c *cli) runCommand() *command {
+	f := new(runFlags)
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.DurationVar(&f.wait, "wait", 0, "give up after waiting `DURATION` for the lock (default: wait as long as it takes)")
+	fs.BoolVar(&f.try, "try", false, "make one attempt: exit with 75 at once if the lock is held")
+	fs.DurationVar(&f.expiry, "expiry", mongolock.DefaultExpiry, "the lease `DURATION`: how long the server keeps the lock for a mongolock that stopped extending it (at least 100ms)")
+	fs.DurationVar(&f.grace, "grace", 0, "on loss, CMD has `DURATION` after SIGTERM before SIGKILL (default: half of min(--expiry/10, 1s))")
+	fs.StringVar(&f.owner, "owner", "", "who holds the lock (`NAME`), as list and inspect show it (default: host/pid of mongolock)")
+	fs.IntVar(&f.slots, "semaphore", 0, "hold one of `N` slots of the semaphore NAME, not the lock NAME")
+	fs.BoolVar(&f.read, "read", false, "hold the reader-writer lock NAME for reading, with other readers")
+	fs.BoolVar(&f.write, "write", false, "hold the reader-writer lock NAME for writing, alone")
+	fs.BoolVar(&f.verbose, "verbose", false, "say on stderr when the lock is acquired, refused and released")
+	cmd := &command{name: "run", synopsis: "run [flags] NAME [--] CMD [ARGS...]", help: runHelp, flags: fs}
+	cmd.run = func(args []string) error { return c.run(cmd, f, args) }
+	return cmd
+}
+
+func (c *cli) run(cmd *command, f *runFlags, args []string) error {
+	pos, argv, err := c.parseArgs(cmd, args, 1)
+	if err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	cmd.flags.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	switch {
+	case len(pos) == 0:
+		return fail(exitUsage, "run: no lock name (mongolock run --help)")
+	case len(argv) == 0:
+		return fail(exitUsage, "run: no command to run after the lock's name (mongolock run --help)")
+	case f.try && set["wait"]:
+		return fail(exitUsage, "run: --try and --wait exclude each other")
+	case f.wait < 0 || f.grace < 0:
+		return fail(exitUsage, "run: --wait and --grace must not be negative")
+	case set["semaphore"] && f.slots < 1:
+		return fail(exitUsage, "run: --semaphore %d: a semaphore has at least 1 slot", f.slots)
+	case set["semaphore"] && (f.read || f.write) || f.read && f.write:
+		return fail(exitUsage, "run: --semaphore, --read and --write exclude each other")
+	}
+	name := pos[0]
+	grace := f.grace
+	if !set["grace"] {
+		grace = min(f.expiry/10, time.Second) / 2
+	}
+	// A command that cannot run is found out before the lock is taken.
+	if _, err := exec.LookPath(argv[0]); err != nil {
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			return fail(exitNotFound, "run: %s", oneLine(err))
+		}
+		return fail(exitNoExec, "run: %s", oneLine(err))
+	}
+
+	opts := []mongolock.Option{mongolock.WithExpiry(f.expiry)}
+	if f.owner != "" {
+		opts = append(opts, mongolock.WithOwner(f.owner))
+	}
+	s, err := c.conn.open(opts...)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+
+	// Signals are caught from now on: while waiting they end the wait,
+	// while CMD runs they are passed on to it.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwardedSignals...)
+	defer signal.Stop(sigs)
+	h, err := c.acquire(s, name, f, sigs)
+	if err != nil {
+		return err
+	}
+	if f.verbose {
+		fmt.Fprintf(c.stderr, "mongolock: run: acquired %q, fencing token %d\n", name, h.FencingToken())
+	}
+	status, err := c.runHolding(s, h, argv, grace, sigs)
+	if err != nil {
+		return err
+	}
+	if f.verbose {
+		fmt.Fprintf(c.stderr, "mongolock: run: released %q\n", name)
+	}
+	if status != 0 {
+		return fail(status, "")
+	}
+	return nil
+}
+
+// interrupted is the cause of a wait that a signal ended.
+type interrupted struct{ sig os.Signal }
+
+func (i interrupted) Error() string { return i.sig.String() }
+
+// acquire takes the lock (or slot) as f says, and ends the wait on the
+// first of sigs.
+func (c *cli) acquire(s *session, name string, f *runFlags, sigs <-chan os.Signal) (*mongolock.Handle, error) {
+	var try, wait func(context.Context) (*mongolock.Handle, error)
+	switch {
+	case f.slots > 0:
+		sem := s.p.Semaphore(name, f.slots)
+		try, wait = sem.TryAcquire, sem.Acquire
+	case f.read:
+		rw := s.p.RWLock(name)
+		try, wait = rw.TryRLock, rw.RLock
+	case f.write:
+		rw := s.p.RWLock(name)
+		try, wait = rw.TryLock, rw.Lock
+	default:
+		l := s.p.Lock(name)
+		try, wait = l.TryAcquire, l.Acquire
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	acquire := wait
+	switch {
+	case f.try:
+		acquire = try
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeout(ctx, s.timeout)
+		defer stop()
+	case f.wait > 0:
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeout(ctx, f.wait)
+		defer stop()
+	}
+	stop, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case sig := <-sigs:
+			cancel(interrupted{sig})
+		case <-stop:
+		}
+	}()
+	h, err := acquire(ctx)
+	close(stop)
+	<-watched
+	var sig interrupted
+	if errors.As(context.Cause(ctx), &sig) {
+		if h != nil {
+			c.release(s, h)
+		}
+		return nil, fail(signalStatus(sig.sig), "run: %s while waiting for %q: not run", sig.sig, name)
+	}
+	switch {
+	case err == nil:
+		return h, nil
+	case errors.Is(err, mongolock.ErrNotAcquired):
+		if f.verbose {
+			return nil, fail(exitNotAcquired, "run: %s", oneLine(err))
+		}
+		return nil, fail(exitNotAcquired, "")
+	case isServerError(err):
+		return nil, serverError(err)
+	}
+	return nil, fail(exitFailed, "%s", oneLine(err))
+}
+
+// runHolding runs argv while h holds its lock, stops it if the lock is
+// lost, then releases h. It returns argv's exit status.
+func (c *cli) runHolding(s *session, h *mongolock.Handle, argv []string, grace time.Duration, sigs <-chan os.Signal) (int, error) {
+	child := exec.Command(argv[0], argv[1:]...)
+	child.Env = append(os.Environ(), "MONGOLOCK_NAME="+h.Name(), "MONGOLOCK_FENCING_TOKEN="+strconv.FormatInt(h.FencingToken(), 10))
+	child.Stdin, child.Stdout, child.Stderr = c.stdin, c.stdout, c.stderr
+	child.SysProcAttr = sysProcAttr()
+	select {
+	case <-h.Lost():
+		s.lost = true
+		return 0, fail(exitLost, "run: lost %q before %s started: %s; not run", h.Name(), argv[0], lossReason(h.Release(context.Background())))
+	default:
+	}
+	started, exited := make(chan error, 1), make(chan error, 1)
+	go func() {
+		// A child's parent-death signal comes when the thread that
+		// started it ends: this one, kept until the child is waited for.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := child.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited <- child.Wait()
+	}()
+	if err := <-started; err != nil {
+		c.releaseHandle(s, h)
+		code := exitNoExec
+		if errors.Is(err, fs.ErrNotExist) {
+			code = exitNotFound
+		}
+		return 0, fail(code, "run: %s", oneLine(err))
+	}
+
+	lost := h.Lost()
+	var kill <-chan time.Time
+	var lossErr error
+wait:
+	for {
+		select {
+		case <-exited: // its status is in child.ProcessState
+			break wait
+		case <-lost:
+			lost, s.lost = nil, true
+			terminate(child.Process)
+			kill = time.After(grace)
+			// A lost handle's Release returns why at once, sending nothing.
+			if lossErr = h.Release(context.Background()); lossErr == nil {
+				lossErr = mongolock.ErrLockLost
+			}
+			fmt.Fprintf(c.stderr, "mongolock: run: lost %q (fencing token %d) while %s ran: %s; sent it SIGTERM\n",
+				h.Name(), h.FencingToken(), argv[0], lossReason(lossErr))
+		case <-kill:
+			kill = nil
+			killGroup(child.Process)
+			fmt.Fprintf(c.stderr, "mongolock: run: %s still ran %v after SIGTERM: sent it SIGKILL\n", argv[0], grace)
+		case sig := <-sigs:
+			forward(child.Process, sig)
+		}
+	}
+	if lossErr != nil {
+		// What CMD started may outlive it: it gets SIGKILL at the end
+		// of the grace too.
+		if kill != nil && groupAlive(child.Process) {
+			<-kill
+			killGroup(child.Process)
+		}
+		return 0, fail(exitLost, "")
+	}
+	status := exitStatus(child)
+	c.releaseHandle(s, h)
+	return status, nil
+}
+
+// lossReason says why a lock was lost, from its Release's error.
+func lossReason(err error) string {
+	var le *mongolock.Error
+	if errors.As(err, &le) {
+		err = le.Err
+	}
+	return strings.TrimPrefix(oneLine(err), "lock lost: ")
+}
+
+// releaseHandle releases h after its command exited; a failure is
+// reported, but the command's work was done under the lock.
+func (c *cli) releaseHandle(s *session, h *mongolock.Handle) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	switch err := h.Release(ctx); {
+	case errors.Is(err, mongolock.ErrLockLost):
+		fmt.Fprintf(c.stderr, "mongolock: run: %s (after the command exited)\n", oneLine(err))
+	case err != nil:
+		fmt.Fprintf(c.stderr, "mongolock: run: %s; the lock frees itself when its lease ends\n", oneLine(err))
+	}
+}
+
+// release releases h, which nobody used, within --timeout.
+func (c *cli) release(s *session, h *mongolock.Handle) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	_ = h.Release(ctx)
+}
+
+// exitStatus is a shell's status for the command's end: its exit code, or
+// 128+N if signal N ended it.
+func exitStatus(child *exec.Cmd) int {
+	ps := child.ProcessState
+	if ps == nil {
+		return exitFailed
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return signalStatus(ws.Signal())
+	}
+	if code := ps.ExitCode(); code >= 0 {
+		return code
+	}
+	return exitFailed
+}
+
+// signalStatus is 128+N for signal N, as shells report a command that a
+// signal ended.
+func signalStatus(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return exitFailed
+}
+
+// isServerError reports whether err came from the server, the network or
+// a request's time limit, rather than from the request itself.
+func isServerError(err error) bool {
+	return errors.As(err, new(mongo.ServerError)) || mongo.IsNetworkError(err) || mongo.IsTimeout(err) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.As(err, new(topology.ServerSelectionError)) ||
+		errors.Is(err, mongo.ErrClientDisconnected)
+}

@@ -1,0 +1,350 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mongolock/mongolock/internal/faultproxy"
+)
+
+// run returns the arguments of a mongolock run: the connection flags, then
+// "run", then args.
+func run(conn []string, args ...string) []string {
+	return append(append(slices.Clone(conn), "run"), args...)
+}
+
+// jsonLines decodes each line of s as a T.
+func jsonLines[T any](t *testing.T, s string) []T {
+	t.Helper()
+	var out []T
+	for line := range strings.Lines(s) {
+		var v T
+		if err := json.Unmarshal([]byte(line), &v); err != nil {
+			t.Fatalf("not a JSON object: %q: %v", line, err)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// inspectLock returns inspect --json's object for the lock name.
+func inspectLock(t *testing.T, conn []string, name string) lockJSON {
+	t.Helper()
+	r := invoke(t, "", append(slices.Clone(conn), "inspect", "--json", name)...)
+	requireCode(t, r, 0, "inspect "+name)
+	return jsonLines[lockJSON](t, r.stdout)[0]
+}
+
+// run acquires the lock, gives the command the lock's name and fencing
+// token, exits with its status, says nothing of its own without --verbose,
+// and releases the lock.
+func TestRunGivesTheCommandTheLockAndItsStatusBack(t *testing.T) {
+	t.Parallel()
+	conn := server(t)
+	file := filepath.Join(t.TempDir(), "env")
+	r := invoke(t, "", run(conn, "nightly", "--")...)
+	requireCode(t, r, exitUsage, "run with no command after --")
+
+	r = invoke(t, "", run(conn, append([]string{"nightly", "--"}, helperCmd(t, "env", file, "7")...)...)...)
+	requireCode(t, r, 7, "run a command that exits with 7")
+	if r.stderr != "" || r.stdout != "" {
+		t.Errorf("run without --verbose said %q, %q; want nothing", r.stdout, r.stderr)
+	}
+	got := strings.Fields(waitForFile(t, file, time.Second))
+	info := inspectLock(t, conn, "nightly")
+	if got[0] != "nightly" || got[1] != strconv.FormatInt(info.FencingToken, 10) {
+		t.Errorf("the command saw MONGOLOCK_NAME, MONGOLOCK_FENCING_TOKEN = %q; want nightly and the lock's token %d", got, info.FencingToken)
+	}
+	if info.Held {
+		t.Errorf("the lock is held after run exited: %+v", info)
+	}
+
+	// Without "--", and with --verbose; flags after the name.
+	r = invoke(t, "", run(conn, append([]string{"nightly", "--verbose", "--owner", "ops/1"}, helperCmd(t, "env", file, "0")...)...)...)
+	requireCode(t, r, 0, "run --verbose")
+	second, _ := strconv.ParseInt(strings.Fields(waitForFile(t, file, time.Second))[1], 10, 64)
+	if second <= info.FencingToken {
+		t.Errorf("second run's token %d; want more than %d", second, info.FencingToken)
+	}
+	if want := fmt.Sprintf("mongolock: run: acquired \"nightly\", fencing token %d\nmongolock: run: released \"nightly\"\n", second); r.stderr != want {
+		t.Errorf("run --verbose said %q; want %q", r.stderr, want)
+	}
+}
+
+// Contenders' commands never overlap: each section a command appends to a
+// shared file is whole (begin, end) before the next begins, and the
+// fencing tokens increase from one to the next.
+func TestRunContendersNeverOverlap(t *testing.T) {
+	t.Parallel()
+	conn := server(t)
+	file := filepath.Join(t.TempDir(), "sections")
+	const contenders, runs = 3, 3
+	section := helperCmd(t, "section", file, "50ms")
+	var wg sync.WaitGroup
+	errs := make(chan string, contenders*runs)
+	began := time.Now()
+	for range contenders {
+		wg.Go(func() {
+			for range runs {
+				p, err := launch(env(), run(conn, append([]string{"--expiry", "2s", "shared", "--"}, section...)...)...)
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				_ = p.stdin.Close()
+				select {
+				case <-p.done:
+					if p.code != 0 {
+						errs <- fmt.Sprintf("status %d: %s", p.code, p.stderr.String())
+					}
+				case <-time.After(time.Minute):
+					_ = p.cmd.Process.Kill()
+					<-p.done
+					errs <- "still running after a minute"
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error("a contender:", e)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 2*contenders*runs {
+		t.Fatalf("%d lines; want %d:\n%s", len(lines), 2*contenders*runs, b)
+	}
+	var last int64
+	for i := 0; i < len(lines); i += 2 {
+		begin, end := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		token, _ := strconv.ParseInt(begin[1], 10, 64)
+		if begin[0] != "begin" || end[0] != "end" || begin[1] != end[1] || token <= last {
+			t.Fatalf("sections overlap or tokens go back at line %d:\n%s", i+1, b)
+		}
+		last = token
+	}
+	t.Logf("%d sections of 50ms by %d contenders, none overlapping, in %v", contenders*runs, contenders, time.Since(began).Round(time.Millisecond))
+}
+
+// --try on a held lock exits with 75 at once, without running its command;
+// --wait gives up after its wait; once the holder is gone, --try runs.
+func TestRunTryOnAHeldLockExitsNotAcquiredAtOnce(t *testing.T) {
+	t.Parallel()
+	conn := server(t)
+	dir := t.TempDir()
+	marker := filepath.Join(t.TempDir(), "ran")
+	holder := start(t, env(), run(conn, append([]string{"busy", "--"}, helperCmd(t, "hold", dir)...)...)...)
+	waitForFile(t, filepath.Join(dir, "started"), 15*time.Second)
+	ran := helperCmd(t, "started", marker)
+
+	r := invoke(t, "", run(conn, append([]string{"--try", "busy"}, ran...)...)...)
+	requireCode(t, r, exitNotAcquired, "run --try on a held lock")
+	if r.stderr != "" {
+		t.Errorf("run --try on a held lock said %q; want nothing (the status says it)", r.stderr)
+	}
+	if r.took > 3*time.Second {
+		t.Errorf("run --try on a held lock took %v; want an answer at once", r.took)
+	}
+	t.Logf("run --try on a held lock: status 75 after %v (process, connection and one attempt)", r.took.Round(time.Millisecond))
+
+	r = invoke(t, "", run(conn, append([]string{"--try", "--verbose", "busy"}, ran...)...)...)
+	requireCode(t, r, exitNotAcquired, "run --try --verbose on a held lock")
+	if !strings.Contains(r.stderr, `try acquire "busy": not acquired`) || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("run --try --verbose said %q; want one line that says it was not acquired", r.stderr)
+	}
+
+	r = invoke(t, "", run(conn, append([]string{"--wait", "300ms", "busy"}, ran...)...)...)
+	requireCode(t, r, exitNotAcquired, "run --wait 300ms on a held lock")
+	if r.took < 300*time.Millisecond || r.took > 5*time.Second {
+		t.Errorf("run --wait 300ms gave up after %v", r.took)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("a refused run ran its command")
+	}
+
+	_ = holder.stdin.Close()
+	if code := holder.wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("holder: status %d: %s", code, holder.stderr.String())
+	}
+	r = invoke(t, "", run(conn, append([]string{"--try", "busy"}, ran...)...)...)
+	requireCode(t, r, 0, "run --try on the released lock")
+	waitForFile(t, marker, time.Second)
+}
+
+// A run cut off from the server by a partition learns it lost the lock
+// before the server lets anyone else take it: its command gets SIGTERM
+// (and SIGKILL after --grace if it ignores it) before a rival run starts its
+// own command.
+func TestPartitionedRunStopsItsCommandBeforeARivalStartsIts(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name       string
+		ignoreTerm bool
+	}{
+		{"the command ends on SIGTERM", false},
+		{"the command ignores SIGTERM and gets SIGKILL", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			conn := server(t)
+			u, err := url.Parse(conn[1])
+			if err != nil || u.Scheme != "mongodb" || strings.Contains(u.Host, ",") {
+				t.Skipf("needs a single-host mongodb:// URI to put a proxy in front of; the tests' is %s", conn[1])
+			}
+			proxy, err := faultproxy.New(u.Host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = proxy.Close() })
+			q := u.Query()
+			q.Set("directConnection", "true")
+			q.Del("replicaSet")
+			u.Host, u.RawQuery = proxy.Addr(), q.Encode()
+
+			dir, rivalFile := t.TempDir(), filepath.Join(t.TempDir(), "rival")
+			hold := helperCmd(t, "hold", dir)
+			if c.ignoreTerm {
+				hold = append(hold, "ignore-term")
+			}
+			holder := start(t, env(), append([]string{"--uri", u.String(), "--db", conn[3], "--timeout", "2s",
+				"run", "--expiry", "3s", "--grace", "100ms", "cut", "--"}, hold...)...)
+			waitForFile(t, filepath.Join(dir, "started"), 15*time.Second)
+			rival := start(t, env(), run(conn, append([]string{"--expiry", "3s", "cut", "--"}, helperCmd(t, "started", rivalFile)...)...)...)
+
+			proxy.Blackhole()
+			cut := time.Now()
+			if code := holder.wait(t, 20*time.Second); code != exitLost {
+				t.Fatalf("holder: status %d, want %d: %s", code, exitLost, holder.stderr.String())
+			}
+			says := holder.stderr.String()
+			if !strings.Contains(says, `mongolock: run: lost "cut"`) || !strings.Contains(says, "sent it SIGTERM") ||
+				c.ignoreTerm != strings.Contains(says, "sent it SIGKILL") {
+				t.Errorf("holder said %q", says)
+			}
+			if code := rival.wait(t, 20*time.Second); code != 0 {
+				t.Fatalf("rival: status %d: %s", code, rival.stderr.String())
+			}
+			term := unixNano(t, waitForFile(t, filepath.Join(dir, "term"), time.Second))
+			last := lastBeat(t, dir)
+			rivalStart := unixNano(t, waitForFile(t, rivalFile, time.Second))
+			if !term.Before(rivalStart) || !last.Before(rivalStart) {
+				t.Fatalf("the rival's command started %v after the holder's got SIGTERM and %v after it was last seen running; want both after",
+					rivalStart.Sub(term), rivalStart.Sub(last))
+			}
+			t.Logf("SIGTERM %v after the partition; the holder's command last seen running %v after SIGTERM; the rival's started %v after that",
+				term.Sub(cut).Round(time.Millisecond), last.Sub(term).Round(time.Millisecond), rivalStart.Sub(last).Round(time.Millisecond))
+		})
+	}
+}
+
+// SIGTERM or SIGINT to mongolock reaches its command, and what the
+// command started; mongolock releases the lock once the command exits (a
+// rival gets it at once, not after the 30 s expiry) and exits with the
+// command's status.
+func TestSignalsToRunReachTheCommandAndTheLockIsReleased(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		sig   syscall.Signal
+		shell bool // the helper runs under a shell that gets the signal too
+	}{
+		{syscall.SIGTERM, false},
+		{syscall.SIGINT, false},
+		{syscall.SIGTERM, true},
+	} {
+		sig := c.sig
+		name := sig.String()
+		if c.shell {
+			name += " through a shell"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			conn := server(t)
+			dir := t.TempDir()
+			cmd := helperCmd(t, "hold", dir)
+			if c.shell {
+				cmd = append([]string{"sh", "-c", `"$@"; exit $?`, "sh"}, cmd...)
+			}
+			holder := start(t, env(), run(conn, append([]string{"signalled", "--"}, cmd...)...)...)
+			waitForFile(t, filepath.Join(dir, "started"), 15*time.Second)
+			if err := holder.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			if code := holder.wait(t, 15*time.Second); code != 128+int(sig) {
+				t.Fatalf("status %d; want the command's, %d: %s", code, 128+int(sig), holder.stderr.String())
+			}
+			if got := waitForFile(t, filepath.Join(dir, "term"), time.Second); !strings.HasSuffix(got, sig.String()) {
+				t.Errorf("the command got %q; want %v", got, sig)
+			}
+			r := invoke(t, "", run(conn, "--try", "signalled", "true")...)
+			requireCode(t, r, 0, "run --try after the signalled run exited")
+		})
+	}
+}
+
+// --semaphore N holds one of N slots; --read and --write hold a
+// reader-writer lock. They are separate from the lock of the same name.
+func TestRunHoldsSemaphoreSlotsAndReaderWriterLocks(t *testing.T) {
+	t.Parallel()
+	conn := server(t)
+	holders := func(kind string, args ...string) []*proc {
+		var ps []*proc
+		for i := range 2 {
+			dir := t.TempDir()
+			owner := fmt.Sprintf("%s-%d", kind, i+1)
+			ps = append(ps, start(t, env(), run(conn, append(append(slices.Clone(args), "--owner", owner, "--"), helperCmd(t, "hold", dir)...)...)...))
+			waitForFile(t, filepath.Join(dir, "started"), 15*time.Second)
+		}
+		return ps
+	}
+	release := func(ps []*proc) {
+		for _, p := range ps {
+			_ = p.stdin.Close()
+			if code := p.wait(t, 15*time.Second); code != 0 {
+				t.Fatalf("holder: status %d: %s", code, p.stderr.String())
+			}
+		}
+	}
+
+	slots := holders("slot", "--semaphore", "2", "--try", "jobs")
+	requireCode(t, invoke(t, "", run(conn, "--semaphore", "2", "--try", "jobs", "true")...), exitNotAcquired, "a third slot of 2")
+	r := invoke(t, "", run(conn, "--semaphore", "3", "--try", "jobs", "true")...)
+	requireCode(t, r, exitFailed, "a semaphore held with 2 slots, asked for with 3")
+	if !strings.Contains(r.stderr, "it has 2 slots, not 3") {
+		t.Errorf("--semaphore 3 on a semaphore of 2 said %q", r.stderr)
+	}
+	requireCode(t, invoke(t, "", run(conn, "--try", "jobs", "true")...), 0, "the lock named as the semaphore")
+	r = invoke(t, "", append(slices.Clone(conn), "inspect", "--json", "jobs")...)
+	requireCode(t, r, 0, "inspect jobs")
+	objs := jsonLines[slotsJSON](t, r.stdout)
+	if len(objs) != 2 || objs[0].Kind != "lock" || objs[1].Kind != "semaphore" || objs[1].N != 2 || len(objs[1].Holders) != 2 ||
+		objs[1].Holders[0].Owner != "slot-1" || objs[1].Holders[1].Owner != "slot-2" {
+		t.Errorf("inspect --json jobs: %s", r.stdout)
+	}
+	release(slots)
+
+	readers := holders("reader", "--read", "--try", "catalog")
+	requireCode(t, invoke(t, "", run(conn, "--write", "--try", "catalog", "true")...), exitNotAcquired, "a writer while readers hold")
+	r = invoke(t, "", append(slices.Clone(conn), "inspect", "--json", "catalog")...)
+	requireCode(t, r, 0, "inspect catalog")
+	objs = jsonLines[slotsJSON](t, r.stdout)
+	if len(objs) != 1 || objs[0].Kind != "rwlock" || len(objs[0].Holders) != 2 || objs[0].Holders[0].Mode != "read" ||
+		objs[0].Holders[1].Owner != "reader-2" || objs[0].WriterWaiting == nil || *objs[0].WriterWaiting {
+		t.Errorf("inspect --json catalog: %s", r.stdout)
+	}
+	release(readers)
+	requireCode(t, invoke(t, "", run(conn, "--write", "--try", "catalog", "true")...), 0, "a writer once the readers are gone")
+}
