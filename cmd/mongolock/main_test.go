@@ -292,7 +292,7 @@ func TestBadInvocationsGiveOneLineAndTheirStatus(t *testing.T) {
 		{[]string{"run", "--grace", "-1s", "x", "true"}, exitUsage, "must not be negative"},
 		{[]string{"run", "--semaphore", "0", "x", "true"}, exitUsage, "a semaphore has at least 1 slot"},
 		{[]string{"run", "--read", "--write", "x", "true"}, exitUsage, "exclude each other"},
-		{[]string{"--uri", good, "run", "--expiry", "10ms", "x", "true"}, exitUsage, "WithExpiry(10ms): the expiry must be at least 100ms"},
+		{[]string{"--uri", good, "run", "--expiry", "10ms", "x", "true"}, exitUsage, "run: --expiry 10ms: the lease must be at least 100ms"},
 		{[]string{"run", "x", "--", "/no/such/command"}, exitNotFound, "/no/such/command"},
 		{[]string{"run", "x", "no-such-command-anywhere"}, exitNotFound, "executable file not found"},
 		{[]string{"run", "x", notExecutable}, exitNoExec, "permission denied"},

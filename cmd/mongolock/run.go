@@ -100,6 +100,8 @@ func (c *cli) run(cmd *command, f *runFlags, args []string) error {
 		return fail(exitUsage, "run: --try and --wait exclude each other")
 	case f.wait < 0 || f.grace < 0:
 		return fail(exitUsage, "run: --wait and --grace must not be negative")
+	case f.expiry < 100*time.Millisecond:
+		return fail(exitUsage, "run: --expiry %v: the lease must be at least 100ms", f.expiry)
 	case set["semaphore"] && f.slots < 1:
 		return fail(exitUsage, "run: --semaphore %d: a semaphore has at least 1 slot", f.slots)
 	case set["semaphore"] && (f.read || f.write) || f.read && f.write:

@@ -59,11 +59,18 @@ func TestListAndInspectShowHeldFreeAndDistributedLockDocuments(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
 	tokens := map[string]int64{}
+	var held []*mongolock.Handle // kept: a dropped Handle is released by the garbage collector
+	t.Cleanup(func() {
+		for _, h := range held {
+			_ = h.Release(context.Background())
+		}
+	})
 	for _, name := range []string{"app/held", "app/free", "zz/other"} {
 		h, err := p.Lock(name).TryAcquire(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
+		held = append(held, h)
 		tokens[name] = h.FencingToken()
 		if name == "app/free" {
 			if err := h.Release(ctx); err != nil {
