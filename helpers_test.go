@@ -210,6 +210,23 @@ func awaitQueueLen(t *testing.T, p *mongolock.Provider, name string, n int) {
 		func() bool { return mongolock.QueueLen(p, name) == n })
 }
 
+// channelReleaseSource makes p's release events those sent on the
+// returned channel, by name: an in-memory change stream.
+func channelReleaseSource(p *mongolock.Provider) chan<- string {
+	events := make(chan string)
+	mongolock.SetReleaseSource(p, func(ctx context.Context, released func(string)) error {
+		for {
+			select {
+			case name := <-events:
+				released(name)
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	})
+	return events
+}
+
 // awaitSlotQueueLen is awaitQueueLen for a Semaphore's or an RWLock's name.
 func awaitSlotQueueLen(t *testing.T, p *mongolock.Provider, name string, n int) {
 	t.Helper()

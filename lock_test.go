@@ -2193,17 +2193,7 @@ func TestAReleaseEventWakesAWaiterAtOnce(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
 	// Sleeps far longer than the test: only the event can let the waiter in.
 	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
-	events := make(chan string)
-	mongolock.SetReleaseSource(e.p, func(ctx context.Context, released func(string)) error {
-		for {
-			select {
-			case name := <-events:
-				released(name)
-			case <-ctx.Done():
-				return nil
-			}
-		}
-	})
+	events := channelReleaseSource(e.p)
 	holder, err := e.other.Lock("evented").TryAcquire(ctx)
 	require.NoError(t, err)
 

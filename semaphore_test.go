@@ -511,17 +511,7 @@ func TestSemaphoreHandOversGiveWayToAWaitingProcess(t *testing.T) {
 func TestSemaphoreReleaseEventWakesAWaiter(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
 	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Hour, time.Hour))
-	events := make(chan string)
-	mongolock.SetReleaseSource(e.p, func(ctx context.Context, released func(string)) error {
-		for {
-			select {
-			case name := <-events:
-				released(name)
-			case <-ctx.Done():
-				return nil
-			}
-		}
-	})
+	events := channelReleaseSource(e.p)
 	holder, err := e.other.Semaphore("evented", 1).TryAcquire(ctx)
 	require.NoError(t, err)
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
