@@ -107,8 +107,8 @@ func fromHandle(h *mongolock.Handle, err error) (held, error) {
 	return held{release: h.Release, lost: h.Lost()}, nil
 }
 
-// baseline is DistributedLock.MongoDB 1.0's algorithm as PROTOCOL.md
-// describes it: one findOneAndUpdate upsert with the $cond pipeline (returning
+// baseline is DistributedLock.MongoDB 1.0's algorithm, as its source
+// has it: one findOneAndUpdate upsert with the $cond pipeline (returning
 // the document after), acquired iff the returned lockId is the fresh one;
 // one immediate try, then uniformly random 10–800 ms sleeps between tries;
 // release by deleteOne({_id, lockId}).
@@ -163,7 +163,7 @@ func (b baseline) wait(ctx context.Context, name string) (string, error) {
 }
 
 // try makes one attempt and returns the acquisition's lockId, or "" if the
-// lock is held. Losing FerretDB's race to upsert a brand-new _id (PROTOCOL.md)
+// lock is held. Losing FerretDB's race to upsert a brand-new _id (a known race)
 // counts as not acquired.
 func (b baseline) try(ctx context.Context, name string) (string, error) {
 	lockID := dotnet.NewLockID()

@@ -1,5 +1,5 @@
 // Package dotnet speaks the protocol of the C# library
-// DistributedLock.MongoDB 1.0 exactly as PROTOCOL.md describes it, for the
+// DistributedLock.MongoDB 1.0 exactly as its source does, for the
 // tests that show a Go and a .NET service exclude each other and for the
 // benchmark's baseline (bench/):
 //
@@ -35,7 +35,7 @@ func NewLockID() string {
 }
 
 // AcquireUpdate is the acquire pipeline, with $$NOW + expiry written as
-// {$add: ["$$NOW", ms]} as PROTOCOL.md pins it.
+// {$add: ["$$NOW", ms]}, a form every server accepts.
 func AcquireUpdate(lockID string, expiry time.Duration) mongo.Pipeline {
 	epoch := bson.NewDateTimeFromTime(time.Unix(0, 0))
 	expired := bson.D{{Key: "$lte", Value: bson.A{
@@ -63,7 +63,7 @@ var acquireOpts = options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(o
 // TryAcquire makes one attempt with lockID. It reports acquired false, and
 // no error, when the lock is held by someone else, and also when the
 // attempt lost the test server's race to create a brand-new document
-// (PROTOCOL.md: FerretDB answers duplicate key, or "$$NOW cannot be used
+// (FerretDB answers duplicate key, or "$$NOW cannot be used
 // within this specific context"; MongoDB retries those itself).
 func TryAcquire(ctx context.Context, coll *mongo.Collection, name, lockID string, expiry time.Duration) (token int64, acquired bool, err error) {
 	var doc struct {
