@@ -35,7 +35,7 @@ func NewLockID() string {
 }
 
 // AcquireUpdate is the acquire pipeline, with $$NOW + expiry written as
-// {$add: ["$$NOW", ms]}, a form every server accepts.
+// {$add: ["$$NOW", ms]}, as DistributedLock.MongoDB writes it.
 func AcquireUpdate(lockID string, expiry time.Duration) mongo.Pipeline {
 	epoch := bson.NewDateTimeFromTime(time.Unix(0, 0))
 	expired := bson.D{{Key: "$lte", Value: bson.A{
