@@ -148,9 +148,6 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim time.Durat
 	streak := ifNull("$processStreak", 0)
 	free = op("$and", available, not(op("$and",
 		mine, op("$gte", streak, turnLength), claimLive, op("$ne", "$waitingProcess", proc))))
-	token := op("$max",
-		op("$add", ifNull("$fencingToken", int64(0)), int64(1)),
-		op("$multiply", op("$toLong", now), int64(tokenFloorScale)))
 	waitingProcess, waitingSince, waitingUntil := any("$waitingProcess"), any("$waitingSince"), any("$waitingUntil")
 	if mode == waitMode {
 		// Refused: claim the next turn, unless this process has had its
@@ -179,7 +176,7 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim time.Durat
 		{Key: "lockId", Value: cond(isFree, "$_attempt.lockId", lockID)},
 		{Key: "acquiredAt", Value: cond(isFree, now, "$acquiredAt")},
 		{Key: "expiresAt", Value: cond(isFree, op("$add", now, expiry.Milliseconds()), expiresAt)},
-		{Key: "fencingToken", Value: cond(isFree, token, "$fencingToken")},
+		{Key: "fencingToken", Value: cond(isFree, nextToken, "$fencingToken")},
 		{Key: "owner", Value: cond(isFree, literal(owner), "$owner")},
 		{Key: "value", Value: cond(isFree,
 			cond(op("$eq", op("$type", "$_attempt.value"), "missing"), "$$REMOVE", "$_attempt.value"), "$value")},
