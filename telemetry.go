@@ -175,10 +175,8 @@ func newTelemetry(c telemetryConfig, db string) telemetry {
 // kind is the value of mongolock.kind for l.
 func kind(l *Lock) string {
 	switch {
-	case l.rw != 0:
-		return "rwlock"
 	case l.n > 0:
-		return "semaphore"
+		return slotKind(l.rw)
 	case l.value != nil:
 		return "election"
 	}
@@ -189,7 +187,7 @@ func kind(l *Lock) string {
 // extra.
 func (t *telemetry) lockAttrs(l *Lock, names bool, extra ...attribute.KeyValue) []attribute.KeyValue {
 	kv := make([]attribute.KeyValue, 0, 7+len(extra))
-	kv = append(kv, keySystem.String("mongodb"), keyNamespace.String(t.db), keyCollection.String(l.coll().Name()), keyKind.String(kind(l)))
+	kv = append(t.dbAttrs(kv, l.coll().Name()), keyKind.String(kind(l)))
 	switch l.rw {
 	case readMode:
 		kv = append(kv, keyMode.String("read"))
@@ -200,6 +198,11 @@ func (t *telemetry) lockAttrs(l *Lock, names bool, extra ...attribute.KeyValue) 
 		kv = append(kv, keyName.String(shortName(l.name)))
 	}
 	return append(kv, extra...)
+}
+
+// dbAttrs appends the semantic conventions' attributes of coll to kv.
+func (t *telemetry) dbAttrs(kv []attribute.KeyValue, coll string) []attribute.KeyValue {
+	return append(kv, keySystem.String("mongodb"), keyNamespace.String(t.db), keyCollection.String(coll))
 }
 
 // measure returns the attributes of a measurement of l, then extra.
@@ -372,8 +375,7 @@ func (t *telemetry) lost(h *acquisition, reason lossReason, why error) {
 func (t *telemetry) startExtension(ctx context.Context, hs []*acquisition) (context.Context, trace.Span) {
 	ctx, span := t.tracer.Start(ctx, spanExtend)
 	if span.IsRecording() {
-		span.SetAttributes(keySystem.String("mongodb"), keyNamespace.String(t.db),
-			keyCollection.String(hs[0].lock.coll().Name()), keyHandles.Int(len(hs)))
+		span.SetAttributes(append(t.dbAttrs(nil, hs[0].lock.coll().Name()), keyHandles.Int(len(hs)))...)
 	}
 	return ctx, span
 }
@@ -395,8 +397,8 @@ func (t *telemetry) endExtension(ctx context.Context, span trace.Span, hs, lost 
 		span.End()
 	}
 	if t.extensions.Enabled(ctx) {
-		t.extensions.Record(ctx, took.Seconds(), metric.WithAttributes(keySystem.String("mongodb"), keyNamespace.String(t.db),
-			keyCollection.String(hs[0].lock.coll().Name()), keyOutcome.String(outcome(err, "extended"))))
+		t.extensions.Record(ctx, took.Seconds(), metric.WithAttributes(
+			append(t.dbAttrs(nil, hs[0].lock.coll().Name()), keyOutcome.String(outcome(err, "extended")))...))
 	}
 	if err != nil && t.log.Enabled(ctx, slog.LevelDebug) && isTransient(err) {
 		t.log.DebugContext(ctx, "mongolock: extension failed; retrying", "handles", len(hs), "error", err)
