@@ -170,14 +170,20 @@ func (h *acquisition) handOver(ctx context.Context, w *waiter) error {
 	}
 	handedOver(ctx, next != nil)
 	if !w.lock.local().queues.deliver(w, next) && next != nil {
-		// Its Acquire ended meanwhile.
-		h.lock.p.background(cleanupTimeout, func(ctx context.Context) {
-			if next.Release(ctx) == nil {
-				w.lock.p.tel.orphanReleased(w.lock)
-			}
-		})
+		next.releaseUntaken() // its Acquire ended meanwhile
 	}
 	return err
+}
+
+// releaseUntaken releases, in the background of its provider, a handle
+// handed over to an Acquire that ended before taking it: an orphan.
+func (a *acquisition) releaseUntaken() {
+	p := a.lock.p
+	p.background(cleanupTimeout, func(ctx context.Context) {
+		if a.release(ctx) == nil {
+			p.tel.orphanReleased(a.lock)
+		}
+	})
 }
 
 // lossError returns why the lock was lost, or nil.

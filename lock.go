@@ -166,11 +166,7 @@ func (l *Lock) leaveLine(w *waiter, withdraw, watching bool) {
 	}
 	left, untaken := lc.queues.leave(w)
 	if untaken != nil {
-		l.p.background(cleanupTimeout, func(ctx context.Context) {
-			if untaken.Release(ctx) == nil {
-				l.p.tel.orphanReleased(l)
-			}
-		})
+		untaken.releaseUntaken()
 	}
 	if withdraw && left == 0 {
 		l.withdraw()
