@@ -81,18 +81,10 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Handle, error) {
 // Do acquires a slot (waiting, as Acquire), runs fn, and releases the slot,
 // also when fn panics; as Lock.Do.
 func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error) error {
-	l := s.lock
 	if err := s.check(ctx); err != nil {
-		return l.errorf("do", err)
+		return s.lock.errorf("do", err)
 	}
-	if fn == nil {
-		return l.errorf("do", errors.New("nil function"))
-	}
-	h, err := s.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	return h.do(ctx, fn)
+	return s.lock.Do(ctx, fn)
 }
 
 func (s *Semaphore) check(ctx context.Context) error {
