@@ -404,22 +404,3 @@ var hostileNames = []struct{ label, name string }{
 	{"100 KB, last byte differs", strings.Repeat("a", 100<<10-1) + "b"},
 	{"100 KB of invalid UTF-8", strings.Repeat("\xff", 100<<10)},
 }
-
-// lockedBuffer collects output written from several goroutines (a child's
-// stdout and stderr, a logger).
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}

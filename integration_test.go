@@ -30,6 +30,7 @@ import (
 
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/dotnet"
+	"github.com/mongolock/mongolock/internal/syncbuf"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
@@ -1242,7 +1243,7 @@ func killedHolderTrial(t *testing.T, holds, name string) {
 		childEnvHolds+"="+holds,
 		testdb.EnvURI+"="+testdb.Info(t).URI, // so that the child's TestMain looks for no server
 	)
-	var output lockedBuffer // the child's stdout and stderr, for failure messages
+	var output syncbuf.Buffer // the child's stdout and stderr, for failure messages
 	cmd.Stderr = &output
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)

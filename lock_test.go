@@ -29,6 +29,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/syncbuf"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
@@ -2395,7 +2396,7 @@ func TestProvidersAndClientsLeaveNothingBehind(t *testing.T) {
 // is not kept (extended for ever) for nobody.
 func TestAnAbandonedHandleIsReleasedWithAWarning(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
-	var logs, defaults lockedBuffer
+	var logs, defaults syncbuf.Buffer
 	prev := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&defaults, nil)))
 	t.Cleanup(func() { slog.SetDefault(prev) })

@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/syncbuf"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
@@ -353,7 +354,7 @@ func TestAPartitionIsOneLossCountedWithItsReason(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
 	db := testdb.Database(t)
 	tel := newSDKTelemetry(t)
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	px, pdb := proxied(t, db)
 	p := newProvider(t, pdb, tel.options(mongolock.WithExpiry(faultExpiry), mongolock.WithLogger(logger))...)
@@ -406,7 +407,7 @@ func TestAnOrphanReleasedInTheBackgroundIsCountedAndLogged(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
 	db := testdb.Database(t)
 	tel := newSDKTelemetry(t)
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	p := newProvider(t, db, tel.options(mongolock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
 	arm := replaceNextReply(p)
 	require.NoError(t, mustTryAcquire(t, ctx, p.Lock("orphan")).Release(ctx)) // the document exists
@@ -431,7 +432,7 @@ func TestATTLIndexThatCannotBeCreatedIsLogged(t *testing.T) {
 		Keys: bson.D{{Key: "expiresAt", Value: 1}}, Options: options.Index().SetName("my_expiresAt"),
 	})
 	require.NoError(t, err)
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	p := newProvider(t, db, mongolock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	require.NoError(t, mustTryAcquire(t, ctx, p.Lock("indexed")).Release(ctx))
 	mongolock.WaitBackground(p)
@@ -558,7 +559,7 @@ func TestTelemetryOptionsRefuseNil(t *testing.T) {
 // refused.
 func TestWithoutWithLoggerNothingIsLogged(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
-	var defaults lockedBuffer
+	var defaults syncbuf.Buffer
 	prev := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&defaults, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	t.Cleanup(func() { slog.SetDefault(prev) })

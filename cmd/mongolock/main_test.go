@@ -7,7 +7,6 @@ package main
 // what they saw and when.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,12 +16,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/mongolock/mongolock/internal/syncbuf"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
@@ -83,29 +82,11 @@ func env(extra ...string) []string {
 	return append(e, extra...)
 }
 
-// syncBuffer collects output written by a process's copying goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A proc is a mongolock process running in the background.
 type proc struct {
 	cmd            *exec.Cmd
 	stdin          io.WriteCloser
-	stdout, stderr syncBuffer
+	stdout, stderr syncbuf.Buffer
 	done           chan struct{}
 	code           int
 	took           time.Duration

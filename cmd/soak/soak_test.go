@@ -1,16 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/mongolock/mongolock/internal/syncbuf"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
@@ -36,27 +35,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer collects output written from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func runSoak(t *testing.T, args ...string) (*Result, string) {
 	t.Helper()
-	var stdout, stderr syncBuffer
+	var stdout, stderr syncbuf.Buffer
 	args = append([]string{"-uri", testdb.Info(t).URI, "-db", testdb.Database(t).Name()}, args...)
 	start := time.Now()
 	r, err := runParent(args, &stdout, &stderr)
@@ -128,7 +109,7 @@ func TestSoakReportsWorkAfterReleaseAsViolations(t *testing.T) {
 // The soak drops its database: it refuses, before it connects, any name
 // without the tests' prefix.
 func TestSoakRefusesADatabaseWithoutTheTestPrefix(t *testing.T) {
-	var stderr syncBuffer
+	var stderr syncbuf.Buffer
 	_, err := runParent([]string{"-uri", "mongodb://127.0.0.1:1/", "-db", "myapp", "-d", "1s"}, &stderr, &stderr)
 	if err == nil || !strings.Contains(err.Error(), testdb.Prefix) {
 		t.Fatalf("-db myapp: got %v; want a refusal naming the prefix %q", err, testdb.Prefix)
