@@ -81,7 +81,7 @@ type waiting struct {
 
 // refused returns the sleep after a refusal that returned doc, for an
 // Acquire of process proc with options o.
-func (w *waiting) refused(o config, proc string, doc lockDoc, now time.Time, notified bool) time.Duration {
+func (w *waiting) refused(o config, proc string, doc reply, now time.Time, notified bool) time.Duration {
 	w.failures++
 	first := w.seen.IsZero()
 	if w.began == 0 {
@@ -115,7 +115,7 @@ func (w *waiting) refused(o config, proc string, doc lockDoc, now time.Time, not
 		return max(min(o.sleepMax, time.Second), o.sleepMin)
 	case notified:
 		return o.standbySleep()
-	case doc.n > 0 && doc.WaitingProcess == proc:
+	case doc.slots && doc.WaitingProcess == proc:
 		// A slot's claimant: no turns to time. Its claim holds newcomers
 		// back, so the holders it waits for leave soon if they came and
 		// went so far: it looks again after half as long as the newest
@@ -143,7 +143,7 @@ func (w *waiting) refused(o config, proc string, doc lockDoc, now time.Time, not
 		return max(w.standby, o.sleepMin)
 	}
 	w.standby = 0
-	if doc.n > 0 {
+	if doc.slots {
 		return b.next(w.failures) // a slot's: no turns to time
 	}
 	if w.per == 0 {

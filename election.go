@@ -75,7 +75,7 @@ type Leader struct {
 // the provider's Close, it returns ErrClosed. A value longer than
 // MaxValueLen, or an error that retrying cannot fix, is returned at once.
 func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
-	l := &Lock{p: e.lock.p, name: e.lock.name, value: &value}
+	l := &Lock{p: e.lock.p, name: e.lock.name, kind: mutexDriver{value: &value}}
 	if err := checkValue(value); err != nil {
 		return nil, l.errorf("campaign", err)
 	}
@@ -107,7 +107,7 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) (err error) {
 	if err := cmp.Or(checkValue(value), h.lossError()); err != nil {
 		return fail(err)
 	}
-	res, err := h.lock.p.coll.UpdateOne(ctx, ownerFilter(h.lock.name, h.lockID), proclaimUpdate(value))
+	res, err := h.lock.p.locks.coll.UpdateOne(ctx, ownerFilter(h.lock.name, h.lockID), proclaimUpdate(value))
 	if err != nil {
 		return fail(err)
 	}
@@ -250,7 +250,7 @@ func (e *Election) watch(ctx context.Context, changed chan<- struct{}, streaming
 		}
 	}
 	for {
-		err := watch(ctx, p.coll, leaderEvents(e.lock.name), func() {
+		err := watch(ctx, p.locks.coll, leaderEvents(e.lock.name), func() {
 			streaming.Store(true)
 			signal("") // a change before the stream opened is read now
 		}, signal)

@@ -21,7 +21,7 @@ func WaitBackground(p *Provider) { p.bg.Wait() }
 // LockWithValue is p's lock called name whose acquisitions carry value (as
 // an election's do).
 func LockWithValue(p *Provider, name, value string) *Lock {
-	return &Lock{p: p, name: name, value: &value}
+	return &Lock{p: p, name: name, kind: mutexDriver{value: &value}}
 }
 
 // Locals is how many collections of live clients this process keeps
@@ -36,7 +36,7 @@ func LeaseUnkept(h *Handle) <-chan struct{} { return h.unkept }
 
 // Process is the id of p's process in lock documents (lastProcess,
 // waitingProcess).
-func Process(p *Provider) string { return p.local.process }
+func Process(p *Provider) string { return p.locks.process }
 
 // ClaimLifetime is how long a claim of p's process counts after it last
 // asked.
@@ -55,31 +55,31 @@ const TurnLength = turnLength
 func SafetyMargin(p *Provider) time.Duration { return p.opts.safetyMargin() }
 
 // CollectionName is the provider's collection.
-func CollectionName(p *Provider) string { return p.coll.Name() }
+func CollectionName(p *Provider) string { return p.locks.coll.Name() }
 
 // QueueLen is the number of Acquire calls of this process waiting in line
 // for name; QueueNames the number of names with a local queue entry.
 // SlotQueueLen is QueueLen for a Semaphore's or an RWLock's name.
-func QueueLen(p *Provider, name string) int { return p.local.queues.waiting(name) }
+func QueueLen(p *Provider, name string) int { return p.locks.queues.waiting(name) }
 
-func SlotQueueLen(p *Provider, name string) int { return p.semLocal.queues.waiting(name) }
+func SlotQueueLen(p *Provider, name string) int { return p.slots.queues.waiting(name) }
 
 func QueueNames(p *Provider) int {
-	qs := &p.local.queues
+	qs := &p.locks.queues
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	return len(qs.byName)
 }
 
 // DatabaseName is the provider's database.
-func DatabaseName(p *Provider) string { return p.coll.Database().Name() }
+func DatabaseName(p *Provider) string { return p.locks.coll.Database().Name() }
 
 // SetReleaseSource replaces the change streams that wake waiters of p's
 // collections (the locks', the semaphores') when a lock or slot is released
 // (an in-memory source, for tests). Call it before the collections have
 // waiters.
 func SetReleaseSource(p *Provider, source func(ctx context.Context, released func(name string)) error) {
-	for _, n := range []*notifier{&p.local.notify, &p.semLocal.notify} {
+	for _, n := range []*notifier{&p.locks.notify, &p.slots.notify} {
 		n.mu.Lock()
 		n.source = func(ctx context.Context, _ *mongo.Collection, ready func(), released func(string)) error {
 			ready()
@@ -93,7 +93,7 @@ func SetReleaseSource(p *Provider, source func(ctx context.Context, released fun
 // Notifying reports whether one of p's collections runs its release source
 // and the source is ready (a change stream: opened).
 func Notifying(p *Provider) bool {
-	return p.local.notify.isOpen() || p.semLocal.notify.isOpen()
+	return p.locks.notify.isOpen() || p.slots.notify.isOpen()
 }
 
 // LockID is the lockId of h's acquisition.
@@ -103,7 +103,7 @@ func LockID(h *Handle) string { return h.lockID }
 // concern of p's collection. The driver has no accessors for them: they are
 // read from its unexported fields.
 func CollectionConcerns(p *Provider) (*readpref.ReadPref, *writeconcern.WriteConcern, *readconcern.ReadConcern) {
-	v := reflect.ValueOf(p.coll).Elem()
+	v := reflect.ValueOf(p.locks.coll).Elem()
 	field := func(name string) any {
 		f := v.FieldByName(name)
 		return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface()

@@ -51,7 +51,7 @@ type acquisition struct {
 func newHandle(l *Lock, lockID string, token int64, sent time.Time) *Handle {
 	a := &acquisition{lock: l, lockID: lockID, token: token, lost: make(chan struct{}), unkept: make(chan struct{})}
 	a.ctx, a.cancel = context.WithCancelCause(context.Background())
-	l.local().queues.hold(l, time.Now())
+	l.space().queues.hold(l, time.Now())
 	l.p.tel.acquired(l)
 	l.p.keep(a, sent)
 	h := &Handle{a}
@@ -128,10 +128,11 @@ func (h *acquisition) release(ctx context.Context) (err error) {
 	if err := h.lossError(); err != nil {
 		return h.lock.errorf("release", err)
 	}
-	if w := h.lock.local().queues.offer(h.lock.name); w != nil {
+	if w := h.lock.space().queues.offer(h.lock.name); w != nil {
 		err = h.handOver(ctx, w) // sends nothing if ctx is done
 	} else if err = ctx.Err(); err == nil {
-		res, uerr := h.lock.releaseOne(ctx, h.lockID)
+		filter, update := h.lock.kind.release(h.lock.name, h.lockID)
+		res, uerr := h.lock.space().coll.UpdateOne(ctx, filter, update)
 		if err = uerr; err == nil && res.MatchedCount == 0 {
 			err = mongo.ErrNoDocuments
 		}
@@ -163,13 +164,13 @@ func (h *acquisition) release(ctx context.Context) (err error) {
 // on waiting. It returns the round trip's error.
 func (h *acquisition) handOver(ctx context.Context, w *waiter) error {
 	lockID, sent := newLockID(), time.Now()
-	doc, err := w.lock.acquireRoundTrip(ctx, h.lockID, lockID, 0, handOverMode)
+	doc, err := w.lock.acquireRoundTrip(ctx, attempt{id: lockID, releasing: h.lockID, mode: handOverMode})
 	var next *Handle
 	if err == nil && doc.LockID == lockID {
 		next = newHandle(w.lock, lockID, doc.FencingToken, sent)
 	}
 	handedOver(ctx, next != nil)
-	if !w.lock.local().queues.deliver(w, next) && next != nil {
+	if !w.lock.space().queues.deliver(w, next) && next != nil {
 		next.releaseUntaken() // its Acquire ended meanwhile
 	}
 	return err
@@ -212,7 +213,7 @@ func (h *acquisition) markLost(reason lossReason, why error) {
 // unhold tells local waiters, once, that this handle holds the lock no more.
 func (h *acquisition) unhold() {
 	h.unholdOnce.Do(func() {
-		h.lock.local().queues.unhold(h.lock)
+		h.lock.space().queues.unhold(h.lock)
 		h.lock.p.tel.unheld(h.lock)
 	})
 }

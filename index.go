@@ -20,11 +20,9 @@ const indexTimeout = 30 * time.Second
 // the collection small, and its grace keeps documents long enough for their
 // fencing tokens to count.
 func (l *Lock) ensureIndex() {
-	p, coll, once := l.p, l.p.coll, &l.p.local.indexOnce
-	if l.n > 0 {
-		coll, once = p.sems, &p.semLocal.indexOnce
-	}
-	once.Do(func() {
+	p, sp := l.p, l.space()
+	coll := sp.coll
+	sp.indexOnce.Do(func() {
 		p.background(indexTimeout, func(ctx context.Context) {
 			_, err := coll.Indexes().CreateOne(ctx, ttlIndex())
 			var se mongo.ServerError

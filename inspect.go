@@ -78,7 +78,7 @@ func (p *Provider) infos(ctx context.Context, op, name string, pipeline mongo.Pi
 			fail(errNilContext)
 			return
 		}
-		cur, err := p.coll.Aggregate(ctx, pipeline, options.Aggregate().SetBatchSize(cmp.Or(p.listBatch, listBatchSize)))
+		cur, err := p.locks.coll.Aggregate(ctx, pipeline, options.Aggregate().SetBatchSize(cmp.Or(p.listBatch, listBatchSize)))
 		if err != nil {
 			fail(err)
 			return
@@ -115,7 +115,7 @@ func (p *Provider) ForceRelease(ctx context.Context, name string) (bool, error) 
 	if ctx == nil {
 		return false, p.Lock(name).errorf("force release", errNilContext)
 	}
-	res, err := p.coll.UpdateOne(ctx, forceReleaseFilter(name), releaseUpdate)
+	res, err := p.locks.coll.UpdateOne(ctx, forceReleaseFilter(name), releaseUpdate)
 	if err != nil {
 		return false, p.Lock(name).errorf("force release", err)
 	}
@@ -235,7 +235,7 @@ func (l *Lock) inspectSlots(ctx context.Context) (slotsDoc, error) {
 	if ctx == nil {
 		return slotsDoc{}, l.errorf("inspect", errNilContext)
 	}
-	cur, err := l.p.sems.Aggregate(ctx, semInspectPipeline(l.name))
+	cur, err := l.p.slots.coll.Aggregate(ctx, semInspectPipeline(l.name))
 	if err != nil {
 		return slotsDoc{}, l.errorf("inspect", err)
 	}

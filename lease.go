@@ -72,11 +72,11 @@ func (p *Provider) tick() {
 		return
 	}
 	ls.timer.Reset(p.opts.cadence)
-	var due [2][]*acquisition // locks', semaphores': a batch is of one kind
+	due := map[*space][]*acquisition{} // a batch is of one space
 	for h, l := range ls.held {
 		if l.missed = l.busy; !l.busy { // busy: extend again once it is back
-			k := min(h.lock.n, 1)
-			l.busy, due[k] = true, append(due[k], h)
+			sp := h.lock.space()
+			l.busy, due[sp] = true, append(due[sp], h)
 		}
 	}
 	ls.mu.Unlock()
@@ -207,10 +207,8 @@ func (p *Provider) extendLeases(ctx context.Context, hs []*acquisition) ([]*acqu
 		}
 		ids[i] = h.lockID
 	}
-	coll, filter, update, query := p.coll, extendFilter(names, ids), any(p.extendUpdate), holdersQuery
-	if hs[0].lock.n > 0 {
-		coll, filter, update, query = p.sems, semExtendFilter(names, ids), semExtendUpdate(ids, p.opts.expiry), semHoldersQuery
-	}
+	kind, coll := hs[0].lock.kind, hs[0].lock.space().coll
+	filter, update := kind.extend(p, names, ids)
 	res, err := coll.UpdateMany(ctx, filter, update)
 	switch {
 	case err != nil || len(names) == len(hs) && int(res.MatchedCount) == len(hs):
@@ -218,7 +216,7 @@ func (p *Provider) extendLeases(ctx context.Context, hs []*acquisition) ([]*acqu
 	case res.MatchedCount == 0:
 		return hs, nil
 	}
-	f, projection := query(names)
+	f, projection := kind.holders(names)
 	cur, err := coll.Find(ctx, f, options.Find().SetProjection(projection))
 	if err != nil {
 		return nil, err

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // A Lock is a named distributed lock. It holds no state of its own: every
@@ -16,15 +18,48 @@ import (
 // held until that Handle is released or lost. A Lock is safe for concurrent
 // use; two Acquire calls on the same Lock compete like any two holders.
 type Lock struct {
-	p     *Provider
-	name  string
-	value *string // held with this value (an election's), if not nil
-	n     int     // a semaphore's slots, if > 0: a slot, not the lock, is held
-	rw    rwMode  // an RWLock's mode, if not 0 (n is then 1)
+	p    *Provider
+	name string
+	kind kindDriver // what it is: a lock, an election's, a semaphore's slot, an RWLock's mode
+}
+
+// A kindDriver is one kind of lock. Lock is the engine: it acquires, waits,
+// hands over, extends and releases, and asks the driver only what to send
+// and how to read the reply. Drivers of one space share the format of its
+// documents: extensions of both are batched together.
+type kindDriver interface {
+	// space is where the kind's documents are.
+	space(p *Provider) *space
+	// create is the free document of a name never used.
+	create(name string) bson.D
+	// acquire sends one acquisition, or a hand-over from a.releasing.
+	acquire(ctx context.Context, p *Provider, name string, a attempt) (reply, error)
+	// release is the owner-checked release of id's acquisition.
+	release(name, id string) (filter bson.D, update any)
+	// extend is the owner-checked extension of a batch, and holders the
+	// query that tells its lost handles when it matched too few.
+	extend(p *Provider, names, ids bson.A) (filter bson.D, update any)
+	holders(names bson.A) (filter, projection bson.D)
+	// limit is how many handles of one process may hold the name at once
+	// (0: any number); an exclusive handle keeps every other out.
+	limit() (n int, exclusive bool)
+	// attrs are its telemetry attributes.
+	attrs() []attribute.KeyValue
+}
+
+// attempt is what one acquisition round trip sends.
+type attempt struct {
+	id        string // the fresh lockId or holder id
+	releasing string // a hand-over's releasing holder; "" otherwise
+	since     int64  // the token the claim is made with
+	mode      attemptMode
 }
 
 // Name returns the lock's name, exactly as given.
 func (l *Lock) Name() string { return l.name }
+
+// space is where l's document is.
+func (l *Lock) space() *space { return l.kind.space(l.p) }
 
 const (
 	// maxCreateTries bounds how often one attempt creates the lock document
@@ -88,7 +123,7 @@ func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
 	}
 	ctx, call := l.p.tel.startAcquire(ctx, l, spanAcquire)
 	defer func() { call.end(ctx, h, err) }()
-	p, lc := l.p, l.local()
+	p, lc := l.p, l.space()
 	qs := &lc.queues
 	if !p.enter() {
 		return nil, l.errorf("acquire", ErrClosed)
@@ -123,7 +158,7 @@ func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
 				contended, claimed = true, claimed || doc.WaitingProcess == lc.process
 				if !watching {
 					watching = true
-					lc.notify.join(l.coll(), qs.wakeHead, &lc.bg)
+					lc.notify.join(lc.coll, qs.wakeHead, &lc.bg)
 				}
 				due = qs.after(w, &doc)
 			case ctx.Err() != nil || endedByDeadline(ctx, err): // cut short by ctx: it tells nothing
@@ -160,7 +195,7 @@ func (l *Lock) gaveUp(ctx context.Context, lastErr error, contended bool) error 
 // handed over as it gave up is released, and so is its process's claim if
 // withdraw and nobody else of its process waits.
 func (l *Lock) leaveLine(w *waiter, withdraw, watching bool) {
-	lc := l.local()
+	lc := l.space()
 	if watching {
 		lc.notify.leave()
 	}
@@ -216,23 +251,21 @@ func (h *Handle) do(ctx context.Context, fn func(ctx context.Context) error) (er
 // round trip on an existing lock document. A missing document (no match; or a duplicate key on FerretDB,
 // racing another client that creates it) is created with a plain insert and
 // the attempt repeated.
-func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Handle, lockDoc, error) {
+func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Handle, reply, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, lockDoc{}, err // nothing sent, not even the index
+		return nil, reply{}, err // nothing sent, not even the index
 	}
 	l.ensureIndex()
 	for tries := 1; ; tries++ {
 		// A fresh lockId per round trip: a cleanup of one can never free
 		// another.
 		lockID, sent := newLockID(), time.Now()
-		doc, err := l.acquireRoundTrip(ctx, "", lockID, since, mode)
+		doc, err := l.acquireRoundTrip(ctx, attempt{id: lockID, since: since, mode: mode})
 		switch {
 		case err == nil && doc.LockID == lockID:
 			return newHandle(l, lockID, doc.FencingToken, sent), doc, nil
-		case err == nil && l.n > 0 && doc.kind != slotKind(l.rw):
-			return nil, doc, fmt.Errorf("%w (a %s's)", errOtherKind, doc.kind)
-		case err == nil && l.n > 0 && doc.n != l.n:
-			return nil, doc, fmt.Errorf("%w: it has %d slots, not %d", errSemaphoreSize, doc.n, l.n)
+		case err == nil && doc.wrong != nil:
+			return nil, doc, doc.wrong
 		case err == nil:
 			return nil, doc, ErrNotAcquired
 		case !isNoMatch(err) && !isDuplicateKey(err):
@@ -242,14 +275,8 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Han
 			// create it: contention, not failure.
 			return nil, doc, fmt.Errorf("%w (the lock document was created and removed concurrently: %w)", ErrNotAcquired, err)
 		}
-		create := createDoc(l.name)
-		if l.rw != 0 {
-			create = createRWDoc(l.name)
-		} else if l.n > 0 {
-			create = createSemDoc(l.name, l.n)
-		}
-		if _, err := l.coll().InsertOne(ctx, create); err != nil && !isDuplicateKey(err) {
-			return nil, lockDoc{}, err
+		if _, err := l.space().coll.InsertOne(ctx, l.kind.create(l.name)); err != nil && !isDuplicateKey(err) {
+			return nil, reply{}, err
 		}
 	}
 }
@@ -265,18 +292,10 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Han
 // claim that nobody of this process still needs is withdrawn. A request
 // that fails ambiguously (the connection dropped after sending, a write
 // concern error) is released in the background too.
-func (l *Lock) acquireRoundTrip(ctx context.Context, releasing, lockID string, since int64, mode attemptMode) (lockDoc, error) {
-	p, lc := l.p, l.local()
-	send := func(ctx context.Context) (doc lockDoc, err error) {
-		if l.n > 0 {
-			doc, err = l.slotAcquire(ctx, releasing, lockID, mode)
-		} else {
-			filter := acquireFilter(l.name)
-			if releasing != "" {
-				filter = ownerFilter(l.name, releasing)
-			}
-			err = p.coll.FindOneAndUpdate(ctx, filter, acquirePipeline(lockID, since, l.value, p.acquire[mode]), acquireOptions).Decode(&doc)
-		}
+func (l *Lock) acquireRoundTrip(ctx context.Context, a attempt) (reply, error) {
+	p, lc, lockID := l.p, l.space(), a.id
+	send := func(ctx context.Context) (reply, error) {
+		doc, err := l.kind.acquire(ctx, p, l.name, a)
 		if p.replyHook != nil {
 			err = p.replyHook(err)
 		}
@@ -290,16 +309,16 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, releasing, lockID string, s
 		return doc, err
 	}
 	if err := ctx.Err(); err != nil {
-		return lockDoc{}, err
+		return reply{}, err
 	}
 	if ctx.Done() == nil { // ctx cannot end it (Close waits for it): no need for a goroutine
 		return send(ctx)
 	}
 	type result struct {
-		doc lockDoc
+		doc reply
 		err error
 	}
-	reply := make(chan result) // unbuffered: the reply is taken, or abandoned
+	replied := make(chan result) // unbuffered: the reply is taken, or abandoned
 	abandoned := make(chan struct{})
 	opCtx, cancelOp := context.WithCancel(context.WithoutCancel(ctx))
 	p.bg.Go(func() {
@@ -307,7 +326,7 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, releasing, lockID string, s
 		var r result
 		r.doc, r.err = send(opCtx)
 		select {
-		case reply <- r:
+		case replied <- r:
 		case <-abandoned: // nobody gets a handle: undo what it did
 			switch {
 			case r.err == nil && r.doc.LockID == lockID:
@@ -318,14 +337,14 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, releasing, lockID string, s
 		}
 	})
 	select {
-	case r := <-reply:
+	case r := <-replied:
 		return r.doc, r.err
 	case <-ctx.Done():
 	case <-p.done:
 	}
 	close(abandoned)
 	time.AfterFunc(cleanupTimeout, cancelOp)
-	return lockDoc{}, cmp.Or(ctx.Err(), ErrClosed)
+	return reply{}, cmp.Or(ctx.Err(), ErrClosed)
 }
 
 // releaseInBackground releases lockID's acquisition of l, if it holds it,
@@ -339,6 +358,7 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, releasing, lockID string, s
 func (l *Lock) releaseInBackground(lockID string, schedule []time.Duration, orphan bool) {
 	p := l.p
 	p.background(cleanupTimeout, func(ctx context.Context) {
+		filter, update := l.kind.release(l.name, lockID)
 		for _, wait := range schedule {
 			for retry := 20 * time.Millisecond; ; retry = min(2*retry, 500*time.Millisecond) {
 				select {
@@ -346,7 +366,7 @@ func (l *Lock) releaseInBackground(lockID string, schedule []time.Duration, orph
 				case <-ctx.Done():
 					return
 				}
-				res, err := l.releaseOne(ctx, lockID)
+				res, err := l.space().coll.UpdateOne(ctx, filter, update)
 				if err == nil && res.MatchedCount > 0 && orphan {
 					p.tel.orphanReleased(l)
 				}
@@ -376,6 +396,50 @@ var (
 // background.
 func (l *Lock) withdraw() {
 	l.p.background(cleanupTimeout, func(ctx context.Context) {
-		_, _ = l.coll().UpdateOne(ctx, withdrawFilter(l.name, l.local().process), withdrawUpdate)
+		lc := l.space()
+		_, _ = lc.coll.UpdateOne(ctx, withdrawFilter(l.name, lc.process), withdrawUpdate)
 	})
+}
+
+// mutexDriver is the lock's kind, and an election's (value: the value its
+// campaign holds the lock with).
+type mutexDriver struct {
+	value *string
+}
+
+func (mutexDriver) space(p *Provider) *space { return &p.locks }
+
+func (mutexDriver) create(name string) bson.D { return createDoc(name) }
+
+func (d mutexDriver) acquire(ctx context.Context, p *Provider, name string, a attempt) (doc reply, err error) {
+	filter := acquireFilter(name)
+	if a.releasing != "" {
+		filter = ownerFilter(name, a.releasing)
+	}
+	err = p.locks.coll.FindOneAndUpdate(ctx, filter, acquirePipeline(a.id, a.since, d.value, p.acquire[a.mode]), acquireOptions).Decode(&doc)
+	return doc, err
+}
+
+func (mutexDriver) release(name, id string) (bson.D, any) {
+	return ownerFilter(name, id), releaseUpdate
+}
+
+func (mutexDriver) extend(p *Provider, names, ids bson.A) (bson.D, any) {
+	return extendFilter(names, ids), p.extendUpdate
+}
+
+func (mutexDriver) holders(names bson.A) (bson.D, bson.D) { return holdersQuery(names) }
+
+func (mutexDriver) limit() (int, bool) { return 1, true }
+
+var (
+	lockAttrs     = []attribute.KeyValue{keyKind.String("lock")}
+	electionAttrs = []attribute.KeyValue{keyKind.String("election")}
+)
+
+func (d mutexDriver) attrs() []attribute.KeyValue {
+	if d.value != nil {
+		return electionAttrs
+	}
+	return lockAttrs
 }

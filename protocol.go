@@ -41,16 +41,17 @@ import (
 //
 // Mutual exclusion rests on expiresAt alone, judged by the server's $$NOW.
 
-// lockDoc is an acquisition's reply: the document after the update.
-type lockDoc struct {
-	LockID         string    `bson:"lockId"`
+// reply is what the engine reads of an acquisition's reply, the document
+// after the update, of any kind.
+type reply struct {
+	LockID         string    `bson:"lockId"` // the holder's; a slot's newest holder's
 	FencingToken   int64     `bson:"fencingToken"`
 	LastProcess    string    `bson:"lastProcess"`
 	ProcessStreak  int       `bson:"processStreak"`
 	WaitingProcess string    `bson:"waitingProcess"`
 	WaitingUntil   time.Time `bson:"waitingUntil"`
-	n              int       // a semaphore's slots, an RWLock's 1 (slotAcquire)
-	kind           string    // a semaphore's or an RWLock's kind (slotAcquire)
+	slots          bool      // a slot's: no turns to time
+	wrong          error     // the document is of another kind or size: an error, not contention
 }
 
 // turnLength is how many times in a row a process may acquire a lock; then,

@@ -22,15 +22,12 @@ import (
 // safe for concurrent use and cheap to keep for the life of a process;
 // inject it where code needs locks.
 type Provider struct {
-	coll  *mongo.Collection
+	locks space // the locks' and elections' collection
+	slots space // the semaphores' and RWLocks': <collection>_semaphores
 	opts  config
-	local *local
-
-	sems     *mongo.Collection // the semaphores: <collection>_semaphores
-	semLocal *local            // its TTL index, created once
 
 	// The statements of this provider that do not change per attempt:
-	// the constant parts of the acquisition pipeline by mode, and the
+	// the constant parts of a lock's acquisition pipeline by mode, and the
 	// extension.
 	acquire      [3]acquireParts
 	extendUpdate bson.A
@@ -70,11 +67,9 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 		return nil, err
 	}
 	p := &Provider{
-		coll:         db.Collection(o.collection, collectionConcerns),
+		locks:        newSpace(db, o.collection),
+		slots:        newSpace(db, o.collection+semSuffix),
 		opts:         o,
-		local:        localFor(db, o.collection),
-		sems:         db.Collection(o.collection+semSuffix, collectionConcerns),
-		semLocal:     localFor(db, o.collection+semSuffix),
 		extendUpdate: extendUpdate(o.expiry),
 		leases:       leases{held: make(map[*acquisition]*lease)},
 		tel:          newTelemetry(o.telemetryConfig, db.Name()),
@@ -82,7 +77,7 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 		drained:      make(chan struct{}),
 	}
 	for _, m := range []attemptMode{tryMode, waitMode, handOverMode} {
-		p.acquire[m] = newAcquireParts(p.local.process, o.owner, m, o.expiry, o.claimLifetime())
+		p.acquire[m] = newAcquireParts(p.locks.process, o.owner, m, o.expiry, o.claimLifetime())
 	}
 	return p, nil
 }
@@ -110,7 +105,18 @@ func New(db *mongo.Database, name string, opts ...Option) (*Lock, error) {
 // the document's _id exactly as given (case-sensitive, not hashed). Locks
 // with the same name, collection and database exclude each other, in this
 // process and in any other, whichever Provider minted them.
-func (p *Provider) Lock(name string) *Lock { return &Lock{p: p, name: name} }
+func (p *Provider) Lock(name string) *Lock { return &Lock{p: p, name: name, kind: mutexDriver{}} }
+
+// A space is a collection of lock documents and what this process keeps
+// for it.
+type space struct {
+	coll *mongo.Collection
+	*local
+}
+
+func newSpace(db *mongo.Database, coll string) space {
+	return space{db.Collection(coll, collectionConcerns), localFor(db, coll)}
+}
 
 // local is what this process keeps for one collection of one client, shared
 // by every Provider of it while the client lives: the process's id in lock

@@ -16,10 +16,10 @@ import (
 
 // queue is the line of one lock name.
 type queue struct {
-	waiters []*waiter // waiters[0] is the head
-	held    int       // handles of this process that hold the name
-	writing int       // of which an RWLock's for writing
-	sched   waiting   // when the head attempts next
+	waiters   []*waiter // waiters[0] is the head
+	held      int       // handles of this process that hold the name
+	exclusive int       // of which exclusive ones (a lock's, an RWLock's writer's)
+	sched     waiting   // when the head attempts next
 }
 
 // A waiter is one Acquire call in line.
@@ -108,22 +108,16 @@ func (qs *queues) next(w *waiter) (handedOver *Handle, mayAttempt bool, since in
 }
 
 // full reports whether this process's handles hold all of the name that l
-// could take: the lock, a semaphore's n slots, an RWLock (for reading: if
-// held for writing).
+// could take, by its kind's limit.
 func (q *queue) full(l *Lock) bool {
-	switch l.rw {
-	case readMode:
-		return q.writing > 0
-	case writeMode:
-		return q.held > 0
-	}
-	return q.held >= max(l.n, 1)
+	n, _ := l.kind.limit()
+	return q.exclusive > 0 || n > 0 && q.held >= n
 }
 
 // after returns when the next attempt of w is due, by its line's schedule:
 // after a refusal that returned doc, or after a transient error (nil doc).
-func (qs *queues) after(w *waiter, doc *lockDoc) <-chan time.Time {
-	p, lc := w.lock.p, w.lock.local()
+func (qs *queues) after(w *waiter, doc *reply) <-chan time.Time {
+	p, lc := w.lock.p, w.lock.space()
 	notified := lc.notify.isOpen()
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
@@ -139,8 +133,8 @@ func (qs *queues) hold(l *Lock, now time.Time) {
 	defer qs.mu.Unlock()
 	q := qs.get(l.name)
 	q.held++
-	if l.rw == writeMode {
-		q.writing++
+	if _, excl := l.kind.limit(); excl {
+		q.exclusive++
 	}
 	q.sched.acquired(now, l.p.opts.sleepMax)
 }
@@ -151,8 +145,8 @@ func (qs *queues) unhold(l *Lock) {
 	qs.mu.Lock()
 	q := qs.get(l.name)
 	q.held--
-	if l.rw == writeMode {
-		q.writing--
+	if _, excl := l.kind.limit(); excl {
+		q.exclusive--
 	}
 	qs.drop(l.name, q)
 	qs.mu.Unlock()

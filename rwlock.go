@@ -30,7 +30,7 @@ type RWLock struct {
 
 // RWLock returns the reader-writer lock called name.
 func (p *Provider) RWLock(name string) *RWLock {
-	return &RWLock{r: &Lock{p: p, name: name, n: 1, rw: readMode}, w: &Lock{p: p, name: name, n: 1, rw: writeMode}}
+	return &RWLock{r: &Lock{p: p, name: name, kind: slotDriver{n: 1, rw: readMode}}, w: &Lock{p: p, name: name, kind: slotDriver{n: 1, rw: writeMode}}}
 }
 
 // rwMode is what an RWLock's acquisition holds.

@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // Semaphores.
@@ -41,7 +42,7 @@ type Semaphore struct {
 // Semaphore returns the semaphore called name with n slots; names are used
 // as Lock's are. An n below 1 makes every acquisition fail.
 func (p *Provider) Semaphore(name string, n int) *Semaphore {
-	s := &Semaphore{lock: &Lock{p: p, name: name, n: n}}
+	s := &Semaphore{lock: &Lock{p: p, name: name, kind: slotDriver{n: n}}}
 	if n < 1 {
 		s.err = fmt.Errorf("semaphore of %d slots: need n >= 1", n)
 	}
@@ -94,49 +95,76 @@ func (s *Semaphore) check(ctx context.Context) error {
 	return s.err
 }
 
-// coll is the collection of l's document.
-func (l *Lock) coll() *mongo.Collection {
-	if l.n > 0 {
-		return l.p.sems
-	}
-	return l.p.coll
+// slotDriver is the kind of a Semaphore's slots and of an RWLock's modes:
+// their documents list the holders.
+type slotDriver struct {
+	n  int    // a semaphore's slots; 1 for an RWLock
+	rw rwMode // an RWLock's mode; 0 for a semaphore
 }
 
-// local is what this process keeps for l's collection: its line, release
-// events and TTL index.
-func (l *Lock) local() *local {
-	if l.n > 0 {
-		return l.p.semLocal
+func (slotDriver) space(p *Provider) *space { return &p.slots }
+
+func (d slotDriver) create(name string) bson.D {
+	if d.rw != 0 {
+		return createRWDoc(name)
 	}
-	return l.p.local
+	return createSemDoc(name, d.n)
 }
 
-// releaseOne releases lockID's acquisition of l, owner-checked (4 or 17).
-func (l *Lock) releaseOne(ctx context.Context, lockID string) (*mongo.UpdateResult, error) {
-	if l.n > 0 {
-		return l.p.sems.UpdateOne(ctx, semHolderFilter(l.name, lockID), semReleaseUpdate(lockID))
+// acquire sends one acquisition of a slot, or a hand-over from the holder
+// releasing (16), and returns its reply as a lock's: LockID is the newest
+// holder's, a.id if it took a slot.
+func (d slotDriver) acquire(ctx context.Context, p *Provider, name string, a attempt) (reply, error) {
+	filter := acquireFilter(name)
+	if a.releasing != "" {
+		filter = semHolderFilter(name, a.releasing)
 	}
-	return l.p.coll.UpdateOne(ctx, ownerFilter(l.name, lockID), releaseUpdate)
-}
-
-// slotAcquire sends one acquisition of a slot of l for id, or a hand-over
-// from the holder releasing (16), and returns its reply as a lock's:
-// LockID is the newest holder's, id if it took a slot.
-func (l *Lock) slotAcquire(ctx context.Context, releasing, id string, mode attemptMode) (lockDoc, error) {
-	p, filter := l.p, acquireFilter(l.name)
-	if releasing != "" {
-		filter = semHolderFilter(l.name, releasing)
-	}
-	a := slotAttempt{id: id, releasing: releasing, proc: p.semLocal.process, owner: p.opts.owner,
-		n: l.n, rw: l.rw, mode: mode, expiry: p.opts.expiry, claim: p.opts.claimLifetime()}
+	sa := slotAttempt{id: a.id, releasing: a.releasing, proc: p.slots.process, owner: p.opts.owner,
+		n: d.n, rw: d.rw, mode: a.mode, expiry: p.opts.expiry, claim: p.opts.claimLifetime()}
 	var doc semDoc
-	err := p.sems.FindOneAndUpdate(ctx, filter, slotPipeline(a), slotReplyOptions).Decode(&doc)
-	reply := lockDoc{FencingToken: doc.FencingToken, WaitingProcess: doc.WaitingProcess, n: doc.N, kind: doc.Kind}
-	if l.rw != 0 {
-		reply.n = l.n // an RWLock's document has no n
-	}
+	err := p.slots.coll.FindOneAndUpdate(ctx, filter, slotPipeline(sa), slotReplyOptions).Decode(&doc)
+	r := reply{FencingToken: doc.FencingToken, WaitingProcess: doc.WaitingProcess, slots: true}
 	if len(doc.Holders) > 0 { // the newest only: an acquisition is appended
-		reply.LockID = doc.Holders[0].ID
+		r.LockID = doc.Holders[0].ID
 	}
-	return reply, err
+	switch {
+	case err != nil:
+	case doc.Kind != slotKind(d.rw):
+		r.wrong = fmt.Errorf("%w (a %s's)", errOtherKind, doc.Kind)
+	case d.rw == 0 && doc.N != d.n:
+		r.wrong = fmt.Errorf("%w: it has %d slots, not %d", errSemaphoreSize, doc.N, d.n)
+	}
+	return r, err
+}
+
+func (slotDriver) release(name, id string) (bson.D, any) {
+	return semHolderFilter(name, id), semReleaseUpdate(id)
+}
+
+func (slotDriver) extend(p *Provider, names, ids bson.A) (bson.D, any) {
+	return semExtendFilter(names, ids), semExtendUpdate(ids, p.opts.expiry)
+}
+
+func (slotDriver) holders(names bson.A) (bson.D, bson.D) { return semHoldersQuery(names) }
+
+// limit: a semaphore's process holds at most n slots; an RWLock's writer
+// keeps every other holder out, and waits while its process holds the lock.
+func (d slotDriver) limit() (int, bool) {
+	switch d.rw {
+	case readMode:
+		return 0, false
+	case writeMode:
+		return 1, true
+	}
+	return d.n, false
+}
+
+func (d slotDriver) attrs() []attribute.KeyValue {
+	switch d.rw {
+	case readMode:
+		return []attribute.KeyValue{keyKind.String("rwlock"), keyMode.String("read")}
+	case writeMode:
+		return []attribute.KeyValue{keyKind.String("rwlock"), keyMode.String("write")}
+	}
+	return []attribute.KeyValue{keyKind.String("semaphore"), keySlots.Int(d.n)}
 }

@@ -172,28 +172,11 @@ func newTelemetry(c telemetryConfig, db string) telemetry {
 	return t
 }
 
-// kind is the value of mongolock.kind for l.
-func kind(l *Lock) string {
-	switch {
-	case l.n > 0:
-		return slotKind(l.rw)
-	case l.value != nil:
-		return "election"
-	}
-	return "lock"
-}
-
 // lockAttrs are the attributes of l's spans (names: with its name), then
 // extra.
 func (t *telemetry) lockAttrs(l *Lock, names bool, extra ...attribute.KeyValue) []attribute.KeyValue {
 	kv := make([]attribute.KeyValue, 0, 7+len(extra))
-	kv = append(t.dbAttrs(kv, l.coll().Name()), keyKind.String(kind(l)))
-	switch l.rw {
-	case readMode:
-		kv = append(kv, keyMode.String("read"))
-	case writeMode:
-		kv = append(kv, keyMode.String("write"))
-	}
+	kv = append(t.dbAttrs(kv, l.space().coll.Name()), l.kind.attrs()...)
 	if names {
 		kv = append(kv, keyName.String(shortName(l.name)))
 	}
@@ -214,11 +197,7 @@ func (t *telemetry) measure(l *Lock, extra ...attribute.KeyValue) metric.Measure
 func (t *telemetry) start(ctx context.Context, name string, l *Lock) (context.Context, trace.Span) {
 	ctx, span := t.tracer.Start(ctx, name)
 	if span.IsRecording() {
-		kv := t.lockAttrs(l, t.spanNames)
-		if l.n > 0 && l.rw == 0 {
-			kv = append(kv, keySlots.Int(l.n))
-		}
-		span.SetAttributes(kv...)
+		span.SetAttributes(t.lockAttrs(l, t.spanNames)...)
 	}
 	return ctx, span
 }
@@ -375,7 +354,7 @@ func (t *telemetry) lost(h *acquisition, reason lossReason, why error) {
 func (t *telemetry) startExtension(ctx context.Context, hs []*acquisition) (context.Context, trace.Span) {
 	ctx, span := t.tracer.Start(ctx, spanExtend)
 	if span.IsRecording() {
-		span.SetAttributes(append(t.dbAttrs(nil, hs[0].lock.coll().Name()), keyHandles.Int(len(hs)))...)
+		span.SetAttributes(append(t.dbAttrs(nil, hs[0].lock.space().coll.Name()), keyHandles.Int(len(hs)))...)
 	}
 	return ctx, span
 }
@@ -398,7 +377,7 @@ func (t *telemetry) endExtension(ctx context.Context, span trace.Span, hs, lost 
 	}
 	if t.extensions.Enabled(ctx) {
 		t.extensions.Record(ctx, took.Seconds(), metric.WithAttributes(
-			append(t.dbAttrs(nil, hs[0].lock.coll().Name()), keyOutcome.String(outcome(err, "extended")))...))
+			append(t.dbAttrs(nil, hs[0].lock.space().coll.Name()), keyOutcome.String(outcome(err, "extended")))...))
 	}
 	if err != nil && t.log.Enabled(ctx, slog.LevelDebug) && isTransient(err) {
 		t.log.DebugContext(ctx, "mongolock: extension failed; retrying", "handles", len(hs), "error", err)
