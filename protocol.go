@@ -568,7 +568,9 @@ func semReleaseUpdate(id string) bson.D {
 
 // 18. Extend slots' leases, one or a batch across semaphores:
 // updateMany(semExtendFilter, semExtendUpdate). Each listed holder still in
-// its document is extended, and the document's expiresAt with it.
+// its document is extended. The document's expiresAt only grows: processes
+// with a shorter expiry must not pull it below another holder's lease, or
+// the TTL monitor could delete a held document.
 func semExtendFilter(names, ids bson.A) bson.D {
 	return bson.D{
 		{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}},
@@ -584,7 +586,7 @@ func semExtendUpdate(ids bson.A, expiry time.Duration) bson.A {
 			{Key: "in", Value: cond(op("$in", "$$this.id", ids),
 				op("$mergeObjects", "$$this", bson.D{{Key: "expiresAt", Value: until}}), "$$this")},
 		}}}},
-		{Key: "expiresAt", Value: until},
+		{Key: "expiresAt", Value: op("$max", ifNull("$expiresAt", epoch), until)},
 	}}}}
 }
 
