@@ -151,22 +151,14 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim time.Durat
 		mine, op("$gte", streak, turnLength), claimLive, op("$ne", "$waitingProcess", proc))))
 	waitingProcess, waitingSince, waitingUntil := any("$waitingProcess"), any("$waitingSince"), any("$waitingUntil")
 	if mode == waitMode {
-		// Refused: claim the next turn, unless this process has had its
-		// turn, or a DistributedLock.MongoDB acquisition holds the lock (its
-		// delete-release must not race with a write). A live claim of
-		// another process is taken over only by a process that has waited
-		// longer; one of this process is renewed only once half spent, so
-		// most refusals write nothing.
-		mineLive := op("$eq", "$waitingProcess", proc)
-		// A first attempt does not know the token yet: the current one.
-		since := op("$min", "$_attempt.since", ifNull("$fencingToken", int64(0)))
+		// Refused: claim the next turn (claimTaken), unless this process
+		// has had its turn, or a DistributedLock.MongoDB acquisition holds
+		// the lock (its delete-release must not race with a write).
+		since := claimSince("$_attempt.since")
 		claims := op("$and",
 			not(isMine),
 			op("$or", op("$eq", op("$type", "$lockId"), "missing"), op("$eq", "$lockId", "$lastLockId")),
-			op("$or",
-				not(claimLive),
-				op("$and", mineLive, op("$lt", "$waitingUntil", op("$add", now, (claim/2).Milliseconds()))),
-				op("$and", not(mineLive), op("$lt", since, ifNull("$waitingSince", int64(math.MaxInt64))))))
+			claimTaken(proc, since, claim))
 		waitingProcess = cond(claims, proc, "$waitingProcess")
 		waitingSince = cond(claims, since, "$waitingSince")
 		waitingUntil = cond(claims, op("$add", now, claim.Milliseconds()), "$waitingUntil")
@@ -192,6 +184,25 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim time.Durat
 		{Key: "_free", Value: "$$REMOVE"},
 	}}}
 	return mine, free, write
+}
+
+// claimSince is the token a claim is made with: the one its line saw when
+// it began to wait (since), or on a first attempt, which does not know it
+// yet, the current one.
+func claimSince(since any) bson.D { return op("$min", since, ifNull("$fencingToken", int64(0))) }
+
+// claimTaken is whether a refused Acquire of process proc, whose line began
+// to wait at since, writes its claim (for claim): when no claim is live;
+// when its own is half spent, so that most refusals write nothing; or when
+// another process's claim was made by a line that has waited less, so that
+// the longest waiting process is next, whatever the others do.
+func claimTaken(proc string, since bson.D, claim time.Duration) bson.D {
+	const now = "$$NOW"
+	mine := op("$eq", "$waitingProcess", proc)
+	return op("$or",
+		not(op("$gt", ifNull("$waitingUntil", epoch), now)),
+		op("$and", mine, op("$lt", "$waitingUntil", op("$add", now, (claim/2).Milliseconds()))),
+		op("$and", not(mine), op("$lt", since, ifNull("$waitingSince", int64(math.MaxInt64)))))
 }
 
 // 4. Release: updateOne({_id, lockId}, releaseUpdate). The holder is
@@ -392,7 +403,8 @@ func leaderEvents(name string) mongo.Pipeline {
 //
 //	{_id: name, kind: "semaphore", n,
 //	 holders: [{id, owner, acquiredAt, expiresAt, token}],
-//	 fencingToken, expiresAt, waitingProcess, waitingUntil, releasedAt}
+//	 fencingToken, expiresAt, waitingProcess, waitingSince, waitingUntil,
+//	 releasedAt}
 //
 // At most n holders are live (expiresAt after the server's $$NOW) at any
 // server instant: an acquisition drops the expired holders and adds itself
@@ -439,15 +451,19 @@ func createSemDoc(name string, n int) bson.D {
 
 // 16. Acquire a slot, or hand one over: findOneAndUpdate({_id: name},
 // slotPipeline, returnDocument: after). As a lock's (2, 3), with a scalar
-// claim (waitingProcess, waitingUntil) and no turns: a refused Acquire
-// claims the next free slot for its process, unless another process's claim
-// is live (its own is renewed once half spent); while another process's
-// claim is live, an acquisition leaves it a slot: a semaphore's takes a
-// slot only if another stays free, an RWLock's writer waits. An acquisition
-// fulfils its process's claim. The stages keep the live holders, decide,
-// and write; a refusal writes nothing but the claim. A hand-over (filter
-// semHolderFilter(name, releasing)) first removes the releasing holder, and
-// a refused one only releases, stamping releasedAt as a release does (17).
+// claim (waitingProcess, waitingSince, waitingUntil) and no turns: a
+// refused Acquire claims the next free slot for its process, unless
+// another process's claim is live and that process has waited as long
+// (waitingSince: the token seen when its line began to wait, as a lock's);
+// its own is renewed once half spent. While another process's claim is
+// live, an acquisition leaves it a slot: a semaphore's takes a slot only if
+// another stays free, an RWLock's writer waits. An acquisition fulfils its
+// process's claim. A semaphore's claim needs the semaphore's n: a caller
+// with another n is refused with an error, and must leave nothing behind.
+// The stages keep the live holders, decide, and write; a refusal writes
+// nothing but the claim. A hand-over (filter semHolderFilter(name,
+// releasing)) first removes the releasing holder, and a refused one only
+// releases, stamping releasedAt as a release does (17).
 func slotPipeline(a slotAttempt) bson.A {
 	const now, live, acq = "$$NOW", "$_live", "$_acquired"
 	until := op("$add", now, a.expiry.Milliseconds())
@@ -460,36 +476,34 @@ func slotPipeline(a slotAttempt) bson.A {
 	other := op("$and", claimLive, op("$ne", "$waitingProcess", a.proc)) // another process's live claim
 	size := op("$size", live)
 	ofKind := op("$eq", "$kind", slotKind(a.rw))
-	var acquired, claimable any
+	var acquired, agreed any // agreed: the caller's n is the semaphore's
 	switch a.rw {
 	case readMode: // no live writer, and no writer's claim, even of this process
 		writers := bson.D{{Key: "$filter", Value: bson.D{{Key: "input", Value: live}, {Key: "cond", Value: op("$ne", "$$this.mode", "r")}}}}
 		acquired = op("$and", op("$eq", op("$size", writers), 0), not(op("$and", claimLive, op("$eq", "$waitingMode", "w"))))
-		claimable = not(op("$and", claimLive, op("$or", other, op("$eq", "$waitingMode", "w"))))
 	case writeMode:
 		acquired = op("$and", op("$eq", size, 0), not(other))
-		claimable = not(other)
 	default: // a semaphore's: fewer than n live, with n agreed, and one to spare for another's claim
-		acquired = op("$and",
-			op("$lt", size, a.n),
-			op("$or", op("$eq", size, 0), op("$eq", "$n", a.n)),
-			op("$or", not(other), op("$lt", size, a.n-1)))
-		claimable = not(other)
+		agreed = op("$or", op("$eq", size, 0), op("$eq", "$n", a.n))
+		acquired = op("$and", op("$lt", size, a.n), agreed, op("$or", not(other), op("$lt", size, a.n-1)))
 	}
 	mine := op("$eq", "$waitingProcess", a.proc)
 	keep := func(field string) any { return cond(acq, cond(mine, "$$REMOVE", "$"+field), "$"+field) }
 	claims := bson.D{
 		{Key: "waitingProcess", Value: keep("waitingProcess")},
+		{Key: "waitingSince", Value: keep("waitingSince")},
 		{Key: "waitingUntil", Value: keep("waitingUntil")},
 	}
 	if a.rw != 0 {
 		claims = append(claims, bson.E{Key: "waitingMode", Value: keep("waitingMode")})
 	}
 	if a.mode == waitMode {
-		// Renewed only once half spent: most refusals write nothing.
-		claiming := op("$and", not(acq), ofKind, claimable,
-			op("$lt", ifNull("$waitingUntil", epoch), op("$add", now, (a.claim/2).Milliseconds())))
-		values := []any{a.proc, op("$add", now, a.claim.Milliseconds()), string(a.rw)}
+		since := claimSince(a.since)
+		claiming := op("$and", not(acq), ofKind, claimTaken(a.proc, since, a.claim))
+		if a.rw == 0 {
+			claiming = op("$and", not(acq), ofKind, agreed, claimTaken(a.proc, since, a.claim))
+		}
+		values := []any{a.proc, since, op("$add", now, a.claim.Milliseconds()), string(a.rw)}
 		for i := range claims {
 			claims[i].Value = cond(claiming, values[i], claims[i].Value)
 		}
@@ -542,6 +556,7 @@ var (
 // slotAttempt is what slotPipeline needs of one attempt.
 type slotAttempt struct {
 	id, releasing string // releasing: the holder handed over from (handOverMode)
+	since         int64  // the token its line claims with
 	proc, owner   string
 	n             int    // a semaphore's slots
 	rw            rwMode // an RWLock's mode; 0 for a semaphore
@@ -601,14 +616,15 @@ func semHoldersQuery(names bson.A) (filter, projection bson.D) {
 //
 //	{_id: name, kind: "rwlock",
 //	 holders: [{id, owner, mode, acquiredAt, expiresAt, token}],
-//	 fencingToken, expiresAt, waitingProcess, waitingUntil, waitingMode,
-//	 releasedAt}
+//	 fencingToken, expiresAt, waitingProcess, waitingSince, waitingUntil,
+//	 waitingMode, releasedAt}
 //
 // mode is "r" or "w"; a holder without mode (a Semaphore's, under the same
 // name) counts as a writer. A writer's live claim (waitingMode "w") blocks
 // new readers, even of its own process, so that readers cannot starve
 // writers; a reader's claim blocks writers of other processes, so that
-// writers cannot starve readers. Acquired by 16, with the mode; released,
+// writers cannot starve readers. The claim goes to the process that has
+// waited longest, reader or writer. Acquired by 16, with the mode; released,
 // handed over and extended as a semaphore's slot.
 
 // 20. Create an RWLock: insertOne, as a lock's (1).

@@ -69,9 +69,10 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Handle, error) {
 // for a lock: Acquire calls of one process wait in line, first come first
 // served, and a release in this process hands its slot to the next in line
 // in the same round trip. Between processes, a refused Acquire claims the
-// next free slot for its process: while the claim lasts, other processes
-// take a slot only if another stays free. Errors are as Lock.Acquire's; a
-// semaphore held with another n is an error returned at once.
+// next free slot for its process, or takes it over from a process that has
+// waited less: while the claim lasts, other processes take a slot only if
+// another stays free. Errors are as Lock.Acquire's; a semaphore held with
+// another n is an error returned at once, and claims nothing.
 func (s *Semaphore) Acquire(ctx context.Context) (*Handle, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, s.lock.errorf("acquire", err)
@@ -119,7 +120,7 @@ func (d slotDriver) acquire(ctx context.Context, p *Provider, name string, a att
 	if a.releasing != "" {
 		filter = semHolderFilter(name, a.releasing)
 	}
-	sa := slotAttempt{id: a.id, releasing: a.releasing, proc: p.slots.process, owner: p.opts.owner,
+	sa := slotAttempt{id: a.id, releasing: a.releasing, since: a.since, proc: p.slots.process, owner: p.opts.owner,
 		n: d.n, rw: d.rw, mode: a.mode, expiry: p.opts.expiry, claim: p.opts.claimLifetime()}
 	var doc semDoc
 	err := p.slots.coll.FindOneAndUpdate(ctx, filter, slotPipeline(sa), slotReplyOptions).Decode(&doc)
