@@ -114,9 +114,9 @@ func (l *Lock) TryAcquire(ctx context.Context) (h *Handle, err error) {
 // returned at once. When ctx ends first, the error satisfies
 // errors.Is(err, ctx.Err()), and also errors.Is(err, ErrNotAcquired) if the
 // lock was held by someone else the whole time, so that contention can be
-// told from an outage. A call whose ctx ends leaves the line without
-// disturbing the others, and withdraws its process's claim if no other call
-// of its process waits.
+// told from an outage. A call that returns an error, whatever ended it,
+// leaves the line without disturbing the others, and withdraws its
+// process's claim if it may have made one: the next in line claims again.
 func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
 	if ctx == nil {
 		return nil, l.errorf("acquire", errNilContext)
@@ -130,11 +130,11 @@ func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
 	}
 	defer p.calls.Done()
 	w := qs.join(l)
-	// claimed: a refusal showed this process's claim; watching: counted as
+	// asked: an attempt was sent, which may have claimed; watching: counted as
 	// a waiter for release events; contended: held by someone else.
-	var claimed, watching, contended bool
+	var asked, watching, contended bool
 	var lastErr error // the last transient error
-	defer func() { l.leaveLine(w, err != nil && claimed, watching) }()
+	defer func() { l.leaveLine(w, err != nil && asked, watching) }()
 	for {
 		select {
 		case <-w.wake: // what woke it is seen below
@@ -149,13 +149,14 @@ func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
 		if !mayAttempt {
 			contended = true // someone of this process goes first
 		} else {
+			asked = asked || ctx.Err() == nil // else attempt sends nothing
 			h, doc, err := l.attempt(ctx, waitMode, since)
 			call.attempted(ctx, err)
 			switch {
 			case err == nil:
 				return h, nil
 			case errors.Is(err, ErrNotAcquired):
-				contended, claimed = true, claimed || doc.WaitingProcess == lc.process
+				contended = true
 				if !watching {
 					watching = true
 					lc.notify.join(lc.coll, qs.wakeHead, &lc.bg)
@@ -193,17 +194,17 @@ func (l *Lock) gaveUp(ctx context.Context, lastErr error, contended bool) error 
 
 // leaveLine takes w out of its line when its Acquire returns. A handle
 // handed over as it gave up is released, and so is its process's claim if
-// withdraw and nobody else of its process waits.
+// withdraw.
 func (l *Lock) leaveLine(w *waiter, withdraw, watching bool) {
 	lc := l.space()
 	if watching {
 		lc.notify.leave()
 	}
-	left, untaken := lc.queues.leave(w)
+	untaken := lc.queues.leave(w)
 	if untaken != nil {
 		untaken.releaseUntaken()
 	}
-	if withdraw && left == 0 {
+	if withdraw {
 		l.withdraw()
 	}
 }
@@ -289,7 +290,7 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Han
 // already be on the server, and a release sent now could overtake it there. So the request is left to
 // finish in the background (for at most cleanupTimeout more), and whatever
 // it did is undone once its reply is in: an acquisition is released, a
-// claim that nobody of this process still needs is withdrawn. A request
+// claim it made is withdrawn. A request
 // that fails ambiguously (the connection dropped after sending, a write
 // concern error) is released in the background too.
 func (l *Lock) acquireRoundTrip(ctx context.Context, a attempt) (reply, error) {
@@ -331,7 +332,7 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, a attempt) (reply, error) {
 			switch {
 			case r.err == nil && r.doc.LockID == lockID:
 				l.releaseInBackground(lockID, afterReply, true)
-			case r.err == nil && r.doc.WaitingProcess == lc.process && lc.queues.waiting(l.name) == 0:
+			case r.err == nil && a.mode == waitMode && r.doc.WaitingProcess == lc.process:
 				l.withdraw()
 			}
 		}
@@ -393,11 +394,13 @@ var (
 )
 
 // withdraw removes this process's claim on l's next turn, in the
-// background.
+// background, then wakes the head of its line, if any, to claim again: a
+// claim is its maker's, and must not outlive it.
 func (l *Lock) withdraw() {
 	l.p.background(cleanupTimeout, func(ctx context.Context) {
 		lc := l.space()
 		_, _ = lc.coll.UpdateOne(ctx, withdrawFilter(l.name, lc.process), withdrawUpdate)
+		lc.queues.wakeHead(l.name)
 	})
 }
 

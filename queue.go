@@ -78,9 +78,8 @@ func (qs *queues) join(l *Lock) *waiter {
 }
 
 // leave takes w out of its line and signals the next head if w was the
-// head. It returns how many still wait, and a handle handed over to w that
-// w did not take.
-func (qs *queues) leave(w *waiter) (left int, untaken *Handle) {
+// head. It returns a handle handed over to w that w did not take.
+func (qs *queues) leave(w *waiter) (untaken *Handle) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	q, i := w.q, slices.Index(w.q.waiters, w)
@@ -90,7 +89,7 @@ func (qs *queues) leave(w *waiter) (left int, untaken *Handle) {
 	}
 	qs.drop(w.lock.name, q)
 	untaken, w.handedOver, w.q = w.handedOver, nil, nil
-	return len(q.waiters), untaken
+	return untaken
 }
 
 // next returns the handle handed over to w, if any, and else whether w may
