@@ -149,13 +149,14 @@ func (slotDriver) extend(p *Provider, names, ids bson.A) (bson.D, any) {
 func (slotDriver) holders(names bson.A) (bson.D, bson.D) { return semHoldersQuery(names) }
 
 // limit: a semaphore's process holds at most n slots; an RWLock's writer
-// keeps every other holder out, and waits while its process holds the lock.
+// keeps every other holder out. A writer whose process reads still asks the
+// database, to claim the lock and hold other processes' readers off.
 func (d slotDriver) limit() (int, bool) {
 	switch d.rw {
 	case readMode:
 		return 0, false
 	case writeMode:
-		return 1, true
+		return 0, true
 	}
 	return d.n, false
 }
