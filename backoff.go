@@ -105,7 +105,7 @@ func (w *waiting) refused(o config, proc string, doc reply, now time.Time, notif
 	}
 	// after returns how long n more acquisitions should take.
 	after := func(n int) time.Duration { return time.Duration(n)*w.per + w.per/2 }
-	left := max(turnLength-doc.ProcessStreak, 0) // before the holder's process steps aside
+	left := max(doc.turn-doc.ProcessStreak, 0) // before the holder's process steps aside
 	b := o.backoff()
 	switch {
 	case notified && doc.WaitingProcess == proc:
@@ -115,7 +115,7 @@ func (w *waiting) refused(o config, proc string, doc reply, now time.Time, notif
 		return max(min(o.sleepMax, time.Second), o.sleepMin)
 	case notified:
 		return o.standbySleep()
-	case doc.slots && doc.WaitingProcess == proc:
+	case doc.turn == 0 && doc.WaitingProcess == proc:
 		// A slot's claimant: no turns to time. Its claim holds newcomers
 		// back, so the holders it waits for leave soon if they came and
 		// went so far: it looks again after half as long as the newest
@@ -143,14 +143,14 @@ func (w *waiting) refused(o config, proc string, doc reply, now time.Time, notif
 		return max(w.standby, o.sleepMin)
 	}
 	w.standby = 0
-	if doc.slots {
+	if doc.turn == 0 {
 		return b.next(w.failures) // a slot's: no turns to time
 	}
 	if w.per == 0 {
 		return o.sleepMin // learn the pace
 	}
 	if doc.LastProcess == proc {
-		left = turnLength // this process just stepped aside
+		left = doc.turn // this process just stepped aside
 	}
 	// After the claimant's acquisition, with one acquisition to spare: a
 	// waiter that comes while the lock is still free takes the claimant's

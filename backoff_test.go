@@ -148,8 +148,8 @@ func TestWaitingDurationsDoNotOverflow(t *testing.T) {
 		now := time.Now()
 		for i := range 5 {
 			now = now.Add(time.Millisecond)
-			require.GreaterOrEqual(t, w.refused(o, "me", reply{WaitingProcess: "other", LockID: fmt.Sprint(i)}, now, false), d, "sleep %d", i)
-			require.GreaterOrEqual(t, w.refused(o, "me", reply{WaitingProcess: "me", LockID: fmt.Sprint(i)}, now, false), d, "sleep %d", i)
+			require.GreaterOrEqual(t, w.refused(o, "me", reply{turn: turnLength, WaitingProcess: "other", LockID: fmt.Sprint(i)}, now, false), d, "sleep %d", i)
+			require.GreaterOrEqual(t, w.refused(o, "me", reply{turn: turnLength, WaitingProcess: "me", LockID: fmt.Sprint(i)}, now, false), d, "sleep %d", i)
 		}
 	}
 	o := defaultConfig()
@@ -177,20 +177,20 @@ func TestTheClaimantPollsAtMostEveryClaimantSleep(t *testing.T) {
 	o := defaultConfig()
 	var w waiting
 	t0 := time.Now()
-	d := w.refused(o, "me", reply{WaitingProcess: "me", LastProcess: "holder", LockID: "h"}, t0, false)
+	d := w.refused(o, "me", reply{turn: turnLength, WaitingProcess: "me", LastProcess: "holder", LockID: "h"}, t0, false)
 	require.Equal(t, o.sleepMin, d, "first refusal: look again soon")
 	for i := 1; i < 20; i++ {
-		d := w.refused(o, "me", reply{WaitingProcess: "me", LastProcess: "holder", LockID: "h"}, t0.Add(time.Duration(i)*time.Second), false)
+		d := w.refused(o, "me", reply{turn: turnLength, WaitingProcess: "me", LastProcess: "holder", LockID: "h"}, t0.Add(time.Duration(i)*time.Second), false)
 		require.Equal(t, o.claimantSleep(), d, "a lock held for long: the claimant's longest sleep")
 	}
 	// The holder's process takes the lock every 10 ms; polled every 20 ms,
 	// the third refusal sees a streak of 5: 3 more and half of one are 35 ms,
 	// and the claimant looks again halfway.
 	w = waiting{}
-	d = refusals(&w, o, reply{WaitingProcess: "me", LastProcess: "holder"}, t0, 10*time.Millisecond, 20*time.Millisecond, 3)
+	d = refusals(&w, o, reply{turn: turnLength, WaitingProcess: "me", LastProcess: "holder"}, t0, 10*time.Millisecond, 20*time.Millisecond, 3)
 	require.Equal(t, 35*time.Millisecond/2, d)
 	// A turn already over: poll at the minimum, not sooner.
-	d = refusals(&w, o, reply{WaitingProcess: "me", LastProcess: "holder"}, t0, time.Millisecond, 20*time.Millisecond, 3)
+	d = refusals(&w, o, reply{turn: turnLength, WaitingProcess: "me", LastProcess: "holder"}, t0, time.Millisecond, 20*time.Millisecond, 3)
 	require.Equal(t, o.sleepMin, d)
 }
 
@@ -201,7 +201,7 @@ func TestTheClaimantPollsAtMostEveryClaimantSleep(t *testing.T) {
 func TestASlotsClaimantLooksAgainAfterHalfAsLongAsTheNewestHolderHeld(t *testing.T) {
 	o := defaultConfig()
 	var w waiting
-	doc := reply{WaitingProcess: "me", LockID: "a", slots: true}
+	doc := reply{WaitingProcess: "me", LockID: "a"} // a slot's: turn 0
 	now := time.Now()
 	var sleeps []time.Duration
 	for range 10 {
@@ -222,7 +222,7 @@ func TestOtherWaitersBackOffWhileTheLockStaysWithOneHolder(t *testing.T) {
 	o := defaultConfig()
 	o.sleepMin, o.sleepMax = 100*time.Millisecond, 100*time.Millisecond
 	var w waiting
-	doc := reply{WaitingProcess: "claimant", LockID: "1"}
+	doc := reply{turn: turnLength, WaitingProcess: "claimant", LockID: "1"}
 	var sleeps []time.Duration
 	now := time.Now()
 	for range 10 { // held by one holder: the token never changes
@@ -260,11 +260,11 @@ func TestOtherWaitersPollWhenTheNextTurnCanBeClaimed(t *testing.T) {
 	// Every 10 ms; the last refusal sees a streak of 3: 5 more by the
 	// holder's process, then the claimant's, one to spare, and half of one:
 	// 75 ms.
-	d := refusals(&w, o, reply{WaitingProcess: "claimant", LastProcess: "holder"}, t0, 10*time.Millisecond, 10*time.Millisecond, 3)
+	d := refusals(&w, o, reply{turn: turnLength, WaitingProcess: "claimant", LastProcess: "holder"}, t0, 10*time.Millisecond, 10*time.Millisecond, 3)
 	require.Equal(t, 75*time.Millisecond, d)
 	// Its own process stepped aside: a whole turn, the claimant's, and one
 	// to spare.
-	d = w.refused(o, "me", reply{WaitingProcess: "claimant", LastProcess: "me", ProcessStreak: 8, LockID: "other"}, t0.Add(40*time.Millisecond), false)
+	d = w.refused(o, "me", reply{turn: turnLength, WaitingProcess: "claimant", LastProcess: "me", ProcessStreak: 8, LockID: "other"}, t0.Add(40*time.Millisecond), false)
 	require.Equal(t, 105*time.Millisecond, d)
 }
 
@@ -276,7 +276,7 @@ func TestAShortAcquisitionSeenTwiceIsNotALongHold(t *testing.T) {
 	o := defaultConfig()
 	o.sleepMin, o.sleepMax = 10*time.Millisecond, 100*time.Millisecond
 	t0 := time.Now()
-	doc := reply{WaitingProcess: "claimant", LastProcess: "holder", LockID: "a", ProcessStreak: 1}
+	doc := reply{turn: turnLength, WaitingProcess: "claimant", LastProcess: "holder", LockID: "a", ProcessStreak: 1}
 	var d time.Duration
 	// Its own process took the lock every 10 ms: it knows the pace.
 	o.sleepMax, o.adaptive = time.Second, true

@@ -67,7 +67,9 @@ type Leader struct {
 // Campaign waits until the caller leads the election with value, or ctx
 // ends. It is Acquire of the election's lock: campaigns of one process wait
 // in line, first come first served; campaigns of different processes take
-// turns, as Acquire calls do. Transient errors are retried.
+// turns, as Acquire calls do, but a turn is one term: a process whose leader
+// resigned campaigns again behind a campaign that waits in another process.
+// Transient errors are retried.
 //
 // On success, the caller leads until it resigns or leadership is lost. When
 // ctx ends first, the error satisfies errors.Is(err, ctx.Err()), and also
@@ -273,8 +275,8 @@ func (e *Election) watch(ctx context.Context, changed chan<- struct{}, streaming
 // fn panics, and the panic goes on) and campaigns again. fn's ctx ends when
 // ctx ends, or when leadership is lost, before anyone else can lead (its
 // cause is then ErrLockLost); fn should return then. A loss is not an
-// error: Run campaigns again. A fn that returns at once lets others lead
-// in turn.
+// error: Run campaigns again. A fn that returns at once lets a campaign
+// waiting in another process lead next.
 //
 // Run returns when ctx ends, with an error for which errors.Is(err,
 // ctx.Err()) holds, and after the provider's Close with ErrClosed (Close

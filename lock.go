@@ -419,7 +419,12 @@ func (d mutexDriver) acquire(ctx context.Context, p *Provider, name string, a at
 	if a.releasing != "" {
 		filter = ownerFilter(name, a.releasing)
 	}
-	err = p.locks.coll.FindOneAndUpdate(ctx, filter, acquirePipeline(a.id, a.since, d.value, p.acquire[a.mode]), acquireOptions).Decode(&doc)
+	parts, turn := p.acquire[a.mode], turnLength
+	if d.value != nil {
+		parts, turn = p.campaign[a.mode], electionTurn
+	}
+	err = p.locks.coll.FindOneAndUpdate(ctx, filter, acquirePipeline(a.id, a.since, d.value, parts), acquireOptions).Decode(&doc)
+	doc.turn = turn
 	return doc, err
 }
 

@@ -50,14 +50,18 @@ type reply struct {
 	ProcessStreak  int       `bson:"processStreak"`
 	WaitingProcess string    `bson:"waitingProcess"`
 	WaitingUntil   time.Time `bson:"waitingUntil"`
-	slots          bool      // a slot's: no turns to time
+	turn           int       // the kind's turnLength; 0: no turns to time (a slot's)
 	wrong          error     // the document is of another kind or size: an error, not contention
 }
 
 // turnLength is how many times in a row a process may acquire a lock; then,
 // if another process claims the next turn, it steps aside for one
-// acquisition.
-const turnLength = 8
+// acquisition. An election's turn is one term: a leader that resigns steps
+// aside for a campaign waiting in another process.
+const (
+	turnLength   = 8
+	electionTurn = 1
+)
 
 // tokenFloorScale makes the fencing token's floor toLong($$NOW) * 1024: a
 // re-created document still outranks every earlier token, and up to 1024
@@ -127,14 +131,15 @@ type acquireParts struct {
 }
 
 // newAcquireParts encodes the constant parts of the acquisitions of process
-// proc for owner. claim is how long a waiting claim lasts.
-func newAcquireParts(proc, owner string, mode attemptMode, expiry, claim time.Duration) acquireParts {
-	mine, free, write := acquireExprs(proc, owner, mode, expiry, claim)
+// proc for owner. claim is how long a waiting claim lasts; turn, how many
+// acquisitions in a row make a process's turn.
+func newAcquireParts(proc, owner string, mode attemptMode, expiry, claim time.Duration, turn int) acquireParts {
+	mine, free, write := acquireExprs(proc, owner, mode, expiry, claim, turn)
 	return acquireParts{mustMarshal(mine), mustMarshal(free), mustMarshal(write)}
 }
 
 // acquireExprs returns _mine's and _free's expressions and the second stage.
-func acquireExprs(proc, owner string, mode attemptMode, expiry, claim time.Duration) (mine, free, write bson.D) {
+func acquireExprs(proc, owner string, mode attemptMode, expiry, claim time.Duration, turn int) (mine, free, write bson.D) {
 	const isFree, isMine, now = "$_free", "$_mine", "$$NOW"
 	mine = op("$eq", "$lastProcess", proc)
 	expired := op("$lte", ifNull("$expiresAt", epoch), now)
@@ -148,7 +153,7 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim time.Durat
 	}
 	streak := ifNull("$processStreak", 0)
 	free = op("$and", available, not(op("$and",
-		mine, op("$gte", streak, turnLength), claimLive, op("$ne", "$waitingProcess", proc))))
+		mine, op("$gte", streak, turn), claimLive, op("$ne", "$waitingProcess", proc))))
 	waitingProcess, waitingSince, waitingUntil := any("$waitingProcess"), any("$waitingSince"), any("$waitingUntil")
 	if mode == waitMode {
 		// Refused: claim the next turn (claimTaken), unless this process

@@ -27,9 +27,13 @@ func TestGoldenProtocol(t *testing.T) {
 	)
 	o := defaultConfig() // expiry 30 s, claims of 783 ms
 	acquireWith := func(filter bson.D, mode attemptMode, value *string) bson.D {
+		turn := turnLength
+		if value != nil { // a campaign's
+			turn = electionTurn
+		}
 		return bson.D{
 			{Key: "findOneAndUpdate", Value: filter},
-			{Key: "update", Value: acquirePipeline(lockID, 1795000000000000000, value, newAcquireParts(proc, owner, mode, o.expiry, o.claimLifetime()))},
+			{Key: "update", Value: acquirePipeline(lockID, 1795000000000000000, value, newAcquireParts(proc, owner, mode, o.expiry, o.claimLifetime(), turn))},
 			{Key: "returnDocument", Value: "after"},
 		}
 	}
@@ -104,7 +108,7 @@ func TestGoldenProtocol(t *testing.T) {
 // is what encoding it whole gives.
 func TestAcquirePipelineEncodesAsBuiltWhole(t *testing.T) {
 	id := newLockID()
-	_, got, err := bson.MarshalValue(acquirePipeline(id, 42, nil, newAcquireParts("p", "host/1", waitMode, 30*time.Second, time.Second)))
+	_, got, err := bson.MarshalValue(acquirePipeline(id, 42, nil, newAcquireParts("p", "host/1", waitMode, 30*time.Second, time.Second, turnLength)))
 	require.NoError(t, err)
 	_, want, err := bson.MarshalValue(builtWhole(id, "p"))
 	require.NoError(t, err)
@@ -114,7 +118,7 @@ func TestAcquirePipelineEncodesAsBuiltWhole(t *testing.T) {
 // builtWhole builds process proc's Acquire pipeline for lockId id as one
 // value, with nothing encoded beforehand.
 func builtWhole(id, proc string) bson.A {
-	mine, free, write := acquireExprs(proc, "host/1", waitMode, 30*time.Second, time.Second)
+	mine, free, write := acquireExprs(proc, "host/1", waitMode, 30*time.Second, time.Second, turnLength)
 	return bson.A{
 		bson.D{{Key: "$set", Value: bson.D{
 			{Key: "_attempt", Value: bson.D{{Key: "lockId", Value: id}, {Key: "since", Value: int64(42)}}},
@@ -131,7 +135,7 @@ func builtWhole(id, proc string) bson.A {
 func BenchmarkAcquirePipelineEncoding(b *testing.B) {
 	proc, id := newLockID(), newLockID()
 	b.Run("constant-parts-encoded-once", func(b *testing.B) {
-		parts := newAcquireParts(proc, "host/1", waitMode, 30*time.Second, time.Second)
+		parts := newAcquireParts(proc, "host/1", waitMode, 30*time.Second, time.Second, turnLength)
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, _, err := bson.MarshalValue(acquirePipeline(id, 42, nil, parts)); err != nil {

@@ -27,9 +27,10 @@ type Provider struct {
 	opts  config
 
 	// The statements of this provider that do not change per attempt:
-	// the constant parts of a lock's acquisition pipeline by mode, and the
-	// extension.
+	// the constant parts of a lock's and of a campaign's acquisition
+	// pipeline by mode, and the extension.
 	acquire      [3]acquireParts
+	campaign     [3]acquireParts
 	extendUpdate bson.A
 
 	leases leases // the leases of its handles
@@ -77,7 +78,8 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 		drained:      make(chan struct{}),
 	}
 	for _, m := range []attemptMode{tryMode, waitMode, handOverMode} {
-		p.acquire[m] = newAcquireParts(p.locks.process, o.owner, m, o.expiry, o.claimLifetime())
+		p.acquire[m] = newAcquireParts(p.locks.process, o.owner, m, o.expiry, o.claimLifetime(), turnLength)
+		p.campaign[m] = newAcquireParts(p.locks.process, o.owner, m, o.expiry, o.claimLifetime(), electionTurn)
 	}
 	return p, nil
 }

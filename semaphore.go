@@ -124,7 +124,7 @@ func (d slotDriver) acquire(ctx context.Context, p *Provider, name string, a att
 		n: d.n, rw: d.rw, mode: a.mode, expiry: p.opts.expiry, claim: p.opts.claimLifetime()}
 	var doc semDoc
 	err := p.slots.coll.FindOneAndUpdate(ctx, filter, slotPipeline(sa), slotReplyOptions).Decode(&doc)
-	r := reply{FencingToken: doc.FencingToken, WaitingProcess: doc.WaitingProcess, slots: true}
+	r := reply{FencingToken: doc.FencingToken, WaitingProcess: doc.WaitingProcess}
 	if len(doc.Holders) > 0 { // the newest only: an acquisition is appended
 		r.LockID = doc.Holders[0].ID
 	}
