@@ -53,7 +53,8 @@ func (o config) backoff() backoff {
 //     sleep, and at the minimum sleep until they know the pace. A claim
 //     goes to the process that has waited longest.
 //   - While the lock stays with one holder, others quadruple their sleep up
-//     to standbySleep: a lock held for hours costs little to wait for. A waiter
+//     to standbySleep (WithStandbySleep): a lock held for hours costs little
+//     to wait for. A waiter
 //     whose own process has been taking the lock in streaks (a busy lock)
 //     does so only once the same acquisition has been seen across the
 //     longest sleep.
@@ -63,8 +64,9 @@ func (o config) backoff() backoff {
 //     configured sleep, and they back off as above while the holders stay.
 //   - While release events arrive (change streams), a release wakes every
 //     waiter, and polling is a safety net at standbySleep; but a lease that
-//     runs out sends no event, so the claimant looks every longest sleep
-//     (at most a second) to find a crashed holder's lock free.
+//     runs out sends no event, so the claimant looks every longest sleep,
+//     at most a second, and twice per claim lifetime (watchingClaimantSleep),
+//     to find a crashed holder's lock free.
 type waiting struct {
 	failures int
 	lockID   string    // the holder's lockId the last refusal saw
@@ -109,10 +111,7 @@ func (w *waiting) refused(o config, proc string, doc reply, now time.Time, notif
 	b := o.backoff()
 	switch {
 	case notified && doc.WaitingProcess == proc:
-		// A lease that runs out (its holder crashed) writes nothing, so no
-		// event comes: the claimant still looks every longest sleep, at most
-		// a second (unless the shortest sleep is longer).
-		return max(min(o.sleepMax, time.Second), o.sleepMin)
+		return o.watchingClaimantSleep()
 	case notified:
 		return o.standbySleep()
 	case doc.turn == 0 && doc.WaitingProcess == proc:

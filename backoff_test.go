@@ -7,6 +7,7 @@ package mongolock
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -299,4 +300,49 @@ func defaultConfig() config {
 		panic(err)
 	}
 	return o
+}
+
+// Whatever the refusals say, each sleep keeps the bound its options'
+// documentation gives: at least the busy-wait min; the next in line (its
+// process claims) at most the busy-wait max, and where release events
+// arrive, at most half its claim's lifetime, so that the claim cannot lapse
+// between its looks; every other waiter at most the standby sleep.
+func TestSleepsKeepTheirDocumentedBounds(t *testing.T) {
+	for _, o := range []config{
+		defaultConfig(),
+		{sleepMin: 10 * time.Millisecond, sleepMax: 250 * time.Millisecond, standby: time.Second},
+		{sleepMin: 50 * time.Millisecond, sleepMax: 5 * time.Second, adaptive: true},
+		{sleepMin: time.Millisecond, sleepMax: time.Millisecond},
+	} {
+		t.Run(fmt.Sprintf("%v..%v standby %v", o.sleepMin, o.sleepMax, o.standbySleep()), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			pick := func(vals ...string) string { return vals[rng.IntN(len(vals))] }
+			var w waiting
+			now := time.Now()
+			for i := range 20000 {
+				doc := reply{
+					LockID: pick("a", "b", "c"), LastProcess: pick("me", "holder", "other"), ProcessStreak: rng.IntN(12),
+					WaitingProcess: pick("me", "other", ""), FencingToken: int64(i), turn: []int{0, 1, turnLength}[rng.IntN(3)],
+				}
+				notified := rng.IntN(4) == 0
+				now = now.Add(time.Duration(rng.Int64N(int64(2 * o.sleepMax))))
+				failed := rng.IntN(10) == 0 // a transient error: no reply
+				var d time.Duration
+				if failed {
+					d = w.failed(o)
+				} else {
+					d = w.refused(o, "me", doc, now, notified)
+				}
+				require.GreaterOrEqual(t, d, o.sleepMin, "sleep %d", i)
+				require.LessOrEqual(t, d, o.standbySleep(), "sleep %d", i)
+				if !failed && doc.WaitingProcess == "me" {
+					require.LessOrEqual(t, d, o.sleepMax, "sleep %d of the next in line", i)
+					require.Less(t, d, o.claimLifetime(), "sleep %d of the next in line: its claim would lapse", i)
+				}
+				if rng.IntN(50) == 0 {
+					w.acquired(now, o.sleepMax)
+				}
+			}
+		})
+	}
 }

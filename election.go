@@ -168,9 +168,9 @@ func (e *Election) read(ctx context.Context) (Leader, time.Duration, error) {
 // Changes are seen by reading the election every longest busy-wait sleep
 // (WithBusyWaitSleep), and when the leader's lease ends. Where the server
 // has change streams, they are seen at once, and reading is a safety net,
-// sixteen times as rare. A receiver that falls behind gets the latest state,
-// not a backlog: the states in between are skipped, as is a leader that led
-// for less than one read.
+// every standby sleep (WithStandbySleep). A receiver that falls behind gets
+// the latest state, not a backlog: the states in between are skipped, as is
+// a leader that led for less than one read.
 //
 // Failed reads are retried. The channel is closed, and nothing of Observe
 // keeps running, once ctx ends, the provider is closed, or its client is

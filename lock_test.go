@@ -537,6 +537,8 @@ func TestInvalidOptionsAreRefusedNamingTheOptionAndValue(t *testing.T) {
 		{"busy-wait min negative", []mongolock.Option{mongolock.WithBusyWaitSleep(-time.Millisecond, time.Second)}, []string{"WithBusyWaitSleep(-1ms, 1s)"}},
 		{"busy-wait both zero", []mongolock.Option{mongolock.WithBusyWaitSleep(0, 0)}, []string{"WithBusyWaitSleep(0s, 0s)"}},
 		{"busy-wait min above max", []mongolock.Option{mongolock.WithBusyWaitSleep(2*time.Second, time.Second)}, []string{"WithBusyWaitSleep(2s, 1s)"}},
+		{"standby under the busy-wait max", []mongolock.Option{mongolock.WithStandbySleep(799 * time.Millisecond)}, []string{"WithStandbySleep(799ms)", "800ms"}},
+		{"standby negative", []mongolock.Option{mongolock.WithStandbySleep(-time.Second)}, []string{"WithStandbySleep(-1s)"}},
 		{"nil option", []mongolock.Option{mongolock.WithExpiry(time.Second), nil}, []string{"nil Option"}},
 		{"empty owner", []mongolock.Option{mongolock.WithOwner("")}, []string{`WithOwner("")`, "1 to 256 bytes"}},
 		{"owner too long", []mongolock.Option{mongolock.WithOwner(strings.Repeat("o", mongolock.MaxOwnerLen+1))},
@@ -572,6 +574,7 @@ func TestValidEdgeOptionsAreAccepted(t *testing.T) {
 		{"the longest cadence of a 1s expiry", []mongolock.Option{mongolock.WithExpiry(time.Second), mongolock.WithExtensionCadence(450 * time.Millisecond)}},
 		{"an expiry with a fraction of a millisecond", []mongolock.Option{mongolock.WithExpiry(1500700 * time.Microsecond)}},
 		{"busy-wait min equal to max", []mongolock.Option{mongolock.WithBusyWaitSleep(5*time.Millisecond, 5*time.Millisecond)}},
+		{"standby equal to the busy-wait max", []mongolock.Option{mongolock.WithStandbySleep(mongolock.DefaultBusyWaitMax)}},
 		{"busy-wait of 1ns", []mongolock.Option{mongolock.WithBusyWaitSleep(time.Nanosecond, time.Nanosecond)}},
 		{"a later option overrides an earlier one", []mongolock.Option{mongolock.WithExpiry(time.Millisecond), mongolock.WithExpiry(time.Second)}},
 		{"everything", []mongolock.Option{

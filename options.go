@@ -33,6 +33,7 @@ type config struct {
 	cadenceSet bool
 	sleepMin   time.Duration
 	sleepMax   time.Duration
+	standby    time.Duration // 0: 16 x sleepMax
 	adaptive   bool
 	owner      string
 	telemetryConfig
@@ -82,8 +83,24 @@ func WithExtensionCadence(d time.Duration) Option {
 
 // WithBusyWaitSleep sets the bounds of the sleep between attempts while
 // Acquire waits for a held lock (default 10ms..800ms); 0 < min <= max.
+// They bound the sleeps of the waiter that is next in line (its process
+// claims the lock's next turn or free slot: it finds the lock free within
+// max of its release), and of every waiter while the lock changes hands.
+// A waiter that is not next in line sleeps longer while the lock stays
+// with one holder, up to WithStandbySleep's bound.
 func WithBusyWaitSleep(min, max time.Duration) Option {
 	return func(o *config) { o.sleepMin, o.sleepMax = min, max }
+}
+
+// WithStandbySleep sets the longest sleep of a waiting Acquire that is not
+// next in line (another process claims the next turn) while the lock stays
+// with one holder, and of every waiter's poll where release events arrive
+// (default 16 times WithBusyWaitSleep's max; at least that max). It is what
+// keeps a lock held for hours cheap to wait for; its cost: a lock that
+// frees while no process claims it (its claimant has just taken it, and
+// given it up at once) may stay free that long.
+func WithStandbySleep(d time.Duration) Option {
+	return func(o *config) { o.standby = d }
 }
 
 // WithAdaptiveBackoff makes Acquire's sleeps grow exponentially (x1.5 per
@@ -127,6 +144,9 @@ func buildConfig(opts []Option) (config, error) {
 	if o.sleepMin <= 0 || o.sleepMin > o.sleepMax {
 		return o, fmt.Errorf("mongolock: WithBusyWaitSleep(%v, %v): need 0 < min <= max", o.sleepMin, o.sleepMax)
 	}
+	if o.standby != 0 && o.standby < o.sleepMax {
+		return o, fmt.Errorf("mongolock: WithStandbySleep(%v): the standby sleep must be at least the busy-wait max (%v)", o.standby, o.sleepMax)
+	}
 	return o, nil
 }
 
@@ -164,8 +184,19 @@ func (o config) claimLifetime() time.Duration {
 	return min(4*o.claimantSleep()+250*time.Millisecond, maxDerived)
 }
 
+// watchingClaimantSleep is the claimant's sleep while release events
+// arrive: a lease that runs out (its holder crashed) sends none, so it
+// still looks every longest sleep, at most a second, but twice within its
+// claim's lifetime, so that the claim never lapses between looks.
+func (o config) watchingClaimantSleep() time.Duration {
+	return min(max(min(o.sleepMax, time.Second), o.sleepMin), o.claimLifetime()/2)
+}
+
 // standbySleep is the longest sleep of a waiter while the lock stays with
-// one holder: sixteen times the longest configured sleep.
+// one holder (WithStandbySleep).
 func (o config) standbySleep() time.Duration {
+	if o.standby > 0 {
+		return min(o.standby, maxDerived)
+	}
 	return min(o.sleepMax, maxDerived/16) * 16
 }
