@@ -263,6 +263,40 @@ func TestRWLockWaitingWriterIsNotStarvedByReaders(t *testing.T) {
 	require.Zero(t, holderCount(t, semColl(db), "busy"))
 }
 
+// A writer whose own process holds the lock for reading still claims it:
+// readers of other processes are refused while it waits, and it gets the
+// lock once its process's reader releases.
+func TestRWLockWriterOfAReadingProcessClaimsTheLock(t *testing.T) {
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, 30*time.Second)
+	mine := newProvider(t, ownClient(t, db, nil), fastPolls).RWLock("mixed")
+	other := newProvider(t, ownClient(t, db, nil), fastPolls).RWLock("mixed")
+
+	reading, err := mine.TryRLock(ctx)
+	require.NoError(t, err)
+	wrote := make(chan error, 1)
+	go func() {
+		h, err := mine.Lock(ctx)
+		if err == nil {
+			err = h.Release(ctx)
+		}
+		wrote <- err
+	}()
+	pollUntil(t, 5*time.Second, "the waiting writer's claim", func() bool {
+		info, err := other.Inspect(ctx)
+		return err == nil && info.WriterWaiting
+	})
+	_, err = other.TryRLock(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "another process's reader while this process's writer waits")
+	require.NoError(t, reading.Release(ctx))
+	select {
+	case err := <-wrote:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the writer did not get the lock its process's reader released")
+	}
+}
+
 // A Lock whose ctx ends after its request reached the server leaves nothing
 // held; and a writer that gave up stops blocking readers.
 func TestRWLockCancelledLockLeavesNoOrphan(t *testing.T) {
