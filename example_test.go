@@ -394,15 +394,15 @@ func ExampleRWLock() {
 	// Many readers of the catalog at once, or one writer.
 	catalog := locks.RWLock("catalog")
 
-	reader, err := catalog.RLock(ctx) // waits while a writer holds or waits
+	reader, err := catalog.Reader().Acquire(ctx) // waits while a writer holds or waits
 	if err != nil {
 		log.Fatal(err)
 	}
-	another, err := catalog.TryRLock(ctx)
+	another, err := catalog.Reader().TryAcquire(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}
-	_, err = catalog.TryLock(ctx)
+	_, err = catalog.Writer().TryAcquire(ctx)
 	fmt.Println("a writer is refused:", errors.Is(err, mongolock.ErrNotAcquired))
 	// ... read, stopping if reader.Context() ends (the lock was lost) ...
 	for _, h := range []*mongolock.Handle{reader, another} {
@@ -411,7 +411,7 @@ func ExampleRWLock() {
 		}
 	}
 
-	writer, err := catalog.Lock(ctx) // waits until nobody holds it
+	writer, err := catalog.Writer().Acquire(ctx) // waits until nobody holds it
 	if err != nil {
 		log.Fatal(err)
 	}

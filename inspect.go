@@ -188,7 +188,7 @@ type RWLockInfo struct {
 	Holders []HolderInfo
 	// FencingToken is the last acquisition's token: the greatest issued.
 	FencingToken int64
-	// WriterWaiting reports whether a writer waiting in Lock claims the
+	// WriterWaiting reports whether a writer waiting in Acquire claims the
 	// lock: while it does, new readers are refused.
 	WriterWaiting bool
 	// ServerTime is the server's clock when it was read.

@@ -420,7 +420,7 @@ func TestSemaphoreInspectListsItsLiveHolders(t *testing.T) {
 }
 
 // An RWLock's Inspect lists its live readers, then its writer, by the
-// server's clock, and shows a writer waiting in Lock while its claim is
+// server's clock, and shows a writer waiting in Acquire while its claim is
 // live. An RWLock never used has no document: ErrNoLock.
 func TestRWLockInspectListsItsHoldersAndAWaitingWriter(t *testing.T) {
 	ctx := boundedCtx(t, 30*time.Second)
@@ -433,7 +433,7 @@ func TestRWLockInspectListsItsHoldersAndAWaitingWriter(t *testing.T) {
 	requireNoDocument(t, err, "catalog")
 
 	gone, crash := abandonedProvider(t, db, "crashed-1")
-	abandoned, err := gone.RWLock("catalog").TryLock(ctx)
+	abandoned, err := gone.RWLock("catalog").Writer().TryAcquire(ctx)
 	require.NoError(t, err)
 	crash()
 	var info mongolock.RWLockInfo
@@ -458,7 +458,7 @@ func TestRWLockInspectListsItsHoldersAndAWaitingWriter(t *testing.T) {
 	// A writer waits while the readers hold the lock.
 	writer := make(chan *mongolock.Handle, 1)
 	go func() {
-		h, err := w.Lock(ctx)
+		h, err := w.Writer().Acquire(ctx)
 		assert(t, err == nil, "Lock: %v", err)
 		writer <- h
 	}()
@@ -482,7 +482,7 @@ func TestRWLockInspectListsItsHoldersAndAWaitingWriter(t *testing.T) {
 
 func mustRLock(t *testing.T, ctx context.Context, rw *mongolock.RWLock) *mongolock.Handle {
 	t.Helper()
-	h, err := rw.TryRLock(ctx)
-	require.NoError(t, err, "TryRLock(%q)", rw.Name())
+	h, err := rw.Reader().TryAcquire(ctx)
+	require.NoError(t, err, "Reader().TryAcquire(%q)", rw.Name())
 	return h
 }

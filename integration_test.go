@@ -517,17 +517,17 @@ func TestWhileALockIsHeldOnlyTheClaimantPollsOften(t *testing.T) {
 			}},
 		{"readers-wait-for-a-writer", 1,
 			func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error) {
-				return p.RWLock(name).TryLock(ctx)
+				return p.RWLock(name).Writer().TryAcquire(ctx)
 			},
 			func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error) {
-				return p.RWLock(name).RLock(ctx)
+				return p.RWLock(name).Reader().Acquire(ctx)
 			}},
 		{"writers-wait-for-a-reader", 1,
 			func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error) {
-				return p.RWLock(name).TryRLock(ctx)
+				return p.RWLock(name).Reader().TryAcquire(ctx)
 			},
 			func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error) {
-				return p.RWLock(name).Lock(ctx)
+				return p.RWLock(name).Writer().Acquire(ctx)
 			}},
 	} {
 		t.Run(c.kind, func(t *testing.T) {
@@ -1064,12 +1064,12 @@ var holdings = map[string]func(p *mongolock.Provider, name string) holding{
 	// An RWLock held for reading, taken over by a writer.
 	"read": func(p *mongolock.Provider, name string) holding {
 		rw := p.RWLock(name)
-		return holding{coll: semColl, take: one(rw.RLock), tryTake: rw.TryLock, takeOver: rw.Lock}
+		return holding{coll: semColl, take: one(rw.Reader().Acquire), tryTake: rw.Writer().TryAcquire, takeOver: rw.Writer().Acquire}
 	},
 	// An RWLock held for writing, taken over by a reader.
 	"write": func(p *mongolock.Provider, name string) holding {
 		rw := p.RWLock(name)
-		return holding{coll: semColl, take: one(rw.Lock), tryTake: rw.TryRLock, takeOver: rw.RLock}
+		return holding{coll: semColl, take: one(rw.Writer().Acquire), tryTake: rw.Reader().TryAcquire, takeOver: rw.Reader().Acquire}
 	},
 }
 

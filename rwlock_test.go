@@ -71,41 +71,41 @@ func TestRWLockTryReadersShareWriterExcludes(t *testing.T) {
 	}
 	var readers []*mongolock.Handle
 	for _, rw := range rws {
-		h, err := rw.TryRLock(ctx)
+		h, err := rw.Reader().TryAcquire(ctx)
 		require.NoError(t, err)
 		readers = append(readers, next(h))
 	}
 	r, w := liveModes(t, semColl(db), "shared")
 	require.Equal(t, [2]int{3, 0}, [2]int{r, w}, "live readers, writers")
 	for _, rw := range rws {
-		_, err := rw.TryLock(ctx)
+		_, err := rw.Writer().TryAcquire(ctx)
 		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a writer with readers")
 	}
-	// A refused TryLock does not block readers.
-	h, err := rws[0].TryRLock(ctx)
+	// A refused writer's TryAcquire does not block readers.
+	h, err := rws[0].Reader().TryAcquire(ctx)
 	require.NoError(t, err)
 	require.NoError(t, next(h).Release(ctx))
 
 	for i, h := range readers {
 		require.NoError(t, h.Release(ctx))
 		if i < len(readers)-1 {
-			_, err := rws[2].TryLock(ctx)
+			_, err := rws[2].Writer().TryAcquire(ctx)
 			require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a writer with %d readers", len(readers)-1-i)
 		}
 	}
-	wh, err := rws[1].TryLock(ctx)
+	wh, err := rws[1].Writer().TryAcquire(ctx)
 	require.NoError(t, err, "no readers left")
 	next(wh)
 	r, w = liveModes(t, semColl(db), "shared")
 	require.Equal(t, [2]int{0, 1}, [2]int{r, w}, "live readers, writers")
 	for _, rw := range rws {
-		_, err := rw.TryLock(ctx)
+		_, err := rw.Writer().TryAcquire(ctx)
 		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "two writers")
-		_, err = rw.TryRLock(ctx)
+		_, err = rw.Reader().TryAcquire(ctx)
 		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a reader with a writer")
 	}
 	require.NoError(t, wh.Release(ctx))
-	h, err = rws[2].TryRLock(ctx)
+	h, err = rws[2].Reader().TryAcquire(ctx)
 	require.NoError(t, err, "the writer released")
 	require.NoError(t, next(h).Release(ctx))
 	require.Zero(t, holderCount(t, semColl(db), "shared"))
@@ -134,8 +134,8 @@ func TestRWLockNeverWriterWithOthers(t *testing.T) {
 		for range 2 { // readers
 			wg.Go(func() {
 				for range rounds {
-					h, err := rw.RLock(ctx)
-					if !assert(t, err == nil, "RLock: %v", err) {
+					h, err := rw.Reader().Acquire(ctx)
+					if !assert(t, err == nil, "reader's Acquire: %v", err) {
 						return
 					}
 					now := readers.Add(1)
@@ -151,7 +151,7 @@ func TestRWLockNeverWriterWithOthers(t *testing.T) {
 		}
 		wg.Go(func() { // a writer
 			for range rounds / 2 {
-				h, err := rw.Lock(ctx)
+				h, err := rw.Writer().Acquire(ctx)
 				if !assert(t, err == nil, "Lock: %v", err) {
 					return
 				}
@@ -171,7 +171,7 @@ func TestRWLockNeverWriterWithOthers(t *testing.T) {
 	require.Zero(t, holderCount(t, semColl(db), "mixed"))
 }
 
-// A writer waiting in Lock blocks new readers, and gets the lock once the
+// A writer waiting in Acquire blocks new readers, and gets the lock once the
 // readers holding it release, though readers keep coming, each taking the
 // lock before the last one releases it: without the writer's claim, the
 // lock would never be free of readers.
@@ -202,8 +202,8 @@ func TestRWLockWaitingWriterIsNotStarvedByReaders(t *testing.T) {
 			}
 			after := claimSeen.Load()
 			stream.Go(func() {
-				h, err := readerP.RLock(ctx)
-				if !assert(t, err == nil, "RLock: %v", err) {
+				h, err := readerP.Reader().Acquire(ctx)
+				if !assert(t, err == nil, "reader's Acquire: %v", err) {
 					return
 				}
 				mu.Lock()
@@ -225,7 +225,7 @@ func TestRWLockWaitingWriterIsNotStarvedByReaders(t *testing.T) {
 	}
 	wrote := make(chan got, 1)
 	go func() {
-		h, err := writerP.Lock(ctx)
+		h, err := writerP.Writer().Acquire(ctx)
 		wrote <- got{h, err}
 	}()
 	pollUntil(t, 5*time.Second, "the waiting writer's claim", func() bool {
@@ -234,7 +234,7 @@ func TestRWLockWaitingWriterIsNotStarvedByReaders(t *testing.T) {
 		return ok && doc.Lookup("waitingMode").StringValue() == "w"
 	})
 	claimSeen.Store(true)
-	_, err := readerP.TryRLock(ctx)
+	_, err := readerP.Reader().TryAcquire(ctx)
 	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a new reader while a writer waits")
 
 	var w got
@@ -272,11 +272,11 @@ func TestRWLockWriterOfAReadingProcessClaimsTheLock(t *testing.T) {
 	mine := newProvider(t, ownClient(t, db, nil), fastPolls).RWLock("mixed")
 	other := newProvider(t, ownClient(t, db, nil), fastPolls).RWLock("mixed")
 
-	reading, err := mine.TryRLock(ctx)
+	reading, err := mine.Reader().TryAcquire(ctx)
 	require.NoError(t, err)
 	wrote := make(chan error, 1)
 	go func() {
-		h, err := mine.Lock(ctx)
+		h, err := mine.Writer().Acquire(ctx)
 		if err == nil {
 			err = h.Release(ctx)
 		}
@@ -286,7 +286,7 @@ func TestRWLockWriterOfAReadingProcessClaimsTheLock(t *testing.T) {
 		info, err := other.Inspect(ctx)
 		return err == nil && info.WriterWaiting
 	})
-	_, err = other.TryRLock(ctx)
+	_, err = other.Reader().TryAcquire(ctx)
 	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "another process's reader while this process's writer waits")
 	require.NoError(t, reading.Release(ctx))
 	select {
@@ -304,23 +304,23 @@ func TestRWLockCancelledLockLeavesNoOrphan(t *testing.T) {
 	ctx := boundedCtx(t, 30*time.Second)
 	px, pdb := proxied(t, db)
 	rw := newProvider(t, pdb, mongolock.WithExpiry(30*time.Second)).RWLock("orphan")
-	h, err := rw.TryLock(ctx) // creates the document
+	h, err := rw.Writer().TryAcquire(ctx) // creates the document
 	require.NoError(t, err)
 	require.NoError(t, h.Release(ctx))
-	requireNoOrphanAfterCut(t, db, px, "orphan", rw.Lock)
+	requireNoOrphanAfterCut(t, db, px, "orphan", rw.Writer().Acquire)
 
 	// A writer that gives up while readers hold: its claim lapses.
 	reader := newProvider(t, ownClient(t, db, nil)).RWLock("orphan")
-	r, err := reader.TryRLock(ctx)
+	r, err := reader.Reader().TryAcquire(ctx)
 	require.NoError(t, err)
 	releaseAtCleanup(t, r)
 	wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err = rw.Lock(wctx)
+	_, err = rw.Writer().Acquire(wctx)
 	wcancel()
 	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	pollUntil(t, 10*time.Second, "a reader gets in after the writer gave up", func() bool {
-		h, err := reader.TryRLock(ctx)
+		h, err := reader.Reader().TryAcquire(ctx)
 		if err == nil {
 			require.NoError(t, h.Release(ctx))
 		}
@@ -336,11 +336,11 @@ func TestRWLockLeasesAreExtendedAndLossIsSeen(t *testing.T) {
 	ctx := boundedCtx(t, 30*time.Second)
 	var hs []*mongolock.Handle
 	for range 2 {
-		h, err := e.p.RWLock("read").TryRLock(ctx)
+		h, err := e.p.RWLock("read").Reader().TryAcquire(ctx)
 		require.NoError(t, err)
 		hs = append(hs, h)
 	}
-	w, err := e.p.RWLock("written").TryLock(ctx)
+	w, err := e.p.RWLock("written").Writer().TryAcquire(ctx)
 	require.NoError(t, err)
 	hs = append(hs, w)
 
@@ -348,7 +348,7 @@ func TestRWLockLeasesAreExtendedAndLossIsSeen(t *testing.T) {
 	for _, h := range hs {
 		require.False(t, closedNow(h.Lost()), "%s lost", h.Name())
 	}
-	_, err = e.other.RWLock("written").TryRLock(ctx)
+	_, err = e.other.RWLock("written").Reader().TryAcquire(ctx)
 	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the writer's lease was kept")
 
 	_, err = semColl(e.db).UpdateOne(ctx, bson.D{{Key: "_id", Value: "read"}},
@@ -372,11 +372,11 @@ func TestRWLockWaitingReaderGetsInBeforeTheWritersNextWriter(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
 	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
 	writers, readers := e.p.RWLock("alternate"), e.other.RWLock("alternate")
-	first, err := writers.Lock(ctx)
+	first, err := writers.Writer().Acquire(ctx)
 	require.NoError(t, err)
 	read := make(chan *mongolock.Handle, 1)
 	go func() {
-		h, err := readers.RLock(ctx)
+		h, err := readers.Reader().Acquire(ctx)
 		if assert(t, err == nil, "reader: %v", err) {
 			read <- h
 		}
@@ -387,7 +387,7 @@ func TestRWLockWaitingReaderGetsInBeforeTheWritersNextWriter(t *testing.T) {
 	})
 	wrote := make(chan *mongolock.Handle, 1)
 	go func() {
-		h, err := writers.Lock(ctx)
+		h, err := writers.Writer().Acquire(ctx)
 		if assert(t, err == nil, "second writer: %v", err) {
 			wrote <- h
 		}
@@ -410,21 +410,21 @@ func TestRWLockWaitingReaderGetsInBeforeTheWritersNextWriter(t *testing.T) {
 	require.NoError(t, w.Release(ctx))
 }
 
-// RDo and Do run fn under the lock for reading and for writing, and
+// The reader's and the writer's Do run fn under the lock for reading and for writing, and
 // release it.
 func TestRWLockDoHoldsForFnAndReleases(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
 	e := newLockEnv(t)
 	rw := e.p.RWLock("do")
-	require.NoError(t, rw.RDo(ctx, func(ctx context.Context) error {
+	require.NoError(t, rw.Reader().Do(ctx, func(ctx context.Context) error {
 		r, w := liveModes(t, semColl(e.db), "do")
-		require.Equal(t, [2]int{1, 0}, [2]int{r, w}, "live readers, writers in RDo")
-		_, err := e.other.RWLock("do").TryLock(ctx)
+		require.Equal(t, [2]int{1, 0}, [2]int{r, w}, "live readers, writers in the reader's Do")
+		_, err := e.other.RWLock("do").Writer().TryAcquire(ctx)
 		require.ErrorIs(t, err, mongolock.ErrNotAcquired)
 		return nil
 	}))
 	errFn := errors.New("fn failed")
-	require.ErrorIs(t, rw.Do(ctx, func(ctx context.Context) error {
+	require.ErrorIs(t, rw.Writer().Do(ctx, func(ctx context.Context) error {
 		r, w := liveModes(t, semColl(e.db), "do")
 		require.Equal(t, [2]int{0, 1}, [2]int{r, w}, "live readers, writers in Do")
 		return errFn
@@ -445,7 +445,7 @@ func TestRWLockAndSemaphoreOfOneNameAreAnError(t *testing.T) {
 		require.ErrorContains(t, err, "taken by another kind of lock", what)
 		require.NotErrorIs(t, err, mongolock.ErrNotAcquired, what)
 	}
-	h, err := rw.TryRLock(ctx)
+	h, err := rw.Reader().TryAcquire(ctx)
 	require.NoError(t, err)
 	_, err = sem.TryAcquire(ctx)
 	requireOtherKind(err, "a semaphore's TryAcquire on a read-held RWLock")
@@ -459,10 +459,10 @@ func TestRWLockAndSemaphoreOfOneNameAreAnError(t *testing.T) {
 
 	s, err := e.p.Semaphore("counted", 2).TryAcquire(ctx)
 	require.NoError(t, err)
-	_, err = e.other.RWLock("counted").Lock(ctx)
-	requireOtherKind(err, "an RWLock's Lock on a held semaphore")
-	_, err = e.other.RWLock("counted").TryRLock(ctx)
-	requireOtherKind(err, "an RWLock's TryRLock on a held semaphore")
+	_, err = e.other.RWLock("counted").Writer().Acquire(ctx)
+	requireOtherKind(err, "an RWLock's writer on a held semaphore")
+	_, err = e.other.RWLock("counted").Reader().TryAcquire(ctx)
+	requireOtherKind(err, "an RWLock's reader's TryAcquire on a held semaphore")
 	require.Equal(t, 1, liveHolders(t, semColl(e.db), "counted"))
 	require.NoError(t, s.Release(ctx))
 }

@@ -209,17 +209,17 @@ func TestSemaphoreExpiredHolderFreesItsSlotAfterLost(t *testing.T) {
 			}},
 		{"rwlock-writer",
 			func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error) {
-				return p.RWLock("cut").TryLock(ctx)
+				return p.RWLock("cut").Writer().TryAcquire(ctx)
 			},
 			func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error) {
-				return p.RWLock("cut").TryRLock(ctx)
+				return p.RWLock("cut").Reader().TryAcquire(ctx)
 			}},
 		{"rwlock-reader",
 			func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error) {
-				return p.RWLock("cut").TryRLock(ctx)
+				return p.RWLock("cut").Reader().TryAcquire(ctx)
 			},
 			func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error) {
-				return p.RWLock("cut").TryLock(ctx)
+				return p.RWLock("cut").Writer().TryAcquire(ctx)
 			}},
 	} {
 		t.Run(c.kind, func(t *testing.T) {

@@ -276,7 +276,7 @@ func TestHeldHandlesGoUpAndBackToZero(t *testing.T) {
 	lock := mustTryAcquire(t, ctx, p.Lock("lock"))
 	slot, err := p.Semaphore("semaphore", 2).TryAcquire(ctx)
 	require.NoError(t, err)
-	reader, err := p.RWLock("rwlock").TryRLock(ctx)
+	reader, err := p.RWLock("rwlock").Reader().TryAcquire(ctx)
 	require.NoError(t, err)
 	leader, err := p.Election("election").Campaign(ctx, "me")
 	require.NoError(t, err)
@@ -463,7 +463,7 @@ func TestNoAttributeCarriesTheLockNameWhenNamesAreOff(t *testing.T) {
 		_, err = p.Semaphore(name, 2).TryAcquire(ctx) // another n: an error
 		require.Error(t, err)
 		require.NotErrorIs(t, err, mongolock.ErrNotAcquired)
-		writer, err := p.RWLock(name + "-rw").Lock(ctx)
+		writer, err := p.RWLock(name + "-rw").Writer().Acquire(ctx)
 		require.NoError(t, err)
 		leader, err := p.Election(name+"-election").Campaign(ctx, "v")
 		require.NoError(t, err)

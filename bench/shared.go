@@ -81,8 +81,8 @@ var sharedWorkloads = []sharedWorkload{
 			{name: "rwlock", open: func(p *mongolock.Provider, _ sharedWorkload) []acquirer {
 				rw := p.RWLock("rw")
 				return []acquirer{
-					{acquire: func(ctx context.Context) (held, error) { return fromHandle(rw.RLock(ctx)) }, shared: true},
-					{acquire: func(ctx context.Context) (held, error) { return fromHandle(rw.Lock(ctx)) }},
+					{acquire: func(ctx context.Context) (held, error) { return fromHandle(rw.Reader().Acquire(ctx)) }, shared: true},
+					{acquire: func(ctx context.Context) (held, error) { return fromHandle(rw.Writer().Acquire(ctx)) }},
 				}
 			}},
 			// Without a reader-writer lock: one mutex, reads serialised.

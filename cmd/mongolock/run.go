@@ -169,11 +169,11 @@ func (c *cli) acquire(s *session, name string, f *runFlags, sigs <-chan os.Signa
 		sem := s.p.Semaphore(name, f.slots)
 		try, wait = sem.TryAcquire, sem.Acquire
 	case f.read:
-		rw := s.p.RWLock(name)
-		try, wait = rw.TryRLock, rw.RLock
+		r := s.p.RWLock(name).Reader()
+		try, wait = r.TryAcquire, r.Acquire
 	case f.write:
-		rw := s.p.RWLock(name)
-		try, wait = rw.TryLock, rw.Lock
+		w := s.p.RWLock(name).Writer()
+		try, wait = w.TryAcquire, w.Acquire
 	default:
 		l := s.p.Lock(name)
 		try, wait = l.TryAcquire, l.Acquire

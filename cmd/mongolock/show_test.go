@@ -180,7 +180,7 @@ func TestInspectShowsSemaphoresAndReaderWriterLocks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := p.RWLock("catalog").TryRLock(ctx)
+		r, err := p.RWLock("catalog").Reader().TryAcquire(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

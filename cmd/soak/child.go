@@ -259,11 +259,11 @@ func (c *child) acquire(ctx context.Context, g *generation, t target) (*mongoloc
 		s := g.locks.Semaphore(t.name(), c.n)
 		try, wait = s.TryAcquire, s.Acquire
 	case rwlock:
-		rw := g.locks.RWLock(t.name())
-		try, wait = rw.TryRLock, rw.RLock
+		l := g.locks.RWLock(t.name()).Reader()
 		if t.write {
-			try, wait = rw.TryLock, rw.Lock
+			l = g.locks.RWLock(t.name()).Writer()
 		}
+		try, wait = l.TryAcquire, l.Acquire
 	}
 	if !t.try {
 		return wait(ctx)
