@@ -138,11 +138,12 @@ func SetListBatchSize(p *Provider, n int32) { p.listBatch = n }
 // its first attempt and of the handle's Release, without I/O: what
 // telemetry adds to one acquisition.
 func TelemetryCycle(ctx context.Context, l *Lock) {
-	actx, call := l.p.tel.startAcquire(ctx, l, spanAcquire)
-	call.attempted(actx, nil)
 	a := &acquisition{lock: l, token: 1}
-	l.p.tel.acquired(l)
-	call.end(actx, &Handle{a}, nil)
+	_, _ = l.p.tel.traceAcquire(ctx, l, spanAcquire, func(ctx context.Context, call *acquireCall) (*Handle, error) {
+		call.attempted(ctx, nil)
+		l.p.tel.acquired(l)
+		return &Handle{a}, nil
+	})
 	_, span := l.p.tel.start(ctx, spanRelease, l)
 	l.p.tel.unheld(l)
 	l.p.tel.endRelease(span, a, "released", nil)

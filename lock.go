@@ -78,17 +78,20 @@ func newLockID() string { return strings.ReplaceAll(uuid.NewString(), "-", "") }
 // waits), or another error if the attempt failed (the server, the network,
 // or ctx). ctx bounds only the round trip; the Handle lives until released
 // or lost. A refused TryAcquire leaves no trace: it claims no turn.
-func (l *Lock) TryAcquire(ctx context.Context) (h *Handle, err error) {
+func (l *Lock) TryAcquire(ctx context.Context) (*Handle, error) {
 	if ctx == nil {
 		return nil, l.errorf("try acquire", errNilContext)
 	}
-	ctx, call := l.p.tel.startAcquire(ctx, l, spanTryAcquire)
-	defer func() { call.end(ctx, h, err) }()
+	return l.p.tel.traceAcquire(ctx, l, spanTryAcquire, l.tryAcquire)
+}
+
+// tryAcquire is TryAcquire's attempt, counted by call.
+func (l *Lock) tryAcquire(ctx context.Context, call *acquireCall) (*Handle, error) {
 	if !l.p.enter() {
 		return nil, l.errorf("try acquire", ErrClosed)
 	}
 	defer l.p.calls.Done()
-	h, _, err = l.attempt(ctx, tryMode, 0)
+	h, _, err := l.attempt(ctx, tryMode, 0)
 	call.attempted(ctx, err)
 	if err != nil {
 		return nil, l.errorf("try acquire", err)
@@ -117,12 +120,15 @@ func (l *Lock) TryAcquire(ctx context.Context) (h *Handle, err error) {
 // told from an outage. A call that returns an error, whatever ended it,
 // leaves the line without disturbing the others, and withdraws its
 // process's claim if it may have made one: the next in line claims again.
-func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
+func (l *Lock) Acquire(ctx context.Context) (*Handle, error) {
 	if ctx == nil {
 		return nil, l.errorf("acquire", errNilContext)
 	}
-	ctx, call := l.p.tel.startAcquire(ctx, l, spanAcquire)
-	defer func() { call.end(ctx, h, err) }()
+	return l.p.tel.traceAcquire(ctx, l, spanAcquire, l.acquire)
+}
+
+// acquire is Acquire's wait, its attempts counted by call.
+func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err error) {
 	p, lc := l.p, l.space()
 	qs := &lc.queues
 	if !p.enter() {
@@ -178,18 +184,6 @@ func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
 			return nil, l.gaveUp(ctx, lastErr, contended)
 		}
 	}
-}
-
-// gaveUp is Acquire's error when ctx ended: with the last transient error,
-// or as contention if the lock was held by someone else.
-func (l *Lock) gaveUp(ctx context.Context, lastErr error, contended bool) error {
-	switch {
-	case lastErr != nil:
-		return l.errorf("acquire", fmt.Errorf("%w (last error: %w)", ctx.Err(), lastErr))
-	case contended:
-		return l.errorf("acquire", fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err()))
-	}
-	return l.errorf("acquire", ctx.Err()) // no attempt came back in time
 }
 
 // leaveLine takes w out of its line when its Acquire returns. A handle

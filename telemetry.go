@@ -265,9 +265,14 @@ type acquireCall struct {
 	handedOver bool // the handle was handed over by a release of this process
 }
 
-func (t *telemetry) startAcquire(ctx context.Context, l *Lock, name string) (context.Context, acquireCall) {
+// traceAcquire runs acquire, the body of l's Acquire or TryAcquire (name,
+// its span), in its span, and measures the call.
+func (t *telemetry) traceAcquire(ctx context.Context, l *Lock, name string,
+	acquire func(context.Context, *acquireCall) (*Handle, error)) (h *Handle, err error) {
 	ctx, span := t.start(ctx, name, l)
-	return ctx, acquireCall{t: t, l: l, name: name, span: span, start: time.Now()}
+	call := acquireCall{t: t, l: l, name: name, span: span, start: time.Now()}
+	defer func() { call.end(ctx, h, err) }()
+	return acquire(ctx, &call)
 }
 
 // attempted counts an attempt that returned err. A refused or failed one
