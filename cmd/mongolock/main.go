@@ -228,7 +228,8 @@ const exitStatuses = `Exit status:
   2        bad flags or arguments, no URI or no database
   69       could not talk to the server (unreachable, or it refused the request)
   75       run: not acquired: the lock was held (--try, or --wait ran out)
-  76       run: the lock was lost while the command ran (it got SIGTERM)
+  76       run: the lock was lost while the command ran (it got SIGTERM), or the
+           release found it lost after the command exited, whatever its status
   126, 127 run: the command could not be executed, or was not found
 `
 

@@ -18,7 +18,8 @@ program, a DistributedLock.MongoDB service): the operator's way out when a holde
 stuck. The lock's fencing token is kept, so the next holder's token is greater than
 the old holder's, and a resource that checks tokens refuses the old holder's writes.
 The old holder is not told at once: a mongolock holder finds out at its next
-extension, within a third of its expiry (a mongolock run then stops its command);
+extension, within a third of its expiry (a mongolock run then stops its command),
+or at its release if that comes first (a mongolock run exits with 76 either way);
 until then only fencing tokens keep its writes out.
 
 It shows the holder and asks for confirmation, reading y or yes from stdin, unless

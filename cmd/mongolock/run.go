@@ -24,10 +24,10 @@ import (
 const runHelp = `
 Acquires the lock NAME, waiting while someone else holds it (up to --wait; --try
 makes one attempt), runs CMD with MONGOLOCK_NAME and MONGOLOCK_FENCING_TOKEN in its
-environment, releases the lock when CMD exits, and exits with CMD's status. While
-CMD runs, the lock's lease (--expiry) is extended every --expiry/3. Go programs,
-other mongolock commands and DistributedLock.MongoDB services using the same
-database and collection share the lock.
+environment, releases the lock when CMD exits, and exits with CMD's status, or with
+76 if the lock was lost. While CMD runs, the lock's lease (--expiry) is extended
+every --expiry/3. Go programs, other mongolock commands and DistributedLock.MongoDB
+services using the same database and collection share the lock.
 
 CMD runs in a process group of its own, and signals go to the whole group: SIGINT,
 SIGTERM, SIGHUP and SIGQUIT sent to mongolock are passed on, and the lock is
@@ -42,9 +42,11 @@ that margin (by default it is half of it: 500ms with the default --expiry), CMD 
 killed before anyone else can take the lock; a longer grace lets CMD overlap the
 next holder by up to the difference. A force release frees the lock at once: CMD
 is stopped within --expiry/3, while the next holder may already run, so pass
-MONGOLOCK_FENCING_TOKEN to what CMD writes, for it to refuse an older holder. If
-mongolock itself is killed by SIGKILL, CMD gets SIGKILL too (on Linux; the
-processes CMD started do not).
+MONGOLOCK_FENCING_TOKEN to what CMD writes, for it to refuse an older holder. A CMD
+that exits before mongolock learns of the loss did not hold the lock to its end
+either: the release finds the loss, and mongolock says so, with CMD's status, and
+exits with 76 whatever that status was. If mongolock itself is killed by SIGKILL,
+CMD gets SIGKILL too (on Linux; the processes CMD started do not).
 
 Without --verbose, run prints nothing of its own unless something went wrong; a
 lock held by someone else is not wrong: the exit status (75) says it. So cron
@@ -226,7 +228,8 @@ func (c *cli) acquire(s *session, name string, f *runFlags, sigs <-chan os.Signa
 }
 
 // runHolding runs argv while h holds its lock, stops it if the lock is
-// lost, then releases h. It returns argv's exit status.
+// lost, then releases h. It returns argv's exit status, or an exitLost
+// failure if h was lost before its release.
 func (c *cli) runHolding(s *session, h *mongolock.Handle, argv []string, grace time.Duration, sigs <-chan os.Signal) (int, error) {
 	child := exec.Command(argv[0], argv[1:]...)
 	child.Env = append(os.Environ(), "MONGOLOCK_NAME="+h.Name(), "MONGOLOCK_FENCING_TOKEN="+strconv.FormatInt(h.FencingToken(), 10))
@@ -252,7 +255,7 @@ func (c *cli) runHolding(s *session, h *mongolock.Handle, argv []string, grace t
 		exited <- child.Wait()
 	}()
 	if err := <-started; err != nil {
-		c.releaseHandle(s, h)
+		_ = c.releaseHandle(s, h) // a loss is moot: the command never ran
 		code := exitNoExec
 		if errors.Is(err, fs.ErrNotExist) {
 			code = exitNotFound
@@ -296,7 +299,14 @@ wait:
 		return 0, fail(exitLost, "")
 	}
 	status := exitStatus(child)
-	c.releaseHandle(s, h)
+	// A loss found only now (a force release is seen at the next
+	// extension, up to --expiry/3 later) may have let someone else in
+	// while the command ran: its status cannot stand for success.
+	if err := c.releaseHandle(s, h); err != nil {
+		s.lost = true
+		return 0, fail(exitLost, "run: %s exited with status %d, but the lock %q (fencing token %d) was lost before its release: %s",
+			argv[0], status, h.Name(), h.FencingToken(), lossReason(err))
+	}
 	return status, nil
 }
 
@@ -309,17 +319,19 @@ func lossReason(err error) string {
 	return strings.TrimPrefix(oneLine(err), "lock lost: ")
 }
 
-// releaseHandle releases h after its command exited; a failure is
-// reported, but the command's work was done under the lock.
-func (c *cli) releaseHandle(s *session, h *mongolock.Handle) {
+// releaseHandle releases h after its command exited, and returns the
+// error if h had been lost. Another failure is reported, but the command's
+// work was done under the lock.
+func (c *cli) releaseHandle(s *session, h *mongolock.Handle) error {
 	ctx, cancel := s.ctx()
 	defer cancel()
 	switch err := h.Release(ctx); {
 	case errors.Is(err, mongolock.ErrLockLost):
-		fmt.Fprintf(c.stderr, "mongolock: run: %s (after the command exited)\n", oneLine(err))
+		return err
 	case err != nil:
 		fmt.Fprintf(c.stderr, "mongolock: run: %s; the lock frees itself when its lease ends\n", oneLine(err))
 	}
+	return nil
 }
 
 // release releases h, which nobody used, within --timeout.

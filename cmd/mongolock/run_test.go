@@ -251,6 +251,48 @@ func TestPartitionedRunStopsItsCommandBeforeARivalStartsIts(t *testing.T) {
 	}
 }
 
+// A force release that run learns of only at its release, once its
+// command has exited, is still a loss: run exits with 76 and says so, not
+// with the command's status, even 0.
+func TestRunWhoseLockWasForceReleasedBeforeItsCommandExitedExitsLost(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		code int // the command's status
+	}{
+		{"the command exits with 0", 0},
+		{"the command exits with 3", 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			conn := server(t)
+			dir := t.TempDir()
+			cmd := helperCmd(t, "hold", dir)
+			if c.code != 0 {
+				cmd = append([]string{"sh", "-c", `"$@" && exit ` + strconv.Itoa(c.code), "sh"}, cmd...)
+			}
+			// With --expiry 1m the first extension, which would find the
+			// loss while the command runs, is 20s away: the command ends
+			// long before, so the release is where run finds the loss.
+			holder := start(t, env(), run(conn, append([]string{"--expiry", "1m", "taken", "--"}, cmd...)...)...)
+			token := strings.Fields(waitForFile(t, filepath.Join(dir, "started"), 15*time.Second))[1]
+			requireCode(t, invoke(t, "", append(slices.Clone(conn), "release", "--force", "--yes", "taken")...), 0, "release --force")
+			_ = holder.stdin.Close() // the command's stdin ends: it exits
+
+			if code := holder.wait(t, 15*time.Second); code != exitLost {
+				t.Fatalf("status %d, want %d: %s", code, exitLost, holder.stderr.String())
+			}
+			if _, err := os.Stat(filepath.Join(dir, "term")); err == nil {
+				t.Fatal("the command got a signal: run found the loss while it ran, not at the release this test is about")
+			}
+			want := fmt.Sprintf("exited with status %d, but the lock \"taken\" (fencing token %s) was lost before its release: ", c.code, token)
+			if says := holder.stderr.String(); !strings.HasPrefix(says, "mongolock: run: ") || !strings.Contains(says, want) || strings.Count(says, "\n") != 1 {
+				t.Errorf("run said %q; want one line with %q", says, want)
+			}
+		})
+	}
+}
+
 // SIGTERM or SIGINT to mongolock reaches its command, and what the
 // command started; mongolock releases the lock once the command exits (a
 // rival gets it at once, not after the 30 s expiry) and exits with the
