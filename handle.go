@@ -202,11 +202,14 @@ func (h *acquisition) lossError() error {
 func (h *acquisition) markLost(reason lossReason, why error) {
 	h.lostOnce.Do(func() {
 		h.lostErr = why
-		// Cancel first: whoever wakes on Lost sees the cause already.
+		// Cancel first: whoever wakes on Lost sees the cause already, and
+		// the loss counted (a few microseconds); logging may be slow, so
+		// it comes after the signal.
 		h.cancel(ErrLockLost)
-		close(h.lost)
 		h.unhold()
-		h.lock.p.tel.lost(h, reason, why) // after the signal: logging may be slow
+		h.lock.p.tel.countLoss(h, reason)
+		close(h.lost)
+		h.lock.p.tel.logLoss(h, reason, why)
 	})
 }
 

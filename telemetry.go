@@ -345,12 +345,15 @@ func (t *telemetry) unheld(l *Lock) {
 	}
 }
 
-// lost counts and logs (Warn) the loss of h, for reason (why).
-func (t *telemetry) lost(h *acquisition, reason lossReason, why error) {
-	ctx := context.Background()
-	if t.losses.Enabled(ctx) {
+// countLoss counts the loss of h, for reason.
+func (t *telemetry) countLoss(h *acquisition, reason lossReason) {
+	if ctx := context.Background(); t.losses.Enabled(ctx) {
 		t.losses.Add(ctx, 1, t.measure(h.lock, keyReason.String(string(reason))))
 	}
+}
+
+// logLoss logs (Warn) the loss of h, for reason (why).
+func (t *telemetry) logLoss(h *acquisition, reason lossReason, why error) {
 	t.log.Warn("mongolock: lock lost", "lock", shortName(h.lock.name), "fencingToken", h.token, "reason", string(reason), "error", why)
 }
 
