@@ -16,6 +16,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/dotnet"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
@@ -58,6 +59,60 @@ func acquireRelease(ctx context.Context, b *testing.B, db *mongo.Database, opts 
 			b.Fatal(err)
 		}
 	}
+	mongolock.WaitBackground(p)
+}
+
+// BenchmarkUncontendedParts: where an uncontended acquisition and release
+// spend their time, one goroutine, one name: "raw" the bound (two round
+// trips that lock nothing); "distributedlock" DistributedLock.MongoDB's
+// statements (its upsert acquisition and delete release); "statements"
+// mongolock's acquisition and release statements sent alone through the
+// driver; "mongolock" the API. statements - raw is what the server and
+// the driver spend on mongolock's statements; mongolock - statements is the
+// client's engine (handle, lease, line, telemetry off by default).
+func BenchmarkUncontendedParts(b *testing.B) {
+	db := testdb.Database(b)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	p, err := mongolock.NewProvider(db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := p.Lock("bench")
+	if err := l.Do(ctx, func(context.Context) error { return nil }); err != nil { // creates the document
+		b.Fatal(err)
+	}
+	b.Run("raw", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			rawAcquireRelease(ctx, b, db.Collection("raw"), "bench")
+		}
+	})
+	b.Run("distributedlock", func(b *testing.B) {
+		coll := db.Collection("dotnet")
+		b.ReportAllocs()
+		for b.Loop() {
+			id := dotnet.NewLockID()
+			if _, ok, err := dotnet.TryAcquire(ctx, coll, "bench", id, dotnet.DefaultExpiry); err != nil || !ok {
+				b.Fatal("not acquired: ", err)
+			}
+			if _, err := dotnet.Release(ctx, coll, "bench", id); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("statements", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := mongolock.StatementRoundTrips(ctx, l); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("mongolock", func(b *testing.B) {
+		b.ReportAllocs()
+		acquireRelease(ctx, b, db)
+	})
 	mongolock.WaitBackground(p)
 }
 

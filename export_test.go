@@ -1,6 +1,7 @@
 package mongolock
 
 import (
+	"cmp"
 	"context"
 	"reflect"
 	"time"
@@ -147,4 +148,19 @@ func TelemetryCycle(ctx context.Context, l *Lock) {
 	_, span := l.p.tel.start(ctx, spanRelease, l)
 	l.p.tel.unheld(l)
 	l.p.tel.endRelease(span, a, "released", nil)
+}
+
+// StatementRoundTrips sends l's Acquire statement (wait mode, a first
+// attempt) and, if it acquired, l's release statement, as the driver calls
+// alone: no handle, lease, line or goroutine. What an uncontended
+// acquisition costs the server and the driver, without the engine.
+func StatementRoundTrips(ctx context.Context, l *Lock) error {
+	id := newLockID()
+	doc, err := l.kind.acquire(ctx, l.p, l.name, attempt{id: id, mode: waitMode})
+	if err != nil || doc.LockID != id {
+		return cmp.Or(err, ErrNotAcquired)
+	}
+	filter, update := l.kind.release(l.name, id)
+	_, err = l.space().coll.UpdateOne(ctx, filter, update)
+	return err
 }

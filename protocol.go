@@ -92,54 +92,64 @@ const (
 // that one round trip releases a handle and acquires for the next waiter of
 // its process, or only releases if another process's turn has come.
 //
-// The pipeline has two stages. Every expression of a stage is evaluated on
-// the document as the stage found it, so the first computes scratch fields
-// that the second uses and removes:
+// Every expression of a stage is evaluated on the document as the stage
+// found it, so the first stages compute scratch fields that the last uses
+// and removes:
 //
 //	{$set: {_attempt: {lockId: <fresh lockId>, since: <token>[, value]},
 //	        _mine: <lastProcess is this one>,
 //	        _free: <expired, and not this process's turn to step aside>}}
+//	{$set: {_claims: <refused, and claims the next turn>}}  (Acquire only)
 //	{$set: {<each field>: {$cond: ["$_free", <acquired>, <refused>]},
-//	        _attempt: "$$REMOVE", _mine: "$$REMOVE", _free: "$$REMOVE"}}
+//	        _attempt: "$$REMOVE", _mine: "$$REMOVE", _free: "$$REMOVE"[, _claims: "$$REMOVE"]}}
 //
 // Only _attempt changes per attempt (since: the token its process saw when
 // it began to wait; value: the value to hold the lock with, if any); the
 // rest is the same for every attempt of a provider and mode, and is encoded
-// once (acquireParts).
+// once (acquireParts). Each condition is written once, in a scratch field:
+// the server reads a statement a fraction of the size.
 func acquirePipeline(lockID string, since int64, value *string, parts acquireParts) bson.A {
 	attempt := bson.D{{Key: "lockId", Value: lockID}, {Key: "since", Value: since}}
 	if value != nil {
 		attempt = append(attempt, bson.E{Key: "value", Value: literal(*value)})
 	}
-	return bson.A{
-		bson.D{{Key: "$set", Value: bson.D{
-			{Key: "_attempt", Value: attempt},
-			{Key: "_mine", Value: parts.mine},
-			{Key: "_free", Value: parts.free},
-		}}},
-		parts.write,
+	stages := bson.A{bson.D{{Key: "$set", Value: bson.D{
+		{Key: "_attempt", Value: attempt},
+		{Key: "_mine", Value: parts.mine},
+		{Key: "_free", Value: parts.free},
+	}}}}
+	for _, s := range parts.stages {
+		stages = append(stages, s)
 	}
+	return stages
 }
 
 func acquireFilter(name string) bson.D { return bson.D{{Key: "_id", Value: name}} }
 
 var acquireOptions = options.FindOneAndUpdate().SetReturnDocument(options.After)
 
-// acquireParts are the constant parts of an acquisition's pipeline, encoded.
+// acquireParts are the constant parts of an acquisition's pipeline, encoded:
+// the first stage's expressions, and the stages after it.
 type acquireParts struct {
-	mine, free, write bson.Raw
+	mine, free bson.Raw
+	stages     []bson.Raw
 }
 
 // newAcquireParts encodes the constant parts of the acquisitions of process
 // proc for owner. claim is how long a waiting claim lasts; turn, how many
 // acquisitions in a row make a process's turn.
 func newAcquireParts(proc, owner string, mode attemptMode, expiry, claim time.Duration, turn int) acquireParts {
-	mine, free, write := acquireExprs(proc, owner, mode, expiry, claim, turn)
-	return acquireParts{mustMarshal(mine), mustMarshal(free), mustMarshal(write)}
+	mine, free, stages := acquireExprs(proc, owner, mode, expiry, claim, turn)
+	parts := acquireParts{mine: mustMarshal(mine), free: mustMarshal(free)}
+	for _, s := range stages {
+		parts.stages = append(parts.stages, mustMarshal(s))
+	}
+	return parts
 }
 
-// acquireExprs returns _mine's and _free's expressions and the second stage.
-func acquireExprs(proc, owner string, mode attemptMode, expiry, claim time.Duration, turn int) (mine, free, write bson.D) {
+// acquireExprs returns _mine's and _free's expressions and the stages after
+// the first.
+func acquireExprs(proc, owner string, mode attemptMode, expiry, claim time.Duration, turn int) (mine, free bson.D, stages []bson.D) {
 	const isFree, isMine, now = "$_free", "$_mine", "$$NOW"
 	mine = op("$eq", "$lastProcess", proc)
 	expired := op("$lte", ifNull("$expiresAt", epoch), now)
@@ -155,22 +165,26 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim time.Durat
 	free = op("$and", available, not(op("$and",
 		mine, op("$gte", streak, turn), claimLive, op("$ne", "$waitingProcess", proc))))
 	waitingProcess, waitingSince, waitingUntil := any("$waitingProcess"), any("$waitingSince"), any("$waitingUntil")
+	scratch := bson.D{{Key: "_attempt", Value: "$$REMOVE"}, {Key: "_mine", Value: "$$REMOVE"}, {Key: "_free", Value: "$$REMOVE"}}
 	if mode == waitMode {
 		// Refused: claim the next turn (claimTaken), unless this process
 		// has had its turn, or a DistributedLock.MongoDB acquisition holds
 		// the lock (its delete-release must not race with a write).
+		const claims = "$_claims"
 		since := claimSince("$_attempt.since")
-		claims := op("$and",
+		stages = append(stages, bson.D{{Key: "$set", Value: bson.D{{Key: "_claims", Value: op("$and",
+			not(isFree),
 			not(isMine),
 			op("$or", op("$eq", op("$type", "$lockId"), "missing"), op("$eq", "$lockId", "$lastLockId")),
-			claimTaken(proc, since, claim))
+			claimTaken(proc, since, claim))}}}})
 		waitingProcess = cond(claims, proc, "$waitingProcess")
 		waitingSince = cond(claims, since, "$waitingSince")
 		waitingUntil = cond(claims, op("$add", now, claim.Milliseconds()), "$waitingUntil")
+		scratch = append(scratch, bson.E{Key: "_claims", Value: "$$REMOVE"})
 	}
 	// Acquired: this process's claim, if any, is fulfilled.
 	claimMet := op("$eq", "$waitingProcess", proc)
-	write = bson.D{{Key: "$set", Value: bson.D{
+	write := bson.D{{Key: "$set", Value: append(bson.D{
 		{Key: "lockId", Value: cond(isFree, "$_attempt.lockId", lockID)},
 		{Key: "acquiredAt", Value: cond(isFree, now, "$acquiredAt")},
 		{Key: "expiresAt", Value: cond(isFree, op("$add", now, expiry.Milliseconds()), expiresAt)},
@@ -184,11 +198,8 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim time.Durat
 		{Key: "waitingProcess", Value: cond(isFree, cond(claimMet, "$$REMOVE", "$waitingProcess"), waitingProcess)},
 		{Key: "waitingSince", Value: cond(isFree, cond(claimMet, "$$REMOVE", "$waitingSince"), waitingSince)},
 		{Key: "waitingUntil", Value: cond(isFree, cond(claimMet, "$$REMOVE", "$waitingUntil"), waitingUntil)},
-		{Key: "_attempt", Value: "$$REMOVE"},
-		{Key: "_mine", Value: "$$REMOVE"},
-		{Key: "_free", Value: "$$REMOVE"},
-	}}}
-	return mine, free, write
+	}, scratch...)}}
+	return mine, free, append(stages, write)
 }
 
 // claimSince is the token a claim is made with: the one its line saw when
@@ -465,7 +476,8 @@ func createSemDoc(name string, n int) bson.D {
 // another stays free, an RWLock's writer waits. An acquisition fulfils its
 // process's claim. A semaphore's claim needs the semaphore's n: a caller
 // with another n is refused with an error, and must leave nothing behind.
-// The stages keep the live holders, decide, and write; a refusal writes
+// The stages keep the live holders, decide, decide on the claim (Acquire
+// only: once, for the fields that read it), and write; a refusal writes
 // nothing but the claim. A hand-over (filter semHolderFilter(name,
 // releasing)) first removes the releasing holder, and a refused one only
 // releases, stamping releasedAt as a release does (17).
@@ -502,16 +514,19 @@ func slotPipeline(a slotAttempt) bson.A {
 	if a.rw != 0 {
 		claims = append(claims, bson.E{Key: "waitingMode", Value: keep("waitingMode")})
 	}
+	var claimStage bson.A // written once, read by each claim field
 	if a.mode == waitMode {
 		since := claimSince(a.since)
 		claiming := op("$and", not(acq), ofKind, claimTaken(a.proc, since, a.claim))
 		if a.rw == 0 {
 			claiming = op("$and", not(acq), ofKind, agreed, claimTaken(a.proc, since, a.claim))
 		}
+		claimStage = bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "_claims", Value: claiming}}}}}
 		values := []any{a.proc, since, op("$add", now, a.claim.Milliseconds()), string(a.rw)}
 		for i := range claims {
-			claims[i].Value = cond(claiming, values[i], claims[i].Value)
+			claims[i].Value = cond("$_claims", values[i], claims[i].Value)
 		}
+		claims = append(claims, bson.E{Key: "_claims", Value: "$$REMOVE"})
 	}
 	set := bson.D{
 		{Key: "holders", Value: cond(acq, op("$concatArrays", live, bson.A{holder}), "$holders")},
@@ -531,11 +546,8 @@ func slotPipeline(a slotAttempt) bson.A {
 		set = append(set, bson.E{Key: "releasedAt", Value: cond(acq, ifNull("$releasedAt", "$$REMOVE"), now)})
 	}
 	set = append(set, bson.E{Key: "_live", Value: "$$REMOVE"}, bson.E{Key: "_acquired", Value: "$$REMOVE"})
-	return append(stages,
-		liveStage,
-		bson.D{{Key: "$set", Value: bson.D{{Key: "_acquired", Value: op("$and", ofKind, acquired)}}}},
-		bson.D{{Key: "$set", Value: set}},
-	)
+	stages = append(stages, liveStage, bson.D{{Key: "$set", Value: bson.D{{Key: "_acquired", Value: op("$and", ofKind, acquired)}}}})
+	return append(append(stages, claimStage...), bson.D{{Key: "$set", Value: set}})
 }
 
 // slotKind is the kind of the documents whose slots are taken in mode rw:

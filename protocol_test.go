@@ -120,15 +120,18 @@ func TestAcquirePipelineEncodesAsBuiltWhole(t *testing.T) {
 // builtWhole builds process proc's Acquire pipeline for lockId id as one
 // value, with nothing encoded beforehand.
 func builtWhole(id, proc string) bson.A {
-	mine, free, write := acquireExprs(proc, "host/1", waitMode, 30*time.Second, time.Second, turnLength)
-	return bson.A{
+	mine, free, stages := acquireExprs(proc, "host/1", waitMode, 30*time.Second, time.Second, turnLength)
+	pipeline := bson.A{
 		bson.D{{Key: "$set", Value: bson.D{
 			{Key: "_attempt", Value: bson.D{{Key: "lockId", Value: id}, {Key: "since", Value: int64(42)}}},
 			{Key: "_mine", Value: mine},
 			{Key: "_free", Value: free},
 		}}},
-		write,
 	}
+	for _, s := range stages {
+		pipeline = append(pipeline, s)
+	}
+	return pipeline
 }
 
 // What encoding an attempt's pipeline costs the client: the constant parts
