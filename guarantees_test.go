@@ -13,6 +13,8 @@ package mongolock_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -45,11 +47,14 @@ type kindRow struct {
 	// this is the row's mode of name through p; other is the mode that
 	// keeps it out, and that it keeps out (keptOutBy holders of it do).
 	this, other func(p *mongolock.Provider, name string) modeLock
+	// refused, if not nil, is this mode with a call that a held name
+	// refuses at once (a semaphore's with another n).
+	refused func(p *mongolock.Provider, name string) modeLock
 }
 
 var kindRows = []kindRow{
 	{kind: "lock", n: 1, this: lockMode, other: lockMode},
-	{kind: "semaphore", n: 2, slots: true, this: semaphoreOf(2), other: semaphoreOf(2)},
+	{kind: "semaphore", n: 2, slots: true, this: semaphoreOf(2), other: semaphoreOf(2), refused: semaphoreOf(3)},
 	{kind: "read", otherN: 1, slots: true, rw: true, this: readerMode, other: writerMode},
 	{kind: "write", n: 1, slots: true, rw: true, this: writerMode, other: readerMode},
 	{kind: "election", n: 1, this: campaignMode, other: campaignMode},
@@ -90,6 +95,20 @@ func (r kindRow) coll(db *mongo.Database) *mongo.Collection {
 	return lockColl(db)
 }
 
+// waiting is how many Acquire calls of p's process wait for name.
+func (r kindRow) waiting(p *mongolock.Provider, name string) int {
+	if r.slots {
+		return mongolock.SlotQueueLen(p, name)
+	}
+	return mongolock.QueueLen(p, name)
+}
+
+// awaitWaiting waits until n Acquire calls of p's process wait for name.
+func (r kindRow) awaitWaiting(t *testing.T, p *mongolock.Provider, name string, n int) {
+	t.Helper()
+	pollUntil(t, 10*time.Second, fmt.Sprintf("%d in line for %q", n, name), func() bool { return r.waiting(p, name) == n })
+}
+
 // keptOutBy is how many holders of the other mode keep this mode out.
 func (r kindRow) keptOutBy() int {
 	if r.rw {
@@ -119,6 +138,46 @@ func holdOut(t *testing.T, ctx context.Context, r kindRow, p *mongolock.Provider
 		hs[i] = releaseAtCleanup(t, h)
 	}
 	return hs
+}
+
+// outcome is what an Acquire returned.
+type outcome struct {
+	h   *mongolock.Handle
+	err error
+}
+
+// startAcquire starts m's Acquire and returns where its outcome arrives.
+func startAcquire(ctx context.Context, m modeLock) <-chan outcome {
+	got := make(chan outcome, 1)
+	go func() {
+		h, err := m.acquire(ctx)
+		got <- outcome{h, err}
+	}()
+	return got
+}
+
+// awaitAcquired waits up to d for an Acquire started by startAcquire to
+// acquire, and returns its handle, released when the test ends.
+func awaitAcquired(t *testing.T, got <-chan outcome, d time.Duration, what string) *mongolock.Handle {
+	t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case o := <-got:
+		require.NoError(t, o.err, what)
+		return releaseAtCleanup(t, o.h)
+	case <-timer.C:
+		require.FailNowf(t, "not acquired in time", "%s: not acquired within %v", what, d)
+		return nil
+	}
+}
+
+// claimIn reports whether name's document in coll holds a process's claim
+// on the next turn or slot.
+func claimIn(t *testing.T, coll *mongo.Collection, name string) bool {
+	t.Helper()
+	_, ok := rawLockDoc(t, coll, name).Lookup("waitingProcess").StringValueOK()
+	return ok
 }
 
 // raise makes most at least v.
@@ -207,4 +266,145 @@ func TestGuaranteeLostBeforeExpired(t *testing.T) {
 				r.kind, c.name, race.cutToLost, race.margin)
 		}
 	})
+}
+
+// slowClaims makes a process's claims long (ClaimLifetime: four of its
+// sleeps and a quarter second, 20.25 s): a claim it leaves behind would
+// keep others out for far longer than promptly.
+var slowClaims = mongolock.WithBusyWaitSleep(5*time.Second, 5*time.Second)
+
+// promptly bounds how soon a free lock is got once nothing holds it back:
+// a round trip and a sleep of fastPolls (20 ms at most), with room for a
+// loaded machine.
+const promptly = 2 * time.Second
+
+// Nothing outlives a failed, refused or cancelled call beyond one round
+// trip (9). Process a holds what keeps the row's mode out, having taken it
+// a whole turn in a row (a lock's process then steps aside while another
+// process's claim is live); the calls of process b (slowClaims) fail; a
+// gives up its last holder and asks again, and must get it promptly: a
+// claim b left behind would hold a back for seconds.
+func TestGuaranteeNothingOutlivesAFailedCall(t *testing.T) {
+	forEachKind(t, func(t *testing.T, r kindRow) {
+		db := testdb.Database(t)
+		coll := r.coll(db)
+		a := newProvider(t, ownClient(t, db, nil), fastPolls)
+		type failing struct {
+			name  string
+			calls func(t *testing.T, ctx context.Context, b *mongolock.Provider, name string)
+		}
+		waiters := func(n int, closing bool) func(t *testing.T, ctx context.Context, b *mongolock.Provider, name string) {
+			return func(t *testing.T, ctx context.Context, b *mongolock.Provider, name string) {
+				waitAndEnd(t, ctx, r, coll, b, name, n, closing)
+			}
+		}
+		cases := []failing{
+			{"ctx ended while waiting", waiters(1, false)},
+			{"all waiters of a process cancelled together", waiters(3, false)},
+			{"all waiters of a process closed together", waiters(3, true)},
+		}
+		if r.refused != nil {
+			cases = append(cases, failing{"refused at once", func(t *testing.T, ctx context.Context, b *mongolock.Provider, name string) {
+				start := time.Now()
+				_, err := r.refused(b, name).acquire(ctx)
+				require.Error(t, err)
+				require.NotErrorIs(t, err, mongolock.ErrNotAcquired)
+				require.Less(t, time.Since(start), promptly, "refused, but not at once: %v", err)
+			}})
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				ctx := boundedCtx(t, 30*time.Second)
+				name := c.name
+				b := newProvider(t, ownClient(t, db, nil), slowClaims)
+				require.Greater(t, mongolock.ClaimLifetime(b), 4*promptly)
+				for range mongolock.TurnLength {
+					h, err := r.other(a, name).try(ctx)
+					require.NoError(t, err)
+					require.NoError(t, h.Release(ctx))
+				}
+				held := holdOut(t, ctx, r, a, name, r.keptOutBy())
+				c.calls(t, ctx, b, name)
+				require.Zero(t, r.waiting(b, name), "calls of the failed process still wait")
+				require.NoError(t, held[len(held)-1].Release(ctx))
+				actx, cancel := context.WithTimeout(ctx, promptly)
+				defer cancel()
+				h, err := r.other(a, name).acquire(actx)
+				require.NoError(t, err, "what the failed calls left kept another process from a free %s", r.kind)
+				require.NoError(t, h.Release(ctx))
+			})
+		}
+	})
+
+	// A writer whose ctx ends while a reader of its process waits behind it:
+	// the writer's claim goes with it, so that reader, and readers of other
+	// processes, get the free lock promptly.
+	t.Run("writer ended before a reader of its process", func(t *testing.T) {
+		t.Parallel()
+		const name = "catalog"
+		db := testdb.Database(t)
+		ctx := boundedCtx(t, 30*time.Second)
+		a := newProvider(t, ownClient(t, db, nil), fastPolls)
+		b := newProvider(t, ownClient(t, db, nil), slowClaims)
+		c := newProvider(t, ownClient(t, db, nil), fastPolls)
+		reading, err := readerMode(a, name).try(ctx)
+		require.NoError(t, err)
+		wctx, cancelWriter := context.WithCancel(ctx)
+		defer cancelWriter()
+		wrote := startAcquire(wctx, writerMode(b, name))
+		pollUntil(t, 10*time.Second, "the writer's claim", func() bool {
+			info, err := c.RWLock(name).Inspect(ctx)
+			return err == nil && info.WriterWaiting
+		})
+		read := startAcquire(ctx, readerMode(b, name))
+		awaitSlotQueueLen(t, b, name, 2)
+		cancelWriter()
+		require.ErrorIs(t, (<-wrote).err, context.Canceled)
+		require.NoError(t, reading.Release(ctx))
+		awaitAcquired(t, read, promptly, "the reader behind the writer that gave up")
+		cctx, cancel := context.WithTimeout(ctx, promptly)
+		defer cancel()
+		h, err := readerMode(c, name).acquire(cctx)
+		require.NoError(t, err, "a reader of another process, after the writer gave up")
+		releaseAtCleanup(t, h)
+		info, err := c.RWLock(name).Inspect(ctx)
+		require.NoError(t, err)
+		require.False(t, info.WriterWaiting, "a writer that gave up still waits")
+	})
+}
+
+// waitAndEnd starts waiters Acquire calls of r's mode of name in b's
+// process: the first until its claim is in the document, then the others
+// in line behind it. Then it ends them all together, by their shared ctx
+// or by closing b, and checks that each failed so.
+func waitAndEnd(t *testing.T, ctx context.Context, r kindRow, coll *mongo.Collection, b *mongolock.Provider, name string, waiters int, closing bool) {
+	t.Helper()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	failed := make(chan error, waiters)
+	start := func() {
+		go func() {
+			h, err := r.this(b, name).acquire(wctx)
+			if err == nil {
+				err = errors.Join(errors.New("acquired"), h.Release(ctx))
+			}
+			failed <- err
+		}()
+	}
+	start()
+	pollUntil(t, 10*time.Second, "the waiter's claim", func() bool { return claimIn(t, coll, name) })
+	for range waiters - 1 {
+		start()
+	}
+	r.awaitWaiting(t, b, name, waiters)
+	want := context.Canceled
+	if closing {
+		want = mongolock.ErrClosed
+		require.NoError(t, b.Close(ctx))
+	} else {
+		cancel()
+	}
+	for range waiters {
+		require.ErrorIs(t, <-failed, want)
+	}
 }
