@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/mongolock/mongolock"
@@ -407,4 +408,149 @@ func waitAndEnd(t *testing.T, ctx context.Context, r kindRow, coll *mongo.Collec
 	for range waiters {
 		require.ErrorIs(t, <-failed, want)
 	}
+}
+
+// The document's TTL field (expiresAt) is never before a live holder's
+// lease (10), whatever expiry each process uses: a holder with a 10 minute
+// expiry, and a process with a 1 s expiry that holds beside it, extending
+// its lease every third of a second (a semaphore's slot, a reader), or
+// waits for it, refused again and again (the others).
+func TestGuaranteeTheTTLFieldOutlivesEveryLiveLease(t *testing.T) {
+	forEachKind(t, func(t *testing.T, r kindRow) {
+		const name = "mixed-expiries"
+		db := testdb.Database(t)
+		ctx := boundedCtx(t, 30*time.Second)
+		coll := r.coll(db)
+		long := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(10*time.Minute))
+		count := &commandCounter{}
+		short := newProvider(t, ownClient(t, db, count), mongolock.WithExpiry(time.Second), fastPolls)
+		h, err := r.this(long, name).try(ctx)
+		require.NoError(t, err)
+		releaseAtCleanup(t, h)
+		longLease := leaseOf(t, ctx, coll, name, h)
+		require.Greater(t, time.Until(longLease), 9*time.Minute)
+		check := func(when string) {
+			ttl := ttlField(t, ctx, coll, name)
+			require.False(t, ttl.Before(longLease), "%s: the document's expiresAt %v is before the live lease %v", when, ttl, longLease)
+		}
+		if r.n != 1 {
+			hs, err := r.this(short, name).try(ctx)
+			require.NoError(t, err)
+			releaseAtCleanup(t, hs)
+			first := leaseOf(t, ctx, coll, name, hs)
+			pollUntil(t, 10*time.Second, "three extensions of the short lease", func() bool {
+				check("while the short lease is extended")
+				return leaseOf(t, ctx, coll, name, hs).Sub(first) >= 900*time.Millisecond
+			})
+		} else {
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			waited := startAcquire(wctx, r.this(short, name))
+			pollUntil(t, 10*time.Second, "ten refusals of the short process", func() bool {
+				check("while the short process waits")
+				return count.named("findAndModify") >= 10
+			})
+			cancel()
+			require.ErrorIs(t, (<-waited).err, context.Canceled)
+		}
+		check("at the end")
+	})
+}
+
+// leaseOf is the end of h's lease as name's document in coll records it.
+func leaseOf(t *testing.T, ctx context.Context, coll *mongo.Collection, name string, h *mongolock.Handle) time.Time {
+	t.Helper()
+	for _, l := range readLeases(ctx, t, coll, name) {
+		if l.Token == h.FencingToken() {
+			return l.ExpiresAt
+		}
+	}
+	require.FailNowf(t, "no lease", "the document of %q has no lease of token %d", name, h.FencingToken())
+	return time.Time{}
+}
+
+// ttlField is the expiresAt of name's document in coll: what the TTL index
+// reads.
+func ttlField(t *testing.T, ctx context.Context, coll *mongo.Collection, name string) time.Time {
+	t.Helper()
+	var doc struct {
+		ExpiresAt time.Time `bson:"expiresAt"`
+	}
+	require.NoError(t, coll.FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Decode(&doc))
+	return doc.ExpiresAt
+}
+
+// Fencing tokens strictly increase per name (4), for every kind and mode
+// (a semaphore's and an RWLock's acquisitions take the next token of the
+// name, whatever slot or mode): after a release, a hand-over within a
+// process, a hand-over to another process, an expiry takeover, and the
+// deletion of the document.
+func TestGuaranteeFencingTokensIncrease(t *testing.T) {
+	forEachKind(t, func(t *testing.T, r kindRow) {
+		const name = "fenced"
+		db := testdb.Database(t)
+		ctx := boundedCtx(t, time.Minute)
+		coll := r.coll(db)
+		a := newProvider(t, ownClient(t, db, nil), fastPolls)
+		b := newProvider(t, ownClient(t, db, nil), fastPolls)
+		tokens := &tokenLog{t: t}
+		// hold takes what keeps the row's mode out through p, waiting
+		// (Acquire, not TryAcquire) until the last step's acquisitions have
+		// left the name free for it, and logs its tokens.
+		hold := func(p *mongolock.Provider, how string) []*mongolock.Handle {
+			hs := make([]*mongolock.Handle, r.keptOutBy())
+			for i := range hs {
+				h, err := r.other(p, name).acquire(ctx)
+				require.NoError(t, err, "holder %d of what keeps %q out", i+1, name)
+				tokens.add(h.FencingToken(), how)
+				hs[i] = releaseAtCleanup(t, h)
+			}
+			return hs
+		}
+		release := func(hs ...*mongolock.Handle) {
+			for _, h := range hs {
+				require.NoError(t, h.Release(ctx))
+			}
+		}
+
+		h, err := r.this(a, name).try(ctx)
+		require.NoError(t, err)
+		tokens.add(h.FencingToken(), "the first acquisition")
+		release(h)
+
+		held := hold(a, "a release")
+		got := startAcquire(ctx, r.this(a, name))
+		r.awaitWaiting(t, a, name, 1)
+		release(held...)
+		h = awaitAcquired(t, got, 10*time.Second, "the waiter of the holders' process")
+		tokens.add(h.FencingToken(), "a hand-over within a process")
+		release(h)
+
+		held = hold(a, "a hand-over within a process")
+		got = startAcquire(ctx, r.this(b, name))
+		pollUntil(t, 10*time.Second, "the other process's claim", func() bool { return claimIn(t, coll, name) })
+		release(held...)
+		h = awaitAcquired(t, got, 10*time.Second, "the waiter of another process")
+		tokens.add(h.FencingToken(), "a hand-over to another process")
+		release(h)
+
+		client := testdb.NewClient(t)
+		gone := newProvider(t, client.Database(db.Name()), mongolock.WithExpiry(shortExpiry))
+		hold(gone, "a hand-over to another process")
+		got = startAcquire(ctx, r.this(b, name))
+		require.NoError(t, client.Disconnect(ctx)) // the holders' process is gone: its leases run out
+		h = awaitAcquired(t, got, 10*time.Second, "the waiter, after the holders' leases ran out")
+		tokens.add(h.FencingToken(), "an expiry takeover")
+		acquired := time.Now()
+		release(h)
+
+		afterTheMillisecondOf(acquired)
+		res, err := coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: name}})
+		require.NoError(t, err)
+		require.EqualValues(t, 1, res.DeletedCount)
+		h, err = r.this(a, name).try(ctx)
+		require.NoError(t, err)
+		tokens.add(h.FencingToken(), "the deletion of the document")
+		release(h)
+	})
 }
