@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -126,6 +127,11 @@ func forEachKind(t *testing.T, test func(t *testing.T, r kindRow)) {
 			test(t, r)
 		})
 	}
+}
+
+// rowOf is the row of kind.
+func rowOf(kind string) kindRow {
+	return kindRows[slices.IndexFunc(kindRows, func(r kindRow) bool { return r.kind == kind })]
 }
 
 // holdOut takes k holders of r's other mode of name through p, each in one
@@ -553,4 +559,223 @@ func TestGuaranteeFencingTokensIncrease(t *testing.T) {
 		tokens.add(h.FencingToken(), "the deletion of the document")
 		release(h)
 	})
+}
+
+// busyProcesses keep taking a row's other mode while another process, the
+// asker, keeps asking for the row's mode.
+type busyProcesses struct {
+	procs, callers int
+	hold           time.Duration // each acquisition's work
+	// sleeps are the busy processes' and the asker's WithBusyWaitSleep
+	// (nil: fastPolls). An asker that looks less often than the others
+	// must still get in.
+	sleeps, askerSleeps mongolock.Option
+	// most is how many acquisitions the busy processes may make while the
+	// asker waits, each time it asks.
+	most int64
+	// run, if not nil, replaces the callers' Acquire and Release loop: it
+	// calls held with each acquisition, while holding it, until ctx ends.
+	run func(ctx context.Context, p *mongolock.Provider, name string, held func(ctx context.Context, h *mongolock.Handle)) error
+}
+
+// Sleeps of busy processes, which look again within a few milliseconds,
+// and of askers, which look every 100 ms.
+var (
+	eagerSleeps = mongolock.WithBusyWaitSleep(time.Millisecond, 2*time.Millisecond)
+	lazySleeps  = mongolock.WithBusyWaitSleep(100*time.Millisecond, 100*time.Millisecond)
+)
+
+// orFastPolls is sleeps, or fastPolls if nil.
+func orFastPolls(sleeps mongolock.Option) mongolock.Option {
+	if sleeps == nil {
+		return fastPolls
+	}
+	return sleeps
+}
+
+// busyProcessesOf are the busy processes of each row's kind.
+var busyProcessesOf = map[string]busyProcesses{
+	// A process with a steady stream of waiters, which hands the lock on:
+	// it takes a turn of at most 8 in a row, then steps aside.
+	"lock": {procs: 1, callers: 3, hold: time.Millisecond, most: mongolock.TurnLength},
+	// One process with a steady stream of waiters, which hands its slot
+	// on, beside a steady holder of the other slot.
+	"semaphore": {procs: 1, callers: 3, hold: 50 * time.Millisecond, sleeps: eagerSleeps, askerSleeps: lazySleeps, most: 12},
+	// Three writer processes, alternating short holds.
+	"read": {procs: 3, callers: 1, hold: 50 * time.Millisecond, sleeps: eagerSleeps, askerSleeps: lazySleeps, most: 12},
+	// Three reader processes whose holds overlap: never free of readers
+	// unless new ones are kept out.
+	"write": {procs: 3, callers: 2, hold: 5 * time.Millisecond, most: 32},
+	// A Run whose fn returns at once: a term is a turn.
+	"election": {procs: 1, callers: 1, askerSleeps: lazySleeps, most: 2, run: runAtOnce},
+}
+
+// runAtOnce leads the election in a Run whose fn returns at once.
+func runAtOnce(ctx context.Context, p *mongolock.Provider, name string, held func(ctx context.Context, h *mongolock.Handle)) error {
+	return p.Election(name).Run(ctx, "busy", func(ctx context.Context, l *mongolock.Leadership) { held(ctx, l.Handle) })
+}
+
+// No process is starved (11): a process that keeps asking gets in within a
+// bounded number of hand-overs, whatever the others do. The busy processes
+// of the row (and, for a semaphore, a steady holder of the other slot)
+// keep taking what keeps the row's mode out; the asker asks three times in
+// a row. Each time, they pause holding it until the asker has been refused
+// once, then go on: they may make at most most acquisitions
+// (busyProcessesOf) before the asker gets in.
+func TestGuaranteeNoProcessIsStarved(t *testing.T) {
+	forEachKind(t, func(t *testing.T, r kindRow) {
+		const name, asks = "busy", 3
+		db := testdb.Database(t)
+		ctx := boundedCtx(t, time.Minute)
+		s := busyProcessesOf[r.kind]
+		holdOut(t, ctx, r, newProvider(t, ownClient(t, db, nil)), name, r.keptOutBy()-1)
+		b := startBusy(t, ctx, r, s, db, name)
+		count := &commandCounter{}
+		asker := newProvider(t, ownClient(t, db, count), orFastPolls(s.askerSleeps))
+		var counts []int64
+		for ask := range asks {
+			b.pause()
+			pollUntil(t, 10*time.Second, "the busy processes hold", func() bool { return b.paused.Load() >= 1 })
+			from, refusals := b.taken.Load(), count.replies.Load()
+			got := startAcquire(ctx, r.this(asker, name))
+			pollUntil(t, 10*time.Second, "the asker refused", func() bool { return count.replies.Load() > refusals })
+			b.resume()
+			h := b.awaitIn(t, got, from, fmt.Sprintf("ask %d", ask+1))
+			counts = append(counts, b.taken.Load()-from)
+			b.pause()
+			require.NoError(t, h.Release(ctx))
+		}
+		t.Logf("%s: in after %v acquisitions of the others", r.kind, counts)
+	})
+
+	// A writer whose own process holds the lock for reading claims it too:
+	// other processes' readers are kept out, and it gets the lock once its
+	// process's reader leaves.
+	t.Run("a writer whose process reads", func(t *testing.T) {
+		t.Parallel()
+		const name = "busy"
+		r, s := rowOf("write"), busyProcessesOf["write"]
+		db := testdb.Database(t)
+		ctx := boundedCtx(t, time.Minute)
+		b := startBusy(t, ctx, r, s, db, name)
+		b.resume()
+		asker := newProvider(t, ownClient(t, db, nil), fastPolls)
+		pollUntil(t, 10*time.Second, "the busy readers read", func() bool { return b.taken.Load() >= 1 })
+		reading, err := readerMode(asker, name).try(ctx)
+		require.NoError(t, err)
+		from := b.taken.Load()
+		got := startAcquire(ctx, writerMode(asker, name))
+		pollUntil(t, 10*time.Second, "only the asker's reader left", func() bool {
+			require.LessOrEqual(t, b.taken.Load()-from, s.most, "acquisitions of the others while the writer waited behind its process's reader")
+			readers, _ := liveModes(t, semColl(db), name)
+			return readers == 1
+		})
+		require.NoError(t, reading.Release(ctx))
+		b.awaitIn(t, got, from, "the writer, once its process's reader left")
+		t.Logf("in after %d acquisitions of the others", b.taken.Load()-from)
+	})
+}
+
+// busy is the busy processes of a row: they keep taking its other
+// mode and count their acquisitions, except while paused, when they hold
+// what they took until resumed.
+type busy struct {
+	most          int64 // busyProcesses.most
+	mu            sync.Mutex
+	gate          chan struct{} // not nil: paused
+	taken, paused atomic.Int64  // acquisitions counted; holders paused
+}
+
+// startBusy starts the busy processes s of row r on name, paused; they
+// stop when the test ends.
+func startBusy(t *testing.T, ctx context.Context, r kindRow, s busyProcesses, db *mongo.Database, name string) *busy {
+	t.Helper()
+	b := &busy{most: s.most}
+	b.pause()
+	held := func(ctx context.Context, h *mongolock.Handle) {
+		b.mu.Lock()
+		gate := b.gate
+		b.mu.Unlock()
+		if gate == nil {
+			b.taken.Add(1)
+		} else {
+			b.paused.Add(1)
+			select {
+			case <-gate:
+			case <-ctx.Done():
+			}
+		}
+		time.Sleep(s.hold) // the work done holding
+	}
+	ps := make([]*mongolock.Provider, s.procs)
+	for i := range ps {
+		ps[i] = newProvider(t, ownClient(t, db, nil), orFastPolls(s.sleeps))
+	}
+	// Registered after the providers, so that it runs before their
+	// cleanups: nothing of theirs runs once they are waited for.
+	ctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		stop()
+		b.resume()
+		wg.Wait()
+	})
+	for _, p := range ps {
+		for range s.callers {
+			wg.Go(func() {
+				if s.run != nil {
+					_ = s.run(ctx, p, name, held)
+					return
+				}
+				m := r.other(p, name)
+				for {
+					h, err := m.acquire(ctx)
+					if err != nil {
+						return
+					}
+					held(ctx, h)
+					_ = h.Release(context.WithoutCancel(ctx))
+				}
+			})
+		}
+	}
+	return b
+}
+
+func (b *busy) pause() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.gate == nil {
+		b.gate = make(chan struct{})
+		b.paused.Store(0)
+	}
+}
+
+func (b *busy) resume() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.gate != nil {
+		close(b.gate)
+		b.gate = nil
+	}
+}
+
+// awaitIn waits for an Acquire started by startAcquire to acquire while
+// the busy processes make at most most acquisitions from from on, and
+// returns its handle, released when the test ends.
+func (b *busy) awaitIn(t *testing.T, got <-chan outcome, from int64, who string) *mongolock.Handle {
+	t.Helper()
+	var o outcome
+	pollUntil(t, 30*time.Second, who+" gets in", func() bool {
+		select {
+		case o = <-got:
+			return true
+		default:
+		}
+		require.LessOrEqual(t, b.taken.Load()-from, b.most, "%s: acquisitions of the others while it waited", who)
+		return false
+	})
+	require.NoError(t, o.err, who)
+	require.LessOrEqual(t, b.taken.Load()-from, b.most, "%s: acquisitions of the others before it got in", who)
+	return releaseAtCleanup(t, o.h)
 }
