@@ -779,3 +779,35 @@ func (b *busy) awaitIn(t *testing.T, got <-chan outcome, from int64, who string)
 	require.LessOrEqual(t, b.taken.Load()-from, b.most, "%s: acquisitions of the others before it got in", who)
 	return releaseAtCleanup(t, o.h)
 }
+
+// Sleeps keep their documented bounds (12): the next in line looks again
+// within its busy-wait max and before its claim lapses, also where release
+// events arrive (here none comes, as none comes for a lease that ran out),
+// and finds a freed lock within the busy-wait max.
+func TestGuaranteeSleepsKeepTheirBounds(t *testing.T) {
+	forEachKind(t, func(t *testing.T, r kindRow) {
+		const name, sleepMax = "idle", time.Second
+		db := testdb.Database(t)
+		ctx := boundedCtx(t, 30*time.Second)
+		a := newProvider(t, ownClient(t, db, nil))
+		looks := &commandCounter{}
+		b := newProvider(t, ownClient(t, db, looks), mongolock.WithBusyWaitSleep(10*time.Millisecond, sleepMax))
+		channelReleaseSource(b)
+		held := holdOut(t, ctx, r, a, name, r.keptOutBy())
+		got := startAcquire(ctx, r.this(b, name))
+		pollUntil(t, 10*time.Second, "release events arriving while the waiter waits", func() bool { return mongolock.Notifying(b) })
+		pollUntil(t, 10*time.Second, "six looks of the waiter", func() bool { return looks.named("findAndModify") >= 6 })
+		lifetime := mongolock.ClaimLifetime(b)
+		for i, gap := range looks.gaps() {
+			require.Less(t, gap, min(lifetime, sleepMax), "look %d came %v after the one before (claim lifetime %v, busy-wait max %v)",
+				i+2, gap, lifetime, sleepMax)
+		}
+		for _, h := range held {
+			require.NoError(t, h.Release(ctx))
+		}
+		freed := time.Now()
+		awaitAcquired(t, got, 2*sleepMax, "the next in line, once the lock was freed")
+		t.Logf("%s: looks every %v; found the freed lock after %v", r.kind, looks.gaps(), time.Since(freed))
+		pollUntil(t, 10*time.Second, "the release source stopped without waiters", func() bool { return !mongolock.Notifying(b) })
+	})
+}
