@@ -47,16 +47,17 @@ type lossRace struct {
 	violation     string        // not "": the guarantee was broken, and how
 }
 
-// raceLoss acquires name through holder, waits phase, calls cut (which
-// keeps the holder from extending), then records when Lost closes and when
-// the rival's first successful TryAcquire was sent. Lost must close first.
-// It does not use t: trials run in goroutines.
-func raceLoss(ctx context.Context, coll *mongo.Collection, holder, rival *mongolock.Provider, name string,
-	phase time.Duration, cut func(),
+// raceLoss acquires name (whose document is in coll) with the holder's one
+// attempt take, waits phase, calls cut (which keeps the holder from
+// extending), then records when Lost closes and when the rival's first
+// successful attempt rivalTake, which the holder keeps out, was sent. Lost
+// must close first. It does not use t: trials run in goroutines.
+func raceLoss(ctx context.Context, coll *mongo.Collection, name string,
+	take, rivalTake func(context.Context) (*mongolock.Handle, error), phase time.Duration, cut func(),
 ) (r lossRace, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	h, err := holder.Lock(name).TryAcquire(ctx)
+	h, err := take(ctx)
 	if err != nil {
 		return r, fmt.Errorf("holder's acquisition: %w", err)
 	}
@@ -108,7 +109,7 @@ func raceLoss(ctx context.Context, coll *mongo.Collection, holder, rival *mongol
 			return r, errors.New("the rival did not acquire within 10s of the cut")
 		}
 		sent := time.Now()
-		h2, err := rival.Lock(name).TryAcquire(ctx)
+		h2, err := rivalTake(ctx)
 		if err == nil {
 			sentAt = sent
 			if !closedNow(h.Lost()) {
@@ -183,7 +184,8 @@ func TestLostIsSignalledBeforeAnotherClientCanAcquireWhenDisconnected(t *testing
 		c := testdb.NewClient(t)
 		holder := newProvider(t, c.Database(db.Name()), mongolock.WithExpiry(faultExpiry))
 		phase := time.Duration(rand.Int64N(int64(2 * faultExpiry / 3)))
-		r, err := raceLoss(ctx, coll, holder, rival, fmt.Sprint("disconnected-", run), phase, func() {
+		name := fmt.Sprint("disconnected-", run)
+		r, err := raceLoss(ctx, coll, name, holder.Lock(name).TryAcquire, rival.Lock(name).TryAcquire, phase, func() {
 			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			require.NoError(t, c.Disconnect(dctx))
@@ -313,7 +315,8 @@ func lossTrials(t *testing.T, n, workers int, fault string, cut func(px *faultpr
 			return lossRace{}, err
 		}
 		phase := time.Duration(rand.Int64N(int64(2 * faultExpiry / 3)))
-		r, err := raceLoss(ctx, coll, holder, rival, fmt.Sprintf("%s-%d", fault, i), phase, func() { cut(px) })
+		name := fmt.Sprintf("%s-%d", fault, i)
+		r, err := raceLoss(ctx, coll, name, holder.Lock(name).TryAcquire, rival.Lock(name).TryAcquire, phase, func() { cut(px) })
 		// The lost acquisition's cleanup may hang on the cut connection:
 		// cutting it and disconnecting ends it.
 		closeAll()
