@@ -416,6 +416,48 @@ func waitAndEnd(t *testing.T, ctx context.Context, r kindRow, coll *mongo.Collec
 	}
 }
 
+// Nor does a claim outlive an Acquire that a release of its own process
+// handed the lock (9): its own attempt, on its way as the hand-over was
+// made, was refused after it and claimed again; the call returns the
+// handle, and the holder releases at once. Another process asking for the
+// free lock or slot (an RWLock's other mode: the claim of this one keeps
+// it out) then gets it. The race is narrow: many rounds.
+func TestGuaranteeNoClaimOutlivesAHandedOverAcquire(t *testing.T) {
+	const rounds = 40
+	forEachKind(t, func(t *testing.T, r kindRow) {
+		db := testdb.Database(t)
+		ctx := boundedCtx(t, time.Minute)
+		name := "handed over"
+		a := newProvider(t, ownClient(t, db, nil), fastPolls)
+		c := newProvider(t, ownClient(t, db, nil), fastPolls)
+		asks := r.this
+		if r.rw {
+			asks = r.other
+		}
+		if r.n > 1 { // all slots but the one handed over held by a third process
+			holdOut(t, ctx, r, newProvider(t, ownClient(t, db, nil)), name, r.n-1)
+		}
+		refused := 0
+		for range rounds {
+			held, err := r.other(a, name).try(ctx)
+			require.NoError(t, err)
+			got := startAcquire(ctx, r.this(a, name))
+			r.awaitWaiting(t, a, name, 1)
+			require.NoError(t, held.Release(ctx)) // hands it to the waiter
+			o := <-got
+			require.NoError(t, o.err)
+			require.NoError(t, o.h.Release(ctx))
+			h, err := asks(c, name).try(ctx)
+			if err != nil {
+				refused++
+				pollUntil(t, 5*time.Second, "the claim lapses", func() bool { h, err = asks(c, name).try(ctx); return err == nil })
+			}
+			require.NoError(t, h.Release(ctx))
+		}
+		require.Zero(t, refused, "rounds of %d in which another process was refused once the handed-over holder released", rounds)
+	})
+}
+
 // The document's TTL field (expiresAt) is never before a live holder's
 // lease (10), whatever expiry each process uses: a holder with a 10 minute
 // expiry, and a process with a 1 s expiry that holds beside it, extending
