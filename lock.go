@@ -140,6 +140,7 @@ func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err e
 	// a waiter for release events; contended: held by someone else.
 	var asked, watching, contended bool
 	var lastErr error // the last transient error
+	var refused reply // the last refused attempt's reply
 	defer func() { l.leaveLine(w, err != nil && asked, watching) }()
 	for {
 		select {
@@ -149,6 +150,14 @@ func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err e
 		handedOver, mayAttempt, since := qs.next(w)
 		if handedOver != nil {
 			call.handedOver = true
+			if refused.WaitingProcess == lc.process && refused.FencingToken >= handedOver.token {
+				// Its attempt was refused after the hand-over (it saw the
+				// hand-over's token) and claimed again: nobody needs that
+				// claim, and it is gone before the caller goes on.
+				if l.withdrawNow(ctx) != nil {
+					l.withdraw()
+				}
+			}
 			return handedOver, nil
 		}
 		var due <-chan time.Time // nil: wait to be woken
@@ -162,7 +171,7 @@ func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err e
 			case err == nil:
 				return h, nil
 			case errors.Is(err, ErrNotAcquired):
-				contended = true
+				contended, refused = true, doc
 				if !watching {
 					watching = true
 					lc.notify.join(lc.coll, qs.wakeHead, &lc.bg)
@@ -391,11 +400,16 @@ var (
 // background, then wakes the head of its line, if any, to claim again: a
 // claim is its maker's, and must not outlive it.
 func (l *Lock) withdraw() {
-	l.p.background(cleanupTimeout, func(ctx context.Context) {
-		lc := l.space()
-		_, _ = lc.coll.UpdateOne(ctx, withdrawFilter(l.name, lc.process), withdrawUpdate)
-		lc.queues.wakeHead(l.name)
-	})
+	l.p.background(cleanupTimeout, func(ctx context.Context) { _ = l.withdrawNow(ctx) })
+}
+
+// withdrawNow withdraws its process's claim on l within ctx, and wakes the
+// next in line to claim again.
+func (l *Lock) withdrawNow(ctx context.Context) error {
+	lc := l.space()
+	_, err := lc.coll.UpdateOne(ctx, withdrawFilter(l.name, lc.process), withdrawUpdate)
+	lc.queues.wakeHead(l.name)
+	return err
 }
 
 // mutexDriver is the lock's kind, and an election's (value: the value its
