@@ -45,15 +45,19 @@ bench:
 	cd bench && $(GO) run . $(BENCHFLAGS)
 
 # The soak (cmd/soak): P processes x G goroutines over mutexes, semaphores
-# of n slots and reader-writer locks, each critical section checked on the
-# server through a fenced resource that keeps the holders inside, while
-# holder processes are SIGKILLed and clients closed under held handles.
-# Prints trials and violations per primitive and the faults injected
-# (violations must be 0; exit status 1 if not). The server is the tests'
-# (MONGOLOCK_TEST_URI, else as `make test`); the soak drops its database,
-# mongolock_test_soak. `make test` runs a 12 s form (TestSoak). SOAK=10m for
-# ten minutes; SOAKFLAGS='-p 4 -g 8 -k 2 -ks 2 -n 2 -kr 1' for other shapes
-# (go run ./cmd/soak -h).
+# of n slots, reader-writer locks and elections, each critical section
+# checked on the server through a fenced resource that keeps the holders
+# inside, while holder processes are SIGKILLed and clients closed under held
+# handles. Processes of different expiries (1 s and 20 s) share the names,
+# a long holder per process keeps semaphore slots and read locks, and every
+# collection the library uses has a TTL index of 0 s, with documents deleted
+# as soon as their expiresAt passes. Prints trials, violations and the
+# longest wait for a handle per primitive, the faults injected and the TTL
+# indexes at the end (violations must be 0; exit status 1 if not). The
+# server is the tests' (MONGOLOCK_TEST_URI, else as `make test`); the soak
+# drops its database, mongolock_test_soak. `make test` runs a 12 s form
+# (TestSoak). SOAK=10m for ten minutes; SOAKFLAGS='-p 4 -g 8 -k 2 -ks 2 -n 2
+# -kr 1 -ke 1 -expiries 1s/50ms,5s' for other shapes (go run ./cmd/soak -h).
 SOAK      ?= 60s
 SOAKFLAGS ?=
 

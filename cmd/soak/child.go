@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,20 +24,24 @@ import (
 )
 
 // A child is one soak process: G goroutines that take random locks,
-// semaphore slots and reader-writer locks, and run a checked critical
-// section on its resource.
+// semaphore slots, reader-writer locks and elections' leaderships, and run
+// a checked critical section on its resource.
 type child struct {
-	id       string // unique per process started, in resource documents
-	uri, db  string
-	names    [numKinds]int // names per kind
-	n        int           // a semaphore's slots
-	expiry   time.Duration
-	hold     time.Duration
-	until    time.Time
-	dropNext atomic.Int64 // unix nanos of the next client drop; 0: one is under way
-	dropKind atomic.Int32 // the kind whose holder the next drop is under
-	every    time.Duration
-	sabotage bool
+	id        string // unique per process started, in resource documents
+	uri, db   string
+	names     [numKinds]int // names per kind
+	n         int           // a semaphore's slots
+	expiry    time.Duration // this process's; others may have another
+	cadence   time.Duration // the extension cadence (0: the library's default)
+	hold      time.Duration
+	longHold  time.Duration // the longest of the long holder's critical sections (0: no long holder)
+	giveUp    time.Duration // an acquisition gives up after this long
+	until     time.Time
+	dropNext  atomic.Int64  // unix nanos of the next client drop; 0: one is under way
+	dropKinds atomic.Uint32 // the kinds (bits) a holder of which the next drop may be under
+	dropKnown atomic.Bool   // dropKinds are chosen (else they are when the drop falls due)
+	every     time.Duration
+	sabotage  bool
 
 	res, stats *mongo.Collection // on the checker client, which is never dropped
 	gen        atomic.Pointer[generation]
@@ -55,20 +60,27 @@ const (
 	mutex     kind = iota // Provider.Lock
 	semaphore             // Provider.Semaphore
 	rwlock                // Provider.RWLock
+	election              // Provider.Election: a leadership is checked as a mutex's hold
 	numKinds
 )
 
-var kindNames = [numKinds]string{"mutex", "semaphore", "rwlock"}
+var kindNames = [numKinds]string{"mutex", "semaphore", "rwlock", "election"}
 
 func (kd kind) String() string { return kindNames[kd] }
 
+// single reports whether kd has one holder at a time, kept in the
+// resource's inside field; the others' holders are a list.
+func (kd kind) single() bool { return kd == mutex || kd == election }
+
 // A target is what one trial acquires: name k of a kind, for writing (an
-// RWLock's writer), with a loop of Try calls or with the waiting call.
+// RWLock's writer), with a loop of Try calls or with the waiting call, for
+// a long critical section or not.
 type target struct {
 	kind  kind
 	k     int
 	write bool
 	try   bool
+	long  bool
 }
 
 // name is the lock's name, and the _id of its fenced resource.
@@ -80,6 +92,8 @@ func lockName(kd kind, k int) string {
 		return fmt.Sprintf("soak-sem-%d", k)
 	case rwlock:
 		return fmt.Sprintf("soak-rw-%d", k)
+	case election:
+		return fmt.Sprintf("soak-el-%d", k)
 	}
 	return fmt.Sprintf("soak-%d", k)
 }
@@ -89,7 +103,7 @@ const (
 	fKind        = "kind"     // the kind's name
 	fLast        = "last"     // the greatest token entered
 	fLastWriter  = "lastW"    // an rwlock's: the greatest writer's token entered
-	fInside      = "inside"   // a mutex's: {tok, proc, dead}: the holder in its critical section
+	fInside      = "inside"   // a mutex's or election's: {tok, proc, dead}: the holder in its critical section
 	fHolders     = "holders"  // a semaphore's or rwlock's: [{tok, proc[, mode]}]: the holders inside
 	fEntries     = "entries"  // critical sections entered: the trials
 	fWEntries    = "wentries" // an rwlock's: the entries of writers
@@ -97,28 +111,32 @@ const (
 	fPeak        = "peak"     // a semaphore's or rwlock's: the most holders inside at once
 	fKilled      = "killed"   // holders inside a child when it was SIGKILLed
 	fDropped     = "dropped"  // holders whose client was closed under them
+	fMaxWait     = "maxWait"  // the longest wait of an acquisition that got its handle, in ns
+	fMaxWaitW    = "maxWaitW" // an rwlock's: the longest of a writer's
+	fMaxUnfin    = "maxUnfin" // the longest wait of one that never did: it gave up, or the run ended
+	fGaveUp      = "gaveUp"   // acquisitions that gave up (-give-up)
 	vOverlap     = "v_overlap"
 	vOutOfOrder  = "v_outOfOrder"
 	vDisplaced   = "v_displaced"
 	vUnsignalled = "v_unsignalled"
+	vVanished    = "v_vanished"
 )
 
 // Fields of the stats document (statsID): events that are not violations.
 const (
-	statsID   = "counts"
-	sFenced   = "fenced"   // writes refused by the fence after the holder learnt of its loss
-	sLosses   = "losses"   // handles whose Lost closed
-	sTimeouts = "timeouts" // Acquire calls that gave up (20 s)
-	sErrors   = "errors"   // other failed calls
-	sKilled   = "killed"   // the ids of the SIGKILLed children
+	statsID = "counts"
+	sFenced = "fenced" // writes refused by the fence after the holder learnt of its loss
+	sLosses = "losses" // handles whose Lost closed
+	sErrors = "errors" // failed calls
+	sKilled = "killed" // the ids of the SIGKILLed children
 )
 
 func runChild(args []string) error {
 	fs := flag.NewFlagSet("soak child", flag.ContinueOnError)
 	c := &child{}
 	var (
-		goroutines, dropKind int
-		until                int64
+		goroutines int
+		until      int64
 	)
 	fs.StringVar(&c.id, "id", "", "process id in resource documents")
 	fs.StringVar(&c.db, "db", "", "database")
@@ -126,12 +144,15 @@ func runChild(args []string) error {
 	fs.IntVar(&c.names[mutex], "k", 1, "mutex names")
 	fs.IntVar(&c.names[semaphore], "ks", 0, "semaphore names")
 	fs.IntVar(&c.names[rwlock], "kr", 0, "rwlock names")
+	fs.IntVar(&c.names[election], "ke", 0, "election names")
 	fs.IntVar(&c.n, "n", 1, "a semaphore's slots")
 	fs.DurationVar(&c.expiry, "expiry", 2*time.Second, "lock expiry")
+	fs.DurationVar(&c.cadence, "cadence", 0, "extension cadence (0: the library's default)")
 	fs.DurationVar(&c.hold, "hold", 5*time.Millisecond, "longest sleep between writes in a critical section")
+	fs.DurationVar(&c.longHold, "long-hold", 0, "a goroutine more holds semaphore slots and rwlock read locks for up to this long each (0: none)")
+	fs.DurationVar(&c.giveUp, "give-up", 20*time.Second, "an acquisition gives up after this long")
 	fs.Int64Var(&until, "until", 0, "unix nanos at which to stop acquiring")
 	fs.DurationVar(&c.every, "drop-every", 0, "close the client under a held lock this often (0: never)")
-	fs.IntVar(&dropKind, "drop-kind", 0, "close it first under a holder of this kind (0 mutex, 1 semaphore, 2 rwlock), then of the next in turn")
 	fs.BoolVar(&c.sabotage, "sabotage", false, "release before the critical section (the checks must see it)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -139,7 +160,6 @@ func runChild(args []string) error {
 	if len(c.kinds()) == 0 {
 		return errors.New("no names")
 	}
-	c.dropKind.Store(int32(c.nextKind(kind(dropKind))))
 	c.uri = os.Getenv(testdb.EnvURI) // the parent's server
 	c.until = time.Unix(0, until)
 
@@ -168,7 +188,10 @@ func runChild(args []string) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	for range goroutines {
-		wg.Go(func() { c.work(ctx) })
+		wg.Go(func() { c.work(ctx, false) })
+	}
+	if c.longHold > 0 && c.names[semaphore]+c.names[rwlock] > 0 {
+		wg.Go(func() { c.work(ctx, true) })
 	}
 	wg.Wait()
 	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -187,13 +210,22 @@ func (c *child) kinds() []kind {
 	return ks
 }
 
+// providerOptions are the options of a child's providers: its expiry, and
+// its extension cadence if not 0 (else the library's default).
+func providerOptions(expiry, cadence time.Duration) []mongolock.Option {
+	opts := []mongolock.Option{mongolock.WithExpiry(expiry), mongolock.WithBusyWaitSleep(10*time.Millisecond, 200*time.Millisecond)}
+	if cadence != 0 {
+		opts = append(opts, mongolock.WithExtensionCadence(cadence))
+	}
+	return opts
+}
+
 func (c *child) connect() (*generation, error) {
 	client, err := mongo.Connect(options.Client().ApplyURI(c.uri))
 	if err != nil {
 		return nil, err
 	}
-	locks, err := mongolock.NewProvider(client.Database(c.db),
-		mongolock.WithExpiry(c.expiry), mongolock.WithBusyWaitSleep(10*time.Millisecond, 200*time.Millisecond))
+	locks, err := mongolock.NewProvider(client.Database(c.db), providerOptions(c.expiry, c.cadence)...)
 	if err != nil {
 		_ = client.Disconnect(context.Background())
 		return nil, err
@@ -209,12 +241,34 @@ func (c *child) scheduleDrop() {
 	}
 }
 
-// nextKind returns the first kind from kd on, in turn, that has names.
-func (c *child) nextKind(kd kind) kind {
-	for c.names[kd%numKinds] == 0 {
-		kd++
+// leastDropped returns the kinds (bits) whose holders were closed under
+// least so far, by every child (as the parent picks its SIGKILLs'
+// victims), so that drops reach every kind whichever children are killed.
+// It is read when a drop falls due: by the time a drop scheduled earlier
+// comes, others have dropped meanwhile.
+func (c *child) leastDropped() uint32 {
+	var dropped [numKinds]int64
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cur, err := c.res.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: fKind, Value: 1}, {Key: fDropped, Value: 1}}))
+	var docs []bson.M
+	if err == nil {
+		err = cur.All(ctx, &docs)
 	}
-	return kd % numKinds
+	if err != nil { // the drop goes on, under any kind
+		fmt.Fprintf(os.Stderr, "%s: reading the drops: %v\n", c.id, err)
+	}
+	for _, d := range docs {
+		name, _ := d[fKind].(string)
+		if kd := slices.Index(kindNames[:], name); kd >= 0 {
+			dropped[kd] += num(d[fDropped])
+		}
+	}
+	var bits uint32
+	for _, kd := range leastHit(dropped, c.names) {
+		bits |= 1 << kd
+	}
+	return bits
 }
 
 // count adds one to a field of the stats document.
@@ -224,12 +278,16 @@ func (c *child) count(field string) {
 
 // add adds one to a field of document id of coll.
 func (c *child) add(coll *mongo.Collection, id, field string, upsert bool) {
+	c.update(coll, id, bson.D{{Key: "$inc", Value: bson.D{{Key: field, Value: 1}}}}, upsert)
+}
+
+// update applies update to document id of coll.
+func (c *child) update(coll *mongo.Collection, id string, update bson.D, upsert bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
-		bson.D{{Key: "$inc", Value: bson.D{{Key: field, Value: 1}}}}, options.UpdateOne().SetUpsert(upsert))
+	_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update, options.UpdateOne().SetUpsert(upsert))
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: counting %s: %v\n", c.id, field, err)
+		fmt.Fprintf(os.Stderr, "%s: %v: %v\n", c.id, update, err)
 	}
 }
 
@@ -241,17 +299,31 @@ func (c *child) violation(t target, field string, format string, args ...any) {
 
 // pick chooses the next trial: a kind, then one of its names; an rwlock's
 // holder writes one time in three, and one acquisition in four loops on
-// the Try call.
-func (c *child) pick() target {
+// the Try call (an election has none: it campaigns). A long holder's is a
+// slot of the first semaphore or a read lock of the first rwlock, taken by
+// the waiting call: the long holders of every process meet there, and the
+// other names stay quick.
+func (c *child) pick(long bool) target {
 	ks := c.kinds()
+	if long {
+		ks = slices.DeleteFunc(ks, func(kd kind) bool { return kd.single() })
+		return target{kind: ks[rand.IntN(len(ks))], long: true}
+	}
 	kd := ks[rand.IntN(len(ks))]
-	return target{kind: kd, k: rand.IntN(c.names[kd]), write: kd == rwlock && rand.IntN(3) == 0, try: rand.IntN(4) == 0}
+	return target{kind: kd, k: rand.IntN(c.names[kd]), write: kd == rwlock && rand.IntN(3) == 0, try: kd != election && rand.IntN(4) == 0}
 }
 
-// acquire takes t with g's provider, waiting until ctx ends.
-func (c *child) acquire(ctx context.Context, g *generation, t target) (*mongolock.Handle, error) {
+// acquire takes t with g's provider, waiting until ctx ends; an election's
+// leadership is returned too.
+func (c *child) acquire(ctx context.Context, g *generation, t target) (*mongolock.Handle, *mongolock.Leadership, error) {
 	var try, wait func(context.Context) (*mongolock.Handle, error)
 	switch t.kind {
+	case election:
+		l, err := g.locks.Election(t.name()).Campaign(ctx, c.id)
+		if err != nil {
+			return nil, nil, err
+		}
+		return l.Handle, l, nil
 	case mutex:
 		l := g.locks.Lock(t.name())
 		try, wait = l.TryAcquire, l.Acquire
@@ -266,27 +338,29 @@ func (c *child) acquire(ctx context.Context, g *generation, t target) (*mongoloc
 		try, wait = l.TryAcquire, l.Acquire
 	}
 	if !t.try {
-		return wait(ctx)
+		h, err := wait(ctx)
+		return h, nil, err
 	}
 	for {
 		h, err := try(ctx)
 		if !errors.Is(err, mongolock.ErrNotAcquired) {
-			return h, err
+			return h, nil, err
 		}
 		sleep(ctx, 10*time.Millisecond+rand.N(20*time.Millisecond))
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: %w", err, ctx.Err())
+			return nil, nil, fmt.Errorf("%w: %w", err, ctx.Err())
 		}
 	}
 }
 
 // work acquires random targets and runs critical sections until ctx ends.
-func (c *child) work(ctx context.Context) {
+// A long holder (long) takes only targets for long critical sections.
+func (c *child) work(ctx context.Context, long bool) {
 	errorsLogged := 0
 	for ctx.Err() == nil {
-		t := c.pick()
+		t := c.pick(long)
 		g := c.gen.Load()
-		actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		actx, cancel := context.WithTimeout(ctx, c.giveUp)
 		// A semaphore's holders enter in any order: the token to outrank is
 		// the last one entered before this acquisition began.
 		var floor int64
@@ -294,17 +368,24 @@ func (c *child) work(ctx context.Context) {
 		if t.kind == semaphore {
 			floor, err = c.lastEntered(actx, t)
 		}
-		var h *mongolock.Handle
+		var (
+			h      *mongolock.Handle
+			lead   *mongolock.Leadership
+			waited time.Duration // from the call (a Try loop's first) to the handle
+		)
 		if err == nil {
-			h, err = c.acquire(actx, g, t)
+			start := time.Now()
+			h, lead, err = c.acquire(actx, g, t)
+			waited = time.Since(start)
 		}
 		cancel()
 		switch {
 		case err == nil:
 		case ctx.Err() != nil:
+			c.unfinished(t, waited, false)
 			return // the run is over
 		case errors.Is(err, context.DeadlineExceeded):
-			c.count(sTimeouts)
+			c.unfinished(t, waited, true)
 			continue
 		default:
 			if c.gen.Load() == g { // not just a dropped client
@@ -316,7 +397,7 @@ func (c *child) work(ctx context.Context) {
 			sleep(ctx, 20*time.Millisecond)
 			continue
 		}
-		dropped := c.section(t, floor, h, g)
+		dropped := c.section(t, floor, waited, h, lead, g)
 		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err = h.Release(rctx)
 		rcancel()
@@ -338,16 +419,46 @@ func (c *child) lastEntered(ctx context.Context, t target) (int64, error) {
 	return doc.Last, err
 }
 
+// unfinished records on t's resource an acquisition that never got its
+// handle after waiting so long: it gave up (counted), or the run ended.
+func (c *child) unfinished(t target, waited time.Duration, gaveUp bool) {
+	update := bson.D{{Key: "$max", Value: bson.D{{Key: fMaxUnfin, Value: waited.Nanoseconds()}}}}
+	if gaveUp {
+		update = append(update, bson.E{Key: "$inc", Value: bson.D{{Key: fGaveUp, Value: 1}}})
+	}
+	c.update(c.res, t.name(), update, false)
+}
+
+// waitField is the field of t's resource that keeps its longest wait.
+func (t target) waitField() string {
+	if t.write {
+		return fMaxWaitW
+	}
+	return fMaxWait
+}
+
 // section is one critical section on t's resource under h: enter, write a
 // few times, exit, each a conditional write that the server checks. floor
-// is a semaphore's last token entered before h was acquired. It reports
+// is a semaphore's last token entered before h was acquired; waited is how
+// long the acquisition waited, recorded as the section enters; lead is an
+// election's leadership, checked before the first write. It reports
 // whether it dropped the client.
-func (c *child) section(t target, floor int64, h *mongolock.Handle, g *generation) (dropped bool) {
+//
+// A long holder's section lasts from half -long-hold to -long-hold:
+// holders of different expiries share a semaphore's or an rwlock's
+// document, and one of a long expiry must outlast the extensions of one of
+// a short expiry (other sections last a few round trips; long ones of
+// exclusive holders would only block their names). Before each of its
+// writes, the long holder reads the lock's own document, which must show
+// it holding until it is told of a loss.
+func (c *child) section(t target, floor int64, waited time.Duration, h *mongolock.Handle, lead *mongolock.Leadership, g *generation) (dropped bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tok := h.FencingToken()
 	if closed(h.Lost()) {
-		return false // lost before it began: nothing to protect
+		// Lost before it began: nothing to protect, but it did wait.
+		c.update(c.res, t.name(), bson.D{{Key: "$max", Value: bson.D{{Key: t.waitField(), Value: waited.Nanoseconds()}}}}, false)
+		return false
 	}
 	if c.sabotage && rand.IntN(2) == 0 {
 		// Work after release: the bug the checks exist to catch.
@@ -357,37 +468,51 @@ func (c *child) section(t target, floor int64, h *mongolock.Handle, g *generatio
 		c.violation(t, vOutOfOrder, "token %d acquired after token %d had entered", tok, floor)
 	}
 	var entered bool
-	if t.kind == mutex {
-		entered = c.enterMutex(ctx, t, tok)
+	if t.kind.single() {
+		entered = c.enterSingle(ctx, t, tok, waited)
 	} else {
-		entered = c.enterShared(ctx, t, tok)
+		entered = c.enterShared(ctx, t, tok, waited)
 	}
 	if !entered {
 		return false
 	}
 
-	// Write: accepted only while this holder is inside, and for a mutex
-	// or an rwlock only with a token at least the last one entered (of a
-	// writer, for a reader).
+	// Write: accepted only while this holder is inside, and for a mutex,
+	// an election or an rwlock only with a token at least the last one
+	// entered (of a writer, for a reader).
 	mine := bson.D{{Key: "_id", Value: t.name()}, {Key: fInside + ".tok", Value: tok}, {Key: fLast, Value: bson.D{{Key: "$lte", Value: tok}}}}
-	if t.kind != mutex {
+	if !t.kind.single() {
 		mine = bson.D{{Key: "_id", Value: t.name()}, {Key: fHolders + ".tok", Value: tok}}
 		if t.kind == rwlock {
 			mine = append(mine, bson.E{Key: t.fence(), Value: bson.D{{Key: "$lte", Value: tok}}})
 		}
 	}
 	displaced := false
-	for range 1 + rand.IntN(3) {
+	writes, pause, end := 1+rand.IntN(3), c.hold, time.Time{}
+	if t.long {
+		// Long enough to be extended, and to outlast another process's
+		// shorter lease; over when the run is.
+		end = time.Now().Add(c.longHold/2 + rand.N(c.longHold/2+1))
+		if end.After(c.until) {
+			end = c.until
+		}
+		pause = 100 * time.Millisecond
+	}
+	for i := 0; i < writes || time.Now().Before(end); i++ {
 		if c.dueToDrop(t) {
 			dropped = true
 			c.drop(t, h, g)
 		}
 		select {
-		case <-time.After(rand.N(c.hold + 1)):
+		case <-time.After(rand.N(pause + 1)):
 		case <-h.Lost():
 		}
 		if closed(h.Lost()) {
 			break // stop work at once: the next holder may come in soon
+		}
+		// A violation of either check was counted: stop, and exit.
+		if lead != nil && i == 0 && c.leaderDisplaced(ctx, t, lead, g) || t.long && c.vanished(ctx, t, h, g) {
+			break
 		}
 		res, err := c.res.UpdateOne(ctx, mine, bson.D{{Key: "$inc", Value: bson.D{{Key: fWrites, Value: 1}}}})
 		if err != nil {
@@ -405,12 +530,13 @@ func (c *child) section(t target, floor int64, h *mongolock.Handle, g *generatio
 		}
 	}
 
-	// Exit, unless a mutex's holder displaced already (counted once); a
-	// semaphore's or rwlock's takes itself out of the holders still.
-	if !displaced || t.kind != mutex {
+	// Exit, unless a mutex's or an election's holder displaced already
+	// (counted once); a semaphore's or rwlock's takes itself out of the
+	// holders still.
+	if !displaced || !t.kind.single() {
 		filter := bson.D{{Key: "_id", Value: t.name()}, {Key: fInside + ".tok", Value: tok}}
 		exit := bson.D{{Key: "$unset", Value: bson.D{{Key: fInside, Value: ""}}}}
-		if t.kind != mutex {
+		if !t.kind.single() {
 			filter = bson.D{{Key: "_id", Value: t.name()}, {Key: fHolders + ".tok", Value: tok}}
 			exit = bson.D{{Key: "$pull", Value: bson.D{{Key: fHolders, Value: bson.D{{Key: "tok", Value: tok}}}}}}
 		}
@@ -452,10 +578,90 @@ func (t target) fence() string {
 	return fLastWriter
 }
 
-// enterMutex enters a mutex's resource: nobody inside (but a holder of a
-// killed process, marked dead), and a token greater than every earlier
-// one. It reports whether it entered.
-func (c *child) enterMutex(ctx context.Context, t target, tok int64) bool {
+// leaderDisplaced proclaims a value of this term and reads the leader
+// back: until the leadership is lost, the server must show this leader
+// with that value. It reports a violation: someone else leads, or nobody,
+// and the leader was not told.
+func (c *child) leaderDisplaced(ctx context.Context, t target, l *mongolock.Leadership, g *generation) bool {
+	tok := l.FencingToken()
+	value := fmt.Sprintf("%s/%d", c.id, tok)
+	if err := l.Proclaim(ctx, value); err != nil {
+		if !errors.Is(err, mongolock.ErrLockLost) && c.gen.Load() == g {
+			c.count(sErrors)
+			fmt.Fprintf(os.Stderr, "%s: proclaim: %v\n", c.id, err)
+		}
+		return false // a loss, signalled by Proclaim: the write stops at Lost
+	}
+	ld, err := g.locks.Election(t.name()).Leader(ctx)
+	switch {
+	case closed(l.Lost()): // lost meanwhile (Lost is read after the reply): someone else may lead
+		return false
+	case errors.Is(err, mongolock.ErrNoLeader):
+		c.violation(t, vDisplaced, "token %d of %s leads, but the election has no leader", tok, c.id)
+		return true
+	case err != nil:
+		if c.gen.Load() == g {
+			c.count(sErrors)
+			fmt.Fprintf(os.Stderr, "%s: leader: %v\n", c.id, err)
+		}
+		return false
+	case ld.FencingToken != tok || ld.Value != value:
+		c.violation(t, vDisplaced, "token %d of %s leads with %q, but the election shows token %d with %q", tok, c.id, value, ld.FencingToken, ld.Value)
+		return true
+	}
+	return false
+}
+
+// vanished reads t's semaphore or rwlock as the library shows it, by the
+// server's clock: it must show h's token holding until h is told of a
+// loss. It reports a violation: it shows no such holder (the document is
+// gone, or the holder was dropped from it), and Lost was still open after
+// the reply.
+func (c *child) vanished(ctx context.Context, t target, h *mongolock.Handle, g *generation) bool {
+	tok := h.FencingToken()
+	var (
+		holders []mongolock.HolderInfo
+		err     error
+	)
+	if t.kind == semaphore {
+		var info mongolock.SemaphoreInfo
+		info, err = g.locks.Semaphore(t.name(), c.n).Inspect(ctx)
+		holders = info.Holders
+	} else {
+		var info mongolock.RWLockInfo
+		info, err = g.locks.RWLock(t.name()).Inspect(ctx)
+		holders = info.Holders
+	}
+	var held []int64 // the tokens shown holding
+	for _, in := range holders {
+		held = append(held, in.FencingToken)
+	}
+	switch {
+	case closed(h.Lost()): // lost meanwhile: the caller stops
+		return false
+	case err != nil && !errors.Is(err, mongolock.ErrNoLock):
+		if c.gen.Load() == g {
+			c.count(sErrors)
+			fmt.Fprintf(os.Stderr, "%s: inspect: %v\n", c.id, err)
+		}
+		return false
+	case !slices.Contains(held, tok):
+		why := fmt.Sprintf("it showed tokens %v", held)
+		if err != nil {
+			why = "its document was gone"
+		}
+		c.violation(t, vVanished, "token %d of %s%s (expiry %v) was not told of a loss, but the lock no longer showed it holding: %s",
+			tok, c.id, role(t.mode()), c.expiry, why)
+		return true
+	}
+	return false
+}
+
+// enterSingle enters a mutex's or an election's resource: nobody inside
+// (but a holder of a killed process, marked dead), and a token greater
+// than every earlier one. It records waited as the entrant's wait. It
+// reports whether it entered.
+func (c *child) enterSingle(ctx context.Context, t target, tok int64, waited time.Duration) bool {
 	me := bson.D{{Key: "tok", Value: tok}, {Key: "proc", Value: c.id}}
 	free := bson.D{
 		{Key: "_id", Value: t.name()},
@@ -468,6 +674,7 @@ func (c *child) enterMutex(ctx context.Context, t target, tok int64) bool {
 	enter := bson.D{
 		{Key: "$set", Value: bson.D{{Key: fInside, Value: me}, {Key: fLast, Value: tok}}},
 		{Key: "$inc", Value: bson.D{{Key: fEntries, Value: 1}, {Key: fWrites, Value: 1}}},
+		{Key: "$max", Value: bson.D{{Key: fMaxWait, Value: waited.Nanoseconds()}}},
 	}
 	if ok, err := c.tryEnter(ctx, t, free, enter); ok || err != nil {
 		return ok
@@ -495,6 +702,7 @@ func (c *child) enterMutex(ctx context.Context, t target, tok int64) bool {
 		{Key: fInside, Value: bson.D{{Key: "$literal", Value: me}}},
 		{Key: fLast, Value: bson.D{{Key: "$max", Value: bson.A{"$" + fLast, tok}}}},
 		{Key: fEntries, Value: bson.D{{Key: "$add", Value: bson.A{"$" + fEntries, 1}}}},
+		{Key: fMaxWait, Value: bson.D{{Key: "$max", Value: bson.A{"$" + fMaxWait, waited.Nanoseconds()}}}},
 	}}}}
 	if _, err := c.res.UpdateOne(ctx, bson.D{{Key: "_id", Value: t.name()}}, force); err != nil {
 		c.count(sErrors)
@@ -541,8 +749,8 @@ func (c *child) readResource(ctx context.Context, t target, doc any) bool {
 //     one entered.
 //
 // A refusal is a violation: it is counted, and the holder enters anyway.
-// It reports whether it entered.
-func (c *child) enterShared(ctx context.Context, t target, tok int64) bool {
+// It records waited as the entrant's wait. It reports whether it entered.
+func (c *child) enterShared(ctx context.Context, t target, tok int64, waited time.Duration) bool {
 	me := bson.D{{Key: "tok", Value: tok}, {Key: "proc", Value: c.id}}
 	may := bson.D{{Key: "_id", Value: t.name()}}
 	switch {
@@ -566,6 +774,7 @@ func (c *child) enterShared(ctx context.Context, t target, tok int64) bool {
 		{Key: fEntries, Value: bson.D{{Key: "$add", Value: bson.A{"$" + fEntries, 1}}}},
 		{Key: fWrites, Value: bson.D{{Key: "$add", Value: bson.A{"$" + fWrites, 1}}}},
 		{Key: fPeak, Value: bson.D{{Key: "$max", Value: bson.A{"$" + fPeak, bson.D{{Key: "$add", Value: bson.A{bson.D{{Key: "$size", Value: holders}}, 1}}}}}}},
+		{Key: t.waitField(), Value: bson.D{{Key: "$max", Value: bson.A{"$" + t.waitField(), waited.Nanoseconds()}}}},
 	}
 	if t.write {
 		set = append(set,
@@ -618,12 +827,13 @@ func (c *child) enterShared(ctx context.Context, t target, tok int64) bool {
 }
 
 // markDead takes the holders of the killed processes procs out of the
-// resources of kind kd that filter matches (a mutex's holder is marked
-// dead), counts them as killed, and returns how many resources it changed.
+// resources of kind kd that filter matches (a mutex's or an election's
+// holder is marked dead), counts them as killed, and returns how many
+// resources it changed.
 func markDead(ctx context.Context, res *mongo.Collection, kd kind, filter bson.D, procs bson.A) (int64, error) {
 	in := bson.D{{Key: "$in", Value: procs}}
 	var update bson.D
-	if kd == mutex {
+	if kd.single() {
 		filter = append(filter, bson.E{Key: fInside + ".proc", Value: in}, bson.E{Key: fInside + ".dead", Value: bson.D{{Key: "$ne", Value: true}}})
 		update = bson.D{{Key: "$set", Value: bson.D{{Key: fInside + ".dead", Value: true}}}}
 	} else {
@@ -654,11 +864,18 @@ func (c *child) reap(ctx context.Context, t target) bool {
 }
 
 // dueToDrop reports whether this goroutine, holding t, is to drop the
-// client now: drops take the kinds in turn, and only one of the child's
+// client now: the drop is due, t is of one of its kinds (chosen by the
+// goroutine that first finds it due), and only one of the child's
 // goroutines is told so per drop.
 func (c *child) dueToDrop(t target) bool {
 	next := c.dropNext.Load()
-	return next != 0 && kind(c.dropKind.Load()) == t.kind && time.Now().UnixNano() >= next && c.dropNext.CompareAndSwap(next, 0)
+	if next == 0 || time.Now().UnixNano() < next {
+		return false
+	}
+	if c.dropKnown.CompareAndSwap(false, true) {
+		c.dropKinds.Store(c.leastDropped())
+	}
+	return c.dropKinds.Load()&(1<<t.kind) != 0 && c.dropNext.CompareAndSwap(next, 0)
 }
 
 // drop closes the client under the held handle h of t (and under every
@@ -668,7 +885,7 @@ func (c *child) dueToDrop(t target) bool {
 // goroutines move to a new client at once.
 func (c *child) drop(t target, h *mongolock.Handle, g *generation) {
 	defer c.scheduleDrop()
-	c.dropKind.Store(int32(c.nextKind(t.kind + 1)))
+	c.dropKnown.Store(false) // the next drop's kinds are chosen when it falls due
 	for {
 		next, err := c.connect()
 		if err == nil {

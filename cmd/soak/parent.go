@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -20,22 +21,36 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
 // Result is what a soak run measured, read from the server at the end.
 type Result struct {
-	Per     [numKinds]Counts // by kind: mutex, semaphore, rwlock
-	N       int              // a semaphore's slots
-	Writes  int64            // writes the fenced resources accepted
-	Kills   int64            // child processes SIGKILLed
-	Fenced  int64            // writes refused after the holder learnt of its loss
-	Losses  int64            // handles that reported a loss
-	Timeout int64            // Acquire calls that gave up after 20 s
-	Errors  int64            // other failed calls (a dropped client's are not counted)
+	Per    [numKinds]Counts // by kind: mutex, semaphore, rwlock, election
+	N      int              // a semaphore's slots
+	Writes int64            // writes the fenced resources accepted
+	Kills  int64            // child processes SIGKILLed
+	Fenced int64            // writes refused after the holder learnt of its loss
+	Losses int64            // handles that reported a loss
+	Errors int64            // failed calls (a dropped client's are not counted)
+	GiveUp time.Duration    // how long an acquisition waited before it gave up
+
+	// The TTL indexes on expiresAt of the library's collections at the end
+	// of the run, and the documents the sweeps deleted once their
+	// expiresAt had passed, by collection.
+	TTL         []TTLIndex
+	Swept       map[string]int64
+	SweepErrors int64
 
 	ChildFailures int // children that exited with an error (not killed)
 	Elapsed       time.Duration
+}
+
+// A TTLIndex is a TTL index on expiresAt, as listIndexes showed it.
+type TTLIndex struct {
+	Collection, Name string
+	Seconds          int64 // expireAfterSeconds
 }
 
 // Counts are one kind's trials, faults and violations.
@@ -46,16 +61,22 @@ type Counts struct {
 	Killed      int64 // holders inside a SIGKILLed child process
 	Dropped     int64 // holders whose client was closed under them
 
+	MaxWait  time.Duration // the longest wait of an acquisition that got its handle
+	MaxWaitW time.Duration // an rwlock's: of a writer's
+	MaxUnfin time.Duration // the longest wait of one that never did (gave up, or the run ended)
+	GaveUp   int64         // acquisitions that gave up
+
 	Overlap     int64 // an entrant found a conflicting live holder inside (n of them, for a semaphore)
 	OutOfOrder  int64 // an entrant's token was not greater than one it must outrank
 	Displaced   int64 // a holder's write or exit found that someone had entered who must not have
 	Unsignalled int64 // a dropped client's handle did not report its loss in time
+	Vanished    int64 // a holder not told of a loss was no longer shown holding by the lock's document
 	LeftInside  int64 // a live holder still inside after every child ended
 }
 
 // Violations is the number of broken guarantees seen; it must be 0.
 func (c *Counts) Violations() int64 {
-	return c.Overlap + c.OutOfOrder + c.Displaced + c.Unsignalled + c.LeftInside
+	return c.Overlap + c.OutOfOrder + c.Displaced + c.Unsignalled + c.Vanished + c.LeftInside
 }
 
 // Trials is the number of critical sections entered, of every kind.
@@ -86,26 +107,46 @@ func (r *Result) Violations() (n int64) {
 }
 
 func (r *Result) String() string {
-	m, s, rw := &r.Per[mutex], &r.Per[semaphore], &r.Per[rwlock]
+	m, s, rw, el := &r.Per[mutex], &r.Per[semaphore], &r.Per[rwlock], &r.Per[election]
 	var b strings.Builder
-	fmt.Fprintf(&b, "trials: mutex %d, semaphore %d, rwlock %d (%d writers); violations: mutex %d, semaphore %d, rwlock %d;"+
+	fmt.Fprintf(&b, "trials: mutex %d, semaphore %d, rwlock %d (%d writers), election %d; violations: mutex %d, semaphore %d, rwlock %d, election %d;"+
 		" faults injected %d (%d SIGKILLs of a child process, %d clients closed under a held handle)",
-		m.Trials, s.Trials, rw.Trials, rw.WriteTrials, m.Violations(), s.Violations(), rw.Violations(),
+		m.Trials, s.Trials, rw.Trials, rw.WriteTrials, el.Trials, m.Violations(), s.Violations(), rw.Violations(), el.Violations(),
 		r.Faults(), r.Kills, r.Drops())
 	for kd := range numKinds {
 		c := &r.Per[kd]
-		fmt.Fprintf(&b, "\n  %-10s overlaps %d, out-of-order tokens %d, displaced holders %d, unsignalled losses %d, left inside %d;"+
+		fmt.Fprintf(&b, "\n  %-10s overlaps %d, out-of-order tokens %d, displaced holders %d, unsignalled losses %d, vanished holders %d, left inside %d;"+
 			" holders killed %d, clients closed under a holder %d",
-			kd.String()+":", c.Overlap, c.OutOfOrder, c.Displaced, c.Unsignalled, c.LeftInside, c.Killed, c.Dropped)
+			kd.String()+":", c.Overlap, c.OutOfOrder, c.Displaced, c.Unsignalled, c.Vanished, c.LeftInside, c.Killed, c.Dropped)
 		switch kd {
 		case semaphore:
 			fmt.Fprintf(&b, "; at most %d of %d slots inside at once", c.Peak, r.N)
 		case rwlock:
 			fmt.Fprintf(&b, "; at most %d holders inside at once", c.Peak)
 		}
+		fmt.Fprintf(&b, "; longest wait for a handle %v", c.MaxWait.Round(time.Millisecond))
+		if kd == rwlock {
+			fmt.Fprintf(&b, " (a writer's %v)", c.MaxWaitW.Round(time.Millisecond))
+		}
+		fmt.Fprintf(&b, ", without one %v (%d gave up after %v)", c.MaxUnfin.Round(time.Millisecond), c.GaveUp, r.GiveUp)
 	}
-	fmt.Fprintf(&b, "\n  also: %d writes accepted, %d refused after a loss, %d losses reported, %d acquire timeouts, %d errors, %d failed children, %v",
-		r.Writes, r.Fenced, r.Losses, r.Timeout, r.Errors, r.ChildFailures, r.Elapsed.Round(time.Millisecond))
+	b.WriteString("\n  TTL indexes on expiresAt at the end:")
+	for i, ix := range r.TTL {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, " %s %s expireAfterSeconds %d", ix.Collection, ix.Name, ix.Seconds)
+	}
+	b.WriteString("; documents swept once their expiresAt had passed:")
+	for i, coll := range slices.Sorted(maps.Keys(r.Swept)) {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, " %s %d", coll, r.Swept[coll])
+	}
+	fmt.Fprintf(&b, " (%d sweeps failed)", r.SweepErrors)
+	fmt.Fprintf(&b, "\n  also: %d writes accepted, %d refused after a loss, %d losses reported, %d errors, %d failed children, %v",
+		r.Writes, r.Fenced, r.Losses, r.Errors, r.ChildFailures, r.Elapsed.Round(time.Millisecond))
 	return b.String()
 }
 
@@ -113,10 +154,43 @@ type config struct {
 	procs, goroutines    int
 	names                [numKinds]int // names per kind
 	n                    int           // a semaphore's slots
-	dur, expiry, hold    time.Duration
+	expiries             []lease       // process i has the (i mod count)-th
+	dur, hold, longHold  time.Duration
 	killEvery, dropEvery time.Duration
+	sweepEvery           time.Duration
 	db, uri              string
 	sabotage, keep       bool
+}
+
+// A lease is a process's expiry and extension cadence (0: the library's
+// default, a third of the expiry).
+type lease struct{ expiry, cadence time.Duration }
+
+func (l lease) String() string {
+	if l.cadence == 0 {
+		return l.expiry.String()
+	}
+	return l.expiry.String() + "/" + l.cadence.String()
+}
+
+// lease is the lease of the nth of the -p processes (and of its
+// replacements).
+func (c *config) lease(nth int) lease { return c.expiries[nth%len(c.expiries)] }
+
+// expiryRange returns the shortest and the longest expiry of the processes.
+func (c *config) expiryRange() (shortest, longest time.Duration) {
+	shortest = c.lease(0).expiry
+	for nth := range c.procs {
+		shortest, longest = min(shortest, c.lease(nth).expiry), max(longest, c.lease(nth).expiry)
+	}
+	return shortest, longest
+}
+
+// giveUp is how long an acquisition waits before it gives up: long enough
+// to wait out the lease of a killed holder of the longest expiry.
+func (c *config) giveUp() time.Duration {
+	_, longest := c.expiryRange()
+	return 20*time.Second + longest
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -128,12 +202,15 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.names[mutex], "k", 4, "mutex names (each with its fenced resource; 0: no mutexes)")
 	fs.IntVar(&c.names[semaphore], "ks", 1, "semaphore names (0: no semaphores)")
 	fs.IntVar(&c.names[rwlock], "kr", 2, "reader-writer lock names (0: no rwlocks)")
+	fs.IntVar(&c.names[election], "ke", 2, "election names (0: no elections)")
 	fs.IntVar(&c.n, "n", 3, "a semaphore's slots")
 	fs.DurationVar(&c.dur, "d", 15*time.Second, "how long to run")
-	fs.DurationVar(&c.expiry, "expiry", 2*time.Second, "lock expiry (a killed holder blocks its lock this long)")
+	expiries := fs.String("expiries", "1s/50ms,20s", "lock expiries, comma-separated, each with /extension cadence unless the library's default (a third): process i has the (i mod count)-th; all use the same names (a killed holder blocks its lock this long)")
 	fs.DurationVar(&c.hold, "hold", 5*time.Millisecond, "longest sleep between a critical section's writes")
+	fs.DurationVar(&c.longHold, "long-hold", 3*time.Second, "each process has a long holder more: a goroutine that holds a slot of the first semaphore or a read lock of the first rwlock from half this to this, one after another, while holders of other expiries extend beside it (0: none)")
+	fs.DurationVar(&c.sweepEvery, "sweep-every", 100*time.Millisecond, "delete the library's documents whose expiresAt has passed this often, as the TTL index does at its monitor's passes, every 60 s (0: only the monitor)")
 	fs.DurationVar(&c.killEvery, "kill-every", 5*time.Second, "SIGKILL a child about this often, one with a holder inside if there is one (0: never)")
-	fs.DurationVar(&c.dropEvery, "drop-every", 6*time.Second, "each child closes its client under a held handle about this often, under each kind in turn (0: never)")
+	fs.DurationVar(&c.dropEvery, "drop-every", 6*time.Second, "each child closes its client under a held handle about this often, of a kind closed under least so far (0: never)")
 	fs.StringVar(&c.db, "db", testdb.Prefix+"soak", "database (dropped before the run, and after it unless -keep); its name must begin with "+testdb.Prefix)
 	fs.StringVar(&c.uri, "uri", "", "server (default: "+testdb.EnvURI+", else a test server of its own: testcontainers where Docker answers, else scripts/testdb)")
 	fs.BoolVar(&c.sabotage, "sabotage", false, "children work after releasing: the run must report violations")
@@ -141,11 +218,37 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
-	if c.procs < 1 || c.goroutines < 1 || c.n < 1 || c.dur <= 0 || min(c.names[mutex], c.names[semaphore], c.names[rwlock]) < 0 || c.names == [numKinds]int{} {
-		return c, fmt.Errorf("need -p, -g, -n >= 1, -d > 0, and -k, -ks, -kr >= 0, not all 0")
+	if c.procs < 1 || c.goroutines < 1 || c.n < 1 || c.dur <= 0 || slices.Min(c.names[:]) < 0 || c.names == [numKinds]int{} {
+		return c, fmt.Errorf("need -p, -g, -n >= 1, -d > 0, and -k, -ks, -kr, -ke >= 0, not all 0")
+	}
+	for item := range strings.SplitSeq(*expiries, ",") {
+		var (
+			l   lease
+			err error
+		)
+		expiry, cadence, hasCadence := strings.Cut(strings.TrimSpace(item), "/")
+		if l.expiry, err = time.ParseDuration(expiry); err == nil && hasCadence {
+			l.cadence, err = time.ParseDuration(cadence)
+		}
+		if err != nil {
+			return c, fmt.Errorf("-expiries %q: want comma-separated durations, each with /cadence or not (1s/50ms,20s)", *expiries)
+		}
+		c.expiries = append(c.expiries, l)
 	}
 	if !strings.HasPrefix(c.db, testdb.Prefix) {
 		return c, fmt.Errorf("-db %q: the soak drops its database, so it takes only a name beginning with %q", c.db, testdb.Prefix)
+	}
+	// The library checks that each expiry, and its cadence, is one it
+	// takes: NewProvider does no I/O, and this client never connects.
+	unconnected, err := mongo.Connect(options.Client().ApplyURI("mongodb://127.0.0.1:1/"))
+	if err != nil {
+		return c, err
+	}
+	defer func() { _ = unconnected.Disconnect(context.Background()) }()
+	for _, l := range c.expiries {
+		if _, err := mongolock.NewProvider(unconnected.Database(c.db), providerOptions(l.expiry, l.cadence)...); err != nil {
+			return c, fmt.Errorf("-expiries %v: %w", l, err)
+		}
 	}
 	return c, nil
 }
@@ -174,12 +277,13 @@ func runParent(args []string, stdout, stderr io.Writer) (*Result, error) {
 
 // A proc is a running child process.
 type proc struct {
-	id    string
-	nth   int // which of the -p processes it is: a replacement takes its victim's
-	cmd   *exec.Cmd
-	stdin io.Closer
-	done  chan struct{} // closed when it has exited
-	err   error         // its exit, once done
+	id     string
+	nth    int // which of the -p processes it is: a replacement takes its victim's
+	expiry time.Duration
+	cmd    *exec.Cmd
+	stdin  io.Closer
+	done   chan struct{} // closed when it has exited
+	err    error         // its exit, once done
 }
 
 func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
@@ -201,7 +305,7 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 		for k := range cfg.names[kd] {
 			doc := bson.D{{Key: "_id", Value: lockName(kd, k)}, {Key: fKind, Value: kd.String()},
 				{Key: fLast, Value: int64(0)}, {Key: fEntries, Value: 0}, {Key: fWrites, Value: 0}}
-			if kd != mutex {
+			if !kd.single() {
 				doc = append(doc, bson.E{Key: fHolders, Value: bson.A{}}, bson.E{Key: fPeak, Value: 0},
 					bson.E{Key: fLastWriter, Value: int64(0)}, bson.E{Key: fWEntries, Value: 0})
 			}
@@ -209,6 +313,9 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 				return nil, err
 			}
 		}
+	}
+	if err := createTTL0(ctx, db); err != nil {
+		return nil, err
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -222,8 +329,22 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 	if cfg.dropEvery > 0 {
 		drops = fmt.Sprintf("a client closed per process about every %v", cfg.dropEvery)
 	}
-	fmt.Fprintf(stdout, "soak: %d processes x %d goroutines over %d mutex, %d semaphore (%d slots) and %d rwlock names for %v (expiry %v; %s, %s)\n",
-		cfg.procs, cfg.goroutines, cfg.names[mutex], cfg.names[semaphore], cfg.n, cfg.names[rwlock], cfg.dur, cfg.expiry, kills, drops)
+	long := "no long holders"
+	if cfg.longHold > 0 {
+		long = fmt.Sprintf("a long holder per process, up to %v", cfg.longHold)
+	}
+	sweeps := "no sweeps"
+	if cfg.sweepEvery > 0 {
+		sweeps = fmt.Sprintf("expired documents swept every %v", cfg.sweepEvery)
+	}
+	var expiries []string
+	for nth := range cfg.procs {
+		expiries = append(expiries, cfg.lease(nth).String())
+	}
+	fmt.Fprintf(stdout, "soak: %d processes x %d goroutines over %d mutex, %d semaphore (%d slots), %d rwlock and %d election names for %v"+
+		" (expiry[/cadence] by process %s; %s; %s, %s; TTL indexes %q with expireAfterSeconds 0, %s)\n",
+		cfg.procs, cfg.goroutines, cfg.names[mutex], cfg.names[semaphore], cfg.n, cfg.names[rwlock], cfg.names[election], cfg.dur,
+		strings.Join(expiries, ", "), long, kills, drops, ttl0Name, sweeps)
 	start := time.Now()
 	until := start.Add(cfg.dur)
 	var (
@@ -237,9 +358,10 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 		id := "c" + strconv.Itoa(seq)
 		cmd := exec.Command(exe,
 			"-id", id, "-db", cfg.db, "-g", strconv.Itoa(cfg.goroutines), "-k", strconv.Itoa(cfg.names[mutex]),
-			"-ks", strconv.Itoa(cfg.names[semaphore]), "-kr", strconv.Itoa(cfg.names[rwlock]), "-n", strconv.Itoa(cfg.n),
-			"-expiry", cfg.expiry.String(), "-hold", cfg.hold.String(), "-drop-every", cfg.dropEvery.String(),
-			"-drop-kind", strconv.Itoa(nth%int(numKinds)),
+			"-ks", strconv.Itoa(cfg.names[semaphore]), "-kr", strconv.Itoa(cfg.names[rwlock]), "-ke", strconv.Itoa(cfg.names[election]),
+			"-n", strconv.Itoa(cfg.n), "-expiry", cfg.lease(nth).expiry.String(), "-cadence", cfg.lease(nth).cadence.String(),
+			"-hold", cfg.hold.String(), "-long-hold", cfg.longHold.String(), "-give-up", cfg.giveUp().String(),
+			"-drop-every", cfg.dropEvery.String(),
 			"-until", strconv.FormatInt(until.UnixNano(), 10), "-sabotage="+strconv.FormatBool(cfg.sabotage))
 		cmd.Env = append(os.Environ(), childEnv+"=1", testdb.EnvURI+"="+cfg.uri)
 		out := &lineWriter{mu: &outMu, w: stderr}
@@ -251,7 +373,7 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 		if err := cmd.Start(); err != nil {
 			return err
 		}
-		p := &proc{id: id, nth: nth, cmd: cmd, stdin: stdin, done: make(chan struct{})}
+		p := &proc{id: id, nth: nth, expiry: cfg.lease(nth).expiry, cmd: cmd, stdin: stdin, done: make(chan struct{})}
 		go func() {
 			p.err = cmd.Wait()
 			_ = stdin.Close()
@@ -267,34 +389,53 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 			<-p.done
 		}
 	}()
+	r := &Result{N: cfg.n, GiveUp: cfg.giveUp()}
+	// Sweep from before the first child starts until the last has ended.
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	swept := make(chan struct{})
+	go func() {
+		defer close(swept)
+		r.Swept, r.SweepErrors = sweep(sweepCtx, db, cfg.sweepEvery, stderr)
+	}()
+	defer func() { stopSweep(); <-swept }() // on an early return
+
 	for nth := range cfg.procs {
 		if err := spawn(nth); err != nil {
 			return nil, err
 		}
 	}
 
-	r := &Result{N: cfg.n}
 	// Kill a child now and then, while there is time for its locks to
-	// expire and be taken again before the end; start another. The victim
-	// is one inside a critical section of the kind whose holders were
-	// killed least so far, so that kills hit every kind.
+	// expire and be taken again before the end (a child of a long expiry
+	// only early on); start another. The victim is one inside a critical
+	// section of the kind whose holders were killed least so far, so that
+	// kills hit every kind.
 	var (
 		hits   [numKinds]int64
 		killed = bson.A{} // the victims' ids
 	)
+	shortest, longest := cfg.expiryRange()
 	if cfg.killEvery > 0 {
 		for {
 			next := time.Now().Add(time.Duration(float64(cfg.killEvery) * (0.5 + rand.Float64())))
-			if next.After(until.Add(-2 * cfg.expiry)) {
+			if next.After(until.Add(-2 * shortest)) {
 				break
 			}
 			time.Sleep(time.Until(next))
-			i, err := pickVictim(ctx, resources, running, cfg.names, hits)
+			var candidates []*proc
+			for _, p := range running {
+				if time.Until(until) > 2*p.expiry {
+					candidates = append(candidates, p)
+				}
+			}
+			if len(candidates) == 0 {
+				continue
+			}
+			victim, err := pickVictim(ctx, resources, candidates, cfg.names, hits)
 			if err != nil {
 				return nil, err
 			}
-			victim := running[i]
-			running = append(running[:i], running[i+1:]...)
+			running = slices.DeleteFunc(running, func(p *proc) bool { return p == victim })
 			if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				return nil, fmt.Errorf("kill %s: %w", victim.id, err)
 			}
@@ -325,7 +466,7 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 
 	// The children stop acquiring at until; a section in progress ends
 	// within 2 expiries (a dropped client's loss) plus round trips.
-	grace := time.NewTimer(time.Until(until) + 2*cfg.expiry + 30*time.Second)
+	grace := time.NewTimer(time.Until(until) + 2*longest + 30*time.Second)
 	defer grace.Stop()
 	for _, p := range running {
 		select {
@@ -339,6 +480,8 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 		}
 	}
 	r.Elapsed = time.Since(start)
+	stopSweep()
+	<-swept
 	for kd := range numKinds {
 		if _, err := markDead(ctx, resources, kd, bson.D{{Key: fKind, Value: kd.String()}}, killed); err != nil {
 			return nil, err
@@ -348,6 +491,9 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 		return nil, err
 	}
 	fmt.Fprintln(stdout, r)
+	if err := r.checkTTL(); err != nil {
+		return nil, err
+	}
 	if r.Violations() > 0 {
 		fmt.Fprintln(stdout, "FAIL: violations")
 	}
@@ -376,10 +522,15 @@ func (r *Result) read(ctx context.Context, db *mongo.Database) error {
 		c.Peak = max(c.Peak, num(d[fPeak]))
 		c.Killed += num(d[fKilled])
 		c.Dropped += num(d[fDropped])
+		c.MaxWait = max(c.MaxWait, time.Duration(num(d[fMaxWait])))
+		c.MaxWaitW = max(c.MaxWaitW, time.Duration(num(d[fMaxWaitW])))
+		c.MaxUnfin = max(c.MaxUnfin, time.Duration(num(d[fMaxUnfin])))
+		c.GaveUp += num(d[fGaveUp])
 		c.Overlap += num(d[vOverlap])
 		c.OutOfOrder += num(d[vOutOfOrder])
 		c.Displaced += num(d[vDisplaced])
 		c.Unsignalled += num(d[vUnsignalled])
+		c.Vanished += num(d[vVanished])
 		r.Writes += num(d[fWrites])
 		if in, ok := d[fInside].(bson.M); ok && in["dead"] != true {
 			c.LeftInside++
@@ -393,16 +544,149 @@ func (r *Result) read(ctx context.Context, db *mongo.Database) error {
 	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 		return err
 	}
-	r.Fenced, r.Losses = num(stats[sFenced]), num(stats[sLosses])
-	r.Timeout, r.Errors = num(stats[sTimeouts]), num(stats[sErrors])
+	r.Fenced, r.Losses, r.Errors = num(stats[sFenced]), num(stats[sLosses]), num(stats[sErrors])
+	r.TTL, err = ttlIndexes(ctx, db)
+	return err
+}
+
+// libraryCollections are the collections of the children's providers: the
+// default one (locks and elections), and the one the library names after
+// it for semaphores and RWLocks.
+var libraryCollections = []string{mongolock.DefaultCollection, mongolock.DefaultCollection + "_semaphores"}
+
+// ttl0Name names the soak's TTL index. Under the library's name
+// (mongolock.TTLIndexName) the library would raise it to an hour; under
+// another, on the same key, the library's own is refused (options
+// conflict) and this one stays: an operator's index that mongolock did not
+// raise, with which the TTL monitor deletes a document as soon as its
+// expiresAt passes.
+const ttl0Name = "soak_ttl0"
+
+// createTTL0 creates, before any child starts, the TTL index ttl0Name
+// with expireAfterSeconds 0 on expiresAt of each library collection.
+func createTTL0(ctx context.Context, db *mongo.Database) error {
+	for _, coll := range libraryCollections {
+		_, err := db.Collection(coll).Indexes().CreateOne(ctx, mongo.IndexModel{
+			Keys:    bson.D{{Key: "expiresAt", Value: 1}},
+			Options: options.Index().SetName(ttl0Name).SetExpireAfterSeconds(0),
+		})
+		if err != nil {
+			return fmt.Errorf("creating the TTL index %s on %s: %w", ttl0Name, coll, err)
+		}
+	}
 	return nil
 }
 
-// pickVictim returns the index in running of the child to SIGKILL: one
-// found with a live holder inside a resource of a kind whose holders were
-// killed least so far, watched for up to half a second; then of any kind,
-// for as long again; else any child.
-func pickVictim(ctx context.Context, resources *mongo.Collection, running []*proc, names [numKinds]int, hits [numKinds]int64) (int, error) {
+// ttlIndexes lists the TTL indexes on expiresAt of the library collections.
+func ttlIndexes(ctx context.Context, db *mongo.Database) ([]TTLIndex, error) {
+	var all []TTLIndex
+	for _, coll := range libraryCollections {
+		cur, err := db.Collection(coll).Indexes().List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var ixs []struct {
+			Name    string        `bson:"name"`
+			Key     bson.D        `bson:"key"`
+			Seconds bson.RawValue `bson:"expireAfterSeconds"`
+		}
+		if err := cur.All(ctx, &ixs); err != nil {
+			return nil, err
+		}
+		for _, ix := range ixs {
+			secs, ok := ix.Seconds.AsInt64OK()
+			if ok && len(ix.Key) == 1 && ix.Key[0].Key == "expiresAt" {
+				all = append(all, TTLIndex{Collection: coll, Name: ix.Name, Seconds: secs})
+			}
+		}
+	}
+	return all, nil
+}
+
+// checkTTL returns an error unless the TTL indexes on expiresAt, at the
+// end, were the soak's with expireAfterSeconds 0, one per library
+// collection: otherwise the run did not test what it says.
+func (r *Result) checkTTL() error {
+	var want []TTLIndex
+	for _, coll := range libraryCollections {
+		want = append(want, TTLIndex{Collection: coll, Name: ttl0Name})
+	}
+	if !slices.Equal(r.TTL, want) {
+		return fmt.Errorf("TTL indexes on expiresAt at the end: %v; want %v", r.TTL, want)
+	}
+	return nil
+}
+
+// sweep deletes, every period until ctx ends, the documents of the
+// library collections whose expiresAt has passed by the server's $$NOW:
+// what the TTL index does, but every period instead of at the monitor's
+// pass every 60 s (MongoDB's ttlMonitorSleepSecs; DocumentDB's pg_cron
+// job), so that a short run sees many. A document is deleted only if its
+// expiresAt is still the one read (filters with $$NOW are not taken by
+// every server's delete). It returns the documents deleted by collection,
+// and the sweeps that failed.
+func sweep(ctx context.Context, db *mongo.Database, period time.Duration, stderr io.Writer) (map[string]int64, int64) {
+	deleted, failed := map[string]int64{}, int64(0)
+	if period <= 0 {
+		return deleted, 0
+	}
+	// $$NOW in a $match's $expr is refused by FerretDB where expiresAt
+	// has an index: the comparison is a field of its own.
+	expired := mongo.Pipeline{
+		{{Key: "$set", Value: bson.D{{Key: "_expired", Value: bson.D{{Key: "$lt", Value: bson.A{"$expiresAt", "$$NOW"}}}}}}},
+		{{Key: "$match", Value: bson.D{
+			{Key: "_expired", Value: true},
+			{Key: "expiresAt", Value: bson.D{{Key: "$type", Value: "date"}}}, // as the monitor: only a date counts
+		}}},
+		{{Key: "$project", Value: bson.D{{Key: "expiresAt", Value: 1}}}},
+	}
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		for _, name := range libraryCollections {
+			n, err := sweepOnce(ctx, db.Collection(name), expired)
+			deleted[name] += n
+			if err != nil && ctx.Err() == nil {
+				if failed++; failed <= 3 {
+					fmt.Fprintf(stderr, "soak: sweeping %s: %v\n", name, err)
+				}
+			}
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return deleted, failed
+		}
+	}
+}
+
+// sweepOnce deletes the documents of coll that expired matches, if their
+// expiresAt is still the one read.
+func sweepOnce(ctx context.Context, coll *mongo.Collection, expired mongo.Pipeline) (int64, error) {
+	cur, err := coll.Aggregate(ctx, expired)
+	if err != nil {
+		return 0, err
+	}
+	var docs []bson.D
+	if err := cur.All(ctx, &docs); err != nil || len(docs) == 0 {
+		return 0, err
+	}
+	var each bson.A
+	for _, d := range docs {
+		each = append(each, d) // {_id, expiresAt}
+	}
+	res, err := coll.DeleteMany(ctx, bson.D{{Key: "$or", Value: each}})
+	if err != nil {
+		return 0, err
+	}
+	return res.DeletedCount, nil
+}
+
+// pickVictim returns the child of candidates to SIGKILL: one found with a
+// live holder inside a resource of a kind whose holders were killed least
+// so far, watched for up to half a second; then of any kind, for as long
+// again; else any.
+func pickVictim(ctx context.Context, resources *mongo.Collection, candidates []*proc, names [numKinds]int, hits [numKinds]int64) (*proc, error) {
 	var fewest, every bson.A
 	for _, kd := range leastHit(hits, names) {
 		fewest = append(fewest, kd.String())
@@ -421,24 +705,24 @@ func pickVictim(ctx context.Context, resources *mongo.Collection, running []*pro
 		}
 		cur, err := resources.Find(ctx, bson.D{{Key: fKind, Value: bson.D{{Key: "$in", Value: kinds}}}, {Key: "$or", Value: live}})
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		var docs []struct {
 			Inside  *struct{ Proc string }  `bson:"inside"`
 			Holders []struct{ Proc string } `bson:"holders"`
 		}
 		if err := cur.All(ctx, &docs); err != nil {
-			return 0, err
+			return nil, err
 		}
-		var inside []int
+		var inside []*proc
 		for _, d := range docs {
 			procs := d.Holders
 			if d.Inside != nil {
 				procs = append(procs, *d.Inside)
 			}
 			for _, h := range procs {
-				if i := slices.IndexFunc(running, func(p *proc) bool { return p.id == h.Proc }); i >= 0 {
-					inside = append(inside, i)
+				if i := slices.IndexFunc(candidates, func(p *proc) bool { return p.id == h.Proc }); i >= 0 {
+					inside = append(inside, candidates[i])
 				}
 			}
 		}
@@ -446,7 +730,7 @@ func pickVictim(ctx context.Context, resources *mongo.Collection, running []*pro
 			return inside[rand.IntN(len(inside))], nil
 		}
 	}
-	return rand.IntN(len(running)), nil
+	return candidates[rand.IntN(len(candidates))], nil
 }
 
 // leastHit returns the kinds with names whose count is the least.

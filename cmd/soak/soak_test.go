@@ -49,27 +49,44 @@ func runSoak(t *testing.T, args ...string) (*Result, string) {
 }
 
 // TestSoak is the short form of make soak: 3 processes x 3 goroutines over
-// 4 mutexes, a semaphore of 3 slots and 2 reader-writer locks for 12 s,
-// with SIGKILLed holder processes and clients closed under held handles.
-// The server must see no overlap (for a semaphore, no n+1 holders; for an
-// rwlock, no writer with anyone else), no token out of order, and every
-// dropped holder must learn of its loss before the next one comes in.
+// 4 mutexes, a semaphore of 3 slots, 2 reader-writer locks and 2 elections
+// for 12 s, with SIGKILLed holder processes and clients closed under held
+// handles; processes of a 1 s expiry (extended every 50 ms) and of a 6 s
+// one (every 2.5 s: the longest it may) share the names, a long holder per
+// process holds the first semaphore's slots and rwlock's read locks, and
+// documents are deleted as soon as their expiresAt passes, beside a TTL
+// index of 0 s. The server must see no overlap (for a semaphore, no n+1
+// holders; for an rwlock, no writer with anyone else), no token out of
+// order, no holder that the lock's document stopped showing before it was
+// told of a loss, and every dropped holder must learn of its loss before
+// the next one comes in.
 func TestSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the soak runs 15 s")
 	}
-	r, children := runSoak(t, "-d", "12s", "-p", "3", "-g", "3", "-k", "4", "-ks", "1", "-n", "3", "-kr", "2", "-kill-every", "4s", "-drop-every", "2s")
+	r, children := runSoak(t, "-d", "12s", "-p", "3", "-g", "3", "-k", "4", "-ks", "1", "-n", "3", "-kr", "2", "-ke", "2",
+		"-expiries", "1s/50ms,6s/2.5s", "-kill-every", "4s", "-drop-every", "2s")
 	if r.Violations() != 0 || r.ChildFailures != 0 {
 		t.Fatalf("%v\nchildren said:\n%s", r, children)
 	}
 	for kd := range numKinds {
 		c := r.Per[kd]
-		if c.Trials < 30 {
+		// Some dozens: waits behind long readers and leases of 6 s keep
+		// it well below the hundreds of one short lease.
+		if c.Trials < 20 {
 			t.Errorf("%v: only %d trials in 12 s", kd, c.Trials)
 		}
 		if c.Dropped == 0 {
 			t.Errorf("%v: no client closed under a holder; want some", kd)
 		}
+		if c.MaxWait <= 0 {
+			t.Errorf("%v: no longest wait recorded", kd)
+		}
+	}
+	// A lock's or an election's document is deleted once released: the
+	// acquisitions after it create it again.
+	if n := r.Swept[libraryCollections[0]]; n == 0 {
+		t.Errorf("no document of %s swept once its expiresAt had passed; want some", libraryCollections[0])
 	}
 	// The checks bite only where holders meet: a full semaphore, readers
 	// side by side.
@@ -90,12 +107,14 @@ func TestSoak(t *testing.T) {
 
 // The checks must see broken locks: children that go on working after
 // releasing overlap with the next holders: of a mutex, of the n+1st slot
-// of a semaphore, of a writer and readers of an rwlock.
+// of a semaphore, of a writer and readers of an rwlock, of an election's
+// leader.
 func TestSoakReportsWorkAfterReleaseAsViolations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	r, _ := runSoak(t, "-d", "3s", "-p", "2", "-g", "4", "-k", "1", "-ks", "1", "-n", "2", "-kr", "1", "-hold", "20ms", "-kill-every", "0", "-drop-every", "0", "-sabotage")
+	r, _ := runSoak(t, "-d", "3s", "-p", "2", "-g", "6", "-k", "1", "-ks", "1", "-n", "2", "-kr", "1", "-ke", "1", "-hold", "20ms", "-long-hold", "0",
+		"-kill-every", "0", "-drop-every", "0", "-sabotage")
 	for kd := range numKinds {
 		if r.Per[kd].Overlap == 0 {
 			t.Errorf("sabotaged run: no %v overlaps; want some\n%v", kd, r)
