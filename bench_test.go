@@ -67,7 +67,8 @@ func acquireRelease(ctx context.Context, b *testing.B, db *mongo.Database, opts 
 // trips that lock nothing); "distributedlock" DistributedLock.MongoDB's
 // statements (its upsert acquisition and delete release); "statements"
 // mongolock's acquisition and release statements sent alone through the
-// driver; "mongolock" the API. statements - raw is what the server and
+// driver ("statements-try": TryAcquire's smaller acquisition); "mongolock"
+// the API. statements - raw is what the server and
 // the driver spend on mongolock's statements; mongolock - statements is the
 // client's engine (handle, lease, line, telemetry off by default).
 func BenchmarkUncontendedParts(b *testing.B) {
@@ -101,14 +102,16 @@ func BenchmarkUncontendedParts(b *testing.B) {
 			}
 		}
 	})
-	b.Run("statements", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := mongolock.StatementRoundTrips(ctx, l); err != nil {
-				b.Fatal(err)
+	for _, try := range []bool{false, true} {
+		b.Run(map[bool]string{false: "statements", true: "statements-try"}[try], func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := mongolock.StatementRoundTrips(ctx, l, try); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-	})
+		})
+	}
 	b.Run("mongolock", func(b *testing.B) {
 		b.ReportAllocs()
 		acquireRelease(ctx, b, db)

@@ -150,13 +150,17 @@ func TelemetryCycle(ctx context.Context, l *Lock) {
 	l.p.tel.endRelease(span, a, "released", nil)
 }
 
-// StatementRoundTrips sends l's Acquire statement (wait mode, a first
-// attempt) and, if it acquired, l's release statement, as the driver calls
-// alone: no handle, lease, line or goroutine. What an uncontended
-// acquisition costs the server and the driver, without the engine.
-func StatementRoundTrips(ctx context.Context, l *Lock) error {
-	id := newLockID()
-	doc, err := l.kind.acquire(ctx, l.p, l.name, attempt{id: id, mode: waitMode})
+// StatementRoundTrips sends l's Acquire statement (a first attempt; with
+// try, TryAcquire's) and, if it acquired, l's release statement, as the
+// driver calls alone: no handle, lease, line or goroutine. What an
+// uncontended acquisition costs the server and the driver, without the
+// engine.
+func StatementRoundTrips(ctx context.Context, l *Lock, try bool) error {
+	id, mode := newLockID(), waitMode
+	if try {
+		mode = tryMode
+	}
+	doc, err := l.kind.acquire(ctx, l.p, l.name, attempt{id: id, mode: mode})
 	if err != nil || doc.LockID != id {
 		return cmp.Or(err, ErrNotAcquired)
 	}
