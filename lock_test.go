@@ -162,7 +162,8 @@ func TestAcquireReturnsPromptlyWhenCancelledWhileWaiting(t *testing.T) {
 		h, err := p.Lock("cancel").Acquire(wctx)
 		done <- result{h, err, time.Now()}
 	}()
-	pollUntil(t, 10*time.Second, "the waiter's first attempt", func() bool { return count.replies.Load() >= 1 })
+	// Its second attempt: the first one's refusal has been taken in.
+	pollUntil(t, 10*time.Second, "the waiter's second attempt", func() bool { return count.replies.Load() >= 2 })
 
 	cancelled := time.Now()
 	wcancel()
