@@ -637,9 +637,10 @@ func orFastPolls(sleeps mongolock.Option) mongolock.Option {
 
 // busyProcessesOf are the busy processes of each row's kind.
 var busyProcessesOf = map[string]busyProcesses{
-	// A process with a steady stream of waiters, which hands the lock on:
-	// it takes a turn of at most 8 in a row, then steps aside.
-	"lock": {procs: 1, callers: 3, hold: time.Millisecond, most: mongolock.TurnLength},
+	// Two processes with steady streams of waiters, which hand the lock on,
+	// against an asker that looks rarely: each takes a turn of at most 8 in
+	// a row, then steps aside, and the asker is next after a claim in place.
+	"lock": {procs: 2, callers: 2, hold: time.Millisecond, sleeps: eagerSleeps, askerSleeps: lazySleeps, most: 2 * mongolock.TurnLength},
 	// One process with a steady stream of waiters, which hands its slot
 	// on, beside a steady holder of the other slot.
 	"semaphore": {procs: 1, callers: 3, hold: 50 * time.Millisecond, sleeps: eagerSleeps, askerSleeps: lazySleeps, most: 12},
