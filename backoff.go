@@ -137,6 +137,11 @@ func (w *waiting) refused(o config, proc string, doc reply, now time.Time, notif
 		return max(d, o.sleepMin)
 	case first:
 		return o.sleepMin // look again soon: is the lock changing hands?
+	case doc.NextProcess == proc && changing:
+		// Next after the claim while turns pass: it claims when that
+		// claim is met, and must ask before its claim lapses.
+		w.standby = 0
+		return max(min(o.claimantSleep(), b.next(w.failures)), o.sleepMin)
 	case !changing && (long || w.standby > 0 || w.per == 0):
 		w.standby = min(max(w.standby*4, b.next(w.failures)), o.standbySleep())
 		return max(w.standby, o.sleepMin)

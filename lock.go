@@ -407,7 +407,7 @@ func (l *Lock) withdraw() {
 // next in line to claim again.
 func (l *Lock) withdrawNow(ctx context.Context) error {
 	lc := l.space()
-	_, err := lc.coll.UpdateOne(ctx, withdrawFilter(l.name, lc.process), withdrawUpdate)
+	_, err := lc.coll.UpdateOne(ctx, withdrawFilter(l.name, lc.process), withdrawUpdate(lc.process))
 	lc.queues.wakeHead(l.name)
 	return err
 }

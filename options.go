@@ -194,6 +194,13 @@ func (o config) watchingClaimantSleep() time.Duration {
 
 // standbySleep is the longest sleep of a waiter while the lock stays with
 // one holder (WithStandbySleep).
+// nextLifetime is how long a place as next after a lock's claim counts
+// after its process last asked: longer than the standby sleep, so that a
+// waiter that looks rarely while the lock stays with one holder keeps it.
+func (o config) nextLifetime() time.Duration {
+	return min(3*o.standbySleep(), maxDerived)
+}
+
 func (o config) standbySleep() time.Duration {
 	if o.standby > 0 {
 		return min(o.standby, maxDerived)

@@ -18,7 +18,8 @@ import (
 //	{_id: name, lockId, acquiredAt, expiresAt, fencingToken,
 //	 owner, value,
 //	 lastProcess, lastLockId, processStreak,
-//	 waitingProcess, waitingSince, waitingUntil}
+//	 waitingProcess, waitingSince, waitingUntil,
+//	 nextProcess, nextSince, nextUntil}
 //
 // The first five are DistributedLock.MongoDB's: both libraries judge "free"
 // the same way, so Go and .NET services can share a lock. It ignores the
@@ -37,7 +38,10 @@ import (
 //     Acquire that claims the next turn; the fencing token it saw when it
 //     began to wait (a smaller one: it has waited longer, and takes the
 //     claim over); and the server time until which its claim counts unless
-//     it asks again.
+//     it asks again. While it counts, the lock is the claimant's, but for
+//     the process on its turn.
+//   - nextProcess, nextSince, nextUntil: the same for the process next after
+//     the claim, which claims when the claim is met.
 //
 // Mutual exclusion rests on expiresAt alone, judged by the server's $$NOW.
 
@@ -50,6 +54,7 @@ type reply struct {
 	ProcessStreak  int       `bson:"processStreak"`
 	WaitingProcess string    `bson:"waitingProcess"`
 	WaitingUntil   time.Time `bson:"waitingUntil"`
+	NextProcess    string    `bson:"nextProcess"` // a lock's: the process next after the claim
 	turn           int       // the kind's turnLength; 0: no turns to time (a slot's)
 	wrong          error     // the document is of another kind or size: an error, not contention
 }
@@ -100,8 +105,9 @@ const (
 //	        _mine: <lastProcess is this one>,
 //	        _free: <expired, and not this process's turn to step aside>}}
 //	{$set: {_claims: <refused, and claims the next turn>}}  (Acquire only)
+//	{$set: {_nexts: <refused, another's claim stays, and it is next>}}  (Acquire only)
 //	{$set: {<each field>: {$cond: ["$_free", <acquired>, <refused>]},
-//	        _attempt: "$$REMOVE", _mine: "$$REMOVE", _free: "$$REMOVE"[, _claims: "$$REMOVE"]}}
+//	        _attempt: "$$REMOVE", _mine: "$$REMOVE", _free: "$$REMOVE"[, _claims, _nexts: "$$REMOVE"]}}
 //
 // Only _attempt changes per attempt (since: the token its process saw when
 // it began to wait; value: the value to hold the lock with, if any); the
@@ -136,10 +142,10 @@ type acquireParts struct {
 }
 
 // newAcquireParts encodes the constant parts of the acquisitions of process
-// proc for owner. claim is how long a waiting claim lasts; turn, how many
-// acquisitions in a row make a process's turn.
-func newAcquireParts(proc, owner string, mode attemptMode, expiry, claim time.Duration, turn int) acquireParts {
-	mine, free, stages := acquireExprs(proc, owner, mode, expiry, claim, turn)
+// proc for owner. claim is how long a waiting claim lasts, next a place as
+// next after it; turn, how many acquisitions in a row make a process's turn.
+func newAcquireParts(proc, owner string, mode attemptMode, expiry, claim, next time.Duration, turn int) acquireParts {
+	mine, free, stages := acquireExprs(proc, owner, mode, expiry, claim, next, turn)
 	parts := acquireParts{mine: mustMarshal(mine), free: mustMarshal(free)}
 	for _, s := range stages {
 		parts.stages = append(parts.stages, mustMarshal(s))
@@ -149,7 +155,7 @@ func newAcquireParts(proc, owner string, mode attemptMode, expiry, claim time.Du
 
 // acquireExprs returns _mine's and _free's expressions and the stages after
 // the first.
-func acquireExprs(proc, owner string, mode attemptMode, expiry, claim time.Duration, turn int) (mine, free bson.D, stages []bson.D) {
+func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time.Duration, turn int) (mine, free bson.D, stages []bson.D) {
 	const isFree, isMine, now = "$_free", "$_mine", "$$NOW"
 	mine = op("$eq", "$lastProcess", proc)
 	expired := op("$lte", ifNull("$expiresAt", epoch), now)
@@ -162,28 +168,51 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim time.Durat
 		lockID, expiresAt = "$$REMOVE", now // refused: released
 	}
 	streak := ifNull("$processStreak", 0)
-	free = op("$and", available, not(op("$and",
-		mine, op("$gte", streak, turn), claimLive, op("$ne", "$waitingProcess", proc))))
+	// Another process's live claim keeps out every process but the one on
+	// its turn, and that one once its turn is over; a TryAcquire only in
+	// the latter case: a free lock goes to a cron job's one attempt.
+	keptOut := op("$or", not(mine), op("$gte", streak, turn))
+	if mode == tryMode {
+		keptOut = op("$and", mine, op("$gte", streak, turn))
+	}
+	free = op("$and", available, not(op("$and", claimLive, op("$ne", "$waitingProcess", proc), keptOut)))
 	waitingProcess, waitingSince, waitingUntil := any("$waitingProcess"), any("$waitingSince"), any("$waitingUntil")
+	nextProcess, nextSince, nextUntil := any("$nextProcess"), any("$nextSince"), any("$nextUntil")
 	scratch := bson.D{{Key: "_attempt", Value: "$$REMOVE"}, {Key: "_mine", Value: "$$REMOVE"}, {Key: "_free", Value: "$$REMOVE"}}
+	nextMine := op("$eq", "$nextProcess", proc)
 	if mode == waitMode {
 		// Refused: claim the next turn (claimTaken), unless this process
 		// has had its turn, or a DistributedLock.MongoDB acquisition holds
-		// the lock (its delete-release must not race with a write).
-		const claims = "$_claims"
+		// the lock (its delete-release must not race with a write). Where
+		// another process's claim stays, be next after it.
+		const claims, nexts = "$_claims", "$_nexts"
 		since := claimSince("$_attempt.since")
-		stages = append(stages, bson.D{{Key: "$set", Value: bson.D{{Key: "_claims", Value: op("$and",
-			not(isFree),
-			not(isMine),
-			op("$or", op("$eq", op("$type", "$lockId"), "missing"), op("$eq", "$lockId", "$lastLockId")),
-			claimTaken(proc, since, claim))}}}})
+		may := op("$and", not(isFree), not(isMine),
+			op("$or", op("$eq", op("$type", "$lockId"), "missing"), op("$eq", "$lockId", "$lastLockId")))
+		stages = append(stages,
+			bson.D{{Key: "$set", Value: bson.D{{Key: "_claims", Value: op("$and", may, claimTaken(proc, since, claim))}}}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "_nexts", Value: op("$and", may, not(claims),
+				op("$ne", "$waitingProcess", proc), placeTaken("next", proc, since, next))}}}})
 		waitingProcess = cond(claims, proc, "$waitingProcess")
 		waitingSince = cond(claims, since, "$waitingSince")
 		waitingUntil = cond(claims, op("$add", now, claim.Milliseconds()), "$waitingUntil")
-		scratch = append(scratch, bson.E{Key: "_claims", Value: "$$REMOVE"})
+		// Claiming, it is next no more.
+		keep := func(field string) bson.D { return cond(nextMine, "$$REMOVE", "$"+field) }
+		nextProcess = cond(claims, keep("nextProcess"), cond(nexts, proc, "$nextProcess"))
+		nextSince = cond(claims, keep("nextSince"), cond(nexts, since, "$nextSince"))
+		nextUntil = cond(claims, keep("nextUntil"), cond(nexts, op("$add", now, next.Milliseconds()), "$nextUntil"))
+		scratch = append(scratch, bson.E{Key: "_claims", Value: "$$REMOVE"}, bson.E{Key: "_nexts", Value: "$$REMOVE"})
 	}
-	// Acquired: this process's claim, if any, is fulfilled.
+	// Acquired: this process's claim, if any, is fulfilled, and the next
+	// claims in its place while it lasts; or this process was next.
 	claimMet := op("$eq", "$waitingProcess", proc)
+	nextLive := op("$gt", ifNull("$nextUntil", epoch), now)
+	promoted := func(claimField string, next any) bson.D {
+		return cond(claimMet, cond(nextLive, next, "$$REMOVE"), "$"+claimField)
+	}
+	unlessMet := func(field string) bson.D {
+		return cond(op("$or", claimMet, nextMine), "$$REMOVE", "$"+field)
+	}
 	write := bson.D{{Key: "$set", Value: append(bson.D{
 		{Key: "lockId", Value: cond(isFree, "$_attempt.lockId", lockID)},
 		{Key: "acquiredAt", Value: cond(isFree, now, "$acquiredAt")},
@@ -195,9 +224,12 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim time.Durat
 		{Key: "lastProcess", Value: cond(isFree, proc, "$lastProcess")},
 		{Key: "lastLockId", Value: cond(isFree, "$_attempt.lockId", "$lastLockId")},
 		{Key: "processStreak", Value: cond(isFree, cond(isMine, op("$add", streak, 1), 1), "$processStreak")},
-		{Key: "waitingProcess", Value: cond(isFree, cond(claimMet, "$$REMOVE", "$waitingProcess"), waitingProcess)},
-		{Key: "waitingSince", Value: cond(isFree, cond(claimMet, "$$REMOVE", "$waitingSince"), waitingSince)},
-		{Key: "waitingUntil", Value: cond(isFree, cond(claimMet, "$$REMOVE", "$waitingUntil"), waitingUntil)},
+		{Key: "waitingProcess", Value: cond(isFree, promoted("waitingProcess", "$nextProcess"), waitingProcess)},
+		{Key: "waitingSince", Value: cond(isFree, promoted("waitingSince", "$nextSince"), waitingSince)},
+		{Key: "waitingUntil", Value: cond(isFree, promoted("waitingUntil", op("$add", now, claim.Milliseconds())), waitingUntil)},
+		{Key: "nextProcess", Value: cond(isFree, unlessMet("nextProcess"), nextProcess)},
+		{Key: "nextSince", Value: cond(isFree, unlessMet("nextSince"), nextSince)},
+		{Key: "nextUntil", Value: cond(isFree, unlessMet("nextUntil"), nextUntil)},
 	}, scratch...)}}
 	return mine, free, append(stages, write)
 }
@@ -208,17 +240,25 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim time.Durat
 func claimSince(since any) bson.D { return op("$min", since, ifNull("$fencingToken", int64(0))) }
 
 // claimTaken is whether a refused Acquire of process proc, whose line began
-// to wait at since, writes its claim (for claim): when no claim is live;
-// when its own is half spent, so that most refusals write nothing; or when
-// another process's claim was made by a line that has waited less, so that
-// the longest waiting process is next, whatever the others do.
+// to wait at since, writes its claim (for claim): placeTaken of the claim.
 func claimTaken(proc string, since bson.D, claim time.Duration) bson.D {
+	return placeTaken("waiting", proc, since, claim)
+}
+
+// placeTaken is whether a refused Acquire of process proc, whose line began
+// to wait at since, takes the place whose fields are <place>Process,
+// <place>Since and <place>Until (the claim: "waiting"; next after it:
+// "next") for lifetime: when nobody holds it; when it holds it, half spent,
+// so that most refusals write nothing; or when its holder's line has waited
+// less, so that the longest waiting process has it, whatever the others do.
+func placeTaken(place, proc string, since bson.D, lifetime time.Duration) bson.D {
 	const now = "$$NOW"
-	mine := op("$eq", "$waitingProcess", proc)
+	process, waitedSince, until := "$"+place+"Process", "$"+place+"Since", "$"+place+"Until"
+	mine := op("$eq", process, proc)
 	return op("$or",
-		not(op("$gt", ifNull("$waitingUntil", epoch), now)),
-		op("$and", mine, op("$lt", "$waitingUntil", op("$add", now, (claim/2).Milliseconds()))),
-		op("$and", not(mine), op("$lt", since, ifNull("$waitingSince", int64(math.MaxInt64)))))
+		not(op("$gt", ifNull(until, epoch), now)),
+		op("$and", mine, op("$lt", until, op("$add", now, (lifetime/2).Milliseconds()))),
+		op("$and", not(mine), op("$lt", since, ifNull(waitedSince, int64(math.MaxInt64)))))
 }
 
 // 4. Release: updateOne({_id, lockId}, releaseUpdate). The holder is
@@ -258,14 +298,22 @@ func holdersQuery(names bson.A) (filter, projection bson.D) {
 }
 
 // 7. Withdraw a claim: updateOne(withdrawFilter, withdrawUpdate), when an
-// Acquire gives up and no other of its process waits for the lock.
+// Acquire gives up and no other of its process waits for the lock: its
+// process's claim, and its place as next (a lock's).
 func withdrawFilter(name, proc string) bson.D {
-	return bson.D{{Key: "_id", Value: name}, {Key: "waitingProcess", Value: proc}}
+	return bson.D{{Key: "_id", Value: name}, {Key: "$or", Value: bson.A{
+		bson.D{{Key: "waitingProcess", Value: proc}}, bson.D{{Key: "nextProcess", Value: proc}}}}}
 }
 
-var withdrawUpdate = mustMarshal(bson.D{
-	{Key: "$unset", Value: bson.D{{Key: "waitingProcess", Value: ""}, {Key: "waitingSince", Value: ""}, {Key: "waitingUntil", Value: ""}}},
-})
+func withdrawUpdate(proc string) bson.A {
+	fields := bson.D{}
+	for _, group := range [][]string{{"waitingProcess", "waitingSince", "waitingUntil"}, {"nextProcess", "nextSince", "nextUntil"}} {
+		for _, f := range group {
+			fields = append(fields, bson.E{Key: f, Value: cond(op("$eq", "$"+group[0], proc), "$$REMOVE", "$"+f)})
+		}
+	}
+	return bson.A{bson.D{{Key: "$set", Value: fields}}}
+}
 
 // 8. The TTL index, created once per process and collection, in the
 // background: the server deletes a document ttlGraceSeconds after its lease

@@ -33,7 +33,7 @@ func TestGoldenProtocol(t *testing.T) {
 		}
 		return bson.D{
 			{Key: "findOneAndUpdate", Value: filter},
-			{Key: "update", Value: acquirePipeline(lockID, 1795000000000000000, value, newAcquireParts(proc, owner, mode, o.expiry, o.claimLifetime(), turn))},
+			{Key: "update", Value: acquirePipeline(lockID, 1795000000000000000, value, newAcquireParts(proc, owner, mode, o.expiry, o.claimLifetime(), o.nextLifetime(), turn))},
 			{Key: "returnDocument", Value: "after"},
 		}
 	}
@@ -63,7 +63,7 @@ func TestGoldenProtocol(t *testing.T) {
 		"4-release":                {{Key: "updateOne", Value: ownerFilter(name, holding)}, {Key: "update", Value: releaseUpdate}},
 		"5-extend":                 {{Key: "updateMany", Value: extendFilter(bson.A{name, "invoices"}, bson.A{holding, lockID})}, {Key: "update", Value: extendUpdate(o.expiry)}},
 		"6-holders":                {{Key: "find", Value: holders}, {Key: "projection", Value: projection}},
-		"7-withdraw":               {{Key: "updateOne", Value: withdrawFilter(name, proc)}, {Key: "update", Value: withdrawUpdate}},
+		"7-withdraw":               {{Key: "updateOne", Value: withdrawFilter(name, proc)}, {Key: "update", Value: withdrawUpdate(proc)}},
 		"8-ttl-index":              {{Key: "createIndex", Value: ttlIndex().Keys}, {Key: "name", Value: *index.Name}, {Key: "expireAfterSeconds", Value: *index.ExpireAfterSeconds}},
 		"8-ttl-read":               {{Key: "listIndexes", Value: DefaultCollection}},
 		"8-ttl-raise":              raiseTTL(DefaultCollection),
@@ -110,7 +110,7 @@ func TestGoldenProtocol(t *testing.T) {
 // is what encoding it whole gives.
 func TestAcquirePipelineEncodesAsBuiltWhole(t *testing.T) {
 	id := newLockID()
-	_, got, err := bson.MarshalValue(acquirePipeline(id, 42, nil, newAcquireParts("p", "host/1", waitMode, 30*time.Second, time.Second, turnLength)))
+	_, got, err := bson.MarshalValue(acquirePipeline(id, 42, nil, newAcquireParts("p", "host/1", waitMode, 30*time.Second, time.Second, time.Minute, turnLength)))
 	require.NoError(t, err)
 	_, want, err := bson.MarshalValue(builtWhole(id, "p"))
 	require.NoError(t, err)
@@ -120,7 +120,7 @@ func TestAcquirePipelineEncodesAsBuiltWhole(t *testing.T) {
 // builtWhole builds process proc's Acquire pipeline for lockId id as one
 // value, with nothing encoded beforehand.
 func builtWhole(id, proc string) bson.A {
-	mine, free, stages := acquireExprs(proc, "host/1", waitMode, 30*time.Second, time.Second, turnLength)
+	mine, free, stages := acquireExprs(proc, "host/1", waitMode, 30*time.Second, time.Second, time.Minute, turnLength)
 	pipeline := bson.A{
 		bson.D{{Key: "$set", Value: bson.D{
 			{Key: "_attempt", Value: bson.D{{Key: "lockId", Value: id}, {Key: "since", Value: int64(42)}}},
@@ -140,7 +140,7 @@ func builtWhole(id, proc string) bson.A {
 func BenchmarkAcquirePipelineEncoding(b *testing.B) {
 	proc, id := newLockID(), newLockID()
 	b.Run("constant-parts-encoded-once", func(b *testing.B) {
-		parts := newAcquireParts(proc, "host/1", waitMode, 30*time.Second, time.Second, turnLength)
+		parts := newAcquireParts(proc, "host/1", waitMode, 30*time.Second, time.Second, time.Minute, turnLength)
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, _, err := bson.MarshalValue(acquirePipeline(id, 42, nil, parts)); err != nil {

@@ -78,8 +78,8 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 		drained:      make(chan struct{}),
 	}
 	for _, m := range []attemptMode{tryMode, waitMode, handOverMode} {
-		p.acquire[m] = newAcquireParts(p.locks.process, o.owner, m, o.expiry, o.claimLifetime(), turnLength)
-		p.campaign[m] = newAcquireParts(p.locks.process, o.owner, m, o.expiry, o.claimLifetime(), electionTurn)
+		p.acquire[m] = newAcquireParts(p.locks.process, o.owner, m, o.expiry, o.claimLifetime(), o.nextLifetime(), turnLength)
+		p.campaign[m] = newAcquireParts(p.locks.process, o.owner, m, o.expiry, o.claimLifetime(), o.nextLifetime(), electionTurn)
 	}
 	return p, nil
 }
