@@ -105,9 +105,10 @@ func (l *Lock) tryAcquire(ctx context.Context, call *acquireCall) (*Handle, erro
 // collection and name) wait in line, first come first served, and only the
 // first asks the database. A release in this process hands the lock to the
 // next in line in the same round trip; a loss wakes it at once. Between
-// processes, a refused Acquire claims the next turn for its process: the
-// holder's process then takes the lock at most a few more times in a row
-// before it steps aside. The claimant polls often; other waiters poll at the
+// processes, a refused Acquire claims the next turn for its process, or is
+// next after the process that claims it: while a claim lasts, the lock is
+// the claimant's but for the holder's process, which takes it at most a few
+// more times in a row before it steps aside. The claimant polls often; other waiters poll at the
 // configured sleep (WithBusyWaitSleep, WithAdaptiveBackoff) while the lock
 // changes hands, and ever more rarely while it does not. Where the server
 // has change streams, a release anywhere wakes the waiters at once.
