@@ -125,6 +125,10 @@ func KeptDeadline(l *Lock, sent time.Time) time.Time {
 // returned. Call it before p is used.
 func SetReplyError(p *Provider, f func(err error) error) { p.replyHook = f }
 
+// SetSendHook makes f run as each of p's acquisition round trips is about
+// to be sent (in the goroutine that sends it). Call it before p is used.
+func SetSendHook(p *Provider, f func()) { p.sendHook = f }
+
 // CleanupOf tells how an acquisition whose round trip returned err is
 // cleaned up: not at all (ambiguous false: it cannot have been applied),
 // by one owner-checked release (replied: the server answered), or by

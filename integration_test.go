@@ -268,6 +268,7 @@ type turnFields struct {
 	ProcessStreak  int       `bson:"processStreak"`
 	WaitingProcess string    `bson:"waitingProcess"`
 	WaitingUntil   time.Time `bson:"waitingUntil"`
+	NextProcess    string    `bson:"nextProcess"`
 }
 
 func turnOf(t *testing.T, p *mongolock.Provider, name string) turnFields {
@@ -284,6 +285,43 @@ func awaitClaim(t *testing.T, p *mongolock.Provider, name string) {
 	t.Helper()
 	pollUntil(t, 10*time.Second, "a claim of the waiting process in the document",
 		func() bool { return turnOf(t, p, name).WaitingProcess == mongolock.Process(p) })
+}
+
+// An attempt that its Acquire abandoned (ctx ended while it was on its
+// way), and that lands after the Acquire withdrew its process's claim and
+// place, is undone once its reply is in: the place as next after another
+// process's claim that it took is withdrawn too.
+func TestAnAbandonedAttemptLeavesNoPlaceAsNext(t *testing.T) {
+	const name = "late"
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t)
+	releaseAtCleanup(t, mustTryAcquire(t, ctx, e.p.Lock(name)))
+	claimant := newProvider(t, ownClient(t, e.db, nil), fastPolls)
+	cctx, stopClaimant := context.WithCancel(ctx)
+	defer stopClaimant()
+	claiming := acquireInBackground(cctx, claimant.Lock(name))
+	defer func() { stopClaimant(); <-claiming }()
+	awaitClaim(t, claimant, name)
+
+	count := &commandCounter{}
+	late := newProvider(t, ownClient(t, e.db, count), fastPolls)
+	entered, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	mongolock.SetSendHook(late, func() {
+		once.Do(func() { close(entered); <-gate }) // the first attempt waits for the gate
+	})
+	wctx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	waited := acquireInBackground(wctx, late.Lock(name))
+	<-entered
+	giveUp()
+	require.ErrorIs(t, <-waited, context.Canceled)
+	pollUntil(t, 10*time.Second, "its withdraw, sent before its attempt", func() bool { return count.named("update") >= 1 })
+	close(gate)
+	mongolock.WaitBackground(late)
+	f := turnOf(t, e.p, name)
+	require.Equal(t, mongolock.Process(claimant), f.WaitingProcess, "the claim stays")
+	require.NotEqual(t, mongolock.Process(late), f.NextProcess, "a place as next left by an Acquire that gave up")
 }
 
 // claimAndGiveUp starts an Acquire of name by p, waits until its process's

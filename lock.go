@@ -300,6 +300,9 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Han
 func (l *Lock) acquireRoundTrip(ctx context.Context, a attempt) (reply, error) {
 	p, lc, lockID := l.p, l.space(), a.id
 	send := func(ctx context.Context) (reply, error) {
+		if p.sendHook != nil {
+			p.sendHook()
+		}
 		doc, err := l.kind.acquire(ctx, p, l.name, a)
 		if p.replyHook != nil {
 			err = p.replyHook(err)

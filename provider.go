@@ -46,6 +46,7 @@ type Provider struct {
 	closeErr error         // its outcome; set before drained closes
 
 	replyHook func(error) error // tests only: replaces an acquisition's error
+	sendHook  func()            // tests only: runs as an acquisition is about to be sent
 	listBatch int32             // tests only: a listing's batch size, if not 0
 }
 
