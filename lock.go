@@ -151,10 +151,11 @@ func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err e
 		handedOver, mayAttempt, since := qs.next(w)
 		if handedOver != nil {
 			call.handedOver = true
-			if refused.WaitingProcess == lc.process && refused.FencingToken >= handedOver.token {
+			if refused.placed(lc.process) && refused.FencingToken >= handedOver.token {
 				// Its attempt was refused after the hand-over (it saw the
-				// hand-over's token) and claimed again: nobody needs that
-				// claim, and it is gone before the caller goes on.
+				// hand-over's token) and claimed again, or took a place as
+				// next: nobody needs that, and it is gone before the caller
+				// goes on.
 				if l.withdrawNow(ctx) != nil {
 					l.withdraw()
 				}
@@ -339,7 +340,7 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, a attempt) (reply, error) {
 			switch {
 			case r.err == nil && r.doc.LockID == lockID:
 				l.releaseInBackground(lockID, afterReply, true)
-			case r.err == nil && a.mode == waitMode && r.doc.WaitingProcess == lc.process:
+			case r.err == nil && a.mode == waitMode && r.doc.placed(lc.process):
 				l.withdraw()
 			}
 		}

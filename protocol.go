@@ -59,6 +59,10 @@ type reply struct {
 	wrong          error     // the document is of another kind or size: an error, not contention
 }
 
+// placed reports whether the reply shows process proc claiming the next
+// turn or next after the claim.
+func (r reply) placed(proc string) bool { return r.WaitingProcess == proc || r.NextProcess == proc }
+
 // turnLength is how many times in a row a process may acquire a lock; then,
 // if another process claims the next turn, it steps aside for one
 // acquisition. An election's turn is one term: a leader that resigns steps
