@@ -108,9 +108,10 @@ func (l *Lock) tryAcquire(ctx context.Context, call *acquireCall) (*Handle, erro
 // processes, a refused Acquire claims the next turn for its process, or is
 // next after the process that claims it: while a claim lasts, the lock is
 // the claimant's but for the holder's process, which takes it at most a few
-// more times in a row before it steps aside. The claimant polls often; other waiters poll at the
-// configured sleep (WithBusyWaitSleep, WithAdaptiveBackoff) while the lock
-// changes hands, and ever more rarely while it does not. Where the server
+// more times in a row before it steps aside. The claimant polls often;
+// other waiters poll at the configured sleep (WithBusyWaitSleep,
+// WithAdaptiveBackoff) while the lock changes hands, and ever more rarely
+// while it does not. Where the server
 // has change streams, a release anywhere wakes the waiters at once.
 //
 // Transient server and network errors are retried; an error that retrying
@@ -401,15 +402,14 @@ var (
 	afterNoReply = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond, 1500 * time.Millisecond}
 )
 
-// withdraw removes this process's claim on l's next turn, in the
-// background, then wakes the head of its line, if any, to claim again: a
-// claim is its maker's, and must not outlive it.
+// withdraw removes this process's claim on l's next turn, and its place as
+// next after another's, in the background, then wakes the head of its line,
+// if any, to claim again: a claim is its maker's, and must not outlive it.
 func (l *Lock) withdraw() {
 	l.p.background(cleanupTimeout, func(ctx context.Context) { _ = l.withdrawNow(ctx) })
 }
 
-// withdrawNow withdraws its process's claim on l within ctx, and wakes the
-// next in line to claim again.
+// withdrawNow is withdraw within ctx, in the caller's goroutine.
 func (l *Lock) withdrawNow(ctx context.Context) error {
 	lc := l.space()
 	_, err := lc.coll.UpdateOne(ctx, withdrawFilter(l.name, lc.process), withdrawUpdate(lc.process))

@@ -192,8 +192,6 @@ func (o config) watchingClaimantSleep() time.Duration {
 	return min(max(min(o.sleepMax, time.Second), o.sleepMin), o.claimLifetime()/2)
 }
 
-// standbySleep is the longest sleep of a waiter while the lock stays with
-// one holder (WithStandbySleep).
 // nextLifetime is how long a place as next after a lock's claim counts
 // after its process last asked: longer than the standby sleep, so that a
 // waiter that looks rarely while the lock stays with one holder keeps it.
@@ -201,6 +199,8 @@ func (o config) nextLifetime() time.Duration {
 	return min(3*o.standbySleep(), maxDerived)
 }
 
+// standbySleep is the longest sleep of a waiter while the lock stays with
+// one holder (WithStandbySleep).
 func (o config) standbySleep() time.Duration {
 	if o.standby > 0 {
 		return min(o.standby, maxDerived)
