@@ -102,11 +102,14 @@ func BenchmarkUncontendedParts(b *testing.B) {
 			}
 		}
 	})
-	for _, try := range []bool{false, true} {
-		b.Run(map[bool]string{false: "statements", true: "statements-try"}[try], func(b *testing.B) {
+	for _, s := range []struct {
+		name string
+		try  bool
+	}{{"statements", false}, {"statements-try", true}} {
+		b.Run(s.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := mongolock.StatementRoundTrips(ctx, l, try); err != nil {
+				if err := mongolock.StatementRoundTrips(ctx, l, s.try); err != nil {
 					b.Fatal(err)
 				}
 			}
