@@ -108,10 +108,11 @@ const (
 //	{$set: {_attempt: {lockId: <fresh lockId>, since: <token>[, value]},
 //	        _mine: <lastProcess is this one>,
 //	        _free: <expired, and not this process's turn to step aside>}}
-//	{$set: {_claims: <refused, and claims the next turn>}}  (Acquire only)
+//	{$set: {_met: <this process's claim>, _nextMine: <this process is next>,
+//	        _nextLive: <a next is live>[, _claims: <refused, and claims the next turn>]}}
 //	{$set: {_nexts: <refused, another's claim stays, and it is next>}}  (Acquire only)
 //	{$set: {<each field>: {$cond: ["$_free", <acquired>, <refused>]},
-//	        _attempt: "$$REMOVE", _mine: "$$REMOVE", _free: "$$REMOVE"[, _claims, _nexts: "$$REMOVE"]}}
+//	        <each scratch field>: "$$REMOVE"}}
 //
 // Only _attempt changes per attempt (since: the token its process saw when
 // it began to wait; value: the value to hold the lock with, if any); the
@@ -183,7 +184,18 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time
 	waitingProcess, waitingSince, waitingUntil := any("$waitingProcess"), any("$waitingSince"), any("$waitingUntil")
 	nextProcess, nextSince, nextUntil := any("$nextProcess"), any("$nextSince"), any("$nextUntil")
 	scratch := bson.D{{Key: "_attempt", Value: "$$REMOVE"}, {Key: "_mine", Value: "$$REMOVE"}, {Key: "_free", Value: "$$REMOVE"}}
-	nextMine := op("$eq", "$nextProcess", proc)
+	// Whether this process's claim is met (_met), whether it is next
+	// (_nextMine) and whether the next is live (_nextLive), written once for
+	// the fields that read them.
+	const claimMet, nextMine, nextLive = "$_met", "$_nextMine", "$_nextLive"
+	places := bson.D{
+		{Key: "_met", Value: op("$eq", "$waitingProcess", proc)},
+		{Key: "_nextMine", Value: op("$eq", "$nextProcess", proc)},
+		{Key: "_nextLive", Value: op("$gt", ifNull("$nextUntil", epoch), now)},
+	}
+	for _, f := range places {
+		scratch = append(scratch, bson.E{Key: f.Key, Value: "$$REMOVE"})
+	}
 	if mode == waitMode {
 		// Refused: claim the next turn (claimTaken), unless this process
 		// has had its turn, or a DistributedLock.MongoDB acquisition holds
@@ -193,8 +205,9 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time
 		since := claimSince("$_attempt.since")
 		may := op("$and", not(isFree), not(isMine),
 			op("$or", op("$eq", op("$type", "$lockId"), "missing"), op("$eq", "$lockId", "$lastLockId")))
+		places = append(places, bson.E{Key: "_claims", Value: op("$and", may, claimTaken(proc, since, claim))})
 		stages = append(stages,
-			bson.D{{Key: "$set", Value: bson.D{{Key: "_claims", Value: op("$and", may, claimTaken(proc, since, claim))}}}},
+			bson.D{{Key: "$set", Value: places}},
 			bson.D{{Key: "$set", Value: bson.D{{Key: "_nexts", Value: op("$and", may, not(claims),
 				op("$ne", "$waitingProcess", proc), placeTaken("next", proc, since, next))}}}})
 		waitingProcess = cond(claims, proc, "$waitingProcess")
@@ -207,10 +220,11 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time
 		nextUntil = cond(claims, keep("nextUntil"), cond(nexts, op("$add", now, next.Milliseconds()), "$nextUntil"))
 		scratch = append(scratch, bson.E{Key: "_claims", Value: "$$REMOVE"}, bson.E{Key: "_nexts", Value: "$$REMOVE"})
 	}
+	if mode != waitMode {
+		stages = append(stages, bson.D{{Key: "$set", Value: places}})
+	}
 	// Acquired: this process's claim, if any, is fulfilled, and the next
 	// claims in its place while it lasts; or this process was next.
-	claimMet := op("$eq", "$waitingProcess", proc)
-	nextLive := op("$gt", ifNull("$nextUntil", epoch), now)
 	promoted := func(claimField string, next any) bson.D {
 		return cond(claimMet, cond(nextLive, next, "$$REMOVE"), "$"+claimField)
 	}
