@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"reflect"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -123,11 +124,13 @@ func KeptDeadline(l *Lock, sent time.Time) time.Time {
 // SetReplyError makes f replace the error of each of p's acquisition round
 // trips (and hand-overs to p's waiters) once the real round trip has
 // returned. Call it before p is used.
-func SetReplyError(p *Provider, f func(err error) error) { p.replyHook = f }
+func SetReplyError(p *Provider, f func(err error) error) {
+	setHooks(p, func(h *providerHooks) { h.reply = f })
+}
 
 // SetSendHook makes f run as each of p's acquisition round trips is about
 // to be sent (in the goroutine that sends it). Call it before p is used.
-func SetSendHook(p *Provider, f func()) { p.sendHook = f }
+func SetSendHook(p *Provider, f func()) { setHooks(p, func(h *providerHooks) { h.send = f }) }
 
 // CleanupOf tells how an acquisition whose round trip returned err is
 // cleaned up: not at all (ambiguous false: it cannot have been applied),
@@ -137,7 +140,45 @@ func CleanupOf(err error) (ambiguous, replied bool) { return isAmbiguous(err), i
 
 // SetListBatchSize sets the batch size of p's listings (Locks). Call it
 // before p is used.
-func SetListBatchSize(p *Provider, n int32) { p.listBatch = n }
+func SetListBatchSize(p *Provider, n int32) { setHooks(p, func(h *providerHooks) { h.listBatch = n }) }
+
+// providerHooks are what the Set… functions above set for one provider.
+type providerHooks struct {
+	send      func()
+	reply     func(error) error
+	listBatch int32
+}
+
+var hooks sync.Map // *Provider -> *providerHooks, replaced whole on each change
+
+func setHooks(p *Provider, set func(*providerHooks)) {
+	var h providerHooks
+	if old, ok := hooks.Load(p); ok {
+		h = *old.(*providerHooks)
+	}
+	set(&h)
+	hooks.Store(p, &h)
+}
+
+func init() {
+	testHookSend = func(p *Provider) {
+		if h, ok := hooks.Load(p); ok && h.(*providerHooks).send != nil {
+			h.(*providerHooks).send()
+		}
+	}
+	testHookReply = func(p *Provider, err error) error {
+		if h, ok := hooks.Load(p); ok && h.(*providerHooks).reply != nil {
+			return h.(*providerHooks).reply(err)
+		}
+		return err
+	}
+	testHookListBatch = func(p *Provider) int32 {
+		if h, ok := hooks.Load(p); ok {
+			return h.(*providerHooks).listBatch
+		}
+		return 0
+	}
+}
 
 // TelemetryCycle runs the telemetry hooks of an Acquire that succeeds at
 // its first attempt and of the handle's Release, without I/O: what

@@ -78,7 +78,7 @@ func (p *Provider) infos(ctx context.Context, op, name string, pipeline mongo.Pi
 			fail(errNilContext)
 			return
 		}
-		cur, err := p.locks.coll.Aggregate(ctx, pipeline, options.Aggregate().SetBatchSize(cmp.Or(p.listBatch, listBatchSize)))
+		cur, err := p.locks.coll.Aggregate(ctx, pipeline, options.Aggregate().SetBatchSize(p.listBatchSize()))
 		if err != nil {
 			fail(err)
 			return
@@ -98,6 +98,14 @@ func (p *Provider) infos(ctx context.Context, op, name string, pipeline mongo.Pi
 			fail(err)
 		}
 	}
+}
+
+// listBatchSize is how many locks one reply of p's listings carries.
+func (p *Provider) listBatchSize() int32 {
+	if testHookListBatch != nil {
+		return cmp.Or(testHookListBatch(p), listBatchSize)
+	}
+	return listBatchSize
 }
 
 // ForceRelease ends whatever acquisition holds the lock called name, of any

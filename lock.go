@@ -302,12 +302,12 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Han
 func (l *Lock) acquireRoundTrip(ctx context.Context, a attempt) (reply, error) {
 	p, lc, lockID := l.p, l.space(), a.id
 	send := func(ctx context.Context) (reply, error) {
-		if p.sendHook != nil {
-			p.sendHook()
+		if testHookSend != nil {
+			testHookSend(p)
 		}
 		doc, err := l.kind.acquire(ctx, p, l.name, a)
-		if p.replyHook != nil {
-			err = p.replyHook(err)
+		if testHookReply != nil {
+			err = testHookReply(p, err)
 		}
 		if isAmbiguous(err) {
 			schedule := afterNoReply
@@ -400,6 +400,13 @@ func (l *Lock) releaseInBackground(lockID string, schedule []time.Duration, orph
 var (
 	afterReply   = []time.Duration{0}
 	afterNoReply = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond, 1500 * time.Millisecond}
+)
+
+// Test hooks, set by the tests only; nil otherwise.
+var (
+	testHookSend      func(p *Provider)                  // as an acquisition round trip is about to be sent
+	testHookReply     func(p *Provider, err error) error // replaces a round trip's error
+	testHookListBatch func(p *Provider) int32            // a listing's batch size, if not 0
 )
 
 // withdraw removes this process's claim on l's next turn, and its place as

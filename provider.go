@@ -44,10 +44,6 @@ type Provider struct {
 	closer   sync.Once
 	drained  chan struct{} // closed when Close is over
 	closeErr error         // its outcome; set before drained closes
-
-	replyHook func(error) error // tests only: replaces an acquisition's error
-	sendHook  func()            // tests only: runs as an acquisition is about to be sent
-	listBatch int32             // tests only: a listing's batch size, if not 0
 }
 
 // NewProvider returns a Provider for locks in db. It validates every option
