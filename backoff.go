@@ -36,7 +36,7 @@ func (o config) backoff() backoff {
 	return backoff{min: o.sleepMin, max: o.sleepMax, adaptive: o.adaptive}
 }
 
-// waiting is the schedule between refused attempts of one lock's local
+// pacer is the schedule between refused attempts of one lock's local
 // line, kept across the line's successive heads. Only the claimant polls
 // faster than the lock changes hands, and nobody faster than the minimum
 // sleep:
@@ -67,23 +67,23 @@ func (o config) backoff() backoff {
 //     runs out sends no event, so the claimant looks every longest sleep,
 //     at most a second, and twice per claim lifetime (watchingClaimantSleep),
 //     to find a crashed holder's lock free.
-type waiting struct {
+type pacer struct {
 	failures int
 	lockID   string    // the holder's lockId the last refusal saw
 	seen     time.Time // when
 	heldFrom time.Time // when that lockId was first seen
 	holder   string    // the holder's process and streak as last seen changing
 	streak   int
-	since    time.Time
+	streakAt time.Time     // when that streak was seen
 	per      time.Duration // time per acquisition in a streak; 0: unknown
 	standby  time.Duration
-	local    time.Time // this process's last acquisition
+	lastHeld time.Time // this process's last acquisition
 	began    int64     // the fencing token seen when the line began to wait; 0: not yet
 }
 
 // refused returns the sleep after a refusal that returned doc, for an
 // Acquire of process proc with options o.
-func (w *waiting) refused(o config, proc string, doc reply, now time.Time, notified bool) time.Duration {
+func (w *pacer) refused(o config, proc string, doc reply, now time.Time, notified bool) time.Duration {
 	w.failures++
 	first := w.seen.IsZero()
 	if w.began == 0 {
@@ -99,11 +99,11 @@ func (w *waiting) refused(o config, proc string, doc reply, now time.Time, notif
 	w.lockID, w.seen = doc.LockID, now
 	// Held for long: the same acquisition seen across the longest sleep.
 	long := now.Sub(w.heldFrom) >= o.sleepMax
-	if doc.LastProcess == w.holder && doc.ProcessStreak > w.streak && !w.since.IsZero() {
-		w.per = now.Sub(w.since) / time.Duration(doc.ProcessStreak-w.streak)
+	if doc.LastProcess == w.holder && doc.ProcessStreak > w.streak && !w.streakAt.IsZero() {
+		w.per = now.Sub(w.streakAt) / time.Duration(doc.ProcessStreak-w.streak)
 	}
 	if doc.LastProcess != w.holder || doc.ProcessStreak != w.streak {
-		w.holder, w.streak, w.since = doc.LastProcess, doc.ProcessStreak, now
+		w.holder, w.streak, w.streakAt = doc.LastProcess, doc.ProcessStreak, now
 	}
 	// after returns how long n more acquisitions should take.
 	after := func(n int) time.Duration { return time.Duration(n)*w.per + w.per/2 }
@@ -164,7 +164,7 @@ func (w *waiting) refused(o config, proc string, doc reply, now time.Time, notif
 
 // failed returns the sleep after an attempt that failed with a transient
 // error.
-func (w *waiting) failed(o config) time.Duration {
+func (w *pacer) failed(o config) time.Duration {
 	w.failures++
 	return o.backoff().next(w.failures)
 }
@@ -173,17 +173,17 @@ func (w *waiting) failed(o config) time.Duration {
 // less than streakGap apart, time the pace of a streak, which other
 // processes' streaks tend to share. What the schedule learnt of its failures
 // is forgotten.
-func (w *waiting) acquired(now time.Time, streakGap time.Duration) {
-	if d := now.Sub(w.local); d < streakGap {
+func (w *pacer) acquired(now time.Time, streakGap time.Duration) {
+	if d := now.Sub(w.lastHeld); d < streakGap {
 		w.per = d
 	}
-	w.local = now
+	w.lastHeld = now
 	w.failures, w.standby, w.began = 0, 0, 0
 }
 
 // waitingSince returns the token to claim with: the one seen when the line
 // began to wait, or, before any refusal, one that outranks every other.
-func (w *waiting) waitingSince() int64 {
+func (w *pacer) waitToken() int64 {
 	if w.began == 0 {
 		return math.MaxInt64
 	}

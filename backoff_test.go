@@ -145,7 +145,7 @@ func TestWaitingDurationsDoNotOverflow(t *testing.T) {
 			require.Positive(t, got, "derived from sleeps of %v", d)
 		}
 		require.GreaterOrEqual(t, o.claimLifetime(), o.claimantSleep())
-		var w waiting
+		var w pacer
 		now := time.Now()
 		for i := range 5 {
 			now = now.Add(time.Millisecond)
@@ -160,7 +160,7 @@ func TestWaitingDurationsDoNotOverflow(t *testing.T) {
 
 // refusals feeds w the refusals of a lock whose holder's process takes it
 // every per, from streak 1 on, polled every poll; it returns the last sleep.
-func refusals(w *waiting, o config, doc reply, t0 time.Time, per, poll time.Duration, n int) time.Duration {
+func refusals(w *pacer, o config, doc reply, t0 time.Time, per, poll time.Duration, n int) time.Duration {
 	var d time.Duration
 	for i := range n {
 		at := time.Duration(i) * poll
@@ -176,7 +176,7 @@ func refusals(w *waiting, o config, doc reply, t0 time.Time, per, poll time.Dura
 // process takes the lock again and again, about when its turn should end.
 func TestTheClaimantPollsAtMostEveryClaimantSleep(t *testing.T) {
 	o := defaultConfig()
-	var w waiting
+	var w pacer
 	t0 := time.Now()
 	d := w.refused(o, "me", reply{turn: turnLength, WaitingProcess: "me", LastProcess: "holder", LockID: "h"}, t0, false)
 	require.Equal(t, o.sleepMin, d, "first refusal: look again soon")
@@ -187,7 +187,7 @@ func TestTheClaimantPollsAtMostEveryClaimantSleep(t *testing.T) {
 	// The holder's process takes the lock every 10 ms; polled every 20 ms,
 	// the third refusal sees a streak of 5: 3 more and half of one are 35 ms,
 	// and the claimant looks again halfway.
-	w = waiting{}
+	w = pacer{}
 	d = refusals(&w, o, reply{turn: turnLength, WaitingProcess: "me", LastProcess: "holder"}, t0, 10*time.Millisecond, 20*time.Millisecond, 3)
 	require.Equal(t, 35*time.Millisecond/2, d)
 	// A turn already over: poll at the minimum, not sooner.
@@ -201,7 +201,7 @@ func TestTheClaimantPollsAtMostEveryClaimantSleep(t *testing.T) {
 // claimant's longest, and start again when someone does.
 func TestASlotsClaimantLooksAgainAfterHalfAsLongAsTheNewestHolderHeld(t *testing.T) {
 	o := defaultConfig()
-	var w waiting
+	var w pacer
 	doc := reply{WaitingProcess: "me", LockID: "a"} // a slot's: turn 0
 	now := time.Now()
 	var sleeps []time.Duration
@@ -222,7 +222,7 @@ func TestASlotsClaimantLooksAgainAfterHalfAsLongAsTheNewestHolderHeld(t *testing
 func TestOtherWaitersBackOffWhileTheLockStaysWithOneHolder(t *testing.T) {
 	o := defaultConfig()
 	o.sleepMin, o.sleepMax = 100*time.Millisecond, 100*time.Millisecond
-	var w waiting
+	var w pacer
 	doc := reply{turn: turnLength, WaitingProcess: "claimant", LockID: "1"}
 	var sleeps []time.Duration
 	now := time.Now()
@@ -246,7 +246,7 @@ func TestOtherWaitersBackOffWhileTheLockStaysWithOneHolder(t *testing.T) {
 	// claimant, which looks every longest sleep: a lease that runs out
 	// (a crashed holder) sends no event.
 	require.Equal(t, o.standbySleep(), w.refused(o, "me", doc, now.Add(2*time.Second), true))
-	require.Equal(t, o.sleepMax, (&waiting{}).refused(o, "claimant", doc, now, true))
+	require.Equal(t, o.sleepMax, (&pacer{}).refused(o, "claimant", doc, now, true))
 }
 
 // While the lock changes hands, a waiter behind another process's claim
@@ -256,7 +256,7 @@ func TestOtherWaitersPollWhenTheNextTurnCanBeClaimed(t *testing.T) {
 	o := defaultConfig()
 	o.sleepMin, o.sleepMax, o.adaptive = time.Millisecond, time.Second, true
 	t0 := time.Now()
-	var w waiting
+	var w pacer
 	w.failures = 50 // the configured sleep has grown to its maximum
 	// Every 10 ms; the last refusal sees a streak of 3: 5 more by the
 	// holder's process, then the claimant's, one to spare, and half of one:
@@ -281,7 +281,7 @@ func TestAShortAcquisitionSeenTwiceIsNotALongHold(t *testing.T) {
 	var d time.Duration
 	// Its own process took the lock every 10 ms: it knows the pace.
 	o.sleepMax, o.adaptive = time.Second, true
-	var w waiting
+	var w pacer
 	w.acquired(t0, o.sleepMax)
 	w.acquired(t0.Add(10*time.Millisecond), o.sleepMax)
 	w.failures = 50 // the configured sleep has grown to its maximum
@@ -317,7 +317,7 @@ func TestSleepsKeepTheirDocumentedBounds(t *testing.T) {
 		t.Run(fmt.Sprintf("%v..%v standby %v", o.sleepMin, o.sleepMax, o.standbySleep()), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, 2))
 			pick := func(vals ...string) string { return vals[rng.IntN(len(vals))] }
-			var w waiting
+			var w pacer
 			now := time.Now()
 			for i := range 20000 {
 				doc := reply{

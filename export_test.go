@@ -29,7 +29,7 @@ func LockWithValue(p *Provider, name, value string) *Lock {
 // Locals is how many collections of live clients this process keeps
 // state for.
 func Locals() (n int) {
-	locals.Range(func(any, any) bool { n++; return true })
+	collStates.Range(func(any, any) bool { n++; return true })
 	return n
 }
 
@@ -62,9 +62,9 @@ func CollectionName(p *Provider) string { return p.locks.coll.Name() }
 // QueueLen is the number of Acquire calls of this process waiting in line
 // for name; QueueNames the number of names with a local queue entry.
 // SlotQueueLen is QueueLen for a Semaphore's or an RWLock's name.
-func QueueLen(p *Provider, name string) int { return p.locks.queues.waiting(name) }
+func QueueLen(p *Provider, name string) int { return p.locks.queues.waiters(name) }
 
-func SlotQueueLen(p *Provider, name string) int { return p.slots.queues.waiting(name) }
+func SlotQueueLen(p *Provider, name string) int { return p.slots.queues.waiters(name) }
 
 func QueueNames(p *Provider) int {
 	qs := &p.locks.queues

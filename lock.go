@@ -51,7 +51,7 @@ type kindDriver interface {
 type attempt struct {
 	id        string // the fresh lockId or holder id
 	releasing string // a hand-over's releasing holder; "" otherwise
-	since     int64  // the token the claim is made with
+	waitToken int64  // the token its line saw when it began to wait, which claims are made with
 	mode      attemptMode
 }
 
@@ -149,7 +149,7 @@ func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err e
 		case <-w.wake: // what woke it is seen below
 		default:
 		}
-		handedOver, mayAttempt, since := qs.next(w)
+		handedOver, mayAttempt, waitToken := qs.next(w)
 		if handedOver != nil {
 			call.handedOver = true
 			if refused.placed(lc.process) && refused.FencingToken >= handedOver.token {
@@ -168,7 +168,7 @@ func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err e
 			contended = true // someone of this process goes first
 		} else {
 			asked = asked || ctx.Err() == nil // else attempt sends nothing
-			h, doc, err := l.attempt(ctx, waitMode, since)
+			h, doc, err := l.attempt(ctx, waitMode, waitToken)
 			call.attempted(ctx, err)
 			switch {
 			case err == nil:
@@ -254,11 +254,11 @@ func (h *Handle) do(ctx context.Context, fn func(ctx context.Context) error) (er
 	return fn(fctx)
 }
 
-// attempt is one acquisition attempt, claiming with since (Acquire): one
-// round trip on an existing lock document. A missing document (no match; or a duplicate key on FerretDB,
-// racing another client that creates it) is created with a plain insert and
-// the attempt repeated.
-func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Handle, reply, error) {
+// attempt is one acquisition attempt, claiming with waitToken (Acquire):
+// one round trip on an existing lock document. A missing document (no
+// match; or a duplicate key on FerretDB, racing another client that creates
+// it) is created with a plain insert and the attempt repeated.
+func (l *Lock) attempt(ctx context.Context, mode attemptMode, waitToken int64) (*Handle, reply, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, reply{}, err // nothing sent, not even the index
 	}
@@ -267,7 +267,7 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, since int64) (*Han
 		// A fresh lockId per round trip: a cleanup of one can never free
 		// another.
 		lockID, sent := newLockID(), time.Now()
-		doc, err := l.acquireRoundTrip(ctx, attempt{id: lockID, since: since, mode: mode})
+		doc, err := l.acquireRoundTrip(ctx, attempt{id: lockID, waitToken: waitToken, mode: mode})
 		switch {
 		case err == nil && doc.LockID == lockID:
 			return newHandle(l, lockID, doc.FencingToken, sent), doc, nil
@@ -443,7 +443,7 @@ func (d mutexDriver) acquire(ctx context.Context, p *Provider, name string, a at
 	if d.value != nil {
 		parts, turn = p.campaign[a.mode], electionTurn
 	}
-	err = p.locks.coll.FindOneAndUpdate(ctx, filter, acquirePipeline(a.id, a.since, d.value, parts), acquireOptions).Decode(&doc)
+	err = p.locks.coll.FindOneAndUpdate(ctx, filter, acquirePipeline(a.id, a.waitToken, d.value, parts), acquireOptions).Decode(&doc)
 	doc.turn = turn
 	return doc, err
 }

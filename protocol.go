@@ -119,8 +119,8 @@ const (
 // rest is the same for every attempt of a provider and mode, and is encoded
 // once (acquireParts). Each condition is written once, in a scratch field:
 // the server reads a statement a fraction of the size.
-func acquirePipeline(lockID string, since int64, value *string, parts acquireParts) bson.A {
-	attempt := bson.D{{Key: "lockId", Value: lockID}, {Key: "since", Value: since}}
+func acquirePipeline(lockID string, waitToken int64, value *string, parts acquireParts) bson.A {
+	attempt := bson.D{{Key: "lockId", Value: lockID}, {Key: "since", Value: waitToken}}
 	if value != nil {
 		attempt = append(attempt, bson.E{Key: "value", Value: literal(*value)})
 	}
@@ -202,21 +202,21 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time
 		// the lock (its delete-release must not race with a write). Where
 		// another process's claim stays, be next after it.
 		const claims, nexts = "$_claims", "$_nexts"
-		since := claimSince("$_attempt.since")
+		token := claimToken("$_attempt.since")
 		may := op("$and", not(isFree), not(isMine),
 			op("$or", op("$eq", op("$type", "$lockId"), "missing"), op("$eq", "$lockId", "$lastLockId")))
-		places = append(places, bson.E{Key: "_claims", Value: op("$and", may, claimTaken(proc, since, claim))})
+		places = append(places, bson.E{Key: "_claims", Value: op("$and", may, claimTaken(proc, token, claim))})
 		stages = append(stages,
 			bson.D{{Key: "$set", Value: places}},
 			bson.D{{Key: "$set", Value: bson.D{{Key: "_nexts", Value: op("$and", may, not(claims),
-				op("$ne", "$waitingProcess", proc), placeTaken("next", proc, since, next))}}}})
+				op("$ne", "$waitingProcess", proc), placeTaken("next", proc, token, next))}}}})
 		waitingProcess = cond(claims, proc, "$waitingProcess")
-		waitingSince = cond(claims, since, "$waitingSince")
+		waitingSince = cond(claims, token, "$waitingSince")
 		waitingUntil = cond(claims, op("$add", now, claim.Milliseconds()), "$waitingUntil")
 		// Claiming, it is next no more.
 		keep := func(field string) bson.D { return cond(nextMine, "$$REMOVE", "$"+field) }
 		nextProcess = cond(claims, keep("nextProcess"), cond(nexts, proc, "$nextProcess"))
-		nextSince = cond(claims, keep("nextSince"), cond(nexts, since, "$nextSince"))
+		nextSince = cond(claims, keep("nextSince"), cond(nexts, token, "$nextSince"))
 		nextUntil = cond(claims, keep("nextUntil"), cond(nexts, op("$add", now, next.Milliseconds()), "$nextUntil"))
 		scratch = append(scratch, bson.E{Key: "_claims", Value: "$$REMOVE"}, bson.E{Key: "_nexts", Value: "$$REMOVE"})
 	}
@@ -252,31 +252,33 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time
 	return mine, free, append(stages, write)
 }
 
-// claimSince is the token a claim is made with: the one its line saw when
-// it began to wait (since), or on a first attempt, which does not know it
-// yet, the current one.
-func claimSince(since any) bson.D { return op("$min", since, ifNull("$fencingToken", int64(0))) }
+// claimToken is the token a claim is made with: the one its line saw when
+// it began to wait (waitToken), or on a first attempt, which does not know
+// it yet, the current one.
+func claimToken(waitToken any) bson.D {
+	return op("$min", waitToken, ifNull("$fencingToken", int64(0)))
+}
 
 // claimTaken is whether a refused Acquire of process proc, whose line began
-// to wait at since, writes its claim (for claim): placeTaken of the claim.
-func claimTaken(proc string, since bson.D, claim time.Duration) bson.D {
-	return placeTaken("waiting", proc, since, claim)
+// to wait at token, writes its claim (for claim): placeTaken of the claim.
+func claimTaken(proc string, token bson.D, claim time.Duration) bson.D {
+	return placeTaken("waiting", proc, token, claim)
 }
 
 // placeTaken is whether a refused Acquire of process proc, whose line began
-// to wait at since, takes the place whose fields are <place>Process,
+// to wait at token, takes the place whose fields are <place>Process,
 // <place>Since and <place>Until (the claim: "waiting"; next after it:
 // "next") for lifetime: when nobody holds it; when it holds it, half spent,
 // so that most refusals write nothing; or when its holder's line has waited
 // less, so that the longest waiting process has it, whatever the others do.
-func placeTaken(place, proc string, since bson.D, lifetime time.Duration) bson.D {
+func placeTaken(place, proc string, token bson.D, lifetime time.Duration) bson.D {
 	const now = "$$NOW"
 	process, waitedSince, until := "$"+place+"Process", "$"+place+"Since", "$"+place+"Until"
 	mine := op("$eq", process, proc)
 	return op("$or",
 		not(op("$gt", ifNull(until, epoch), now)),
 		op("$and", mine, op("$lt", until, op("$add", now, (lifetime/2).Milliseconds()))),
-		op("$and", not(mine), op("$lt", since, ifNull(waitedSince, int64(math.MaxInt64)))))
+		op("$and", not(mine), op("$lt", token, ifNull(waitedSince, int64(math.MaxInt64)))))
 }
 
 // 4. Release: updateOne({_id, lockId}, releaseUpdate). The holder is
@@ -582,13 +584,13 @@ func slotPipeline(a slotAttempt) bson.A {
 	}
 	var claimStage bson.A // written once, read by each claim field
 	if a.mode == waitMode {
-		since := claimSince(a.since)
-		claiming := op("$and", not(acq), ofKind, claimTaken(a.proc, since, a.claim))
+		token := claimToken(a.waitToken)
+		claiming := op("$and", not(acq), ofKind, claimTaken(a.proc, token, a.claim))
 		if a.rw == 0 {
-			claiming = op("$and", not(acq), ofKind, agreed, claimTaken(a.proc, since, a.claim))
+			claiming = op("$and", not(acq), ofKind, agreed, claimTaken(a.proc, token, a.claim))
 		}
 		claimStage = bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "_claims", Value: claiming}}}}}
-		values := []any{a.proc, since, op("$add", now, a.claim.Milliseconds()), string(a.rw)}
+		values := []any{a.proc, token, op("$add", now, a.claim.Milliseconds()), string(a.rw)}
 		for i := range claims {
 			claims[i].Value = cond("$_claims", values[i], claims[i].Value)
 		}
@@ -639,7 +641,7 @@ var (
 // slotAttempt is what slotPipeline needs of one attempt.
 type slotAttempt struct {
 	id, releasing string // releasing: the holder handed over from (handOverMode)
-	since         int64  // the token its line claims with
+	waitToken     int64  // the token its line saw when it began to wait
 	proc, owner   string
 	n             int    // a semaphore's slots
 	rw            rwMode // an RWLock's mode; 0 for a semaphore

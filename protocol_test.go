@@ -43,7 +43,7 @@ func TestGoldenProtocol(t *testing.T) {
 		if mode == handOverMode {
 			filter, releasing = semHolderFilter(name, holding), holding
 		}
-		a := slotAttempt{id: lockID, releasing: releasing, since: 1795000000000000000, proc: proc, owner: owner, n: n, rw: rw, mode: mode, expiry: o.expiry, claim: o.claimLifetime()}
+		a := slotAttempt{id: lockID, releasing: releasing, waitToken: 1795000000000000000, proc: proc, owner: owner, n: n, rw: rw, mode: mode, expiry: o.expiry, claim: o.claimLifetime()}
 		return bson.D{{Key: "findOneAndUpdate", Value: filter}, {Key: "update", Value: slotPipeline(a)}, {Key: "returnDocument", Value: "after"}, {Key: "fields", Value: slotReplyFields}}
 	}
 	leaderValue := "http://10.0.0.7:8080"

@@ -110,18 +110,18 @@ func (p *Provider) Lock(name string) *Lock { return &Lock{p: p, name: name, kind
 // for it.
 type space struct {
 	coll *mongo.Collection
-	*local
+	*collState
 }
 
 func newSpace(db *mongo.Database, coll string) space {
-	return space{db.Collection(coll, collectionConcerns), localFor(db, coll)}
+	return space{db.Collection(coll, collectionConcerns), collStateFor(db, coll)}
 }
 
-// local is what this process keeps for one collection of one client, shared
+// collState is what this process keeps for one collection of one client, shared
 // by every Provider of it while the client lives: the process's id in lock
 // documents, the TTL index created once, the lines of waiters and the
 // release events.
-type local struct {
+type collState struct {
 	process   string
 	indexOnce sync.Once
 	bg        sync.WaitGroup // the release source
@@ -129,25 +129,25 @@ type local struct {
 	notify    notifier
 }
 
-// localKey identifies a collection of one client. The client is held
+// collKey identifies a collection of one client. The client is held
 // weakly, so that the registry does not keep disconnected clients alive.
-type localKey struct {
+type collKey struct {
 	client   weak.Pointer[mongo.Client]
 	db, coll string
 }
 
-var locals sync.Map // localKey -> *local
+var collStates sync.Map // collKey -> *collState
 
-func localFor(db *mongo.Database, coll string) *local {
-	k := localKey{weak.Make(db.Client()), db.Name(), coll}
-	if c, ok := locals.Load(k); ok {
-		return c.(*local)
+func collStateFor(db *mongo.Database, coll string) *collState {
+	k := collKey{weak.Make(db.Client()), db.Name(), coll}
+	if c, ok := collStates.Load(k); ok {
+		return c.(*collState)
 	}
-	c, loaded := locals.LoadOrStore(k, &local{process: newLockID(), queues: queues{byName: map[string]*queue{}}, notify: notifier{source: watchReleases}})
+	c, loaded := collStates.LoadOrStore(k, &collState{process: newLockID(), queues: queues{byName: map[string]*queue{}}, notify: notifier{source: watchReleases}})
 	if !loaded { // forgotten with its client
-		runtime.AddCleanup(db.Client(), func(k localKey) { locals.Delete(k) }, k)
+		runtime.AddCleanup(db.Client(), func(k collKey) { collStates.Delete(k) }, k)
 	}
-	return c.(*local)
+	return c.(*collState)
 }
 
 // background runs f in a goroutine counted by the provider's WaitGroup,

@@ -19,7 +19,7 @@ type queue struct {
 	waiters   []*waiter // waiters[0] is the head
 	held      int       // handles of this process that hold the name
 	exclusive int       // of which exclusive ones (a lock's, an RWLock's writer's)
-	sched     waiting   // when the head attempts next
+	pace      pacer     // when the head attempts next
 }
 
 // A waiter is one Acquire call in line.
@@ -96,14 +96,14 @@ func (qs *queues) leave(w *waiter) (untaken *Handle) {
 // ask the database (it is the head, no handle of this process holds the
 // name, and no hand-over to it is under way) and the token its line claims
 // with.
-func (qs *queues) next(w *waiter) (handedOver *Handle, mayAttempt bool, since int64) {
+func (qs *queues) next(w *waiter) (handedOver *Handle, mayAttempt bool, waitToken int64) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if h := w.handedOver; h != nil {
 		w.handedOver = nil
 		return h, false, 0
 	}
-	return nil, w.q.waiters[0] == w && !w.q.full(w.lock) && !w.offered, w.q.sched.waitingSince()
+	return nil, w.q.waiters[0] == w && !w.q.full(w.lock) && !w.offered, w.q.pace.waitToken()
 }
 
 // full reports whether this process's handles hold all of the name that l
@@ -121,9 +121,9 @@ func (qs *queues) after(w *waiter, doc *reply) <-chan time.Time {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if doc == nil {
-		return time.After(w.q.sched.failed(p.opts))
+		return time.After(w.q.pace.failed(p.opts))
 	}
-	return time.After(w.q.sched.refused(p.opts, lc.process, *doc, time.Now(), notified))
+	return time.After(w.q.pace.refused(p.opts, lc.process, *doc, time.Now(), notified))
 }
 
 // hold records that a handle of l's provider acquired l's name at now.
@@ -135,7 +135,7 @@ func (qs *queues) hold(l *Lock, now time.Time) {
 	if _, excl := l.kind.limit(); excl {
 		q.exclusive++
 	}
-	q.sched.acquired(now, l.p.opts.sleepMax)
+	q.pace.acquired(now, l.p.opts.sleepMax)
 }
 
 // unhold records that a handle of this process no longer holds l's name, and
@@ -163,7 +163,7 @@ func (qs *queues) wakeHead(name string) {
 }
 
 // waiting returns how many Acquire calls wait in line for name.
-func (qs *queues) waiting(name string) int {
+func (qs *queues) waiters(name string) int {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if q := qs.byName[name]; q != nil {

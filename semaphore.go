@@ -120,7 +120,7 @@ func (d slotDriver) acquire(ctx context.Context, p *Provider, name string, a att
 	if a.releasing != "" {
 		filter = semHolderFilter(name, a.releasing)
 	}
-	sa := slotAttempt{id: a.id, releasing: a.releasing, since: a.since, proc: p.slots.process, owner: p.opts.owner,
+	sa := slotAttempt{id: a.id, releasing: a.releasing, waitToken: a.waitToken, proc: p.slots.process, owner: p.opts.owner,
 		n: d.n, rw: d.rw, mode: a.mode, expiry: p.opts.expiry, claim: p.opts.claimLifetime()}
 	var doc semDoc
 	err := p.slots.coll.FindOneAndUpdate(ctx, filter, slotPipeline(sa), slotReplyOptions).Decode(&doc)
