@@ -238,7 +238,7 @@ type slotsDoc struct {
 	Now           time.Time `bson:"now"`
 }
 
-// inspectSlots reads the state of l, a Semaphore's or an RWLock's (21).
+// inspectSlots reads the state of l, a Semaphore's or an RWLock's (semInspectPipeline).
 func (l *Lock) inspectSlots(ctx context.Context) (slotsDoc, error) {
 	if ctx == nil {
 		return slotsDoc{}, l.errorf("inspect", errNilContext)

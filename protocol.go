@@ -527,14 +527,14 @@ var liveHolders = bson.D{{Key: "$filter", Value: bson.D{
 // liveStage sets _live to liveHolders.
 var liveStage = bson.D{{Key: "$set", Value: bson.D{{Key: "_live", Value: liveHolders}}}}
 
-// 15. Create a semaphore: insertOne, as a lock's (1).
+// 15. Create a semaphore: insertOne, as a lock's.
 func createSemDoc(name string, n int) bson.D {
 	return bson.D{{Key: "_id", Value: name}, {Key: "kind", Value: "semaphore"}, {Key: "n", Value: n},
 		{Key: "holders", Value: bson.A{}}, {Key: "expiresAt", Value: epoch}}
 }
 
 // 16. Acquire a slot, or hand one over: findOneAndUpdate({_id: name},
-// slotPipeline, returnDocument: after). As a lock's (2, 3), with a scalar
+// slotPipeline, returnDocument: after). As a lock's acquisition, with a scalar
 // claim (waitingProcess, waitingSince, waitingUntil) and no turns: a
 // refused Acquire claims the next free slot for its process, unless
 // another process's claim is live and that process has waited as long
@@ -548,7 +548,7 @@ func createSemDoc(name string, n int) bson.D {
 // only: once, for the fields that read it), and write; a refusal writes
 // nothing but the claim. A hand-over (filter semHolderFilter(name,
 // releasing)) first removes the releasing holder, and a refused one only
-// releases, stamping releasedAt as a release does (17).
+// releases, stamping releasedAt as a release does.
 func slotPipeline(a slotAttempt) bson.A {
 	const now, live, acq = "$$NOW", "$_live", "$_acquired"
 	until := op("$add", now, a.expiry.Milliseconds())
@@ -658,7 +658,7 @@ func semHolderFilter(name, id string) bson.D {
 // 17. Release a slot: updateOne(semHolderFilter, semReleaseUpdate). The
 // token stays; the top-level expiresAt too, so the TTL index deletes the
 // document at most ttlGraceSeconds after the released lease would have
-// ended. releasedAt is what release events (9) look for.
+// ended. releasedAt is what release events look for.
 func semReleaseUpdate(id string) bson.D {
 	return bson.D{
 		{Key: "$pull", Value: bson.D{{Key: "holders", Value: bson.D{{Key: "id", Value: id}}}}},
@@ -697,7 +697,7 @@ func semHoldersQuery(names bson.A) (filter, projection bson.D) {
 }
 
 // Reader-writer locks. An RWLock is one document in the semaphores'
-// collection, released and extended as a semaphore's (17 to 19):
+// collection, released and extended as a semaphore's:
 //
 //	{_id: name, kind: "rwlock",
 //	 holders: [{id, owner, mode, acquiredAt, expiresAt, token}],
@@ -712,7 +712,7 @@ func semHoldersQuery(names bson.A) (filter, projection bson.D) {
 // waited longest, reader or writer. Acquired by 16, with the mode; released,
 // handed over and extended as a semaphore's slot.
 
-// 20. Create an RWLock: insertOne, as a lock's (1).
+// 20. Create an RWLock: insertOne, as a lock's.
 func createRWDoc(name string) bson.D {
 	return bson.D{{Key: "_id", Value: name}, {Key: "kind", Value: "rwlock"},
 		{Key: "holders", Value: bson.A{}}, {Key: "expiresAt", Value: epoch}}
@@ -720,7 +720,7 @@ func createRWDoc(name string) bson.D {
 
 // 21. Inspect a semaphore or an RWLock: aggregate([{$match: {_id: name}},
 // {$project: …}]) on the semaphores' collection. The holders are the live
-// ones, as an acquisition judges them (16): by the server's clock.
+// ones, as an acquisition judges them: by the server's clock.
 func semInspectPipeline(name string) mongo.Pipeline {
 	return mongo.Pipeline{
 		{{Key: "$match", Value: acquireFilter(name)}},

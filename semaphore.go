@@ -113,7 +113,7 @@ func (d slotDriver) create(name string) bson.D {
 }
 
 // acquire sends one acquisition of a slot, or a hand-over from the holder
-// releasing (16), and returns its reply as a lock's: LockID is the newest
+// releasing (slotPipeline), and returns its reply as a lock's: LockID is the newest
 // holder's, a.id if it took a slot.
 func (d slotDriver) acquire(ctx context.Context, p *Provider, name string, a attempt) (reply, error) {
 	filter := acquireFilter(name)
