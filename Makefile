@@ -44,7 +44,7 @@ demo:
 bench:
 	cd bench && $(GO) run . $(BENCHFLAGS)
 
-# The soak (cmd/soak): P processes x G goroutines over mutexes, semaphores
+# The soak (internal/soak): P processes x G goroutines over mutexes, semaphores
 # of n slots, reader-writer locks and elections, each critical section
 # checked on the server through a fenced resource that keeps the holders
 # inside, while holder processes are SIGKILLed and clients closed under held
@@ -57,12 +57,12 @@ bench:
 # server is the tests' (MONGOLOCK_TEST_URI, else as `make test`); the soak
 # drops its database, mongolock_test_soak. `make test` runs a 12 s form
 # (TestSoak). SOAK=10m for ten minutes; SOAKFLAGS='-p 4 -g 8 -k 2 -ks 2 -n 2
-# -kr 1 -ke 1 -expiries 1s/50ms,5s' for other shapes (go run ./cmd/soak -h).
+# -kr 1 -ke 1 -expiries 1s/50ms,5s' for other shapes (go run ./internal/soak -h).
 SOAK      ?= 60s
 SOAKFLAGS ?=
 
 soak: testdb
-	$(GO) run ./cmd/soak -d $(SOAK) $(SOAKFLAGS)
+	$(GO) run ./internal/soak -d $(SOAK) $(SOAKFLAGS)
 
 testdb:
 	@if [ -z "$$MONGOLOCK_TEST_URI" ] && [ -n "$$MONGODB_URI" ]; then \

@@ -2,9 +2,9 @@
 // semaphores, reader-writer locks and elections for a while, injecting
 // faults, and checks on the server that they did their job:
 //
-//	go run ./cmd/soak                   # 15 s against a test server of its own
-//	go run ./cmd/soak -d 10m -p 4 -g 8  # make soak SOAK=10m
-//	MONGOLOCK_TEST_URI=mongodb://... go run ./cmd/soak -d 1h
+//	go run ./internal/soak                   # 15 s against a test server of its own
+//	go run ./internal/soak -d 10m -p 4 -g 8  # make soak SOAK=10m
+//	MONGOLOCK_TEST_URI=mongodb://... go run ./internal/soak -d 1h
 //
 // Each trial picks a kind, then one of its names: -k mutexes
 // (Provider.Lock), -ks semaphores of -n slots (Provider.Semaphore), -kr
