@@ -9,8 +9,9 @@
 // else in. Every acquisition carries a fencing token that strictly increases
 // per lock name. Waiters of one process queue locally, and a release hands
 // the lock to the next of them in the same round trip. Between processes, a
-// waiter claims the next turn in the lock document, and a process that took
-// the lock several times in a row steps aside for it; only the claimant
+// waiter claims the next turn in the lock document, which keeps a freed lock
+// for it, and a process that passed the lock on within itself several times
+// in a row steps aside for it; only the claimant
 // polls often, and a change stream wakes waiters where the server has one.
 //
 // Basic use:

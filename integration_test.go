@@ -460,6 +460,32 @@ func TestAClaimantThatDiedHoldsAFreeLockBackOnlyWhileItsClaimLasts(t *testing.T)
 	require.NoError(t, h.Release(ctx))
 }
 
+// Another process's live claim keeps a freed lock for its claimant: the
+// process that released it, asking again at once within its turn, comes
+// after the claimant and is next meanwhile, even while the claimant looks
+// only now and then. A turn passes the lock on within its process only
+// through hand-overs.
+func TestAFreedLockGoesToTheClaimantBeforeItsLastHoldersProcessAsksAgain(t *testing.T) {
+	const name = "claimed"
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t)
+	held, err := e.p.Lock(name).TryAcquire(ctx)
+	require.NoError(t, err)
+	slow := newProvider(t, ownClient(t, e.db, nil), mongolock.WithBusyWaitSleep(300*time.Millisecond, 300*time.Millisecond))
+	claimant := startAcquire(ctx, lockMode(slow, name))
+	awaitClaim(t, slow, name)
+
+	require.NoError(t, held.Release(ctx))
+	again := startAcquire(ctx, lockMode(e.p, name))
+	pollUntil(t, 10*time.Second, "the releasing process next after the claim", func() bool {
+		return turnOf(t, e.p, name).NextProcess == mongolock.Process(e.p)
+	})
+	first := awaitAcquired(t, claimant, 10*time.Second, "the claimant")
+	require.NoError(t, first.Release(ctx))
+	second := awaitAcquired(t, again, 10*time.Second, "the releasing process, asking again")
+	require.Less(t, first.FencingToken(), second.FencingToken(), "the releasing process took the freed lock before the claimant")
+}
+
 // A process that took the lock turnLength times in a row steps aside while
 // another process's claim is live, and only that long: a claim that is not
 // renewed lapses within its lifetime.

@@ -106,9 +106,9 @@ func (l *Lock) tryAcquire(ctx context.Context, call *acquireCall) (*Handle, erro
 // first asks the database. A release in this process hands the lock to the
 // next in line in the same round trip; a loss wakes it at once. Between
 // processes, a refused Acquire claims the next turn for its process, or is
-// next after the process that claims it: while a claim lasts, the lock is
-// the claimant's but for the holder's process, which takes it at most a few
-// more times in a row before it steps aside. The claimant polls often;
+// next after the process that claims it: while a claim lasts, a freed lock
+// is the claimant's, and the holder's process hands it on within itself at
+// most a few more times in a row before it steps aside. The claimant polls often;
 // other waiters poll at the configured sleep (WithBusyWaitSleep,
 // WithAdaptiveBackoff) while the lock changes hands, and ever more rarely
 // while it does not. Where the server

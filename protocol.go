@@ -38,8 +38,8 @@ import (
 //     Acquire that claims the next turn; the fencing token it saw when it
 //     began to wait (a smaller one: it has waited longer, and takes the
 //     claim over); and the server time until which its claim counts unless
-//     it asks again. While it counts, the lock is the claimant's, but for
-//     the process on its turn.
+//     it asks again. While it counts, a freed lock is the claimant's: only
+//     a release of the process on its turn hands it on within that process.
 //   - nextProcess, nextSince, nextUntil: the same for the process next after
 //     the claim, which claims when the claim is met.
 //
@@ -63,10 +63,11 @@ type reply struct {
 // turn or next after the claim.
 func (r reply) placed(proc string) bool { return r.WaitingProcess == proc || r.NextProcess == proc }
 
-// turnLength is how many times in a row a process may acquire a lock; then,
-// if another process claims the next turn, it steps aside for one
-// acquisition. An election's turn is one term: a leader that resigns steps
-// aside for a campaign waiting in another process.
+// turnLength is how many acquisitions in a row make a process's turn: while
+// another process claims the next turn, a release hands the lock on within
+// its process only until the turn is over, and then steps aside. An
+// election's turn is one term: a leader that resigns steps aside for a
+// campaign waiting in another process.
 const (
 	turnLength   = 8
 	electionTurn = 1
@@ -173,12 +174,16 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time
 		lockID, expiresAt = "$$REMOVE", now // refused: released
 	}
 	streak := ifNull("$processStreak", 0)
-	// Another process's live claim keeps out every process but the one on
-	// its turn, and that one once its turn is over; a TryAcquire only in
-	// the latter case: a free lock goes to a cron job's one attempt.
-	keptOut := op("$or", not(mine), op("$gte", streak, turn))
-	if mode == tryMode {
+	// Another process's live claim keeps a free lock for the claimant: it
+	// keeps out every Acquire. A release hands over within its process
+	// only on that process's turn; a TryAcquire is kept out only once that
+	// turn is over: a free lock goes to a cron job's one attempt.
+	var keptOut any = true
+	switch mode {
+	case tryMode:
 		keptOut = op("$and", mine, op("$gte", streak, turn))
+	case handOverMode:
+		keptOut = op("$gte", streak, turn) // the releasing holder was this process's
 	}
 	free = op("$and", available, not(op("$and", claimLive, op("$ne", "$waitingProcess", proc), keptOut)))
 	waitingProcess, waitingSince, waitingUntil := any("$waitingProcess"), any("$waitingSince"), any("$waitingUntil")
@@ -200,12 +205,13 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time
 		// Refused: claim the next turn (claimTaken), unless this process
 		// has had its turn, or a DistributedLock.MongoDB acquisition holds
 		// the lock (its delete-release must not race with a write). Where
-		// another process's claim stays, be next after it.
+		// another process's claim stays, be next after it, also after a
+		// turn: the claimant's process then steps aside for it.
 		const claims, nexts = "$_claims", "$_nexts"
 		token := claimToken("$_attempt.since")
-		may := op("$and", not(isFree), not(isMine),
+		may := op("$and", not(isFree),
 			op("$or", op("$eq", op("$type", "$lockId"), "missing"), op("$eq", "$lockId", "$lastLockId")))
-		places = append(places, bson.E{Key: "_claims", Value: op("$and", may, claimTaken(proc, token, claim))})
+		places = append(places, bson.E{Key: "_claims", Value: op("$and", may, not(isMine), claimTaken(proc, token, claim))})
 		stages = append(stages,
 			bson.D{{Key: "$set", Value: places}},
 			bson.D{{Key: "$set", Value: bson.D{{Key: "_nexts", Value: op("$and", may, not(claims),
