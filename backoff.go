@@ -37,15 +37,22 @@ func (o config) backoff() backoff {
 }
 
 // pacer is the schedule between refused attempts of one lock's local
-// line, kept across the line's successive heads. Only the claimant polls
-// faster than the lock changes hands, and nobody faster than the minimum
-// sleep:
+// line, kept across the line's successive heads; what it learns of the
+// lock's pace outlives the line for a while. Only the claimant polls
+// faster than the lock changes hands, and nobody but the claimant and the
+// next after it faster than the minimum sleep:
 //
 //   - The claimant, whose claim on the next turn the document holds, polls
-//     at most every claimantSleep. While the holder's process takes the lock
-//     again and again, it closes in on when that turn should end, halving
+//     at most every claimantSleep. While the holder's process hands the lock
+//     on within itself, it closes in on when that turn should end, halving
 //     what is left each look, as timed by how fast the holder's streak grows
-//     (at the minimum sleep until it knows).
+//     (at the minimum sleep until it knows). Where the holder frees the lock
+//     for it, it looks again after half as long as holders have held the
+//     lock (as its looks and this process's own holds saw), or as this
+//     holder has held so far if longer: every round trip on a lock held for
+//     a millisecond, every claimantSleep on one held for hours; never within
+//     one round trip. The process next after the claim looks as often, as
+//     it claims once the claimant has the lock.
 //   - While the lock changes hands (its holder's process is on a streak, or
 //     it changed hands since a recent poll), other waiters poll when the
 //     next turn can be claimed: once the claimant holds the lock, or a turn
@@ -68,23 +75,58 @@ func (o config) backoff() backoff {
 //     at most a second, and twice per claim lifetime (watchingClaimantSleep),
 //     to find a crashed holder's lock free.
 type pacer struct {
+	// This wait's, from the line's first waiter to an acquisition:
 	failures int
 	lockID   string    // the holder's lockId the last refusal saw
 	seen     time.Time // when
 	heldFrom time.Time // when that lockId was first seen
 	holder   string    // the holder's process and streak as last seen changing
 	streak   int
-	streakAt time.Time     // when that streak was seen
-	per      time.Duration // time per acquisition in a streak; 0: unknown
+	streakAt time.Time // when that streak was seen
 	standby  time.Duration
-	lastHeld time.Time // this process's last acquisition
-	began    int64     // the fencing token seen when the line began to wait; 0: not yet
+	began    int64 // the fencing token seen when the line began to wait; 0: not yet
+	passing  bool  // the holder's process took the lock again under this one's claim
+	// Learnt of the lock, kept across waits:
+	per      time.Duration // time per acquisition in a streak; 0: unknown
+	hold     time.Duration // how long holders kept it, as this process's looks saw; 0: unknown
+	trip     time.Duration // an attempt's round trip
+	lastHeld time.Time     // this process's last acquisition
+}
+
+// begin starts a new wait with what was learnt of the lock.
+func (w *pacer) begin() { *w = w.learnt() }
+
+// learnt is w without what only its wait needs.
+func (w *pacer) learnt() pacer {
+	return pacer{per: w.per, hold: w.hold, trip: w.trip, lastHeld: w.lastHeld}
+}
+
+// sawHold learns how long the holder last seen at w.seen, first seen at
+// w.heldFrom, held: it was gone by now.
+func (w *pacer) sawHold(now time.Time) {
+	if w.lockID == "" || w.seen.IsZero() {
+		return // none was seen
+	}
+	w.hold = average(w.hold, w.seen.Sub(w.heldFrom)+now.Sub(w.seen)/2)
+}
+
+// average moves a running figure a quarter of the way to sample.
+func average(running, sample time.Duration) time.Duration {
+	if running == 0 {
+		return sample
+	}
+	return running + (sample-running)/4
 }
 
 // refused returns the sleep after a refusal that returned doc, for an
 // Acquire of process proc with options o.
-func (w *pacer) refused(o config, proc string, doc reply, now time.Time, notified bool) time.Duration {
+func (w *pacer) refused(o config, proc string, doc reply, now time.Time, trip time.Duration, notified bool) time.Duration {
 	w.failures++
+	if w.trip == 0 || trip < w.trip {
+		w.trip = trip // the quickest: a slow one (a new connection) must not slow the claimant
+	} else {
+		w.trip += (trip - w.trip) / 16
+	}
 	first := w.seen.IsZero()
 	if w.began == 0 {
 		w.began = doc.FencingToken
@@ -93,7 +135,8 @@ func (w *pacer) refused(o config, proc string, doc reply, now time.Time, notifie
 	// changed hands since the last refusal, not long ago.
 	changing := doc.ProcessStreak > 1 ||
 		!first && doc.LockID != w.lockID && now.Sub(w.seen) <= o.sleepMax
-	if doc.LockID != w.lockID {
+	if doc.LockID != w.lockID || first {
+		w.sawHold(now)
 		w.heldFrom = now
 	}
 	w.lockID, w.seen = doc.LockID, now
@@ -101,6 +144,7 @@ func (w *pacer) refused(o config, proc string, doc reply, now time.Time, notifie
 	long := now.Sub(w.heldFrom) >= o.sleepMax
 	if doc.LastProcess == w.holder && doc.ProcessStreak > w.streak && !w.streakAt.IsZero() {
 		w.per = now.Sub(w.streakAt) / time.Duration(doc.ProcessStreak-w.streak)
+		w.passing = w.passing || doc.WaitingProcess == proc || doc.NextProcess == proc
 	}
 	if doc.LastProcess != w.holder || doc.ProcessStreak != w.streak {
 		w.holder, w.streak, w.streakAt = doc.LastProcess, doc.ProcessStreak, now
@@ -114,11 +158,19 @@ func (w *pacer) refused(o config, proc string, doc reply, now time.Time, notifie
 		return o.watchingClaimantSleep()
 	case notified:
 		return o.standbySleep()
+	case (doc.WaitingProcess == proc || doc.NextProcess == proc && (changing || doc.LockID == "")) &&
+		(doc.turn == 0 || !w.passing) && w.hold > 0:
+		// The claimant of a lock that its holder frees for it, or of a
+		// slot: it looks again after half as long as holders held so far,
+		// or as this one has, if longer; sooner than the minimum sleep if
+		// holders are that quick, but not within one round trip. So does
+		// the next after it while the lock changes hands or is free for
+		// the claimant: it claims once the claimant has the lock.
+		w.standby = 0
+		return max(min(max(w.hold, now.Sub(w.heldFrom))/2, o.claimantSleep()), w.trip)
 	case doc.turn == 0 && doc.WaitingProcess == proc:
-		// A slot's claimant: no turns to time. Its claim holds newcomers
-		// back, so the holders it waits for leave soon if they came and
-		// went so far: it looks again after half as long as the newest
-		// holder has held, from the minimum sleep up to claimantSleep.
+		// A slot's claimant that has seen no holder leave yet: after half
+		// as long as the newest holder has held, from the minimum sleep.
 		w.standby = 0
 		return min(max(now.Sub(w.heldFrom)/2, o.sleepMin), o.claimantSleep())
 	case doc.WaitingProcess == proc:
@@ -177,8 +229,17 @@ func (w *pacer) acquired(now time.Time, streakGap time.Duration) {
 	if d := now.Sub(w.lastHeld); d < streakGap {
 		w.per = d
 	}
+	w.sawHold(now)
 	w.lastHeld = now
-	w.failures, w.standby, w.began = 0, 0, 0
+	w.begin()
+}
+
+// released records that a handle of this process stopped holding at now:
+// how long this process holds the lock tells how long others may.
+func (w *pacer) released(now time.Time) {
+	if !w.lastHeld.IsZero() {
+		w.hold = average(w.hold, now.Sub(w.lastHeld))
+	}
 }
 
 // waitingSince returns the token to claim with: the one seen when the line

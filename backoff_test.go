@@ -149,8 +149,10 @@ func TestWaitingDurationsDoNotOverflow(t *testing.T) {
 		now := time.Now()
 		for i := range 5 {
 			now = now.Add(time.Millisecond)
-			require.GreaterOrEqual(t, w.refused(o, "me", reply{turn: turnLength, WaitingProcess: "other", LockID: fmt.Sprint(i)}, now, false), d, "sleep %d", i)
-			require.GreaterOrEqual(t, w.refused(o, "me", reply{turn: turnLength, WaitingProcess: "me", LockID: fmt.Sprint(i)}, now, false), d, "sleep %d", i)
+			require.GreaterOrEqual(t, w.refused(o, "me", reply{turn: turnLength, WaitingProcess: "other", LockID: fmt.Sprint(i)}, now, testTrip, false), d, "sleep %d", i)
+			// The claimant, seeing holders leave within a millisecond,
+			// looks again as soon: after one round trip.
+			require.GreaterOrEqual(t, w.refused(o, "me", reply{turn: turnLength, WaitingProcess: "me", LockID: fmt.Sprint(i)}, now, testTrip, false), testTrip, "sleep %d", i)
 		}
 	}
 	o := defaultConfig()
@@ -166,7 +168,7 @@ func refusals(w *pacer, o config, doc reply, t0 time.Time, per, poll time.Durati
 		at := time.Duration(i) * poll
 		doc.ProcessStreak = 1 + int(at/per)
 		doc.LockID = fmt.Sprint(doc.ProcessStreak)
-		d = w.refused(o, "me", doc, t0.Add(at), false)
+		d = w.refused(o, "me", doc, t0.Add(at), testTrip, false)
 	}
 	return d
 }
@@ -178,10 +180,10 @@ func TestTheClaimantPollsAtMostEveryClaimantSleep(t *testing.T) {
 	o := defaultConfig()
 	var w pacer
 	t0 := time.Now()
-	d := w.refused(o, "me", reply{turn: turnLength, WaitingProcess: "me", LastProcess: "holder", LockID: "h"}, t0, false)
+	d := w.refused(o, "me", reply{turn: turnLength, WaitingProcess: "me", LastProcess: "holder", LockID: "h"}, t0, testTrip, false)
 	require.Equal(t, o.sleepMin, d, "first refusal: look again soon")
 	for i := 1; i < 20; i++ {
-		d := w.refused(o, "me", reply{turn: turnLength, WaitingProcess: "me", LastProcess: "holder", LockID: "h"}, t0.Add(time.Duration(i)*time.Second), false)
+		d := w.refused(o, "me", reply{turn: turnLength, WaitingProcess: "me", LastProcess: "holder", LockID: "h"}, t0.Add(time.Duration(i)*time.Second), testTrip, false)
 		require.Equal(t, o.claimantSleep(), d, "a lock held for long: the claimant's longest sleep")
 	}
 	// The holder's process takes the lock every 10 ms; polled every 20 ms,
@@ -206,15 +208,36 @@ func TestASlotsClaimantLooksAgainAfterHalfAsLongAsTheNewestHolderHeld(t *testing
 	now := time.Now()
 	var sleeps []time.Duration
 	for range 10 {
-		d := w.refused(o, "me", doc, now, false)
+		d := w.refused(o, "me", doc, now, testTrip, false)
 		sleeps = append(sleeps, d)
 		now = now.Add(d)
 	}
 	ms := time.Millisecond
 	require.Equal(t, []time.Duration{10 * ms, 10 * ms, 10 * ms, 15 * ms, 22500 * time.Microsecond, 33750 * time.Microsecond,
 		50625 * time.Microsecond, 75937500, 113906250, o.claimantSleep()}, sleeps)
-	doc.LockID = "b" // someone new holds a slot: it may leave soon too
-	require.Equal(t, o.sleepMin, w.refused(o, "me", doc, now, false))
+	doc.LockID = "b" // a holder left after about 0.4 s: the next may as well
+	require.Equal(t, o.claimantSleep(), w.refused(o, "me", doc, now, testTrip, false))
+}
+
+// A claimant that has seen holders leave quickly looks again after half as
+// long as they held, sooner than the minimum sleep, but never within one
+// round trip; and backs off once the holder holds longer.
+func TestAClaimantLooksAgainAsSoonAsHoldersHaveLeft(t *testing.T) {
+	o := defaultConfig()
+	var w pacer
+	now := time.Now()
+	refused := func(lockID string, at time.Duration) time.Duration {
+		return w.refused(o, "me", reply{turn: turnLength, WaitingProcess: "me", LastProcess: "holder", ProcessStreak: 1, LockID: lockID}, now.Add(at), 500*time.Microsecond, false)
+	}
+	ms := time.Millisecond
+	require.Equal(t, o.sleepMin, refused("a", 0), "nothing learnt yet: the minimum sleep")
+	require.Equal(t, ms, refused("b", 4*ms), "a, seen at 0 and gone by 4 ms, held about 2 ms: b may be gone in 1")
+	require.Equal(t, 875*time.Microsecond, refused("c", 6*ms), "b held about 1 ms: holders hold 1.75 ms on average")
+	require.Equal(t, 875*time.Microsecond, refused("c", 7*ms))
+	require.Equal(t, 3*ms, refused("c", 12*ms), "c has held 6 ms, longer than holders did: half of that")
+	w = pacer{hold: 2 * ms}
+	require.Equal(t, 5*ms, w.refused(o, "me", reply{turn: turnLength, WaitingProcess: "me", LockID: "d"}, now, 5*ms, false),
+		"never within one round trip")
 }
 
 // Waiters behind another process's claim back off while the lock stays with
@@ -227,7 +250,7 @@ func TestOtherWaitersBackOffWhileTheLockStaysWithOneHolder(t *testing.T) {
 	var sleeps []time.Duration
 	now := time.Now()
 	for range 10 { // held by one holder: the token never changes
-		d := w.refused(o, "me", doc, now, false)
+		d := w.refused(o, "me", doc, now, testTrip, false)
 		sleeps = append(sleeps, d/time.Millisecond)
 		now = now.Add(d)
 	}
@@ -237,16 +260,16 @@ func TestOtherWaitersBackOffWhileTheLockStaysWithOneHolder(t *testing.T) {
 	// A poll long after the last one sees another holder: held for long
 	// still, as far as it knows.
 	doc.LockID = "2"
-	require.Equal(t, o.standbySleep(), w.refused(o, "me", doc, now.Add(time.Second), false))
+	require.Equal(t, o.standbySleep(), w.refused(o, "me", doc, now.Add(time.Second), testTrip, false))
 	// The lock changed hands since the last poll, 100 ms ago: back to the
 	// configured sleep.
 	doc.LockID = "3"
-	require.Equal(t, o.sleepMax, w.refused(o, "me", doc, now.Add(1100*time.Millisecond), false))
+	require.Equal(t, o.sleepMax, w.refused(o, "me", doc, now.Add(1100*time.Millisecond), testTrip, false))
 	// Release events arrive: polling is a safety net, except for the
 	// claimant, which looks every longest sleep: a lease that runs out
 	// (a crashed holder) sends no event.
-	require.Equal(t, o.standbySleep(), w.refused(o, "me", doc, now.Add(2*time.Second), true))
-	require.Equal(t, o.sleepMax, (&pacer{}).refused(o, "claimant", doc, now, true))
+	require.Equal(t, o.standbySleep(), w.refused(o, "me", doc, now.Add(2*time.Second), testTrip, true))
+	require.Equal(t, o.sleepMax, (&pacer{}).refused(o, "claimant", doc, now, testTrip, true))
 }
 
 // While the lock changes hands, a waiter behind another process's claim
@@ -265,7 +288,7 @@ func TestOtherWaitersPollWhenTheNextTurnCanBeClaimed(t *testing.T) {
 	require.Equal(t, 75*time.Millisecond, d)
 	// Its own process stepped aside: a whole turn, the claimant's, and one
 	// to spare.
-	d = w.refused(o, "me", reply{turn: turnLength, WaitingProcess: "claimant", LastProcess: "me", ProcessStreak: 8, LockID: "other"}, t0.Add(40*time.Millisecond), false)
+	d = w.refused(o, "me", reply{turn: turnLength, WaitingProcess: "claimant", LastProcess: "me", ProcessStreak: 8, LockID: "other"}, t0.Add(40*time.Millisecond), testTrip, false)
 	require.Equal(t, 105*time.Millisecond, d)
 }
 
@@ -285,8 +308,8 @@ func TestAShortAcquisitionSeenTwiceIsNotALongHold(t *testing.T) {
 	w.acquired(t0, o.sleepMax)
 	w.acquired(t0.Add(10*time.Millisecond), o.sleepMax)
 	w.failures = 50 // the configured sleep has grown to its maximum
-	w.refused(o, "me", doc, t0.Add(20*time.Millisecond), false)
-	d = w.refused(o, "me", doc, t0.Add(30*time.Millisecond), false)
+	w.refused(o, "me", doc, t0.Add(20*time.Millisecond), testTrip, false)
+	d = w.refused(o, "me", doc, t0.Add(30*time.Millisecond), testTrip, false)
 	// 7 more by the holder's process, the claimant's, one to spare, and
 	// half of one.
 	require.Equal(t, 95*time.Millisecond, d)
@@ -307,6 +330,9 @@ func defaultConfig() config {
 // process claims) at most the busy-wait max, and where release events
 // arrive, at most half its claim's lifetime, so that the claim cannot lapse
 // between its looks; every other waiter at most the standby sleep.
+// testTrip is the round trip the schedule is told of in these tests.
+const testTrip = time.Millisecond
+
 func TestSleepsKeepTheirDocumentedBounds(t *testing.T) {
 	for _, o := range []config{
 		defaultConfig(),
@@ -322,7 +348,7 @@ func TestSleepsKeepTheirDocumentedBounds(t *testing.T) {
 			for i := range 20000 {
 				doc := reply{
 					LockID: pick("a", "b", "c"), LastProcess: pick("me", "holder", "other"), ProcessStreak: rng.IntN(12),
-					WaitingProcess: pick("me", "other", ""), FencingToken: int64(i), turn: []int{0, 1, turnLength}[rng.IntN(3)],
+					WaitingProcess: pick("me", "other", ""), NextProcess: pick("me", "other", ""), FencingToken: int64(i), turn: []int{0, 1, turnLength}[rng.IntN(3)],
 				}
 				notified := rng.IntN(4) == 0
 				now = now.Add(time.Duration(rng.Int64N(int64(2 * o.sleepMax))))
@@ -331,9 +357,14 @@ func TestSleepsKeepTheirDocumentedBounds(t *testing.T) {
 				if failed {
 					d = w.failed(o)
 				} else {
-					d = w.refused(o, "me", doc, now, notified)
+					d = w.refused(o, "me", doc, now, testTrip, notified)
 				}
-				require.GreaterOrEqual(t, d, o.sleepMin, "sleep %d", i)
+				placed := !failed && (doc.WaitingProcess == "me" || doc.NextProcess == "me")
+				if placed && w.hold > 0 {
+					require.GreaterOrEqual(t, d, min(o.sleepMin, testTrip), "sleep %d of the next in line", i)
+				} else {
+					require.GreaterOrEqual(t, d, o.sleepMin, "sleep %d", i)
+				}
 				require.LessOrEqual(t, d, o.standbySleep(), "sleep %d", i)
 				if !failed && doc.WaitingProcess == "me" {
 					require.LessOrEqual(t, d, o.sleepMax, "sleep %d of the next in line", i)
@@ -342,7 +373,34 @@ func TestSleepsKeepTheirDocumentedBounds(t *testing.T) {
 				if rng.IntN(50) == 0 {
 					w.acquired(now, o.sleepMax)
 				}
+				if rng.IntN(50) == 0 {
+					w.released(now.Add(time.Duration(rng.Int64N(int64(o.sleepMin)))))
+				}
 			}
 		})
 	}
+}
+
+// What a line's schedule learnt of the lock's pace outlives the line, for
+// the next wait of a process that takes the lock now and then; the memory is
+// swept of paces older than paceMemory as it grows.
+func TestALinesPaceOutlivesTheLineForAWhile(t *testing.T) {
+	qs := queues{byName: map[string]*queue{}}
+	q := qs.get("x")
+	q.pace.hold, q.pace.failures = 5*time.Millisecond, 3
+	qs.drop("x", q)
+	require.Empty(t, qs.byName, "no line without waiters or holders")
+	q = qs.get("x")
+	require.Equal(t, 5*time.Millisecond, q.pace.hold, "the pace learnt before")
+	require.Zero(t, q.pace.failures, "what only the last wait needed is gone")
+
+	qs.drop("x", q)
+	old := qs.paces["x"]
+	old.at = old.at.Add(-paceMemory - time.Second)
+	qs.paces["x"] = old
+	for i := range 64 {
+		qs.drop(fmt.Sprint(i), qs.get(fmt.Sprint(i)))
+	}
+	require.NotContains(t, qs.paces, "x", "an old pace is swept")
+	require.Len(t, qs.paces, 64)
 }

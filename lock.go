@@ -168,6 +168,7 @@ func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err e
 			contended = true // someone of this process goes first
 		} else {
 			asked = asked || ctx.Err() == nil // else attempt sends nothing
+			sent := time.Now()
 			h, doc, err := l.attempt(ctx, waitMode, waitToken)
 			call.attempted(ctx, err)
 			switch {
@@ -179,10 +180,10 @@ func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err e
 					watching = true
 					lc.notify.join(lc.coll, qs.wakeHead, &lc.bg)
 				}
-				due = qs.after(w, &doc)
+				due = qs.after(w, &doc, time.Since(sent))
 			case ctx.Err() != nil || endedByDeadline(ctx, err): // cut short by ctx: it tells nothing
 			case isTransient(err):
-				lastErr, due = err, qs.after(w, nil)
+				lastErr, due = err, qs.after(w, nil, 0)
 			default:
 				return nil, l.errorf("acquire", err)
 			}

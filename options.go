@@ -86,6 +86,10 @@ func WithExtensionCadence(d time.Duration) Option {
 // They bound the sleeps of the waiter that is next in line (its process
 // claims the lock's next turn or free slot: it finds the lock free within
 // max of its release), and of every waiter while the lock changes hands.
+// The waiter next in line, and the one next after it, once they have seen
+// how long holders keep the lock, look again after half that (or half as
+// long as the holder has held so far, if longer): sooner than min where
+// holders are quicker, but never within one round trip of the last look.
 // A waiter that is not next in line sleeps longer while the lock stays
 // with one holder, up to WithStandbySleep's bound.
 func WithBusyWaitSleep(min, max time.Duration) Option {

@@ -44,25 +44,57 @@ func (w *waiter) signal() {
 }
 
 // queues holds the lines of one collection, by lock name. A line exists
-// only while it has waiters or local holders.
+// only while it has waiters or local holders; what its schedule learnt of
+// the lock's pace is kept for paceMemory after, for the line that comes
+// next (a process that takes a lock now and then has a line at a time).
 type queues struct {
 	mu     sync.Mutex
 	byName map[string]*queue
+	paces  map[string]remembered // of names without a line
+	swept  int                   // len(paces) after the last sweep
 }
+
+type remembered struct {
+	pace pacer
+	at   time.Time
+}
+
+// paceMemory is how long a lock's pace is remembered without a line.
+const paceMemory = time.Minute
 
 func (qs *queues) get(name string) *queue {
 	q := qs.byName[name]
 	if q == nil {
 		q = &queue{}
+		if r, ok := qs.paces[name]; ok {
+			q.pace = r.pace
+			delete(qs.paces, name)
+		}
 		qs.byName[name] = q
 	}
 	return q
 }
 
-// drop forgets name's line once nobody waits or holds there.
+// drop forgets name's line once nobody waits or holds there, and
+// remembers its pace. The memory is swept of old paces whenever it has
+// doubled since the last sweep.
 func (qs *queues) drop(name string, q *queue) {
-	if len(q.waiters) == 0 && q.held == 0 {
-		delete(qs.byName, name)
+	if len(q.waiters) > 0 || q.held > 0 {
+		return
+	}
+	delete(qs.byName, name)
+	if qs.paces == nil {
+		qs.paces = map[string]remembered{}
+	}
+	now := time.Now()
+	qs.paces[name] = remembered{q.pace.learnt(), now}
+	if len(qs.paces) > max(2*qs.swept, 64) {
+		for n, r := range qs.paces {
+			if now.Sub(r.at) > paceMemory {
+				delete(qs.paces, n)
+			}
+		}
+		qs.swept = len(qs.paces)
 	}
 }
 
@@ -71,6 +103,9 @@ func (qs *queues) join(l *Lock) *waiter {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	w := &waiter{wake: make(chan struct{}, 1), lock: l, q: qs.get(l.name)}
+	if len(w.q.waiters) == 0 {
+		w.q.pace.begin() // a new wait
+	}
 	if w.q.waiters = append(w.q.waiters, w); len(w.q.waiters) == 1 {
 		w.signal()
 	}
@@ -114,8 +149,9 @@ func (q *queue) full(l *Lock) bool {
 }
 
 // after returns when the next attempt of w is due, by its line's schedule:
-// after a refusal that returned doc, or after a transient error (nil doc).
-func (qs *queues) after(w *waiter, doc *reply) <-chan time.Time {
+// after a refusal that returned doc and took trip, or after a transient
+// error (nil doc).
+func (qs *queues) after(w *waiter, doc *reply, trip time.Duration) <-chan time.Time {
 	p, lc := w.lock.p, w.lock.space()
 	notified := lc.notify.isOpen()
 	qs.mu.Lock()
@@ -123,7 +159,7 @@ func (qs *queues) after(w *waiter, doc *reply) <-chan time.Time {
 	if doc == nil {
 		return time.After(w.q.pace.failed(p.opts))
 	}
-	return time.After(w.q.pace.refused(p.opts, lc.process, *doc, time.Now(), notified))
+	return time.After(w.q.pace.refused(p.opts, lc.process, *doc, time.Now(), trip, notified))
 }
 
 // hold records that a handle of l's provider acquired l's name at now.
@@ -147,6 +183,7 @@ func (qs *queues) unhold(l *Lock) {
 	if _, excl := l.kind.limit(); excl {
 		q.exclusive--
 	}
+	q.pace.released(time.Now())
 	qs.drop(l.name, q)
 	qs.mu.Unlock()
 	qs.wakeHead(l.name)
