@@ -865,17 +865,23 @@ func (c *child) reap(ctx context.Context, t target) bool {
 
 // dueToDrop reports whether this goroutine, holding t, is to drop the
 // client now: the drop is due, t is of one of its kinds (chosen by the
-// goroutine that first finds it due), and only one of the child's
-// goroutines is told so per drop.
+// goroutine that first finds it due; any kind once the drop is overdue by
+// -drop-every, as a child may seldom hold the kinds hit least), and only
+// one of the child's goroutines is told so per drop.
 func (c *child) dueToDrop(t target) bool {
 	next := c.dropNext.Load()
-	if next == 0 || time.Now().UnixNano() < next {
+	now := time.Now().UnixNano()
+	if next == 0 || now < next {
 		return false
 	}
 	if c.dropKnown.CompareAndSwap(false, true) {
 		c.dropKinds.Store(c.leastDropped())
 	}
-	return c.dropKinds.Load()&(1<<t.kind) != 0 && c.dropNext.CompareAndSwap(next, 0)
+	kinds := c.dropKinds.Load()
+	if now-next > int64(c.every) {
+		kinds = 1<<numKinds - 1
+	}
+	return kinds&(1<<t.kind) != 0 && c.dropNext.CompareAndSwap(next, 0)
 }
 
 // drop closes the client under the held handle h of t (and under every
