@@ -87,6 +87,7 @@ type pacer struct {
 	began    int64 // the fencing token seen when the line began to wait; 0: not yet
 	passing  bool  // the holder's process took the lock again under this one's claim
 	// Learnt of the lock, kept across waits:
+	quiet    int           // waits in a row that were never refused
 	per      time.Duration // time per acquisition in a streak; 0: unknown
 	hold     time.Duration // how long holders kept it, as this process's looks saw; 0: unknown
 	trip     time.Duration // an attempt's round trip
@@ -98,8 +99,17 @@ func (w *pacer) begin() { *w = w.learnt() }
 
 // learnt is w without what only its wait needs.
 func (w *pacer) learnt() pacer {
-	return pacer{per: w.per, hold: w.hold, trip: w.trip, lastHeld: w.lastHeld}
+	return pacer{quiet: w.quiet, per: w.per, hold: w.hold, trip: w.trip, lastHeld: w.lastHeld}
 }
+
+// calmWaits is how many waits in a row must have gone unrefused before an
+// Acquire tries the cheaper statement for a lock nobody waits for first:
+// where waits are refused now and then, that try would cost them a round
+// trip.
+const calmWaits = 8
+
+// calm reports whether the line's next attempt may be the cheaper one.
+func (w *pacer) calm() bool { return w.quiet >= calmWaits && w.failures == 0 }
 
 // sawHold learns how long the holder last seen at w.seen, first seen at
 // w.heldFrom, held: it was gone by now.
@@ -122,6 +132,7 @@ func average(running, sample time.Duration) time.Duration {
 // Acquire of process proc with options o.
 func (w *pacer) refused(o config, proc string, doc reply, now time.Time, trip time.Duration, notified bool) time.Duration {
 	w.failures++
+	w.quiet = 0
 	if w.trip == 0 || trip < w.trip {
 		w.trip = trip // the quickest: a slow one (a new connection) must not slow the claimant
 	} else {
@@ -231,6 +242,11 @@ func (w *pacer) acquired(now time.Time, streakGap time.Duration) {
 	}
 	w.sawHold(now)
 	w.lastHeld = now
+	if w.failures == 0 {
+		w.quiet++
+	} else {
+		w.quiet = 0
+	}
 	w.begin()
 }
 

@@ -67,7 +67,9 @@ func acquireRelease(ctx context.Context, b *testing.B, db *mongo.Database, opts 
 // trips that lock nothing); "distributedlock" DistributedLock.MongoDB's
 // statements (its upsert acquisition and delete release); "statements"
 // mongolock's acquisition and release statements sent alone through the
-// driver ("statements-try": TryAcquire's smaller acquisition); "mongolock"
+// driver (an Acquire's first attempt with a claim; "statements-try":
+// TryAcquire's; "statements-unclaimed": the one for a lock nobody waits
+// for, which an uncontended Acquire sends); "mongolock"
 // the API. statements - raw is what the server and
 // the driver spend on mongolock's statements; mongolock - statements is the
 // client's engine (handle, lease, line, telemetry off by default).
@@ -102,14 +104,13 @@ func BenchmarkUncontendedParts(b *testing.B) {
 			}
 		}
 	})
-	for _, s := range []struct {
-		name string
-		try  bool
-	}{{"statements", false}, {"statements-try", true}} {
+	for _, s := range []struct{ name, statement string }{
+		{"statements", "acquire"}, {"statements-try", "try"}, {"statements-unclaimed", "unclaimed"},
+	} {
 		b.Run(s.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := mongolock.StatementRoundTrips(ctx, l, s.try); err != nil {
+				if err := mongolock.StatementRoundTrips(ctx, l, s.statement); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -112,6 +112,10 @@ func isReply(err error) bool {
 	return errors.As(err, &se) && !mongo.IsNetworkError(err)
 }
 
+// errUnclaimedRefused is an unclaimedMode attempt's refusal, which claims
+// nothing: the lock is held or reserved.
+var errUnclaimedRefused = fmt.Errorf("%w (held or reserved)", ErrNotAcquired)
+
 var errNilContext = errors.New("nil context.Context")
 
 // Error is the error type of every failed operation on a lock: the

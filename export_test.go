@@ -59,6 +59,10 @@ func SafetyMargin(p *Provider) time.Duration { return p.opts.safetyMargin() }
 // CollectionName is the provider's collection.
 func CollectionName(p *Provider) string { return p.locks.coll.Name() }
 
+// CalmWaits is how many unrefused waits in a row make an Acquire send the
+// statement for a lock nobody waits for first.
+const CalmWaits = calmWaits
+
 // QueueLen is the number of Acquire calls of this process waiting in line
 // for name; QueueNames the number of names with a local queue entry.
 // SlotQueueLen is QueueLen for a Semaphore's or an RWLock's name.
@@ -195,16 +199,14 @@ func TelemetryCycle(ctx context.Context, l *Lock) {
 	l.p.tel.endRelease(span, a, "released", nil)
 }
 
-// StatementRoundTrips sends l's Acquire statement (a first attempt; with
-// try, TryAcquire's) and, if it acquired, l's release statement, as the
-// driver calls alone: no handle, lease, line or goroutine. What an
-// uncontended acquisition costs the server and the driver, without the
-// engine.
-func StatementRoundTrips(ctx context.Context, l *Lock, try bool) error {
-	id, mode := newLockID(), waitMode
-	if try {
-		mode = tryMode
-	}
+// StatementRoundTrips sends one of l's acquisition statements (statement:
+// "acquire", an Acquire's first attempt with a claim; "try", TryAcquire's;
+// "unclaimed", the one for a lock nobody waits for) and, if it acquired,
+// l's release statement, as the driver calls alone: no handle, lease, line
+// or goroutine. What an uncontended acquisition costs the server and the
+// driver, without the engine.
+func StatementRoundTrips(ctx context.Context, l *Lock, statement string) error {
+	id, mode := newLockID(), map[string]attemptMode{"acquire": waitMode, "try": tryMode, "unclaimed": unclaimedMode}[statement]
 	doc, err := l.kind.acquire(ctx, l.p, l.name, attempt{id: id, mode: mode})
 	if err != nil || doc.LockID != id {
 		return cmp.Or(err, ErrNotAcquired)

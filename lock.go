@@ -43,6 +43,8 @@ type kindDriver interface {
 	// limit is how many handles of one process may hold the name at once
 	// (0: any number); an exclusive handle keeps every other out.
 	limit() (n int, exclusive bool)
+	// unclaimed reports whether acquire takes an unclaimedMode attempt.
+	unclaimed() bool
 	// attrs are its telemetry attributes.
 	attrs() []attribute.KeyValue
 }
@@ -149,7 +151,7 @@ func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err e
 		case <-w.wake: // what woke it is seen below
 		default:
 		}
-		handedOver, mayAttempt, waitToken := qs.next(w)
+		handedOver, mayAttempt, waitToken, calm := qs.next(w)
 		if handedOver != nil {
 			call.handedOver = true
 			if refused.placed(lc.process) && refused.FencingToken >= handedOver.token {
@@ -167,13 +169,20 @@ func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err e
 		if !mayAttempt {
 			contended = true // someone of this process goes first
 		} else {
-			asked = asked || ctx.Err() == nil // else attempt sends nothing
+			mode := waitMode
+			if calm && l.kind.unclaimed() {
+				mode = unclaimedMode // nobody waited for it lately: the cheaper statement first
+			}
+			asked = asked || mode == waitMode && ctx.Err() == nil // else it claims nothing
 			sent := time.Now()
-			h, doc, err := l.attempt(ctx, waitMode, waitToken)
+			h, doc, err := l.attempt(ctx, mode, waitToken)
 			call.attempted(ctx, err)
 			switch {
 			case err == nil:
 				return h, nil
+			case errors.Is(err, errUnclaimedRefused):
+				qs.unclaimedRefused(w) // claim at once
+				continue
 			case errors.Is(err, ErrNotAcquired):
 				contended, refused = true, doc
 				if !watching {
@@ -332,7 +341,7 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, a attempt) (reply, error) {
 	replied := make(chan result) // unbuffered: the reply is taken, or abandoned
 	abandoned := make(chan struct{})
 	opCtx, cancelOp := context.WithCancel(context.WithoutCancel(ctx))
-	p.bg.Go(func() {
+	p.sendAsync(func() {
 		defer cancelOp()
 		var r result
 		r.doc, r.err = send(opCtx)
@@ -444,7 +453,14 @@ func (d mutexDriver) acquire(ctx context.Context, p *Provider, name string, a at
 	if d.value != nil {
 		parts, turn = p.campaign[a.mode], electionTurn
 	}
-	err = p.locks.coll.FindOneAndUpdate(ctx, filter, acquirePipeline(a.id, a.waitToken, d.value, parts), acquireOptions).Decode(&doc)
+	update := acquirePipeline(a.id, a.waitToken, d.value, parts)
+	if a.mode == unclaimedMode {
+		update = unclaimedPipeline(a.id, d.value, parts)
+	}
+	err = p.locks.coll.FindOneAndUpdate(ctx, filter, update, acquireOptions).Decode(&doc)
+	if a.mode == unclaimedMode && err == nil && doc.LockID != a.id {
+		err = errUnclaimedRefused
+	}
 	doc.turn = turn
 	return doc, err
 }
@@ -460,6 +476,8 @@ func (mutexDriver) extend(p *Provider, names, ids bson.A) (bson.D, any) {
 func (mutexDriver) holders(names bson.A) (bson.D, bson.D) { return holdersQuery(names) }
 
 func (mutexDriver) limit() (int, bool) { return 1, true }
+
+func (mutexDriver) unclaimed() bool { return true }
 
 var (
 	lockAttrs     = []attribute.KeyValue{keyKind.String("lock")}

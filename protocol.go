@@ -92,9 +92,11 @@ func createDoc(name string) bson.D {
 type attemptMode int
 
 const (
-	tryMode      attemptMode = iota // TryAcquire: leaves the document as it is
-	waitMode                        // Acquire: claims the next turn for its process
-	handOverMode                    // Release to a waiter of its process: releases
+	tryMode       attemptMode = iota // TryAcquire: leaves the document as it is
+	waitMode                         // Acquire: claims the next turn for its process
+	handOverMode                     // Release to a waiter of its process: releases
+	unclaimedMode                    // Acquire, first: only a lock nobody waits for; no match otherwise
+	attemptModes
 )
 
 // 2. Acquire: findOneAndUpdate({_id: name}, pipeline, returnDocument: after).
@@ -141,16 +143,60 @@ func acquireFilter(name string) bson.D { return bson.D{{Key: "_id", Value: name}
 var acquireOptions = options.FindOneAndUpdate().SetReturnDocument(options.After)
 
 // acquireParts are the constant parts of an acquisition's pipeline, encoded:
-// the first stage's expressions, and the stages after it.
+// the first stage's expressions, and the stages after it; or for an
+// unclaimedMode attempt, the fields it sets but its lockId and value.
 type acquireParts struct {
 	mine, free bson.Raw
 	stages     []bson.Raw
+	fields     bson.D
+}
+
+// 2a. Acquire a lock nobody waits for: findOneAndUpdate({_id: name},
+// unclaimedPipeline, returnDocument: after). An Acquire whose process has
+// not been refused the lock for a while sends this first. It acquires
+// only a free lock that no live claim or place as next reserves, where the
+// turn rule has nothing to decide, and that has no value to remove (a
+// campaign's sets its own), so the acquisition's fields are written as
+// they are, in one expression: a statement the server reads in a fraction
+// of the time of (2). Otherwise it leaves the document as it was, and the
+// Acquire sends (2) at once.
+func unclaimedPipeline(lockID string, value *string, parts acquireParts) bson.A {
+	const now = "$$NOW"
+	unclaimed := bson.A{
+		op("$lte", ifNull("$expiresAt", epoch), now),
+		op("$lte", ifNull("$waitingUntil", epoch), now),
+		op("$lte", ifNull("$nextUntil", epoch), now),
+	}
+	fields := bson.D{{Key: "lockId", Value: lockID}, {Key: "lastLockId", Value: lockID}}
+	if value != nil {
+		fields = append(fields, bson.E{Key: "value", Value: literal(*value)})
+	} else {
+		unclaimed = append(unclaimed, op("$eq", op("$type", "$value"), "missing"))
+	}
+	acquired := op("$mergeObjects", "$$ROOT", append(fields, parts.fields...))
+	return bson.A{bson.D{{Key: "$replaceWith", Value: cond(op("$and", unclaimed...), acquired, "$$ROOT")}}}
+}
+
+// unclaimedFields are the fields an unclaimedMode acquisition of process
+// proc for owner sets, but its lockId and value.
+func unclaimedFields(proc, owner string, expiry time.Duration) bson.D {
+	return bson.D{
+		{Key: "acquiredAt", Value: "$$NOW"},
+		{Key: "expiresAt", Value: op("$add", "$$NOW", expiry.Milliseconds())},
+		{Key: "fencingToken", Value: nextToken},
+		{Key: "owner", Value: literal(owner)},
+		{Key: "lastProcess", Value: proc},
+		{Key: "processStreak", Value: cond(op("$eq", "$lastProcess", proc), op("$add", ifNull("$processStreak", 0), 1), 1)},
+	}
 }
 
 // newAcquireParts encodes the constant parts of the acquisitions of process
 // proc for owner. claim is how long a waiting claim lasts, next a place as
 // next after it; turn, how many acquisitions in a row make a process's turn.
 func newAcquireParts(proc, owner string, mode attemptMode, expiry, claim, next time.Duration, turn int) acquireParts {
+	if mode == unclaimedMode {
+		return acquireParts{fields: unclaimedFields(proc, owner, expiry)}
+	}
 	mine, free, stages := acquireExprs(proc, owner, mode, expiry, claim, next, turn)
 	parts := acquireParts{mine: mustMarshal(mine), free: mustMarshal(free)}
 	for _, s := range stages {

@@ -54,10 +54,16 @@ func TestGoldenProtocol(t *testing.T) {
 		require.NoError(t, set(&index))
 	}
 	statements := map[string]bson.D{
-		"1-create":                 {{Key: "insertOne", Value: createDoc(name)}},
-		"2-try-acquire":            acquire(acquireFilter(name), tryMode),
-		"2-acquire":                acquire(acquireFilter(name), waitMode),
-		"2-acquire-with-value":     acquireWith(acquireFilter(name), waitMode, &leaderValue),
+		"1-create":             {{Key: "insertOne", Value: createDoc(name)}},
+		"2-try-acquire":        acquire(acquireFilter(name), tryMode),
+		"2-acquire":            acquire(acquireFilter(name), waitMode),
+		"2-acquire-with-value": acquireWith(acquireFilter(name), waitMode, &leaderValue),
+		"2a-acquire-unclaimed": {{Key: "findOneAndUpdate", Value: acquireFilter(name)},
+			{Key: "update", Value: unclaimedPipeline(lockID, nil, newAcquireParts(proc, owner, unclaimedMode, o.expiry, 0, 0, turnLength))},
+			{Key: "returnDocument", Value: "after"}},
+		"2a-acquire-unclaimed-with-value": {{Key: "findOneAndUpdate", Value: acquireFilter(name)},
+			{Key: "update", Value: unclaimedPipeline(lockID, &leaderValue, newAcquireParts(proc, owner, unclaimedMode, o.expiry, 0, 0, electionTurn))},
+			{Key: "returnDocument", Value: "after"}},
 		"3-hand-over":              acquire(ownerFilter(name, holding), handOverMode),
 		"3-hand-over-with-value":   acquireWith(ownerFilter(name, holding), handOverMode, &leaderValue),
 		"4-release":                {{Key: "updateOne", Value: ownerFilter(name, holding)}, {Key: "update", Value: releaseUpdate}},

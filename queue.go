@@ -131,14 +131,22 @@ func (qs *queues) leave(w *waiter) (untaken *Handle) {
 // ask the database (it is the head, no handle of this process holds the
 // name, and no hand-over to it is under way) and the token its line claims
 // with.
-func (qs *queues) next(w *waiter) (handedOver *Handle, mayAttempt bool, waitToken int64) {
+func (qs *queues) next(w *waiter) (handedOver *Handle, mayAttempt bool, waitToken int64, calm bool) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if h := w.handedOver; h != nil {
 		w.handedOver = nil
-		return h, false, 0
+		return h, false, 0, false
 	}
-	return nil, w.q.waiters[0] == w && !w.q.full(w.lock) && !w.offered, w.q.pace.waitToken()
+	return nil, w.q.waiters[0] == w && !w.q.full(w.lock) && !w.offered, w.q.pace.waitToken(), w.q.pace.calm()
+}
+
+// unclaimedRefused records that w's line found the lock held or reserved
+// and claimed nothing: its next attempt claims.
+func (qs *queues) unclaimedRefused(w *waiter) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	w.q.pace.quiet = 0
 }
 
 // full reports whether this process's handles hold all of the name that l

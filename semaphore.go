@@ -161,6 +161,8 @@ func (d slotDriver) limit() (int, bool) {
 	return d.n, false
 }
 
+func (slotDriver) unclaimed() bool { return false }
+
 func (d slotDriver) attrs() []attribute.KeyValue {
 	switch d.rw {
 	case readMode:
