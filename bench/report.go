@@ -334,9 +334,13 @@ func evaluate(r report) []target {
 			ratio("D wait p99", "ms", m.WaitP99MS, base.WaitP99MS, 0.2, false, "baseline")
 		}
 	}
-	if m, base := r.result("B", "mongolock"), r.result("B", "baseline"); m != nil && base != nil {
-		ratio("B acq/s", "/s", m.AcqPerSec, base.AcqPerSec, 1.5, true, "baseline")
-		ratio("B wait p99", "ms", m.WaitP99MS, base.WaitP99MS, 1, false, "baseline")
+	if m, base := r.result("B", "mongolock"), r.result("B", "baseline"); m != nil {
+		ofBound("B acq/s", m, 0.75)
+		if base != nil {
+			ratio("B wait p99", "ms", m.WaitP99MS, base.WaitP99MS, 1, false, "baseline")
+		}
+		add("B every process's share", fmt.Sprintf("%.3f to %.3f (per process: %v)", m.MinShare, 1-m.MinShare, m.PerProcess),
+			"within 0.40-0.60", m.MinShare >= 0.4)
 	}
 	n := r.largestHoldN()
 	if big, small := r.hold("mongolock", n), r.hold("mongolock", n/10); big != nil && small != nil {
