@@ -341,7 +341,7 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, a attempt) (reply, error) {
 	replied := make(chan result) // unbuffered: the reply is taken, or abandoned
 	abandoned := make(chan struct{})
 	opCtx, cancelOp := context.WithCancel(context.WithoutCancel(ctx))
-	p.bg.Go(func() {
+	p.sendAsync(func() {
 		defer cancelOp()
 		var r result
 		r.doc, r.err = send(opCtx)

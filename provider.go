@@ -40,7 +40,9 @@ type Provider struct {
 	closed   bool           // Close was called
 	done     chan struct{}  // closed by Close: calls in flight end
 	calls    sync.WaitGroup // Acquire and TryAcquire calls in flight
-	bg       sync.WaitGroup // background work: cleanups, the TTL index
+	bg       sync.WaitGroup // background work: cleanups, the TTL index, round trips
+	senders  sync.WaitGroup // the goroutines that run round trips (sendAsync)
+	jobs     chan func()    // to an idle sender; unbuffered
 	closer   sync.Once
 	drained  chan struct{} // closed when Close is over
 	closeErr error         // its outcome; set before drained closes
@@ -73,6 +75,7 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 		tel:          newTelemetry(o.telemetryConfig, db.Name()),
 		done:         make(chan struct{}),
 		drained:      make(chan struct{}),
+		jobs:         make(chan func()),
 	}
 	for m := range attemptModes {
 		p.acquire[m] = newAcquireParts(p.locks.process, o.owner, m, o.expiry, o.claimLifetime(), o.nextLifetime(), turnLength)
@@ -160,6 +163,45 @@ func (p *Provider) background(timeout time.Duration, f func(ctx context.Context)
 	})
 }
 
+// sendAsync runs job, a round trip whose caller may stop waiting for it,
+// as background work (what it starts when it ends, a release or a
+// withdraw, is started before it counts as done), in a goroutine of its
+// own: an idle sender's, or a new one. A sender outlives its job by
+// senderIdle, so that back-to-back round trips neither start a goroutine
+// nor grow its stack again for the driver's calls; it ends sooner when the
+// provider closes.
+func (p *Provider) sendAsync(job func()) {
+	p.bg.Add(1)
+	counted := func() {
+		defer p.bg.Done()
+		job()
+	}
+	select {
+	case p.jobs <- counted:
+	default:
+		p.senders.Go(func() { p.sender(counted) })
+	}
+}
+
+// senderIdle is how long a sender waits for another round trip.
+const senderIdle = 100 * time.Millisecond
+
+func (p *Provider) sender(job func()) {
+	idle := time.NewTimer(senderIdle)
+	defer idle.Stop()
+	for {
+		job()
+		idle.Reset(senderIdle)
+		select {
+		case job = <-p.jobs:
+		case <-idle.C:
+			return
+		case <-p.done:
+			return
+		}
+	}
+}
+
 // ErrClosed reports that the lock's Provider was closed.
 var ErrClosed = errors.New("mongolock: provider closed")
 
@@ -217,6 +259,7 @@ func (p *Provider) shutdown(ctx context.Context) error {
 	}
 	wg.Wait()
 	p.bg.Wait()
+	p.senders.Wait()
 	return errors.Join(errs...)
 }
 
