@@ -116,6 +116,14 @@ func (l *Lock) tryAcquire(ctx context.Context, call *acquireCall) (*Handle, erro
 // while it does not. Where the server
 // has change streams, a release anywhere wakes the waiters at once.
 //
+// Acquire is not reentrant: an Acquire of a name that a handle of this
+// process holds (through any Lock of the same client, database, collection
+// and name) waits in line behind that handle, so a goroutine that asks
+// again while it holds waits until its ctx ends. Pass the Handle, or its
+// Context, to the code that needs the lock held instead. (A semaphore's
+// second Acquire takes another slot if one is free; readers of an RWLock
+// share, but not with a writer of their own process that waits.)
+//
 // Transient server and network errors are retried; an error that retrying
 // cannot fix (a name the server cannot store, missing permission) is
 // returned at once. When ctx ends first, the error satisfies
