@@ -1997,6 +1997,26 @@ func TestFencingTokenIncreasesAfterTheDocumentIsDeleted(t *testing.T) {
 // The line: Acquire calls of one process wait in line, only the first asks
 // the server, and a release hands the lock to the next in one round trip.
 
+// Acquire is not reentrant: asking again for a lock this process holds
+// waits behind its own handle, until ctx ends, and then reports the lock as
+// held by someone else; once the handle is released, it is free again.
+func TestAcquireOfALockThisProcessHoldsWaitsBehindItsOwnHandle(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t)
+	l := e.p.Lock("again")
+	h, err := l.Acquire(ctx)
+	require.NoError(t, err)
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err = e.p.Lock("again").Acquire(short)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "it waited behind the process's own handle")
+	require.NoError(t, h.Release(ctx))
+	h, err = l.Acquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, h.Release(ctx))
+}
+
 func TestLocalWaitersAcquireInArrivalOrder(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
 	e := newLockEnv(t)
@@ -2621,24 +2641,4 @@ func TestOwnersAndValuesThatLookLikeExpressionsAreStoredAsGiven(t *testing.T) {
 		require.Equal(t, s, value, "value")
 		require.NoError(t, h.Release(ctx))
 	}
-}
-
-// Acquire is not reentrant: asking again for a lock this process holds
-// waits behind its own handle, until ctx ends, and then reports the lock as
-// held by someone else; once the handle is released, it is free again.
-func TestAcquireOfALockThisProcessHoldsWaitsBehindItsOwnHandle(t *testing.T) {
-	ctx := boundedCtx(t, time.Minute)
-	e := newLockEnv(t)
-	l := e.p.Lock("again")
-	h, err := l.Acquire(ctx)
-	require.NoError(t, err)
-	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	defer cancel()
-	_, err = e.p.Lock("again").Acquire(short)
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "it waited behind the process's own handle")
-	require.NoError(t, h.Release(ctx))
-	h, err = l.Acquire(ctx)
-	require.NoError(t, err)
-	require.NoError(t, h.Release(ctx))
 }
