@@ -28,7 +28,7 @@ type connFlags struct {
 // register adds the connection flags to fs. Every FlagSet is registered
 // before any is parsed: registering sets the defaults.
 func (c *connFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.uri, "uri", "", "the server's connection string `URI` (default $MONGODB_URI)")
+	fs.StringVar(&c.uri, "uri", "", "the server's connection string `URI` (default $MONGOLOCK_URI, else $MONGODB_URI)")
 	fs.StringVar(&c.db, "db", "", "the database `NAME` (default: the URI's, as in mongodb://host/NAME)")
 	fs.StringVar(&c.collection, "collection", mongolock.DefaultCollection, "the locks' collection `NAME`; semaphores and reader-writer locks are in NAME_semaphores")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "give up reaching the server after `DURATION`; also the limit of each request")
@@ -56,7 +56,7 @@ type session struct {
 func (c *connFlags) open(opts ...mongolock.Option) (*session, error) {
 	uri := cmp.Or(c.uri, os.Getenv("MONGODB_URI"))
 	if uri == "" {
-		return nil, fail(exitUsage, "no server: give --uri or set MONGODB_URI")
+		return nil, fail(exitUsage, "no server: give --uri or set MONGOLOCK_URI or MONGODB_URI")
 	}
 	if c.timeout <= 0 {
 		return nil, fail(exitUsage, "--timeout %v: must be positive", c.timeout)

@@ -102,6 +102,13 @@ func (c *cli) dispatch(args []string) error {
 	for _, cmd := range c.commands {
 		c.conn.register(cmd.flags)
 	}
+	// Defaults from the environment, before anything is parsed: the
+	// command line wins, whichever flag set parses it.
+	for _, fs := range append([]*flag.FlagSet{global}, c.flagSets()...) {
+		if err := fromEnv(fs); err != nil {
+			return err
+		}
+	}
 	if err := c.parse(global, "", args); err != nil {
 		return err
 	}
@@ -124,6 +131,40 @@ func (c *cli) dispatch(args []string) error {
 		}
 	}
 	return fail(exitUsage, "unknown command %q (mongolock help lists the commands)", args[0])
+}
+
+// flagSets are the commands' flag sets.
+func (c *cli) flagSets() []*flag.FlagSet {
+	var sets []*flag.FlagSet
+	for _, cmd := range c.commands {
+		sets = append(sets, cmd.flags)
+	}
+	return sets
+}
+
+// envPrefix names the variables that set flags' defaults: MONGOLOCK_DB
+// for --db, MONGOLOCK_EXPIRY for --expiry, and so on.
+const envPrefix = "MONGOLOCK_"
+
+// envName is the variable that sets flag name's default.
+func envName(name string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// fromEnv sets each flag of fs that a variable of the environment names to
+// that variable's value; but --version, and --force, which must be asked
+// for where the release is.
+func fromEnv(fs *flag.FlagSet) (err error) {
+	fs.VisitAll(func(f *flag.Flag) {
+		v, ok := os.LookupEnv(envName(f.Name))
+		if !ok || f.Name == "version" || f.Name == "force" || err != nil {
+			return
+		}
+		if serr := fs.Set(f.Name, v); serr != nil {
+			err = fail(exitUsage, "%s=%q: %v", envName(f.Name), v, serr)
+		}
+	})
+	return err
 }
 
 // parse parses flags of fs, for the command called name ("": mongolock
@@ -208,6 +249,12 @@ func (c *cli) usage() string {
 	b.WriteString("  mongolock help [COMMAND]\n  mongolock --version\n\n")
 	b.WriteString("Connection flags, for every command (before or after its name):\n")
 	b.WriteString(flagDefaults(c.conn.sample()))
+	b.WriteString(`
+Every flag can come from the environment as MONGOLOCK_ and its name in capitals,
+dashes as underscores (MONGOLOCK_URI, MONGOLOCK_DB, MONGOLOCK_COLLECTION,
+MONGOLOCK_TIMEOUT, MONGOLOCK_EXPIRY, ...), but --force; the command line wins.
+Without --uri or MONGOLOCK_URI, the URI is MONGODB_URI's.
+`)
 	b.WriteString("\n" + exitStatuses + "\n")
 	b.WriteString(`Examples:
   export MONGODB_URI=mongodb://db.example.net/ops

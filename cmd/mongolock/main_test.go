@@ -280,7 +280,7 @@ func TestBadInvocationsGiveOneLineAndTheirStatus(t *testing.T) {
 		{[]string{"list", "a", "b"}, exitUsage, `one prefix at most, not "b" too`},
 		{[]string{"inspect"}, exitUsage, "inspect: no name"},
 		{[]string{"release", "x"}, exitUsage, "release: give --force"},
-		{[]string{"list"}, exitUsage, "no server: give --uri or set MONGODB_URI"},
+		{[]string{"list"}, exitUsage, "no server: give --uri or set MONGOLOCK_URI or MONGODB_URI"},
 		{[]string{"--uri", "notmongodb://x/db", "list"}, exitUsage, `invalid URI: error parsing uri: scheme must be "mongodb" or "mongodb+srv"`},
 		{[]string{"--uri", "mongodb://127.0.0.1:1", "list"}, exitUsage, "no database: give --db"},
 		{[]string{"--uri", good, "--timeout", "0s", "list"}, exitUsage, "--timeout 0s: must be positive"},
@@ -329,4 +329,32 @@ func TestServerFromMONGODB_URIAndDatabaseFromItsPath(t *testing.T) {
 	if !strings.Contains(r.stdout, `"name":"from-flags"`) {
 		t.Errorf("list --uri %s: %q", with, r.stdout)
 	}
+}
+
+// Every flag can come from the environment as MONGOLOCK_<FLAG>, and the
+// command line wins; --force cannot.
+func TestFlagsFromTheEnvironment(t *testing.T) {
+	t.Parallel()
+	conn := server(t)
+	uri, db := conn[1], conn[3]
+	fromEnv := env("MONGOLOCK_URI="+uri, "MONGOLOCK_DB="+db, "MONGOLOCK_COLLECTION=env_locks")
+	r := invokeEnv(t, fromEnv, "", "run", "--try", "from-env", "true")
+	requireCode(t, r, 0, "run with the server, database and collection from the environment")
+	r = invokeEnv(t, fromEnv, "", "list", "--json")
+	requireCode(t, r, 0, "list with the environment's")
+	if !strings.Contains(r.stdout, `"name":"from-env"`) {
+		t.Errorf("list with MONGOLOCK_COLLECTION=env_locks: %q; want the lock run took there", r.stdout)
+	}
+	r = invokeEnv(t, fromEnv, "", "list", "--collection", "distributed_locks", "--json")
+	requireCode(t, r, 0, "list with --collection beside MONGOLOCK_COLLECTION")
+	if strings.Contains(r.stdout, `"name":"from-env"`) {
+		t.Errorf("list --collection distributed_locks: %q; the command line must win over MONGOLOCK_COLLECTION", r.stdout)
+	}
+	r = invokeEnv(t, env("MONGOLOCK_TIMEOUT=soon"), "", "list", "--uri", uri, "--db", db)
+	requireCode(t, r, 2, "list with MONGOLOCK_TIMEOUT=soon")
+	if !strings.Contains(r.stderr, "MONGOLOCK_TIMEOUT") {
+		t.Errorf("a bad MONGOLOCK_TIMEOUT: %q; want the variable named", r.stderr)
+	}
+	r = invokeEnv(t, append(fromEnv, "MONGOLOCK_FORCE=true"), "", "release", "from-env")
+	requireCode(t, r, 2, "release with MONGOLOCK_FORCE=true but no --force")
 }
