@@ -32,9 +32,11 @@ type Handle struct {
 // never refers to its Handle, so that a Handle its owner dropped becomes
 // unreachable.
 type acquisition struct {
-	lock   *Lock
-	lockID string
-	token  int64
+	lock       *Lock
+	lockID     string
+	token      int64
+	acquiredAt time.Time    // by the server's clock
+	confirmed  atomic.Int64 // unix nanos: when the last confirmed acquisition or extension was sent
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -48,8 +50,10 @@ type acquisition struct {
 	unholdOnce sync.Once // tells the local line, once, that this handle no longer holds
 }
 
-func newHandle(l *Lock, lockID string, token int64, sent time.Time) *Handle {
-	a := &acquisition{lock: l, lockID: lockID, token: token, lost: make(chan struct{}), unkept: make(chan struct{})}
+func newHandle(l *Lock, lockID string, doc reply, sent time.Time) *Handle {
+	a := &acquisition{lock: l, lockID: lockID, token: doc.FencingToken, acquiredAt: doc.AcquiredAt,
+		lost: make(chan struct{}), unkept: make(chan struct{})}
+	a.confirmed.Store(sent.UnixNano())
 	a.ctx, a.cancel = context.WithCancelCause(context.Background())
 	l.space().queues.hold(l, time.Now())
 	l.p.tel.acquired(l)
@@ -79,6 +83,22 @@ func (h *Handle) Name() string { return h.lock.name }
 // lock and does not know it yet (a write with a token lower than the last
 // one it accepted).
 func (h *Handle) FencingToken() int64 { return h.token }
+
+// AcquiredAt returns when the lock (a semaphore's slot, an RWLock's read or
+// write lock, a leadership) was acquired, by the server's clock.
+func (h *Handle) AcquiredAt() time.Time { return h.acquiredAt }
+
+// Owner returns the owner the acquisition was made with (WithOwner; by
+// default the host name and process id), as Inspect shows it.
+func (h *Handle) Owner() string { return h.lock.p.opts.owner }
+
+// LeaseEnd returns until when, by this machine's clock, the lease is known
+// to last: the time the last acquisition or extension that the server
+// confirmed was sent, plus the expiry. The server's lease ends at that or
+// later. After a release or a loss it stays what it was last.
+func (h *Handle) LeaseEnd() time.Time {
+	return time.Unix(0, h.confirmed.Load()).Add(h.lock.p.opts.expiry)
+}
 
 // Context returns a context that is done when the lock is lost or released.
 // On loss, context.Cause returns ErrLockLost; on release, context.Canceled.
@@ -167,7 +187,7 @@ func (h *acquisition) handOver(ctx context.Context, w *waiter) error {
 	doc, err := w.lock.acquireRoundTrip(ctx, attempt{id: lockID, releasing: h.lockID, mode: handOverMode})
 	var next *Handle
 	if err == nil && doc.LockID == lockID {
-		next = newHandle(w.lock, lockID, doc.FencingToken, sent)
+		next = newHandle(w.lock, lockID, doc, sent)
 	}
 	handedOver(ctx, next != nil)
 	if !w.lock.space().queues.deliver(w, next) && next != nil {

@@ -178,6 +178,7 @@ func (p *Provider) extend(hs []*acquisition) {
 			default:
 				l.lastErr = nil
 				l.deadline = sent.Add(o.clientLease())
+				h.confirmed.Store(sent.UnixNano())
 				l.loss.Reset(time.Until(l.deadline))
 				// A tick came while this was on its way: extend again now
 				// if an extension at the next tick could come back too late.

@@ -288,7 +288,7 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, waitToken int64) (
 		doc, err := l.acquireRoundTrip(ctx, attempt{id: lockID, waitToken: waitToken, mode: mode})
 		switch {
 		case err == nil && doc.LockID == lockID:
-			return newHandle(l, lockID, doc.FencingToken, sent), doc, nil
+			return newHandle(l, lockID, doc, sent), doc, nil
 		case err == nil && doc.wrong != nil:
 			return nil, doc, doc.wrong
 		case err == nil:

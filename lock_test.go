@@ -2642,3 +2642,40 @@ func TestOwnersAndValuesThatLookLikeExpressionsAreStoredAsGiven(t *testing.T) {
 		require.NoError(t, h.Release(ctx))
 	}
 }
+
+// A Handle of every kind tells when it was acquired by the server's clock
+// (as inspection shows it), with which owner, and until when its lease is
+// known to last, which each extension moves on.
+func TestHandlesTellTheirAcquisitionOwnerAndLeaseEnd(t *testing.T) {
+	forEachKind(t, func(t *testing.T, r kindRow) {
+		const name = "meta"
+		ctx := boundedCtx(t, time.Minute)
+		db := testdb.Database(t)
+		p := newProvider(t, ownClient(t, db, nil), mongolock.WithOwner("meta-owner"), mongolock.WithExpiry(time.Second))
+		sent := time.Now()
+		h, err := r.this(p, name).acquire(ctx)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, h.Release(ctx)) }()
+		require.Equal(t, "meta-owner", h.Owner())
+		var inspected time.Time
+		switch {
+		case r.kind == "semaphore":
+			info, err := p.Semaphore(name, 2).Inspect(ctx)
+			require.NoError(t, err)
+			inspected = info.Holders[0].AcquiredAt
+		case r.slots:
+			info, err := p.RWLock(name).Inspect(ctx)
+			require.NoError(t, err)
+			inspected = info.Holders[0].AcquiredAt
+		default:
+			info, err := p.Inspect(ctx, name)
+			require.NoError(t, err)
+			inspected = info.AcquiredAt
+		}
+		require.True(t, h.AcquiredAt().Equal(inspected), "acquired at %v; inspection shows %v", h.AcquiredAt(), inspected)
+		first := h.LeaseEnd()
+		require.False(t, first.Before(sent.Add(time.Second)), "lease end %v, before the acquisition's sending %v + the expiry", first, sent)
+		require.False(t, first.After(time.Now().Add(time.Second)), "lease end %v, after now + the expiry", first)
+		pollUntil(t, 10*time.Second, "an extension moving the lease's end on", func() bool { return h.LeaseEnd().After(first) })
+	})
+}

@@ -55,6 +55,7 @@ type reply struct {
 	WaitingProcess string    `bson:"waitingProcess"`
 	WaitingUntil   time.Time `bson:"waitingUntil"`
 	NextProcess    string    `bson:"nextProcess"` // a lock's: the process next after the claim
+	AcquiredAt     time.Time `bson:"acquiredAt"`  // the holder's acquisition (a slot's newest), server time
 	turn           int       // the kind's turnLength; 0: no turns to time (a slot's)
 	wrong          error     // the document is of another kind or size: an error, not contention
 }
@@ -560,8 +561,9 @@ type semDoc struct {
 }
 
 type semHolder struct {
-	ID    string `bson:"id"`
-	Token int64  `bson:"token"`
+	ID         string    `bson:"id"`
+	Token      int64     `bson:"token"`
+	AcquiredAt time.Time `bson:"acquiredAt"`
 }
 
 // nextToken is an acquisition's fencing token: one more than the last, and

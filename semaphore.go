@@ -126,7 +126,7 @@ func (d slotDriver) acquire(ctx context.Context, p *Provider, name string, a att
 	err := p.slots.coll.FindOneAndUpdate(ctx, filter, slotPipeline(sa), slotReplyOptions).Decode(&doc)
 	r := reply{FencingToken: doc.FencingToken, WaitingProcess: doc.WaitingProcess}
 	if len(doc.Holders) > 0 { // the newest only: an acquisition is appended
-		r.LockID = doc.Holders[0].ID
+		r.LockID, r.AcquiredAt = doc.Holders[0].ID, doc.Holders[0].AcquiredAt
 	}
 	switch {
 	case err != nil:
