@@ -65,7 +65,7 @@ func TestSoak(t *testing.T) {
 		t.Skip("-short: the soak runs 15 s")
 	}
 	r, children := runSoak(t, "-d", "12s", "-p", "3", "-g", "3", "-k", "4", "-ks", "1", "-n", "3", "-kr", "2", "-ke", "2",
-		"-expiries", "1s/50ms,6s/2.5s", "-kill-every", "4s", "-drop-every", "2s")
+		"-expiries", "1s/50ms,6s/2.5s", "-kill-every", "4s", "-drop-every", "1s")
 	if r.Violations() != 0 || r.ChildFailures != 0 {
 		t.Fatalf("%v\nchildren said:\n%s", r, children)
 	}
