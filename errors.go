@@ -13,6 +13,12 @@ import (
 )
 
 var (
+	// ErrMismatch reports that a name is held with another size or kind than
+	// the call's: a Semaphore's acquisition with another n than its holders',
+	// or a Semaphore's name taken by an RWLock, or the other way round. It is
+	// returned at once, not retried, and the call leaves nothing behind.
+	ErrMismatch = errors.New("mongolock: held with another size or kind")
+
 	// ErrNotAcquired reports that the lock is held by someone else.
 	// TryAcquire returns it when its one attempt finds the lock held; Acquire
 	// wraps it, together with ctx.Err(), when ctx ends while the lock was held

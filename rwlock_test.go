@@ -443,6 +443,7 @@ func TestRWLockAndSemaphoreOfOneNameAreAnError(t *testing.T) {
 	requireOtherKind := func(err error, what string) {
 		t.Helper()
 		require.ErrorContains(t, err, "taken by another kind of lock", what)
+		require.ErrorIs(t, err, mongolock.ErrMismatch, what)
 		require.NotErrorIs(t, err, mongolock.ErrNotAcquired, what)
 	}
 	h, err := rw.Reader().TryAcquire(ctx)

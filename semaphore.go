@@ -2,7 +2,6 @@ package mongolock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -21,11 +20,18 @@ import (
 const semSuffix = "_semaphores"
 
 // errSemaphoreSize reports that a semaphore's slots are held with another n.
-var errSemaphoreSize = errors.New("the semaphore is held with another number of slots")
+var errSemaphoreSize error = mismatch("the semaphore is held with another number of slots")
 
 // errOtherKind reports that a Semaphore's name is an RWLock's, or the
 // other way round.
-var errOtherKind = errors.New("the name is taken by another kind of lock")
+var errOtherKind error = mismatch("the name is taken by another kind of lock")
+
+// A mismatch is an ErrMismatch that says which.
+type mismatch string
+
+func (m mismatch) Error() string { return string(m) }
+
+func (mismatch) Is(target error) bool { return target == ErrMismatch }
 
 // A Semaphore lets at most n holders at a time hold it, in this process and
 // in others, by the server's clock. Semaphores live in the collection
@@ -72,7 +78,8 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Handle, error) {
 // next free slot for its process, or takes it over from a process that has
 // waited less: while the claim lasts, other processes take a slot only if
 // another stays free. Errors are as Lock.Acquire's; a semaphore held with
-// another n is an error returned at once, and claims nothing.
+// another n (or a name an RWLock holds) is ErrMismatch, returned at once,
+// and claims nothing.
 func (s *Semaphore) Acquire(ctx context.Context) (*Handle, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, s.lock.errorf("acquire", err)

@@ -298,6 +298,7 @@ func TestSemaphoreDisagreementOnN(t *testing.T) {
 	_, err = three.Acquire(ctx)
 	require.Error(t, err)
 	require.NotErrorIs(t, err, mongolock.ErrNotAcquired)
+	require.ErrorIs(t, err, mongolock.ErrMismatch)
 	require.ErrorContains(t, err, "it has 2 slots, not 3")
 	require.Less(t, time.Since(start), 5*time.Second, "not retried")
 	_, err = three.TryAcquire(ctx)
