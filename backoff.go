@@ -258,7 +258,7 @@ func (w *pacer) released(now time.Time) {
 	}
 }
 
-// waitingSince returns the token to claim with: the one seen when the line
+// waitToken returns the token to claim with: the one seen when the line
 // began to wait, or, before any refusal, one that outranks every other.
 func (w *pacer) waitToken() int64 {
 	if w.began == 0 {

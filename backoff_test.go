@@ -403,4 +403,11 @@ func TestALinesPaceOutlivesTheLineForAWhile(t *testing.T) {
 	}
 	require.NotContains(t, qs.paces, "x", "an old pace is swept")
 	require.Len(t, qs.paces, 64)
+
+	q = qs.get("0")
+	qs.drop("0", q)
+	stale := qs.paces["0"]
+	stale.at, stale.pace.hold = stale.at.Add(-paceMemory-time.Second), time.Second
+	qs.paces["0"] = stale
+	require.Zero(t, qs.get("0").pace.hold, "a pace older than paceMemory that no sweep took yet is not used")
 }

@@ -54,6 +54,7 @@ type queues struct {
 	swept  int                   // len(paces) after the last sweep
 }
 
+// remembered is a line's pace, as its line ended at.
 type remembered struct {
 	pace pacer
 	at   time.Time
@@ -67,7 +68,9 @@ func (qs *queues) get(name string) *queue {
 	if q == nil {
 		q = &queue{}
 		if r, ok := qs.paces[name]; ok {
-			q.pace = r.pace
+			if time.Since(r.at) <= paceMemory { // else not yet swept, and stale
+				q.pace = r.pace
+			}
 			delete(qs.paces, name)
 		}
 		qs.byName[name] = q
