@@ -461,9 +461,11 @@ func (d mutexDriver) acquire(ctx context.Context, p *Provider, name string, a at
 	if d.value != nil {
 		parts, turn = p.campaign[a.mode], electionTurn
 	}
-	update := acquirePipeline(a.id, a.waitToken, d.value, parts)
+	var update bson.A
 	if a.mode == unclaimedMode {
 		update = unclaimedPipeline(a.id, d.value, parts)
+	} else {
+		update = acquirePipeline(a.id, a.waitToken, d.value, parts)
 	}
 	err = p.locks.coll.FindOneAndUpdate(ctx, filter, update, acquireOptions).Decode(&doc)
 	if a.mode == unclaimedMode && err == nil && doc.LockID != a.id {
