@@ -463,7 +463,7 @@ func (d mutexDriver) acquire(ctx context.Context, p *Provider, name string, a at
 	}
 	var update bson.A
 	if a.mode == unclaimedMode {
-		update = unclaimedPipeline(a.id, d.value, parts)
+		update = unclaimedPipeline(p.locks.process, p.opts.owner, p.opts.expiry, a.id, d.value)
 	} else {
 		update = acquirePipeline(a.id, a.waitToken, d.value, parts)
 	}

@@ -144,12 +144,10 @@ func acquireFilter(name string) bson.D { return bson.D{{Key: "_id", Value: name}
 var acquireOptions = options.FindOneAndUpdate().SetReturnDocument(options.After)
 
 // acquireParts are the constant parts of an acquisition's pipeline, encoded:
-// the first stage's expressions, and the stages after it; or for an
-// unclaimedMode attempt, the fields it sets but its lockId and value.
+// the first stage's expressions, and the stages after it.
 type acquireParts struct {
 	mine, free bson.Raw
 	stages     []bson.Raw
-	fields     bson.D
 }
 
 // 2a. Acquire a lock nobody waits for: findOneAndUpdate({_id: name},
@@ -161,33 +159,37 @@ type acquireParts struct {
 // they are, in one expression: a statement the server reads in a fraction
 // of the time of (2). Otherwise it leaves the document as it was, and the
 // Acquire sends (2) at once.
-func unclaimedPipeline(lockID string, value *string, parts acquireParts) bson.A {
+func unclaimedPipeline(proc, owner string, expiry time.Duration, lockID string, value *string) bson.A {
 	const now = "$$NOW"
 	unclaimed := bson.A{
 		op("$lte", ifNull("$expiresAt", epoch), now),
 		op("$lte", ifNull("$waitingUntil", epoch), now),
 		op("$lte", ifNull("$nextUntil", epoch), now),
 	}
-	fields := bson.D{{Key: "lockId", Value: lockID}, {Key: "lastLockId", Value: lockID}}
+	var v any = "$$REMOVE" // omitted from the object: the value stays missing
 	if value != nil {
-		fields = append(fields, bson.E{Key: "value", Value: literal(*value)})
+		v = literal(*value)
 	} else {
 		unclaimed = append(unclaimed, op("$eq", op("$type", "$value"), "missing"))
 	}
-	acquired := op("$mergeObjects", "$$ROOT", append(fields, parts.fields...))
+	acquired := op("$mergeObjects", "$$ROOT", acquiredFields(proc, owner, expiry, lockID, v, op("$eq", "$lastProcess", proc)))
 	return bson.A{bson.D{{Key: "$replaceWith", Value: cond(op("$and", unclaimed...), acquired, "$$ROOT")}}}
 }
 
-// unclaimedFields are the fields an unclaimedMode acquisition of process
-// proc for owner sets, but its lockId and value.
-func unclaimedFields(proc, owner string, expiry time.Duration) bson.D {
+// acquiredFields are the fields an acquisition of process proc for owner
+// writes, and their values: lockID and value the attempt's, mine whether
+// the last acquisition was this process's.
+func acquiredFields(proc, owner string, expiry time.Duration, lockID, value, mine any) bson.D {
 	return bson.D{
+		{Key: "lockId", Value: lockID},
 		{Key: "acquiredAt", Value: "$$NOW"},
 		{Key: "expiresAt", Value: op("$add", "$$NOW", expiry.Milliseconds())},
 		{Key: "fencingToken", Value: nextToken},
 		{Key: "owner", Value: literal(owner)},
+		{Key: "value", Value: value},
 		{Key: "lastProcess", Value: proc},
-		{Key: "processStreak", Value: cond(op("$eq", "$lastProcess", proc), op("$add", ifNull("$processStreak", 0), 1), 1)},
+		{Key: "lastLockId", Value: lockID},
+		{Key: "processStreak", Value: cond(mine, op("$add", ifNull("$processStreak", 0), 1), 1)},
 	}
 }
 
@@ -196,7 +198,7 @@ func unclaimedFields(proc, owner string, expiry time.Duration) bson.D {
 // next after it; turn, how many acquisitions in a row make a process's turn.
 func newAcquireParts(proc, owner string, mode attemptMode, expiry, claim, next time.Duration, turn int) acquireParts {
 	if mode == unclaimedMode {
-		return acquireParts{fields: unclaimedFields(proc, owner, expiry)}
+		return acquireParts{} // built per attempt: it has nothing worth encoding once
 	}
 	mine, free, stages := acquireExprs(proc, owner, mode, expiry, claim, next, turn)
 	parts := acquireParts{mine: mustMarshal(mine), free: mustMarshal(free)}
@@ -284,24 +286,28 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time
 	unlessMet := func(field string) bson.D {
 		return cond(op("$or", claimMet, nextMine), "$$REMOVE", "$"+field)
 	}
-	write := bson.D{{Key: "$set", Value: append(bson.D{
-		{Key: "lockId", Value: cond(isFree, "$_attempt.lockId", lockID)},
-		{Key: "acquiredAt", Value: cond(isFree, now, "$acquiredAt")},
-		{Key: "expiresAt", Value: cond(isFree, op("$add", now, expiry.Milliseconds()), expiresAt)},
-		{Key: "fencingToken", Value: cond(isFree, nextToken, "$fencingToken")},
-		{Key: "owner", Value: cond(isFree, literal(owner), "$owner")},
-		{Key: "value", Value: cond(isFree,
-			cond(op("$eq", op("$type", "$_attempt.value"), "missing"), "$$REMOVE", "$_attempt.value"), "$value")},
-		{Key: "lastProcess", Value: cond(isFree, proc, "$lastProcess")},
-		{Key: "lastLockId", Value: cond(isFree, "$_attempt.lockId", "$lastLockId")},
-		{Key: "processStreak", Value: cond(isFree, cond(isMine, op("$add", streak, 1), 1), "$processStreak")},
+	// Each field: as the acquisition writes it if free, else as refused.
+	var fields bson.D
+	value := cond(op("$eq", op("$type", "$_attempt.value"), "missing"), "$$REMOVE", "$_attempt.value")
+	for _, f := range acquiredFields(proc, owner, expiry, "$_attempt.lockId", value, isMine) {
+		refused := any("$" + f.Key)
+		switch f.Key {
+		case "lockId":
+			refused = lockID
+		case "expiresAt":
+			refused = expiresAt
+		}
+		fields = append(fields, bson.E{Key: f.Key, Value: cond(isFree, f.Value, refused)})
+	}
+	fields = append(fields, bson.D{
 		{Key: "waitingProcess", Value: cond(isFree, promoted("waitingProcess", "$nextProcess"), waitingProcess)},
 		{Key: "waitingSince", Value: cond(isFree, promoted("waitingSince", "$nextSince"), waitingSince)},
 		{Key: "waitingUntil", Value: cond(isFree, promoted("waitingUntil", op("$add", now, claim.Milliseconds())), waitingUntil)},
 		{Key: "nextProcess", Value: cond(isFree, unlessMet("nextProcess"), nextProcess)},
 		{Key: "nextSince", Value: cond(isFree, unlessMet("nextSince"), nextSince)},
 		{Key: "nextUntil", Value: cond(isFree, unlessMet("nextUntil"), nextUntil)},
-	}, scratch...)}}
+	}...)
+	write := bson.D{{Key: "$set", Value: append(fields, scratch...)}}
 	return mine, free, append(stages, write)
 }
 
