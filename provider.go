@@ -41,8 +41,6 @@ type Provider struct {
 	done     chan struct{}  // closed by Close: calls in flight end
 	calls    sync.WaitGroup // Acquire and TryAcquire calls in flight
 	bg       sync.WaitGroup // background work: cleanups, the TTL index, round trips
-	senders  sync.WaitGroup // the goroutines that run round trips (sendAsync)
-	jobs     chan func()    // to an idle sender; unbuffered
 	closer   sync.Once
 	drained  chan struct{} // closed when Close is over
 	closeErr error         // its outcome; set before drained closes
@@ -75,7 +73,6 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 		tel:          newTelemetry(o.telemetryConfig, db.Name()),
 		done:         make(chan struct{}),
 		drained:      make(chan struct{}),
-		jobs:         make(chan func()),
 	}
 	for m := range attemptModes {
 		p.acquire[m] = newAcquireParts(p.locks.process, o.owner, m, o.expiry, o.claimLifetime(), o.nextLifetime(), turnLength)
@@ -164,12 +161,12 @@ func (p *Provider) background(timeout time.Duration, f func(ctx context.Context)
 }
 
 // sendAsync runs job, a round trip whose caller may stop waiting for it,
-// as background work (what it starts when it ends, a release or a
+// as p's background work (what it starts when it ends, a release or a
 // withdraw, is started before it counts as done), in a goroutine of its
 // own: an idle sender's, or a new one. A sender outlives its job by
 // senderIdle, so that back-to-back round trips neither start a goroutine
-// nor grow its stack again for the driver's calls; it ends sooner when the
-// provider closes.
+// nor grow its stack again for the driver's calls. Senders are the
+// process's, not a provider's: an idle one keeps no provider alive.
 func (p *Provider) sendAsync(job func()) {
 	p.bg.Add(1)
 	counted := func() {
@@ -177,26 +174,28 @@ func (p *Provider) sendAsync(job func()) {
 		job()
 	}
 	select {
-	case p.jobs <- counted:
+	case senderJobs <- counted:
 	default:
-		p.senders.Go(func() { p.sender(counted) })
+		go sender(counted)
 	}
 }
+
+// senderJobs hands a round trip to an idle sender; unbuffered.
+var senderJobs = make(chan func())
 
 // senderIdle is how long a sender waits for another round trip.
 const senderIdle = 100 * time.Millisecond
 
-func (p *Provider) sender(job func()) {
+func sender(job func()) {
 	idle := time.NewTimer(senderIdle)
 	defer idle.Stop()
 	for {
 		job()
+		job = nil // holds nothing of the provider while idle
 		idle.Reset(senderIdle)
 		select {
-		case job = <-p.jobs:
+		case job = <-senderJobs:
 		case <-idle.C:
-			return
-		case <-p.done:
 			return
 		}
 	}
@@ -259,7 +258,6 @@ func (p *Provider) shutdown(ctx context.Context) error {
 	}
 	wg.Wait()
 	p.bg.Wait()
-	p.senders.Wait()
 	return errors.Join(errs...)
 }
 
