@@ -290,7 +290,7 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 	case ctx == nil:
 		return e.lock.errorf("run", errNilContext)
 	case fn == nil:
-		return e.lock.errorf("run", errors.New("nil function"))
+		return e.lock.errorf("run", errNilFunction)
 	}
 	for {
 		l, err := e.Campaign(ctx, value)
@@ -305,7 +305,7 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 
 func checkValue(value string) error {
 	if len(value) > MaxValueLen {
-		return fmt.Errorf("a value of %d bytes: at most MaxValueLen (%d) are allowed", len(value), MaxValueLen)
+		return invalidf("a value of %d bytes: at most MaxValueLen (%d) are allowed", len(value), MaxValueLen)
 	}
 	return nil
 }

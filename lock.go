@@ -244,7 +244,7 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) (err 
 		return l.errorf("do", errNilContext)
 	}
 	if fn == nil {
-		return l.errorf("do", errors.New("nil function"))
+		return l.errorf("do", errNilFunction)
 	}
 	h, err := l.Acquire(ctx)
 	if err != nil {

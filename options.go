@@ -119,37 +119,37 @@ func buildConfig(opts []Option) (config, error) {
 		telemetryConfig: defaultTelemetryConfig()}
 	for _, opt := range opts {
 		if opt == nil {
-			return o, fmt.Errorf("mongolock: nil Option")
+			return o, invalid("nil Option")
 		}
 		opt(&o)
 	}
 	if o.owner == "" || len(o.owner) > MaxOwnerLen {
-		return o, fmt.Errorf("mongolock: WithOwner(%q): the owner must be 1 to %d bytes long", shortName(o.owner), MaxOwnerLen)
+		return o, invalidf("WithOwner(%q): the owner must be 1 to %d bytes long", shortName(o.owner), MaxOwnerLen)
 	}
 	if err := o.telemetryConfig.check(); err != nil {
 		return o, err
 	}
 	if o.collection == "" {
-		return o, fmt.Errorf("mongolock: WithCollection(%q): the collection name must not be empty", o.collection)
+		return o, invalidf("WithCollection(%q): the collection name must not be empty", o.collection)
 	}
 	if o.expiry < minExpiry {
-		return o, fmt.Errorf("mongolock: WithExpiry(%v): the expiry must be at least %v", o.expiry, minExpiry)
+		return o, invalidf("WithExpiry(%v): the expiry must be at least %v", o.expiry, minExpiry)
 	}
 	if !o.cadenceSet {
 		o.cadence = o.expiry / 3
 	}
 	if least := o.expiry / minCadenceDivisor; o.cadence < least {
-		return o, fmt.Errorf("mongolock: WithExtensionCadence(%v): the cadence must be at least %v, a hundredth of the expiry (%v)", o.cadence, least, o.expiry)
+		return o, invalidf("WithExtensionCadence(%v): the cadence must be at least %v, a hundredth of the expiry (%v)", o.cadence, least, o.expiry)
 	}
 	if most := (o.expiry - o.safetyMargin()) / 2; o.cadence > most {
-		return o, fmt.Errorf("mongolock: WithExtensionCadence(%v): the cadence must be at most %v, half of what the expiry (%v) leaves after the safety margin (%v), so that a failed extension is retried before the lease ends",
+		return o, invalidf("WithExtensionCadence(%v): the cadence must be at most %v, half of what the expiry (%v) leaves after the safety margin (%v), so that a failed extension is retried before the lease ends",
 			o.cadence, most, o.expiry, o.safetyMargin())
 	}
 	if o.sleepMin <= 0 || o.sleepMin > o.sleepMax {
-		return o, fmt.Errorf("mongolock: WithBusyWaitSleep(%v, %v): need 0 < min <= max", o.sleepMin, o.sleepMax)
+		return o, invalidf("WithBusyWaitSleep(%v, %v): need 0 < min <= max", o.sleepMin, o.sleepMax)
 	}
 	if o.standby != 0 && o.standby < o.sleepMax {
-		return o, fmt.Errorf("mongolock: WithStandbySleep(%v): the standby sleep must be at least the busy-wait max (%v)", o.standby, o.sleepMax)
+		return o, invalidf("WithStandbySleep(%v): the standby sleep must be at least the busy-wait max (%v)", o.standby, o.sleepMax)
 	}
 	return o, nil
 }

@@ -394,9 +394,9 @@ func withdrawUpdate(proc string) bson.A {
 	return bson.A{bson.D{{Key: "$set", Value: fields}}}
 }
 
-// 8. The TTL index, created once per process and collection, in the
-// background: the server deletes a document ttlGraceSeconds after its lease
-// ended. DistributedLock.MongoDB creates the same index with
+// TTLIndexName is the name of the TTL index on expiresAt, which the library
+// creates once per process and collection, in the background: the server
+// deletes a document ttlGraceSeconds after its lease ended. DistributedLock.MongoDB creates the same index with
 // expireAfterSeconds 0, and ignores the conflict when it finds ours.
 const TTLIndexName = "expiresAt_ttl"
 

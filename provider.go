@@ -58,11 +58,11 @@ type Provider struct {
 // lost its majority, locks can then be neither taken nor extended.
 func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 	if db == nil {
-		return nil, errors.New("mongolock: nil *mongo.Database")
+		return nil, &Error{Op: opNewProvider, Err: invalid("nil *mongo.Database")}
 	}
 	o, err := buildConfig(opts)
 	if err != nil {
-		return nil, err
+		return nil, &Error{Op: opNewProvider, Err: err}
 	}
 	p := &Provider{
 		locks:        newSpace(db, o.collection),
@@ -95,7 +95,7 @@ var collectionConcerns = options.Collection().
 func New(db *mongo.Database, name string, opts ...Option) (*Lock, error) {
 	p, err := NewProvider(db, opts...)
 	if err != nil {
-		return nil, err
+		return nil, &Error{Op: "new", Name: shortName(name), Err: errors.Unwrap(err)}
 	}
 	return p.Lock(name), nil
 }
@@ -220,7 +220,7 @@ var ErrClosed = errors.New("mongolock: provider closed")
 // return its outcome.
 func (p *Provider) Close(ctx context.Context) error {
 	if ctx == nil {
-		return errors.New("mongolock: close: nil context.Context")
+		return &Error{Op: opClose, Err: errNilContext}
 	}
 	p.closer.Do(func() {
 		p.mu.Lock()

@@ -50,7 +50,7 @@ type Semaphore struct {
 func (p *Provider) Semaphore(name string, n int) *Semaphore {
 	s := &Semaphore{lock: &Lock{p: p, name: name, kind: slotDriver{n: n}}}
 	if n < 1 {
-		s.err = fmt.Errorf("semaphore of %d slots: need n >= 1", n)
+		s.err = invalidf("semaphore of %d slots: need n >= 1", n)
 	}
 	return s
 }
