@@ -1,7 +1,7 @@
 package mongolock_test
 
-// The guarantee suite: each guarantee that every kind keeps (the README's
-// Guarantees; their numbers are given with each test), tested on every
+// The guarantee suite: each guarantee that every kind keeps
+// (docs/guarantees.md; their numbers are given with each test), tested on every
 // kind and mode. A row is a kind and mode: a lock, a semaphore of two, an
 // RWLock's reader, its writer, an election. Each guarantee is a test that
 // runs every row, in parallel, each in a database of its own. Providers on
