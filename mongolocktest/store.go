@@ -262,11 +262,17 @@ func (p *provider) Close() {
 	}
 	p.closed = true
 	close(p.done)
+	// Every waiter of p leaves before any line is served: one that leaves
+	// (a writer) must not let in another of p (a reader behind it).
+	lines := map[*entry]bool{}
 	for w, e := range p.waiting {
 		e.line = slices.DeleteFunc(e.line, func(o *waiter) bool { return o == w })
-		delete(p.waiting, w)
 		w.err = mongolock.ErrClosed
 		close(w.ready)
+		lines[e] = true
+	}
+	clear(p.waiting)
+	for e := range lines {
 		s.serve(e)
 	}
 	now := time.Now()
