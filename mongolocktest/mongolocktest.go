@@ -16,8 +16,9 @@
 // Where it differs: a lease never runs out (the holder is this process,
 // alive while the test runs), so a Handle is lost only through Lose or
 // ForceRelease, and at once; a Handle dropped without Release keeps its
-// lock; the busy-wait, standby and extension options change nothing, and
-// the telemetry options record nothing.
+// lock; fencing tokens count from 1 per name; LockInfo.Waiting reports
+// whether any Acquire waits; the busy-wait, standby and extension options
+// change nothing, and the telemetry options record nothing.
 package mongolocktest
 
 import (
