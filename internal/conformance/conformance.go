@@ -57,6 +57,7 @@ var cases = []struct {
 	{"InspectAndLocks", inspectAndLocks},
 	{"InspectSemaphoreAndRWLock", inspectSlots},
 	{"CloseReleasesAndRefuses", closeReleasesAndRefuses},
+	{"ReadsWithAnEndedContextFail", readsWithEndedContext},
 }
 
 // env is one subtest's: its providers share a database.
@@ -693,4 +694,29 @@ func closeReleasesAndRefuses(e *env) {
 	require.ErrorIs(e.t, err, mongolock.ErrClosed)
 	require.NoError(e.t, p.Close(e.ctx), "a second Close")
 	e.requireFree(other.Lock("a"), "free for others at once")
+}
+
+func readsWithEndedContext(e *env) {
+	p := e.provider()
+	h := e.acquire(p.Lock("a"))
+	s, err := p.Semaphore("s", 1).Acquire(e.ctx)
+	require.NoError(e.t, err)
+	_, err = p.Inspect(e.ended(), "a")
+	require.ErrorIs(e.t, err, context.Canceled)
+	requireOp(e.t, err, "inspect")
+	_, err = p.Semaphore("s", 1).Inspect(e.ended())
+	require.ErrorIs(e.t, err, context.Canceled)
+	_, err = p.ForceRelease(e.ended(), "a")
+	require.ErrorIs(e.t, err, context.Canceled)
+	requireOp(e.t, err, "force release")
+	yielded := 0
+	for _, err := range p.Locks(e.ended(), "") {
+		yielded++
+		require.ErrorIs(e.t, err, context.Canceled)
+		requireOp(e.t, err, "list")
+	}
+	require.Equal(e.t, 1, yielded, "the error, once")
+	require.NoError(e.t, h.Context().Err(), "nothing was released")
+	e.release(h)
+	e.release(s)
 }
