@@ -41,12 +41,18 @@ func newMemoryProvider(opts any, open func(backend.Config) backend.Provider) (an
 
 // memRequest is what l takes.
 func (l *Lock) memRequest() backend.Lock {
-	r := backend.Lock{Name: l.name}
+	r := backend.Lock{Name: l.name} // Unsupported, unless a case below says
 	switch d := l.kind.(type) {
 	case mutexDriver:
 		r.Kind, r.Value = backend.Mutex, d.value
 	case slotDriver:
-		r.Kind, r.N = [...]backend.Kind{0: backend.Semaphore, readMode: backend.Reader, writeMode: backend.Writer}[d.rw], d.n
+		r.Kind, r.N = backend.Semaphore, d.n
+		switch d.rw {
+		case readMode:
+			r.Kind = backend.Reader
+		case writeMode:
+			r.Kind = backend.Writer
+		}
 	}
 	return r
 }

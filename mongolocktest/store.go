@@ -3,6 +3,7 @@ package mongolocktest
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -135,11 +136,12 @@ func (e *entry) fits(r backend.Lock) (bool, error) {
 		return len(e.holders) < r.N, nil
 	case backend.Reader:
 		return !slices.ContainsFunc(e.holders, func(h *handle) bool { return h.write }), nil
-	case backend.Mutex, backend.Writer:
-		return len(e.holders) == 0, nil
 	}
-	return false, fmt.Errorf("a lock of kind %d: not supported by mongolocktest", r.Kind)
+	return len(e.holders) == 0, nil // a Lock's, an RWLock's writer
 }
+
+// errUnsupported refuses a kind of lock the store does not implement yet.
+var errUnsupported = errors.New("this kind of lock is not supported by mongolocktest yet")
 
 // grant makes a new holder of e for p.
 func (s *store) grant(p *provider, e *entry, r backend.Lock) *handle {
@@ -199,6 +201,9 @@ func (s *store) notify(k key) {
 func (p *provider) Acquire(ctx context.Context, r backend.Lock, wait bool) (backend.Handle, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // nothing asked, as a round trip that is never sent
+	}
+	if r.Kind == backend.Unsupported || r.Kind > backend.Writer {
+		return nil, errUnsupported
 	}
 	s := p.s
 	s.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/backend"
 )
 
 // inLine waits until n Acquire calls wait in the line of the Semaphore or
@@ -61,4 +62,16 @@ func TestCloseGivesEveryWaiterErrClosedEvenOneThatALeavingWriterLetsIn(t *testin
 		require.ErrorIs(t, <-errs, mongolock.ErrClosed)
 	}
 	require.NoError(t, r.Release(ctx))
+}
+
+// A kind the root package asks for that the store does not implement yet
+// is refused with an error that says so, never taken as a Lock.
+func TestAKindNotImplementedIsRefused(t *testing.T) {
+	p := newStore().provider(backend.Config{Collection: "c", Owner: "o", Expiry: time.Second})
+	for _, k := range []backend.Kind{backend.Unsupported, backend.Writer + 1} {
+		_, err := p.Acquire(context.Background(), backend.Lock{Name: "a", Kind: k}, false)
+		require.ErrorIs(t, err, errUnsupported)
+	}
+	_, found := p.Inspect("a")
+	require.False(t, found, "nothing was created")
 }

@@ -19,10 +19,11 @@ import (
 type Kind uint8
 
 const (
-	Mutex     Kind = iota // a Lock's, or an election's campaign
-	Semaphore             // a Semaphore's slot
-	Reader                // an RWLock held for reading
-	Writer                // an RWLock held for writing
+	Unsupported Kind = iota // a kind the store does not implement (yet)
+	Mutex                   // a Lock's, or an election's campaign
+	Semaphore               // a Semaphore's slot
+	Reader                  // an RWLock held for reading
+	Writer                  // an RWLock held for writing
 )
 
 // Lock is one acquisition's request: the name and what it takes.
