@@ -29,7 +29,9 @@ func init() {
 }
 
 // newMemoryProvider validates opts as NewProvider does, and returns a
-// *Provider over the store's provider that open returns.
+// *Provider over the store's provider that open returns. An option whose
+// effect the store does not implement belongs refused here, by name:
+// silently ignored, it would make a test pass that fails over a database.
 func newMemoryProvider(opts any, open func(backend.Config) backend.Provider) (any, error) {
 	o, err := buildConfig(opts.([]Option))
 	if err != nil {
