@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/mongolock/mongolock/internal/backend"
 )
 
 // A Handle is one acquisition of a lock, or of a slot of a Semaphore (what
@@ -48,6 +50,8 @@ type acquisition struct {
 	lostOnce   sync.Once
 	lostErr    error     // why the lock was lost, wrapping ErrLockLost; set before lost closes
 	unholdOnce sync.Once // tells the local line, once, that this handle no longer holds
+
+	mem backend.Handle // non-nil: an acquisition in process memory
 }
 
 func newHandle(l *Lock, lockID string, doc reply, sent time.Time) *Handle {
@@ -97,6 +101,9 @@ func (h *Handle) Owner() string { return h.lock.p.opts.owner }
 // confirmed was sent, plus the expiry. The server's lease ends at that or
 // later. After a release or a loss it stays what it was last.
 func (h *Handle) LeaseEnd() time.Time {
+	if h.mem != nil {
+		return h.mem.LeaseEnd()
+	}
 	return time.Unix(0, h.confirmed.Load()).Add(h.lock.p.opts.expiry)
 }
 
@@ -123,7 +130,12 @@ func (h *Handle) Lost() <-chan struct{} { return h.lost }
 // that error and frees the lock in the background with a short timeout;
 // failing that, the lock frees itself when its lease expires. Either way
 // the handle is released: its Context is done. Later calls return nil.
-func (h *Handle) Release(ctx context.Context) error { return h.release(ctx) }
+func (h *Handle) Release(ctx context.Context) error {
+	if h.mem != nil {
+		return h.memRelease(ctx)
+	}
+	return h.release(ctx)
+}
 
 func (h *acquisition) release(ctx context.Context) (err error) {
 	if ctx == nil {

@@ -41,6 +41,9 @@ var ErrNoLock = errors.New("mongolock: no such lock")
 // Inspect returns the state of the lock called name, in one round trip. It
 // returns an error wrapping ErrNoLock if the lock has no document.
 func (p *Provider) Inspect(ctx context.Context, name string) (LockInfo, error) {
+	if p.mem != nil {
+		return p.memInspect(ctx, name)
+	}
 	for info, err := range p.infos(ctx, "inspect", name, inspectPipeline(acquireFilter(name))) {
 		return info, err
 	}
@@ -65,6 +68,9 @@ func (p *Provider) Inspect(ctx context.Context, name string) (LockInfo, error) {
 // left idle for long (10 minutes on MongoDB): linger longer between two
 // locks, and the next batch fails.
 func (p *Provider) Locks(ctx context.Context, prefix string) iter.Seq2[LockInfo, error] {
+	if p.mem != nil {
+		return p.memLocks(ctx, prefix)
+	}
 	return p.infos(ctx, "list", prefix, listPipeline(prefix))
 }
 
@@ -122,6 +128,9 @@ func (p *Provider) listBatchSize() int32 {
 func (p *Provider) ForceRelease(ctx context.Context, name string) (bool, error) {
 	if ctx == nil {
 		return false, p.Lock(name).errorf("force release", errNilContext)
+	}
+	if p.mem != nil {
+		return p.memForceRelease(ctx, name)
 	}
 	res, err := p.locks.coll.UpdateOne(ctx, forceReleaseFilter(name), releaseUpdate)
 	if err != nil {
@@ -210,6 +219,9 @@ type RWLockInfo struct {
 // network's or ctx's error if the round trip failed. It changes nothing,
 // and ignores the Semaphore's n.
 func (s *Semaphore) Inspect(ctx context.Context) (SemaphoreInfo, error) {
+	if s.lock.p.mem != nil {
+		return s.lock.memInspectSemaphore(ctx)
+	}
 	d, err := s.lock.inspectSlots(ctx)
 	return SemaphoreInfo{Name: d.Name, N: d.N, Holders: d.holders(false), FencingToken: d.FencingToken, ServerTime: d.Now}, err
 }
@@ -218,6 +230,9 @@ func (s *Semaphore) Inspect(ctx context.Context) (SemaphoreInfo, error) {
 // server's clock: a holder whose lease has ended is not listed. Errors are
 // as Semaphore.Inspect's: ErrNoLock if the lock has no document.
 func (rw *RWLock) Inspect(ctx context.Context) (RWLockInfo, error) {
+	if rw.w.p.mem != nil {
+		return rw.w.memInspectRWLock(ctx)
+	}
 	d, err := rw.w.inspectSlots(ctx)
 	return RWLockInfo{Name: d.Name, Holders: d.holders(true), FencingToken: d.FencingToken, WriterWaiting: d.WriterWaiting, ServerTime: d.Now}, err
 }

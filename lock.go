@@ -84,6 +84,9 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Handle, error) {
 	if ctx == nil {
 		return nil, l.errorf("try acquire", errNilContext)
 	}
+	if l.p.mem != nil {
+		return l.memAcquire(ctx, "try acquire", false)
+	}
 	return l.p.tel.traceAcquire(ctx, l, spanTryAcquire, l.tryAcquire)
 }
 
@@ -135,6 +138,9 @@ func (l *Lock) tryAcquire(ctx context.Context, call *acquireCall) (*Handle, erro
 func (l *Lock) Acquire(ctx context.Context) (*Handle, error) {
 	if ctx == nil {
 		return nil, l.errorf("acquire", errNilContext)
+	}
+	if l.p.mem != nil {
+		return l.memAcquire(ctx, "acquire", true)
 	}
 	return l.p.tel.traceAcquire(ctx, l, spanAcquire, l.acquire)
 }

@@ -16,6 +16,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+
+	"github.com/mongolock/mongolock/internal/backend"
 )
 
 // A Provider mints named locks that share options and a collection. It is
@@ -35,6 +37,8 @@ type Provider struct {
 
 	leases leases // the leases of its handles
 	tel    telemetry
+
+	mem backend.Provider // non-nil: the locks are in process memory, not in db
 
 	mu       sync.Mutex
 	closed   bool           // Close was called
@@ -243,6 +247,9 @@ func (p *Provider) Close(ctx context.Context) error {
 // shutdown waits for the calls in flight, releases what is held, and waits
 // for the background work.
 func (p *Provider) shutdown(ctx context.Context) error {
+	if p.mem != nil {
+		p.mem.Close() // ends its waiting calls and releases its handles
+	}
 	p.calls.Wait()
 	p.leases.mu.Lock()
 	held := slices.Collect(maps.Keys(p.leases.held))

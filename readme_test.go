@@ -23,7 +23,8 @@ func docFiles(t *testing.T) []string {
 }
 
 // Every Go snippet in the README and in docs/ is code that compiles and
-// runs: an Example function or part of a program under examples/. Lines
+// runs: an Example function (of this package or of mongolocktest) or part
+// of a program under examples/. Lines
 // are compared without their indentation, and without the examples' lines
 // that only prepare the checked output (marked "for the checked output").
 func TestReadmeSnippetsAreCompiledCode(t *testing.T) {
@@ -43,6 +44,7 @@ func TestReadmeSnippetsAreCompiledCode(t *testing.T) {
 		sources = append(sources, flatten(string(b)))
 	}
 	add("example_test.go")
+	add("mongolocktest/example_test.go")
 	require.NoError(t, filepath.WalkDir("examples", func(path string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".go") {
 			add(path)
