@@ -349,6 +349,19 @@ var releaseUpdate = mustMarshal(bson.D{
 	{Key: "$currentDate", Value: bson.D{{Key: "expiresAt", Value: true}}},
 })
 
+// 4a. Release, holding the lock until atLeast after its acquisition
+// (WithHoldAtLeast): updateOne({_id, lockId}, holdReleaseUpdate). The holder
+// is cleared as by (4), so that nothing of the released handle (a late
+// extension, a repeated release) matches again, but the lease ends no
+// sooner than acquiredAt + atLeast, by the server's clock: every acquirer
+// judges the lock free by expiresAt alone. A pipeline: $max needs one.
+func holdReleaseUpdate(atLeast time.Duration) bson.A {
+	return bson.A{bson.D{{Key: "$set", Value: bson.D{
+		{Key: "lockId", Value: "$$REMOVE"},
+		{Key: "expiresAt", Value: op("$max", "$$NOW", op("$add", "$acquiredAt", atLeast.Milliseconds()))},
+	}}}}
+}
+
 // ownerFilter matches the document only while lockID holds it: extension and
 // release can never touch someone else's acquisition.
 func ownerFilter(name, lockID string) bson.D {
@@ -358,9 +371,14 @@ func ownerFilter(name, lockID string) bson.D {
 // 5. Extend leases, one or a batch: updateMany(extendFilter, extendUpdate).
 // Matching both lists is as owner-checked as an $or of {_id, lockId} pairs,
 // since a lockId is only ever written to its own lock's document, and it is
-// an index lookup on _id.
-func extendUpdate(expiry time.Duration) bson.A {
-	return bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: op("$add", "$$NOW", expiry.Milliseconds())}}}}}
+// an index lookup on _id. With WithHoldAtMost (atMost > 0), no lease is
+// extended past its acquisition's acquiredAt + atMost.
+func extendUpdate(expiry, atMost time.Duration) bson.A {
+	var until any = op("$add", "$$NOW", expiry.Milliseconds())
+	if atMost > 0 {
+		until = op("$min", until, op("$add", "$acquiredAt", atMost.Milliseconds()))
+	}
+	return bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: until}}}}}
 }
 
 func extendFilter(names, lockIDs bson.A) bson.D {
