@@ -280,7 +280,7 @@ func (h *acquisition) leaseOver(lastErr error, capped bool) {
 	h.lock.releaseInBackground(h.lockID, afterNoReply, h.lock.p.opts.atLeast, false)
 	why := fmt.Errorf("%w: its lease ran out before an extension succeeded", ErrLockLost)
 	if capped {
-		why = fmt.Errorf("%w: it was held for as long as WithHoldAtMost allows (%v)", ErrLockLost, h.lock.p.opts.atMost)
+		why = fmt.Errorf("%w: it was held as long as it may be (WithHoldAtMost: %v after its acquisition)", ErrLockLost, h.lock.p.opts.atMost)
 	} else if lastErr != nil {
 		why = fmt.Errorf("%w (last error: %w)", why, lastErr)
 	}
