@@ -127,8 +127,8 @@ func WithAdaptiveBackoff(on bool) Option {
 // TryAcquire of every process (of DistributedLock.MongoDB too) are refused
 // until the hold ends; a waiting Acquire finds the lock free within the
 // sleep bounds of WithBusyWaitSleep after that, as after a release.
-// Inspect shows the lock not Held, with ExpiresAt the hold's end. A
-// release that fails, or a handle whose lease runs out, holds it too; an
+// Until then Inspect shows the lock Held by its owner, and ForceRelease
+// ends the hold. A release that fails, or a handle whose lease runs out, holds it too; an
 // acquisition nobody got a handle for is released at once. The server
 // counts whole milliseconds. Default 0: a release frees the lock at once.
 //

@@ -350,17 +350,26 @@ var releaseUpdate = mustMarshal(bson.D{
 })
 
 // 4a. Release, holding the lock until atLeast after its acquisition
-// (WithHoldAtLeast): updateOne({_id, lockId}, holdReleaseUpdate). The holder
-// is cleared as by (4), so that nothing of the released handle (a late
-// extension, a repeated release) matches again, but the lease ends no
-// sooner than acquiredAt + atLeast, by the server's clock: every acquirer
-// judges the lock free by expiresAt alone. A pipeline: $max needs one.
+// (WithHoldAtLeast): updateOne({_id, lockId}, holdReleaseUpdate). The lease
+// ends no sooner than acquiredAt + atLeast, by the server's clock: every
+// acquirer judges the lock free by expiresAt alone. Until then the holder
+// stays, marked held (lockId and lastLockId + heldSuffix): inspection shows
+// it, a force release ends it, and nothing of the released handle (a late
+// extension, a repeated release) matches it again. A hold already over
+// releases as (4) does. A pipeline: $max needs one.
 func holdReleaseUpdate(atLeast time.Duration) bson.A {
+	end := op("$add", "$acquiredAt", atLeast.Milliseconds())
+	holds, held := op("$gt", end, "$$NOW"), op("$concat", bson.A{"$lockId", heldSuffix})
 	return bson.A{bson.D{{Key: "$set", Value: bson.D{
-		{Key: "lockId", Value: "$$REMOVE"},
-		{Key: "expiresAt", Value: op("$max", "$$NOW", op("$add", "$acquiredAt", atLeast.Milliseconds()))},
+		{Key: "lockId", Value: cond(holds, held, "$$REMOVE")},
+		{Key: "lastLockId", Value: cond(holds, held, "$lastLockId")},
+		{Key: "expiresAt", Value: op("$max", "$$NOW", end)},
 	}}}}
 }
+
+// heldSuffix marks the lockId of a released acquisition held until its
+// hold ends.
+const heldSuffix = ":held"
 
 // ownerFilter matches the document only while lockID holds it: extension and
 // release can never touch someone else's acquisition.

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,9 +53,13 @@ func TestHoldAtLeastKeepsAReleasedLockUntilItsEndWithoutItsProcess(t *testing.T)
 	require.NoError(t, holderDB.Client().Disconnect(ctx), "the releasing process is gone")
 
 	doc := rawLockDoc(t, lockColl(db), name)
-	_, err := doc.LookupErr("lockId")
-	require.Error(t, err, "the released holder is cleared: nothing of it matches again")
+	lockID, _ := doc.Lookup("lockId").StringValueOK()
+	require.True(t, strings.HasSuffix(lockID, ":held"), "the released holder is not marked held: %q", lockID)
 	require.True(t, end.Equal(doc.Lookup("expiresAt").Time()), "the lease ends at acquiredAt + hold: %v, not %v", doc.Lookup("expiresAt").Time(), end)
+	info, err := other.Inspect(ctx, name)
+	require.NoError(t, err)
+	require.True(t, info.Held, "inspection shows the held lock free")
+	require.Equal(t, h.Owner(), info.Owner)
 
 	refused := 0
 	next := takeWhenFree(t, ctx, other.Lock(name), hold+10*time.Second, &refused)
@@ -77,6 +82,24 @@ func TestHoldAtLeastReleasesALockHeldLongerAtOnce(t *testing.T) {
 		return info.ServerTime.After(h.AcquiredAt().Add(hold))
 	})
 	require.NoError(t, h.Release(ctx))
+	_, err := rawLockDoc(t, e.coll, name).LookupErr("lockId")
+	require.Error(t, err, "the holder stays: no release event is sent")
+	next := releaseAtCleanup(t, mustTryAcquire(t, ctx, e.other.Lock(name)))
+	require.Greater(t, next.FencingToken(), h.FencingToken())
+}
+
+// A force release ends a hold: the lock is free at once.
+func TestForceReleaseEndsAHold(t *testing.T) {
+	const name = "nightly"
+	ctx := boundedCtx(t, time.Minute)
+	e := newLockEnv(t, mongolock.WithHoldAtLeast(time.Hour))
+	h := mustTryAcquire(t, ctx, e.p.Lock(name))
+	require.NoError(t, h.Release(ctx))
+	_, err := e.other.Lock(name).TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the lock is free during its hold")
+	released, err := e.other.ForceRelease(ctx, name)
+	require.NoError(t, err)
+	require.True(t, released, "the hold was not seen as a holder")
 	next := releaseAtCleanup(t, mustTryAcquire(t, ctx, e.other.Lock(name)))
 	require.Greater(t, next.FencingToken(), h.FencingToken())
 }
