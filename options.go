@@ -120,15 +120,15 @@ func WithAdaptiveBackoff(on bool) Option {
 // WithHoldAtLeast keeps a released lock held until d after its acquisition,
 // by the server's clock: for a job that every replica's scheduler starts at
 // the same time, and that must run once per period, also when it ends
-// sooner than the replicas' clocks differ. Release (and the end of Do,
-// and Provider.Close) writes the hold into the lock's document in its one round trip, so it
-// lasts without this process, even if the process exits at once; Release
-// then hands the lock to no Acquire of this process. Acquire and
-// TryAcquire of every process (of DistributedLock.MongoDB too) are refused
-// until the hold ends; a waiting Acquire finds the lock free within the
-// sleep bounds of WithBusyWaitSleep after that, as after a release.
-// Until then Inspect shows the lock Held by its owner, and ForceRelease
-// ends the hold. A release that fails, or a handle whose lease runs out, holds it too; an
+// sooner than the replicas' clocks differ. Release (and so Do and
+// Provider.Close) writes the hold into the lock's document in its one round
+// trip: it lasts without this process, even if the process exits at once.
+// Release then hands the lock to no Acquire of this process. Acquire and
+// TryAcquire of every process (DistributedLock.MongoDB's too) are refused
+// until the hold ends; a waiting Acquire next in line finds the lock free
+// within WithBusyWaitSleep's max of that end, as of a release. Until then
+// Inspect shows the lock Held by its owner, and ForceRelease ends the hold.
+// A release that fails, and a handle whose lease runs out, hold it too; an
 // acquisition nobody got a handle for is released at once. The server
 // counts whole milliseconds. Default 0: a release frees the lock at once.
 //
