@@ -153,6 +153,42 @@ func ExampleLock_Do() {
 	// free again after Do
 }
 
+func ExampleWithHoldAtLeast() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
+	defer disconnect()                                          // (for the checked output)
+
+	locks, err := mongolock.NewProvider(db,
+		mongolock.WithHoldAtLeast(50*time.Minute), // longer than the replicas' clocks differ, shorter than the period
+		mongolock.WithHoldAtMost(2*time.Hour))     // a stuck run gives the lock up
+	if err != nil {
+		log.Fatal(err)
+	}
+	job := locks.Lock("hourly-report")
+	// Every replica's scheduler calls this at the start of each hour.
+	runJob := func() {
+		h, err := job.TryAcquire(ctx)
+		if errors.Is(err, mongolock.ErrNotAcquired) {
+			fmt.Println("skipped: another replica ran it this hour")
+			return
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println("running the hourly report")
+		// ... the job, stopping if h.Context() ends ...
+		if err := h.Release(ctx); err != nil { // held until 50 minutes after h.AcquiredAt()
+			log.Fatal(err)
+		}
+	}
+	runJob() // on the replica whose clock is ahead
+	runJob() // on one whose clock is a second behind, after the job is done
+	// Output:
+	// running the hourly report
+	// skipped: another replica ran it this hour
+}
+
 func ExampleHandle_FencingToken() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

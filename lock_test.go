@@ -661,6 +661,13 @@ func TestInvalidOptionsAreRefusedNamingTheOptionAndValue(t *testing.T) {
 		{"empty owner", []mongolock.Option{mongolock.WithOwner("")}, []string{`WithOwner("")`, "1 to 256 bytes"}},
 		{"owner too long", []mongolock.Option{mongolock.WithOwner(strings.Repeat("o", mongolock.MaxOwnerLen+1))},
 			[]string{`WithOwner("ooo`, "...", "1 to 256 bytes"}},
+		{"hold at least negative", []mongolock.Option{mongolock.WithHoldAtLeast(-time.Second)}, []string{"WithHoldAtLeast(-1s)", "negative"}},
+		{"hold at most zero", []mongolock.Option{mongolock.WithHoldAtMost(0)}, []string{"WithHoldAtMost(0s)", "expiry (30s)"}},
+		{"hold at most negative", []mongolock.Option{mongolock.WithHoldAtMost(-time.Minute)}, []string{"WithHoldAtMost(-1m0s)"}},
+		{"hold at most under the expiry", []mongolock.Option{mongolock.WithExpiry(time.Minute), mongolock.WithHoldAtMost(59 * time.Second)},
+			[]string{"WithHoldAtMost(59s)", "expiry (1m0s)"}},
+		{"hold at most under the hold at least", []mongolock.Option{mongolock.WithHoldAtLeast(2 * time.Minute), mongolock.WithHoldAtMost(time.Minute)},
+			[]string{"WithHoldAtMost(1m0s)", "WithHoldAtLeast's (2m0s)"}},
 	} {
 		for _, c := range optionConstructors {
 			t.Run(tc.label+"/"+c.label, func(t *testing.T) {
@@ -696,6 +703,10 @@ func TestValidEdgeOptionsAreAccepted(t *testing.T) {
 		{"standby equal to the busy-wait max", []mongolock.Option{mongolock.WithStandbySleep(mongolock.DefaultBusyWaitMax)}},
 		{"busy-wait of 1ns", []mongolock.Option{mongolock.WithBusyWaitSleep(time.Nanosecond, time.Nanosecond)}},
 		{"a later option overrides an earlier one", []mongolock.Option{mongolock.WithExpiry(time.Millisecond), mongolock.WithExpiry(time.Second)}},
+		{"hold at least alone", []mongolock.Option{mongolock.WithHoldAtLeast(time.Hour)}},
+		{"hold at least zero", []mongolock.Option{mongolock.WithHoldAtLeast(0)}},
+		{"hold at most equal to the expiry", []mongolock.Option{mongolock.WithExpiry(time.Second), mongolock.WithHoldAtMost(time.Second)}},
+		{"holds at least and at most equal", []mongolock.Option{mongolock.WithHoldAtLeast(time.Minute), mongolock.WithHoldAtMost(time.Minute)}},
 		{"everything", []mongolock.Option{
 			mongolock.WithCollection("locks"),
 			mongolock.WithExpiry(2 * time.Second),

@@ -37,9 +37,16 @@ func newMemoryProvider(opts any, open func(backend.Config) backend.Provider) (an
 	if err != nil {
 		return nil, &Error{Op: opNewProvider, Err: err}
 	}
+	if o.holds() {
+		return nil, &Error{Op: opNewProvider, Err: errHoldsInMemory}
+	}
 	return &Provider{opts: o, mem: open(backend.Config{Collection: o.collection, Owner: o.owner, Expiry: o.expiry}),
 		done: make(chan struct{}), drained: make(chan struct{})}, nil
 }
+
+// errHoldsInMemory refuses WithHoldAtLeast and WithHoldAtMost, which the
+// store does not implement.
+var errHoldsInMemory = errors.New("WithHoldAtLeast and WithHoldAtMost: not implemented by the in-memory store; test scheduled jobs against a server")
 
 // memRequest is what l takes.
 func (l *Lock) memRequest() backend.Lock {

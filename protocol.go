@@ -349,6 +349,28 @@ var releaseUpdate = mustMarshal(bson.D{
 	{Key: "$currentDate", Value: bson.D{{Key: "expiresAt", Value: true}}},
 })
 
+// 4a. Release, holding the lock until atLeast after its acquisition
+// (WithHoldAtLeast): updateOne({_id, lockId}, holdReleaseUpdate). The lease
+// ends no sooner than acquiredAt + atLeast, by the server's clock: every
+// acquirer judges the lock free by expiresAt alone. Until then the holder
+// stays, marked held (lockId and lastLockId + heldSuffix): inspection shows
+// it, a force release ends it, and nothing of the released handle (a late
+// extension, a repeated release) matches it again. A hold already over
+// releases as (4) does. A pipeline: $max needs one.
+func holdReleaseUpdate(atLeast time.Duration) bson.A {
+	end := op("$add", "$acquiredAt", atLeast.Milliseconds())
+	holds, held := op("$gt", end, "$$NOW"), op("$concat", bson.A{"$lockId", heldSuffix})
+	return bson.A{bson.D{{Key: "$set", Value: bson.D{
+		{Key: "lockId", Value: cond(holds, held, "$$REMOVE")},
+		{Key: "lastLockId", Value: cond(holds, held, "$lastLockId")},
+		{Key: "expiresAt", Value: op("$max", "$$NOW", end)},
+	}}}}
+}
+
+// heldSuffix marks the lockId of a released acquisition held until its
+// hold ends.
+const heldSuffix = ":held"
+
 // ownerFilter matches the document only while lockID holds it: extension and
 // release can never touch someone else's acquisition.
 func ownerFilter(name, lockID string) bson.D {
@@ -358,9 +380,14 @@ func ownerFilter(name, lockID string) bson.D {
 // 5. Extend leases, one or a batch: updateMany(extendFilter, extendUpdate).
 // Matching both lists is as owner-checked as an $or of {_id, lockId} pairs,
 // since a lockId is only ever written to its own lock's document, and it is
-// an index lookup on _id.
-func extendUpdate(expiry time.Duration) bson.A {
-	return bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: op("$add", "$$NOW", expiry.Milliseconds())}}}}}
+// an index lookup on _id. With WithHoldAtMost (atMost > 0), no lease is
+// extended past its acquisition's acquiredAt + atMost.
+func extendUpdate(expiry, atMost time.Duration) bson.A {
+	var until any = op("$add", "$$NOW", expiry.Milliseconds())
+	if atMost > 0 {
+		until = op("$min", until, op("$add", "$acquiredAt", atMost.Milliseconds()))
+	}
+	return bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: until}}}}}
 }
 
 func extendFilter(names, lockIDs bson.A) bson.D {

@@ -72,7 +72,7 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 		locks:        newSpace(db, o.collection),
 		slots:        newSpace(db, o.collection+semSuffix),
 		opts:         o,
-		extendUpdate: extendUpdate(o.expiry),
+		extendUpdate: extendUpdate(o.expiry, o.atMost),
 		leases:       leases{held: make(map[*acquisition]*lease)},
 		tel:          newTelemetry(o.telemetryConfig, db.Name()),
 		done:         make(chan struct{}),

@@ -3,6 +3,7 @@ package mongolock
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.opentelemetry.io/otel/attribute"
@@ -145,7 +146,8 @@ func (d slotDriver) acquire(ctx context.Context, p *Provider, name string, a att
 	return r, err
 }
 
-func (slotDriver) release(name, id string) (bson.D, any) {
+// release: slots do not hold (holds); hold is always 0.
+func (slotDriver) release(name, id string, _ time.Duration) (bson.D, any) {
 	return semHolderFilter(name, id), semReleaseUpdate(id)
 }
 
@@ -169,6 +171,8 @@ func (d slotDriver) limit() (int, bool) {
 }
 
 func (slotDriver) unclaimed() bool { return false }
+
+func (slotDriver) holds() bool { return false }
 
 func (d slotDriver) attrs() []attribute.KeyValue {
 	switch d.rw {
