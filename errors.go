@@ -128,8 +128,8 @@ var errNilContext = errors.New("nil context.Context")
 // operation, the lock's name (shortened past 64 bytes), and the cause, which
 // errors.Is and errors.As see through.
 type Error struct {
-	Op   string // "acquire", "try acquire", "do", "release", "inspect", "list", "force release", "campaign", "proclaim", "resign", "leader", "run"
-	Name string // the lock's name, or a listing's prefix
+	Op   string // "acquire", "try acquire", "do", "release", "inspect", "list", "force release", "campaign", "proclaim", "resign", "leader", "run", "composite"
+	Name string // the lock's name, a listing's prefix, or a composite's names
 	Err  error
 }
 
