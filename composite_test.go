@@ -318,6 +318,10 @@ func TestCompositeLossOfOnePartIsTheCompositesLoss(t *testing.T) {
 			_, err := semColl.DeleteOne(ctx, bson.D{{Key: "_id", Value: "slots"}})
 			return err
 		}},
+		{"RWLock's document deleted", func() error {
+			_, err := semColl.DeleteOne(ctx, bson.D{{Key: "_id", Value: "table"}})
+			return err
+		}},
 	} {
 		t.Run(tc.label, func(t *testing.T) {
 			c := mustComposite(t, e.p.Lock("job"), e.p.Semaphore("slots", 2), e.p.RWLock("table").Writer())
