@@ -370,9 +370,10 @@ func TestCompositeAcquireStartsAgainWhenAPartIsLostWhileItWaits(t *testing.T) {
 		h   *mongolock.CompositeHandle
 		err error
 	}
+	c := mustComposite(t, e.p.Lock("b"), e.p.Lock("a"))
 	got := make(chan result, 1)
 	go func() {
-		h, err := mustComposite(t, e.p.Lock("b"), e.p.Lock("a")).Acquire(ctx)
+		h, err := c.Acquire(ctx)
 		got <- result{h, err}
 	}()
 	awaitQueueLen(t, e.p, "b", 1) // it holds a, and waits for b
