@@ -306,7 +306,7 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 		}
 		// Its error is a loss, or a failed resignation that goes on in the
 		// background: either way, campaign again.
-		_ = l.do(ctx, func(ctx context.Context) error { fn(ctx, l); return nil })
+		_ = do(ctx, l, func(ctx context.Context) error { fn(ctx, l); return nil })
 	}
 }
 

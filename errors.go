@@ -146,8 +146,8 @@ var errNilFunction error = invalid("nil function")
 // lock's name (shortened past 64 bytes), and the cause, which errors.Is and
 // errors.As see through.
 type Error struct {
-	Op   string // "new", "new provider", "close", "acquire", "try acquire", "do", "release", "inspect", "list", "force release", "campaign", "proclaim", "resign", "leader", "run"
-	Name string // the lock's name, or a listing's prefix; none for "new provider" and "close"
+	Op   string // "new", "new provider", "new composite", "close", "acquire", "try acquire", "do", "release", "inspect", "list", "force release", "campaign", "proclaim", "resign", "leader", "run"
+	Name string // the lock's name, a listing's prefix, or a composite's names; none for "new provider", "new composite" and "close"
 	Err  error
 }
 
@@ -155,7 +155,7 @@ type Error struct {
 // empty or blank) where the operation has one, and the cause.
 func (e *Error) Error() string {
 	cause := strings.TrimPrefix(e.Err.Error(), "mongolock: ")
-	if e.Op == opNewProvider || e.Op == opClose {
+	if e.Op == opNewProvider || e.Op == opNewComposite || e.Op == opClose {
 		return fmt.Sprintf("mongolock: %s: %s", e.Op, cause)
 	}
 	return fmt.Sprintf("mongolock: %s %q: %s", e.Op, e.Name, cause)
@@ -166,8 +166,9 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // The operations of a Provider as a whole, whose errors name no lock.
 const (
-	opNewProvider = "new provider"
-	opClose       = "close"
+	opNewProvider  = "new provider"
+	opNewComposite = "new composite"
+	opClose        = "close"
 )
 
 // errorf wraps err with the operation and the lock's name, shortened

@@ -460,6 +460,58 @@ func ExampleRWLock() {
 	// the writer's token outranks the readers': true
 }
 
+func ExampleComposite() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
+	defer disconnect()                                          // (for the checked output)
+	_ = db.Collection("distributed_locks_semaphores").Drop(ctx) // (for the checked output)
+
+	locks, err := mongolock.NewProvider(db)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// A transfer holds both accounts and one of four ledger slots: all or none.
+	transfer, err := mongolock.NewComposite(locks.Lock("account-17"), locks.Lock("account-42"), locks.Semaphore("ledger", 4))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Another names the accounts the other way round: both take them in
+	// one order, so the two cannot deadlock.
+	refund, err := mongolock.NewComposite(locks.Lock("account-42"), locks.Lock("account-17"))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	h, err := transfer.Acquire(ctx) // waits until it holds every part
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, part := range h.Handles() {
+		fmt.Println("holds", part.Name()) // and part.FencingToken() for its resource
+	}
+	_, err = refund.TryAcquire(ctx)
+	fmt.Println("the refund is refused:", errors.Is(err, mongolock.ErrNotAcquired))
+	// ... transfer, stopping if h.Context() ends (a part was lost) ...
+	if err := h.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	err = refund.Do(ctx, func(ctx context.Context) error {
+		fmt.Println("refunding") // ctx ends if a part is lost
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// holds account-17
+	// holds account-42
+	// holds ledger
+	// the refund is refused: true
+	// refunding
+}
+
 func ExampleWithTracerProvider() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

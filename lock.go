@@ -278,13 +278,20 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) (err 
 	if err != nil {
 		return err
 	}
-	return h.do(ctx, fn)
+	return do(ctx, h, fn)
 }
 
-// do runs fn with a ctx that ends when ctx ends or h's lock is lost (cause
+// A holding is what Do runs a function under: a Handle or a
+// CompositeHandle.
+type holding interface {
+	Context() context.Context
+	Release(ctx context.Context) error
+}
+
+// do runs fn with a ctx that ends when ctx ends or h is lost (cause
 // ErrLockLost), then releases h, also when fn panics. It returns fn's error
 // joined with Release's.
-func (h *Handle) do(ctx context.Context, fn func(ctx context.Context) error) (err error) {
+func do(ctx context.Context, h holding, fn func(ctx context.Context) error) (err error) {
 	defer func() {
 		// Release even when ctx is already over: the caller is done with
 		// the lock, and others should not wait for its lease to expire.
