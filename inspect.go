@@ -165,7 +165,10 @@ func (p *Provider) infos(ctx context.Context, s *space, op, name string, pipelin
 			return
 		}
 		cur, err := s.coll.Aggregate(ctx, pipeline, options.Aggregate().SetBatchSize(p.listBatchSize()))
-		if err != nil {
+		switch {
+		case err != nil && s == &p.slots && isUnauthorized(err):
+			return // a program that uses no semaphores needs no privilege on their collection
+		case err != nil:
 			fail(err)
 			return
 		}
@@ -249,7 +252,10 @@ func (p *Provider) forceRelease(ctx context.Context, name string, one bool, stmt
 			break
 		}
 		res, err := u.coll.UpdateOne(ctx, u.filter, u.update)
-		if err != nil {
+		switch {
+		case err != nil && u.coll == p.slots.coll && isUnauthorized(err):
+			continue // as in infos: no semaphores to release
+		case err != nil:
 			return false, p.Lock(name).errorf("force release", err)
 		}
 		ended = ended || res.MatchedCount > 0
