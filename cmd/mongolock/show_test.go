@@ -298,7 +298,7 @@ func TestForceReleaseAsksKeepsTheTokenAndStopsTheHolder(t *testing.T) {
 // list shows every kind, one row each, a lock before the semaphore of its
 // name: a semaphore's holders/slots, a reader-writer lock's readers or
 // writer, the holders' owners, an election's value; --json the same, with
-// each holder.
+// each holder. inspect shows both of a name, and no name it begins.
 func TestListShowsEveryKind(t *testing.T) {
 	t.Parallel()
 	ctx := boundedCtx(t, time.Minute)
@@ -328,6 +328,7 @@ func TestListShowsEveryKind(t *testing.T) {
 	}
 	tokens["jobs/exports lock"] = hold(ps[0].Lock("jobs/exports").TryAcquire(ctx)).FencingToken()
 	tokens["jobs/schema rwlock"] = hold(ps[0].RWLock("jobs/schema").Writer().TryAcquire(ctx)).FencingToken()
+	tokens["jobs/exports/old lock"] = hold(ps[1].Lock("jobs/exports/old").TryAcquire(ctx)).FencingToken()
 	leader, err := ps[1].Election("jobs/leader").Campaign(ctx, "v7")
 	tokens["jobs/leader election"] = hold(leader.Handle, err).FencingToken()
 
@@ -338,6 +339,7 @@ func TestListShowsEveryKind(t *testing.T) {
 		{"jobs/catalog", "rwlock", "2 readers", "exporter-1,exporter-2", "no", "-"},
 		{"jobs/exports", "lock", "yes", "exporter-1", "no", "-"},
 		{"jobs/exports", "semaphore", "2/3", "exporter-1,exporter-2", "no", "-"},
+		{"jobs/exports/old", "lock", "yes", "exporter-2", "no", "-"},
 		{"jobs/leader", "election", "yes", "exporter-2", "no", "v7"},
 		{"jobs/schema", "rwlock", "writer", "exporter-1", "no", "-"},
 	}
@@ -357,6 +359,12 @@ func TestListShowsEveryKind(t *testing.T) {
 	objs := jsonLines[infoJSON](t, r.stdout)
 	if len(objs) != len(want) {
 		t.Fatalf("list --json jobs/:\n%s", r.stdout)
+	}
+	r = invoke(t, "", append(slices.Clone(conn), "inspect", "--json", "jobs/exports")...)
+	requireCode(t, r, 0, "inspect --json jobs/exports")
+	if got := jsonLines[infoJSON](t, r.stdout); len(got) != 2 || got[0].Kind != "lock" || got[1].Kind != "semaphore" ||
+		!slices.EqualFunc([]infoJSON{objs[1], objs[2]}, got, func(a, b infoJSON) bool { return a.Name == b.Name && a.Kind == b.Kind && a.Holders[0].ID == b.Holders[0].ID }) {
+		t.Errorf("inspect --json jobs/exports:\n%s", r.stdout)
 	}
 	for i, o := range objs {
 		modes := map[string]string{"jobs/catalog": "read", "jobs/schema": "write"}[o.Name]
