@@ -363,7 +363,9 @@ func TestListShowsEveryKind(t *testing.T) {
 	r = invoke(t, "", append(slices.Clone(conn), "inspect", "--json", "jobs/exports")...)
 	requireCode(t, r, 0, "inspect --json jobs/exports")
 	if got := jsonLines[infoJSON](t, r.stdout); len(got) != 2 || got[0].Kind != "lock" || got[1].Kind != "semaphore" ||
-		!slices.EqualFunc([]infoJSON{objs[1], objs[2]}, got, func(a, b infoJSON) bool { return a.Name == b.Name && a.Kind == b.Kind && a.Holders[0].ID == b.Holders[0].ID }) {
+		!slices.EqualFunc([]infoJSON{objs[1], objs[2]}, got, func(a, b infoJSON) bool {
+			return a.Name == b.Name && a.Kind == b.Kind && a.Holders[0].ID == b.Holders[0].ID
+		}) {
 		t.Errorf("inspect --json jobs/exports:\n%s", r.stdout)
 	}
 	for i, o := range objs {
