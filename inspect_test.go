@@ -4,6 +4,7 @@ package mongolock_test
 // the server, on documents of every kind the collection can hold.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -594,92 +595,35 @@ func TestLocksAndInspectShowEveryKind(t *testing.T) {
 	require.ElementsMatch(t, opened, killed, "breaking out of the loop left a cursor open")
 }
 
-// kindHolder says, for one kind, how holders take a name and how a waiter
-// of another process waits for what they hold.
-type kindHolder struct {
-	kind mongolock.Kind
-	hold func(ctx context.Context, p *mongolock.Provider, name string) (*mongolock.Handle, error)
-	n    int // holders
-	wait func(ctx context.Context, p *mongolock.Provider, name string) (*mongolock.Handle, error)
-}
-
-var kindHolders = []kindHolder{
-	{mongolock.KindLock,
-		func(ctx context.Context, p *mongolock.Provider, name string) (*mongolock.Handle, error) {
-			return p.Lock(name).TryAcquire(ctx)
-		}, 1,
-		func(ctx context.Context, p *mongolock.Provider, name string) (*mongolock.Handle, error) {
-			return p.Lock(name).Acquire(ctx)
-		}},
-	{mongolock.KindElection,
-		func(ctx context.Context, p *mongolock.Provider, name string) (*mongolock.Handle, error) {
-			l, err := p.Election(name).Campaign(ctx, "leader")
-			if err != nil {
-				return nil, err
-			}
-			return l.Handle, nil
-		}, 1,
-		func(ctx context.Context, p *mongolock.Provider, name string) (*mongolock.Handle, error) {
-			l, err := p.Election(name).Campaign(ctx, "standby")
-			if err != nil {
-				return nil, err
-			}
-			return l.Handle, nil
-		}},
-	{mongolock.KindSemaphore,
-		func(ctx context.Context, p *mongolock.Provider, name string) (*mongolock.Handle, error) {
-			return p.Semaphore(name, 2).TryAcquire(ctx)
-		}, 2,
-		func(ctx context.Context, p *mongolock.Provider, name string) (*mongolock.Handle, error) {
-			return p.Semaphore(name, 2).Acquire(ctx)
-		}},
-	{mongolock.KindRWLock, // readers, and a writer waits
-		func(ctx context.Context, p *mongolock.Provider, name string) (*mongolock.Handle, error) {
-			return p.RWLock(name).Reader().TryAcquire(ctx)
-		}, 2,
-		func(ctx context.Context, p *mongolock.Provider, name string) (*mongolock.Handle, error) {
-			return p.RWLock(name).Writer().Acquire(ctx)
-		}},
-	{mongolock.KindRWLock, // a writer, and a reader waits
-		func(ctx context.Context, p *mongolock.Provider, name string) (*mongolock.Handle, error) {
-			return p.RWLock(name).Writer().TryAcquire(ctx)
-		}, 1,
-		func(ctx context.Context, p *mongolock.Provider, name string) (*mongolock.Handle, error) {
-			return p.RWLock(name).Reader().Acquire(ctx)
-		}},
-}
-
-// forEachKindHeld runs test as a subtest per row of kindHolders, with two
-// providers on clients of their own, and k.n holders of name on the first.
+// forEachKindHeld runs test for every kind (forEachKind), with two
+// providers on clients of their own, and on the first the holders of the
+// row's other mode of name: as many as may hold at once, or two readers.
 // The holders' leases last 10 s but are extended every 100 ms: a loss
 // shows soon, an expiry would not. The second polls fast, as a waiter.
-func forEachKindHeld(t *testing.T, test func(t *testing.T, ctx context.Context, k kindHolder, name string, p, other *mongolock.Provider, old []*mongolock.Handle)) {
-	for i, k := range kindHolders {
-		t.Run(fmt.Sprintf("%d-%s", i, k.kind), func(t *testing.T) {
-			ctx := boundedCtx(t, 30*time.Second)
-			db := testdb.Database(t)
-			p := newProvider(t, ownClient(t, db, nil), mongolock.WithOwner("stuck-1"),
-				mongolock.WithExpiry(10*time.Second), mongolock.WithExtensionCadence(100*time.Millisecond))
-			name := "stuck-" + string(k.kind)
-			var old []*mongolock.Handle
-			for range k.n {
-				h, err := k.hold(ctx, p, name)
-				require.NoError(t, err)
-				old = append(old, releaseAtCleanup(t, h))
-			}
-			test(t, ctx, k, name, p, newProvider(t, ownClient(t, db, nil), mongolock.WithOwner("waiter-1"), fastPolls), old)
-		})
-	}
+func forEachKindHeld(t *testing.T, test func(t *testing.T, ctx context.Context, r kindRow, name string, p, other *mongolock.Provider, old []*mongolock.Handle)) {
+	forEachKind(t, func(t *testing.T, r kindRow) {
+		ctx := boundedCtx(t, 30*time.Second)
+		db := testdb.Database(t)
+		p := newProvider(t, ownClient(t, db, nil), mongolock.WithOwner("stuck-1"),
+			mongolock.WithExpiry(10*time.Second), mongolock.WithExtensionCadence(100*time.Millisecond))
+		k := r.n
+		if r.rw {
+			k = cmp.Or(r.otherN, 2)
+		}
+		name := "stuck-" + r.kind
+		old := holdOut(t, ctx, r, p, name, k)
+		test(t, ctx, r, name, p, newProvider(t, ownClient(t, db, nil), mongolock.WithOwner("waiter-1"), fastPolls), old)
+	})
 }
 
 // ForceRelease frees every kind for a waiter at once, long before the
 // holders' leases would end: every holder finds out at its next extension,
 // and the waiter's fencing token outranks every old holder's.
 func TestForceReleaseFreesEveryKindForAWaiter(t *testing.T) {
-	forEachKindHeld(t, func(t *testing.T, ctx context.Context, k kindHolder, name string, p, other *mongolock.Provider, old []*mongolock.Handle) {
+	forEachKindHeld(t, func(t *testing.T, ctx context.Context, r kindRow, name string, p, other *mongolock.Provider, old []*mongolock.Handle) {
 		waiter := make(chan *mongolock.Handle, 1)
 		go func() {
-			h, err := k.wait(ctx, other, name)
+			h, err := r.this(other, name).acquire(ctx)
 			assert(t, err == nil, "the waiter: %v", err)
 			waiter <- h
 		}()
@@ -697,7 +641,7 @@ func TestForceReleaseFreesEveryKindForAWaiter(t *testing.T) {
 		select {
 		case h = <-waiter:
 		case <-time.After(2 * time.Second):
-			require.FailNow(t, "the waiter did not get the freed "+string(k.kind)+" at once")
+			require.FailNow(t, "the waiter did not get the freed "+r.kind+" at once")
 		}
 		require.NotNil(t, h)
 		releaseAtCleanup(t, h)
@@ -717,10 +661,10 @@ func TestForceReleaseFreesEveryKindForAWaiter(t *testing.T) {
 // others keep theirs, and the next acquisition outranks it. An id that
 // holds nothing ends nothing; an empty one is an error.
 func TestForceReleaseHolderEndsOneHolderOfEveryKind(t *testing.T) {
-	forEachKindHeld(t, func(t *testing.T, ctx context.Context, k kindHolder, name string, _, other *mongolock.Provider, old []*mongolock.Handle) {
+	forEachKindHeld(t, func(t *testing.T, ctx context.Context, r kindRow, name string, _, other *mongolock.Provider, old []*mongolock.Handle) {
 		info, err := other.Inspect(ctx, name)
 		require.NoError(t, err)
-		require.Len(t, info.Holders, k.n)
+		require.Len(t, info.Holders, len(old))
 
 		released, err := other.ForceReleaseHolder(ctx, name, "0123456789abcdef0123456789abcdef")
 		require.NoError(t, err)
@@ -737,7 +681,7 @@ func TestForceReleaseHolderEndsOneHolderOfEveryKind(t *testing.T) {
 		for _, o := range old[1:] {
 			staysOpen(t, o.Lost(), time.Second-time.Since(start), "another holder's Lost")
 		}
-		h, err := k.hold(ctx, other, name)
+		h, err := r.other(other, name).try(ctx)
 		require.NoError(t, err, "the freed slot")
 		releaseAtCleanup(t, h)
 		for _, o := range old {
@@ -745,7 +689,7 @@ func TestForceReleaseHolderEndsOneHolderOfEveryKind(t *testing.T) {
 		}
 		info, err = other.Inspect(ctx, name)
 		require.NoError(t, err)
-		require.Len(t, info.Holders, k.n)
-		require.Equal(t, h.FencingToken(), info.Holders[k.n-1].FencingToken)
+		require.Len(t, info.Holders, len(old))
+		require.Equal(t, h.FencingToken(), info.Holders[len(old)-1].FencingToken)
 	})
 }
