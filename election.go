@@ -153,7 +153,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // read returns the leader, or the zero Leader if nobody leads, and how long
 // its lease has left by the server's clock.
 func (e *Election) read(ctx context.Context) (Leader, time.Duration, error) {
-	info, err := e.lock.p.Inspect(ctx, e.lock.name)
+	info, err := e.lock.p.inspectLock(ctx, e.lock.name)
 	switch {
 	case errors.Is(err, ErrNoLock):
 		return Leader{}, 0, nil

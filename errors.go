@@ -127,6 +127,13 @@ func isAmbiguous(err error) bool {
 		!errors.As(err, &topology.ServerSelectionError{}) && !errors.As(err, &topology.WaitQueueTimeoutError{})
 }
 
+// isUnauthorized reports whether the server refused err's request for want
+// of a privilege (Unauthorized).
+func isUnauthorized(err error) bool {
+	var se mongo.ServerError
+	return errors.As(err, &se) && se.HasErrorCode(13)
+}
+
 // isReply reports whether err is the server's answer to a request, not a
 // network failure: the request is over on the server, applied or not.
 func isReply(err error) bool {

@@ -156,7 +156,7 @@ func lockInfo(s backend.LockState) LockInfo {
 }
 
 func (p *Provider) memForceRelease(ctx context.Context, name string) (bool, error) {
-	if err := ctx.Err(); err != nil {
+	if err := memCheck(ctx); err != nil {
 		return false, p.Lock(name).errorf("force release", err)
 	}
 	return p.mem.ForceRelease(name), nil

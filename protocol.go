@@ -464,14 +464,17 @@ var releaseEvents = mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "$or", V
 // 10. Inspect: aggregate([{$match: filter}, {$project: …}]): each lock's
 // state, judged by the server's clock ($$NOW). owner and value count only
 // when the holder is the last mongolock acquisition (lockId == lastLockId);
-// a DistributedLock.MongoDB acquisition leaves them as they were.
+// a DistributedLock.MongoDB acquisition leaves them as they were. A value
+// makes it an election's: a plain lock's acquisition removes it.
 func inspectPipeline(match bson.D) mongo.Pipeline {
 	now := "$$NOW"
 	held := op("$and", op("$ne", op("$type", "$lockId"), "missing"), op("$gt", ifNull("$expiresAt", epoch), now))
 	return mongo.Pipeline{
 		{{Key: "$match", Value: match}},
 		{{Key: "$project", Value: bson.D{
+			{Key: "kind", Value: cond(op("$eq", op("$type", "$value"), "missing"), string(KindLock), string(KindElection))},
 			{Key: "held", Value: held},
+			{Key: "lockId", Value: 1},
 			{Key: "mongolock", Value: op("$eq", "$lockId", "$lastLockId")},
 			{Key: "owner", Value: 1},
 			{Key: "value", Value: 1},
@@ -486,9 +489,15 @@ func inspectPipeline(match bson.D) mongo.Pipeline {
 
 // 11. List: the same, with {$match: prefixFilter(prefix)} and then
 // {$sort: {_id: 1}}, read in batches of listBatchSize: a scan of the _id
-// index in name order.
+// index in name order. The semaphores' collection is listed alike (22),
+// and the two merged by name.
 func listPipeline(prefix string) mongo.Pipeline {
-	return slices.Insert(inspectPipeline(prefixFilter(prefix)), 1, bson.D{{Key: "$sort", Value: bson.D{{Key: "_id", Value: 1}}}})
+	return sortedByName(inspectPipeline(prefixFilter(prefix)))
+}
+
+// sortedByName inserts {$sort: {_id: 1}} after an inspection's $match.
+func sortedByName(inspect mongo.Pipeline) mongo.Pipeline {
+	return slices.Insert(inspect, 1, bson.D{{Key: "$sort", Value: bson.D{{Key: "_id", Value: 1}}}})
 }
 
 // listBatchSize bounds how many locks one reply of a listing carries.
@@ -512,7 +521,8 @@ func prefixFilter(prefix string) bson.D {
 
 // 12. Force release: updateOne(forceReleaseFilter, releaseUpdate), the
 // release of whatever acquisition holds the lock, mongolock's or
-// DistributedLock.MongoDB's. The fencing token stays.
+// DistributedLock.MongoDB's. The fencing token stays. One holder, named
+// by its lockId, is force released as it releases itself (4).
 func forceReleaseFilter(name string) bson.D {
 	return bson.D{{Key: "_id", Value: name}, {Key: "lockId", Value: bson.D{{Key: "$exists", Value: true}}}}
 }
@@ -805,18 +815,42 @@ func createRWDoc(name string) bson.D {
 		{Key: "holders", Value: bson.A{}}, {Key: "expiresAt", Value: epoch}}
 }
 
-// 21. Inspect a semaphore or an RWLock: aggregate([{$match: {_id: name}},
-// {$project: …}]) on the semaphores' collection. The holders are the live
-// ones, as an acquisition judges them: by the server's clock.
-func semInspectPipeline(name string) mongo.Pipeline {
+// 21. Inspect a semaphore or an RWLock: aggregate([{$match: filter},
+// {$project: …}]) on the semaphores' collection, filter {_id: name}. The
+// holders are the live ones, as an acquisition judges them: by the
+// server's clock.
+func semInspectPipeline(match bson.D) mongo.Pipeline {
+	claimLive := op("$gt", ifNull("$waitingUntil", epoch), "$$NOW")
 	return mongo.Pipeline{
-		{{Key: "$match", Value: acquireFilter(name)}},
+		{{Key: "$match", Value: match}},
 		{{Key: "$project", Value: bson.D{
+			{Key: "kind", Value: 1},
 			{Key: "n", Value: 1},
 			{Key: "holders", Value: liveHolders},
 			{Key: "fencingToken", Value: 1},
-			{Key: "writerWaiting", Value: op("$and", op("$gt", ifNull("$waitingUntil", epoch), "$$NOW"), op("$eq", "$waitingMode", "w"))},
+			{Key: "waiting", Value: claimLive},
+			{Key: "writerWaiting", Value: op("$and", claimLive, op("$eq", "$waitingMode", "w"))},
 			{Key: "now", Value: "$$NOW"},
 		}}},
 	}
+}
+
+// 22. List semaphores and RWLocks: the same, with {$match:
+// prefixFilter(prefix)} and {$sort: {_id: 1}}, as a listing of locks (11).
+func semListPipeline(prefix string) mongo.Pipeline {
+	return sortedByName(semInspectPipeline(prefixFilter(prefix)))
+}
+
+// 23. Force release a semaphore or an RWLock:
+// updateOne(semForceReleaseFilter, semForceReleaseUpdate), the release of
+// every holder at once. The fencing token stays, and the claim: a waiter
+// takes a slot at its next attempt. A single holder is force released as
+// it releases itself (17).
+func semForceReleaseFilter(name string) bson.D {
+	return bson.D{{Key: "_id", Value: name}, {Key: "holders.0", Value: bson.D{{Key: "$exists", Value: true}}}}
+}
+
+var semForceReleaseUpdate = bson.D{
+	{Key: "$set", Value: bson.D{{Key: "holders", Value: bson.A{}}}},
+	{Key: "$currentDate", Value: bson.D{{Key: "releasedAt", Value: true}}},
 }

@@ -38,11 +38,11 @@ func jsonLines[T any](t *testing.T, s string) []T {
 }
 
 // inspectLock returns inspect --json's object for the lock name.
-func inspectLock(t *testing.T, conn []string, name string) lockJSON {
+func inspectLock(t *testing.T, conn []string, name string) infoJSON {
 	t.Helper()
 	r := invoke(t, "", append(slices.Clone(conn), "inspect", "--json", name)...)
 	requireCode(t, r, 0, "inspect "+name)
-	return jsonLines[lockJSON](t, r.stdout)[0]
+	return jsonLines[infoJSON](t, r.stdout)[0]
 }
 
 // run acquires the lock, gives the command the lock's name and fencing
@@ -371,7 +371,7 @@ func TestRunHoldsSemaphoreSlotsAndReaderWriterLocks(t *testing.T) {
 	requireCode(t, invoke(t, "", run(conn, "--try", "jobs", "true")...), 0, "the lock named as the semaphore")
 	r = invoke(t, "", append(slices.Clone(conn), "inspect", "--json", "jobs")...)
 	requireCode(t, r, 0, "inspect jobs")
-	objs := jsonLines[slotsJSON](t, r.stdout)
+	objs := jsonLines[infoJSON](t, r.stdout)
 	if len(objs) != 2 || objs[0].Kind != "lock" || objs[1].Kind != "semaphore" || objs[1].N != 2 || len(objs[1].Holders) != 2 ||
 		objs[1].Holders[0].Owner != "slot-1" || objs[1].Holders[1].Owner != "slot-2" {
 		t.Errorf("inspect --json jobs: %s", r.stdout)
@@ -382,7 +382,7 @@ func TestRunHoldsSemaphoreSlotsAndReaderWriterLocks(t *testing.T) {
 	requireCode(t, invoke(t, "", run(conn, "--write", "--try", "catalog", "true")...), exitNotAcquired, "a writer while readers hold")
 	r = invoke(t, "", append(slices.Clone(conn), "inspect", "--json", "catalog")...)
 	requireCode(t, r, 0, "inspect catalog")
-	objs = jsonLines[slotsJSON](t, r.stdout)
+	objs = jsonLines[infoJSON](t, r.stdout)
 	if len(objs) != 1 || objs[0].Kind != "rwlock" || len(objs[0].Holders) != 2 || objs[0].Holders[0].Mode != "read" ||
 		objs[0].Holders[1].Owner != "reader-2" || objs[0].WriterWaiting == nil || *objs[0].WriterWaiting {
 		t.Errorf("inspect --json catalog: %s", r.stdout)
