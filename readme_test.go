@@ -16,6 +16,12 @@ import (
 // their indentation, and without the examples' lines that only prepare the
 // checked output (marked "for the checked output").
 func TestReadmeSnippetsAreCompiledCode(t *testing.T) {
+	// An application's `go test all` runs this in the module cache, in a
+	// directory named module@version: the download leaves out the
+	// examples that are modules of their own.
+	if wd, err := os.Getwd(); err == nil && strings.Contains(filepath.Base(wd), "@") {
+		t.Skip("checks the README against the source tree, and a module download lacks examples/wiring")
+	}
 	readme, err := os.ReadFile("README.md")
 	require.NoError(t, err)
 	flatten := func(s string) string {
