@@ -11,9 +11,9 @@ TESTFLAGS   ?=
 # container (internal/testdb/container, a module of its own) where a Docker
 # daemon answers, else the local FerretDB test server, which `make` starts up
 # front (installing it into ~/.cache/mongolock-testdb on first use) so that
-# its output is seen. Without it, `go test` takes only a running local test
-# server and skips what needs a server where there is none, as in an
-# application's `go test all`.
+# its output is seen (CI=true does the same in a clone). Without either, `go
+# test` takes only a running local test server and skips what needs a server
+# where there is none, as in an application's `go test all`.
 # The tests, the benchmark and the soak create and drop only databases whose
 # names begin with mongolock_test_.
 
