@@ -160,7 +160,8 @@ func FuzzOptions(f *testing.F) {
 		if err != nil {
 			require.Nil(t, p)
 			require.False(t, valid, "documented-valid options refused: %v", err)
-			require.True(t, strings.HasPrefix(err.Error(), "mongolock: With"), "the error names the option: %v", err)
+			require.True(t, strings.HasPrefix(err.Error(), "mongolock: new provider: With"), "the error names the option: %v", err)
+			require.ErrorIs(t, err, mongolock.ErrInvalidArgument)
 			if label != "" {
 				t.Logf("%s: refused: %v", label, err)
 			}
