@@ -154,14 +154,15 @@ func shortName(name string) string {
 	return name
 }
 
-// gaveUp is Acquire's error when ctx ended: with the last transient error,
-// or as contention if the lock was held by someone else.
-func (l *Lock) gaveUp(ctx context.Context, lastErr error, contended bool) error {
+// gaveUp is the error of op (Acquire, Upgrade) when ctx ended: with the
+// last transient error, or as contention if the lock was held by someone
+// else.
+func (l *Lock) gaveUp(op string, ctx context.Context, lastErr error, contended bool) error {
 	switch {
 	case lastErr != nil:
-		return l.errorf("acquire", fmt.Errorf("%w (last error: %w)", ctx.Err(), lastErr))
+		return l.errorf(op, fmt.Errorf("%w (last error: %w)", ctx.Err(), lastErr))
 	case contended:
-		return l.errorf("acquire", fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err()))
+		return l.errorf(op, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err()))
 	}
-	return l.errorf("acquire", ctx.Err()) // no attempt came back in time
+	return l.errorf(op, ctx.Err()) // no attempt came back in time
 }

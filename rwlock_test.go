@@ -20,19 +20,20 @@ import (
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
-// liveModes counts, by the server's clock, name's live readers and writers.
+// liveModes counts, by the server's clock, name's live readers (upgradeable
+// ones included) and writers.
 func liveModes(t *testing.T, coll *mongo.Collection, name string) (readers, writers int) {
 	t.Helper()
 	live := func(r bool) bson.D {
-		eq := "$ne"
-		if r {
-			eq = "$eq"
+		var reading any = bson.D{{Key: "$in", Value: bson.A{"$$this.mode", bson.A{"r", "u"}}}}
+		if !r {
+			reading = bson.D{{Key: "$not", Value: bson.A{reading}}}
 		}
 		return bson.D{{Key: "$size", Value: bson.D{{Key: "$filter", Value: bson.D{
 			{Key: "input", Value: bson.D{{Key: "$ifNull", Value: bson.A{"$holders", bson.A{}}}}},
 			{Key: "cond", Value: bson.D{{Key: "$and", Value: bson.A{
 				bson.D{{Key: "$gt", Value: bson.A{"$$this.expiresAt", "$$NOW"}}},
-				bson.D{{Key: eq, Value: bson.A{"$$this.mode", "r"}}},
+				reading,
 			}}}},
 		}}}}}
 	}
@@ -466,4 +467,87 @@ func TestRWLockAndSemaphoreOfOneNameAreAnError(t *testing.T) {
 	requireOtherKind(err, "an RWLock's reader's TryAcquire on a held semaphore")
 	require.Equal(t, 1, liveHolders(t, semColl(e.db), "counted"))
 	require.NoError(t, s.Release(ctx))
+}
+
+// Upgradeable readers.
+
+// upgradeInBackground starts h's Upgrade and returns where its error
+// arrives.
+func upgradeInBackground(ctx context.Context, h *mongolock.Handle) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- h.Upgrade(ctx) }()
+	return done
+}
+
+// awaitUpgradeWaiting waits until an upgrade of name holds new readers off,
+// as Inspect tells it.
+func awaitUpgradeWaiting(t *testing.T, ctx context.Context, rw *mongolock.RWLock) {
+	t.Helper()
+	pollUntil(t, 10*time.Second, "the upgrade holds readers off", func() bool {
+		info, err := rw.Inspect(ctx)
+		return err == nil && info.WriterWaiting
+	})
+}
+
+// An upgrade with other readers present, each process a provider of its
+// own: new readers are refused at once; a writer that comes meanwhile
+// waits; once the readers leave, the upgrader is the writer, with a
+// greater token, and nobody holds beside it; the waiting writer gets in
+// only after it releases.
+func TestRWLockUpgradeWaitsForReadersAndNoWriterGetsInBetween(t *testing.T) {
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, 30*time.Second)
+	const name = "ledger"
+	upgrader := newProvider(t, ownClient(t, db, nil), fastPolls).RWLock(name)
+	readers := newProvider(t, ownClient(t, db, nil), fastPolls).RWLock(name)
+	pw := newProvider(t, ownClient(t, db, nil), fastPolls)
+	writers := pw.RWLock(name)
+
+	u, err := upgrader.Upgradeable().TryAcquire(ctx)
+	require.NoError(t, err)
+	releaseAtCleanup(t, u)
+	var held []*mongolock.Handle
+	for range 2 {
+		h, err := readers.Reader().TryAcquire(ctx)
+		require.NoError(t, err, "a reader beside the upgradeable reader")
+		held = append(held, releaseAtCleanup(t, h))
+	}
+	_, err = writers.Writer().TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a writer beside the upgradeable reader")
+	first := u.FencingToken()
+
+	upgraded := upgradeInBackground(ctx, u)
+	awaitUpgradeWaiting(t, ctx, readers)
+	_, err = readers.Reader().TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a new reader while the upgrade waits")
+	wrote := startAcquire(ctx, writerMode(pw, name))
+	pollUntil(t, 10*time.Second, "the writer's claim", func() bool {
+		m, ok := semDoc(t, semColl(db), name).Lookup("waitingMode").StringValueOK()
+		return ok && m == "w"
+	})
+
+	for _, h := range held {
+		require.NoError(t, h.Release(ctx))
+	}
+	select {
+	case err := <-upgraded:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upgrade did not complete once the readers left")
+	}
+	require.Greater(t, u.FencingToken(), first, "the upgraded writer's token")
+	r, w := liveModes(t, semColl(db), name)
+	require.Equal(t, [2]int{0, 1}, [2]int{r, w}, "live readers, writers after the upgrade")
+	_, err = readers.Reader().TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a reader beside the upgraded writer")
+	require.False(t, closedNow(u.Lost()))
+	select {
+	case o := <-wrote:
+		t.Fatalf("a writer got in beside the upgraded one: %v", o.err)
+	default:
+	}
+
+	require.NoError(t, u.Release(ctx))
+	w2 := awaitAcquired(t, wrote, 10*time.Second, "the waiting writer, after the upgraded one released")
+	require.Greater(t, w2.FencingToken(), u.FencingToken())
 }
