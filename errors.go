@@ -15,8 +15,11 @@ import (
 var (
 	// ErrMismatch reports that a name is held with another size or kind than
 	// the call's: a Semaphore's acquisition with another n than its holders',
-	// or a Semaphore's name taken by an RWLock, or the other way round. It is
-	// returned at once, not retried, and the call leaves nothing behind.
+	// or a Semaphore's name taken by an RWLock, or the other way round; or
+	// that a handle is not in the mode a call needs (an Upgrade of a handle
+	// that is not an upgradeable reader's, a Downgrade of one that is not a
+	// writer's). It is returned at once, not retried, and the call leaves
+	// nothing behind.
 	ErrMismatch = errors.New("mongolock: held with another size or kind")
 
 	// ErrNotAcquired reports that the lock is held by someone else.
@@ -128,7 +131,7 @@ var errNilContext = errors.New("nil context.Context")
 // operation, the lock's name (shortened past 64 bytes), and the cause, which
 // errors.Is and errors.As see through.
 type Error struct {
-	Op   string // "acquire", "try acquire", "do", "release", "inspect", "list", "force release", "campaign", "proclaim", "resign", "leader", "run"
+	Op   string // "acquire", "try acquire", "do", "release", "upgrade", "downgrade", "inspect", "list", "force release", "campaign", "proclaim", "resign", "leader", "run"
 	Name string // the lock's name, or a listing's prefix
 	Err  error
 }

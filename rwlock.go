@@ -38,8 +38,10 @@ import (
 // writing, wait in one line, first come first served. Every acquisition,
 // read or write, takes the next fencing token of the lock: a writer's
 // token is greater than that of every reader before it, and a reader's
-// greater than that of every writer before it. An RWLock is safe for
-// concurrent use.
+// greater than that of every writer before it. Its Upgradeable reader can
+// become the writer (Handle.Upgrade), and a writer can become a reader
+// (Handle.Downgrade), without another writer getting in between. An RWLock
+// is safe for concurrent use.
 type RWLock struct {
 	r, w, u *Lock
 }
