@@ -176,7 +176,7 @@ func (h *acquisition) release(ctx context.Context) (err error) {
 		h.markLost(lossTakenOver, fmt.Errorf("%w: at release, the lock was held by someone else or its document was gone", ErrLockLost))
 		return h.lock.errorf("release", h.lossError())
 	default:
-		h.lock.releaseInBackground(h.lockID, undoSchedule(err), false) // no reply: the request may still be in flight
+		h.lock.releaseInBackground(h.lockID, undoSchedule(err), false)
 		h.cancel(context.Canceled)
 		if lost := h.lossError(); lost != nil { // the lease ran out meanwhile
 			err = fmt.Errorf("%w (and the release failed: %w)", lost, err)

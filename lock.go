@@ -433,7 +433,8 @@ var (
 	afterNoReply = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond, 1500 * time.Millisecond}
 )
 
-// undoSchedule is the schedule of the undo of a request that failed with err.
+// undoSchedule is the schedule of the undo of a request that failed with
+// err: repeated if no reply came, as the request may still be in flight.
 func undoSchedule(err error) []time.Duration {
 	if isReply(err) {
 		return afterReply

@@ -65,7 +65,8 @@ const (
 func (rw *RWLock) Name() string { return rw.r.name }
 
 // Reader returns the lock held for reading: its TryAcquire is refused
-// (ErrNotAcquired) if a writer holds the lock or waits for it.
+// (ErrNotAcquired) if a writer holds the lock or waits for it, an
+// upgrading reader's Upgrade included.
 func (rw *RWLock) Reader() *Lock { return rw.r }
 
 // Writer returns the lock held for writing: its TryAcquire is refused if
