@@ -814,3 +814,76 @@ func TestRWLockUpgradeSeesTheLoss(t *testing.T) {
 	awaitClosed(t, u.Lost(), time.Second, "the upgrader's Lost")
 	require.ErrorIs(t, u.Release(ctx), mongolock.ErrLockLost)
 }
+
+// Upgraders, readers and writers of three processes contend: never a
+// writer beside anyone else, by an in-process count and by the server's,
+// and no write between an upgrader's read and its write (the version it
+// read is the version it writes over).
+func TestRWLockUpgradesUnderContention(t *testing.T) {
+	const procs, rounds, name = 3, 6, "contended"
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, time.Minute)
+	var readers, writers, version, upgrades atomic.Int64
+	check := func(who string) {
+		if r, w := readers.Load(), writers.Load(); w > 1 || w == 1 && r > 0 {
+			t.Errorf("%s: %d readers and %d writers at once", who, r, w)
+		}
+		if r, w := liveModes(t, semColl(db), name); w > 1 || w == 1 && r > 0 {
+			t.Errorf("%s: %d live readers and %d live writers on the server", who, r, w)
+		}
+	}
+	// write holds as a writer: counted in, checked, and the version raised.
+	write := func(who string) {
+		writers.Add(1)
+		check(who)
+		version.Add(1)
+		time.Sleep(time.Millisecond) // the work done writing
+		writers.Add(-1)
+	}
+	read := func(who string) {
+		readers.Add(1)
+		check(who)
+		time.Sleep(2 * time.Millisecond) // the work done reading
+		readers.Add(-1)
+	}
+	var wg sync.WaitGroup
+	for range procs {
+		rw := newProvider(t, ownClient(t, db, nil), fastPolls).RWLock(name)
+		wg.Go(func() { // an upgrader
+			for range rounds {
+				h, err := rw.Upgradeable().Acquire(ctx)
+				if !assert(t, err == nil, "upgradeable reader's Acquire: %v", err) {
+					return
+				}
+				read("upgradeable reader")
+				seen := version.Load()
+				if !assert(t, h.Upgrade(ctx) == nil, "upgrade") {
+					return
+				}
+				assert(t, version.Load() == seen, "a write between the upgrader's read and its write")
+				write("upgraded writer")
+				upgrades.Add(1)
+				assert(t, h.Downgrade(ctx) == nil, "downgrade")
+				read("downgraded reader")
+				assert(t, h.Release(ctx) == nil, "release")
+			}
+		})
+		// holds takes l n times, each time doing work as who.
+		holds := func(l *mongolock.Lock, n int, who string, work func(who string)) {
+			for range n {
+				h, err := l.Acquire(ctx)
+				if !assert(t, err == nil, "%s's Acquire: %v", who, err) {
+					return
+				}
+				work(who)
+				assert(t, h.Release(ctx) == nil, "release")
+			}
+		}
+		wg.Go(func() { holds(rw.Reader(), 2*rounds, "reader", read) })
+		wg.Go(func() { holds(rw.Writer(), rounds, "writer", write) })
+	}
+	wg.Wait()
+	require.Equal(t, int64(procs*rounds), upgrades.Load())
+	require.Equal(t, int64(2*procs*rounds), version.Load())
+	require.Zero(t, holderCount(t, semColl(db), name))
+}
