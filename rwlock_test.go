@@ -703,8 +703,9 @@ func TestRWLockDowngradeWakesTheReadersOfItsProcess(t *testing.T) {
 
 // Upgradeable readers: at most one at a time, beside any readers; a second
 // waits until the first releases, and takes the next token. An upgrade
-// with no other reader takes one round trip; the upgraded handle
-// downgrades to an upgradeable reader, which can upgrade again.
+// with no other reader takes one round trip, and so does a downgrade; the
+// upgraded handle downgrades to an upgradeable reader, which can upgrade
+// again.
 func TestRWLockOneUpgradeableReaderAtATime(t *testing.T) {
 	db := testdb.Database(t)
 	ctx := boundedCtx(t, 30*time.Second)
@@ -738,7 +739,9 @@ func TestRWLockOneUpgradeableReaderAtATime(t *testing.T) {
 	require.NoError(t, u.Upgrade(ctx))
 	require.EqualValues(t, 1, count.named("findAndModify")-before, "round trips of an upgrade with no other reader")
 	upgraded := u.FencingToken()
+	before = count.commands.Load()
 	require.NoError(t, u.Downgrade(ctx))
+	require.EqualValues(t, 1, count.commands.Load()-before, "round trips of a downgrade")
 	require.Equal(t, upgraded, u.FencingToken())
 	rs, ws := liveModes(t, semColl(db), name)
 	require.Equal(t, [2]int{1, 0}, [2]int{rs, ws}, "live readers, writers after the downgrade")
