@@ -11,7 +11,7 @@ TESTFLAGS   ?=
 # The tests, the benchmark and the soak create and drop only databases whose
 # names begin with mongolock_test_.
 
-.PHONY: test lint demo bench soak testdb testdb-stop
+.PHONY: test lint demo demo-schedule bench soak testdb testdb-stop
 
 test: testdb
 	$(GO) test -race -count=1 -timeout 15m $(TESTFLAGS) ./...
@@ -33,6 +33,12 @@ lint:
 demo:
 	@if [ -n "$$MONGOLOCK_TEST_URI" ]; then echo "using MONGOLOCK_TEST_URI"; else ./scripts/testdb start >/dev/null; fi
 	MONGODB_URI="$${MONGOLOCK_TEST_URI:-$$(./scripts/testdb uri)}" $(GO) run ./examples/contend
+
+# A scheduled job that every replica starts, on clocks a little off, runs
+# once per period (WithHoldAtLeast); the same server as demo.
+demo-schedule:
+	@if [ -n "$$MONGOLOCK_TEST_URI" ]; then echo "using MONGOLOCK_TEST_URI"; else ./scripts/testdb start >/dev/null; fi
+	MONGODB_URI="$${MONGOLOCK_TEST_URI:-$$(./scripts/testdb uri)}" $(GO) run ./examples/schedule
 
 # The benchmark (BENCHMARKS.md): mongolock, the raw driver round trips
 # and DistributedLock.MongoDB's algorithm side by side on one server. bench/ is

@@ -26,6 +26,7 @@
 //	// work with h.Context(), pass h.FencingToken() to the protected resource
 //
 // The document format is compatible with DistributedLock.MongoDB 1.0: Go and
-// .NET services can share a lock. See the README for the guarantees and the
-// differences.
+// .NET services can share a lock. The README and the pages under docs/ in
+// the repository state the guarantees, the differences, and how to run it
+// in production.
 package mongolock

@@ -98,6 +98,9 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 func (l *Leadership) Proclaim(ctx context.Context, value string) (err error) {
 	h := l.acquisition
 	fail := func(err error) error { return h.lock.errorf("proclaim", err) }
+	if h.mem != nil {
+		return l.memProclaim(ctx, value)
+	}
 	switch {
 	case ctx == nil:
 		return fail(errNilContext)
@@ -150,7 +153,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // read returns the leader, or the zero Leader if nobody leads, and how long
 // its lease has left by the server's clock.
 func (e *Election) read(ctx context.Context) (Leader, time.Duration, error) {
-	info, err := e.lock.p.Inspect(ctx, e.lock.name)
+	info, err := e.lock.p.inspectLock(ctx, e.lock.name)
 	switch {
 	case errors.Is(err, ErrNoLock):
 		return Leader{}, 0, nil
@@ -244,6 +247,10 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 // a change stream runs (streaming). It reopens a stream that broke with a
 // transient error, and gives up on a server without change streams.
 func (e *Election) watch(ctx context.Context, changed chan<- struct{}, streaming *atomic.Bool) {
+	if e.lock.p.mem != nil {
+		e.memWatch(ctx, changed, streaming)
+		return
+	}
 	p := e.lock.p
 	signal := func(string) {
 		select {
@@ -290,7 +297,7 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 	case ctx == nil:
 		return e.lock.errorf("run", errNilContext)
 	case fn == nil:
-		return e.lock.errorf("run", errors.New("nil function"))
+		return e.lock.errorf("run", errNilFunction)
 	}
 	for {
 		l, err := e.Campaign(ctx, value)
@@ -299,13 +306,13 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 		}
 		// Its error is a loss, or a failed resignation that goes on in the
 		// background: either way, campaign again.
-		_ = l.do(ctx, func(ctx context.Context) error { fn(ctx, l); return nil })
+		_ = do(ctx, l, func(ctx context.Context) error { fn(ctx, l); return nil })
 	}
 }
 
 func checkValue(value string) error {
 	if len(value) > MaxValueLen {
-		return fmt.Errorf("a value of %d bytes: at most MaxValueLen (%d) are allowed", len(value), MaxValueLen)
+		return invalidf("a value of %d bytes: at most MaxValueLen (%d) are allowed", len(value), MaxValueLen)
 	}
 	return nil
 }

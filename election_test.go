@@ -248,6 +248,7 @@ func TestValuesAreBoundedAndAResignedLeaderCannotProclaim(t *testing.T) {
 	_, err := el.Campaign(ctx, tooLong)
 	require.ErrorContains(t, err, "MaxValueLen")
 	require.ErrorContains(t, err, `campaign "bounded"`)
+	requireInvalid(t, err, "campaign")
 	require.Zero(t, e.count.commands.Load(), "a refused value sent nothing")
 	require.ErrorContains(t, el.Run(ctx, tooLong, func(context.Context, *mongolock.Leadership) {}), "MaxValueLen")
 
@@ -456,8 +457,10 @@ func TestRunEndsWithCloseAndRefusesNilArguments(t *testing.T) {
 	var nilCtx context.Context // a variable: staticcheck (SA1012) rejects a literal nil
 	require.ErrorContains(t, el.Run(nilCtx, "v", func(context.Context, *mongolock.Leadership) {}), "nil context")
 	require.ErrorContains(t, el.Run(ctx, "v", nil), "nil function")
+	requireInvalid(t, el.Run(ctx, "v", nil), "run")
 	_, err := el.Campaign(nilCtx, "v")
 	require.ErrorContains(t, err, "nil context")
+	requireInvalid(t, err, "campaign")
 	_, err = el.Leader(nilCtx)
 	require.ErrorContains(t, err, "nil context")
 	l, err := el.Campaign(ctx, "v")

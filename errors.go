@@ -32,7 +32,23 @@ var (
 	// before an extension succeeded, someone else took it over, or its document
 	// was deleted. Handle.Context's cause, Release and Do report it.
 	ErrLockLost = errors.New("mongolock: lock lost")
+
+	// ErrInvalidArgument reports a bad argument: an option's value (New and
+	// NewProvider name the option and the value), a nil database, context or
+	// function, a Semaphore's n below 1, an election's value longer than
+	// MaxValueLen. It is returned at once, never retried, and the call sends
+	// nothing to the server.
+	ErrInvalidArgument = errors.New("mongolock: invalid argument")
 )
+
+// An invalid is an ErrInvalidArgument that says which argument and why.
+type invalid string
+
+func (i invalid) Error() string { return string(i) }
+
+func (invalid) Is(target error) bool { return target == ErrInvalidArgument }
+
+func invalidf(format string, args ...any) error { return invalid(fmt.Sprintf(format, args...)) }
 
 // Server error codes that mean "try again" rather than "this request is
 // wrong", after the drivers' retryable-writes specification: 6
@@ -114,6 +130,13 @@ func isAmbiguous(err error) bool {
 		!errors.As(err, &topology.ServerSelectionError{}) && !errors.As(err, &topology.WaitQueueTimeoutError{})
 }
 
+// isUnauthorized reports whether the server refused err's request for want
+// of a privilege (Unauthorized).
+func isUnauthorized(err error) bool {
+	var se mongo.ServerError
+	return errors.As(err, &se) && se.HasErrorCode(13)
+}
+
 // isReply reports whether err is the server's answer to a request, not a
 // network failure: the request is over on the server, applied or not.
 func isReply(err error) bool {
@@ -125,22 +148,38 @@ func isReply(err error) bool {
 // nothing: the lock is held or reserved.
 var errUnclaimedRefused = fmt.Errorf("%w (held or reserved)", ErrNotAcquired)
 
-var errNilContext = errors.New("nil context.Context")
+var errNilContext error = invalid("nil context.Context")
 
-// Error is the error type of every failed operation on a lock: the
-// operation, the lock's name (shortened past 64 bytes), and the cause, which
-// errors.Is and errors.As see through.
+var errNilFunction error = invalid("nil function")
+
+// Error is the error type of every failed operation: the operation, the
+// lock's name (shortened past 64 bytes), and the cause, which errors.Is and
+// errors.As see through.
 type Error struct {
-	Op   string // "acquire", "try acquire", "do", "release", "upgrade", "downgrade", "inspect", "list", "force release", "campaign", "proclaim", "resign", "leader", "run"
-	Name string // the lock's name, or a listing's prefix
+	Op   string // "new", "new provider", "new composite", "close", "acquire", "try acquire", "do", "release", "upgrade", "downgrade", "inspect", "list", "force release", "campaign", "proclaim", "resign", "leader", "run"
+	Name string // the lock's name, a listing's prefix, or a composite's names; none for "new provider", "new composite" and "close"
 	Err  error
 }
 
+// Error returns the message: the operation, the name quoted (as names may be
+// empty or blank) where the operation has one, and the cause.
 func (e *Error) Error() string {
-	return fmt.Sprintf("mongolock: %s %q: %s", e.Op, e.Name, strings.TrimPrefix(e.Err.Error(), "mongolock: "))
+	cause := strings.TrimPrefix(e.Err.Error(), "mongolock: ")
+	if e.Op == opNewProvider || e.Op == opNewComposite || e.Op == opClose {
+		return fmt.Sprintf("mongolock: %s: %s", e.Op, cause)
+	}
+	return fmt.Sprintf("mongolock: %s %q: %s", e.Op, e.Name, cause)
 }
 
+// Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
+
+// The operations of a Provider as a whole, whose errors name no lock.
+const (
+	opNewProvider  = "new provider"
+	opNewComposite = "new composite"
+	opClose        = "close"
+)
 
 // errorf wraps err with the operation and the lock's name, shortened
 // without splitting a character: names may be megabytes long.

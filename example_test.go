@@ -153,6 +153,42 @@ func ExampleLock_Do() {
 	// free again after Do
 }
 
+func ExampleWithHoldAtLeast() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
+	defer disconnect()                                          // (for the checked output)
+
+	locks, err := mongolock.NewProvider(db,
+		mongolock.WithHoldAtLeast(50*time.Minute), // longer than the replicas' clocks differ, shorter than the period
+		mongolock.WithHoldAtMost(2*time.Hour))     // a stuck run gives the lock up
+	if err != nil {
+		log.Fatal(err)
+	}
+	job := locks.Lock("hourly-report")
+	// Every replica's scheduler calls this at the start of each hour.
+	runJob := func() {
+		h, err := job.TryAcquire(ctx)
+		if errors.Is(err, mongolock.ErrNotAcquired) {
+			fmt.Println("skipped: another replica ran it this hour")
+			return
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println("running the hourly report")
+		// ... the job, stopping if h.Context() ends ...
+		if err := h.Release(ctx); err != nil { // held until 50 minutes after h.AcquiredAt()
+			log.Fatal(err)
+		}
+	}
+	runJob() // on the replica whose clock is ahead
+	runJob() // on one whose clock is a second behind, after the job is done
+	// Output:
+	// running the hourly report
+	// skipped: another replica ran it this hour
+}
+
 func ExampleHandle_FencingToken() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -461,6 +497,58 @@ func ExampleRWLock_Upgradeable() {
 	// Output:
 	// the writer's token outranks the read's: true
 	// a reader is let in: true
+}
+
+func ExampleComposite() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
+	defer disconnect()                                          // (for the checked output)
+	_ = db.Collection("distributed_locks_semaphores").Drop(ctx) // (for the checked output)
+
+	locks, err := mongolock.NewProvider(db)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// A transfer holds both accounts and one of four ledger slots: all or none.
+	transfer, err := mongolock.NewComposite(locks.Lock("account-17"), locks.Lock("account-42"), locks.Semaphore("ledger", 4))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Another names the accounts the other way round: both take them in
+	// one order, so the two cannot deadlock.
+	refund, err := mongolock.NewComposite(locks.Lock("account-42"), locks.Lock("account-17"))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	h, err := transfer.Acquire(ctx) // waits until it holds every part
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, part := range h.Handles() {
+		fmt.Println("holds", part.Name()) // and part.FencingToken() for its resource
+	}
+	_, err = refund.TryAcquire(ctx)
+	fmt.Println("the refund is refused:", errors.Is(err, mongolock.ErrNotAcquired))
+	// ... transfer, stopping if h.Context() ends (a part was lost) ...
+	if err := h.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	err = refund.Do(ctx, func(ctx context.Context) error {
+		fmt.Println("refunding") // ctx ends if a part is lost
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// holds account-17
+	// holds account-42
+	// holds ledger
+	// the refund is refused: true
+	// refunding
 }
 
 func ExampleWithTracerProvider() {

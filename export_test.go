@@ -212,7 +212,7 @@ func StatementRoundTrips(ctx context.Context, l *Lock, statement string) error {
 	if err != nil || doc.LockID != id {
 		return cmp.Or(err, ErrNotAcquired)
 	}
-	filter, update := l.kind.release(l.name, id)
+	filter, update := l.kind.release(l.name, id, l.p.opts.atLeast)
 	_, err = l.space().coll.UpdateOne(ctx, filter, update)
 	return err
 }

@@ -1,11 +1,12 @@
 package mongolock_test
 
-// The guarantee suite: each guarantee that every kind keeps (the README's
-// Guarantees; their numbers are given with each test), tested on every
-// kind and mode. A row is a kind and mode: a lock, a semaphore of two, an
-// RWLock's reader, its writer, its upgradeable reader, an election. Each guarantee is a test that
-// runs every row, in parallel, each in a database of its own. Providers on
-// clients of their own stand for processes.
+// The guarantee suite: each guarantee that every kind keeps
+// (docs/guarantees.md; their numbers are given with each test), tested on
+// every kind and mode. A row is a kind and mode: a lock, a semaphore of
+// two, an RWLock's reader, its writer, its upgradeable reader, an election.
+// Each guarantee is a test that runs every row, in parallel, each in a
+// database of its own. Providers on clients of their own stand for
+// processes.
 //
 // Sleeps keep their documented bounds for every kind in the waiting
 // schedule itself too: TestSleepsKeepTheirDocumentedBounds feeds it random

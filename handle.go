@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/mongolock/mongolock/internal/backend"
 )
 
 // A Handle is one acquisition of a lock, or of a slot of a Semaphore (what
@@ -36,6 +38,7 @@ type acquisition struct {
 	lockID     string
 	token      atomic.Int64 // changes with an RWLock's upgrade
 	acquiredAt time.Time    // by the server's clock
+	capAt      time.Time    // by this machine's: WithHoldAtMost's end of the lease; zero: none
 	confirmed  atomic.Int64 // unix nanos: when the last confirmed acquisition or extension was sent
 
 	ctx    context.Context
@@ -55,6 +58,8 @@ type acquisition struct {
 
 	mode     atomic.Uint32 // an RWLock's handle's rwMode, as upgrades and downgrades change it; 0 for other kinds
 	changing atomic.Bool   // an Upgrade or Downgrade is under way
+
+	mem backend.Handle // non-nil: an acquisition in process memory
 }
 
 func newHandle(l *Lock, lockID string, doc reply, sent time.Time) *Handle {
@@ -65,6 +70,11 @@ func newHandle(l *Lock, lockID string, doc reply, sent time.Time) *Handle {
 		a.mode.Store(uint32(d.rw))
 	}
 	a.confirmed.Store(sent.UnixNano())
+	if o := l.p.opts; o.atMostSet {
+		// The server's bound, acquiredAt + atMost, is no earlier: its
+		// $$NOW came after sent.
+		a.capAt = sent.Add(o.atMost.Truncate(time.Millisecond))
+	}
 	a.ctx, a.cancel = context.WithCancelCause(context.Background())
 	l.space().queues.hold(a, time.Now())
 	l.p.tel.acquired(l)
@@ -105,10 +115,18 @@ func (h *Handle) Owner() string { return h.lock.p.opts.owner }
 
 // LeaseEnd returns until when, by this machine's clock, the lease is known
 // to last: the time the last acquisition or extension that the server
-// confirmed was sent, plus the expiry. The server's lease ends at that or
+// confirmed was sent, plus the expiry, but no later than WithHoldAtMost's
+// bound after the acquisition was sent. The server's lease ends at that or
 // later. After a release or a loss it stays what it was last.
 func (h *Handle) LeaseEnd() time.Time {
-	return time.Unix(0, h.confirmed.Load()).Add(h.lock.p.opts.expiry)
+	if h.mem != nil {
+		return h.mem.LeaseEnd()
+	}
+	end := time.Unix(0, h.confirmed.Load()).Add(h.lock.p.opts.expiry)
+	if !h.capAt.IsZero() && h.capAt.Before(end) {
+		return h.capAt
+	}
+	return end
 }
 
 // Context returns a context that is done when the lock is lost or released.
@@ -134,9 +152,26 @@ func (h *Handle) Lost() <-chan struct{} { return h.lost }
 // that error and frees the lock in the background with a short timeout;
 // failing that, the lock frees itself when its lease expires. Either way
 // the handle is released: its Context is done. Later calls return nil.
-func (h *Handle) Release(ctx context.Context) error { return h.release(ctx) }
+//
+// With WithHoldAtLeast, the same round trip keeps the lock held until the
+// hold ends (by the server's clock) instead of freeing it, and hands it to
+// nobody.
+func (h *Handle) Release(ctx context.Context) error {
+	if h.mem != nil {
+		return h.memRelease(ctx)
+	}
+	return h.release(ctx)
+}
 
-func (h *acquisition) release(ctx context.Context) (err error) {
+// release is Release, holding the lock as its provider's WithHoldAtLeast
+// says.
+func (h *acquisition) release(ctx context.Context) error {
+	return h.releaseHolding(ctx, h.lock.p.opts.atLeast)
+}
+
+// releaseHolding is Release, keeping the lock held until hold after its
+// acquisition (0: freeing it at once).
+func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (err error) {
 	if ctx == nil {
 		return h.lock.errorf("release", errNilContext)
 	}
@@ -159,10 +194,16 @@ func (h *acquisition) release(ctx context.Context) (err error) {
 	if err := h.lossError(); err != nil {
 		return h.lock.errorf("release", err)
 	}
-	if w := h.lock.space().queues.offer(h.lock.name); w != nil {
+	// A hold is not handed over: the hand-over would be built with the
+	// waiter's options, and the waiter must wait for the hold's end anyway.
+	var w *waiter
+	if hold == 0 {
+		w = h.lock.space().queues.offer(h.lock.name)
+	}
+	if w != nil {
 		err = h.handOver(ctx, w) // sends nothing if ctx is done
 	} else if err = ctx.Err(); err == nil {
-		filter, update := h.lock.kind.release(h.lock.name, h.lockID)
+		filter, update := h.lock.kind.release(h.lock.name, h.lockID, hold)
 		res, uerr := h.lock.space().coll.UpdateOne(ctx, filter, update)
 		if err = uerr; err == nil && res.MatchedCount == 0 {
 			err = mongo.ErrNoDocuments
@@ -176,7 +217,7 @@ func (h *acquisition) release(ctx context.Context) (err error) {
 		h.markLost(lossTakenOver, fmt.Errorf("%w: at release, the lock was held by someone else or its document was gone", ErrLockLost))
 		return h.lock.errorf("release", h.lossError())
 	default:
-		h.lock.releaseInBackground(h.lockID, undoSchedule(err), false)
+		h.lock.releaseInBackground(h.lockID, undoSchedule(err), hold, false)
 		h.cancel(context.Canceled)
 		if lost := h.lossError(); lost != nil { // the lease ran out meanwhile
 			err = fmt.Errorf("%w (and the release failed: %w)", lost, err)
@@ -204,11 +245,12 @@ func (h *acquisition) handOver(ctx context.Context, w *waiter) error {
 }
 
 // releaseUntaken releases, in the background of its provider, a handle
-// handed over to an Acquire that ended before taking it: an orphan.
+// handed over to an Acquire that ended before taking it: an orphan, which
+// nobody used, so it is not held.
 func (a *acquisition) releaseUntaken() {
 	p := a.lock.p
 	p.background(cleanupTimeout, func(ctx context.Context) {
-		if a.release(ctx) == nil {
+		if a.releaseHolding(ctx, 0) == nil {
 			p.tel.orphanReleased(a.lock)
 		}
 	})
@@ -249,14 +291,16 @@ func (h *acquisition) unhold() {
 }
 
 // leaseOver signals loss when the local lease ran out (lastErr: the last
-// extension's error, if any), then frees the lock on the server in case a
-// late extension did reach it.
-func (h *acquisition) leaseOver(lastErr error) {
+// extension's error, if any; capped: it reached WithHoldAtMost's bound),
+// then frees the lock on the server in case a late extension did reach it.
+func (h *acquisition) leaseOver(lastErr error, capped bool) {
 	// Counted as background work before Lost closes, so that whoever wakes
 	// on Lost and waits for the background work waits for it.
-	h.lock.releaseInBackground(h.lockID, afterNoReply, false)
+	h.lock.releaseInBackground(h.lockID, afterNoReply, h.lock.p.opts.atLeast, false)
 	why := fmt.Errorf("%w: its lease ran out before an extension succeeded", ErrLockLost)
-	if lastErr != nil {
+	if capped {
+		why = fmt.Errorf("%w: it was held as long as it may be (WithHoldAtMost: %v after its acquisition)", ErrLockLost, h.lock.p.opts.atMost)
+	} else if lastErr != nil {
 		why = fmt.Errorf("%w (last error: %w)", why, lastErr)
 	}
 	h.markLost(lossExpired, why)

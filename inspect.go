@@ -12,23 +12,51 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// LockInfo is the state of one lock as the server saw it at ServerTime.
+// Kind is what a name of a Provider's collections is.
+type Kind string
+
+// The kinds. A semaphore or an RWLock lives apart from locks and
+// elections: one of each may share a name.
+const (
+	KindLock      Kind = "lock"      // a Lock's, or DistributedLock.MongoDB's
+	KindElection  Kind = "election"  // an Election's: a lock whose last mongolock acquisition carried a value
+	KindSemaphore Kind = "semaphore" // a Semaphore's
+	KindRWLock    Kind = "rwlock"    // an RWLock's
+)
+
+// LockInfo is the state of one lock, election, semaphore or RWLock as the
+// server saw it at ServerTime.
 type LockInfo struct {
 	Name string
-	// Held reports whether an unexpired acquisition holds the lock, judged
-	// by the server's clock.
+	// Kind says which of them Name is.
+	Kind Kind
+	// Held reports whether an unexpired acquisition holds it (of a
+	// semaphore or an RWLock: any), judged by the server's clock.
 	Held bool
 	// Owner and Value are the holder's (WithOwner; an election's value),
-	// when a mongolock acquisition holds the lock; otherwise "" (a free
-	// lock, or one held by DistributedLock.MongoDB).
+	// when a mongolock acquisition holds a lock or an election; otherwise ""
+	// (a free lock, one held by DistributedLock.MongoDB, a semaphore or an
+	// RWLock: see Holders).
 	Owner, Value string
 	// AcquiredAt and ExpiresAt are the last acquisition's, in server time.
+	// A semaphore's or an RWLock's are its newest holder's acquisition and
+	// the latest end of its holders' leases, zero when nobody holds it.
 	AcquiredAt, ExpiresAt time.Time
-	// FencingToken is the last acquisition's token.
+	// FencingToken is the last acquisition's token: the greatest issued.
 	FencingToken int64
 	// Waiting reports whether a mongolock process waiting in Acquire
-	// claims the next turn.
+	// claims the next turn (of a semaphore or an RWLock: the next free slot).
 	Waiting bool
+	// WriterWaiting reports, of an RWLock, whether that claim is a
+	// writer's: while it lasts, new readers are refused.
+	WriterWaiting bool
+	// N is a semaphore's number of slots, as SemaphoreInfo's; 0 for the
+	// other kinds.
+	N int
+	// Holders are the live acquisitions, in the order they acquired: a
+	// lock's or an election's one while Held, a semaphore's slots, an
+	// RWLock's readers or writer.
+	Holders []HolderInfo
 	// ServerTime is the server's clock when it was read.
 	ServerTime time.Time
 }
@@ -38,54 +66,124 @@ type LockInfo struct {
 // release.
 var ErrNoLock = errors.New("mongolock: no such lock")
 
-// Inspect returns the state of the lock called name, in one round trip. It
-// returns an error wrapping ErrNoLock if the lock has no document.
+// Inspect returns the state of the lock or election called name, in one
+// round trip; if there is none, that of the semaphore or RWLock called
+// name, in a second. It returns an error wrapping ErrNoLock if none of
+// them has a document. A name used by both a lock and a semaphore shows
+// the lock's: Locks lists both.
 func (p *Provider) Inspect(ctx context.Context, name string) (LockInfo, error) {
-	for info, err := range p.infos(ctx, "inspect", name, inspectPipeline(acquireFilter(name))) {
+	if p.mem != nil {
+		return p.memInspect(ctx, name)
+	}
+	info, err := p.inspectLock(ctx, name)
+	if !errors.Is(err, ErrNoLock) {
+		return info, err
+	}
+	for info, err := range p.infos(ctx, &p.slots, "inspect", name, semInspectPipeline(acquireFilter(name))) {
 		return info, err
 	}
 	return LockInfo{}, p.Lock(name).errorf("inspect", ErrNoLock)
 }
 
-// Locks returns the states of the locks whose names begin with prefix ("":
-// every lock of the collection), in byte order of name, as an iterator:
+// inspectLock is Inspect of the locks' collection alone.
+func (p *Provider) inspectLock(ctx context.Context, name string) (LockInfo, error) {
+	if p.mem != nil {
+		return p.memInspect(ctx, name)
+	}
+	for info, err := range p.infos(ctx, &p.locks, "inspect", name, inspectPipeline(acquireFilter(name))) {
+		return info, err
+	}
+	return LockInfo{}, p.Lock(name).errorf("inspect", ErrNoLock)
+}
+
+// Locks returns the states of the locks, elections, semaphores and RWLocks
+// whose names begin with prefix ("": all of them), in byte order of name,
+// as an iterator:
 //
 //	for info, err := range locks.Locks(ctx, "billing/") { ... }
 //
-// It reads them in batches of up to 1000 locks, one round trip each, from a
-// server cursor over the _id index; ctx bounds every round trip. Breaking
-// out of the loop closes the cursor. An error is yielded once, with a zero
-// LockInfo, and ends the iteration.
+// A lock or an election and a semaphore or an RWLock of the same name are
+// both listed, the lock first. It reads them in batches of up to 1000, one
+// round trip each, from two server cursors over the _id indexes of the
+// locks' and the semaphores' collections; ctx bounds every round trip.
+// Breaking out of the loop closes the cursors. An error is yielded once,
+// with a zero LockInfo, and ends the iteration.
 //
-// It is not a snapshot: each lock is as the server read its document, when
-// its batch was read; locks created or deleted meanwhile may or may not
-// appear. Held is judged at ServerTime, the server's clock when the listing
-// began (the same for every lock: $$NOW holds for a whole aggregation), so
-// it may be stale by as long as the listing took. A server closes a cursor
-// left idle for long (10 minutes on MongoDB): linger longer between two
-// locks, and the next batch fails.
+// It is not a snapshot: each one is as the server read its document, when
+// its batch was read; documents created or deleted meanwhile may or may
+// not appear. Held is judged at ServerTime, the server's clock when the
+// listing of its collection began (the same for every document of a
+// collection: $$NOW holds for a whole aggregation), so it may be stale by
+// as long as the listing took. A server closes a cursor left idle for long
+// (10 minutes on MongoDB): linger longer between two locks, and the next
+// batch fails.
 func (p *Provider) Locks(ctx context.Context, prefix string) iter.Seq2[LockInfo, error] {
-	return p.infos(ctx, "list", prefix, listPipeline(prefix))
+	if p.mem != nil {
+		return p.memLocks(ctx, prefix)
+	}
+	return merged(p.infos(ctx, &p.locks, "list", prefix, listPipeline(prefix)),
+		p.infos(ctx, &p.slots, "list", prefix, semListPipeline(prefix)))
 }
 
-// infos yields the state of each lock that pipeline returns; an error,
-// wrapped with op and name, is yielded once and ends it. The cursor is
-// closed when the iteration ends, also early.
-func (p *Provider) infos(ctx context.Context, op, name string, pipeline mongo.Pipeline) iter.Seq2[LockInfo, error] {
+// merged yields the infos of a and b, each in name order, in name order;
+// a's first on a tie. An error of either is yielded and ends it.
+func merged(a, b iter.Seq2[LockInfo, error]) iter.Seq2[LockInfo, error] {
+	return func(yield func(LockInfo, error) bool) {
+		nextA, stopA := iter.Pull2(a)
+		defer stopA()
+		nextB, stopB := iter.Pull2(b)
+		defer stopB()
+		ia, errA, okA := nextA()
+		ib, errB, okB := nextB()
+		for okA || okB {
+			switch {
+			case okA && errA != nil:
+				yield(LockInfo{}, errA)
+				return
+			case okB && errB != nil:
+				yield(LockInfo{}, errB)
+				return
+			case okA && (!okB || ia.Name <= ib.Name):
+				if !yield(ia, nil) {
+					return
+				}
+				ia, errA, okA = nextA()
+			default:
+				if !yield(ib, nil) {
+					return
+				}
+				ib, errB, okB = nextB()
+			}
+		}
+	}
+}
+
+// infos yields the state of each document that pipeline returns from the
+// collection of s, p's locks' or slots'; an error, wrapped with op and
+// name, is yielded once and ends it. The cursor is closed when the
+// iteration ends, also early.
+func (p *Provider) infos(ctx context.Context, s *space, op, name string, pipeline mongo.Pipeline) iter.Seq2[LockInfo, error] {
+	decode := decodeInfo
+	if s == &p.slots {
+		decode = decodeSlotsInfo
+	}
 	return func(yield func(LockInfo, error) bool) {
 		fail := func(err error) { yield(LockInfo{}, p.Lock(name).errorf(op, err)) }
 		if ctx == nil {
 			fail(errNilContext)
 			return
 		}
-		cur, err := p.locks.coll.Aggregate(ctx, pipeline, options.Aggregate().SetBatchSize(p.listBatchSize()))
-		if err != nil {
+		cur, err := s.coll.Aggregate(ctx, pipeline, options.Aggregate().SetBatchSize(p.listBatchSize()))
+		switch {
+		case err != nil && s == &p.slots && isUnauthorized(err):
+			return // a program that uses no semaphores needs no privilege on their collection
+		case err != nil:
 			fail(err)
 			return
 		}
 		defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
 		for cur.Next(ctx) {
-			info, err := decodeInfo(cur.Current)
+			info, err := decode(cur.Current)
 			if err != nil {
 				fail(err)
 				return
@@ -100,7 +198,7 @@ func (p *Provider) infos(ctx context.Context, op, name string, pipeline mongo.Pi
 	}
 }
 
-// listBatchSize is how many locks one reply of p's listings carries.
+// listBatchSize is how many documents one reply of p's listings carries.
 func (p *Provider) listBatchSize() int32 {
 	if testHookListBatch != nil {
 		return cmp.Or(testHookListBatch(p), listBatchSize)
@@ -108,32 +206,81 @@ func (p *Provider) listBatchSize() int32 {
 	return listBatchSize
 }
 
-// ForceRelease ends whatever acquisition holds the lock called name, of any
-// process (DistributedLock.MongoDB's too), in one round trip: an operator's
-// tool for a holder that is stuck. The document and its fencing token stay,
-// so the next holder outranks the old one. The old holder is not told at
-// once: it finds out at its next extension, within one extension cadence
-// (its Lost closes, its Context ends with cause ErrLockLost), and until
-// then only fencing tokens keep its writes out.
+// ForceRelease ends whatever acquisitions hold name, of any process
+// (DistributedLock.MongoDB's too): the lock's or the election's holder,
+// and every holder of the semaphore or RWLock of that name, in one round
+// trip per collection. It is an operator's tool for a holder that is
+// stuck. The documents and their fencing tokens stay, so the next holder
+// outranks the old ones, and a waiter takes the freed lock or slots at
+// its next attempt. An old holder is not told at once: it finds out at its
+// next extension, within one extension cadence (its Lost closes, its
+// Context ends with cause ErrLockLost), and until then only fencing
+// tokens keep its writes out.
 //
-// It reports whether there was an acquisition to end: one that held the
-// lock, or whose lease ran out without a release. false and no error mean
-// that the lock was released already or has no document.
+// It reports whether there was an acquisition to end: one that held, or
+// whose lease ran out without a release. false and no error mean that
+// name was released already or has no document. After an error, the
+// lock's holder may have been ended, and not the semaphore's.
 func (p *Provider) ForceRelease(ctx context.Context, name string) (bool, error) {
+	if p.mem != nil {
+		return p.memForceRelease(ctx, name)
+	}
+	return p.forceRelease(ctx, name, false,
+		updateOne{p.locks.coll, forceReleaseFilter(name), releaseUpdate},
+		updateOne{p.slots.coll, semForceReleaseFilter(name), semForceReleaseUpdate})
+}
+
+// ForceReleaseHolder ends one acquisition of name, the one whose
+// HolderInfo.ID is id: a lock's or an election's holder, a semaphore's
+// slot, an RWLock's reader or writer. The other holders keep theirs. It
+// is ForceRelease otherwise, in one round trip, or two for a semaphore's
+// or an RWLock's holder. It reports whether id held name, or had held it
+// and its lease ran out without a release.
+func (p *Provider) ForceReleaseHolder(ctx context.Context, name, id string) (bool, error) {
+	if id == "" {
+		return false, p.Lock(name).errorf("force release", errors.New("an empty holder id: HolderInfo.ID names one"))
+	}
+	return p.forceRelease(ctx, name, true,
+		updateOne{p.locks.coll, ownerFilter(name, id), releaseUpdate},
+		updateOne{p.slots.coll, semHolderFilter(name, id), semReleaseUpdate(id)})
+}
+
+// updateOne is an updateOne statement.
+type updateOne struct {
+	coll   *mongo.Collection
+	filter bson.D
+	update any
+}
+
+// forceRelease sends each statement in turn, and reports whether any
+// matched; if one, it stops at the first that matched.
+func (p *Provider) forceRelease(ctx context.Context, name string, one bool, stmts ...updateOne) (bool, error) {
 	if ctx == nil {
 		return false, p.Lock(name).errorf("force release", errNilContext)
 	}
-	res, err := p.locks.coll.UpdateOne(ctx, forceReleaseFilter(name), releaseUpdate)
-	if err != nil {
-		return false, p.Lock(name).errorf("force release", err)
+	ended := false
+	for _, u := range stmts {
+		if ended && one {
+			break
+		}
+		res, err := u.coll.UpdateOne(ctx, u.filter, u.update)
+		switch {
+		case err != nil && u.coll == p.slots.coll && isUnauthorized(err):
+			continue // as in infos: no semaphores to release
+		case err != nil:
+			return false, p.Lock(name).errorf("force release", err)
+		}
+		ended = ended || res.MatchedCount > 0
 	}
-	return res.MatchedCount > 0, nil
+	return ended, nil
 }
 
 // infoDoc is what inspectPipeline returns per document.
 type infoDoc struct {
 	Name         string    `bson:"_id"`
+	Kind         Kind      `bson:"kind"`
 	Held         bool      `bson:"held"`
+	LockID       string    `bson:"lockId"`
 	Mine         bool      `bson:"mongolock"`
 	Owner        string    `bson:"owner"`
 	Value        string    `bson:"value"`
@@ -149,20 +296,48 @@ func decodeInfo(raw bson.Raw) (LockInfo, error) {
 	if err := bson.Unmarshal(raw, &d); err != nil {
 		return LockInfo{}, err
 	}
-	info := LockInfo{Name: d.Name, Held: d.Held, AcquiredAt: d.AcquiredAt, ExpiresAt: d.ExpiresAt,
+	info := LockInfo{Name: d.Name, Kind: d.Kind, Held: d.Held, AcquiredAt: d.AcquiredAt, ExpiresAt: d.ExpiresAt,
 		FencingToken: d.FencingToken, Waiting: d.Waiting, ServerTime: d.Now}
 	if d.Held && d.Mine {
 		info.Owner, info.Value = d.Owner, d.Value
 	}
+	if d.Held {
+		info.Holders = []HolderInfo{{ID: d.LockID, Owner: info.Owner, AcquiredAt: d.AcquiredAt, ExpiresAt: d.ExpiresAt, FencingToken: d.FencingToken}}
+	}
 	return info, nil
 }
 
-// HolderInfo is one live acquisition of a Semaphore's slot or of an RWLock.
+func decodeSlotsInfo(raw bson.Raw) (LockInfo, error) {
+	var d slotsDoc
+	if err := bson.Unmarshal(raw, &d); err != nil {
+		return LockInfo{}, err
+	}
+	info := LockInfo{Name: d.Name, Kind: d.Kind, FencingToken: d.FencingToken, Waiting: d.Waiting,
+		WriterWaiting: d.WriterWaiting, Holders: d.holders(d.Kind == KindRWLock), ServerTime: d.Now}
+	if d.Kind == KindSemaphore {
+		info.N = d.N
+	}
+	for _, h := range info.Holders {
+		info.Held = true
+		info.AcquiredAt = h.AcquiredAt // the newest: acquisitions append
+		if h.ExpiresAt.After(info.ExpiresAt) {
+			info.ExpiresAt = h.ExpiresAt
+		}
+	}
+	return info, nil
+}
+
+// HolderInfo is one live acquisition of a lock, an election, a Semaphore's
+// slot or an RWLock.
 type HolderInfo struct {
-	// Owner is the holder's (WithOwner; by default host/pid).
+	// ID is the acquisition's (a lock's lockId, a slot's id): what
+	// ForceReleaseHolder takes.
+	ID string
+	// Owner is the holder's (WithOwner; by default host/pid); "" for a
+	// DistributedLock.MongoDB holder.
 	Owner string
 	// Write reports whether the holder holds an RWLock for writing (false:
-	// for reading). It is false for a Semaphore's slot.
+	// for reading). It is false for the other kinds.
 	Write bool
 	// Upgradeable reports whether the holder is an RWLock's upgradeable
 	// reader (RWLock.Upgradeable), which reads.
@@ -214,6 +389,9 @@ type RWLockInfo struct {
 // network's or ctx's error if the round trip failed. It changes nothing,
 // and ignores the Semaphore's n.
 func (s *Semaphore) Inspect(ctx context.Context) (SemaphoreInfo, error) {
+	if s.lock.p.mem != nil {
+		return s.lock.memInspectSemaphore(ctx)
+	}
 	d, err := s.lock.inspectSlots(ctx)
 	return SemaphoreInfo{Name: d.Name, N: d.N, Holders: d.holders(false), FencingToken: d.FencingToken, ServerTime: d.Now}, err
 }
@@ -222,6 +400,9 @@ func (s *Semaphore) Inspect(ctx context.Context) (SemaphoreInfo, error) {
 // server's clock: a holder whose lease has ended is not listed. Errors are
 // as Semaphore.Inspect's: ErrNoLock if the lock has no document.
 func (rw *RWLock) Inspect(ctx context.Context) (RWLockInfo, error) {
+	if rw.w.p.mem != nil {
+		return rw.w.memInspectRWLock(ctx)
+	}
 	d, err := rw.w.inspectSlots(ctx)
 	return RWLockInfo{Name: d.Name, Holders: d.holders(true), FencingToken: d.FencingToken, WriterWaiting: d.WriterWaiting, ServerTime: d.Now}, err
 }
@@ -229,8 +410,10 @@ func (rw *RWLock) Inspect(ctx context.Context) (RWLockInfo, error) {
 // slotsDoc is what semInspectPipeline returns.
 type slotsDoc struct {
 	Name    string `bson:"_id"`
+	Kind    Kind   `bson:"kind"`
 	N       int    `bson:"n"`
 	Holders []struct {
+		ID         string    `bson:"id"`
 		Owner      string    `bson:"owner"`
 		Mode       string    `bson:"mode"`
 		AcquiredAt time.Time `bson:"acquiredAt"`
@@ -238,6 +421,7 @@ type slotsDoc struct {
 		Token      int64     `bson:"token"`
 	} `bson:"holders"`
 	FencingToken  int64     `bson:"fencingToken"`
+	Waiting       bool      `bson:"waiting"`
 	WriterWaiting bool      `bson:"writerWaiting"`
 	Now           time.Time `bson:"now"`
 }
@@ -247,7 +431,7 @@ func (l *Lock) inspectSlots(ctx context.Context) (slotsDoc, error) {
 	if ctx == nil {
 		return slotsDoc{}, l.errorf("inspect", errNilContext)
 	}
-	cur, err := l.p.slots.coll.Aggregate(ctx, semInspectPipeline(l.name))
+	cur, err := l.p.slots.coll.Aggregate(ctx, semInspectPipeline(acquireFilter(l.name)))
 	if err != nil {
 		return slotsDoc{}, l.errorf("inspect", err)
 	}
@@ -267,7 +451,7 @@ func (d slotsDoc) holders(rw bool) []HolderInfo {
 	var hs []HolderInfo
 	for _, h := range d.Holders {
 		reads := h.Mode == string(readMode) || h.Mode == string(upgradeMode)
-		hs = append(hs, HolderInfo{Owner: h.Owner, Write: rw && !reads, Upgradeable: rw && h.Mode == string(upgradeMode),
+		hs = append(hs, HolderInfo{ID: h.ID, Owner: h.Owner, Write: rw && !reads, Upgradeable: rw && h.Mode == string(upgradeMode),
 			AcquiredAt: h.AcquiredAt, ExpiresAt: h.ExpiresAt, FencingToken: h.Token})
 	}
 	return hs

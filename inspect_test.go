@@ -4,6 +4,7 @@ package mongolock_test
 // the server, on documents of every kind the collection can hold.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -87,14 +88,15 @@ func TestInspectJudgesEveryKindOfDocument(t *testing.T) {
 	require.NoError(t, err)
 	for _, name := range []string{"stray", "no-expiry"} {
 		info := inspect(name)
-		require.Equal(t, mongolock.LockInfo{Name: name, ServerTime: info.ServerTime}, info, "%s: free, nothing else known", name)
+		require.Equal(t, mongolock.LockInfo{Name: name, Kind: mongolock.KindLock, ServerTime: info.ServerTime}, info, "%s: free, nothing else known", name)
 		require.False(t, info.ServerTime.IsZero())
 	}
 }
 
 // cursorLog records, from a client's events, the size of each batch of
-// documents an aggregate or getMore reply carried, the cursor each
-// aggregate opened, and the cursors its killCursors commands killed.
+// documents an aggregate or getMore reply carried from the locks'
+// collection, the cursor each aggregate left open (of any collection), and
+// the cursors its killCursors commands killed.
 type cursorLog struct {
 	mu      sync.Mutex
 	batches []int
@@ -112,8 +114,11 @@ func (c *cursorLog) monitor() *event.CommandMonitor {
 			batch := cur.Lookup("firstBatch")
 			if e.CommandName == "getMore" {
 				batch = cur.Lookup("nextBatch")
-			} else {
-				c.opened = append(c.opened, cur.Lookup("id").Int64())
+			} else if id := cur.Lookup("id").Int64(); id != 0 {
+				c.opened = append(c.opened, id)
+			}
+			if ns, _ := cur.Lookup("ns").StringValueOK(); !strings.HasSuffix(ns, "."+mongolock.DefaultCollection) {
+				return
 			}
 			docs, _ := batch.Array().Values()
 			c.batches = append(c.batches, len(docs))
@@ -325,6 +330,8 @@ func TestInspectionWithANilContextIsAnError(t *testing.T) {
 	require.Error(t, err)
 	_, err = e.p.ForceRelease(nilCtx, "x")
 	require.Error(t, err)
+	_, err = e.p.ForceReleaseHolder(nilCtx, "x", "0123456789abcdef0123456789abcdef")
+	require.Error(t, err)
 	_, err = e.p.Semaphore("x", 1).Inspect(nilCtx)
 	require.Error(t, err)
 	_, err = e.p.RWLock("x").Inspect(nilCtx)
@@ -485,4 +492,204 @@ func mustRLock(t *testing.T, ctx context.Context, rw *mongolock.RWLock) *mongolo
 	h, err := rw.Reader().TryAcquire(ctx)
 	require.NoError(t, err, "Reader().TryAcquire(%q)", rw.Name())
 	return h
+}
+
+// Locks lists every kind in name order, a lock before a semaphore of the
+// same name, each with its live holders; Inspect shows each kind, a lock
+// rather than a semaphore of its name. A loop that breaks early leaves no
+// cursor open, of either collection.
+func TestLocksAndInspectShowEveryKind(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	db := testdb.Database(t)
+	var log cursorLog
+	p := newProvider(t, testdb.NewClient(t, options.Client().SetMonitor(log.monitor())).Database(db.Name()), mongolock.WithOwner("svc-a"))
+	b := newProvider(t, ownClient(t, db, nil), mongolock.WithOwner("svc-b"))
+	hold := func(h *mongolock.Handle, err error) *mongolock.Handle {
+		t.Helper()
+		require.NoError(t, err)
+		return releaseAtCleanup(t, h)
+	}
+	lock := hold(p.Lock("k/lock").TryAcquire(ctx))
+	leader, err := p.Election("k/leader").Campaign(ctx, "http://10.0.0.7:8080")
+	require.NoError(t, err)
+	releaseAtCleanup(t, leader.Handle)
+	sem := []*mongolock.Handle{hold(p.Semaphore("k/sem", 3).TryAcquire(ctx)), hold(b.Semaphore("k/sem", 3).TryAcquire(ctx))}
+	readers := []*mongolock.Handle{hold(p.RWLock("k/rw").Reader().TryAcquire(ctx)), hold(b.RWLock("k/rw").Reader().TryAcquire(ctx))}
+	writer := hold(b.RWLock("k/rw-w").Writer().TryAcquire(ctx))
+	bothLock := hold(p.Lock("k/both").TryAcquire(ctx))
+	bothSem := hold(b.Semaphore("k/both", 2).TryAcquire(ctx))
+	hold(p.Lock("other").TryAcquire(ctx))
+
+	type want struct {
+		kind    mongolock.Kind
+		n       int
+		owner   string
+		value   string
+		holders []*mongolock.Handle
+		owners  []string
+		write   bool
+	}
+	wants := []struct {
+		name string
+		want
+	}{
+		{"k/both", want{kind: mongolock.KindLock, owner: "svc-a", holders: []*mongolock.Handle{bothLock}, owners: []string{"svc-a"}}},
+		{"k/both", want{kind: mongolock.KindSemaphore, n: 2, holders: []*mongolock.Handle{bothSem}, owners: []string{"svc-b"}}},
+		{"k/leader", want{kind: mongolock.KindElection, owner: "svc-a", value: "http://10.0.0.7:8080", holders: []*mongolock.Handle{leader.Handle}, owners: []string{"svc-a"}}},
+		{"k/lock", want{kind: mongolock.KindLock, owner: "svc-a", holders: []*mongolock.Handle{lock}, owners: []string{"svc-a"}}},
+		{"k/rw", want{kind: mongolock.KindRWLock, holders: readers, owners: []string{"svc-a", "svc-b"}}},
+		{"k/rw-w", want{kind: mongolock.KindRWLock, holders: []*mongolock.Handle{writer}, owners: []string{"svc-b"}, write: true}},
+		{"k/sem", want{kind: mongolock.KindSemaphore, n: 3, holders: sem, owners: []string{"svc-a", "svc-b"}}},
+	}
+	check := func(info mongolock.LockInfo, w want) {
+		t.Helper()
+		what := fmt.Sprintf("%s (%s)", info.Name, w.kind)
+		require.Equal(t, w.kind, info.Kind, what)
+		require.True(t, info.Held, what)
+		require.Equal(t, w.n, info.N, what)
+		require.Equal(t, w.owner, info.Owner, what)
+		require.Equal(t, w.value, info.Value, what)
+		require.Len(t, info.Holders, len(w.holders), what)
+		for i, h := range w.holders {
+			requireHolder(t, info.Holders[i], h, w.owners[i], w.write, info.ServerTime)
+			require.Len(t, info.Holders[i].ID, 32, what)
+		}
+		last := w.holders[len(w.holders)-1]
+		require.Equal(t, last.FencingToken(), info.FencingToken, what)
+		require.Equal(t, info.Holders[len(w.holders)-1].AcquiredAt, info.AcquiredAt, "%s: the newest holder's acquisition", what)
+		require.True(t, info.ExpiresAt.After(info.ServerTime), what)
+		require.False(t, info.Waiting || info.WriterWaiting, what)
+	}
+
+	var got []string
+	for info, err := range p.Locks(ctx, "k/") {
+		require.NoError(t, err)
+		require.Less(t, len(got), len(wants), "listed %s too", info.Name)
+		require.Equal(t, wants[len(got)].name, info.Name)
+		check(info, wants[len(got)].want)
+		got = append(got, info.Name)
+	}
+	require.Len(t, got, len(wants))
+	for i, w := range wants {
+		if i == 1 {
+			continue // k/both: Inspect shows the lock's
+		}
+		info, err := p.Inspect(ctx, w.name)
+		require.NoError(t, err)
+		check(info, w.want)
+	}
+	_, err = p.Inspect(ctx, "k/none")
+	requireNoDocument(t, err, "k/none")
+
+	mongolock.SetListBatchSize(p, 2)
+	_, _, _ = log.take()
+	seen := 0
+	for _, err := range p.Locks(ctx, "") {
+		require.NoError(t, err)
+		if seen++; seen == 3 {
+			break
+		}
+	}
+	_, opened, killed := log.take()
+	require.Len(t, opened, 2, "a cursor per collection")
+	require.ElementsMatch(t, opened, killed, "breaking out of the loop left a cursor open")
+}
+
+// forEachKindHeld runs test for every kind (forEachKind), with two
+// providers on clients of their own, and on the first the holders of the
+// row's other mode of name: as many as may hold at once, or two readers.
+// The holders' leases last 10 s but are extended every 100 ms: a loss
+// shows soon, an expiry would not. The second polls fast, as a waiter.
+func forEachKindHeld(t *testing.T, test func(t *testing.T, ctx context.Context, r kindRow, name string, p, other *mongolock.Provider, old []*mongolock.Handle)) {
+	forEachKind(t, func(t *testing.T, r kindRow) {
+		ctx := boundedCtx(t, 30*time.Second)
+		db := testdb.Database(t)
+		p := newProvider(t, ownClient(t, db, nil), mongolock.WithOwner("stuck-1"),
+			mongolock.WithExpiry(10*time.Second), mongolock.WithExtensionCadence(100*time.Millisecond))
+		k := r.n
+		if r.rw {
+			k = cmp.Or(r.otherN, 2)
+		}
+		name := "stuck-" + r.kind
+		old := holdOut(t, ctx, r, p, name, k)
+		test(t, ctx, r, name, p, newProvider(t, ownClient(t, db, nil), mongolock.WithOwner("waiter-1"), fastPolls), old)
+	})
+}
+
+// ForceRelease frees every kind for a waiter at once, long before the
+// holders' leases would end: every holder finds out at its next extension,
+// and the waiter's fencing token outranks every old holder's.
+func TestForceReleaseFreesEveryKindForAWaiter(t *testing.T) {
+	forEachKindHeld(t, func(t *testing.T, ctx context.Context, r kindRow, name string, p, other *mongolock.Provider, old []*mongolock.Handle) {
+		waiter := make(chan *mongolock.Handle, 1)
+		go func() {
+			h, err := r.this(other, name).acquire(ctx)
+			assert(t, err == nil, "the waiter: %v", err)
+			waiter <- h
+		}()
+		pollUntil(t, 5*time.Second, "the waiter claims the next turn", func() bool {
+			info, err := p.Inspect(ctx, name)
+			require.NoError(t, err)
+			return info.Waiting
+		})
+
+		start := time.Now()
+		released, err := other.ForceRelease(ctx, name)
+		require.NoError(t, err)
+		require.True(t, released)
+		var h *mongolock.Handle
+		select {
+		case h = <-waiter:
+		case <-time.After(2 * time.Second):
+			require.FailNow(t, "the waiter did not get the freed "+r.kind+" at once")
+		}
+		require.NotNil(t, h)
+		releaseAtCleanup(t, h)
+		for _, o := range old {
+			require.Greater(t, h.FencingToken(), o.FencingToken())
+			awaitClosed(t, o.Lost(), time.Second-time.Since(start), "an old holder's Lost")
+			require.ErrorIs(t, o.Release(ctx), mongolock.ErrLockLost)
+		}
+		info, err := p.Inspect(ctx, name)
+		require.NoError(t, err)
+		require.Len(t, info.Holders, 1, "the old holders' releases freed the waiter's")
+		require.Equal(t, h.FencingToken(), info.Holders[0].FencingToken)
+	})
+}
+
+// ForceReleaseHolder ends the one acquisition it names, of every kind: the
+// others keep theirs, and the next acquisition outranks it. An id that
+// holds nothing ends nothing; an empty one is an error.
+func TestForceReleaseHolderEndsOneHolderOfEveryKind(t *testing.T) {
+	forEachKindHeld(t, func(t *testing.T, ctx context.Context, r kindRow, name string, _, other *mongolock.Provider, old []*mongolock.Handle) {
+		info, err := other.Inspect(ctx, name)
+		require.NoError(t, err)
+		require.Len(t, info.Holders, len(old))
+
+		released, err := other.ForceReleaseHolder(ctx, name, "0123456789abcdef0123456789abcdef")
+		require.NoError(t, err)
+		require.False(t, released, "an id that holds nothing")
+		_, err = other.ForceReleaseHolder(ctx, name, "")
+		require.Error(t, err)
+
+		start := time.Now()
+		released, err = other.ForceReleaseHolder(ctx, name, info.Holders[0].ID)
+		require.NoError(t, err)
+		require.True(t, released)
+		awaitClosed(t, old[0].Lost(), time.Second, "the released holder's Lost")
+		require.ErrorIs(t, old[0].Release(ctx), mongolock.ErrLockLost)
+		for _, o := range old[1:] {
+			staysOpen(t, o.Lost(), time.Second-time.Since(start), "another holder's Lost")
+		}
+		h, err := r.other(other, name).try(ctx)
+		require.NoError(t, err, "the freed slot")
+		releaseAtCleanup(t, h)
+		for _, o := range old {
+			require.Greater(t, h.FencingToken(), o.FencingToken())
+		}
+		info, err = other.Inspect(ctx, name)
+		require.NoError(t, err)
+		require.Len(t, info.Holders, len(old))
+		require.Equal(t, h.FencingToken(), info.Holders[len(old)-1].FencingToken)
+	})
 }

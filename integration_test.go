@@ -1490,6 +1490,27 @@ func TestLockingNeedsOnlyFindInsertUpdateOnTheCollection(t *testing.T) {
 	require.NoError(t, p.Lock("restricted").Do(ctx, func(context.Context) error { return nil }))
 	mongolock.WaitBackground(p)
 
+	// Inspection and force release need nothing on the semaphores'
+	// collection: without it, they show and free locks alone.
+	info, err := p.Inspect(ctx, "restricted")
+	require.NoError(t, err)
+	require.Equal(t, mongolock.KindLock, info.Kind)
+	_, err = p.Inspect(ctx, "none")
+	require.ErrorIs(t, err, mongolock.ErrNoLock)
+	var listed []string
+	for info, err := range p.Locks(ctx, "") {
+		require.NoError(t, err)
+		listed = append(listed, info.Name)
+	}
+	require.Equal(t, []string{"restricted"}, listed)
+	releaseAtCleanup(t, mustTryAcquire(t, ctx, other.Lock("restricted")))
+	released, err := p.ForceRelease(ctx, "restricted")
+	require.NoError(t, err)
+	require.True(t, released)
+	released, err = p.ForceReleaseHolder(ctx, "restricted", "0123456789abcdef0123456789abcdef")
+	require.NoError(t, err)
+	require.False(t, released)
+
 	// The TTL index was tried, and refused.
 	names, err := db.Collection(mongolock.DefaultCollection).Indexes().ListSpecifications(ctx)
 	require.NoError(t, err)

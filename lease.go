@@ -42,6 +42,7 @@ type leases struct {
 
 type lease struct {
 	deadline time.Time   // the client's end of the lease
+	cap      time.Time   // WithHoldAtMost's client end of the lease; zero: none
 	loss     *time.Timer // fires at deadline
 	busy     bool        // an extension is on its way
 	missed   bool        // a tick came while it was: extend again at once
@@ -53,12 +54,25 @@ func (p *Provider) keep(h *acquisition, sent time.Time) {
 	ls, o := &p.leases, p.opts
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	l := &lease{deadline: sent.Add(o.clientLease())}
+	l := &lease{}
+	if !h.capAt.IsZero() {
+		l.cap = h.capAt.Add(-o.safetyMargin())
+	}
+	l.deadline = l.until(o, sent)
 	l.loss = time.AfterFunc(time.Until(l.deadline), func() { p.expire(h) })
 	ls.held[h] = l
 	if ls.timer == nil {
 		ls.timer = time.AfterFunc(o.cadence, p.tick)
 	}
+}
+
+// until is the client's end of l once an acquisition or extension sent at
+// sent succeeded: a lease's, but never past its cap.
+func (l *lease) until(o config, sent time.Time) time.Time {
+	if d := sent.Add(o.clientLease()); l.cap.IsZero() || d.Before(l.cap) {
+		return d
+	}
+	return l.cap
 }
 
 // tick extends every lease not already being extended, in batches, and
@@ -124,7 +138,7 @@ func (p *Provider) expire(h *acquisition) {
 	}
 	p.drop(h)
 	p.leases.mu.Unlock()
-	h.leaseOver(l.lastErr)
+	h.leaseOver(l.lastErr, l.deadline.Equal(l.cap))
 }
 
 // extend extends the leases of hs and records the outcome for each. It
@@ -177,7 +191,7 @@ func (p *Provider) extend(hs []*acquisition) {
 				again = append(again, h)
 			default:
 				l.lastErr = nil
-				l.deadline = sent.Add(o.clientLease())
+				l.deadline = l.until(o, sent)
 				h.confirmed.Store(sent.UnixNano())
 				l.loss.Reset(time.Until(l.deadline))
 				// A tick came while this was on its way: extend again now
@@ -196,7 +210,8 @@ func (p *Provider) extend(hs []*acquisition) {
 }
 
 // extendLeases pushes the leases of hs, all locks' or all slots', to
-// $$NOW + expiry in one owner-checked round trip (5 or 18), and returns the
+// $$NOW + expiry (a lock's at most to WithHoldAtMost's bound) in one
+// owner-checked round trip (5 or 18), and returns the
 // handles it did not match. Only when a batch may have matched some but not
 // all does it read their documents to find out which (one more round trip:
 // 6 or 19).

@@ -34,8 +34,9 @@ type kindDriver interface {
 	create(name string) bson.D
 	// acquire sends one acquisition, or a hand-over from a.releasing.
 	acquire(ctx context.Context, p *Provider, name string, a attempt) (reply, error)
-	// release is the owner-checked release of id's acquisition.
-	release(name, id string) (filter bson.D, update any)
+	// release is the owner-checked release of id's acquisition, held
+	// until hold after it (WithHoldAtLeast) if the kind holds.
+	release(name, id string, hold time.Duration) (filter bson.D, update any)
 	// extend is the owner-checked extension of a batch, and holders the
 	// query that tells its lost handles when it matched too few.
 	extend(p *Provider, names, ids bson.A) (filter bson.D, update any)
@@ -45,6 +46,8 @@ type kindDriver interface {
 	limit() (n int, exclusive bool)
 	// unclaimed reports whether acquire takes an unclaimedMode attempt.
 	unclaimed() bool
+	// holds reports whether WithHoldAtLeast and WithHoldAtMost apply.
+	holds() bool
 	// attrs are its telemetry attributes.
 	attrs() []attribute.KeyValue
 }
@@ -84,6 +87,9 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Handle, error) {
 	if ctx == nil {
 		return nil, l.errorf("try acquire", errNilContext)
 	}
+	if l.p.mem != nil {
+		return l.memAcquire(ctx, "try acquire", false)
+	}
 	return l.p.tel.traceAcquire(ctx, l, spanTryAcquire, l.tryAcquire)
 }
 
@@ -93,6 +99,9 @@ func (l *Lock) tryAcquire(ctx context.Context, call *acquireCall) (*Handle, erro
 		return nil, l.errorf("try acquire", ErrClosed)
 	}
 	defer l.p.calls.Done()
+	if err := l.checkHolds(); err != nil {
+		return nil, l.errorf("try acquire", err)
+	}
 	h, _, err := l.attempt(ctx, tryMode, 0)
 	call.attempted(ctx, err)
 	if err != nil {
@@ -136,6 +145,9 @@ func (l *Lock) Acquire(ctx context.Context) (*Handle, error) {
 	if ctx == nil {
 		return nil, l.errorf("acquire", errNilContext)
 	}
+	if l.p.mem != nil {
+		return l.memAcquire(ctx, "acquire", true)
+	}
 	return l.p.tel.traceAcquire(ctx, l, spanAcquire, l.acquire)
 }
 
@@ -147,6 +159,9 @@ func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err e
 		return nil, l.errorf("acquire", ErrClosed)
 	}
 	defer p.calls.Done()
+	if err := l.checkHolds(); err != nil {
+		return nil, l.errorf("acquire", err)
+	}
 	w := qs.join(l)
 	// asked: an attempt was sent, which may have claimed; watching: counted as
 	// a waiter for release events; contended: held by someone else.
@@ -216,6 +231,18 @@ func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err e
 	}
 }
 
+// errHoldKind refuses an acquisition that WithHoldAtLeast or WithHoldAtMost
+// does not fit.
+var errHoldKind error = invalid("WithHoldAtLeast and WithHoldAtMost apply to locks only, not to elections, semaphores or RWLocks: use a Provider without them")
+
+// checkHolds returns errHoldKind if l's provider holds and its kind does not.
+func (l *Lock) checkHolds() error {
+	if l.p.opts.holds() && !l.kind.holds() {
+		return errHoldKind
+	}
+	return nil
+}
+
 // leaveLine takes w out of its line when its Acquire returns. A handle
 // handed over as it gave up is released, and so is its process's claim if
 // withdraw.
@@ -238,25 +265,33 @@ func (l *Lock) leaveLine(w *waiter, withdraw, watching bool) {
 // cause is then ErrLockLost. Do returns fn's error; if the lock was lost
 // while fn ran, the error also satisfies errors.Is(err, ErrLockLost). If the
 // lock cannot be acquired, fn does not run and Do returns Acquire's error. A
-// nil fn is an error, returned before anything is acquired.
+// nil fn is an error, returned before anything is acquired. With
+// WithHoldAtLeast, the release keeps the lock held until the hold ends.
 func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) (err error) {
 	if ctx == nil {
 		return l.errorf("do", errNilContext)
 	}
 	if fn == nil {
-		return l.errorf("do", errors.New("nil function"))
+		return l.errorf("do", errNilFunction)
 	}
 	h, err := l.Acquire(ctx)
 	if err != nil {
 		return err
 	}
-	return h.do(ctx, fn)
+	return do(ctx, h, fn)
 }
 
-// do runs fn with a ctx that ends when ctx ends or h's lock is lost (cause
+// A holding is what Do runs a function under: a Handle or a
+// CompositeHandle.
+type holding interface {
+	Context() context.Context
+	Release(ctx context.Context) error
+}
+
+// do runs fn with a ctx that ends when ctx ends or h is lost (cause
 // ErrLockLost), then releases h, also when fn panics. It returns fn's error
 // joined with Release's.
-func (h *Handle) do(ctx context.Context, fn func(ctx context.Context) error) (err error) {
+func do(ctx context.Context, h holding, fn func(ctx context.Context) error) (err error) {
 	defer func() {
 		// Release even when ctx is already over: the caller is done with
 		// the lock, and others should not wait for its lease to expire.
@@ -323,14 +358,14 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, a attempt) (reply, error) {
 			err = testHookReply(p, err)
 		}
 		if isAmbiguous(err) {
-			l.releaseInBackground(lockID, undoSchedule(err), true)
+			l.releaseInBackground(lockID, undoSchedule(err), 0, true)
 		}
 		return doc, err
 	}
 	return roundTrip(ctx, p, send, func(doc reply, err error) {
 		switch {
 		case err == nil && doc.LockID == lockID:
-			l.releaseInBackground(lockID, afterReply, true)
+			l.releaseInBackground(lockID, afterReply, 0, true)
 		case err == nil && a.mode == waitMode && doc.placed(lc.process):
 			l.withdraw()
 		}
@@ -383,10 +418,13 @@ func roundTrip[T any](ctx context.Context, p *Provider, send func(context.Contex
 // releaseInBackground releases lockID's acquisition of l, if it holds it,
 // without waiting: for acquisitions nobody will get a handle for, and for a
 // Release whose round trip failed. It is owner-checked, so it can never free
-// someone else's acquisition. It stops once a try matches (updateInBackground).
-// An orphan's release (an acquisition nobody got a handle for) is counted and logged.
-func (l *Lock) releaseInBackground(lockID string, schedule []time.Duration, orphan bool) {
-	filter, update := l.kind.release(l.name, lockID)
+// someone else's acquisition. It stops once a try matches
+// (updateInBackground). It holds the lock until hold after its acquisition
+// (WithHoldAtLeast's, for a handle's release). An orphan's release (an
+// acquisition nobody got a handle for, so nobody used it: hold 0) is
+// counted and logged.
+func (l *Lock) releaseInBackground(lockID string, schedule []time.Duration, hold time.Duration, orphan bool) {
+	filter, update := l.kind.release(l.name, lockID, hold)
 	l.updateInBackground(filter, update, schedule, func() bool {
 		if orphan {
 			l.p.tel.orphanReleased(l)
@@ -497,7 +535,10 @@ func (d mutexDriver) acquire(ctx context.Context, p *Provider, name string, a at
 	return doc, err
 }
 
-func (mutexDriver) release(name, id string) (bson.D, any) {
+func (mutexDriver) release(name, id string, hold time.Duration) (bson.D, any) {
+	if hold > 0 {
+		return ownerFilter(name, id), holdReleaseUpdate(hold)
+	}
 	return ownerFilter(name, id), releaseUpdate
 }
 
@@ -510,6 +551,10 @@ func (mutexDriver) holders(names bson.A) (bson.D, bson.D) { return holdersQuery(
 func (mutexDriver) limit() (int, bool) { return 1, true }
 
 func (mutexDriver) unclaimed() bool { return true }
+
+// holds: a lock's, not an election's: a leader that resigns steps aside at
+// once, and one that leads is not bounded.
+func (d mutexDriver) holds() bool { return d.value == nil }
 
 var (
 	lockAttrs     = []attribute.KeyValue{keyKind.String("lock")}

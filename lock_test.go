@@ -578,14 +578,14 @@ func TestErrorShortensLongNamesWithoutSplittingCharacters(t *testing.T) {
 // optionConstructors are New and NewProvider, which validate the same way.
 // build reports the error and whether a lock or provider came back with it.
 var optionConstructors = []struct {
-	label string
-	build func(*mongo.Database, ...mongolock.Option) (bool, error)
+	label, op string
+	build     func(*mongo.Database, ...mongolock.Option) (bool, error)
 }{
-	{"New", func(db *mongo.Database, opts ...mongolock.Option) (bool, error) {
+	{"New", "new", func(db *mongo.Database, opts ...mongolock.Option) (bool, error) {
 		l, err := mongolock.New(db, "x", opts...)
 		return l != nil, err
 	}},
-	{"NewProvider", func(db *mongo.Database, opts ...mongolock.Option) (bool, error) {
+	{"NewProvider", "new provider", func(db *mongo.Database, opts ...mongolock.Option) (bool, error) {
 		p, err := mongolock.NewProvider(db, opts...)
 		return p != nil, err
 	}},
@@ -601,6 +601,20 @@ func TestNilDatabaseIsAnError(t *testing.T) {
 		require.Error(t, err, c.label)
 		require.False(t, got, c.label)
 		require.Contains(t, err.Error(), "nil *mongo.Database", c.label)
+		requireInvalid(t, err, c.op)
+	}
+}
+
+// requireInvalid asserts that err is an *Error of op that a caller can tell
+// from every other failure with ErrInvalidArgument.
+func requireInvalid(t *testing.T, err error, op string) {
+	t.Helper()
+	require.ErrorIs(t, err, mongolock.ErrInvalidArgument)
+	var me *mongolock.Error
+	require.ErrorAs(t, err, &me)
+	require.Equal(t, op, me.Op)
+	for _, other := range []error{mongolock.ErrNotAcquired, mongolock.ErrLockLost, mongolock.ErrMismatch, mongolock.ErrClosed} {
+		require.NotErrorIs(t, err, other)
 	}
 }
 
@@ -647,6 +661,13 @@ func TestInvalidOptionsAreRefusedNamingTheOptionAndValue(t *testing.T) {
 		{"empty owner", []mongolock.Option{mongolock.WithOwner("")}, []string{`WithOwner("")`, "1 to 256 bytes"}},
 		{"owner too long", []mongolock.Option{mongolock.WithOwner(strings.Repeat("o", mongolock.MaxOwnerLen+1))},
 			[]string{`WithOwner("ooo`, "...", "1 to 256 bytes"}},
+		{"hold at least negative", []mongolock.Option{mongolock.WithHoldAtLeast(-time.Second)}, []string{"WithHoldAtLeast(-1s)", "negative"}},
+		{"hold at most zero", []mongolock.Option{mongolock.WithHoldAtMost(0)}, []string{"WithHoldAtMost(0s)", "expiry (30s)"}},
+		{"hold at most negative", []mongolock.Option{mongolock.WithHoldAtMost(-time.Minute)}, []string{"WithHoldAtMost(-1m0s)"}},
+		{"hold at most under the expiry", []mongolock.Option{mongolock.WithExpiry(time.Minute), mongolock.WithHoldAtMost(59 * time.Second)},
+			[]string{"WithHoldAtMost(59s)", "expiry (1m0s)"}},
+		{"hold at most under the hold at least", []mongolock.Option{mongolock.WithHoldAtLeast(2 * time.Minute), mongolock.WithHoldAtMost(time.Minute)},
+			[]string{"WithHoldAtMost(1m0s)", "WithHoldAtLeast's (2m0s)"}},
 	} {
 		for _, c := range optionConstructors {
 			t.Run(tc.label+"/"+c.label, func(t *testing.T) {
@@ -656,7 +677,8 @@ func TestInvalidOptionsAreRefusedNamingTheOptionAndValue(t *testing.T) {
 				for _, w := range tc.want {
 					require.Contains(t, err.Error(), w)
 				}
-				require.True(t, strings.HasPrefix(err.Error(), "mongolock: "), "error %q lacks the package prefix", err)
+				require.True(t, strings.HasPrefix(err.Error(), "mongolock: "+c.op), "error %q lacks the package prefix and operation", err)
+				requireInvalid(t, err, c.op)
 			})
 		}
 	}
@@ -681,6 +703,10 @@ func TestValidEdgeOptionsAreAccepted(t *testing.T) {
 		{"standby equal to the busy-wait max", []mongolock.Option{mongolock.WithStandbySleep(mongolock.DefaultBusyWaitMax)}},
 		{"busy-wait of 1ns", []mongolock.Option{mongolock.WithBusyWaitSleep(time.Nanosecond, time.Nanosecond)}},
 		{"a later option overrides an earlier one", []mongolock.Option{mongolock.WithExpiry(time.Millisecond), mongolock.WithExpiry(time.Second)}},
+		{"hold at least alone", []mongolock.Option{mongolock.WithHoldAtLeast(time.Hour)}},
+		{"hold at least zero", []mongolock.Option{mongolock.WithHoldAtLeast(0)}},
+		{"hold at most equal to the expiry", []mongolock.Option{mongolock.WithExpiry(time.Second), mongolock.WithHoldAtMost(time.Second)}},
+		{"holds at least and at most equal", []mongolock.Option{mongolock.WithHoldAtLeast(time.Minute), mongolock.WithHoldAtMost(time.Minute)}},
 		{"everything", []mongolock.Option{
 			mongolock.WithCollection("locks"),
 			mongolock.WithExpiry(2 * time.Second),
@@ -1306,7 +1332,7 @@ func TestAHandleAfterReleaseStaysReleased(t *testing.T) {
 	releaseAtCleanup(t, next)
 
 	var nilCtx context.Context
-	require.Error(t, h.Release(nilCtx))
+	requireInvalid(t, h.Release(nilCtx), "release")
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	require.NoError(t, h.Release(cancelled))
@@ -1330,15 +1356,16 @@ func TestNilContextIsAnErrorNotAPanic(t *testing.T) {
 	var nilCtx context.Context // a variable: staticcheck (SA1012) rejects a literal nil
 
 	h, err := l.Acquire(nilCtx)
-	require.Error(t, err)
+	requireInvalid(t, err, "acquire")
 	require.Nil(t, h)
 	h, err = l.TryAcquire(nilCtx)
-	require.Error(t, err)
+	requireInvalid(t, err, "try acquire")
 	require.Nil(t, h)
-	require.Error(t, l.Do(nilCtx, func(context.Context) error {
+	requireInvalid(t, l.Do(nilCtx, func(context.Context) error {
 		t.Error("fn ran with a nil ctx")
 		return nil
-	}))
+	}), "do")
+	requireInvalid(t, newProvider(t, e.db).Close(nilCtx), "close")
 
 	ctx := boundedCtx(t, 30*time.Second)
 	h, err = l.TryAcquire(ctx)
@@ -1727,9 +1754,7 @@ func TestDoWithANilFunctionIsAnError(t *testing.T) {
 	l := e.p.Lock("nil-fn")
 	err := l.Do(ctx, nil)
 	require.ErrorContains(t, err, "nil function")
-	var le *mongolock.Error
-	require.ErrorAs(t, err, &le)
-	require.Equal(t, "do", le.Op)
+	requireInvalid(t, err, "do")
 	h, err := l.TryAcquire(ctx) // nothing was left held
 	require.NoError(t, err)
 	require.NoError(t, h.Release(ctx))

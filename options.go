@@ -36,6 +36,9 @@ type config struct {
 	standby    time.Duration // 0: 16 x sleepMax
 	adaptive   bool
 	owner      string
+	atLeast    time.Duration // WithHoldAtLeast; 0: none
+	atMost     time.Duration // WithHoldAtMost; 0: none
+	atMostSet  bool
 	telemetryConfig
 }
 
@@ -114,45 +117,99 @@ func WithAdaptiveBackoff(on bool) Option {
 	return func(o *config) { o.adaptive = on }
 }
 
+// WithHoldAtLeast keeps a released lock held until d after its acquisition,
+// by the server's clock: for a job that every replica's scheduler starts at
+// the same time, and that must run once per period, also when it ends
+// sooner than the replicas' clocks differ. Release (and so Do and
+// Provider.Close) writes the hold into the lock's document in its one round
+// trip: it lasts without this process, even if the process exits at once.
+// Release then hands the lock to no Acquire of this process. Acquire and
+// TryAcquire of every process (DistributedLock.MongoDB's too) are refused
+// until the hold ends; a waiting Acquire next in line finds the lock free
+// within WithBusyWaitSleep's max of that end, as of a release. Until then
+// Inspect shows the lock Held by its owner, and ForceRelease ends the hold.
+// A release that fails, and a handle whose lease runs out, hold it too; an
+// acquisition nobody got a handle for is released at once. The server
+// counts whole milliseconds. Default 0: a release frees the lock at once.
+//
+// It applies to locks (Lock, Do). A Semaphore's, an RWLock's or an
+// Election's acquisitions with a Provider that has it return an error.
+func WithHoldAtLeast(d time.Duration) Option {
+	return func(o *config) { o.atLeast = d }
+}
+
+// WithHoldAtMost bounds how long one acquisition may hold a lock: its
+// lease is extended to at most d after the acquisition, by the server's
+// clock, so that a stuck job cannot keep the lock for ever. The handle is
+// then lost as it is when its lease runs out: Lost closes and Context ends
+// with the cause ErrLockLost, a safety margin before the server lets
+// anyone else in (min(expiry/10, 1s)), and Release and Do report
+// ErrLockLost. d must be at least the expiry (WithExpiry), which an
+// acquisition's lease lasts from the start, and at least WithHoldAtLeast's.
+// Default: no bound.
+//
+// It applies to locks, as WithHoldAtLeast.
+func WithHoldAtMost(d time.Duration) Option {
+	return func(o *config) { o.atMost, o.atMostSet = d, true }
+}
+
 func buildConfig(opts []Option) (config, error) {
 	o := config{collection: DefaultCollection, expiry: DefaultExpiry, sleepMin: DefaultBusyWaitMin, sleepMax: DefaultBusyWaitMax, owner: defaultOwner(),
 		telemetryConfig: defaultTelemetryConfig()}
 	for _, opt := range opts {
 		if opt == nil {
-			return o, fmt.Errorf("mongolock: nil Option")
+			return o, invalid("nil Option")
 		}
 		opt(&o)
 	}
 	if o.owner == "" || len(o.owner) > MaxOwnerLen {
-		return o, fmt.Errorf("mongolock: WithOwner(%q): the owner must be 1 to %d bytes long", shortName(o.owner), MaxOwnerLen)
+		return o, invalidf("WithOwner(%q): the owner must be 1 to %d bytes long", shortName(o.owner), MaxOwnerLen)
 	}
 	if err := o.telemetryConfig.check(); err != nil {
 		return o, err
 	}
 	if o.collection == "" {
-		return o, fmt.Errorf("mongolock: WithCollection(%q): the collection name must not be empty", o.collection)
+		return o, invalidf("WithCollection(%q): the collection name must not be empty", o.collection)
 	}
 	if o.expiry < minExpiry {
-		return o, fmt.Errorf("mongolock: WithExpiry(%v): the expiry must be at least %v", o.expiry, minExpiry)
+		return o, invalidf("WithExpiry(%v): the expiry must be at least %v", o.expiry, minExpiry)
 	}
 	if !o.cadenceSet {
 		o.cadence = o.expiry / 3
 	}
 	if least := o.expiry / minCadenceDivisor; o.cadence < least {
-		return o, fmt.Errorf("mongolock: WithExtensionCadence(%v): the cadence must be at least %v, a hundredth of the expiry (%v)", o.cadence, least, o.expiry)
+		return o, invalidf("WithExtensionCadence(%v): the cadence must be at least %v, a hundredth of the expiry (%v)", o.cadence, least, o.expiry)
 	}
 	if most := (o.expiry - o.safetyMargin()) / 2; o.cadence > most {
-		return o, fmt.Errorf("mongolock: WithExtensionCadence(%v): the cadence must be at most %v, half of what the expiry (%v) leaves after the safety margin (%v), so that a failed extension is retried before the lease ends",
+		return o, invalidf("WithExtensionCadence(%v): the cadence must be at most %v, half of what the expiry (%v) leaves after the safety margin (%v), so that a failed extension is retried before the lease ends",
 			o.cadence, most, o.expiry, o.safetyMargin())
 	}
 	if o.sleepMin <= 0 || o.sleepMin > o.sleepMax {
-		return o, fmt.Errorf("mongolock: WithBusyWaitSleep(%v, %v): need 0 < min <= max", o.sleepMin, o.sleepMax)
+		return o, invalidf("WithBusyWaitSleep(%v, %v): need 0 < min <= max", o.sleepMin, o.sleepMax)
 	}
 	if o.standby != 0 && o.standby < o.sleepMax {
-		return o, fmt.Errorf("mongolock: WithStandbySleep(%v): the standby sleep must be at least the busy-wait max (%v)", o.standby, o.sleepMax)
+		return o, invalidf("WithStandbySleep(%v): the standby sleep must be at least the busy-wait max (%v)", o.standby, o.sleepMax)
 	}
-	return o, nil
+	return o, o.checkHolds()
 }
+
+// checkHolds validates WithHoldAtLeast and WithHoldAtMost.
+func (o config) checkHolds() error {
+	switch {
+	case o.atLeast < 0:
+		return invalidf("WithHoldAtLeast(%v): the hold must not be negative", o.atLeast)
+	case !o.atMostSet:
+		return nil
+	case o.atMost < o.expiry:
+		return invalidf("WithHoldAtMost(%v): the hold must be at least the expiry (%v), which an acquisition's lease lasts from the start; shorten WithExpiry", o.atMost, o.expiry)
+	case o.atMost < o.atLeast:
+		return invalidf("WithHoldAtMost(%v): the hold must be at least WithHoldAtLeast's (%v)", o.atMost, o.atLeast)
+	}
+	return nil
+}
+
+// holds reports whether WithHoldAtLeast or WithHoldAtMost is set.
+func (o config) holds() bool { return o.atLeast > 0 || o.atMostSet }
 
 // safetyMargin is how much earlier than the server the client considers its
 // lease over: a tenth of the expiry, at most a second (10ms at the shortest

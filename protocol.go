@@ -349,6 +349,28 @@ var releaseUpdate = mustMarshal(bson.D{
 	{Key: "$currentDate", Value: bson.D{{Key: "expiresAt", Value: true}}},
 })
 
+// 4a. Release, holding the lock until atLeast after its acquisition
+// (WithHoldAtLeast): updateOne({_id, lockId}, holdReleaseUpdate). The lease
+// ends no sooner than acquiredAt + atLeast, by the server's clock: every
+// acquirer judges the lock free by expiresAt alone. Until then the holder
+// stays, marked held (lockId and lastLockId + heldSuffix): inspection shows
+// it, a force release ends it, and nothing of the released handle (a late
+// extension, a repeated release) matches it again. A hold already over
+// releases as (4) does. A pipeline: $max needs one.
+func holdReleaseUpdate(atLeast time.Duration) bson.A {
+	end := op("$add", "$acquiredAt", atLeast.Milliseconds())
+	holds, held := op("$gt", end, "$$NOW"), op("$concat", bson.A{"$lockId", heldSuffix})
+	return bson.A{bson.D{{Key: "$set", Value: bson.D{
+		{Key: "lockId", Value: cond(holds, held, "$$REMOVE")},
+		{Key: "lastLockId", Value: cond(holds, held, "$lastLockId")},
+		{Key: "expiresAt", Value: op("$max", "$$NOW", end)},
+	}}}}
+}
+
+// heldSuffix marks the lockId of a released acquisition held until its
+// hold ends.
+const heldSuffix = ":held"
+
 // ownerFilter matches the document only while lockID holds it: extension and
 // release can never touch someone else's acquisition.
 func ownerFilter(name, lockID string) bson.D {
@@ -358,9 +380,14 @@ func ownerFilter(name, lockID string) bson.D {
 // 5. Extend leases, one or a batch: updateMany(extendFilter, extendUpdate).
 // Matching both lists is as owner-checked as an $or of {_id, lockId} pairs,
 // since a lockId is only ever written to its own lock's document, and it is
-// an index lookup on _id.
-func extendUpdate(expiry time.Duration) bson.A {
-	return bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: op("$add", "$$NOW", expiry.Milliseconds())}}}}}
+// an index lookup on _id. With WithHoldAtMost (atMost > 0), no lease is
+// extended past its acquisition's acquiredAt + atMost.
+func extendUpdate(expiry, atMost time.Duration) bson.A {
+	var until any = op("$add", "$$NOW", expiry.Milliseconds())
+	if atMost > 0 {
+		until = op("$min", until, op("$add", "$acquiredAt", atMost.Milliseconds()))
+	}
+	return bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: until}}}}}
 }
 
 func extendFilter(names, lockIDs bson.A) bson.D {
@@ -394,9 +421,9 @@ func withdrawUpdate(proc string) bson.A {
 	return bson.A{bson.D{{Key: "$set", Value: fields}}}
 }
 
-// 8. The TTL index, created once per process and collection, in the
-// background: the server deletes a document ttlGraceSeconds after its lease
-// ended. DistributedLock.MongoDB creates the same index with
+// TTLIndexName is the name of the TTL index on expiresAt, which the library
+// creates once per process and collection, in the background: the server
+// deletes a document ttlGraceSeconds after its lease ended. DistributedLock.MongoDB creates the same index with
 // expireAfterSeconds 0, and ignores the conflict when it finds ours.
 const TTLIndexName = "expiresAt_ttl"
 
@@ -437,14 +464,17 @@ var releaseEvents = mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "$or", V
 // 10. Inspect: aggregate([{$match: filter}, {$project: …}]): each lock's
 // state, judged by the server's clock ($$NOW). owner and value count only
 // when the holder is the last mongolock acquisition (lockId == lastLockId);
-// a DistributedLock.MongoDB acquisition leaves them as they were.
+// a DistributedLock.MongoDB acquisition leaves them as they were. A value
+// makes it an election's: a plain lock's acquisition removes it.
 func inspectPipeline(match bson.D) mongo.Pipeline {
 	now := "$$NOW"
 	held := op("$and", op("$ne", op("$type", "$lockId"), "missing"), op("$gt", ifNull("$expiresAt", epoch), now))
 	return mongo.Pipeline{
 		{{Key: "$match", Value: match}},
 		{{Key: "$project", Value: bson.D{
+			{Key: "kind", Value: cond(op("$eq", op("$type", "$value"), "missing"), string(KindLock), string(KindElection))},
 			{Key: "held", Value: held},
+			{Key: "lockId", Value: 1},
 			{Key: "mongolock", Value: op("$eq", "$lockId", "$lastLockId")},
 			{Key: "owner", Value: 1},
 			{Key: "value", Value: 1},
@@ -459,9 +489,15 @@ func inspectPipeline(match bson.D) mongo.Pipeline {
 
 // 11. List: the same, with {$match: prefixFilter(prefix)} and then
 // {$sort: {_id: 1}}, read in batches of listBatchSize: a scan of the _id
-// index in name order.
+// index in name order. The semaphores' collection is listed alike (22),
+// and the two merged by name.
 func listPipeline(prefix string) mongo.Pipeline {
-	return slices.Insert(inspectPipeline(prefixFilter(prefix)), 1, bson.D{{Key: "$sort", Value: bson.D{{Key: "_id", Value: 1}}}})
+	return sortedByName(inspectPipeline(prefixFilter(prefix)))
+}
+
+// sortedByName inserts {$sort: {_id: 1}} after an inspection's $match.
+func sortedByName(inspect mongo.Pipeline) mongo.Pipeline {
+	return slices.Insert(inspect, 1, bson.D{{Key: "$sort", Value: bson.D{{Key: "_id", Value: 1}}}})
 }
 
 // listBatchSize bounds how many locks one reply of a listing carries.
@@ -485,7 +521,8 @@ func prefixFilter(prefix string) bson.D {
 
 // 12. Force release: updateOne(forceReleaseFilter, releaseUpdate), the
 // release of whatever acquisition holds the lock, mongolock's or
-// DistributedLock.MongoDB's. The fencing token stays.
+// DistributedLock.MongoDB's. The fencing token stays. One holder, named
+// by its lockId, is force released as it releases itself (4).
 func forceReleaseFilter(name string) bson.D {
 	return bson.D{{Key: "_id", Value: name}, {Key: "lockId", Value: bson.D{{Key: "$exists", Value: true}}}}
 }
@@ -773,15 +810,15 @@ func semHoldersQuery(names bson.A) (filter, projection bson.D) {
 // mode is "r", "u" (an upgradeable reader) or "w"; a holder without mode (a
 // Semaphore's, under the same name) counts as a writer. An upgradeable
 // reader shares with readers and excludes writers and other upgradeable
-// readers. While it upgrades, its upgrade tags the poll that marked it,
-// and a live upgradingUntil blocks new readers (22). A writer's live claim
-// (waitingMode "w") blocks new readers, even of its own process, so that
-// readers cannot starve writers; a reader's or an upgradeable reader's
-// claim blocks writers of other processes, so that writers cannot starve
-// readers, and an upgradeable reader's claim blocks other processes'
-// upgradeable readers too. The claim goes to the process that has waited
-// longest, whatever its mode. Acquired by 16, with the mode; released,
-// handed over and extended as a semaphore's slot.
+// readers. While it upgrades (upgradePipeline), its upgrade tags the poll
+// that marked it, and a live upgradingUntil blocks new readers. A writer's
+// live claim (waitingMode "w") blocks new readers, even of its own
+// process, so that readers cannot starve writers; a reader's or an
+// upgradeable reader's claim blocks writers of other processes, so that
+// writers cannot starve readers, and an upgradeable reader's claim blocks
+// other processes' upgradeable readers too. The claim goes to the process
+// that has waited longest, whatever its mode. Acquired by 16, with the
+// mode; released, handed over and extended as a semaphore's slot.
 
 // 20. Create an RWLock: insertOne, as a lock's.
 func createRWDoc(name string) bson.D {
@@ -789,25 +826,49 @@ func createRWDoc(name string) bson.D {
 		{Key: "holders", Value: bson.A{}}, {Key: "expiresAt", Value: epoch}}
 }
 
-// 21. Inspect a semaphore or an RWLock: aggregate([{$match: {_id: name}},
-// {$project: …}]) on the semaphores' collection. The holders are the live
-// ones, as an acquisition judges them: by the server's clock.
-func semInspectPipeline(name string) mongo.Pipeline {
+// 21. Inspect a semaphore or an RWLock: aggregate([{$match: filter},
+// {$project: …}]) on the semaphores' collection, filter {_id: name}. The
+// holders are the live ones, as an acquisition judges them: by the
+// server's clock.
+func semInspectPipeline(match bson.D) mongo.Pipeline {
+	claimLive := op("$gt", ifNull("$waitingUntil", epoch), "$$NOW")
 	return mongo.Pipeline{
-		{{Key: "$match", Value: acquireFilter(name)}},
+		{{Key: "$match", Value: match}},
 		{{Key: "$project", Value: bson.D{
+			{Key: "kind", Value: 1},
 			{Key: "n", Value: 1},
 			{Key: "holders", Value: liveHolders},
 			{Key: "fencingToken", Value: 1},
+			{Key: "waiting", Value: claimLive},
 			{Key: "writerWaiting", Value: op("$or",
-				op("$and", op("$gt", ifNull("$waitingUntil", epoch), "$$NOW"), op("$eq", "$waitingMode", "w")),
+				op("$and", claimLive, op("$eq", "$waitingMode", "w")),
 				op("$gt", op("$size", filterOf(liveHolders, op("$gt", ifNull("$$this.upgradingUntil", epoch), "$$NOW"))), 0))},
 			{Key: "now", Value: "$$NOW"},
 		}}},
 	}
 }
 
-// 22. Upgrade an upgradeable reader, polling: findOneAndUpdate(
+// 22. List semaphores and RWLocks: the same, with {$match:
+// prefixFilter(prefix)} and {$sort: {_id: 1}}, as a listing of locks (11).
+func semListPipeline(prefix string) mongo.Pipeline {
+	return sortedByName(semInspectPipeline(prefixFilter(prefix)))
+}
+
+// 23. Force release a semaphore or an RWLock:
+// updateOne(semForceReleaseFilter, semForceReleaseUpdate), the release of
+// every holder at once. The fencing token stays, and the claim: a waiter
+// takes a slot at its next attempt. A single holder is force released as
+// it releases itself (17).
+func semForceReleaseFilter(name string) bson.D {
+	return bson.D{{Key: "_id", Value: name}, {Key: "holders.0", Value: bson.D{{Key: "$exists", Value: true}}}}
+}
+
+var semForceReleaseUpdate = bson.D{
+	{Key: "$set", Value: bson.D{{Key: "holders", Value: bson.A{}}}},
+	{Key: "$currentDate", Value: bson.D{{Key: "releasedAt", Value: true}}},
+}
+
+// 24. Upgrade an upgradeable reader, polling: findOneAndUpdate(
 // semHolderFilter(name, id), upgradePipeline, returnDocument: after,
 // fields: upgradeReplyFields(id)). If id is the only live holder, it
 // becomes the writer, with the next fencing token. Else it marks its
@@ -856,7 +917,7 @@ func mapHolders(in any) bson.D {
 	return bson.D{{Key: "$map", Value: bson.D{{Key: "input", Value: ifNull("$holders", bson.A{})}, {Key: "in", Value: in}}}}
 }
 
-// 23. Undo an upgrade's poll, when its Upgrade gives up:
+// 25. Undo an upgrade's poll, when its Upgrade gives up:
 // updateOne(upgradeTagFilter(name, id, tag), holderModeUpdate(id,
 // upgradeMode)). Only that poll's mark, or the writer it made, is undone:
 // a later poll's is tagged otherwise. releasedAt is stamped, as a
@@ -866,10 +927,10 @@ func upgradeTagFilter(name, id, tag string) bson.D {
 		{Key: "id", Value: id}, {Key: "upgrade", Value: tag}}}}}}
 }
 
-// 24. Downgrade a writer: updateOne(semHolderFilter(name, id),
+// 26. Downgrade a writer: updateOne(semHolderFilter(name, id),
 // holderModeUpdate(id, mode)), mode "r", or "u" for an upgraded one. One
 // statement: no moment without the lock, and readers may enter at once
-// (releasedAt, as 23).
+// (releasedAt, as a release stamps it).
 func holderModeUpdate(id string, mode rwMode) bson.A {
 	in := cond(op("$eq", "$$this.id", id), rewrittenHolder(mode, "$$this.token", "$$REMOVE", "$$REMOVE"), "$$this")
 	return bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "holders", Value: mapHolders(in)}, {Key: "releasedAt", Value: "$$NOW"}}}}}

@@ -16,6 +16,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+
+	"github.com/mongolock/mongolock/internal/backend"
 )
 
 // A Provider mints named locks that share options and a collection. It is
@@ -35,6 +37,8 @@ type Provider struct {
 
 	leases leases // the leases of its handles
 	tel    telemetry
+
+	mem backend.Provider // non-nil: the locks are in process memory, not in db
 
 	mu       sync.Mutex
 	closed   bool           // Close was called
@@ -58,17 +62,17 @@ type Provider struct {
 // lost its majority, locks can then be neither taken nor extended.
 func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 	if db == nil {
-		return nil, errors.New("mongolock: nil *mongo.Database")
+		return nil, &Error{Op: opNewProvider, Err: invalid("nil *mongo.Database")}
 	}
 	o, err := buildConfig(opts)
 	if err != nil {
-		return nil, err
+		return nil, &Error{Op: opNewProvider, Err: err}
 	}
 	p := &Provider{
 		locks:        newSpace(db, o.collection),
 		slots:        newSpace(db, o.collection+semSuffix),
 		opts:         o,
-		extendUpdate: extendUpdate(o.expiry),
+		extendUpdate: extendUpdate(o.expiry, o.atMost),
 		leases:       leases{held: make(map[*acquisition]*lease)},
 		tel:          newTelemetry(o.telemetryConfig, db.Name()),
 		done:         make(chan struct{}),
@@ -95,7 +99,7 @@ var collectionConcerns = options.Collection().
 func New(db *mongo.Database, name string, opts ...Option) (*Lock, error) {
 	p, err := NewProvider(db, opts...)
 	if err != nil {
-		return nil, err
+		return nil, &Error{Op: "new", Name: shortName(name), Err: errors.Unwrap(err)}
 	}
 	return p.Lock(name), nil
 }
@@ -220,7 +224,7 @@ var ErrClosed = errors.New("mongolock: provider closed")
 // return its outcome.
 func (p *Provider) Close(ctx context.Context) error {
 	if ctx == nil {
-		return errors.New("mongolock: close: nil context.Context")
+		return &Error{Op: opClose, Err: errNilContext}
 	}
 	p.closer.Do(func() {
 		p.mu.Lock()
@@ -243,6 +247,9 @@ func (p *Provider) Close(ctx context.Context) error {
 // shutdown waits for the calls in flight, releases what is held, and waits
 // for the background work.
 func (p *Provider) shutdown(ctx context.Context) error {
+	if p.mem != nil {
+		p.mem.Close() // ends its waiting calls and releases its handles
+	}
 	p.calls.Wait()
 	p.leases.mu.Lock()
 	held := slices.Collect(maps.Keys(p.leases.held))

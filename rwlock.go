@@ -17,8 +17,9 @@ import (
 // this process and in others, by the server's clock. It is a semaphore-like
 // document whose holders carry a mode, and its Handles are a Semaphore's in
 // every way (protocol.go, 20 creates; 16 to 19 acquire, hand over, release
-// and extend), but that a writer's can downgrade (24) and an upgradeable
-// reader's upgrade (22, and 23 when it gives up).
+// and extend), but that a writer's can downgrade (holderModeUpdate) and an
+// upgradeable reader's upgrade (upgradePipeline, undone by upgradeTagFilter
+// when it gives up).
 
 // An RWLock is a distributed reader-writer lock, named as Lock's are.
 // RWLocks live in the collection "<collection>_semaphores" with the
@@ -117,6 +118,9 @@ func (h *Handle) Upgrade(ctx context.Context) error {
 	if ctx == nil {
 		return l.errorf(op, errNilContext)
 	}
+	if h.mem != nil {
+		return l.errorf(op, errUpgradesInMemory)
+	}
 	if err := h.beginSwitch(upgradeMode, "an upgradeable reader's"); err != nil {
 		return l.errorf(op, err)
 	}
@@ -165,10 +169,10 @@ func (h *Handle) Upgrade(ctx context.Context) error {
 	}
 }
 
-// upgradePoll sends one poll of an Upgrade, tagged tag (22), and returns
-// h's new fencing token if h is the writer now, else 0. A poll whose reply
-// nobody waits for, or that may have been applied though it failed, is
-// undone in the background.
+// upgradePoll sends one poll of an Upgrade (upgradePipeline), tagged tag,
+// and returns h's new fencing token if h is the writer now, else 0. A poll
+// whose reply nobody waits for, or that may have been applied though it
+// failed, is undone in the background.
 func (h *acquisition) upgradePoll(ctx context.Context, tag string) (int64, error) {
 	l, p := h.lock, h.lock.p
 	send := func(ctx context.Context) (int64, error) {
@@ -222,6 +226,9 @@ func (h *Handle) Downgrade(ctx context.Context) error {
 	l := h.lock
 	if ctx == nil {
 		return l.errorf(op, errNilContext)
+	}
+	if h.mem != nil {
+		return l.errorf(op, errUpgradesInMemory)
 	}
 	if err := h.beginSwitch(writeMode, "a writer's"); err != nil {
 		return l.errorf(op, err)

@@ -3,6 +3,7 @@ package mongolock
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.opentelemetry.io/otel/attribute"
@@ -50,7 +51,7 @@ type Semaphore struct {
 func (p *Provider) Semaphore(name string, n int) *Semaphore {
 	s := &Semaphore{lock: &Lock{p: p, name: name, kind: slotDriver{n: n}}}
 	if n < 1 {
-		s.err = fmt.Errorf("semaphore of %d slots: need n >= 1", n)
+		s.err = invalidf("semaphore of %d slots: need n >= 1", n)
 	}
 	return s
 }
@@ -145,7 +146,8 @@ func (d slotDriver) acquire(ctx context.Context, p *Provider, name string, a att
 	return r, err
 }
 
-func (slotDriver) release(name, id string) (bson.D, any) {
+// release: slots do not hold (holds); hold is always 0.
+func (slotDriver) release(name, id string, _ time.Duration) (bson.D, any) {
 	return semHolderFilter(name, id), semReleaseUpdate(id)
 }
 
@@ -169,6 +171,8 @@ func (d slotDriver) limit() (int, bool) {
 }
 
 func (slotDriver) unclaimed() bool { return false }
+
+func (slotDriver) holds() bool { return false }
 
 func (d slotDriver) attrs() []attribute.KeyValue {
 	switch d.rw {

@@ -326,6 +326,7 @@ func TestSemaphoreBadN(t *testing.T) {
 		s := p.Semaphore("bad", n)
 		_, err := s.TryAcquire(ctx)
 		require.ErrorContains(t, err, fmt.Sprintf("semaphore of %d slots: need n >= 1", n))
+		requireInvalid(t, err, "try acquire")
 		_, err = s.Acquire(ctx)
 		require.ErrorContains(t, err, "need n >= 1")
 		err = s.Do(ctx, func(context.Context) error { return nil })

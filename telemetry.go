@@ -80,11 +80,11 @@ func defaultTelemetryConfig() telemetryConfig {
 func (c telemetryConfig) check() error {
 	switch {
 	case c.tracers == nil:
-		return errors.New("mongolock: WithTracerProvider(nil): pass a provider, or leave the option out for the global one")
+		return invalid("WithTracerProvider(nil): pass a provider, or leave the option out for the global one")
 	case c.meters == nil:
-		return errors.New("mongolock: WithMeterProvider(nil): pass a provider, or leave the option out for the global one")
+		return invalid("WithMeterProvider(nil): pass a provider, or leave the option out for the global one")
 	case c.logger == nil:
-		return errors.New("mongolock: WithLogger(nil): pass a logger, or leave the option out to log nothing")
+		return invalid("WithLogger(nil): pass a logger, or leave the option out to log nothing")
 	}
 	return nil
 }

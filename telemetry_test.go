@@ -551,6 +551,7 @@ func TestTelemetryOptionsRefuseNil(t *testing.T) {
 	} {
 		_, err := mongolock.NewProvider(db, want)
 		require.ErrorContains(t, err, opt)
+		requireInvalid(t, err, "new provider")
 	}
 }
 

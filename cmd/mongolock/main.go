@@ -1,10 +1,11 @@
 // Command mongolock runs a command under a distributed lock on MongoDB,
-// and shows and frees locks from a shell:
+// and shows and frees locks, elections, semaphores and reader-writer locks
+// from a shell:
 //
 //	mongolock run [flags] NAME [--] CMD [ARGS...]
 //	mongolock list [flags] [PREFIX]
 //	mongolock inspect [flags] NAME
-//	mongolock release --force [flags] NAME
+//	mongolock release --force [--holder ID] [flags] NAME
 //
 // Install it with
 //
@@ -30,7 +31,7 @@ import (
 // are numbers few programs use: sysexits' EX_UNAVAILABLE and EX_TEMPFAIL,
 // and the one after it.
 const (
-	exitFailed      = 1   // nothing done: no such lock, a free lock, not confirmed
+	exitFailed      = 1   // nothing done: nothing called so, nothing held, not confirmed
 	exitUsage       = 2   // bad flags or arguments, no URI or database
 	exitUnavailable = 69  // could not talk to the server
 	exitNotAcquired = 75  // run: the lock was held by someone else
@@ -152,12 +153,12 @@ func envName(name string) string {
 }
 
 // fromEnv sets each flag of fs that a variable of the environment names to
-// that variable's value; but --version, and --force, which must be asked
-// for where the release is.
+// that variable's value; but --version, and --force and --holder, which
+// must be asked for where the release is.
 func fromEnv(fs *flag.FlagSet) (err error) {
 	fs.VisitAll(func(f *flag.Flag) {
 		v, ok := os.LookupEnv(envName(f.Name))
-		if !ok || f.Name == "version" || f.Name == "force" || err != nil {
+		if !ok || f.Name == "version" || f.Name == "force" || f.Name == "holder" || err != nil {
 			return
 		}
 		if serr := fs.Set(f.Name, v); serr != nil {
@@ -242,7 +243,7 @@ func (c *cli) helpOf(args []string) error {
 
 func (c *cli) usage() string {
 	var b strings.Builder
-	b.WriteString("mongolock runs a command under a distributed lock on MongoDB, and shows and frees locks.\n\nUsage:\n")
+	b.WriteString("mongolock runs a command under a distributed lock on MongoDB, and shows and frees locks,\nelections, semaphores and reader-writer locks.\n\nUsage:\n")
 	for _, cmd := range c.commands {
 		fmt.Fprintf(&b, "  mongolock %s\n", cmd.synopsis)
 	}
@@ -252,7 +253,8 @@ func (c *cli) usage() string {
 	b.WriteString(`
 Every flag can come from the environment as MONGOLOCK_ and its name in capitals,
 dashes as underscores (MONGOLOCK_URI, MONGOLOCK_DB, MONGOLOCK_COLLECTION,
-MONGOLOCK_TIMEOUT, MONGOLOCK_EXPIRY, ...), but --force; the command line wins.
+MONGOLOCK_TIMEOUT, MONGOLOCK_EXPIRY, ...), but --force and --holder; the command
+line wins.
 Without --uri or MONGOLOCK_URI, the URI is MONGODB_URI's.
 `)
 	b.WriteString("\n" + exitStatuses + "\n")
@@ -263,6 +265,7 @@ Without --uri or MONGOLOCK_URI, the URI is MONGODB_URI's.
   mongolock list
   mongolock inspect --json nightly
   mongolock release --force nightly
+  mongolock release --force --holder ID exports   # one slot of a semaphore (inspect shows IDs)
 
 mongolock help COMMAND shows a command's flags and examples.
 `)

@@ -222,9 +222,9 @@ func TestHelpAndVersion(t *testing.T) {
 	}
 	for cmd, wants := range map[string][]string{
 		"run":     {"--try", "--wait DURATION", "--grace DURATION", "--expiry DURATION", "--semaphore N", "--read", "--write", "MONGOLOCK_FENCING_TOKEN", "before anyone else can take the lock", "Examples:"},
-		"list":    {"--json", "one object per line", "Examples:"},
+		"list":    {"--json", "one object per line", "election", "semaphore", "rwlock", "Examples:"},
 		"inspect": {"--json", "semaphore", "Examples:"},
-		"release": {"--force", "--yes", "fencing token", "Examples:"},
+		"release": {"--force", "--holder ID", "--yes", "fencing token", "semaphore", "Examples:"},
 	} {
 		r := invoke(t, "", cmd, "--help")
 		requireCode(t, r, 0, cmd+" --help")
@@ -332,7 +332,7 @@ func TestServerFromMONGODB_URIAndDatabaseFromItsPath(t *testing.T) {
 }
 
 // Every flag can come from the environment as MONGOLOCK_<FLAG>, and the
-// command line wins; --force cannot.
+// command line wins; --force and --holder cannot.
 func TestFlagsFromTheEnvironment(t *testing.T) {
 	t.Parallel()
 	conn := server(t)
@@ -357,4 +357,9 @@ func TestFlagsFromTheEnvironment(t *testing.T) {
 	}
 	r = invokeEnv(t, append(fromEnv, "MONGOLOCK_FORCE=true"), "", "release", "from-env")
 	requireCode(t, r, 2, "release with MONGOLOCK_FORCE=true but no --force")
+	r = invokeEnv(t, append(fromEnv, "MONGOLOCK_HOLDER=0123456789abcdef0123456789abcdef"), "", "release", "--force", "--yes", "from-env")
+	requireCode(t, r, exitFailed, "release --force of a free lock, with MONGOLOCK_HOLDER")
+	if !strings.Contains(r.stderr, `"from-env" is not held`) {
+		t.Errorf("release --force with MONGOLOCK_HOLDER said %q: the variable must not name a holder", r.stderr)
+	}
 }

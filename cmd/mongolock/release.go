@@ -2,41 +2,46 @@ package main
 
 import (
 	"bufio"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/mongolock/mongolock"
 )
 
 const releaseHelp = `
-Ends whatever acquisition holds the lock NAME, of any process (a mongolock run, a Go
-program, a DistributedLock.MongoDB service): the operator's way out when a holder is
-stuck. The lock's fencing token is kept, so the next holder's token is greater than
-the old holder's, and a resource that checks tokens refuses the old holder's writes.
-The old holder is not told at once: a mongolock holder finds out at its next
-extension, within a third of its expiry (a mongolock run then stops its command),
-or at its release if that comes first (a mongolock run exits with 76 either way);
-until then only fencing tokens keep its writes out.
+Ends whatever acquisitions hold NAME, of any process (a mongolock run, a Go program, a
+DistributedLock.MongoDB service): the holder of the lock or election NAME, and every
+holder of the semaphore or reader-writer lock NAME. It is the operator's way out when a
+holder is stuck. --holder ID ends that one acquisition only (a semaphore's slot, a
+reader, the writer, a lock's holder), as inspect NAME lists them; the other holders keep
+theirs. The fencing token is kept, so the next holder's token is greater than the old
+holders', and a resource that checks tokens refuses their writes. A waiter gets the
+freed lock or slot at once. The old holders are not told at once: a mongolock holder
+finds out at its next extension, within a third of its expiry (a mongolock run then
+stops its command), or at its release if that comes first (a mongolock run exits with
+76 either way); until then only fencing tokens keep its writes out.
 
-It shows the holder and asks for confirmation, reading y or yes from stdin, unless
---yes is given; anything else (or no input) releases nothing and exits with 1. A
-lock that is not held is refused, with status 1. Semaphores and reader-writer
-locks cannot be released this way: their holders' leases end on their own.
+It shows the holders and asks for confirmation, reading y or yes from stdin, unless
+--yes is given; anything else (or no input) releases nothing and exits with 1. A NAME
+that nothing holds (with --holder: that ID does not hold) is refused, with status 1.
 
 Examples:
   mongolock release --force nightly
   mongolock release --force --yes nightly    # in a script
+  mongolock inspect exports                  # lists the holders' IDs
+  mongolock release --force --holder 5f0c4b0e9d2a7c1e8b3f6a4d2c1e0f9a exports
 `
 
 func (c *cli) releaseCommand() *command {
 	fs := flag.NewFlagSet("release", flag.ContinueOnError)
-	force := fs.Bool("force", false, "required: release a lock someone else holds")
+	force := fs.Bool("force", false, "required: release what someone else holds")
+	holder := fs.String("holder", "", "release only the acquisition `ID` (inspect lists them)")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
-	cmd := &command{name: "release", synopsis: "release --force [flags] NAME", help: releaseHelp, flags: fs}
+	cmd := &command{name: "release", synopsis: "release --force [--holder ID] [flags] NAME", help: releaseHelp, flags: fs}
 	cmd.run = func(args []string) error {
 		name, err := c.nameArg(cmd, args)
 		switch {
@@ -45,12 +50,13 @@ func (c *cli) releaseCommand() *command {
 		case !*force:
 			return fail(exitUsage, "release: give --force: it ends someone else's acquisition (a mongolock run releases its own when its command exits)")
 		}
-		return c.forceRelease(name, *yes)
+		return c.forceRelease(name, *holder, *yes)
 	}
 	return cmd
 }
 
-func (c *cli) forceRelease(name string, yes bool) error {
+// forceRelease ends what holds name, or only the acquisition id if not "".
+func (c *cli) forceRelease(name, id string, yes bool) error {
 	s, err := c.conn.open()
 	if err != nil {
 		return err
@@ -58,21 +64,19 @@ func (c *cli) forceRelease(name string, yes bool) error {
 	defer s.close()
 	ctx, cancel := s.ctx()
 	defer cancel()
-	info, err := s.p.Inspect(ctx, name)
-	switch {
-	case errors.Is(err, mongolock.ErrNoLock):
-		return fail(exitFailed, "release: no lock called %q in %s.%s: nothing to release", name, s.db, c.conn.collection)
-	case err != nil:
+	infos, err := named(ctx, s.p, name)
+	if err != nil {
 		return serverError(err)
-	case !info.Held:
-		return fail(exitFailed, "release: %q is not held (its last lease ended %s): nothing to release", name, ago(info.ExpiresAt, info.ServerTime))
 	}
-	holder := fmt.Sprintf("held by %s since %s, fencing token %d", cell(info.Owner, 40), ago(info.AcquiredAt, info.ServerTime), info.FencingToken)
-	if info.Owner == "" {
-		holder = fmt.Sprintf("held by %s since %s, fencing token %d", heldBy(info), ago(info.AcquiredAt, info.ServerTime), info.FencingToken)
+	if len(infos) == 0 {
+		return fail(exitFailed, "release: no lock, election, semaphore or reader-writer lock called %q in %s.%s: nothing to release", name, s.db, c.conn.collection)
+	}
+	what, was, err := toRelease(name, id, infos)
+	if err != nil {
+		return err
 	}
 	if !yes {
-		fmt.Fprintf(c.stderr, "Release %q, %s? [y/N] ", name, holder)
+		fmt.Fprintf(c.stderr, "Release %s, %s? [y/N] ", what, was)
 		answer, _ := bufio.NewReader(c.stdin).ReadString('\n')
 		if !isTerminal(c.stdin) { // nobody typed the answer's newline
 			fmt.Fprintln(c.stderr)
@@ -84,15 +88,69 @@ func (c *cli) forceRelease(name string, yes bool) error {
 	// A new time limit: the answer may have taken a while.
 	ctx, cancel = s.ctx()
 	defer cancel()
-	released, err := s.p.ForceRelease(ctx, name)
+	var released bool
+	if id == "" {
+		released, err = s.p.ForceRelease(ctx, name)
+	} else {
+		released, err = s.p.ForceReleaseHolder(ctx, name, id)
+	}
 	switch {
 	case err != nil:
 		return serverError(err)
 	case !released:
 		return fail(exitFailed, "release: %q was released meanwhile: nothing to release", name)
 	}
-	fmt.Fprintf(c.stdout, "released %q (was %s; the next holder's token will be greater)\n", name, holder)
+	fmt.Fprintf(c.stdout, "released %s (was %s; the next holder's token will be greater)\n", what, was)
 	return nil
+}
+
+// toRelease says what a release of name (of its holder id, if not "")
+// ends, and who holds it, or why there is nothing to end.
+func toRelease(name, id string, infos []mongolock.LockInfo) (what, was string, err error) {
+	var held []string
+	for _, info := range infos {
+		if id == "" && info.Held {
+			held = append(held, describe(info, info.Holders))
+		}
+		for _, h := range info.Holders {
+			if id != "" && h.ID == id {
+				return fmt.Sprintf("holder %s of %q", id, name), describe(info, []mongolock.HolderInfo{h}), nil
+			}
+		}
+	}
+	switch {
+	case id != "":
+		return "", "", fail(exitFailed, "release: %q has no holder %s (mongolock inspect lists them): nothing to release", name, id)
+	case len(held) > 0:
+		return strconv.Quote(name), strings.Join(held, ", and "), nil
+	case len(infos) == 1 && isLock(infos[0]):
+		return "", "", fail(exitFailed, "release: %q is not held (its last lease ended %s): nothing to release", name, ago(infos[0].ExpiresAt, infos[0].ServerTime))
+	}
+	return "", "", fail(exitFailed, "release: %q is not held: nothing to release", name)
+}
+
+// describe says who holds info: hs, its holders or one of them.
+func describe(info mongolock.LockInfo, hs []mongolock.HolderInfo) string {
+	var who []string
+	for _, h := range hs {
+		owner := cell(h.Owner, 40)
+		if h.Owner == "" {
+			owner = "DistributedLock.MongoDB"
+		}
+		who = append(who, fmt.Sprintf("%s since %s, fencing token %d", owner, ago(h.AcquiredAt, info.ServerTime), h.FencingToken))
+	}
+	by := "held by "
+	switch {
+	case info.Kind == mongolock.KindElection:
+		by = "an election led by "
+	case info.Kind == mongolock.KindSemaphore:
+		by = fmt.Sprintf("a semaphore of %d slots held by ", info.N)
+	case info.Kind == mongolock.KindRWLock && info.Holders[0].Write:
+		by = "a reader-writer lock held for writing by "
+	case info.Kind == mongolock.KindRWLock:
+		by = "a reader-writer lock held for reading by "
+	}
+	return by + strings.Join(who, "; ")
 }
 
 // isTerminal reports whether r is a terminal (a character device).

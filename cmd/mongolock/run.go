@@ -48,6 +48,15 @@ either: the release finds the loss, and mongolock says so, with CMD's status, an
 exits with 76 whatever that status was. If mongolock itself is killed by SIGKILL,
 CMD gets SIGKILL too (on Linux; the processes CMD started do not).
 
+For a job that every replica's cron starts at the same time and that must run once
+per period, --hold-at-least keeps the lock held until that long after it was
+acquired (by the server's clock), also after CMD exited and mongolock with it, so
+that a replica whose clock is a little behind finds it held (with --try: exit 75)
+and skips the period. --hold-at-most bounds how long one run may hold the lock: at
+that long after the acquisition, its lease is not extended any more, and CMD is
+stopped as on any loss (status 76). It must be at least --expiry. Both apply to the
+lock NAME only, not with --semaphore, --read or --write.
+
 Without --verbose, run prints nothing of its own unless something went wrong; a
 lock held by someone else is not wrong: the exit status (75) says it. So cron
 mails only what CMD prints.
@@ -59,10 +68,12 @@ Examples:
   mongolock run --semaphore 3 exports -- ./export.sh    # at most 3 at a time
   mongolock run --read catalog -- ./read-catalog.sh     # with other readers; --write alone
   mongolock run nightly -- sh -c 'exec ./report.sh --token "$MONGOLOCK_FENCING_TOKEN"'
+  mongolock run --try --hold-at-least 50s --hold-at-most 10m hourly -- ./hourly.sh  # once an hour, from every replica's cron
 `
 
 type runFlags struct {
 	wait, grace, expiry time.Duration
+	atLeast, atMost     time.Duration
 	try, read, write    bool
 	verbose             bool
 	owner               string
@@ -76,6 +87,8 @@ func (c *cli) runCommand() *command {
 	fs.BoolVar(&f.try, "try", false, "make one attempt: exit with 75 at once if the lock is held")
 	fs.DurationVar(&f.expiry, "expiry", mongolock.DefaultExpiry, "the lease `DURATION`: how long the server keeps the lock for a mongolock that stopped extending it (at least 100ms)")
 	fs.DurationVar(&f.grace, "grace", 0, "on loss, CMD has `DURATION` after SIGTERM before SIGKILL (default: half of min(--expiry/10, 1s))")
+	fs.DurationVar(&f.atLeast, "hold-at-least", 0, "keep the lock held until `DURATION` after it was acquired, also after CMD exited (default: release it when CMD exits)")
+	fs.DurationVar(&f.atMost, "hold-at-most", 0, "lose the lock (and stop CMD) `DURATION` after it was acquired; at least --expiry (default: no bound)")
 	fs.StringVar(&f.owner, "owner", "", "who holds the lock (`NAME`), as list and inspect show it (default: host/pid of mongolock)")
 	fs.IntVar(&f.slots, "semaphore", 0, "hold one of `N` slots of the semaphore NAME, not the lock NAME")
 	fs.BoolVar(&f.read, "read", false, "hold the reader-writer lock NAME for reading, with other readers")
@@ -100,8 +113,12 @@ func (c *cli) run(cmd *command, f *runFlags, args []string) error {
 		return fail(exitUsage, "run: no command to run after the lock's name (mongolock run --help)")
 	case f.try && set["wait"]:
 		return fail(exitUsage, "run: --try and --wait exclude each other")
-	case f.wait < 0 || f.grace < 0:
-		return fail(exitUsage, "run: --wait and --grace must not be negative")
+	case f.wait < 0 || f.grace < 0 || f.atLeast < 0:
+		return fail(exitUsage, "run: --wait, --grace and --hold-at-least must not be negative")
+	case set["hold-at-most"] && f.atMost < max(f.expiry, f.atLeast):
+		return fail(exitUsage, "run: --hold-at-most %v: must be at least --expiry (%v) and --hold-at-least (%v)", f.atMost, f.expiry, f.atLeast)
+	case (set["hold-at-least"] || set["hold-at-most"]) && (set["semaphore"] || f.read || f.write):
+		return fail(exitUsage, "run: --hold-at-least and --hold-at-most apply to a lock, not with --semaphore, --read or --write")
 	case f.expiry < 100*time.Millisecond:
 		return fail(exitUsage, "run: --expiry %v: the lease must be at least 100ms", f.expiry)
 	case set["semaphore"] && f.slots < 1:
@@ -122,7 +139,10 @@ func (c *cli) run(cmd *command, f *runFlags, args []string) error {
 		return fail(exitNoExec, "run: %s", oneLine(err))
 	}
 
-	opts := []mongolock.Option{mongolock.WithExpiry(f.expiry)}
+	opts := []mongolock.Option{mongolock.WithExpiry(f.expiry), mongolock.WithHoldAtLeast(f.atLeast)}
+	if set["hold-at-most"] {
+		opts = append(opts, mongolock.WithHoldAtMost(f.atMost))
+	}
 	if f.owner != "" {
 		opts = append(opts, mongolock.WithOwner(f.owner))
 	}

@@ -38,11 +38,11 @@ func jsonLines[T any](t *testing.T, s string) []T {
 }
 
 // inspectLock returns inspect --json's object for the lock name.
-func inspectLock(t *testing.T, conn []string, name string) lockJSON {
+func inspectLock(t *testing.T, conn []string, name string) infoJSON {
 	t.Helper()
 	r := invoke(t, "", append(slices.Clone(conn), "inspect", "--json", name)...)
 	requireCode(t, r, 0, "inspect "+name)
-	return jsonLines[lockJSON](t, r.stdout)[0]
+	return jsonLines[infoJSON](t, r.stdout)[0]
 }
 
 // run acquires the lock, gives the command the lock's name and fencing
@@ -371,7 +371,7 @@ func TestRunHoldsSemaphoreSlotsAndReaderWriterLocks(t *testing.T) {
 	requireCode(t, invoke(t, "", run(conn, "--try", "jobs", "true")...), 0, "the lock named as the semaphore")
 	r = invoke(t, "", append(slices.Clone(conn), "inspect", "--json", "jobs")...)
 	requireCode(t, r, 0, "inspect jobs")
-	objs := jsonLines[slotsJSON](t, r.stdout)
+	objs := jsonLines[infoJSON](t, r.stdout)
 	if len(objs) != 2 || objs[0].Kind != "lock" || objs[1].Kind != "semaphore" || objs[1].N != 2 || len(objs[1].Holders) != 2 ||
 		objs[1].Holders[0].Owner != "slot-1" || objs[1].Holders[1].Owner != "slot-2" {
 		t.Errorf("inspect --json jobs: %s", r.stdout)
@@ -382,11 +382,61 @@ func TestRunHoldsSemaphoreSlotsAndReaderWriterLocks(t *testing.T) {
 	requireCode(t, invoke(t, "", run(conn, "--write", "--try", "catalog", "true")...), exitNotAcquired, "a writer while readers hold")
 	r = invoke(t, "", append(slices.Clone(conn), "inspect", "--json", "catalog")...)
 	requireCode(t, r, 0, "inspect catalog")
-	objs = jsonLines[slotsJSON](t, r.stdout)
+	objs = jsonLines[infoJSON](t, r.stdout)
 	if len(objs) != 1 || objs[0].Kind != "rwlock" || len(objs[0].Holders) != 2 || objs[0].Holders[0].Mode != "read" ||
 		objs[0].Holders[1].Owner != "reader-2" || objs[0].WriterWaiting == nil || *objs[0].WriterWaiting {
 		t.Errorf("inspect --json catalog: %s", r.stdout)
 	}
 	release(readers)
 	requireCode(t, invoke(t, "", run(conn, "--write", "--try", "catalog", "true")...), 0, "a writer once the readers are gone")
+}
+
+// --hold-at-least keeps the lock held after run exited, until that long
+// after its acquisition by the server's clock: a --try run meanwhile skips
+// the period (75), the first after it runs. --hold-at-most stops a command
+// that holds the lock longer, as a loss (76).
+func TestRunHoldAtLeastSkipsTheRestOfThePeriodAndHoldAtMostStopsAStuckCommand(t *testing.T) {
+	t.Parallel()
+	conn := server(t)
+	const hold = 2 * time.Second
+	dir := t.TempDir()
+	runs := 0
+	cron := func() result { // one replica's cron firing
+		runs++
+		file := filepath.Join(dir, strconv.Itoa(runs))
+		return invoke(t, "", run(conn, append([]string{"--try", "--hold-at-least", hold.String(), "hourly", "--"}, helperCmd(t, "env", file, "0")...)...)...)
+	}
+	requireCode(t, cron(), 0, "the period's first run")
+	first := inspectLock(t, conn, "hourly")
+	requireCode(t, cron(), exitNotAcquired, "a run within the hold")
+	deadline := time.Now().Add(hold + 15*time.Second)
+	for r := cron(); r.code != 0; r = cron() {
+		requireCode(t, r, exitNotAcquired, "a run while the hold lasts")
+		if time.Now().After(deadline) {
+			t.Fatalf("the lock stayed held %v after the hold's end", time.Since(first.AcquiredAt.Add(hold)))
+		}
+	}
+	if next := inspectLock(t, conn, "hourly"); next.AcquiredAt.Before(first.AcquiredAt.Add(hold)) {
+		t.Errorf("the next run acquired at %v, before the hold's end %v", next.AcquiredAt, first.AcquiredAt.Add(hold))
+	}
+
+	stuck := t.TempDir()
+	p := start(t, env(), run(conn, append([]string{"--expiry", "500ms", "--hold-at-most", "1500ms", "stuck", "--"}, helperCmd(t, "hold", stuck)...)...)...)
+	if code := p.wait(t, 20*time.Second); code != exitLost {
+		t.Fatalf("status %d, want %d: %s", code, exitLost, p.stderr.String())
+	}
+	waitForFile(t, filepath.Join(stuck, "term"), time.Second)
+	if says := p.stderr.String(); !strings.Contains(says, `lost "stuck"`) || !strings.Contains(says, "WithHoldAtMost: 1.5s") {
+		t.Errorf("run said %q", says)
+	}
+
+	for _, args := range [][]string{
+		{"--hold-at-most", "1s", "x"},                                            // under the default expiry
+		{"--expiry", "1s", "--hold-at-least", "2s", "--hold-at-most", "1s", "x"}, // under the hold at least
+		{"--hold-at-least", "-1s", "x"},
+		{"--hold-at-least", "1s", "--semaphore", "2", "x"},
+		{"--hold-at-most", "1m", "--read", "x"},
+	} {
+		requireCode(t, invoke(t, "", run(conn, append(args, "--", "true")...)...), exitUsage, strings.Join(args, " "))
+	}
 }

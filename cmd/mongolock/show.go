@@ -1,8 +1,8 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,37 +17,43 @@ import (
 )
 
 const listHelp = `
-Lists the locks whose names begin with PREFIX (all without one), in byte order of
-name: whether each is held, by whom (a mongolock's --owner, by default host/pid;
-DistributedLock.MongoDB for a .NET holder), its fencing token, when it was acquired
-and when its lease ends, whether a waiting process claims the next turn, and its
-value (an election's). Held is judged by the server's clock. Semaphores and
-reader-writer locks are not listed: inspect shows them by name.
+Lists everything whose name begins with PREFIX (all without one), in byte order of
+name, one row each: locks, elections, semaphores and reader-writer locks (KIND). A
+semaphore or reader-writer lock lives apart from the lock of the same name: both are
+listed, the lock first. Each row shows whether it is held and by whom (a mongolock's
+--owner, by default host/pid; DistributedLock.MongoDB for a .NET holder; the owners of
+a semaphore's or reader-writer lock's holders, comma-separated), its last fencing
+token, when it was last acquired and when its lease ends (of a semaphore or
+reader-writer lock: the newest holder's, and the last lease's end), whether a waiting
+process claims the next turn (writer: a writer's claim, which keeps new readers out),
+and an election's value. A semaphore's HELD is holders/slots, a reader-writer lock's
+the number of readers or writer. Held is judged by the server's clock.
 
 --json prints one object per line, with the times in RFC 3339:
   {"kind":"lock","name":"nightly","held":true,"heldBy":"mongolock","owner":"web-1/4242",
-   "fencingToken":1757930000000000001,"acquiredAt":"...","expiresAt":"...",
-   "waiting":false,"serverTime":"..."}
-heldBy is "mongolock" or "DistributedLock.MongoDB", and absent when the lock is free.
+   "holders":[{"id":"...","owner":"web-1/4242","fencingToken":1757930000000000001,
+   "acquiredAt":"...","expiresAt":"..."}],"fencingToken":1757930000000000001,
+   "acquiredAt":"...","expiresAt":"...","waiting":false,"serverTime":"..."}
+kind is lock, election, semaphore or rwlock. heldBy ("mongolock" or
+"DistributedLock.MongoDB") is a lock's or an election's, absent when it is free; value
+an election's; n a semaphore's slots; a holder's mode ("read" or "write") and
+writerWaiting a reader-writer lock's.
 
 Examples:
   mongolock list
   mongolock list billing/
   mongolock list --json | jq -r 'select(.held) | .name'
+  mongolock list --json | jq -r 'select(.kind == "semaphore") | "\(.name) \(.holders | length)/\(.n)"'
 `
 
 const inspectHelp = `
-Shows the lock NAME, as list does, and the semaphore or reader-writer lock NAME if
-there is one (they are separate from the lock of the same name): one row per live
-holder, with its owner, fencing token, and when it acquired and its lease ends. A
-semaphore's HELD is holders/slots; a reader-writer lock's is each holder's mode,
-and WAITING says whether a writer waits. Exits with 1 if none of them exists.
+Shows everything called NAME, as list does, one row per live holder: the lock or
+election NAME, and the semaphore or reader-writer lock NAME (they live apart from the
+lock of the same name). A semaphore's HELD is holders/slots, a reader-writer lock's
+each holder's mode. ID is the holder's acquisition, which release --force --holder
+takes. Exits with 1 if nothing is called NAME.
 
---json prints one object per line: the lock's as list prints it, then
-  {"kind":"semaphore","name":"exports","n":3,"holders":[{"owner":"...",
-   "fencingToken":...,"acquiredAt":"...","expiresAt":"..."}],"fencingToken":...,
-   "serverTime":"..."}
-or {"kind":"rwlock",...,"holders":[{"mode":"read",...}],"writerWaiting":false,...}.
+--json prints list's objects, one per line.
 
 Examples:
   mongolock inspect nightly
@@ -72,7 +78,7 @@ func (c *cli) listCommand() *command {
 			return err
 		}
 		defer s.close()
-		out := newPrinter(c.stdout, *asJSON)
+		out := newPrinter(c.stdout, *asJSON, false)
 		ctx, cancel := s.ctx()
 		defer cancel()
 		for info, err := range s.p.Locks(ctx, prefix) {
@@ -80,7 +86,7 @@ func (c *cli) listCommand() *command {
 				out.flush()
 				return serverError(err)
 			}
-			out.lock(info)
+			out.info(info)
 		}
 		return out.flush()
 	}
@@ -103,52 +109,57 @@ func (c *cli) inspectCommand() *command {
 		defer s.close()
 		ctx, cancel := s.ctx()
 		defer cancel()
-		out := newPrinter(c.stdout, *asJSON)
-		found := false
-		switch info, err := s.p.Inspect(ctx, name); {
-		case err == nil:
-			found = true
-			out.lock(info)
-		case !errors.Is(err, mongolock.ErrNoLock):
+		infos, err := named(ctx, s.p, name)
+		switch {
+		case err != nil:
 			return serverError(err)
+		case len(infos) == 0:
+			return fail(exitFailed, "inspect: no lock, election, semaphore or reader-writer lock called %q in %s.%s", name, s.db, c.conn.collection)
 		}
-		// A Semaphore's Inspect reads either kind; an RWLock's document
-		// has no n.
-		switch sem, err := s.p.Semaphore(name, 1).Inspect(ctx); {
-		case err == nil && sem.N > 0:
-			found = true
-			out.semaphore(sem)
-		case err == nil:
-			rw, err := s.p.RWLock(name).Inspect(ctx)
-			if err != nil {
-				return serverError(err)
-			}
-			found = true
-			out.rwlock(rw)
-		case !errors.Is(err, mongolock.ErrNoLock):
-			return serverError(err)
-		}
-		if !found {
-			return fail(exitFailed, "inspect: no lock, semaphore or reader-writer lock called %q in %s.%s", name, s.db, c.conn.collection)
+		out := newPrinter(c.stdout, *asJSON, true)
+		for _, info := range infos {
+			out.info(info)
 		}
 		return out.flush()
 	}
 	return cmd
 }
 
-// A printer prints locks as an aligned table, or as JSON lines.
-type printer struct {
-	json bool
-	enc  *json.Encoder
-	tw   *tabwriter.Writer
+// named returns what is called name: a lock or an election, and a
+// semaphore or a reader-writer lock, the lock first. A listing from name
+// on has them first, and is cut at the next name.
+func named(ctx context.Context, p *mongolock.Provider, name string) ([]mongolock.LockInfo, error) {
+	var infos []mongolock.LockInfo
+	for info, err := range p.Locks(ctx, name) {
+		if err != nil {
+			return nil, err
+		}
+		if info.Name != name {
+			break
+		}
+		infos = append(infos, info)
+	}
+	return infos, nil
 }
 
-func newPrinter(w io.Writer, asJSON bool) *printer {
-	p := &printer{json: asJSON, enc: json.NewEncoder(w)}
+// A printer prints documents as an aligned table, one row each (or, with
+// holders, one per holder and an ID column), or as JSON lines.
+type printer struct {
+	json, holders bool
+	enc           *json.Encoder
+	tw            *tabwriter.Writer
+}
+
+func newPrinter(w io.Writer, asJSON, holders bool) *printer {
+	p := &printer{json: asJSON, holders: holders, enc: json.NewEncoder(w)}
 	p.enc.SetEscapeHTML(false)
 	if !asJSON {
 		p.tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(p.tw, "NAME\tKIND\tHELD\tOWNER\tTOKEN\tACQUIRED\tEXPIRES\tWAITING\tVALUE")
+		header := "NAME\tKIND\tHELD\tOWNER\tTOKEN\tACQUIRED\tEXPIRES\tWAITING\tVALUE"
+		if holders {
+			header += "\tID"
+		}
+		fmt.Fprintln(p.tw, header)
 	}
 	return p
 }
@@ -160,48 +171,45 @@ func (p *printer) flush() error {
 	return nil
 }
 
-func (p *printer) row(cells ...string) {
-	fmt.Fprintln(p.tw, strings.Join(cells, "\t"))
-}
-
-// The JSON forms: times in RFC 3339, absent when unknown.
+// The JSON form: times in RFC 3339, absent when unknown.
 type (
-	lockJSON struct {
-		Kind         string    `json:"kind"`
-		Name         string    `json:"name"`
-		Held         bool      `json:"held"`
-		HeldBy       string    `json:"heldBy,omitempty"`
-		Owner        string    `json:"owner"`
-		Value        string    `json:"value,omitempty"`
-		FencingToken int64     `json:"fencingToken"`
-		AcquiredAt   time.Time `json:"acquiredAt,omitzero"`
-		ExpiresAt    time.Time `json:"expiresAt,omitzero"`
-		Waiting      bool      `json:"waiting"`
-		ServerTime   time.Time `json:"serverTime"`
+	infoJSON struct {
+		Kind          mongolock.Kind `json:"kind"`
+		Name          string         `json:"name"`
+		Held          bool           `json:"held"`
+		HeldBy        string         `json:"heldBy,omitempty"`
+		Owner         string         `json:"owner"`
+		Value         string         `json:"value,omitempty"`
+		N             int            `json:"n,omitempty"`
+		Holders       []holderJSON   `json:"holders"`
+		FencingToken  int64          `json:"fencingToken"`
+		AcquiredAt    time.Time      `json:"acquiredAt,omitzero"`
+		ExpiresAt     time.Time      `json:"expiresAt,omitzero"`
+		Waiting       bool           `json:"waiting"`
+		WriterWaiting *bool          `json:"writerWaiting,omitempty"`
+		ServerTime    time.Time      `json:"serverTime"`
 	}
 	holderJSON struct {
+		ID           string    `json:"id"`
 		Owner        string    `json:"owner"`
 		Mode         string    `json:"mode,omitempty"`
 		FencingToken int64     `json:"fencingToken"`
 		AcquiredAt   time.Time `json:"acquiredAt"`
 		ExpiresAt    time.Time `json:"expiresAt"`
 	}
-	slotsJSON struct {
-		Kind          string       `json:"kind"`
-		Name          string       `json:"name"`
-		N             int          `json:"n,omitempty"`
-		Holders       []holderJSON `json:"holders"`
-		FencingToken  int64        `json:"fencingToken"`
-		WriterWaiting *bool        `json:"writerWaiting,omitempty"`
-		ServerTime    time.Time    `json:"serverTime"`
-	}
 )
+
+// isLock reports whether info is a lock's or an election's: one holder,
+// which may be DistributedLock.MongoDB's.
+func isLock(info mongolock.LockInfo) bool {
+	return info.Kind == mongolock.KindLock || info.Kind == mongolock.KindElection
+}
 
 // heldBy names the library of a lock's holder: mongolock's acquisitions
 // always have an owner.
 func heldBy(info mongolock.LockInfo) string {
 	switch {
-	case !info.Held:
+	case !info.Held || !isLock(info):
 		return ""
 	case info.Owner == "":
 		return "DistributedLock.MongoDB"
@@ -209,76 +217,95 @@ func heldBy(info mongolock.LockInfo) string {
 	return "mongolock"
 }
 
-func (p *printer) lock(info mongolock.LockInfo) {
+func (p *printer) info(info mongolock.LockInfo) {
 	if p.json {
-		_ = p.enc.Encode(lockJSON{Kind: "lock", Name: info.Name, Held: info.Held, HeldBy: heldBy(info), Owner: info.Owner,
-			Value: info.Value, FencingToken: info.FencingToken, AcquiredAt: known(info.AcquiredAt),
-			ExpiresAt: known(info.ExpiresAt), Waiting: info.Waiting, ServerTime: info.ServerTime})
-		return
-	}
-	held, owner := "no", "-"
-	if info.Held {
-		held, owner = "yes", cell(info.Owner, 40)
-		if info.Owner == "" {
-			owner = "(" + heldBy(info) + ")"
+		j := infoJSON{Kind: info.Kind, Name: info.Name, Held: info.Held, HeldBy: heldBy(info), Owner: info.Owner,
+			Value: info.Value, N: info.N, Holders: []holderJSON{}, FencingToken: info.FencingToken,
+			AcquiredAt: known(info.AcquiredAt), ExpiresAt: known(info.ExpiresAt), Waiting: info.Waiting, ServerTime: info.ServerTime}
+		for _, h := range info.Holders {
+			hj := holderJSON{ID: h.ID, Owner: h.Owner, FencingToken: h.FencingToken, AcquiredAt: h.AcquiredAt, ExpiresAt: h.ExpiresAt}
+			if info.Kind == mongolock.KindRWLock {
+				hj.Mode = mode(h)
+			}
+			j.Holders = append(j.Holders, hj)
 		}
-	}
-	p.row(cell(info.Name, 64), "lock", held, owner, token(info.FencingToken), ago(info.AcquiredAt, info.ServerTime),
-		ago(info.ExpiresAt, info.ServerTime), yesNo(info.Waiting), cell(info.Value, 40))
-}
-
-func (p *printer) semaphore(info mongolock.SemaphoreInfo) {
-	held := fmt.Sprintf("%d/%d", len(info.Holders), info.N)
-	if p.json {
-		_ = p.enc.Encode(slotsJSON{Kind: "semaphore", Name: info.Name, N: info.N, Holders: holders(info.Holders, false),
-			FencingToken: info.FencingToken, ServerTime: info.ServerTime})
+		if info.Kind == mongolock.KindRWLock {
+			j.WriterWaiting = &info.WriterWaiting
+		}
+		_ = p.enc.Encode(j)
 		return
 	}
-	p.slots(info.Name, "semaphore", info.Holders, info.FencingToken, info.ServerTime, func(mongolock.HolderInfo) string { return held }, "-")
-}
-
-func (p *printer) rwlock(info mongolock.RWLockInfo) {
-	if p.json {
-		_ = p.enc.Encode(slotsJSON{Kind: "rwlock", Name: info.Name, Holders: holders(info.Holders, true),
-			FencingToken: info.FencingToken, WriterWaiting: &info.WriterWaiting, ServerTime: info.ServerTime})
-		return
-	}
-	waiting := "no"
+	waiting := yesNo(info.Waiting)
 	if info.WriterWaiting {
 		waiting = "writer"
 	}
-	p.slots(info.Name, "rwlock", info.Holders, info.FencingToken, info.ServerTime, func(h mongolock.HolderInfo) string { return mode(h) }, waiting)
-}
-
-// slots prints one row per holder, or one row for none.
-func (p *printer) slots(name, kind string, hs []mongolock.HolderInfo, last int64, now time.Time, held func(mongolock.HolderInfo) string, waiting string) {
-	if len(hs) == 0 {
-		free := "no"
-		if kind == "semaphore" {
-			free = held(mongolock.HolderInfo{})
+	value := cell(info.Value, 40)
+	if !p.holders || len(info.Holders) == 0 || isLock(info) {
+		id := "-"
+		if len(info.Holders) > 0 {
+			id = info.Holders[0].ID
 		}
-		p.row(cell(name, 64), kind, free, "-", token(last), "-", "-", waiting, "-")
+		p.row(info, held(info, nil), owners(info), token(info.FencingToken), info.AcquiredAt, info.ExpiresAt, waiting, value, id)
+		return
 	}
-	for _, h := range hs {
-		p.row(cell(name, 64), kind, held(h), cell(h.Owner, 40), token(h.FencingToken), ago(h.AcquiredAt, now), ago(h.ExpiresAt, now), waiting, "-")
+	for _, h := range info.Holders {
+		p.row(info, held(info, &h), cell(h.Owner, 40), token(h.FencingToken), h.AcquiredAt, h.ExpiresAt, waiting, value, h.ID)
 	}
 }
 
-func holders(hs []mongolock.HolderInfo, rw bool) []holderJSON {
-	out := []holderJSON{}
-	for _, h := range hs {
-		j := holderJSON{Owner: h.Owner, FencingToken: h.FencingToken, AcquiredAt: h.AcquiredAt, ExpiresAt: h.ExpiresAt}
-		if rw {
-			j.Mode = mode(h)
-		}
-		out = append(out, j)
+// row prints one row of info's; the ID column only with holders.
+func (p *printer) row(info mongolock.LockInfo, held, owner, tok string, acquired, expires time.Time, waiting, value, id string) {
+	cells := []string{cell(info.Name, 64), string(info.Kind), held, owner, tok, ago(acquired, info.ServerTime),
+		ago(expires, info.ServerTime), waiting, value}
+	if p.holders {
+		cells = append(cells, id)
 	}
-	return out
+	fmt.Fprintln(p.tw, strings.Join(cells, "\t"))
+}
+
+// held is the HELD cell of info, or of its holder h: yes or no; a
+// semaphore's holders/slots; a reader-writer lock's readers or writer, or
+// h's mode.
+func held(info mongolock.LockInfo, h *mongolock.HolderInfo) string {
+	switch {
+	case info.Kind == mongolock.KindSemaphore:
+		return fmt.Sprintf("%d/%d", len(info.Holders), info.N)
+	case info.Kind != mongolock.KindRWLock || len(info.Holders) == 0:
+		return yesNo(info.Held)
+	case h != nil:
+		return mode(*h)
+	case info.Holders[0].Write:
+		return "writer"
+	case len(info.Holders) == 1:
+		return "1 reader"
+	}
+	return fmt.Sprintf("%d readers", len(info.Holders))
+}
+
+// owners is the OWNER cell of info: a lock's holder, or the owners of a
+// semaphore's or a reader-writer lock's holders.
+func owners(info mongolock.LockInfo) string {
+	switch {
+	case !info.Held:
+		return "-"
+	case isLock(info) && info.Owner == "":
+		return "(" + heldBy(info) + ")"
+	case isLock(info):
+		return cell(info.Owner, 40)
+	}
+	var names []string
+	for _, h := range info.Holders {
+		names = append(names, h.Owner)
+	}
+	return cell(strings.Join(names, ","), 40)
 }
 
 func mode(h mongolock.HolderInfo) string {
-	if h.Write {
+	switch {
+	case h.Write:
 		return "write"
+	case h.Upgradeable:
+		return "upgradeable"
 	}
 	return "read"
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -43,6 +45,9 @@ func table(t *testing.T, out string) (header []string, rows [][]string) {
 }
 
 var columns = []string{"NAME", "KIND", "HELD", "OWNER", "TOKEN", "ACQUIRED", "EXPIRES", "WAITING", "VALUE"}
+
+// inspectColumns are inspect's: list's, and each holder's ID.
+var inspectColumns = append(slices.Clone(columns), "ID")
 
 // list and inspect show each lock as the server judges it, as an aligned
 // table and as JSON lines: held by a mongolock (its owner, and an
@@ -91,18 +96,22 @@ func TestListAndInspectShowHeldFreeAndDistributedLockDocuments(t *testing.T) {
 
 	r := invoke(t, "", append(slices.Clone(conn), "list", "--json", "app/")...)
 	requireCode(t, r, 0, "list --json app/")
-	want := map[string]lockJSON{
-		"app/dotnet": {Held: true, HeldBy: "DistributedLock.MongoDB"},
-		"app/free":   {},
-		"app/held":   {Held: true, HeldBy: "mongolock", Owner: "ops-1"},
-		"app/leader": {Held: true, HeldBy: "mongolock", Owner: "ops-1", Value: "http://10.0.0.7:8080"},
+	want := map[string]infoJSON{
+		"app/dotnet": {Kind: "lock", Held: true, HeldBy: "DistributedLock.MongoDB"},
+		"app/free":   {Kind: "lock"},
+		"app/held":   {Kind: "lock", Held: true, HeldBy: "mongolock", Owner: "ops-1"},
+		"app/leader": {Kind: "election", Held: true, HeldBy: "mongolock", Owner: "ops-1", Value: "http://10.0.0.7:8080"},
 	}
 	var names []string
-	for _, got := range jsonLines[lockJSON](t, r.stdout) {
+	for _, got := range jsonLines[infoJSON](t, r.stdout) {
 		names = append(names, got.Name)
 		w := want[got.Name]
-		w.Kind, w.Name, w.FencingToken, w.AcquiredAt, w.ExpiresAt, w.ServerTime = "lock", got.Name, tokens[got.Name], got.AcquiredAt, got.ExpiresAt, got.ServerTime
-		if got != w {
+		w.Name, w.FencingToken, w.AcquiredAt, w.ExpiresAt, w.ServerTime = got.Name, tokens[got.Name], got.AcquiredAt, got.ExpiresAt, got.ServerTime
+		w.Holders = []holderJSON{}
+		if w.Held {
+			w.Holders = []holderJSON{{ID: got.Holders[0].ID, Owner: w.Owner, FencingToken: w.FencingToken, AcquiredAt: got.AcquiredAt, ExpiresAt: got.ExpiresAt}}
+		}
+		if !reflect.DeepEqual(got, w) {
 			t.Errorf("list --json: %+v; want %+v", got, w)
 		}
 		if got.ServerTime.IsZero() || got.AcquiredAt.IsZero() || got.ExpiresAt.After(got.ServerTime) != got.Held {
@@ -128,7 +137,11 @@ func TestListAndInspectShowHeldFreeAndDistributedLockDocuments(t *testing.T) {
 			"app/held":   {"yes", "ops-1", "-"},
 			"app/leader": {"yes", "ops-1", "http://10.0.0.7:8080"},
 		}[name]
-		if row[1] != "lock" || [3]string{held, owner, value} != want || tok != strconv.FormatInt(tokens[name], 10) ||
+		kind := "lock"
+		if name == "app/leader" {
+			kind = "election"
+		}
+		if row[1] != kind || [3]string{held, owner, value} != want || tok != strconv.FormatInt(tokens[name], 10) ||
 			!strings.HasSuffix(acquired, " ago") || strings.HasPrefix(expires, "in ") != (held == "yes") || row[7] != "no" {
 			t.Errorf("list app/: row %q", row)
 		}
@@ -143,17 +156,18 @@ func TestListAndInspectShowHeldFreeAndDistributedLockDocuments(t *testing.T) {
 
 	r = invoke(t, "", append(slices.Clone(conn), "inspect", "app/dotnet", "--json")...)
 	requireCode(t, r, 0, "inspect --json app/dotnet")
-	if got := jsonLines[lockJSON](t, r.stdout); len(got) != 1 || got[0].HeldBy != "DistributedLock.MongoDB" || got[0].FencingToken != token {
+	if got := jsonLines[infoJSON](t, r.stdout); len(got) != 1 || got[0].HeldBy != "DistributedLock.MongoDB" || got[0].FencingToken != token {
 		t.Errorf("inspect --json app/dotnet: %s", r.stdout)
 	}
 	r = invoke(t, "", append(slices.Clone(conn), "inspect", "app/leader")...)
 	requireCode(t, r, 0, "inspect app/leader")
-	if header, rows := table(t, r.stdout); !slices.Equal(header, columns) || len(rows) != 1 || rows[0][3] != "ops-1" || rows[0][8] != "http://10.0.0.7:8080" {
+	if header, rows := table(t, r.stdout); !slices.Equal(header, inspectColumns) || len(rows) != 1 || rows[0][1] != "election" || rows[0][3] != "ops-1" ||
+		rows[0][8] != "http://10.0.0.7:8080" || len(rows[0][9]) != 32 {
 		t.Errorf("inspect app/leader:\n%s", r.stdout)
 	}
 	r = invoke(t, "", append(slices.Clone(conn), "inspect", "app/none")...)
 	requireCode(t, r, exitFailed, "inspect of a name nobody used")
-	if want := `mongolock: inspect: no lock, semaphore or reader-writer lock called "app/none" in ` + conn[3] + ".distributed_locks\n"; r.stderr != want {
+	if want := `mongolock: inspect: no lock, election, semaphore or reader-writer lock called "app/none" in ` + conn[3] + ".distributed_locks\n"; r.stderr != want {
 		t.Errorf("inspect app/none said %q; want %q", r.stderr, want)
 	}
 	if err := leader.Resign(ctx); err != nil {
@@ -190,12 +204,12 @@ func TestInspectShowsSemaphoresAndReaderWriterLocks(t *testing.T) {
 	r := invoke(t, "", append(slices.Clone(conn), "inspect", "exports")...)
 	requireCode(t, r, 0, "inspect exports")
 	header, rows := table(t, r.stdout)
-	if !slices.Equal(header, columns) || len(rows) != 2 {
+	if !slices.Equal(header, inspectColumns) || len(rows) != 2 {
 		t.Fatalf("inspect exports:\n%s", r.stdout)
 	}
 	for i, row := range rows {
 		if row[1] != "semaphore" || row[2] != "2/3" || row[3] != owners[i] || row[4] != strconv.FormatInt(handles[2*i].FencingToken(), 10) ||
-			!strings.HasPrefix(row[6], "in ") {
+			!strings.HasPrefix(row[6], "in ") || len(row[9]) != 32 {
 			t.Errorf("inspect exports: row %q", row)
 		}
 	}
@@ -263,7 +277,7 @@ func TestForceReleaseAsksKeepsTheTokenAndStopsTheHolder(t *testing.T) {
 	}
 	r = invoke(t, "", append(slices.Clone(conn), "release", "--force", "--yes", "nobody")...)
 	requireCode(t, r, exitFailed, "release --force --yes of a name nobody used")
-	if !strings.Contains(r.stderr, `no lock called "nobody"`) {
+	if !strings.Contains(r.stderr, `no lock, election, semaphore or reader-writer lock called "nobody"`) {
 		t.Errorf("release of a name nobody used said %q", r.stderr)
 	}
 
@@ -279,4 +293,245 @@ func TestForceReleaseAsksKeepsTheTokenAndStopsTheHolder(t *testing.T) {
 		t.Errorf("release of a DistributedLock.MongoDB holder said %q", r.stdout)
 	}
 	requireCode(t, invoke(t, "", run(conn, "--try", "dotnet", "true")...), 0, "run --try after the release")
+}
+
+// list shows every kind, one row each, a lock before the semaphore of its
+// name: a semaphore's holders/slots, a reader-writer lock's readers or
+// writer, the holders' owners, an election's value; --json the same, with
+// each holder. inspect shows both of a name, and no name it begins.
+func TestListShowsEveryKind(t *testing.T) {
+	t.Parallel()
+	ctx := boundedCtx(t, time.Minute)
+	conn := server(t)
+	db := testdb.Client(t).Database(conn[3])
+	hold := func(h *mongolock.Handle, err error) *mongolock.Handle {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = h.Release(context.Background()) })
+		return h
+	}
+	var ps []*mongolock.Provider
+	for _, owner := range []string{"exporter-1", "exporter-2"} {
+		p, err := mongolock.NewProvider(db, mongolock.WithOwner(owner))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close(context.Background()) })
+		ps = append(ps, p)
+	}
+	tokens := map[string]int64{}
+	for i, p := range ps {
+		reader := p.RWLock("jobs/catalog").Reader()
+		if i == 1 {
+			reader = p.RWLock("jobs/catalog").Upgradeable()
+		}
+		tokens["jobs/catalog rwlock"] = hold(reader.TryAcquire(ctx)).FencingToken()
+		tokens["jobs/exports semaphore"] = hold(p.Semaphore("jobs/exports", 3).TryAcquire(ctx)).FencingToken()
+	}
+	tokens["jobs/exports lock"] = hold(ps[0].Lock("jobs/exports").TryAcquire(ctx)).FencingToken()
+	tokens["jobs/schema rwlock"] = hold(ps[0].RWLock("jobs/schema").Writer().TryAcquire(ctx)).FencingToken()
+	tokens["jobs/exports/old lock"] = hold(ps[1].Lock("jobs/exports/old").TryAcquire(ctx)).FencingToken()
+	leader, err := ps[1].Election("jobs/leader").Campaign(ctx, "v7")
+	tokens["jobs/leader election"] = hold(leader.Handle, err).FencingToken()
+
+	r := invoke(t, "", append(slices.Clone(conn), "list", "jobs/")...)
+	requireCode(t, r, 0, "list jobs/")
+	header, rows := table(t, r.stdout)
+	want := [][]string{ // NAME, KIND, HELD, OWNER, WAITING, VALUE
+		{"jobs/catalog", "rwlock", "2 readers", "exporter-1,exporter-2", "no", "-"},
+		{"jobs/exports", "lock", "yes", "exporter-1", "no", "-"},
+		{"jobs/exports", "semaphore", "2/3", "exporter-1,exporter-2", "no", "-"},
+		{"jobs/exports/old", "lock", "yes", "exporter-2", "no", "-"},
+		{"jobs/leader", "election", "yes", "exporter-2", "no", "v7"},
+		{"jobs/schema", "rwlock", "writer", "exporter-1", "no", "-"},
+	}
+	if !slices.Equal(header, columns) || len(rows) != len(want) {
+		t.Fatalf("list jobs/:\n%s", r.stdout)
+	}
+	for i, row := range rows {
+		if !slices.Equal([]string{row[0], row[1], row[2], row[3], row[7], row[8]}, want[i]) ||
+			row[4] != strconv.FormatInt(tokens[row[0]+" "+row[1]], 10) || !strings.HasSuffix(row[5], " ago") || !strings.HasPrefix(row[6], "in ") {
+			t.Errorf("list jobs/: row %q; want %q, token %d", row, want[i], tokens[row[0]+" "+row[1]])
+		}
+	}
+	t.Logf("list jobs/:\n%s", r.stdout)
+
+	r = invoke(t, "", append(slices.Clone(conn), "list", "--json", "jobs/")...)
+	requireCode(t, r, 0, "list --json jobs/")
+	objs := jsonLines[infoJSON](t, r.stdout)
+	if len(objs) != len(want) {
+		t.Fatalf("list --json jobs/:\n%s", r.stdout)
+	}
+	r = invoke(t, "", append(slices.Clone(conn), "inspect", "--json", "jobs/exports")...)
+	requireCode(t, r, 0, "inspect --json jobs/exports")
+	if got := jsonLines[infoJSON](t, r.stdout); len(got) != 2 || got[0].Kind != "lock" || got[1].Kind != "semaphore" ||
+		!slices.EqualFunc([]infoJSON{objs[1], objs[2]}, got, func(a, b infoJSON) bool {
+			return a.Name == b.Name && a.Kind == b.Kind && a.Holders[0].ID == b.Holders[0].ID
+		}) {
+		t.Errorf("inspect --json jobs/exports:\n%s", r.stdout)
+	}
+	for i, o := range objs {
+		if o.Name != want[i][0] || string(o.Kind) != want[i][1] || !o.Held || o.FencingToken != tokens[want[i][0]+" "+want[i][1]] ||
+			(o.N == 3) != (o.Kind == "semaphore") || (o.WriterWaiting != nil) != (o.Kind == "rwlock") || len(o.Holders) != strings.Count(want[i][3], ",")+1 {
+			t.Errorf("list --json jobs/: %+v; want %q", o, want[i])
+		}
+		for _, h := range o.Holders {
+			mode := map[string]string{"jobs/catalog exporter-1": "read", "jobs/catalog exporter-2": "upgradeable", "jobs/schema exporter-1": "write"}[o.Name+" "+h.Owner]
+			if len(h.ID) != 32 || h.Mode != mode || !strings.HasPrefix(h.Owner, "exporter-") {
+				t.Errorf("list --json jobs/: %s: holder %+v", o.Name, h)
+			}
+		}
+	}
+}
+
+// holdAndWait starts a mongolock run for each of holders' arguments, each
+// holding name until the test ends, and then one with waiter's arguments,
+// which writes "TIME TOKEN" to the file it returns once it holds; it
+// returns when the waiter claims the next turn, and the holders' tokens.
+func holdAndWait(t *testing.T, conn []string, name string, holders [][]string, waiter []string) (running []*proc, file string, tokens []int64) {
+	t.Helper()
+	for i, args := range holders {
+		dir := t.TempDir()
+		args = append(slices.Clone(args), "--expiry", "6s", "--owner", fmt.Sprintf("stuck-%d", i+1), name, "--")
+		running = append(running, start(t, env(), run(conn, append(args, helperCmd(t, "hold", dir)...)...)...))
+		token, err := strconv.ParseInt(strings.Fields(waitForFile(t, filepath.Join(dir, "started"), 15*time.Second))[1], 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens = append(tokens, token)
+	}
+	file = filepath.Join(t.TempDir(), "started")
+	start(t, env(), run(conn, append(append(slices.Clone(waiter), name, "--"), helperCmd(t, "started", file)...)...)...)
+	deadline := time.Now().Add(15 * time.Second)
+	for !slices.ContainsFunc(jsonLines[infoJSON](t, invoke(t, "", append(slices.Clone(conn), "inspect", "--json", name)...).stdout),
+		func(o infoJSON) bool { return o.Waiting }) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the waiter did not claim the next turn", name)
+		}
+	}
+	return running, file, tokens
+}
+
+// release --force frees a semaphore, a reader-writer lock (readers, or a
+// writer) and an election: a waiting run gets it at once, long before the
+// old leases would end, with a greater token, and each holder's run
+// finds the loss and exits with 76.
+func TestForceReleaseFreesEveryKind(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		kind             string
+		holders          [][]string
+		waiter           []string
+		said             string
+		semaphore, write bool
+	}{
+		{"semaphore", [][]string{{"--semaphore", "2"}, {"--semaphore", "2"}}, []string{"--semaphore", "2"}, "a semaphore of 2 slots held by stuck-1 since ", true, false},
+		{"readers", [][]string{{"--read"}, {"--read"}}, []string{"--write"}, "a reader-writer lock held for reading by stuck-1 since ", false, false},
+		{"writer", [][]string{{"--write"}}, []string{"--read"}, "a reader-writer lock held for writing by stuck-1 since ", false, true},
+		{"election", nil, nil, "an election led by ops-1 since ", false, false},
+	} {
+		t.Run(c.kind, func(t *testing.T) {
+			t.Parallel()
+			conn := server(t)
+			name := "stuck-" + c.kind
+			var holders []*proc
+			var file string
+			var tokens []int64
+			if c.kind == "election" {
+				ctx := boundedCtx(t, time.Minute)
+				p, err := mongolock.NewProvider(testdb.Client(t).Database(conn[3]), mongolock.WithOwner("ops-1"),
+					mongolock.WithExpiry(6*time.Second), mongolock.WithExtensionCadence(100*time.Millisecond))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = p.Close(context.Background()) })
+				l, err := p.Election(name).Campaign(ctx, "leader-1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() {
+					select {
+					case <-l.Lost():
+					case <-time.After(5 * time.Second):
+						t.Error("the leader did not find the loss")
+					}
+				}()
+				tokens = []int64{l.FencingToken()}
+				_, file, _ = holdAndWait(t, conn, name, nil, nil)
+			} else {
+				holders, file, tokens = holdAndWait(t, conn, name, c.holders, c.waiter)
+			}
+			r := invoke(t, "", append(slices.Clone(conn), "release", "--force", "--yes", name)...)
+			released := time.Now()
+			requireCode(t, r, 0, "release --force --yes "+name)
+			if want := fmt.Sprintf("released %q (was %s", name, c.said); !strings.HasPrefix(r.stdout, want) ||
+				!strings.HasSuffix(r.stdout, "; the next holder's token will be greater)\n") || strings.Count(r.stdout, "fencing token") != len(tokens) {
+				t.Errorf("release --force said %q; want %q...", r.stdout, want)
+			}
+			got := strings.Fields(waitForFile(t, file, 15*time.Second))
+			began := unixNano(t, got[0])
+			if began.Sub(released) > 2*time.Second {
+				t.Errorf("the waiter began %v after the release: not at once", began.Sub(released))
+			}
+			token, err := strconv.ParseInt(got[1], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, old := range tokens {
+				if token <= old {
+					t.Errorf("the waiter's token %d is not greater than an old holder's, %d", token, old)
+				}
+			}
+			for _, h := range holders {
+				if code := h.wait(t, 15*time.Second); code != exitLost {
+					t.Errorf("a holder's run: status %d, want %d: %s", code, exitLost, h.stderr.String())
+				}
+			}
+			t.Logf("%s", r.stdout)
+		})
+	}
+}
+
+// release --force --holder ends one holder of a semaphore, named by its ID
+// as inspect shows it: a waiting run gets its slot, with a greater token,
+// and the other holder keeps its own. An ID that holds nothing is refused.
+func TestForceReleaseOfOneHolder(t *testing.T) {
+	t.Parallel()
+	conn := server(t)
+	holders, file, tokens := holdAndWait(t, conn, "exports", [][]string{{"--semaphore", "2"}, {"--semaphore", "2"}}, []string{"--semaphore", "2"})
+	objs := jsonLines[infoJSON](t, invoke(t, "", append(slices.Clone(conn), "inspect", "--json", "exports")...).stdout)
+	if len(objs) != 1 || len(objs[0].Holders) != 2 {
+		t.Fatalf("inspect exports: %+v", objs)
+	}
+	id := objs[0].Holders[0].ID
+	release := append(slices.Clone(conn), "release", "--force", "--holder", id, "exports")
+	r := invoke(t, "n\n", release...)
+	requireCode(t, r, exitFailed, "release --force --holder answered n")
+	if want := fmt.Sprintf(`Release holder %s of "exports", a semaphore of 2 slots held by stuck-1 since `, id); !strings.HasPrefix(r.stderr, want) {
+		t.Errorf("release --force --holder asked %q; want %q...", r.stderr, want)
+	}
+	r = invoke(t, "y\n", release...)
+	requireCode(t, r, 0, "release --force --holder answered y")
+	if code := holders[0].wait(t, 15*time.Second); code != exitLost {
+		t.Errorf("the released holder's run: status %d, want %d", code, exitLost)
+	}
+	if token, err := strconv.ParseInt(strings.Fields(waitForFile(t, file, 15*time.Second))[1], 10, 64); err != nil || token <= tokens[1] {
+		t.Errorf("the waiter's token: %d, %v; want one greater than the holders' %d", token, err, tokens)
+	}
+	objs = jsonLines[infoJSON](t, invoke(t, "", append(slices.Clone(conn), "inspect", "--json", "exports")...).stdout)
+	if len(objs) != 1 || len(objs[0].Holders) != 1 || objs[0].Holders[0].Owner != "stuck-2" || objs[0].Holders[0].FencingToken != tokens[1] {
+		t.Errorf("after the release of one holder, and the waiter's run: %+v; want stuck-2 alone", objs)
+	}
+	select {
+	case <-holders[1].done:
+		t.Errorf("the other holder's run ended: status %d", holders[1].code)
+	default:
+	}
+	r = invoke(t, "", append(slices.Clone(conn), "release", "--force", "--yes", "--holder", id, "exports")...)
+	requireCode(t, r, exitFailed, "release --force --holder of a holder gone")
+	if !strings.Contains(r.stderr, fmt.Sprintf(`"exports" has no holder %s`, id)) {
+		t.Errorf("release of a holder gone said %q", r.stderr)
+	}
 }

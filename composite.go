@@ -1,0 +1,362 @@
+package mongolock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Composite locks.
+//
+// A composite holds several locks as one: it acquires its parts one by one
+// through their own Acquire or TryAcquire, in one order shared by every
+// process, and keeps nothing of a failed call. It uses only what a Lock, a
+// Semaphore and a Handle offer every caller, but for the order of its parts.
+
+// A Part is a lock that a Composite can hold: a *Lock (an RWLock's Reader or
+// Writer included) or a *Semaphore, whose part is one slot.
+type Part interface {
+	Name() string
+	Acquire(ctx context.Context) (*Handle, error)
+	TryAcquire(ctx context.Context) (*Handle, error)
+	// compositeKey is the part's place in every Composite's order, or why
+	// it cannot be a part.
+	compositeKey() (partKey, error)
+}
+
+// partKey orders a Composite's parts: by database, collection, name, and
+// kind or mode. Parts that share a database, collection and name share a
+// document, and a Composite holds at most one of them.
+type partKey struct{ db, coll, name, kind string }
+
+func (k partKey) compare(o partKey) int {
+	return cmp.Or(cmp.Compare(k.db, o.db), cmp.Compare(k.coll, o.coll), cmp.Compare(k.name, o.name), cmp.Compare(k.kind, o.kind))
+}
+
+func (l *Lock) compositeKey() (partKey, error) {
+	if l == nil {
+		return partKey{}, invalid("nil *Lock")
+	}
+	kind := "lock"
+	if d, ok := l.kind.(slotDriver); ok {
+		switch d.rw {
+		case readMode:
+			kind = "RWLock reader"
+		case writeMode:
+			kind = "RWLock writer"
+		case upgradeMode:
+			kind = "RWLock upgradeable reader"
+		default:
+			kind = "semaphore"
+		}
+	}
+	if l.p.mem != nil { // an in-memory store's: no database, the collection as configured
+		coll := l.p.opts.collection
+		if kind != "lock" {
+			coll += semSuffix
+		}
+		return partKey{coll: coll, name: l.name, kind: kind}, nil
+	}
+	coll := l.space().coll
+	return partKey{db: coll.Database().Name(), coll: coll.Name(), name: l.name, kind: kind}, nil
+}
+
+func (s *Semaphore) compositeKey() (partKey, error) {
+	if s == nil {
+		return partKey{}, invalid("nil *Semaphore")
+	}
+	k, _ := s.lock.compositeKey()
+	return k, s.err
+}
+
+// A Composite is several locks held as one, all or none: locks, slots of
+// semaphores, RWLocks held for reading or for writing, of one Provider or
+// of several. It is safe for concurrent use.
+//
+// Its Acquire takes the parts one at a time in one order, the same in
+// every process: by database, collection, name, then kind. So composites
+// that share parts never deadlock, whatever order their parts were given
+// in: each waits only for a part that comes after every part it holds, and
+// a cycle of waits would need one that waits for a part before one it
+// holds. That holds as long as nobody else waits for a lock while holding
+// a later one: a goroutine that holds locks of its own while it acquires a
+// composite should make them parts of it instead. Acquire is not
+// reentrant: a goroutine that holds one of the parts (through its Handle)
+// and acquires a composite that contains it waits until its ctx ends.
+type Composite struct {
+	parts []Part // as given
+	order []int  // indices into parts, in acquisition order
+}
+
+// NewComposite returns the composite of parts, at least one. It refuses nil
+// parts, a semaphore of fewer than 1 slot, and two parts of one lock (the
+// same name and kind twice, two modes of one RWLock, or a Semaphore and an
+// RWLock of one name), with an error that names them.
+// Parts of one database, collection and name are one lock even when they
+// come from Providers of different clients, which may reach one server.
+func NewComposite(parts ...Part) (*Composite, error) {
+	if len(parts) == 0 {
+		return nil, &Error{Op: opNewComposite, Err: invalid("no parts")}
+	}
+	keys := make([]partKey, len(parts))
+	for i, p := range parts {
+		if p == nil {
+			return nil, &Error{Op: opNewComposite, Err: invalidf("part %d is nil", i)}
+		}
+		k, err := p.compositeKey()
+		if err != nil {
+			return nil, &Error{Op: opNewComposite, Err: fmt.Errorf("part %d: %w", i, err)}
+		}
+		keys[i] = k
+	}
+	c := &Composite{parts: slices.Clone(parts), order: make([]int, len(parts))}
+	for i := range c.order {
+		c.order[i] = i
+	}
+	slices.SortFunc(c.order, func(i, j int) int { return keys[i].compare(keys[j]) })
+	for n := 1; n < len(c.order); n++ {
+		a, b := keys[c.order[n-1]], keys[c.order[n]]
+		if a.db == b.db && a.coll == b.coll && a.name == b.name {
+			return nil, &Error{Op: opNewComposite, Err: fmt.Errorf("%q: %w", shortName(a.name), samePart(a.kind, b.kind))}
+		}
+	}
+	return c, nil
+}
+
+// article is an RWLock's part kind as "a reader", "an upgradeable reader",
+// "a writer".
+func article(kind string) string {
+	mode := strings.TrimPrefix(kind, "RWLock ")
+	if strings.HasPrefix(mode, "u") {
+		return "an " + mode
+	}
+	return "a " + mode
+}
+
+// samePart says why a composite cannot hold parts of these kinds of one lock.
+func samePart(a, b string) error {
+	switch {
+	case a == b:
+		return invalidf("the %s is a part twice", a)
+	case strings.HasPrefix(a, "RWLock") && strings.HasPrefix(b, "RWLock"):
+		// Sorted by kind, b is the mode that can do what a can.
+		return invalidf("%s and %s of one RWLock: hold the %s alone", article(a), article(b), strings.TrimPrefix(b, "RWLock "))
+	}
+	return fmt.Errorf("%w (%s and %s of one name)", errOtherKind, a, b)
+}
+
+// Acquire waits until it holds every part or ctx ends. It acquires the
+// parts in the Composite's order, each with its own Acquire, and returns
+// their handles as one. If a part it holds is lost while it waits for
+// another, it releases what it holds and starts again.
+//
+// On failure it releases every part it acquired before it returns, and
+// returns the failed part's error, with the part's name: when ctx ends,
+// one for which errors.Is(err, ctx.Err()) holds, and also
+// errors.Is(err, ErrNotAcquired) if that part was held by someone else the
+// whole time; ErrMismatch, ErrClosed and errors that retrying cannot fix
+// as the part's Acquire returns them.
+func (c *Composite) Acquire(ctx context.Context) (*CompositeHandle, error) {
+	if ctx == nil {
+		return nil, c.errorf("acquire", errNilContext)
+	}
+	for {
+		h, err := c.acquire(ctx, true)
+		if !errors.Is(err, errPartLost) {
+			return h, err
+		}
+	}
+}
+
+// TryAcquire makes one attempt to take each part, in the Composite's order,
+// with the part's TryAcquire: it returns a CompositeHandle if every part
+// was free, and otherwise releases the parts it took and returns the first
+// refusal (ErrNotAcquired, with the part's name) or failure. ctx bounds only
+// the round trips.
+func (c *Composite) TryAcquire(ctx context.Context) (*CompositeHandle, error) {
+	if ctx == nil {
+		return nil, c.errorf("try acquire", errNilContext)
+	}
+	return c.acquire(ctx, false)
+}
+
+// Do acquires every part (waiting, as Acquire), runs fn, and releases them,
+// also when fn panics. fn's ctx ends when ctx ends or a part is lost; its
+// cause is then ErrLockLost. Do returns fn's error; if a part was lost
+// while fn ran, the error also satisfies errors.Is(err, ErrLockLost). If
+// the parts cannot be acquired, fn does not run and Do returns Acquire's
+// error. A nil fn is an error, returned before anything is acquired.
+func (c *Composite) Do(ctx context.Context, fn func(ctx context.Context) error) error {
+	switch {
+	case ctx == nil:
+		return c.errorf("do", errNilContext)
+	case fn == nil:
+		return c.errorf("do", errNilFunction)
+	}
+	h, err := c.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	return do(ctx, h, fn)
+}
+
+// errPartLost ends an Acquire's wait for a part when a part it holds is
+// lost: it starts again.
+var errPartLost = errors.New("a part acquired earlier was lost")
+
+// acquire takes every part in order, waiting (Acquire) or not (TryAcquire),
+// or none: it releases what it took before it returns an error.
+func (c *Composite) acquire(ctx context.Context, wait bool) (*CompositeHandle, error) {
+	handles := make([]*Handle, len(c.parts))
+	wctx, lose := context.WithCancelCause(ctx)
+	defer lose(nil)
+	for _, i := range c.order {
+		get := c.parts[i].TryAcquire
+		if wait {
+			get = c.parts[i].Acquire
+		}
+		h, err := get(wctx)
+		if err == nil && wait {
+			// Waiting for the next part while this one is lost would keep
+			// the others from locks it no longer needs.
+			hctx := h.Context()
+			defer context.AfterFunc(hctx, func() {
+				if errors.Is(context.Cause(hctx), ErrLockLost) {
+					lose(errPartLost)
+				}
+			})()
+		}
+		if err == nil && !errors.Is(context.Cause(wctx), errPartLost) {
+			handles[i] = h
+			continue
+		}
+		releaseAll(ctx, append(handles, h))
+		switch {
+		case !errors.Is(context.Cause(wctx), errPartLost):
+			return nil, err
+		case ctx.Err() != nil: // err may be the lost part's cancellation
+			return nil, c.errorf("acquire", ctx.Err())
+		}
+		return nil, errPartLost
+	}
+	return newCompositeHandle(handles), nil
+}
+
+// releaseAll releases handles (nil ones skipped) within cleanupTimeout,
+// also when ctx is over: a failed composite call leaves nothing held. A
+// release that fails frees its lock in the background.
+func releaseAll(ctx context.Context, handles []*Handle) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	for _, h := range handles {
+		if h != nil {
+			_ = h.Release(rctx)
+		}
+	}
+}
+
+// errorf wraps err with the operation and the names of c's parts.
+func (c *Composite) errorf(op string, err error) error { return compositeError(op, c.parts, err) }
+
+// compositeError is an *Error whose name lists the parts'.
+func compositeError[P interface{ Name() string }](op string, parts []P, err error) error {
+	names := make([]string, len(parts))
+	for i, p := range parts {
+		names[i] = p.Name()
+	}
+	return &Error{Op: op, Name: shortName(strings.Join(names, ", ")), Err: err}
+}
+
+// A CompositeHandle is a Composite held: one Handle per part. Loss of any
+// part (see Handle) closes Lost and cancels Context with the cause
+// ErrLockLost. It is safe for concurrent use. Call Release when done; a
+// CompositeHandle that becomes unreachable while held is released as its
+// Handles are.
+type CompositeHandle struct {
+	handles []*Handle // in the order of the Composite's parts
+	*compositeState
+}
+
+// compositeState is what a CompositeHandle's parts signal to. It never
+// refers to the Handles, so that a CompositeHandle its owner dropped
+// becomes unreachable, and its Handles are released.
+type compositeState struct {
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	lost      chan struct{}
+	lostOnce  sync.Once
+	releasing atomic.Bool // Release was called
+}
+
+func newCompositeHandle(handles []*Handle) *CompositeHandle {
+	s := &compositeState{lost: make(chan struct{})}
+	s.ctx, s.cancel = context.WithCancelCause(context.Background())
+	for _, h := range handles {
+		// No goroutine watches the parts: each part's Context runs this
+		// once it is done.
+		hctx := h.Context()
+		context.AfterFunc(hctx, func() {
+			switch {
+			case errors.Is(context.Cause(hctx), ErrLockLost):
+				s.markLost()
+			case !s.releasing.Load(): // released on its own, or by its Provider's Close
+				s.cancel(context.Canceled)
+			}
+		})
+	}
+	return &CompositeHandle{handles: handles, compositeState: s}
+}
+
+func (s *compositeState) markLost() {
+	s.lostOnce.Do(func() {
+		s.cancel(ErrLockLost) // first: whoever wakes on Lost sees the cause
+		close(s.lost)
+	})
+}
+
+// Handles returns the handles of the parts, in the order the parts were
+// given to NewComposite: each part's FencingToken, for the resource it
+// guards, is its Handle's. Release the CompositeHandle rather than its
+// Handles; releasing one ends the CompositeHandle's Context.
+func (h *CompositeHandle) Handles() []*Handle { return slices.Clone(h.handles) }
+
+// Context returns a context that is done when a part is lost or released
+// (by Release, by the part's own Release, or by its Provider's Close). On
+// loss, context.Cause returns ErrLockLost; on release, context.Canceled.
+func (h *CompositeHandle) Context() context.Context { return h.ctx }
+
+// Lost returns a channel that is closed when any part is lost. It is never
+// closed by a normal Release.
+func (h *CompositeHandle) Lost() <-chan struct{} { return h.lost }
+
+// Release releases every part, each as its Handle's Release does, within
+// ctx. The first call returns nil if every part was still held, and
+// otherwise the parts' errors joined: errors.Is(err, ErrLockLost) holds if
+// a part had been lost. A part whose release fails is freed in the
+// background. Either way every part is released and Context is done. Later
+// calls return nil.
+func (h *CompositeHandle) Release(ctx context.Context) error {
+	if ctx == nil {
+		return compositeError("release", h.handles, errNilContext)
+	}
+	if h.releasing.Swap(true) {
+		return nil
+	}
+	var errs []error
+	for _, p := range h.handles {
+		if err := p.Release(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	err := errors.Join(errs...)
+	if errors.Is(err, ErrLockLost) {
+		h.markLost()
+	}
+	h.cancel(context.Canceled)
+	return err
+}

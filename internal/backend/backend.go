@@ -1,0 +1,131 @@
+// Package backend is what a mongolock.Provider runs against when it keeps
+// its locks in process memory instead of a database: the operations its
+// public methods hand over to, and the hooks by which package mongolocktest
+// builds such a provider. It exists so that the root package exports
+// nothing for it.
+//
+// A later kind or option adds a field to Lock or Config, or a method here,
+// and the in-memory store implements it; until it does, the store refuses
+// the request with an error that names what it lacks.
+package backend
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Kind is what a lock is.
+type Kind uint8
+
+const (
+	Unsupported Kind = iota // a kind the store does not implement (yet)
+	Mutex                   // a Lock's, or an election's campaign
+	Semaphore               // a Semaphore's slot
+	Reader                  // an RWLock held for reading
+	Writer                  // an RWLock held for writing
+)
+
+// Lock is one acquisition's request: the name and what it takes.
+type Lock struct {
+	Name  string
+	Kind  Kind
+	N     int     // a Semaphore's slots
+	Value *string // a campaign's value; nil for a Lock
+}
+
+// Config is what a provider's validated options say that a store needs.
+type Config struct {
+	Collection string
+	Owner      string
+	Expiry     time.Duration
+}
+
+// Provider is one provider's view of a store. Its errors wrap mongolock's
+// sentinel errors; the root package adds the operation and the name.
+type Provider interface {
+	// Acquire takes l: at once, or if wait, once it frees or ctx ends.
+	Acquire(ctx context.Context, l Lock, wait bool) (Handle, error)
+	// Inspect returns the state of a Lock or an election; false if the
+	// name was never used.
+	Inspect(name string) (LockState, bool)
+	// List returns the states of the Locks and elections whose names
+	// begin with prefix, in byte order of name.
+	List(prefix string) []LockState
+	// InspectSlots returns the state of a Semaphore or an RWLock; false if
+	// the name was never used.
+	InspectSlots(name string) (Slots, bool)
+	// ForceRelease makes whatever holds a Lock or an election lost, and
+	// reports whether anything did.
+	ForceRelease(name string) bool
+	// Changed returns a channel that closes at the next change of the
+	// holder, or of the value, of a Lock or an election.
+	Changed(name string) <-chan struct{}
+	// Done is closed by Close.
+	Done() <-chan struct{}
+	// Close releases the provider's handles and ends its waiting calls.
+	Close()
+}
+
+// Handle is one acquisition.
+type Handle interface {
+	Token() int64
+	AcquiredAt() time.Time
+	LeaseEnd() time.Time
+	// Context ends on release (cause context.Canceled) or loss (cause
+	// mongolock.ErrLockLost).
+	Context() context.Context
+	// Lost is closed on loss, by the store only.
+	Lost() chan struct{}
+	// Release releases the acquisition. released reports whether this
+	// call did; err wraps mongolock.ErrLockLost on the first call after a
+	// loss. Later calls return false and nil.
+	Release() (released bool, err error)
+	// Proclaim replaces a campaign's value: ErrReleased after Release, an
+	// error wrapping mongolock.ErrLockLost after a loss.
+	Proclaim(value string) error
+}
+
+// LockState is a Lock's or an election's state, as mongolock.LockInfo.
+type LockState struct {
+	Name                  string
+	Held                  bool
+	Owner, Value          string
+	AcquiredAt, ExpiresAt time.Time
+	FencingToken          int64
+	Waiting               bool
+	Now                   time.Time
+}
+
+// Slots is a Semaphore's or an RWLock's state, as mongolock.SemaphoreInfo
+// and mongolock.RWLockInfo.
+type Slots struct {
+	Name          string
+	N             int
+	Holders       []Holder
+	FencingToken  int64
+	WriterWaiting bool
+	Now           time.Time
+}
+
+// Holder is one holder of a Semaphore's slot or of an RWLock.
+type Holder struct {
+	Owner                 string
+	Write                 bool
+	AcquiredAt, ExpiresAt time.Time
+	FencingToken          int64
+}
+
+// ErrReleased reports a Proclaim after the leadership's Release.
+var ErrReleased = errors.New("released")
+
+// Hooks the root package sets in its init.
+var (
+	// NewProvider validates opts (a []mongolock.Option) as
+	// mongolock.NewProvider does, and returns a *mongolock.Provider over
+	// the Provider that open returns for its configuration.
+	NewProvider func(opts any, open func(Config) Provider) (any, error)
+	// HandleOf returns the Handle beneath h, a *mongolock.Handle of such a
+	// provider, or nil.
+	HandleOf func(h any) Handle
+)

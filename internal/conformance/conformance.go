@@ -1,0 +1,726 @@
+// Package conformance is one suite of what code using mongolock can
+// observe, run against the server (the root package's tests) and against
+// mongolocktest's in-memory providers (its tests), so that the two stay
+// equal. It uses only the public API: a lock is made lost with
+// ForceRelease, which both support.
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mongolock/mongolock"
+)
+
+// Open returns, for one test, a constructor of providers over a database
+// of the test's own: the providers it returns share their locks.
+type Open func(t *testing.T) func(opts ...mongolock.Option) (*mongolock.Provider, error)
+
+// Run runs the suite, each subtest over a database from open.
+func Run(t *testing.T, open Open) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.run(&env{t: t, open: open(t), ctx: bounded(t, 20*time.Second)})
+		})
+	}
+}
+
+var cases = []struct {
+	name string
+	run  func(e *env)
+}{
+	{"OptionsAreValidatedAsNewProvider", optionsValidated},
+	{"AcquireReturnsAHeldHandle", acquireReturnsAHeldHandle},
+	{"ReleaseIsIdempotentAndEndsTheContext", releaseIsIdempotent},
+	{"ReleaseWithADoneContextFreesTheLock", releaseWithDoneContext},
+	{"TryAcquireOfAHeldLockIsErrNotAcquired", tryAcquireHeld},
+	{"DoneContextAcquiresNothing", doneContextAcquiresNothing},
+	{"AcquireWaitsForTheRelease", acquireWaitsForRelease},
+	{"AcquireHeldUntilCtxEndsIsErrNotAcquiredAndCtxErr", acquireHeldUntilCtxEnds},
+	{"FencingTokensIncreasePerName", fencingTokensIncrease},
+	{"ForceReleaseMakesTheHolderLost", forceReleaseMakesLost},
+	{"DoRunsFnAndReleases", doRunsAndReleases},
+	{"DoReportsALossDuringFn", doReportsLoss},
+	{"SemaphoreAdmitsN", semaphoreAdmitsN},
+	{"SemaphoreOfAnotherSizeOrKindIsErrMismatch", semaphoreMismatch},
+	{"RWLockReadersShareAndAWaitingWriterHoldsOffReaders", rwLockReadersAndWriter},
+	{"ElectionLeaderProclaimResign", electionLeaderProclaimResign},
+	{"ElectionCampaignWaitsForTheResignation", electionCampaignWaits},
+	{"ElectionObserveDeliversChanges", electionObserve},
+	{"ElectionRunLeadsUntilCtxEnds", electionRun},
+	{"InspectAndLocks", inspectAndLocks},
+	{"InspectSemaphoreAndRWLock", inspectSlots},
+	{"CloseReleasesAndRefuses", closeReleasesAndRefuses},
+	{"ReadsWithAnEndedContextFail", readsWithEndedContext},
+}
+
+// env is one subtest's: its providers share a database.
+type env struct {
+	t    *testing.T
+	open func(opts ...mongolock.Option) (*mongolock.Provider, error)
+	ctx  context.Context
+}
+
+// provider returns a provider with short expiries (a loss is seen within
+// a third of a second) and quick polls, then opts; closed when the test
+// ends.
+func (e *env) provider(opts ...mongolock.Option) *mongolock.Provider {
+	e.t.Helper()
+	p, err := e.open(append([]mongolock.Option{mongolock.WithExpiry(time.Second), mongolock.WithBusyWaitSleep(5*time.Millisecond, 50*time.Millisecond)}, opts...)...)
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(e.t, p.Close(ctx))
+	})
+	return p
+}
+
+func bounded(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// acquire takes l, or fails the test.
+func (e *env) acquire(l *mongolock.Lock) *mongolock.Handle {
+	e.t.Helper()
+	h, err := l.Acquire(e.ctx)
+	require.NoError(e.t, err)
+	return h
+}
+
+func (e *env) release(h *mongolock.Handle) {
+	e.t.Helper()
+	require.NoError(e.t, h.Release(e.ctx))
+}
+
+// await waits for ch to close, or fails the test.
+func (e *env) await(ch <-chan struct{}, what string) {
+	e.t.Helper()
+	select {
+	case <-ch:
+	case <-e.ctx.Done():
+		e.t.Fatalf("not before the test's deadline: %s", what)
+	}
+}
+
+// notLost fails the test if h's Lost is closed.
+func (e *env) notLost(h *mongolock.Handle, why string) {
+	e.t.Helper()
+	select {
+	case <-h.Lost():
+		e.t.Fatal(why)
+	default:
+	}
+}
+
+// requireFree checks that l can be taken at once, and releases it.
+func (e *env) requireFree(l *mongolock.Lock, why string) {
+	e.t.Helper()
+	h, err := l.TryAcquire(e.ctx)
+	require.NoError(e.t, err, why)
+	e.release(h)
+}
+
+// ended returns a context that has ended.
+func (e *env) ended() context.Context {
+	ctx, cancel := context.WithCancel(e.ctx)
+	cancel()
+	return ctx
+}
+
+// pollUntil waits until cond holds, or fails the test.
+func (e *env) pollUntil(what string, cond func() bool) {
+	e.t.Helper()
+	for !cond() {
+		select {
+		case <-time.After(5 * time.Millisecond):
+		case <-e.ctx.Done():
+			e.t.Fatalf("not before the test's deadline: %s", what)
+		}
+	}
+}
+
+// result is an Acquire's outcome, from a goroutine.
+type result struct {
+	h   *mongolock.Handle
+	err error
+}
+
+// start runs acquire in a goroutine; its result arrives on the channel.
+func start(acquire func() (*mongolock.Handle, error)) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		h, err := acquire()
+		ch <- result{h, err}
+	}()
+	return ch
+}
+
+// notYet fails the test if ch has delivered: it must wait.
+func (e *env) notYet(ch <-chan result, what string) {
+	e.t.Helper()
+	select {
+	case r := <-ch:
+		e.t.Fatalf("%s returned before the release: %v, %v", what, r.h, r.err)
+	default:
+	}
+}
+
+func (e *env) receive(ch <-chan result) *mongolock.Handle {
+	e.t.Helper()
+	select {
+	case r := <-ch:
+		require.NoError(e.t, r.err)
+		return r.h
+	case <-e.ctx.Done():
+		e.t.Fatal("the waiting Acquire did not return")
+		return nil
+	}
+}
+
+// requireOp checks that err is an *Error of operation op.
+func requireOp(t *testing.T, err error, op string) {
+	t.Helper()
+	var me *mongolock.Error
+	require.ErrorAs(t, err, &me)
+	require.Equal(t, op, me.Op)
+}
+
+func optionsValidated(e *env) {
+	for _, c := range []struct {
+		opt  mongolock.Option
+		says string
+	}{
+		{mongolock.WithExpiry(50 * time.Millisecond), "WithExpiry(50ms)"},
+		{mongolock.WithOwner(""), "WithOwner"},
+		{mongolock.WithCollection(""), "WithCollection"},
+		{mongolock.WithBusyWaitSleep(time.Second, time.Millisecond), "WithBusyWaitSleep"},
+		{nil, "nil Option"},
+	} {
+		_, err := e.open(c.opt)
+		require.ErrorContains(e.t, err, c.says)
+		require.ErrorIs(e.t, err, mongolock.ErrInvalidArgument)
+		var me *mongolock.Error
+		require.ErrorAs(e.t, err, &me)
+		require.Equal(e.t, "new provider", me.Op)
+	}
+}
+
+func acquireReturnsAHeldHandle(e *env) {
+	p := e.provider(mongolock.WithOwner("worker-1"))
+	before := time.Now()
+	h := e.acquire(p.Lock("a"))
+	require.Equal(e.t, "a", h.Name())
+	require.Equal(e.t, "worker-1", h.Owner())
+	require.Positive(e.t, h.FencingToken())
+	require.False(e.t, h.AcquiredAt().IsZero())
+	require.True(e.t, h.LeaseEnd().After(before), "LeaseEnd %v, before %v", h.LeaseEnd(), before)
+	require.NoError(e.t, h.Context().Err())
+	e.notLost(h, "Lost closed on a held handle")
+	e.release(h)
+}
+
+func releaseIsIdempotent(e *env) {
+	p := e.provider()
+	h := e.acquire(p.Lock("a"))
+	e.release(h)
+	require.ErrorIs(e.t, context.Cause(h.Context()), context.Canceled)
+	e.notLost(h, "Release closed Lost")
+	require.NoError(e.t, h.Release(e.ctx))
+	e.requireFree(p.Lock("a"), "the lock is free after Release")
+}
+
+func releaseWithDoneContext(e *env) {
+	p := e.provider()
+	h := e.acquire(p.Lock("a"))
+	err := h.Release(e.ended())
+	require.ErrorIs(e.t, err, context.Canceled)
+	requireOp(e.t, err, "release")
+	require.Error(e.t, h.Context().Err(), "the handle is released all the same")
+	require.NoError(e.t, h.Release(e.ctx), "later calls return nil")
+	var next *mongolock.Handle
+	e.pollUntil("the lock frees", func() bool {
+		next, err = p.Lock("a").TryAcquire(e.ctx)
+		return err == nil
+	})
+	e.release(next)
+}
+
+func tryAcquireHeld(e *env) {
+	p, other := e.provider(), e.provider()
+	h := e.acquire(p.Lock("a"))
+	for _, q := range []*mongolock.Provider{p, other} {
+		_, err := q.Lock("a").TryAcquire(e.ctx)
+		require.ErrorIs(e.t, err, mongolock.ErrNotAcquired)
+		requireOp(e.t, err, "try acquire")
+	}
+	e.release(h)
+}
+
+func doneContextAcquiresNothing(e *env) {
+	p := e.provider()
+	_, err := p.Lock("a").TryAcquire(e.ended())
+	require.ErrorIs(e.t, err, context.Canceled)
+	_, err = p.Lock("a").Acquire(e.ended())
+	require.ErrorIs(e.t, err, context.Canceled)
+	require.NotErrorIs(e.t, err, mongolock.ErrNotAcquired, "the lock was free")
+	requireOp(e.t, err, "acquire")
+	e.requireFree(p.Lock("a"), "nothing was left held")
+}
+
+func acquireWaitsForRelease(e *env) {
+	p := e.provider()
+	h := e.acquire(p.Lock("a"))
+	waiting := start(func() (*mongolock.Handle, error) { return p.Lock("a").Acquire(e.ctx) })
+	e.notYet(waiting, "Acquire of a held lock")
+	e.release(h)
+	next := e.receive(waiting)
+	require.Greater(e.t, next.FencingToken(), h.FencingToken())
+	e.release(next)
+}
+
+func acquireHeldUntilCtxEnds(e *env) {
+	p := e.provider()
+	h := e.acquire(p.Lock("a"))
+	ctx, cancel := context.WithTimeout(e.ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err := p.Lock("a").Acquire(ctx)
+	require.ErrorIs(e.t, err, context.DeadlineExceeded)
+	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired)
+	requireOp(e.t, err, "acquire")
+	e.release(h)
+}
+
+func fencingTokensIncrease(e *env) {
+	p := e.provider()
+	var last int64
+	next := func(h *mongolock.Handle) {
+		require.Greater(e.t, h.FencingToken(), last)
+		last = h.FencingToken()
+	}
+	for range 3 {
+		h := e.acquire(p.Lock("a"))
+		next(h)
+		e.release(h)
+	}
+	h := e.acquire(p.Lock("a"))
+	next(h)
+	e.loseByForce(p, h)
+	h = e.acquire(p.Lock("a"))
+	next(h)
+	e.release(h)
+	rw, last := p.RWLock("rw"), int64(0) // another name: its own tokens
+	for _, l := range []*mongolock.Lock{rw.Reader(), rw.Writer(), rw.Reader()} {
+		h := e.acquire(l)
+		next(h)
+		e.release(h)
+	}
+}
+
+// loseByForce ends h's acquisition with ForceRelease and waits for h to
+// be told.
+func (e *env) loseByForce(p *mongolock.Provider, h *mongolock.Handle) {
+	e.t.Helper()
+	ended, err := p.ForceRelease(e.ctx, h.Name())
+	require.NoError(e.t, err)
+	require.True(e.t, ended)
+	e.await(h.Lost(), "Lost closes after ForceRelease")
+}
+
+func forceReleaseMakesLost(e *env) {
+	p := e.provider()
+	ended, err := p.ForceRelease(e.ctx, "a")
+	require.NoError(e.t, err)
+	require.False(e.t, ended, "nothing held a lock never used")
+	h := e.acquire(p.Lock("a"))
+	e.loseByForce(p, h)
+	require.ErrorIs(e.t, context.Cause(h.Context()), mongolock.ErrLockLost)
+	err = h.Release(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrLockLost)
+	requireOp(e.t, err, "release")
+	require.NoError(e.t, h.Release(e.ctx), "later calls return nil")
+	next, err := p.Lock("a").TryAcquire(e.ctx)
+	require.NoError(e.t, err, "a lost lock is free for others")
+	require.Greater(e.t, next.FencingToken(), h.FencingToken())
+	e.release(next)
+	ended, err = p.ForceRelease(e.ctx, "a")
+	require.NoError(e.t, err)
+	require.False(e.t, ended, "the lock was released already")
+}
+
+func doRunsAndReleases(e *env) {
+	p := e.provider()
+	failed := errors.New("fn failed")
+	ran := false
+	err := p.Lock("a").Do(e.ctx, func(ctx context.Context) error {
+		ran = true
+		_, err := p.Lock("a").TryAcquire(ctx)
+		require.ErrorIs(e.t, err, mongolock.ErrNotAcquired, "held while fn runs")
+		return failed
+	})
+	require.True(e.t, ran)
+	require.ErrorIs(e.t, err, failed)
+	e.requireFree(p.Lock("a"), "released after fn")
+	require.Error(e.t, p.Lock("a").Do(e.ctx, nil))
+}
+
+func doReportsLoss(e *env) {
+	p := e.provider()
+	err := p.Lock("a").Do(e.ctx, func(ctx context.Context) error {
+		if _, err := p.ForceRelease(e.ctx, "a"); err != nil {
+			return err
+		}
+		e.await(ctx.Done(), "fn's ctx ends on loss")
+		require.ErrorIs(e.t, context.Cause(ctx), mongolock.ErrLockLost)
+		return ctx.Err()
+	})
+	require.ErrorIs(e.t, err, mongolock.ErrLockLost)
+}
+
+func semaphoreAdmitsN(e *env) {
+	p, other := e.provider(), e.provider()
+	s := p.Semaphore("s", 2)
+	a, err := s.TryAcquire(e.ctx)
+	require.NoError(e.t, err)
+	b := e.acquire(p.Lock("unrelated")) // a Lock of another name: no slot
+	e.release(b)
+	b, err = other.Semaphore("s", 2).TryAcquire(e.ctx)
+	require.NoError(e.t, err)
+	_, err = s.TryAcquire(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired)
+	waiting := start(func() (*mongolock.Handle, error) { return s.Acquire(e.ctx) })
+	e.notYet(waiting, "Acquire of a full semaphore")
+	e.release(a)
+	c := e.receive(waiting)
+	require.Greater(e.t, c.FencingToken(), b.FencingToken())
+	e.release(b)
+	e.release(c)
+	e.requireFree(p.Lock("s"), "a Lock and a Semaphore of one name are unrelated")
+}
+
+func semaphoreMismatch(e *env) {
+	p := e.provider()
+	h, err := p.Semaphore("s", 2).TryAcquire(e.ctx)
+	require.NoError(e.t, err)
+	for _, l := range []func() (*mongolock.Handle, error){
+		func() (*mongolock.Handle, error) { return p.Semaphore("s", 3).TryAcquire(e.ctx) },
+		func() (*mongolock.Handle, error) { return p.Semaphore("s", 3).Acquire(e.ctx) },
+		func() (*mongolock.Handle, error) { return p.RWLock("s").Reader().TryAcquire(e.ctx) },
+	} {
+		_, err := l()
+		require.ErrorIs(e.t, err, mongolock.ErrMismatch)
+		require.NotErrorIs(e.t, err, mongolock.ErrNotAcquired)
+	}
+	e.release(h)
+	h, err = p.Semaphore("s", 3).TryAcquire(e.ctx)
+	require.NoError(e.t, err, "with no slot held, the next acquisition sets n")
+	e.release(h)
+	_, err = p.RWLock("s").Writer().TryAcquire(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrMismatch, "a semaphore's name stays a semaphore's")
+	_, err = p.Semaphore("zero", 0).TryAcquire(e.ctx)
+	require.Error(e.t, err)
+	require.NotErrorIs(e.t, err, mongolock.ErrNotAcquired)
+}
+
+func rwLockReadersAndWriter(e *env) {
+	p := e.provider()
+	rw := p.RWLock("rw")
+	r1 := e.acquire(rw.Reader())
+	r2, err := rw.Reader().TryAcquire(e.ctx)
+	require.NoError(e.t, err, "readers share")
+	_, err = rw.Writer().TryAcquire(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired, "no writer while readers hold")
+	writer := start(func() (*mongolock.Handle, error) { return rw.Writer().Acquire(e.ctx) })
+	e.pollUntil("the writer waits", func() bool {
+		info, err := rw.Inspect(e.ctx)
+		return err == nil && info.WriterWaiting
+	})
+	_, err = rw.Reader().TryAcquire(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired, "a waiting writer holds off new readers")
+	e.release(r1)
+	e.notYet(writer, "the writer, while a reader holds")
+	e.release(r2)
+	w := e.receive(writer)
+	require.Greater(e.t, w.FencingToken(), r2.FencingToken())
+	_, err = rw.Reader().TryAcquire(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired, "no reader while the writer holds")
+	e.release(w)
+	r3, err := rw.Reader().TryAcquire(e.ctx)
+	require.NoError(e.t, err)
+	e.release(r3)
+}
+
+func electionLeaderProclaimResign(e *env) {
+	p := e.provider(mongolock.WithOwner("node-1"))
+	el := p.Election("leader")
+	_, err := el.Leader(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrNoLeader)
+	l, err := el.Campaign(e.ctx, "a")
+	require.NoError(e.t, err)
+	got, err := el.Leader(e.ctx)
+	require.NoError(e.t, err)
+	require.Equal(e.t, mongolock.Leader{Value: "a", Owner: "node-1", FencingToken: l.FencingToken(), Since: got.Since}, got)
+	require.False(e.t, got.Since.IsZero())
+	require.NoError(e.t, l.Proclaim(e.ctx, "b"))
+	got, err = el.Leader(e.ctx)
+	require.NoError(e.t, err)
+	require.Equal(e.t, "b", got.Value)
+	_, err = p.Lock("leader").TryAcquire(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired, "an election is the lock of its name")
+	require.NoError(e.t, l.Resign(e.ctx))
+	_, err = el.Leader(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrNoLeader)
+	err = l.Proclaim(e.ctx, "c")
+	require.Error(e.t, err, "no Proclaim after Resign")
+	requireOp(e.t, err, "proclaim")
+	require.NoError(e.t, l.Resign(e.ctx))
+
+	l, err = el.Campaign(e.ctx, "d")
+	require.NoError(e.t, err)
+	e.loseByForce(p, l.Handle)
+	err = l.Proclaim(e.ctx, "e")
+	require.ErrorIs(e.t, err, mongolock.ErrLockLost)
+	_, err = el.Campaign(e.ctx, string(make([]byte, mongolock.MaxValueLen+1)))
+	requireOp(e.t, err, "campaign")
+}
+
+func electionCampaignWaits(e *env) {
+	p, other := e.provider(mongolock.WithOwner("node-1")), e.provider(mongolock.WithOwner("node-2"))
+	first, err := p.Election("leader").Campaign(e.ctx, "one")
+	require.NoError(e.t, err)
+	second := start(func() (*mongolock.Handle, error) {
+		l, err := other.Election("leader").Campaign(e.ctx, "two")
+		if err != nil {
+			return nil, err
+		}
+		return l.Handle, nil
+	})
+	e.notYet(second, "a campaign while another leads")
+	require.NoError(e.t, first.Resign(e.ctx))
+	h := e.receive(second)
+	got, err := p.Election("leader").Leader(e.ctx)
+	require.NoError(e.t, err)
+	require.Equal(e.t, "two", got.Value)
+	require.Equal(e.t, "node-2", got.Owner)
+	require.Equal(e.t, h.FencingToken(), got.FencingToken)
+	require.Greater(e.t, h.FencingToken(), first.FencingToken())
+	e.release(h)
+	ctx, cancel := context.WithTimeout(e.ctx, 100*time.Millisecond)
+	defer cancel()
+	third, err := p.Election("leader").Campaign(e.ctx, "three")
+	require.NoError(e.t, err)
+	_, err = other.Election("leader").Campaign(ctx, "four")
+	require.ErrorIs(e.t, err, context.DeadlineExceeded)
+	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired)
+	requireOp(e.t, err, "campaign")
+	require.NoError(e.t, third.Resign(e.ctx))
+}
+
+func electionObserve(e *env) {
+	p := e.provider()
+	el := p.Election("leader")
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	states := el.Observe(ctx)
+	next := func(what string, want func(mongolock.Leader) bool) {
+		e.t.Helper()
+		for {
+			select {
+			case l, ok := <-states:
+				require.True(e.t, ok, "Observe's channel closed early")
+				if want(l) {
+					return
+				}
+			case <-e.ctx.Done():
+				e.t.Fatalf("Observe did not deliver: %s", what)
+			}
+		}
+	}
+	next("nobody leads", func(l mongolock.Leader) bool { return l == mongolock.Leader{} })
+	l, err := el.Campaign(e.ctx, "a")
+	require.NoError(e.t, err)
+	next("the leader", func(got mongolock.Leader) bool { return got.Value == "a" && got.FencingToken == l.FencingToken() })
+	require.NoError(e.t, l.Proclaim(e.ctx, "b"))
+	next("the new value", func(got mongolock.Leader) bool { return got.Value == "b" })
+	require.NoError(e.t, l.Resign(e.ctx))
+	next("nobody leads again", func(got mongolock.Leader) bool { return got == mongolock.Leader{} })
+	cancel()
+	for range states { // closes once ctx ended
+	}
+}
+
+func electionRun(e *env) {
+	p := e.provider()
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	led := make(chan int64, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- p.Election("leader").Run(ctx, "runner", func(ctx context.Context, l *mongolock.Leadership) {
+			select {
+			case led <- l.FencingToken():
+			default:
+			}
+			<-ctx.Done()
+		})
+	}()
+	var token int64
+	select {
+	case token = <-led:
+	case <-e.ctx.Done():
+		e.t.Fatal("Run did not lead")
+	}
+	got, err := p.Election("leader").Leader(e.ctx)
+	require.NoError(e.t, err)
+	require.Equal(e.t, mongolock.Leader{Value: "runner", Owner: got.Owner, FencingToken: token, Since: got.Since}, got)
+	cancel()
+	select {
+	case err := <-done:
+		require.ErrorIs(e.t, err, context.Canceled)
+	case <-e.ctx.Done():
+		e.t.Fatal("Run did not return after ctx ended")
+	}
+	_, err = p.Election("leader").Leader(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrNoLeader, "Run resigned")
+}
+
+func inspectAndLocks(e *env) {
+	p := e.provider(mongolock.WithOwner("node-1"))
+	_, err := p.Inspect(e.ctx, "a/1")
+	require.ErrorIs(e.t, err, mongolock.ErrNoLock)
+	requireOp(e.t, err, "inspect")
+	var hs []*mongolock.Handle
+	for _, name := range []string{"b", "a/2", "a/1"} {
+		hs = append(hs, e.acquire(p.Lock(name)))
+	}
+	info, err := p.Inspect(e.ctx, "a/1")
+	require.NoError(e.t, err)
+	require.True(e.t, info.Held)
+	require.Equal(e.t, "a/1", info.Name)
+	require.Equal(e.t, "node-1", info.Owner)
+	require.Equal(e.t, "", info.Value)
+	require.Equal(e.t, hs[2].FencingToken(), info.FencingToken)
+	require.True(e.t, info.ExpiresAt.After(info.AcquiredAt))
+	require.False(e.t, info.ServerTime.IsZero())
+	e.release(hs[2])
+	info, err = p.Inspect(e.ctx, "a/1")
+	require.NoError(e.t, err)
+	require.False(e.t, info.Held)
+	require.Equal(e.t, "", info.Owner)
+	require.Equal(e.t, hs[2].FencingToken(), info.FencingToken, "the token stays")
+
+	var names []string
+	for info, err := range p.Locks(e.ctx, "a/") {
+		require.NoError(e.t, err)
+		names = append(names, fmt.Sprintf("%s held=%v", info.Name, info.Held))
+	}
+	require.Equal(e.t, []string{"a/1 held=false", "a/2 held=true"}, names)
+	for _, h := range hs[:2] {
+		e.release(h)
+	}
+	var all []string
+	for info, err := range p.Locks(e.ctx, "") {
+		require.NoError(e.t, err)
+		all = append(all, info.Name)
+	}
+	require.True(e.t, slices.IsSorted(all))
+	require.Len(e.t, all, 3)
+}
+
+func inspectSlots(e *env) {
+	p := e.provider(mongolock.WithOwner("node-1"))
+	_, err := p.Semaphore("s", 2).Inspect(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrNoLock)
+	_, err = p.RWLock("rw").Inspect(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrNoLock)
+	a, err := p.Semaphore("s", 2).Acquire(e.ctx)
+	require.NoError(e.t, err)
+	s, err := p.Semaphore("s", 5).Inspect(e.ctx)
+	require.NoError(e.t, err)
+	require.Equal(e.t, 2, s.N, "Inspect ignores the Semaphore's n")
+	require.Len(e.t, s.Holders, 1)
+	require.Equal(e.t, "node-1", s.Holders[0].Owner)
+	require.False(e.t, s.Holders[0].Write)
+	require.Equal(e.t, a.FencingToken(), s.Holders[0].FencingToken)
+	require.Equal(e.t, a.FencingToken(), s.FencingToken)
+	e.release(a)
+	s, err = p.Semaphore("s", 2).Inspect(e.ctx)
+	require.NoError(e.t, err)
+	require.Empty(e.t, s.Holders)
+
+	w := e.acquire(p.RWLock("rw").Writer())
+	rw, err := p.RWLock("rw").Inspect(e.ctx)
+	require.NoError(e.t, err)
+	require.Len(e.t, rw.Holders, 1)
+	require.True(e.t, rw.Holders[0].Write)
+	require.False(e.t, rw.WriterWaiting)
+	e.release(w)
+	r := e.acquire(p.RWLock("rw").Reader())
+	rw, err = p.RWLock("rw").Inspect(e.ctx)
+	require.NoError(e.t, err)
+	require.Len(e.t, rw.Holders, 1)
+	require.False(e.t, rw.Holders[0].Write)
+	require.Equal(e.t, r.FencingToken(), rw.FencingToken)
+	e.release(r)
+}
+
+func closeReleasesAndRefuses(e *env) {
+	p, other := e.provider(), e.provider()
+	h := e.acquire(p.Lock("a"))
+	waiting := start(func() (*mongolock.Handle, error) { return p.Lock("a").Acquire(e.ctx) })
+	e.notYet(waiting, "Acquire of a held lock")
+	observing := p.Election("leader").Observe(e.ctx)
+	<-observing // the first state: Observe runs
+	require.NoError(e.t, p.Close(e.ctx))
+	for range observing { // closes with the provider
+	}
+	select {
+	case r := <-waiting:
+		require.ErrorIs(e.t, r.err, mongolock.ErrClosed)
+	case <-e.ctx.Done():
+		e.t.Fatal("a waiting Acquire did not return after Close")
+	}
+	e.await(h.Context().Done(), "Close releases the handles")
+	require.ErrorIs(e.t, context.Cause(h.Context()), context.Canceled)
+	e.notLost(h, "Close made the handle lost")
+	require.NoError(e.t, h.Release(e.ctx), "a handle Close released")
+	_, err := p.Lock("a").TryAcquire(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrClosed)
+	_, err = p.Semaphore("s", 1).Acquire(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrClosed)
+	require.NoError(e.t, p.Close(e.ctx), "a second Close")
+	e.requireFree(other.Lock("a"), "free for others at once")
+}
+
+func readsWithEndedContext(e *env) {
+	p := e.provider()
+	h := e.acquire(p.Lock("a"))
+	s, err := p.Semaphore("s", 1).Acquire(e.ctx)
+	require.NoError(e.t, err)
+	_, err = p.Inspect(e.ended(), "a")
+	require.ErrorIs(e.t, err, context.Canceled)
+	requireOp(e.t, err, "inspect")
+	_, err = p.Semaphore("s", 1).Inspect(e.ended())
+	require.ErrorIs(e.t, err, context.Canceled)
+	_, err = p.ForceRelease(e.ended(), "a")
+	require.ErrorIs(e.t, err, context.Canceled)
+	requireOp(e.t, err, "force release")
+	yielded := 0
+	for _, err := range p.Locks(e.ended(), "") {
+		yielded++
+		require.ErrorIs(e.t, err, context.Canceled)
+		requireOp(e.t, err, "list")
+	}
+	require.Equal(e.t, 1, yielded, "the error, once")
+	require.NoError(e.t, h.Context().Err(), "nothing was released")
+	e.release(h)
+	e.release(s)
+}

@@ -1,0 +1,208 @@
+package mongolock
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"sync/atomic"
+
+	"github.com/mongolock/mongolock/internal/backend"
+)
+
+// Providers over process memory.
+//
+// Package mongolocktest builds a Provider whose locks live in process
+// memory (backend.Provider) rather than in a database, so that code that
+// takes a *Provider, *Lock or *Handle can be tested without a server. Each
+// public method whose work reaches the database hands over to the mem
+// functions here at its top; the rest (Do, Campaign, Run, Observe, Close,
+// the accessors) works unchanged over what those return.
+
+func init() {
+	backend.NewProvider = newMemoryProvider
+	backend.HandleOf = func(h any) backend.Handle {
+		if h, ok := h.(*Handle); ok && h != nil && h.acquisition != nil {
+			return h.mem
+		}
+		return nil
+	}
+}
+
+// newMemoryProvider validates opts as NewProvider does, and returns a
+// *Provider over the store's provider that open returns. An option whose
+// effect the store does not implement belongs refused here, by name:
+// silently ignored, it would make a test pass that fails over a database.
+func newMemoryProvider(opts any, open func(backend.Config) backend.Provider) (any, error) {
+	o, err := buildConfig(opts.([]Option))
+	if err != nil {
+		return nil, &Error{Op: opNewProvider, Err: err}
+	}
+	if o.holds() {
+		return nil, &Error{Op: opNewProvider, Err: errHoldsInMemory}
+	}
+	return &Provider{opts: o, mem: open(backend.Config{Collection: o.collection, Owner: o.owner, Expiry: o.expiry}),
+		done: make(chan struct{}), drained: make(chan struct{})}, nil
+}
+
+// errHoldsInMemory refuses WithHoldAtLeast and WithHoldAtMost, which the
+// store does not implement.
+var errHoldsInMemory = errors.New("WithHoldAtLeast and WithHoldAtMost: not implemented by the in-memory store; test scheduled jobs against a server")
+
+// errUpgradesInMemory refuses Handle.Upgrade and Handle.Downgrade, which the
+// store does not implement (it refuses RWLock.Upgradeable as a kind).
+var errUpgradesInMemory = errors.New("upgradeable readers, Upgrade and Downgrade: not implemented by the in-memory store; test them against a server")
+
+// memRequest is what l takes.
+func (l *Lock) memRequest() backend.Lock {
+	r := backend.Lock{Name: l.name} // Unsupported, unless a case below says
+	switch d := l.kind.(type) {
+	case mutexDriver:
+		r.Kind, r.Value = backend.Mutex, d.value
+	case slotDriver:
+		r.Kind, r.N = backend.Semaphore, d.n
+		switch d.rw {
+		case readMode:
+			r.Kind = backend.Reader
+		case writeMode:
+			r.Kind = backend.Writer
+		case upgradeMode:
+			r.Kind = backend.Unsupported
+		}
+	}
+	return r
+}
+
+func (l *Lock) memAcquire(ctx context.Context, op string, wait bool) (*Handle, error) {
+	mh, err := l.p.mem.Acquire(ctx, l.memRequest(), wait)
+	if err != nil {
+		return nil, l.errorf(op, err)
+	}
+	a := &acquisition{lock: l, acquiredAt: mh.AcquiredAt(), ctx: mh.Context(), lost: mh.Lost(), mem: mh}
+	a.token.Store(mh.Token())
+	return &Handle{a}, nil
+}
+
+// memRelease is Release: the loss first, then ctx, as the database's.
+func (h *Handle) memRelease(ctx context.Context) error {
+	if ctx == nil {
+		return h.lock.errorf("release", errNilContext)
+	}
+	released, err := h.mem.Release()
+	if err == nil && released {
+		err = ctx.Err() // the lock is free all the same, as after a failed round trip
+	}
+	if err != nil {
+		return h.lock.errorf("release", err)
+	}
+	return nil
+}
+
+func (l *Leadership) memProclaim(ctx context.Context, value string) error {
+	err := checkValue(value)
+	switch {
+	case ctx == nil:
+		err = errNilContext
+	case err != nil:
+	default:
+		err = l.mem.Proclaim(value)
+	}
+	if errors.Is(err, backend.ErrReleased) {
+		err = errResigned
+	}
+	if err != nil {
+		return l.lock.errorf("proclaim", err)
+	}
+	return nil
+}
+
+// memWatch is watch over process memory: a change stream that never
+// breaks.
+func (e *Election) memWatch(ctx context.Context, changed chan<- struct{}, streaming *atomic.Bool) {
+	streaming.Store(true)
+	for {
+		next := e.lock.p.mem.Changed(e.lock.name) // before the read it asks for: no change is missed
+		select {
+		case changed <- struct{}{}:
+		default: // a read is pending already
+		}
+		select {
+		case <-next:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (p *Provider) memInspect(ctx context.Context, name string) (LockInfo, error) {
+	if err := memCheck(ctx); err != nil {
+		return LockInfo{}, p.Lock(name).errorf("inspect", err)
+	}
+	s, ok := p.mem.Inspect(name)
+	if !ok {
+		return LockInfo{}, p.Lock(name).errorf("inspect", ErrNoLock)
+	}
+	return lockInfo(s), nil
+}
+
+func (p *Provider) memLocks(ctx context.Context, prefix string) iter.Seq2[LockInfo, error] {
+	return func(yield func(LockInfo, error) bool) {
+		if err := memCheck(ctx); err != nil {
+			yield(LockInfo{}, p.Lock(prefix).errorf("list", err))
+			return
+		}
+		for _, s := range p.mem.List(prefix) {
+			if !yield(lockInfo(s), nil) {
+				return
+			}
+		}
+	}
+}
+
+func lockInfo(s backend.LockState) LockInfo {
+	return LockInfo{Name: s.Name, Held: s.Held, Owner: s.Owner, Value: s.Value, AcquiredAt: s.AcquiredAt, ExpiresAt: s.ExpiresAt,
+		FencingToken: s.FencingToken, Waiting: s.Waiting, ServerTime: s.Now}
+}
+
+func (p *Provider) memForceRelease(ctx context.Context, name string) (bool, error) {
+	if err := memCheck(ctx); err != nil {
+		return false, p.Lock(name).errorf("force release", err)
+	}
+	return p.mem.ForceRelease(name), nil
+}
+
+func (l *Lock) memInspectSemaphore(ctx context.Context) (SemaphoreInfo, error) {
+	s, err := l.memInspectSlots(ctx)
+	return SemaphoreInfo{Name: s.Name, N: s.N, Holders: holderInfos(s), FencingToken: s.FencingToken, ServerTime: s.Now}, err
+}
+
+func (l *Lock) memInspectRWLock(ctx context.Context) (RWLockInfo, error) {
+	s, err := l.memInspectSlots(ctx)
+	return RWLockInfo{Name: s.Name, Holders: holderInfos(s), FencingToken: s.FencingToken, WriterWaiting: s.WriterWaiting, ServerTime: s.Now}, err
+}
+
+func (l *Lock) memInspectSlots(ctx context.Context) (backend.Slots, error) {
+	if err := memCheck(ctx); err != nil {
+		return backend.Slots{}, l.errorf("inspect", err)
+	}
+	s, ok := l.p.mem.InspectSlots(l.name)
+	if !ok {
+		return backend.Slots{}, l.errorf("inspect", ErrNoLock)
+	}
+	return s, nil
+}
+
+func holderInfos(s backend.Slots) []HolderInfo {
+	var hs []HolderInfo
+	for _, h := range s.Holders {
+		hs = append(hs, HolderInfo{Owner: h.Owner, Write: h.Write, AcquiredAt: h.AcquiredAt, ExpiresAt: h.ExpiresAt, FencingToken: h.FencingToken})
+	}
+	return hs
+}
+
+// memCheck is what a round trip would have said of ctx.
+func memCheck(ctx context.Context) error {
+	if ctx == nil {
+		return errNilContext
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,83 @@
+package mongolocktest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/mongolocktest"
+)
+
+// refresh is code under test: it takes a *mongolock.Provider, as in
+// production, and works under the lock.
+func refresh(ctx context.Context, locks *mongolock.Provider, work func(ctx context.Context) error) error {
+	return locks.Lock("cache-refresh").Do(ctx, work)
+}
+
+// A test gives the code under test an in-memory Provider instead of one
+// over a database; the rest of the code is the same.
+func Example() {
+	ctx := context.Background()
+	locks, err := mongolocktest.NewProvider(mongolock.WithOwner("test")) // not mongolock.NewProvider(db, ...)
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close(ctx)
+
+	// Free: the work runs under the lock.
+	err = refresh(ctx, locks, func(ctx context.Context) error {
+		info, err := locks.Inspect(ctx, "cache-refresh")
+		fmt.Println("held by", info.Owner)
+		return err
+	})
+	fmt.Println("err:", err)
+
+	// Held by someone else: refresh waits until its ctx ends.
+	h, _ := locks.Lock("cache-refresh").Acquire(ctx)
+	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	err = refresh(short, locks, func(context.Context) error { return nil })
+	fmt.Println("contended:", errors.Is(err, mongolock.ErrNotAcquired))
+	_ = h.Release(ctx)
+
+	// Lost during the work: the work's ctx ends, and refresh says so.
+	err = refresh(ctx, locks, func(ctx context.Context) error {
+		_, _ = locks.ForceRelease(ctx, "cache-refresh")
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	fmt.Println("lost:", errors.Is(err, mongolock.ErrLockLost))
+	// Output:
+	// held by test
+	// err: <nil>
+	// contended: true
+	// lost: true
+}
+
+// record is code under test that is handed a held lock: it writes only
+// while the lock is held.
+func record(h *mongolock.Handle, write func(token int64)) error {
+	if h.Context().Err() != nil {
+		return context.Cause(h.Context())
+	}
+	write(h.FencingToken())
+	return nil
+}
+
+func ExampleLose() {
+	ctx := context.Background()
+	locks, _ := mongolocktest.NewProvider()
+	defer locks.Close(ctx)
+	h, _ := locks.Lock("ledger").Acquire(ctx)
+	write := func(token int64) { fmt.Println("written with token", token) }
+
+	fmt.Println(record(h, write))
+	mongolocktest.Lose(h)
+	fmt.Println(record(h, write))
+	// Output:
+	// written with token 1
+	// <nil>
+	// mongolock: lock lost
+}

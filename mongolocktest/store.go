@@ -1,0 +1,434 @@
+package mongolocktest
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/backend"
+)
+
+// The store keeps every name's state under one mutex. A name's waiters
+// stand in one line, first come first served; whatever frees a lock or a
+// slot serves the line at once, in the same critical section, so a waiter
+// is woken by a closed channel, never by polling.
+
+// semSuffix names the collection of the Semaphores and RWLocks after the
+// locks', as mongolock does: a Lock and a Semaphore of one name are
+// unrelated.
+const semSuffix = "_semaphores"
+
+type store struct {
+	mu      sync.Mutex
+	names   map[key]*entry
+	changed map[key]chan struct{} // closed at the next change of a Lock's or an election's holder or value
+}
+
+func newStore() *store {
+	return &store{names: map[key]*entry{}, changed: map[key]chan struct{}{}}
+}
+
+// key is a document's place: its collection and name.
+type key struct{ coll, name string }
+
+// entry is one name's state: its document, and its line.
+type entry struct {
+	key        key
+	kind       backend.Kind // Mutex, Semaphore, or Reader for an RWLock's
+	n          int          // a Semaphore's slots, set by the acquisition that finds none held
+	token      int64        // the last acquisition's
+	holders    []*handle    // in the order they acquired
+	line       []*waiter
+	acquiredAt time.Time // the last acquisition's
+	freedAt    time.Time // when the last holder left
+}
+
+type provider struct {
+	s       *store
+	cfg     backend.Config
+	done    chan struct{}
+	closed  bool                 // guarded by s.mu, as the maps are
+	held    map[*handle]struct{} // handles that hold
+	waiting map[*waiter]*entry   // Acquire calls in a line
+}
+
+func (s *store) provider(c backend.Config) *provider {
+	return &provider{s: s, cfg: c, done: make(chan struct{}), held: map[*handle]struct{}{}, waiting: map[*waiter]*entry{}}
+}
+
+// A waiter is one Acquire call in a line. ready closes once h or err is set.
+type waiter struct {
+	p     *provider
+	req   backend.Lock
+	ready chan struct{}
+	h     *handle
+	err   error
+}
+
+type handleState uint8
+
+const (
+	held handleState = iota
+	lost
+	released
+)
+
+type handle struct {
+	p          *provider
+	e          *entry
+	write      bool // an RWLock's writer, or an exclusive lock
+	token      int64
+	acquiredAt time.Time
+	ctx        context.Context
+	cancel     context.CancelCauseFunc
+	lostCh     chan struct{}
+
+	// Guarded by the store's mu.
+	value   string // a campaign's
+	state   handleState
+	lostErr error
+	ended   time.Time // when it was released or lost
+}
+
+// class is the kind of document a request of kind k takes.
+func class(k backend.Kind) backend.Kind {
+	if k == backend.Writer {
+		return backend.Reader
+	}
+	return k
+}
+
+func (p *provider) key(r backend.Lock) key {
+	if r.Kind == backend.Mutex {
+		return key{p.cfg.Collection, r.Name}
+	}
+	return key{p.cfg.Collection + semSuffix, r.Name}
+}
+
+// entry returns the state of r's name, created if it has none, as an
+// attempt creates the document; ErrMismatch if it is of another kind.
+func (s *store) entry(k key, r backend.Lock) (*entry, error) {
+	e := s.names[k]
+	if e == nil {
+		e = &entry{key: k, kind: class(r.Kind)}
+		s.names[k] = e
+	}
+	if e.kind != class(r.Kind) {
+		return nil, fmt.Errorf("%w (the name is taken by another kind of lock)", mongolock.ErrMismatch)
+	}
+	return e, nil
+}
+
+// fits reports whether r may take e now, ignoring its line; ErrMismatch if
+// r's Semaphore has another n than e's holders.
+func (e *entry) fits(r backend.Lock) (bool, error) {
+	switch r.Kind {
+	case backend.Semaphore:
+		if len(e.holders) > 0 && e.n != r.N {
+			return false, fmt.Errorf("%w: it has %d slots, not %d", mongolock.ErrMismatch, e.n, r.N)
+		}
+		return len(e.holders) < r.N, nil
+	case backend.Reader:
+		return !slices.ContainsFunc(e.holders, func(h *handle) bool { return h.write }), nil
+	}
+	return len(e.holders) == 0, nil // a Lock's, an RWLock's writer
+}
+
+// errUnsupported refuses a kind of lock the store does not implement yet.
+var errUnsupported = errors.New("this kind of lock is not supported by mongolocktest yet")
+
+// grant makes a new holder of e for p.
+func (s *store) grant(p *provider, e *entry, r backend.Lock) *handle {
+	now := time.Now()
+	e.token++
+	e.acquiredAt = now
+	if r.Kind == backend.Semaphore {
+		e.n = r.N
+	}
+	h := &handle{p: p, e: e, write: r.Kind != backend.Reader && r.Kind != backend.Semaphore, token: e.token, acquiredAt: now, lostCh: make(chan struct{})}
+	h.ctx, h.cancel = context.WithCancelCause(context.Background())
+	if r.Value != nil {
+		h.value = *r.Value
+	}
+	e.holders = append(e.holders, h)
+	p.held[h] = struct{}{}
+	s.notify(e.key)
+	return h
+}
+
+// serve hands e to the head of its line while it fits; a head that can
+// never fit (another n) gets its error.
+func (s *store) serve(e *entry) {
+	for len(e.line) > 0 {
+		w := e.line[0]
+		ok, err := e.fits(w.req)
+		if err == nil && !ok {
+			return
+		}
+		e.line = e.line[1:]
+		delete(w.p.waiting, w)
+		if err == nil {
+			w.h = s.grant(w.p, e, w.req)
+		}
+		w.err = err
+		close(w.ready)
+	}
+}
+
+// drop takes h out of e's holders, and serves the line.
+func (s *store) drop(h *handle, now time.Time) {
+	e := h.e
+	e.holders = slices.DeleteFunc(e.holders, func(o *handle) bool { return o == h })
+	delete(h.p.held, h)
+	h.ended, e.freedAt = now, now
+	s.notify(e.key)
+	s.serve(e)
+}
+
+func (s *store) notify(k key) {
+	if ch := s.changed[k]; ch != nil {
+		close(ch)
+		delete(s.changed, k)
+	}
+}
+
+func (p *provider) Acquire(ctx context.Context, r backend.Lock, wait bool) (backend.Handle, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // nothing asked, as a round trip that is never sent
+	}
+	if r.Kind == backend.Unsupported || r.Kind > backend.Writer {
+		return nil, errUnsupported
+	}
+	s := p.s
+	s.mu.Lock()
+	if p.closed {
+		s.mu.Unlock()
+		return nil, mongolock.ErrClosed
+	}
+	e, err := s.entry(p.key(r), r)
+	var ok bool
+	if err == nil {
+		ok, err = e.fits(r)
+	}
+	switch {
+	case err != nil:
+		s.mu.Unlock()
+		return nil, err
+	case ok && len(e.line) == 0:
+		h := s.grant(p, e, r)
+		s.mu.Unlock()
+		return h, nil
+	case !wait:
+		s.mu.Unlock()
+		return nil, mongolock.ErrNotAcquired
+	}
+	w := &waiter{p: p, req: r, ready: make(chan struct{})}
+	e.line = append(e.line, w)
+	p.waiting[w] = e
+	s.mu.Unlock()
+
+	select {
+	case <-w.ready:
+		return w.result()
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-w.ready: // served as ctx ended: a handle is a handle
+		return w.result()
+	default:
+	}
+	e.line = slices.DeleteFunc(e.line, func(o *waiter) bool { return o == w })
+	delete(p.waiting, w)
+	s.serve(e) // a writer that leaves lets readers in
+	return nil, fmt.Errorf("%w: %w", mongolock.ErrNotAcquired, ctx.Err())
+}
+
+func (w *waiter) result() (backend.Handle, error) {
+	if w.err != nil {
+		return nil, w.err
+	}
+	return w.h, nil
+}
+
+func (p *provider) Close() {
+	s := p.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.closed = true
+	close(p.done)
+	// Every waiter of p leaves before any line is served: one that leaves
+	// (a writer) must not let in another of p (a reader behind it).
+	lines := map[*entry]bool{}
+	for w, e := range p.waiting {
+		e.line = slices.DeleteFunc(e.line, func(o *waiter) bool { return o == w })
+		w.err = mongolock.ErrClosed
+		close(w.ready)
+		lines[e] = true
+	}
+	clear(p.waiting)
+	for e := range lines {
+		s.serve(e)
+	}
+	now := time.Now()
+	for h := range p.held {
+		h.state = released
+		h.cancel(context.Canceled)
+		s.drop(h, now)
+	}
+}
+
+func (p *provider) Done() <-chan struct{} { return p.done }
+
+func (p *provider) Inspect(name string) (backend.LockState, bool) {
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
+	e := p.s.names[key{p.cfg.Collection, name}]
+	if e == nil {
+		return backend.LockState{}, false
+	}
+	return e.lockState(time.Now()), true
+}
+
+func (e *entry) lockState(now time.Time) backend.LockState {
+	st := backend.LockState{Name: e.key.name, AcquiredAt: e.acquiredAt, ExpiresAt: e.freedAt, FencingToken: e.token,
+		Waiting: len(e.line) > 0, Now: now}
+	if len(e.holders) > 0 {
+		h := e.holders[0]
+		st.Held, st.Owner, st.Value, st.ExpiresAt = true, h.p.cfg.Owner, h.value, h.leaseEnd(now)
+	}
+	return st
+}
+
+func (p *provider) List(prefix string) []backend.LockState {
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
+	now := time.Now()
+	var sts []backend.LockState
+	for k, e := range p.s.names {
+		if k.coll == p.cfg.Collection && strings.HasPrefix(k.name, prefix) {
+			sts = append(sts, e.lockState(now))
+		}
+	}
+	slices.SortFunc(sts, func(a, b backend.LockState) int { return cmp.Compare(a.Name, b.Name) })
+	return sts
+}
+
+func (p *provider) InspectSlots(name string) (backend.Slots, bool) {
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
+	e := p.s.names[key{p.cfg.Collection + semSuffix, name}]
+	if e == nil {
+		return backend.Slots{}, false
+	}
+	now := time.Now()
+	st := backend.Slots{Name: name, N: e.n, FencingToken: e.token, Now: now,
+		WriterWaiting: slices.ContainsFunc(e.line, func(w *waiter) bool { return w.req.Kind == backend.Writer })}
+	for _, h := range e.holders {
+		st.Holders = append(st.Holders, backend.Holder{Owner: h.p.cfg.Owner, Write: h.write, AcquiredAt: h.acquiredAt,
+			ExpiresAt: h.leaseEnd(now), FencingToken: h.token})
+	}
+	return st, true
+}
+
+func (p *provider) ForceRelease(name string) bool {
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
+	e := p.s.names[key{p.cfg.Collection, name}]
+	if e == nil || len(e.holders) == 0 {
+		return false
+	}
+	for _, h := range slices.Clone(e.holders) {
+		h.loseLocked("its lock was released by ForceRelease")
+	}
+	return true
+}
+
+func (p *provider) Changed(name string) <-chan struct{} {
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
+	k := key{p.cfg.Collection, name}
+	ch := p.s.changed[k]
+	if ch == nil {
+		ch = make(chan struct{})
+		p.s.changed[k] = ch
+	}
+	return ch
+}
+
+func (h *handle) Token() int64             { return h.token }
+func (h *handle) AcquiredAt() time.Time    { return h.acquiredAt }
+func (h *handle) Context() context.Context { return h.ctx }
+func (h *handle) Lost() chan struct{}      { return h.lostCh }
+
+func (h *handle) LeaseEnd() time.Time {
+	h.p.s.mu.Lock()
+	defer h.p.s.mu.Unlock()
+	return h.leaseEnd(time.Now())
+}
+
+// leaseEnd: a held lease is extended all the time; an ended one stays as
+// it was last.
+func (h *handle) leaseEnd(now time.Time) time.Time {
+	if h.state == held {
+		return now.Add(h.p.cfg.Expiry)
+	}
+	return h.ended.Add(h.p.cfg.Expiry)
+}
+
+func (h *handle) Release() (bool, error) {
+	h.p.s.mu.Lock()
+	defer h.p.s.mu.Unlock()
+	switch h.state {
+	case lost:
+		h.state = released
+		return false, h.lostErr
+	case released:
+		return false, nil
+	}
+	h.state = released
+	h.cancel(context.Canceled)
+	h.p.s.drop(h, time.Now())
+	return true, nil
+}
+
+func (h *handle) Proclaim(value string) error {
+	h.p.s.mu.Lock()
+	defer h.p.s.mu.Unlock()
+	switch h.state {
+	case lost:
+		return h.lostErr
+	case released:
+		return backend.ErrReleased
+	}
+	h.value = value
+	h.p.s.notify(h.e.key)
+	return nil
+}
+
+// lose makes h lost, if it holds.
+func (h *handle) lose(why string) {
+	h.p.s.mu.Lock()
+	defer h.p.s.mu.Unlock()
+	h.loseLocked(why)
+}
+
+func (h *handle) loseLocked(why string) {
+	if h.state != held {
+		return
+	}
+	h.state, h.lostErr = lost, fmt.Errorf("%w: %s", mongolock.ErrLockLost, why)
+	h.cancel(mongolock.ErrLockLost)
+	close(h.lostCh)
+	h.p.s.drop(h, time.Now())
+}
