@@ -1,33 +1,44 @@
 # mongolock: `make test` is the README's test command and what CI runs.
 GO          ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+ACTIONLINT  ?= $(GO) run github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
 TESTFLAGS   ?=
 
 # The tests find their server themselves (internal/testdb): MONGOLOCK_TEST_URI
-# if set (their own variable: never MONGODB_URI, which may name real data),
-# else a testcontainers mongo where a Docker daemon answers, else the local
-# FerretDB test server. `make` starts the last one up front (installing it
-# into ~/.cache/mongolock-testdb on first use) so that its output is seen.
+# if set (their own variable: never MONGODB_URI, which may name real data).
+# `make test` also sets MONGOLOCK_TEST_REQUIRED=1, which tells them that a
+# missing server is a failure and that they may start one: a mongo:7.0
+# container (internal/testdb/container, a module of its own) where a Docker
+# daemon answers, else the local FerretDB test server, which `make` starts up
+# front (installing it into ~/.cache/mongolock-testdb on first use) so that
+# its output is seen (CI=true does the same in a clone). Without either, `go
+# test` takes only a running local test server and skips what needs a server
+# where there is none, as in an application's `go test all`.
 # The tests, the benchmark and the soak create and drop only databases whose
 # names begin with mongolock_test_.
 
 .PHONY: test lint demo demo-schedule bench soak testdb testdb-stop
 
 test: testdb
-	$(GO) test -race -count=1 -timeout 15m $(TESTFLAGS) ./...
+	MONGOLOCK_TEST_REQUIRED=1 $(GO) test -race -count=1 -timeout 15m $(TESTFLAGS) ./...
 
+# Besides the code: the CI workflow (actionlint), and the module graph an
+# application that imports mongolock gets (scripts/modgraph).
 lint:
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 	cd bench && $(GO) vet ./...
 	cd examples/wiring && $(GO) vet ./...
+	cd internal/testdb/container && $(GO) vet ./...
+	$(ACTIONLINT) -color=false
+	./scripts/modgraph
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-ed: $$out"; exit 1; fi
 
 # The README's "see it work" command: worker processes contend for one lock.
 # The example is a program to copy, and reads MONGODB_URI as one would; here
 # it is given the tests' server: MONGOLOCK_TEST_URI, else the local test
-# server (started here even where Docker answers: the example does not use
-# testcontainers). It writes one lock document (database mongolock_demo) and
+# server (started here even where Docker answers: the example does not start
+# containers). It writes one lock document (database mongolock_demo) and
 # drops nothing. Against a server of your own: MONGODB_URI=... go run
 # ./examples/contend.
 demo:
@@ -68,13 +79,13 @@ SOAK      ?= 60s
 SOAKFLAGS ?=
 
 soak: testdb
-	$(GO) run ./internal/soak -d $(SOAK) $(SOAKFLAGS)
+	MONGOLOCK_TEST_REQUIRED=1 $(GO) run ./internal/soak -d $(SOAK) $(SOAKFLAGS)
 
 testdb:
 	@if [ -z "$$MONGOLOCK_TEST_URI" ] && [ -n "$$MONGODB_URI" ]; then \
 		echo "MONGODB_URI is ignored: the tests take their server from MONGOLOCK_TEST_URI"; fi
 	@if [ -n "$$MONGOLOCK_TEST_URI" ]; then echo "using MONGOLOCK_TEST_URI"; \
-	elif docker info >/dev/null 2>&1; then echo "using Docker (testcontainers)"; \
+	elif docker info >/dev/null 2>&1; then echo "using Docker (a mongo:7.0 container per test process)"; \
 	else ./scripts/testdb start; fi
 
 testdb-stop:

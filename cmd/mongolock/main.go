@@ -309,28 +309,11 @@ func flagDefaults(fs *flag.FlagSet) string {
 	return b.String()
 }
 
-// moduleVersion is the module's version this binary was built from: a
-// release's tag when installed with go install ...@version.
-// A build from a checkout says its commit instead, if it knows it.
+// moduleVersion is the version this binary was built from (versionOf).
 func moduleVersion() string {
 	bi, ok := debug.ReadBuildInfo()
-	if !ok || bi.Main.Version == "" {
+	if !ok {
 		return "(unknown)"
 	}
-	if bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	var rev, dirty string
-	for _, s := range bi.Settings {
-		switch {
-		case s.Key == "vcs.revision":
-			rev = " " + s.Value[:min(12, len(s.Value))]
-		case s.Key == "vcs.modified" && s.Value == "true":
-			dirty = "+dirty"
-		}
-	}
-	if rev == "" {
-		dirty = ""
-	}
-	return bi.Main.Version + rev + dirty
+	return versionOf(bi, release)
 }

@@ -34,7 +34,9 @@
 // indexes as listIndexes shows them, and fails if they were changed.
 //
 // The server is -uri, else MONGOLOCK_TEST_URI (never MONGODB_URI), else the
-// tests' own (testcontainers where Docker answers, else scripts/testdb). The
+// tests' own, found as internal/testdb finds it (`make soak` has it start
+// a Docker container or scripts/testdb; a bare go run takes a running
+// scripts/testdb server). The
 // soak drops its database (-db, default mongolock_test_soak) before and
 // after the run, and takes only a name beginning with mongolock_test_.
 //

@@ -212,7 +212,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.killEvery, "kill-every", 5*time.Second, "SIGKILL a child about this often, one with a holder inside if there is one (0: never)")
 	fs.DurationVar(&c.dropEvery, "drop-every", 6*time.Second, "each child closes its client under a held handle about this often, of a kind closed under least so far (0: never)")
 	fs.StringVar(&c.db, "db", testdb.Prefix+"soak", "database (dropped before the run, and after it unless -keep); its name must begin with "+testdb.Prefix)
-	fs.StringVar(&c.uri, "uri", "", "server (default: "+testdb.EnvURI+", else a test server of its own: testcontainers where Docker answers, else scripts/testdb)")
+	fs.StringVar(&c.uri, "uri", "", "server (default: "+testdb.EnvURI+", else the tests' server as internal/testdb finds it)")
 	fs.BoolVar(&c.sabotage, "sabotage", false, "children work after releasing: the run must report violations")
 	fs.BoolVar(&c.keep, "keep", false, "keep the database after the run")
 	if err := fs.Parse(args); err != nil {

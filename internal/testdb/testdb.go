@@ -1,20 +1,27 @@
 // Package testdb gives mongolock's tests, examples and benchmarks a real
 // MongoDB-compatible server, never a mock.
 //
-// The server is chosen once per process, in this order:
+// The server is chosen once per process (decide), in this order:
 //
 //  1. MONGOLOCK_TEST_URI, if set: any MongoDB (or Atlas) the user points
 //     the tests at. Never MONGODB_URI: a service that imports mongolock runs
 //     these tests with `go test all`, with MONGODB_URI naming its own data.
-//  2. A Docker daemon that answers: a mongo container started with
-//     testcontainers-go as a single-node replica set.
-//  3. The project's scripts/testdb: FerretDB v2 on PostgreSQL/DocumentDB on
-//     loopback, installed and started on demand.
+//  2. Where the run must have a server (MONGOLOCK_TEST_REQUIRED=1, which
+//     `make test` sets, or CI=true in mongolock's own module): a mongo
+//     container (a single-node replica set, started by ./container, a
+//     module of its own) where a Docker daemon answers, else the project's
+//     scripts/testdb, FerretDB v2 on PostgreSQL/DocumentDB on loopback,
+//     installed and started on demand. Without one the tests fail.
+//  3. Elsewhere in mongolock's own module (`go test` in a clone): the
+//     scripts/testdb server if it is already running; nothing is installed
+//     or started.
+//  4. Otherwise (an application's `go test all`, or a clone with no server
+//     running): none. The tests that need a server skip, and the first
+//     says in one line on stderr how to give them one.
 //
 // Each test gets a database of its own, named with Prefix and dropped when
 // the test ends; DropDatabase drops no database without Prefix. Tests that
-// need a capability the server lacks skip, naming it; under CI=true a
-// missing server fails the test instead of skipping it.
+// need a capability the server lacks skip, naming it.
 package testdb
 
 import (
@@ -29,6 +36,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -43,6 +51,15 @@ import (
 // tests', examples', benchmarks' and soak's own, never MONGODB_URI.
 const EnvURI = "MONGOLOCK_TEST_URI"
 
+// EnvRequired names the environment variable that, set to 1, says the run
+// must have a server: started here if EnvURI is unset, and a failure if
+// there is none. `make test` sets it.
+const EnvRequired = "MONGOLOCK_TEST_REQUIRED"
+
+// modulePath is mongolock's module path; its nested modules' paths begin
+// with it.
+const modulePath = "github.com/mongolock/mongolock"
+
 // Prefix begins the name of every database the tests create; DropDatabase
 // refuses any other.
 const Prefix = "mongolock_test_"
@@ -50,7 +67,7 @@ const Prefix = "mongolock_test_"
 // Server describes the server the tests run against.
 type Server struct {
 	URI           string // connection string
-	Source        string // EnvURI, "testcontainers" or "scripts/testdb"
+	Source        string // EnvURI, "container" or "scripts/testdb"
 	Version       string // the MongoDB version the server reports
 	FerretDB      string // FerretDB's own version, "" on MongoDB
 	ReplicaSet    bool   // a replica set (or sharded cluster)
@@ -127,19 +144,105 @@ func Close() {
 // EnvURI's, whatever else is set.
 func envURI() string { return os.Getenv(EnvURI) }
 
+// An environ is what decides where the tests find their server.
+type environ struct {
+	uri      string // EnvURI
+	required bool   // EnvRequired=1
+	ci       bool   // CI=true
+	own      bool   // the main module is mongolock's (or one nested in it), from source
+}
+
+// A plan is how a process finds its server.
+type plan struct {
+	uri     string // the environment's server; "" for none
+	start   bool   // start one: a container where Docker answers, else scripts/testdb
+	running bool   // take the scripts/testdb server if it runs, start nothing
+	strict  bool   // a missing server fails the tests instead of skipping them
+}
+
+// decide is the rule the package comment states. An application's CI sets
+// CI=true too, and runs our tests with `go test all`: there CI=true alone
+// does not make a server required.
+func decide(e environ) plan {
+	strict := e.required || (e.own && e.ci)
+	switch {
+	case e.uri != "":
+		return plan{uri: e.uri, strict: strict}
+	case strict:
+		return plan{start: true, strict: true}
+	case e.own:
+		return plan{running: true}
+	default:
+		return plan{}
+	}
+}
+
+// currentEnv reads the environ of this process.
+func currentEnv() environ {
+	bi, _ := debug.ReadBuildInfo()
+	return environ{
+		uri:      envURI(),
+		required: os.Getenv(EnvRequired) == "1",
+		ci:       os.Getenv("CI") == "true",
+		own:      ownModule(bi),
+	}
+}
+
+// ownModule reports whether bi is of mongolock's module (or one nested in
+// it) built from its source tree. A test binary's main module is the
+// module of the package under test: mongolock's own, built from a clone,
+// is "(devel)"; one an application requires has the version it requires.
+func ownModule(bi *debug.BuildInfo) bool {
+	if bi == nil {
+		return false
+	}
+	m := bi.Main
+	return (m.Path == modulePath || strings.HasPrefix(m.Path, modulePath+"/")) && m.Version == "(devel)"
+}
+
+// Required reports whether this run must have a server: where it does, a
+// missing server fails the tests; elsewhere they skip.
+func Required() bool { return decide(currentEnv()).strict }
+
+// errNoServer is the error of a run that is given no server and may not
+// start one.
+var errNoServer = errors.New("no test server")
+
+// hint is the line that says how to give the tests a server.
+func hint(err error) string {
+	return fmt.Sprintf("mongolock tests: %v: skipping those that need one; "+
+		"set %s=mongodb://HOST:PORT/ to run them (in a clone of mongolock: make test)", err, EnvURI)
+}
+
+var hinted sync.Once
+
+// NoteSkip writes hint(err) to stderr once per process, so that a package
+// whose tests skip for want of a server says why in one line even without
+// go test -v.
+func NoteSkip(err error) {
+	hinted.Do(func() { fmt.Fprintln(os.Stderr, hint(err)) })
+}
+
 func connect() (*Server, *mongo.Client, error) {
-	uri, source := envURI(), EnvURI
+	p := decide(currentEnv())
+	uri, source := p.uri, EnvURI
 	if uri == "" {
 		var err error
-		if dockerAnswers() {
-			source = "testcontainers"
+		switch {
+		case p.start && dockerAnswers():
+			source = "container"
 			uri, stopCtr, err = startContainer()
-		} else {
+		case p.start:
 			source = "scripts/testdb"
 			uri, err = startScript()
+		case p.running:
+			source = "scripts/testdb"
+			uri, err = runningScript()
+		default:
+			return nil, nil, errNoServer
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("no MongoDB server (%s): %w", source, err)
+			return nil, nil, fmt.Errorf("%w (%s): %w", errNoServer, source, err)
 		}
 	}
 	c, err := mongo.Connect(options.Client().ApplyURI(uri).SetServerSelectionTimeout(20 * time.Second))
@@ -188,14 +291,25 @@ func describe(c *mongo.Client) (*Server, error) {
 	return s, nil
 }
 
-// fail stops the test for a missing server: a failure under CI=true, a skip
-// elsewhere.
+// fail stops the test for a missing server: a failure where the run must
+// have one, a skip elsewhere.
 func fail(tb testing.TB, err error) {
 	tb.Helper()
-	if os.Getenv("CI") == "true" {
-		tb.Fatalf("testdb: %v (CI=true: a missing server is a failure)", err)
+	msg, strict := missing(err)
+	if strict {
+		tb.Fatal(msg)
 	}
-	tb.Skipf("testdb: %v; set %s or run scripts/testdb start", err, EnvURI)
+	NoteSkip(err)
+	tb.Skip(msg)
+}
+
+// missing says what a test does for want of a server: fail, with a
+// message, where the run must have one; otherwise skip, with the hint.
+func missing(err error) (msg string, strict bool) {
+	if Required() {
+		return fmt.Sprintf("testdb: %v (a server is required: %s=1 or CI=true)", err, EnvRequired), true
+	}
+	return hint(err), false
 }
 
 // Client returns the process-wide client.
@@ -335,40 +449,67 @@ func dockerAnswers() bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// scriptPath finds scripts/testdb from this source file's location.
-func scriptPath() (string, error) {
+// sourceDir is this package's directory in the source tree.
+func sourceDir() (string, error) {
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
 		return "", errors.New("cannot locate the source tree")
 	}
-	p := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "testdb")
+	return filepath.Dir(file), nil
+}
+
+// scriptPath finds scripts/testdb from this source file's location.
+func scriptPath() (string, error) {
+	dir, err := sourceDir()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, "..", "..", "scripts", "testdb")
 	if _, err := os.Stat(p); err != nil {
 		return "", fmt.Errorf("scripts/testdb: %w", err)
 	}
 	return p, nil
 }
 
+// runningScript returns the URI of the scripts/testdb server if it
+// answers, and starts nothing.
+func runningScript() (string, error) {
+	if _, err := script(30*time.Second, "status"); err != nil {
+		return "", errors.New("not running")
+	}
+	return script(30*time.Second, "uri")
+}
+
 // startScript runs scripts/testdb start (idempotent: it reuses a running
-// server) and returns the URI it prints.
+// server) and returns the URI it prints last.
 func startScript() (string, error) {
+	out, err := script(8*time.Minute, "start")
+	if err != nil {
+		return "", err
+	}
+	words := strings.Fields(out)
+	if len(words) == 0 {
+		return "", errors.New("scripts/testdb start printed no URI")
+	}
+	return words[len(words)-1], nil
+}
+
+// script runs scripts/testdb cmd and returns what it prints on stdout.
+func script(timeout time.Duration, cmd string) (string, error) {
 	p, err := scriptPath()
 	if err != nil {
 		return "", err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, p, "start")
+	c := exec.CommandContext(ctx, p, cmd)
 	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	c.Stderr = &stderr
+	out, err := c.Output()
 	if err != nil {
-		return "", fmt.Errorf("%s start: %v: %s", p, err, strings.TrimSpace(stderr.String()))
+		return "", fmt.Errorf("%s %s: %v: %s", p, cmd, err, strings.TrimSpace(stderr.String()))
 	}
-	lines := strings.Fields(string(out))
-	if len(lines) == 0 {
-		return "", fmt.Errorf("%s start printed no URI", p)
-	}
-	return lines[len(lines)-1], nil
+	return strings.TrimSpace(string(out)), nil
 }
 
 func redact(uri string) string {

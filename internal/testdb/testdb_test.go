@@ -23,7 +23,7 @@ func TestServerIsNamed(t *testing.T) {
 	s := testdb.Info(t)
 	require.NotEmpty(t, s.URI)
 	require.NotEmpty(t, s.Version, "the server reports a version")
-	require.Contains(t, []string{testdb.EnvURI, "testcontainers", "scripts/testdb"}, s.Source)
+	require.Contains(t, []string{testdb.EnvURI, "container", "scripts/testdb"}, s.Source)
 	t.Logf("server: %s (change streams: %v)", s.Name(), s.ChangeStreams)
 }
 
