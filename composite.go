@@ -128,9 +128,9 @@ func NewComposite(parts ...Part) (*Composite, error) {
 	return c, nil
 }
 
-// article is an RWLock's part kind as "a reader", "an upgradeable reader",
-// "a writer".
-func article(kind string) string {
+// rwModeWithArticle is an RWLock's part kind as "a reader", "an
+// upgradeable reader" or "a writer".
+func rwModeWithArticle(kind string) string {
 	mode := strings.TrimPrefix(kind, "RWLock ")
 	if strings.HasPrefix(mode, "u") {
 		return "an " + mode
@@ -145,7 +145,7 @@ func samePart(a, b string) error {
 		return invalidf("the %s is a part twice", a)
 	case strings.HasPrefix(a, "RWLock") && strings.HasPrefix(b, "RWLock"):
 		// Sorted by kind, b is the mode that can do what a can.
-		return invalidf("%s and %s of one RWLock: hold the %s alone", article(a), article(b), strings.TrimPrefix(b, "RWLock "))
+		return invalidf("%s and %s of one RWLock: hold the %s alone", rwModeWithArticle(a), rwModeWithArticle(b), strings.TrimPrefix(b, "RWLock "))
 	}
 	return fmt.Errorf("%w (%s and %s of one name)", errOtherKind, a, b)
 }
