@@ -49,6 +49,8 @@ func (l *Lock) compositeKey() (partKey, error) {
 			kind = "RWLock reader"
 		case writeMode:
 			kind = "RWLock writer"
+		case upgradeMode:
+			kind = "RWLock upgradeable reader"
 		default:
 			kind = "semaphore"
 		}
@@ -93,8 +95,8 @@ type Composite struct {
 
 // NewComposite returns the composite of parts, at least one. It refuses nil
 // parts, a semaphore of fewer than 1 slot, and two parts of one lock (the
-// same name and kind twice, a reader and a writer of one RWLock, or a
-// Semaphore and an RWLock of one name), with an error that names them.
+// same name and kind twice, two modes of one RWLock, or a Semaphore and an
+// RWLock of one name), with an error that names them.
 // Parts of one database, collection and name are one lock even when they
 // come from Providers of different clients, which may reach one server.
 func NewComposite(parts ...Part) (*Composite, error) {
@@ -126,13 +128,24 @@ func NewComposite(parts ...Part) (*Composite, error) {
 	return c, nil
 }
 
+// rwModeWithArticle is an RWLock's part kind as "a reader", "an
+// upgradeable reader" or "a writer".
+func rwModeWithArticle(kind string) string {
+	mode := strings.TrimPrefix(kind, "RWLock ")
+	if strings.HasPrefix(mode, "u") {
+		return "an " + mode
+	}
+	return "a " + mode
+}
+
 // samePart says why a composite cannot hold parts of these kinds of one lock.
 func samePart(a, b string) error {
 	switch {
 	case a == b:
 		return invalidf("the %s is a part twice", a)
 	case strings.HasPrefix(a, "RWLock") && strings.HasPrefix(b, "RWLock"):
-		return invalid("a reader and a writer of one RWLock: hold the writer alone")
+		// Sorted by kind, b is the mode that can do what a can.
+		return invalidf("%s and %s of one RWLock: hold the %s alone", rwModeWithArticle(a), rwModeWithArticle(b), strings.TrimPrefix(b, "RWLock "))
 	}
 	return fmt.Errorf("%w (%s and %s of one name)", errOtherKind, a, b)
 }

@@ -77,11 +77,13 @@ func TestNewCompositeRefusesBadParts(t *testing.T) {
 		{"a lock twice, from another client", []mongolock.Part{p.Lock("a"), sameDB.Lock("a")}, "the lock is a part twice"},
 		{"a semaphore twice", []mongolock.Part{p.Semaphore("s", 2), p.Semaphore("s", 3)}, "the semaphore is a part twice"},
 		{"a reader twice", []mongolock.Part{rw.Reader(), rw.Reader()}, "the RWLock reader is a part twice"},
-		{"a reader and a writer", []mongolock.Part{rw.Writer(), rw.Reader()}, "a reader and a writer of one RWLock"},
+		{"a reader and a writer", []mongolock.Part{rw.Writer(), rw.Reader()}, "a reader and a writer of one RWLock: hold the writer alone"},
+		{"an upgradeable reader and a reader", []mongolock.Part{rw.Upgradeable(), rw.Reader()}, "a reader and an upgradeable reader of one RWLock: hold the upgradeable reader alone"},
+		{"an upgradeable reader and a writer", []mongolock.Part{rw.Writer(), rw.Upgradeable()}, "an upgradeable reader and a writer of one RWLock: hold the writer alone"},
 		{"a semaphore and an RWLock", []mongolock.Part{p.Semaphore("rw", 2), rw.Reader()}, "another kind of lock (RWLock reader and semaphore of one name)"},
 		{"a lock and a semaphore of one name", []mongolock.Part{p.Lock("x"), p.Semaphore("x", 2)}, ""},
 		{"one name in two collections", []mongolock.Part{p.Lock("x"), otherColl.Lock("x")}, ""},
-		{"every kind", []mongolock.Part{p.Lock("x"), p.Semaphore("y", 2), rw.Reader(), p.RWLock("w").Writer()}, ""},
+		{"every kind", []mongolock.Part{p.Lock("x"), p.Semaphore("y", 2), rw.Reader(), p.RWLock("w").Writer(), p.RWLock("u").Upgradeable()}, ""},
 	} {
 		t.Run(tc.label, func(t *testing.T) {
 			c, err := mongolock.NewComposite(tc.parts...)
@@ -264,12 +266,12 @@ func TestCompositeAcquireReleasesWhatItTookWhenAPartFails(t *testing.T) {
 
 // A composite of a lock, a semaphore's slot and an RWLock's read lock holds
 // each as its own Acquire would: the lock is refused to others, one slot
-// of two is left, other readers share and writers are refused. Each part's
-// Handle carries its own fencing token.
+// of two is left, other readers share and writers are refused, and other
+// upgradeable readers too. Each part's Handle carries its own fencing token.
 func TestCompositeOfMixedKindsHoldsEachPartAsItsKindDoes(t *testing.T) {
 	e := newLockEnv(t)
 	ctx := boundedCtx(t, time.Minute)
-	parts := []mongolock.Part{e.p.Semaphore("exports", 2), e.p.Lock("report"), e.p.RWLock("catalog").Reader()}
+	parts := []mongolock.Part{e.p.Semaphore("exports", 2), e.p.Lock("report"), e.p.RWLock("catalog").Reader(), e.p.RWLock("prices").Upgradeable()}
 	c := mustComposite(t, parts...)
 	for _, acquire := range []func(context.Context) (*mongolock.CompositeHandle, error){c.Acquire, c.TryAcquire} {
 		h, err := acquire(ctx)
@@ -293,18 +295,25 @@ func TestCompositeOfMixedKindsHoldsEachPartAsItsKindDoes(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, catalog.Holders, 1)
 		require.Equal(t, catalog.Holders[0].FencingToken, handles[2].FencingToken())
+		prices, err := e.other.RWLock("prices").Inspect(ctx)
+		require.NoError(t, err)
+		require.Len(t, prices.Holders, 1)
+		require.True(t, prices.Holders[0].Upgradeable)
+		require.Equal(t, prices.Holders[0].FencingToken, handles[3].FencingToken())
 
 		_, err = e.other.Lock("report").TryAcquire(ctx)
 		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the lock is held")
 		_, err = e.other.RWLock("catalog").Writer().TryAcquire(ctx)
 		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a writer is refused while the composite reads")
-		requireFree(t, ctx, e.other.Semaphore("exports", 2), e.other.RWLock("catalog").Reader())
+		_, err = e.other.RWLock("prices").Upgradeable().TryAcquire(ctx)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "one upgradeable reader at a time")
+		requireFree(t, ctx, e.other.Semaphore("exports", 2), e.other.RWLock("catalog").Reader(), e.other.RWLock("prices").Reader())
 
 		require.NoError(t, h.Release(ctx))
 		require.ErrorIs(t, context.Cause(h.Context()), context.Canceled)
 		require.False(t, closedNow(h.Lost()), "Release does not close Lost")
 		require.NoError(t, h.Release(ctx), "a second Release")
-		requireFree(t, ctx, e.other.Lock("report"), e.other.RWLock("catalog").Writer())
+		requireFree(t, ctx, e.other.Lock("report"), e.other.RWLock("catalog").Writer(), e.other.RWLock("prices").Writer())
 	}
 }
 

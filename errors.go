@@ -15,8 +15,11 @@ import (
 var (
 	// ErrMismatch reports that a name is held with another size or kind than
 	// the call's: a Semaphore's acquisition with another n than its holders',
-	// or a Semaphore's name taken by an RWLock, or the other way round. It is
-	// returned at once, not retried, and the call leaves nothing behind.
+	// or a Semaphore's name taken by an RWLock, or the other way round; or
+	// that a handle is not in the mode a call needs (an Upgrade of a handle
+	// that is not an upgradeable reader's, a Downgrade of one that is not a
+	// writer's). It is returned at once, not retried, and the call leaves
+	// nothing behind.
 	ErrMismatch = errors.New("mongolock: held with another size or kind")
 
 	// ErrNotAcquired reports that the lock is held by someone else.
@@ -153,7 +156,7 @@ var errNilFunction error = invalid("nil function")
 // lock's name (shortened past 64 bytes), and the cause, which errors.Is and
 // errors.As see through.
 type Error struct {
-	Op   string // "new", "new provider", "new composite", "close", "acquire", "try acquire", "do", "release", "inspect", "list", "force release", "campaign", "proclaim", "resign", "leader", "run"
+	Op   string // "new", "new provider", "new composite", "close", "acquire", "try acquire", "do", "release", "upgrade", "downgrade", "inspect", "list", "force release", "campaign", "proclaim", "resign", "leader", "run"
 	Name string // the lock's name, a listing's prefix, or a composite's names; none for "new provider", "new composite" and "close"
 	Err  error
 }
@@ -193,14 +196,15 @@ func shortName(name string) string {
 	return name
 }
 
-// gaveUp is Acquire's error when ctx ended: with the last transient error,
-// or as contention if the lock was held by someone else.
-func (l *Lock) gaveUp(ctx context.Context, lastErr error, contended bool) error {
+// gaveUp is the error of op (Acquire, Upgrade) when ctx ended: with the
+// last transient error, or as contention if the lock was held by someone
+// else.
+func (l *Lock) gaveUp(op string, ctx context.Context, lastErr error, contended bool) error {
 	switch {
 	case lastErr != nil:
-		return l.errorf("acquire", fmt.Errorf("%w (last error: %w)", ctx.Err(), lastErr))
+		return l.errorf(op, fmt.Errorf("%w (last error: %w)", ctx.Err(), lastErr))
 	case contended:
-		return l.errorf("acquire", fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err()))
+		return l.errorf(op, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err()))
 	}
-	return l.errorf("acquire", ctx.Err()) // no attempt came back in time
+	return l.errorf(op, ctx.Err()) // no attempt came back in time
 }

@@ -460,6 +460,45 @@ func ExampleRWLock() {
 	// the writer's token outranks the readers': true
 }
 
+func ExampleRWLock_Upgradeable() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, disconnect := exampleDatabase(ctx, "distributed_locks_semaphores") // (for the checked output)
+	defer disconnect()                                                     // (for the checked output)
+
+	locks, err := mongolock.NewProvider(db)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Read the price list, and rewrite it if it is stale: nobody writes in between.
+	prices := locks.RWLock("prices")
+
+	h, err := prices.Upgradeable().Acquire(ctx) // beside readers; one at a time
+	if err != nil {
+		log.Fatal(err)
+	}
+	read := h.FencingToken()
+	// ... read; it is stale ...
+	if err := h.Upgrade(ctx); err != nil { // new readers wait; the others leave
+		log.Fatal(err)
+	}
+	fmt.Println("the writer's token outranks the read's:", h.FencingToken() > read)
+	// ... write ...
+	if err := h.Downgrade(ctx); err != nil { // readers may enter again, writers not
+		log.Fatal(err)
+	}
+	reader, err := prices.Reader().TryAcquire(ctx)
+	fmt.Println("a reader is let in:", err == nil)
+	for _, h := range []*mongolock.Handle{h, reader} {
+		if err := h.Release(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}
+	// Output:
+	// the writer's token outranks the read's: true
+	// a reader is let in: true
+}
+
 func ExampleComposite() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -188,7 +188,8 @@ func init() {
 // its first attempt and of the handle's Release, without I/O: what
 // telemetry adds to one acquisition.
 func TelemetryCycle(ctx context.Context, l *Lock) {
-	a := &acquisition{lock: l, token: 1}
+	a := &acquisition{lock: l}
+	a.token.Store(1)
 	_, _ = l.p.tel.traceAcquire(ctx, l, spanAcquire, func(ctx context.Context, call *acquireCall) (*Handle, error) {
 		call.attempted(ctx, nil)
 		l.p.tel.acquired(l)

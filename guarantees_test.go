@@ -1,11 +1,12 @@
 package mongolock_test
 
 // The guarantee suite: each guarantee that every kind keeps
-// (docs/guarantees.md; their numbers are given with each test), tested on every
-// kind and mode. A row is a kind and mode: a lock, a semaphore of two, an
-// RWLock's reader, its writer, an election. Each guarantee is a test that
-// runs every row, in parallel, each in a database of its own. Providers on
-// clients of their own stand for processes.
+// (docs/guarantees.md; their numbers are given with each test), tested on
+// every kind and mode. A row is a kind and mode: a lock, a semaphore of
+// two, an RWLock's reader, its writer, its upgradeable reader, an election.
+// Each guarantee is a test that runs every row, in parallel, each in a
+// database of its own. Providers on clients of their own stand for
+// processes.
 //
 // Sleeps keep their documented bounds for every kind in the waiting
 // schedule itself too: TestSleepsKeepTheirDocumentedBounds feeds it random
@@ -59,6 +60,7 @@ var kindRows = []kindRow{
 	{kind: "semaphore", n: 2, slots: true, this: semaphoreOf(2), other: semaphoreOf(2), refused: semaphoreOf(3)},
 	{kind: "read", otherN: 1, slots: true, rw: true, this: readerMode, other: writerMode},
 	{kind: "write", n: 1, slots: true, rw: true, this: writerMode, other: readerMode},
+	{kind: "upgradeable", n: 1, otherN: 1, slots: true, rw: true, this: upgradeableMode, other: writerMode},
 	{kind: "election", n: 1, this: campaignMode, other: campaignMode},
 }
 
@@ -82,6 +84,11 @@ func readerMode(p *mongolock.Provider, name string) modeLock {
 func writerMode(p *mongolock.Provider, name string) modeLock {
 	w := p.RWLock(name).Writer()
 	return modeLock{w.Acquire, w.TryAcquire}
+}
+
+func upgradeableMode(p *mongolock.Provider, name string) modeLock {
+	u := p.RWLock(name).Upgradeable()
+	return modeLock{u.Acquire, u.TryAcquire}
 }
 
 // campaignMode campaigns with the value "leader"; its one attempt is the
@@ -646,6 +653,8 @@ var busyProcessesOf = map[string]busyProcesses{
 	"semaphore": {procs: 1, callers: 3, hold: 50 * time.Millisecond, sleeps: eagerSleeps, askerSleeps: lazySleeps, most: 12},
 	// Three writer processes, alternating short holds.
 	"read": {procs: 3, callers: 1, hold: 50 * time.Millisecond, sleeps: eagerSleeps, askerSleeps: lazySleeps, most: 12},
+	// Three writer processes, alternating short holds, as a reader's.
+	"upgradeable": {procs: 3, callers: 1, hold: 50 * time.Millisecond, sleeps: eagerSleeps, askerSleeps: lazySleeps, most: 12},
 	// Three reader processes whose holds overlap: never free of readers
 	// unless new ones are kept out.
 	"write": {procs: 3, callers: 2, hold: 5 * time.Millisecond, most: 32},

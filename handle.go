@@ -36,7 +36,7 @@ type Handle struct {
 type acquisition struct {
 	lock       *Lock
 	lockID     string
-	token      int64
+	token      atomic.Int64 // changes with an RWLock's upgrade
 	acquiredAt time.Time    // by the server's clock
 	capAt      time.Time    // by this machine's: WithHoldAtMost's end of the lease; zero: none
 	confirmed  atomic.Int64 // unix nanos: when the last confirmed acquisition or extension was sent
@@ -52,12 +52,23 @@ type acquisition struct {
 	lostErr    error     // why the lock was lost, wrapping ErrLockLost; set before lost closes
 	unholdOnce sync.Once // tells the local line, once, that this handle no longer holds
 
+	// Guarded by the local lines' mutex (queues.mu): whether it holds its
+	// name in the local line, and exclusively (an RWLock's writer's).
+	holds, exclusive bool
+
+	mode     atomic.Uint32 // an RWLock's handle's rwMode, as upgrades and downgrades change it; 0 for other kinds
+	changing atomic.Bool   // an Upgrade or Downgrade is under way
+
 	mem backend.Handle // non-nil: an acquisition in process memory
 }
 
 func newHandle(l *Lock, lockID string, doc reply, sent time.Time) *Handle {
-	a := &acquisition{lock: l, lockID: lockID, token: doc.FencingToken, acquiredAt: doc.AcquiredAt,
+	a := &acquisition{lock: l, lockID: lockID, acquiredAt: doc.AcquiredAt,
 		lost: make(chan struct{}), unkept: make(chan struct{})}
+	a.token.Store(doc.FencingToken)
+	if d, ok := l.kind.(slotDriver); ok {
+		a.mode.Store(uint32(d.rw))
+	}
 	a.confirmed.Store(sent.UnixNano())
 	if o := l.p.opts; o.atMostSet {
 		// The server's bound, acquiredAt + atMost, is no earlier: its
@@ -65,7 +76,7 @@ func newHandle(l *Lock, lockID string, doc reply, sent time.Time) *Handle {
 		a.capAt = sent.Add(o.atMost.Truncate(time.Millisecond))
 	}
 	a.ctx, a.cancel = context.WithCancelCause(context.Background())
-	l.space().queues.hold(l, time.Now())
+	l.space().queues.hold(a, time.Now())
 	l.p.tel.acquired(l)
 	l.p.keep(a, sent)
 	h := &Handle{a}
@@ -92,7 +103,7 @@ func (h *Handle) Name() string { return h.lock.name }
 // lock protects so that it can refuse writes from a holder that lost the
 // lock and does not know it yet (a write with a token lower than the last
 // one it accepted).
-func (h *Handle) FencingToken() int64 { return h.token }
+func (h *Handle) FencingToken() int64 { return h.token.Load() }
 
 // AcquiredAt returns when the lock (a semaphore's slot, an RWLock's read or
 // write lock, a leadership) was acquired, by the server's clock.
@@ -206,11 +217,7 @@ func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (e
 		h.markLost(lossTakenOver, fmt.Errorf("%w: at release, the lock was held by someone else or its document was gone", ErrLockLost))
 		return h.lock.errorf("release", h.lossError())
 	default:
-		schedule := afterNoReply // no reply: the request may still be in flight
-		if isReply(err) {
-			schedule = afterReply
-		}
-		h.lock.releaseInBackground(h.lockID, schedule, hold, false)
+		h.lock.releaseInBackground(h.lockID, undoSchedule(err), hold, false)
 		h.cancel(context.Canceled)
 		if lost := h.lossError(); lost != nil { // the lease ran out meanwhile
 			err = fmt.Errorf("%w (and the release failed: %w)", lost, err)
@@ -278,7 +285,7 @@ func (h *acquisition) markLost(reason lossReason, why error) {
 // unhold tells local waiters, once, that this handle holds the lock no more.
 func (h *acquisition) unhold() {
 	h.unholdOnce.Do(func() {
-		h.lock.space().queues.unhold(h.lock)
+		h.lock.space().queues.unhold(h)
 		h.lock.p.tel.unheld(h.lock)
 	})
 }

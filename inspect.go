@@ -339,6 +339,9 @@ type HolderInfo struct {
 	// Write reports whether the holder holds an RWLock for writing (false:
 	// for reading). It is false for the other kinds.
 	Write bool
+	// Upgradeable reports whether the holder is an RWLock's upgradeable
+	// reader (RWLock.Upgradeable), which reads.
+	Upgradeable bool
 	// AcquiredAt is when the holder acquired, ExpiresAt when its lease
 	// ends unless extended, in server time.
 	AcquiredAt, ExpiresAt time.Time
@@ -372,7 +375,8 @@ type RWLockInfo struct {
 	// FencingToken is the last acquisition's token: the greatest issued.
 	FencingToken int64
 	// WriterWaiting reports whether a writer waiting in Acquire claims the
-	// lock: while it does, new readers are refused.
+	// lock, or an upgradeable reader's Upgrade waits for the other readers
+	// to leave: while one does, new readers are refused.
 	WriterWaiting bool
 	// ServerTime is the server's clock when it was read.
 	ServerTime time.Time
@@ -446,8 +450,9 @@ func (l *Lock) inspectSlots(ctx context.Context) (slotsDoc, error) {
 func (d slotsDoc) holders(rw bool) []HolderInfo {
 	var hs []HolderInfo
 	for _, h := range d.Holders {
-		hs = append(hs, HolderInfo{ID: h.ID, Owner: h.Owner, Write: rw && h.Mode != string(readMode), AcquiredAt: h.AcquiredAt,
-			ExpiresAt: h.ExpiresAt, FencingToken: h.Token})
+		reads := h.Mode == string(readMode) || h.Mode == string(upgradeMode)
+		hs = append(hs, HolderInfo{ID: h.ID, Owner: h.Owner, Write: rw && !reads, Upgradeable: rw && h.Mode == string(upgradeMode),
+			AcquiredAt: h.AcquiredAt, ExpiresAt: h.ExpiresAt, FencingToken: h.Token})
 	}
 	return hs
 }

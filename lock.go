@@ -177,7 +177,7 @@ func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err e
 		handedOver, mayAttempt, waitToken, calm := qs.next(w)
 		if handedOver != nil {
 			call.handedOver = true
-			if refused.placed(lc.process) && refused.FencingToken >= handedOver.token {
+			if refused.placed(lc.process) && refused.FencingToken >= handedOver.token.Load() {
 				// Its attempt was refused after the hand-over (it saw the
 				// hand-over's token) and claimed again, or took a place as
 				// next: nobody needs that, and it is gone before the caller
@@ -226,7 +226,7 @@ func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err e
 		case <-p.done:
 			return nil, l.errorf("acquire", ErrClosed)
 		case <-ctx.Done():
-			return nil, l.gaveUp(ctx, lastErr, contended)
+			return nil, l.gaveUp("acquire", ctx, lastErr, contended)
 		}
 	}
 }
@@ -343,15 +343,10 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, waitToken int64) (
 
 // acquireRoundTrip sends one acquisition of l, or a hand-over from the
 // acquisition releasing, and waits for its reply, for ctx, or for the
-// provider to close (ErrClosed).
-//
-// No orphans: if ctx ends (or the provider closes) first, the request may
-// already be on the server, and a release sent now could overtake it there. So the request is left to
-// finish in the background (for at most cleanupTimeout more), and whatever
-// it did is undone once its reply is in: an acquisition is released, a
-// claim it made is withdrawn. A request
-// that fails ambiguously (the connection dropped after sending, a write
-// concern error) is released in the background too.
+// provider to close (ErrClosed), as roundTrip: an acquisition whose reply
+// nobody waits for any more is released, a claim it made is withdrawn. A
+// request that fails ambiguously (the connection dropped after sending, a
+// write concern error) is released in the background too.
 func (l *Lock) acquireRoundTrip(ctx context.Context, a attempt) (reply, error) {
 	p, lc, lockID := l.p, l.space(), a.id
 	send := func(ctx context.Context) (reply, error) {
@@ -363,22 +358,37 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, a attempt) (reply, error) {
 			err = testHookReply(p, err)
 		}
 		if isAmbiguous(err) {
-			schedule := afterNoReply
-			if isReply(err) {
-				schedule = afterReply
-			}
-			l.releaseInBackground(lockID, schedule, 0, true)
+			l.releaseInBackground(lockID, undoSchedule(err), 0, true)
 		}
 		return doc, err
 	}
+	return roundTrip(ctx, p, send, func(doc reply, err error) {
+		switch {
+		case err == nil && doc.LockID == lockID:
+			l.releaseInBackground(lockID, afterReply, 0, true)
+		case err == nil && a.mode == waitMode && doc.placed(lc.process):
+			l.withdraw()
+		}
+	})
+}
+
+// roundTrip sends one request with send and waits for its reply, for ctx,
+// or for p to close (ErrClosed).
+//
+// No orphans: if ctx ends (or p closes) first, the request may already be
+// on the server, and an undo sent now could overtake it there. So the
+// request is left to finish in the background (for at most cleanupTimeout
+// more), and undo is called with its outcome once it is in.
+func roundTrip[T any](ctx context.Context, p *Provider, send func(context.Context) (T, error), undo func(T, error)) (T, error) {
+	var none T
 	if err := ctx.Err(); err != nil {
-		return reply{}, err
+		return none, err
 	}
 	if ctx.Done() == nil { // ctx cannot end it (Close waits for it): no need for a goroutine
 		return send(ctx)
 	}
 	type result struct {
-		doc reply
+		v   T
 		err error
 	}
 	replied := make(chan result) // unbuffered: the reply is taken, or abandoned
@@ -387,43 +397,50 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, a attempt) (reply, error) {
 	p.sendAsync(func() {
 		defer cancelOp()
 		var r result
-		r.doc, r.err = send(opCtx)
+		r.v, r.err = send(opCtx)
 		select {
 		case replied <- r:
-		case <-abandoned: // nobody gets a handle: undo what it did
-			switch {
-			case r.err == nil && r.doc.LockID == lockID:
-				l.releaseInBackground(lockID, afterReply, 0, true)
-			case r.err == nil && a.mode == waitMode && r.doc.placed(lc.process):
-				l.withdraw()
-			}
+		case <-abandoned: // nobody takes the reply: undo what it did
+			undo(r.v, r.err)
 		}
 	})
 	select {
 	case r := <-replied:
-		return r.doc, r.err
+		return r.v, r.err
 	case <-ctx.Done():
 	case <-p.done:
 	}
 	close(abandoned)
 	time.AfterFunc(cleanupTimeout, cancelOp)
-	return reply{}, cmp.Or(ctx.Err(), ErrClosed)
+	return none, cmp.Or(ctx.Err(), ErrClosed)
 }
 
 // releaseInBackground releases lockID's acquisition of l, if it holds it,
 // without waiting: for acquisitions nobody will get a handle for, and for a
 // Release whose round trip failed. It is owner-checked, so it can never free
-// someone else's acquisition. It tries after each wait of schedule, and
-// again after a short, growing backoff while a try fails transiently; it
-// stops once a try matches, an error is not transient (the client closed),
-// or cleanupTimeout has passed. It holds the lock until hold after its
-// acquisition (WithHoldAtLeast's, for a handle's release). An orphan's
-// release (an acquisition nobody got a handle for, so nobody used it: hold
-// 0) is counted and logged.
+// someone else's acquisition. It stops once a try matches
+// (updateInBackground). It holds the lock until hold after its acquisition
+// (WithHoldAtLeast's, for a handle's release). An orphan's release (an
+// acquisition nobody got a handle for, so nobody used it: hold 0) is
+// counted and logged.
 func (l *Lock) releaseInBackground(lockID string, schedule []time.Duration, hold time.Duration, orphan bool) {
+	filter, update := l.kind.release(l.name, lockID, hold)
+	l.updateInBackground(filter, update, schedule, func() bool {
+		if orphan {
+			l.p.tel.orphanReleased(l)
+		}
+		return true
+	})
+}
+
+// updateInBackground sends updateOne(filter, update) to l's collection
+// without waiting. It tries after each wait of schedule, and again after a
+// short, growing backoff while a try fails transiently; it stops once a try
+// matches and matched returns true, an error is not transient (the client
+// closed), or cleanupTimeout has passed.
+func (l *Lock) updateInBackground(filter bson.D, update any, schedule []time.Duration, matched func() bool) {
 	p := l.p
 	p.background(cleanupTimeout, func(ctx context.Context) {
-		filter, update := l.kind.release(l.name, lockID, hold)
 		for _, wait := range schedule {
 			for retry := 20 * time.Millisecond; ; retry = min(2*retry, 500*time.Millisecond) {
 				select {
@@ -432,10 +449,7 @@ func (l *Lock) releaseInBackground(lockID string, schedule []time.Duration, hold
 					return
 				}
 				res, err := l.space().coll.UpdateOne(ctx, filter, update)
-				if err == nil && res.MatchedCount > 0 && orphan {
-					p.tel.orphanReleased(l)
-				}
-				if err == nil && res.MatchedCount > 0 || err != nil && !isTransient(err) {
+				if err == nil && res.MatchedCount > 0 && matched() || err != nil && !isTransient(err) {
 					return
 				}
 				if err == nil {
@@ -456,6 +470,15 @@ var (
 	afterReply   = []time.Duration{0}
 	afterNoReply = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond, 1500 * time.Millisecond}
 )
+
+// undoSchedule is the schedule of the undo of a request that failed with
+// err: repeated if no reply came, as the request may still be in flight.
+func undoSchedule(err error) []time.Duration {
+	if isReply(err) {
+		return afterReply
+	}
+	return afterNoReply
+}
 
 // Test hooks, set by the tests only; nil otherwise.
 var (

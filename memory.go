@@ -48,6 +48,10 @@ func newMemoryProvider(opts any, open func(backend.Config) backend.Provider) (an
 // store does not implement.
 var errHoldsInMemory = errors.New("WithHoldAtLeast and WithHoldAtMost: not implemented by the in-memory store; test scheduled jobs against a server")
 
+// errUpgradesInMemory refuses Handle.Upgrade and Handle.Downgrade, which the
+// store does not implement (it refuses RWLock.Upgradeable as a kind).
+var errUpgradesInMemory = errors.New("upgradeable readers, Upgrade and Downgrade: not implemented by the in-memory store; test them against a server")
+
 // memRequest is what l takes.
 func (l *Lock) memRequest() backend.Lock {
 	r := backend.Lock{Name: l.name} // Unsupported, unless a case below says
@@ -61,6 +65,8 @@ func (l *Lock) memRequest() backend.Lock {
 			r.Kind = backend.Reader
 		case writeMode:
 			r.Kind = backend.Writer
+		case upgradeMode:
+			r.Kind = backend.Unsupported
 		}
 	}
 	return r
@@ -71,7 +77,9 @@ func (l *Lock) memAcquire(ctx context.Context, op string, wait bool) (*Handle, e
 	if err != nil {
 		return nil, l.errorf(op, err)
 	}
-	return &Handle{&acquisition{lock: l, token: mh.Token(), acquiredAt: mh.AcquiredAt(), ctx: mh.Context(), lost: mh.Lost(), mem: mh}}, nil
+	a := &acquisition{lock: l, acquiredAt: mh.AcquiredAt(), ctx: mh.Context(), lost: mh.Lost(), mem: mh}
+	a.token.Store(mh.Token())
+	return &Handle{a}, nil
 }
 
 // memRelease is Release: the loss first, then ctx, as the database's.

@@ -616,10 +616,12 @@ var nextToken = op("$max",
 	op("$multiply", op("$toLong", "$$NOW"), int64(tokenFloorScale)))
 
 // liveHolders are the holders whose lease has not ended.
-var liveHolders = bson.D{{Key: "$filter", Value: bson.D{
-	{Key: "input", Value: ifNull("$holders", bson.A{})},
-	{Key: "cond", Value: op("$gt", "$$this.expiresAt", "$$NOW")},
-}}}
+var liveHolders = filterOf(ifNull("$holders", bson.A{}), op("$gt", "$$this.expiresAt", "$$NOW"))
+
+// filterOf is the elements $$this of the array input for which cond holds.
+func filterOf(input, cond any) bson.D {
+	return bson.D{{Key: "$filter", Value: bson.D{{Key: "input", Value: input}, {Key: "cond", Value: cond}}}}
+}
 
 // liveStage sets _live to liveHolders.
 var liveStage = bson.D{{Key: "$set", Value: bson.D{{Key: "_live", Value: liveHolders}}}}
@@ -660,9 +662,15 @@ func slotPipeline(a slotAttempt) bson.A {
 	ofKind := op("$eq", "$kind", slotKind(a.rw))
 	var acquired, agreed any // agreed: the caller's n is the semaphore's
 	switch a.rw {
-	case readMode: // no live writer, and no writer's claim, even of this process
-		writers := bson.D{{Key: "$filter", Value: bson.D{{Key: "input", Value: live}, {Key: "cond", Value: op("$ne", "$$this.mode", "r")}}}}
+	case readMode: // no live writer nor a waiting upgrade, and no writer's claim, even of this process
+		sharing := op("$or", op("$eq", "$$this.mode", "r"), op("$eq", "$$this.mode", "u"))
+		upgrading := op("$gt", ifNull("$$this.upgradingUntil", epoch), now)
+		writers := filterOf(live, op("$or", not(sharing), upgrading))
 		acquired = op("$and", op("$eq", op("$size", writers), 0), not(op("$and", claimLive, op("$eq", "$waitingMode", "w"))))
+	case upgradeMode: // only live readers, and no writer's claim, nor another process's upgradeable reader's
+		others := filterOf(live, op("$ne", "$$this.mode", "r"))
+		claimed := op("$or", op("$eq", "$waitingMode", "w"), op("$and", op("$eq", "$waitingMode", "u"), op("$ne", "$waitingProcess", a.proc)))
+		acquired = op("$and", op("$eq", op("$size", others), 0), not(op("$and", claimLive, claimed)))
 	case writeMode:
 		acquired = op("$and", op("$eq", size, 0), not(other))
 	default: // a semaphore's: fewer than n live, with n agreed, and one to spare for another's claim
@@ -704,10 +712,7 @@ func slotPipeline(a slotAttempt) bson.A {
 	set = append(set, claims...)
 	var stages bson.A
 	if a.mode == handOverMode {
-		stages = bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "holders", Value: bson.D{{Key: "$filter", Value: bson.D{
-			{Key: "input", Value: ifNull("$holders", bson.A{})},
-			{Key: "cond", Value: op("$ne", "$$this.id", a.releasing)},
-		}}}}}}}}
+		stages = bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "holders", Value: filterOf(ifNull("$holders", bson.A{}), op("$ne", "$$this.id", a.releasing))}}}}}
 		set = append(set, bson.E{Key: "releasedAt", Value: cond(acq, ifNull("$releasedAt", "$$REMOVE"), now)})
 	}
 	set = append(set, bson.E{Key: "_live", Value: "$$REMOVE"}, bson.E{Key: "_acquired", Value: "$$REMOVE"})
@@ -797,17 +802,23 @@ func semHoldersQuery(names bson.A) (filter, projection bson.D) {
 // collection, released and extended as a semaphore's:
 //
 //	{_id: name, kind: "rwlock",
-//	 holders: [{id, owner, mode, acquiredAt, expiresAt, token}],
+//	 holders: [{id, owner, mode, acquiredAt, expiresAt, token,
+//	            upgrade, upgradingUntil}],
 //	 fencingToken, expiresAt, waitingProcess, waitingSince, waitingUntil,
 //	 waitingMode, releasedAt}
 //
-// mode is "r" or "w"; a holder without mode (a Semaphore's, under the same
-// name) counts as a writer. A writer's live claim (waitingMode "w") blocks
-// new readers, even of its own process, so that readers cannot starve
-// writers; a reader's claim blocks writers of other processes, so that
-// writers cannot starve readers. The claim goes to the process that has
-// waited longest, reader or writer. Acquired by 16, with the mode; released,
-// handed over and extended as a semaphore's slot.
+// mode is "r", "u" (an upgradeable reader) or "w"; a holder without mode (a
+// Semaphore's, under the same name) counts as a writer. An upgradeable
+// reader shares with readers and excludes writers and other upgradeable
+// readers. While it upgrades (upgradePipeline), its upgrade tags the poll
+// that marked it, and a live upgradingUntil blocks new readers. A writer's
+// live claim (waitingMode "w") blocks new readers, even of its own
+// process, so that readers cannot starve writers; a reader's or an
+// upgradeable reader's claim blocks writers of other processes, so that
+// writers cannot starve readers, and an upgradeable reader's claim blocks
+// other processes' upgradeable readers too. The claim goes to the process
+// that has waited longest, whatever its mode. Acquired by 16, with the
+// mode; released, handed over and extended as a semaphore's slot.
 
 // 20. Create an RWLock: insertOne, as a lock's.
 func createRWDoc(name string) bson.D {
@@ -829,7 +840,9 @@ func semInspectPipeline(match bson.D) mongo.Pipeline {
 			{Key: "holders", Value: liveHolders},
 			{Key: "fencingToken", Value: 1},
 			{Key: "waiting", Value: claimLive},
-			{Key: "writerWaiting", Value: op("$and", claimLive, op("$eq", "$waitingMode", "w"))},
+			{Key: "writerWaiting", Value: op("$or",
+				op("$and", claimLive, op("$eq", "$waitingMode", "w")),
+				op("$gt", op("$size", filterOf(liveHolders, op("$gt", ifNull("$$this.upgradingUntil", epoch), "$$NOW"))), 0))},
 			{Key: "now", Value: "$$NOW"},
 		}}},
 	}
@@ -853,4 +866,72 @@ func semForceReleaseFilter(name string) bson.D {
 var semForceReleaseUpdate = bson.D{
 	{Key: "$set", Value: bson.D{{Key: "holders", Value: bson.A{}}}},
 	{Key: "$currentDate", Value: bson.D{{Key: "releasedAt", Value: true}}},
+}
+
+// 24. Upgrade an upgradeable reader, polling: findOneAndUpdate(
+// semHolderFilter(name, id), upgradePipeline, returnDocument: after,
+// fields: upgradeReplyFields(id)). If id is the only live holder, it
+// becomes the writer, with the next fencing token. Else it marks its
+// holder with the poll's tag and upgradingUntil, a claim's lifetime from
+// now: a live mark keeps new readers out, and lapses unless the next poll
+// renews it. It changes only a live holder in mode "u": a poll that arrives
+// late, after its Upgrade made id the writer, changes nothing.
+func upgradePipeline(id, tag string, claim time.Duration) bson.A {
+	const now = "$$NOW"
+	others := filterOf("$_live", op("$ne", "$$this.id", id))
+	mine := filterOf("$_live", op("$and", op("$eq", "$$this.id", id), op("$eq", "$$this.mode", "u")))
+	decide := bson.D{
+		{Key: "_alone", Value: op("$eq", op("$size", others), 0)},
+		{Key: "_mine", Value: op("$gt", op("$size", mine), 0)},
+	}
+	upgraded := op("$and", "$_mine", "$_alone")
+	holder := cond(op("$and", "$_mine", op("$eq", "$$this.id", id)),
+		cond("$_alone", rewrittenHolder(writeMode, nextToken, tag, "$$REMOVE"),
+			rewrittenHolder(upgradeMode, "$$this.token", tag, op("$add", now, claim.Milliseconds()))),
+		"$$this")
+	return bson.A{liveStage, bson.D{{Key: "$set", Value: decide}}, bson.D{{Key: "$set", Value: bson.D{
+		{Key: "holders", Value: mapHolders(holder)},
+		{Key: "fencingToken", Value: cond(upgraded, nextToken, "$fencingToken")},
+		{Key: "_live", Value: "$$REMOVE"}, {Key: "_alone", Value: "$$REMOVE"}, {Key: "_mine", Value: "$$REMOVE"},
+	}}}}
+}
+
+// upgradeReplyFields return, of the document after an upgrade's poll, only
+// id's holder.
+func upgradeReplyFields(id string) bson.D {
+	return bson.D{{Key: "holders", Value: bson.D{{Key: "$elemMatch", Value: bson.D{{Key: "id", Value: id}}}}}}
+}
+
+// rewrittenHolder is the holder $$this in mode, with token, and an
+// upgrade's tag and upgradingUntil ($$REMOVE: none).
+func rewrittenHolder(mode rwMode, token, tag, until any) bson.D {
+	return bson.D{
+		{Key: "id", Value: "$$this.id"}, {Key: "owner", Value: "$$this.owner"}, {Key: "mode", Value: string(mode)},
+		{Key: "acquiredAt", Value: "$$this.acquiredAt"}, {Key: "expiresAt", Value: "$$this.expiresAt"}, {Key: "token", Value: token},
+		{Key: "upgrade", Value: tag}, {Key: "upgradingUntil", Value: until},
+	}
+}
+
+// mapHolders is the holders, each $$this replaced with in.
+func mapHolders(in any) bson.D {
+	return bson.D{{Key: "$map", Value: bson.D{{Key: "input", Value: ifNull("$holders", bson.A{})}, {Key: "in", Value: in}}}}
+}
+
+// 25. Undo an upgrade's poll, when its Upgrade gives up:
+// updateOne(upgradeTagFilter(name, id, tag), holderModeUpdate(id,
+// upgradeMode)). Only that poll's mark, or the writer it made, is undone:
+// a later poll's is tagged otherwise. releasedAt is stamped, as a
+// release's: readers may enter again.
+func upgradeTagFilter(name, id, tag string) bson.D {
+	return bson.D{{Key: "_id", Value: name}, {Key: "holders", Value: bson.D{{Key: "$elemMatch", Value: bson.D{
+		{Key: "id", Value: id}, {Key: "upgrade", Value: tag}}}}}}
+}
+
+// 26. Downgrade a writer: updateOne(semHolderFilter(name, id),
+// holderModeUpdate(id, mode)), mode "r", or "u" for an upgraded one. One
+// statement: no moment without the lock, and readers may enter at once
+// (releasedAt, as a release stamps it).
+func holderModeUpdate(id string, mode rwMode) bson.A {
+	in := cond(op("$eq", "$$this.id", id), rewrittenHolder(mode, "$$this.token", "$$REMOVE", "$$REMOVE"), "$$this")
+	return bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "holders", Value: mapHolders(in)}, {Key: "releasedAt", Value: "$$NOW"}}}}}
 }

@@ -91,6 +91,8 @@ func TestGoldenProtocol(t *testing.T) {
 		"16-rwlock-lock":             slotAcquire(1, writeMode, waitMode),
 		"16-rwlock-hand-over":        slotAcquire(1, writeMode, handOverMode),
 		"16-rwlock-read-hand-over":   slotAcquire(1, readMode, handOverMode),
+		"16-rwlock-try-upgradeable":  slotAcquire(1, upgradeMode, tryMode),
+		"16-rwlock-upgradeable":      slotAcquire(1, upgradeMode, waitMode),
 		"17-semaphore-release":       {{Key: "updateOne", Value: semHolderFilter(name, holding)}, {Key: "update", Value: semReleaseUpdate(holding)}},
 		"18-semaphore-extend":        {{Key: "updateMany", Value: semExtendFilter(bson.A{name, "invoices"}, bson.A{holding, lockID})}, {Key: "update", Value: semExtendUpdate(bson.A{holding, lockID}, o.expiry)}},
 		"19-semaphore-holders":       {{Key: "find", Value: semHolders}, {Key: "projection", Value: semProjection}},
@@ -98,6 +100,11 @@ func TestGoldenProtocol(t *testing.T) {
 		"21-semaphore-inspect":       {{Key: "aggregate", Value: semInspectPipeline(acquireFilter(name))}},
 		"22-semaphore-list":          {{Key: "aggregate", Value: semListPipeline(name + "/")}, {Key: "batchSize", Value: listBatchSize}},
 		"23-semaphore-force-release": {{Key: "updateOne", Value: semForceReleaseFilter(name)}, {Key: "update", Value: semForceReleaseUpdate}},
+		"24-rwlock-upgrade": {{Key: "findOneAndUpdate", Value: semHolderFilter(name, holding)},
+			{Key: "update", Value: upgradePipeline(holding, lockID, o.claimLifetime())},
+			{Key: "returnDocument", Value: "after"}, {Key: "fields", Value: upgradeReplyFields(holding)}},
+		"25-rwlock-undo-upgrade": {{Key: "updateOne", Value: upgradeTagFilter(name, holding, lockID)}, {Key: "update", Value: holderModeUpdate(holding, upgradeMode)}},
+		"26-rwlock-downgrade":    {{Key: "updateOne", Value: semHolderFilter(name, holding)}, {Key: "update", Value: holderModeUpdate(holding, readMode)}},
 	}
 	for file, stmt := range statements {
 		t.Run(file, func(t *testing.T) {

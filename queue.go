@@ -173,31 +173,56 @@ func (qs *queues) after(w *waiter, doc *reply, trip time.Duration) <-chan time.T
 	return time.After(w.q.pace.refused(p.opts, lc.process, *doc, time.Now(), trip, notified))
 }
 
-// hold records that a handle of l's provider acquired l's name at now.
-func (qs *queues) hold(l *Lock, now time.Time) {
+// hold records that a, an acquisition of this process, acquired its
+// lock's name at now, exclusively if its kind's limit says so.
+func (qs *queues) hold(a *acquisition, now time.Time) {
+	l := a.lock
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	q := qs.get(l.name)
 	q.held++
-	if _, excl := l.kind.limit(); excl {
+	_, a.exclusive = l.kind.limit()
+	if a.exclusive {
 		q.exclusive++
 	}
+	a.holds = true
 	q.pace.acquired(now, l.p.opts.sleepMax)
 }
 
-// unhold records that a handle of this process no longer holds l's name, and
-// wakes the head to attempt at once.
-func (qs *queues) unhold(l *Lock) {
+// unhold records that a no longer holds its lock's name, and wakes the
+// head to attempt at once.
+func (qs *queues) unhold(a *acquisition) {
+	l := a.lock
 	qs.mu.Lock()
 	q := qs.get(l.name)
 	q.held--
-	if _, excl := l.kind.limit(); excl {
+	if a.exclusive {
 		q.exclusive--
 	}
+	a.holds = false
 	q.pace.released(time.Now())
 	qs.drop(l.name, q)
 	qs.mu.Unlock()
 	qs.wakeHead(l.name)
+}
+
+// setExclusive records that a, while it holds, holds its lock's name
+// exclusively or not (an RWLock's handle that upgraded or downgraded).
+// Shared again, it wakes the head to attempt at once.
+func (qs *queues) setExclusive(a *acquisition, exclusive bool) {
+	qs.mu.Lock()
+	if a.holds && a.exclusive != exclusive {
+		a.exclusive = exclusive
+		if exclusive {
+			qs.byName[a.lock.name].exclusive++
+		} else {
+			qs.byName[a.lock.name].exclusive--
+		}
+	}
+	qs.mu.Unlock()
+	if !exclusive {
+		qs.wakeHead(a.lock.name)
+	}
 }
 
 // wakeHead wakes the head of name's line to attempt at once: the lock was

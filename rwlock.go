@@ -1,12 +1,25 @@
 package mongolock
 
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
 // Reader-writer locks.
 //
 // An RWLock is held by any number of readers at once or by one writer, in
 // this process and in others, by the server's clock. It is a semaphore-like
 // document whose holders carry a mode, and its Handles are a Semaphore's in
 // every way (protocol.go, 20 creates; 16 to 19 acquire, hand over, release
-// and extend).
+// and extend), but that a writer's can downgrade (holderModeUpdate) and an
+// upgradeable reader's upgrade (upgradePipeline, undone by upgradeTagFilter
+// when it gives up).
 
 // An RWLock is a distributed reader-writer lock, named as Lock's are.
 // RWLocks live in the collection "<collection>_semaphores" with the
@@ -26,30 +39,35 @@ package mongolock
 // writing, wait in one line, first come first served. Every acquisition,
 // read or write, takes the next fencing token of the lock: a writer's
 // token is greater than that of every reader before it, and a reader's
-// greater than that of every writer before it. An RWLock is safe for
-// concurrent use.
+// greater than that of every writer before it. Its Upgradeable reader can
+// become the writer (Handle.Upgrade), and a writer can become a reader
+// (Handle.Downgrade), without another writer getting in between. An RWLock
+// is safe for concurrent use.
 type RWLock struct {
-	r, w *Lock
+	r, w, u *Lock
 }
 
 // RWLock returns the reader-writer lock called name.
 func (p *Provider) RWLock(name string) *RWLock {
-	return &RWLock{r: &Lock{p: p, name: name, kind: slotDriver{n: 1, rw: readMode}}, w: &Lock{p: p, name: name, kind: slotDriver{n: 1, rw: writeMode}}}
+	mode := func(rw rwMode) *Lock { return &Lock{p: p, name: name, kind: slotDriver{n: 1, rw: rw}} }
+	return &RWLock{r: mode(readMode), w: mode(writeMode), u: mode(upgradeMode)}
 }
 
 // rwMode is what an RWLock's acquisition holds.
 type rwMode byte
 
 const (
-	readMode  rwMode = 'r'
-	writeMode rwMode = 'w'
+	readMode    rwMode = 'r'
+	writeMode   rwMode = 'w'
+	upgradeMode rwMode = 'u' // an upgradeable reader's
 )
 
 // Name returns the lock's name, exactly as given.
 func (rw *RWLock) Name() string { return rw.r.name }
 
 // Reader returns the lock held for reading: its TryAcquire is refused
-// (ErrNotAcquired) if a writer holds the lock or waits for it.
+// (ErrNotAcquired) if a writer holds the lock or waits for it, an
+// upgrading reader's Upgrade included.
 func (rw *RWLock) Reader() *Lock { return rw.r }
 
 // Writer returns the lock held for writing: its TryAcquire is refused if
@@ -59,3 +77,208 @@ func (rw *RWLock) Reader() *Lock { return rw.r }
 // or lose it. An Acquire that ends without the lock withdraws its claim,
 // and readers are let in again.
 func (rw *RWLock) Writer() *Lock { return rw.w }
+
+// Upgradeable returns the lock held by an upgradeable reader: a reader that
+// can become the writer (Handle.Upgrade) without another writer getting in
+// between. It shares the lock with readers, but excludes writers and other
+// upgradeable readers: at most one holds it at a time, so two upgrades can
+// never wait for each other. Acquire, TryAcquire and Do are a reader's,
+// with that rule; an Acquire that waits holds off writers of other
+// processes, as a reader's does, and other processes' upgradeable readers.
+func (rw *RWLock) Upgradeable() *Lock { return rw.u }
+
+// errReleased reports an Upgrade or Downgrade of a released handle.
+var errReleased = errors.New("the handle was released")
+
+// Upgrade makes h, an upgradeable reader's handle (RWLock.Upgradeable), the
+// writer of its lock, without a moment in which another writer could get
+// in. New readers are refused from its first round trip on; it waits until
+// the other readers have released (or lost) the lock, polling as a
+// claimant of the next turn does, at least as often as the longest sleep
+// (WithBusyWaitSleep). Then h is the writer: the same handle, its lease
+// going on, with a new fencing token, greater than every earlier token of
+// the lock. If no other reader holds, that takes one round trip.
+//
+// An Upgrade that waits for a reader of the same lock that its own caller
+// holds, or that the caller needs to release, waits until ctx ends: a
+// plain reader cannot upgrade for that reason (two readers, each waiting
+// for the other to leave, would wait for ever).
+//
+// When ctx ends first, the error satisfies errors.Is(err, ctx.Err()), and
+// also errors.Is(err, ErrNotAcquired) if other readers held the lock the
+// whole time. h then stays an upgradeable reader, and readers are let in
+// again: its hold on them is withdrawn in the background at once, and
+// lapses by itself soon after if that fails. A loss of the lock, before or
+// while it waits, is the handle's loss (Lost, Context), and Upgrade returns
+// an error wrapping ErrLockLost. A handle that is not an upgradeable
+// reader's (a reader's, a writer's, an upgraded one) is ErrMismatch.
+func (h *Handle) Upgrade(ctx context.Context) error {
+	const op = "upgrade"
+	l, p := h.lock, h.lock.p
+	if ctx == nil {
+		return l.errorf(op, errNilContext)
+	}
+	if h.mem != nil {
+		return l.errorf(op, errUpgradesInMemory)
+	}
+	if err := h.beginSwitch(upgradeMode, "an upgradeable reader's"); err != nil {
+		return l.errorf(op, err)
+	}
+	defer h.changing.Store(false)
+	if !p.enter() {
+		return l.errorf(op, ErrClosed)
+	}
+	defer p.calls.Done()
+	var marked string // the tag of the last poll seen holding readers off
+	var lastErr error // the last transient error
+	giveUp := func(err error) error {
+		if marked != "" {
+			h.undoUpgrade(marked, afterReply)
+		}
+		return err
+	}
+	for start := time.Now(); ; {
+		tag := newLockID()
+		token, err := h.upgradePoll(ctx, tag)
+		switch {
+		case err == nil && token != 0:
+			h.token.Store(token)
+			h.mode.Store(uint32(writeMode))
+			l.space().queues.setExclusive(h.acquisition, true)
+			return nil
+		case err == nil:
+			marked, lastErr = tag, nil
+		case isNoMatch(err):
+			return h.noHolder(op)
+		case ctx.Err() != nil || endedByDeadline(ctx, err): // cut short by ctx: it tells nothing
+		case isTransient(err):
+			lastErr = err
+		default:
+			return giveUp(l.errorf(op, err))
+		}
+		o := p.opts
+		select {
+		case <-time.After(min(max(o.sleepMin, time.Since(start)/2), o.claimantSleep())):
+		case <-ctx.Done():
+			return giveUp(l.gaveUp(op, ctx, lastErr, marked != "" && lastErr == nil))
+		case <-h.ctx.Done(): // released or lost: nothing left to undo
+			return h.noHolder(op)
+		case <-p.done:
+			return giveUp(l.errorf(op, ErrClosed))
+		}
+	}
+}
+
+// upgradePoll sends one poll of an Upgrade (upgradePipeline), tagged tag,
+// and returns h's new fencing token if h is the writer now, else 0. A poll
+// whose reply nobody waits for, or that may have been applied though it
+// failed, is undone in the background.
+func (h *acquisition) upgradePoll(ctx context.Context, tag string) (int64, error) {
+	l, p := h.lock, h.lock.p
+	send := func(ctx context.Context) (int64, error) {
+		var doc struct {
+			Holders []struct {
+				Mode    string `bson:"mode"`
+				Token   int64  `bson:"token"`
+				Upgrade string `bson:"upgrade"`
+			} `bson:"holders"`
+		}
+		err := l.space().coll.FindOneAndUpdate(ctx, semHolderFilter(l.name, h.lockID),
+			upgradePipeline(h.lockID, tag, p.opts.claimLifetime()),
+			options.FindOneAndUpdate().SetReturnDocument(options.After).SetProjection(upgradeReplyFields(h.lockID))).Decode(&doc)
+		if isAmbiguous(err) {
+			h.undoUpgrade(tag, undoSchedule(err))
+		}
+		if err != nil || len(doc.Holders) != 1 || doc.Holders[0].Mode != string(writeMode) || doc.Holders[0].Upgrade != tag {
+			return 0, err
+		}
+		return doc.Holders[0].Token, nil
+	}
+	return roundTrip(ctx, p, send, func(_ int64, err error) {
+		if err == nil {
+			h.undoUpgrade(tag, afterReply)
+		}
+	})
+}
+
+// undoUpgrade undoes, in the background, what the Upgrade poll tagged tag
+// did: h is an upgradeable reader again, holding no reader off.
+func (h *acquisition) undoUpgrade(tag string, schedule []time.Duration) {
+	l := h.lock
+	// Every try of schedule: a poll still on its way may arrive after one.
+	l.updateInBackground(upgradeTagFilter(l.name, h.lockID, tag), holderModeUpdate(h.lockID, upgradeMode), schedule, func() bool { return false })
+}
+
+// Downgrade makes h, a writer's handle, a reader's, in one owner-checked
+// round trip bounded by ctx: the same handle, its lease and fencing token
+// going on, without a moment in which a writer could get in. Readers can
+// enter at once, unless a writer of another process claimed the next turn
+// first, as with any writer's release. A handle that Upgrade made the
+// writer becomes an upgradeable reader again, and can upgrade again; one
+// of RWLock.Writer becomes a plain reader.
+//
+// If the round trip fails, h is a reader all the same, and the downgrade
+// is retried in the background: stop writing either way. A loss of the
+// lock is the handle's loss, and Downgrade returns an error wrapping
+// ErrLockLost. A handle that is not a writer's is ErrMismatch.
+func (h *Handle) Downgrade(ctx context.Context) error {
+	const op = "downgrade"
+	l := h.lock
+	if ctx == nil {
+		return l.errorf(op, errNilContext)
+	}
+	if h.mem != nil {
+		return l.errorf(op, errUpgradesInMemory)
+	}
+	if err := h.beginSwitch(writeMode, "a writer's"); err != nil {
+		return l.errorf(op, err)
+	}
+	defer h.changing.Store(false)
+	to := readMode
+	if l.kind.(slotDriver).rw == upgradeMode {
+		to = upgradeMode
+	}
+	h.mode.Store(uint32(to)) // a reader from now on, whatever the round trip does
+	l.space().queues.setExclusive(h.acquisition, false)
+	filter, update := semHolderFilter(l.name, h.lockID), holderModeUpdate(h.lockID, to)
+	err := ctx.Err()
+	if err == nil {
+		var res *mongo.UpdateResult
+		if res, err = l.space().coll.UpdateOne(ctx, filter, update); err == nil && res.MatchedCount == 0 {
+			return h.noHolder(op)
+		}
+	}
+	if err != nil {
+		l.updateInBackground(filter, update, undoSchedule(err), func() bool { return true })
+		return l.errorf(op, err)
+	}
+	return nil
+}
+
+// beginSwitch starts an Upgrade or Downgrade of h, which needs h in mode
+// (what), and returns why it cannot.
+func (h *acquisition) beginSwitch(mode rwMode, what string) error {
+	switch {
+	case h.released.Load():
+		return errReleased
+	case h.lossError() != nil:
+		return h.lossError()
+	case rwMode(h.mode.Load()) != mode:
+		return fmt.Errorf("%w: the handle is not %s", ErrMismatch, what)
+	case !h.changing.CompareAndSwap(false, true):
+		return errors.New("another Upgrade or Downgrade of the handle is under way")
+	}
+	return nil
+}
+
+// noHolder is the error of op when h's holder is gone, or h ended while
+// op waited: a release, or a loss, signalled now if it was not yet.
+func (h *acquisition) noHolder(op string) error {
+	if h.released.Load() {
+		return h.lock.errorf(op, errReleased)
+	}
+	if h.lock.p.forget(h) != nil {
+		h.markLost(lossTakenOver, fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost))
+	}
+	return h.lock.errorf(op, cmp.Or(h.lossError(), ErrLockLost))
+}

@@ -20,19 +20,20 @@ import (
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
-// liveModes counts, by the server's clock, name's live readers and writers.
+// liveModes counts, by the server's clock, name's live readers (upgradeable
+// ones included) and writers.
 func liveModes(t *testing.T, coll *mongo.Collection, name string) (readers, writers int) {
 	t.Helper()
 	live := func(r bool) bson.D {
-		eq := "$ne"
-		if r {
-			eq = "$eq"
+		var reading any = bson.D{{Key: "$in", Value: bson.A{"$$this.mode", bson.A{"r", "u"}}}}
+		if !r {
+			reading = bson.D{{Key: "$not", Value: bson.A{reading}}}
 		}
 		return bson.D{{Key: "$size", Value: bson.D{{Key: "$filter", Value: bson.D{
 			{Key: "input", Value: bson.D{{Key: "$ifNull", Value: bson.A{"$holders", bson.A{}}}}},
 			{Key: "cond", Value: bson.D{{Key: "$and", Value: bson.A{
 				bson.D{{Key: "$gt", Value: bson.A{"$$this.expiresAt", "$$NOW"}}},
-				bson.D{{Key: eq, Value: bson.A{"$$this.mode", "r"}}},
+				reading,
 			}}}},
 		}}}}}
 	}
@@ -466,4 +467,426 @@ func TestRWLockAndSemaphoreOfOneNameAreAnError(t *testing.T) {
 	requireOtherKind(err, "an RWLock's reader's TryAcquire on a held semaphore")
 	require.Equal(t, 1, liveHolders(t, semColl(e.db), "counted"))
 	require.NoError(t, s.Release(ctx))
+}
+
+// Upgradeable readers.
+
+// upgradeInBackground starts h's Upgrade and returns where its error
+// arrives.
+func upgradeInBackground(ctx context.Context, h *mongolock.Handle) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- h.Upgrade(ctx) }()
+	return done
+}
+
+// upgradeableBesideReaders takes name's upgradeable reader through a
+// provider of its own, and k readers beside it through another, all
+// released when the test ends. It returns the upgradeable reader, the
+// readers' RWLock and the readers.
+func upgradeableBesideReaders(t *testing.T, ctx context.Context, db *mongo.Database, name string, k int) (*mongolock.Handle, *mongolock.RWLock, []*mongolock.Handle) {
+	t.Helper()
+	u, err := newProvider(t, ownClient(t, db, nil), fastPolls).RWLock(name).Upgradeable().TryAcquire(ctx)
+	require.NoError(t, err)
+	releaseAtCleanup(t, u)
+	readers := newProvider(t, ownClient(t, db, nil), fastPolls).RWLock(name)
+	var held []*mongolock.Handle
+	for range k {
+		h, err := readers.Reader().TryAcquire(ctx)
+		require.NoError(t, err, "a reader beside the upgradeable reader")
+		held = append(held, releaseAtCleanup(t, h))
+	}
+	return u, readers, held
+}
+
+// awaitUpgradeWaiting waits until an upgrade of name holds new readers off,
+// as Inspect tells it.
+func awaitUpgradeWaiting(t *testing.T, ctx context.Context, rw *mongolock.RWLock) {
+	t.Helper()
+	pollUntil(t, 10*time.Second, "the upgrade holds readers off", func() bool {
+		info, err := rw.Inspect(ctx)
+		return err == nil && info.WriterWaiting
+	})
+}
+
+// An upgrade with other readers present, each process a provider of its
+// own: new readers are refused at once; a writer that comes meanwhile
+// waits; once the readers leave, the upgrader is the writer, with a
+// greater token, and nobody holds beside it; the waiting writer gets in
+// only after it releases.
+func TestRWLockUpgradeWaitsForReadersAndNoWriterGetsInBetween(t *testing.T) {
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, 30*time.Second)
+	const name = "ledger"
+	u, readers, held := upgradeableBesideReaders(t, ctx, db, name, 2)
+	pw := newProvider(t, ownClient(t, db, nil), fastPolls)
+	writers := pw.RWLock(name)
+	_, err := writers.Writer().TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a writer beside the upgradeable reader")
+	first := u.FencingToken()
+
+	upgraded := upgradeInBackground(ctx, u)
+	awaitUpgradeWaiting(t, ctx, readers)
+	_, err = readers.Reader().TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a new reader while the upgrade waits")
+	wrote := startAcquire(ctx, writerMode(pw, name))
+	pollUntil(t, 10*time.Second, "the writer's claim", func() bool {
+		m, ok := semDoc(t, semColl(db), name).Lookup("waitingMode").StringValueOK()
+		return ok && m == "w"
+	})
+
+	for _, h := range held {
+		require.NoError(t, h.Release(ctx))
+	}
+	select {
+	case err := <-upgraded:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upgrade did not complete once the readers left")
+	}
+	require.Greater(t, u.FencingToken(), first, "the upgraded writer's token")
+	r, w := liveModes(t, semColl(db), name)
+	require.Equal(t, [2]int{0, 1}, [2]int{r, w}, "live readers, writers after the upgrade")
+	_, err = readers.Reader().TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a reader beside the upgraded writer")
+	require.False(t, closedNow(u.Lost()))
+	select {
+	case o := <-wrote:
+		t.Fatalf("a writer got in beside the upgraded one: %v", o.err)
+	default:
+	}
+
+	require.NoError(t, u.Release(ctx))
+	w2 := awaitAcquired(t, wrote, 10*time.Second, "the waiting writer, after the upgraded one released")
+	require.Greater(t, w2.FencingToken(), u.FencingToken())
+}
+
+// An upgrade whose ctx ends while readers stay: new readers are refused
+// while it waits and let in again once it failed; the handle is still an
+// upgradeable reader, which can upgrade later; and what it left keeps no
+// writer out once it released.
+func TestRWLockFailedUpgradeLetsReadersInAgainAndLeavesNoMark(t *testing.T) {
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, 30*time.Second)
+	const name = "report"
+	u, readers, held := upgradeableBesideReaders(t, ctx, db, name, 1)
+	r := held[0]
+
+	uctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	upgraded := upgradeInBackground(uctx, u)
+	awaitUpgradeWaiting(t, ctx, readers)
+	_, err := readers.Reader().TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a new reader while the upgrade waits")
+	cancel()
+	err = <-upgraded
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "readers held the lock the whole time")
+	pollUntil(t, 5*time.Second, "a new reader gets in after the upgrade failed", func() bool {
+		h, err := readers.Reader().TryAcquire(ctx)
+		if err == nil {
+			require.NoError(t, h.Release(ctx))
+		}
+		return err == nil
+	})
+	info, err := readers.Inspect(ctx)
+	require.NoError(t, err)
+	require.False(t, info.WriterWaiting, "the failed upgrade still holds readers off")
+	require.False(t, closedNow(u.Context().Done()), "the handle ended with the failed upgrade")
+	rs, ws := liveModes(t, semColl(db), name)
+	require.Equal(t, [2]int{2, 0}, [2]int{rs, ws}, "live readers, writers after the failed upgrade")
+
+	// Still upgradeable: once the reader leaves, a second upgrade succeeds.
+	require.NoError(t, r.Release(ctx))
+	require.NoError(t, u.Upgrade(ctx))
+	require.NoError(t, u.Release(ctx))
+	w, err := readers.Writer().TryAcquire(ctx)
+	require.NoError(t, err, "a writer after the upgraded reader released")
+	require.Greater(t, w.FencingToken(), u.FencingToken())
+	require.NoError(t, w.Release(ctx))
+}
+
+// An upgrade cut short by its ctx while its round trip is on its way, which
+// the server applies (no other reader holds), leaves no mark: once the
+// late reply is in, the holder is an upgradeable reader again, readers get
+// in, and a writer gets in once it released.
+func TestRWLockCancelledUpgradeLeavesNoMark(t *testing.T) {
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, 30*time.Second)
+	const name = "cancelled"
+	px, pdb := proxied(t, db)
+	other := newProvider(t, ownClient(t, db, nil), fastPolls).RWLock(name)
+	u, err := newProvider(t, pdb, fastPolls).RWLock(name).Upgradeable().TryAcquire(ctx)
+	require.NoError(t, err)
+	releaseAtCleanup(t, u)
+	token := u.FencingToken()
+	px.SetLatency(0, 400*time.Millisecond) // replies come late
+	uctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, u.Upgrade(uctx), context.DeadlineExceeded)
+	pollUntil(t, 5*time.Second, "the server applied the cut-short upgrade", func() bool {
+		return semDoc(t, semColl(db), name).Lookup("fencingToken").Int64() != token
+	})
+	px.SetLatency(0, 0)
+	require.Equal(t, token, u.FencingToken(), "the token of an upgrade that failed")
+	pollUntil(t, 5*time.Second, "a reader gets in after the cut-short upgrade", func() bool {
+		h, err := other.Reader().TryAcquire(ctx)
+		if err == nil {
+			require.NoError(t, h.Release(ctx))
+		}
+		return err == nil
+	})
+	_, err = other.Writer().TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a writer beside the upgradeable reader")
+	require.NoError(t, u.Release(ctx))
+	w, err := other.Writer().TryAcquire(ctx)
+	require.NoError(t, err, "a writer after the upgradeable reader released")
+	require.NoError(t, w.Release(ctx))
+}
+
+// A downgrade lets in at once a reader of another process that waits,
+// with its claim on the next turn, while a writer that waits stays out
+// until the readers leave. The writer of RWLock.Writer is a plain reader
+// then: it cannot upgrade.
+func TestRWLockDowngradeLetsReadersInAndKeepsWritersOut(t *testing.T) {
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, 30*time.Second)
+	const name = "downgraded"
+	mine := newProvider(t, ownClient(t, db, nil), fastPolls)
+	other := newProvider(t, ownClient(t, db, nil), fastPolls)
+	late := newProvider(t, ownClient(t, db, nil), fastPolls)
+
+	w, err := mine.RWLock(name).Writer().TryAcquire(ctx)
+	require.NoError(t, err)
+	releaseAtCleanup(t, w)
+	token := w.FencingToken()
+	read := startAcquire(ctx, readerMode(other, name))
+	pollUntil(t, 10*time.Second, "the reader's claim", func() bool {
+		m, ok := semDoc(t, semColl(db), name).Lookup("waitingMode").StringValueOK()
+		return ok && m == "r"
+	})
+	wrote := startAcquire(ctx, writerMode(late, name))
+	awaitSlotQueueLen(t, late, name, 1)
+
+	require.NoError(t, w.Downgrade(ctx))
+	require.Equal(t, token, w.FencingToken(), "a downgrade keeps the token")
+	r := awaitAcquired(t, read, promptly, "the other process's reader, after the downgrade")
+	rs, ws := liveModes(t, semColl(db), name)
+	require.Equal(t, [2]int{2, 0}, [2]int{rs, ws}, "live readers, writers after the downgrade")
+	select {
+	case o := <-wrote:
+		t.Fatalf("a writer got in beside the downgraded reader: %v", o.err)
+	default:
+	}
+	require.ErrorIs(t, w.Upgrade(ctx), mongolock.ErrMismatch, "a plain reader's upgrade")
+	require.ErrorIs(t, w.Downgrade(ctx), mongolock.ErrMismatch, "a reader's downgrade")
+
+	require.NoError(t, w.Release(ctx))
+	require.NoError(t, r.Release(ctx))
+	w2 := awaitAcquired(t, wrote, 10*time.Second, "the waiting writer, once the readers left")
+	require.Greater(t, w2.FencingToken(), r.FencingToken())
+}
+
+// A reader of the downgrading writer's own process, which waits in line
+// without asking the database while its process writes, is woken by the
+// downgrade and gets in at once.
+func TestRWLockDowngradeWakesTheReadersOfItsProcess(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	e := newLockEnv(t, fastPolls)
+	w, err := e.p.RWLock("local").Writer().TryAcquire(ctx)
+	require.NoError(t, err)
+	releaseAtCleanup(t, w)
+	read := startAcquire(ctx, readerMode(e.p, "local"))
+	awaitSlotQueueLen(t, e.p, "local", 1)
+	require.NoError(t, w.Downgrade(ctx))
+	awaitAcquired(t, read, promptly, "this process's reader, after the downgrade")
+}
+
+// Upgradeable readers: at most one at a time, beside any readers; a second
+// waits until the first releases, and takes the next token. An upgrade
+// with no other reader takes one round trip, and so does a downgrade; the
+// upgraded handle downgrades to an upgradeable reader, which can upgrade
+// again.
+func TestRWLockOneUpgradeableReaderAtATime(t *testing.T) {
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, 30*time.Second)
+	const name = "single"
+	count := &commandCounter{}
+	first := newProvider(t, ownClient(t, db, count), fastPolls)
+	second := newProvider(t, ownClient(t, db, nil), fastPolls)
+
+	u, err := first.RWLock(name).Upgradeable().TryAcquire(ctx)
+	require.NoError(t, err)
+	releaseAtCleanup(t, u)
+	r, err := second.RWLock(name).Reader().TryAcquire(ctx)
+	require.NoError(t, err, "a reader beside an upgradeable reader")
+	info, err := second.RWLock(name).Inspect(ctx)
+	require.NoError(t, err)
+	require.Len(t, info.Holders, 2)
+	require.Equal(t, [2]bool{true, false}, [2]bool{info.Holders[0].Upgradeable, info.Holders[0].Write}, "the upgradeable reader, inspected")
+	require.Equal(t, [2]bool{false, false}, [2]bool{info.Holders[1].Upgradeable, info.Holders[1].Write}, "the reader, inspected")
+	require.NoError(t, r.Release(ctx))
+	_, err = second.RWLock(name).Upgradeable().TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a second upgradeable reader")
+	got := startAcquire(ctx, modeLock{second.RWLock(name).Upgradeable().Acquire, nil})
+	pollUntil(t, 10*time.Second, "the second upgradeable reader's claim", func() bool {
+		m, ok := semDoc(t, semColl(db), name).Lookup("waitingMode").StringValueOK()
+		return ok && m == "u"
+	})
+	_, err = first.RWLock(name).Writer().TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a writer beside an upgradeable reader")
+
+	before := count.named("findAndModify")
+	require.NoError(t, u.Upgrade(ctx))
+	require.EqualValues(t, 1, count.named("findAndModify")-before, "round trips of an upgrade with no other reader")
+	upgraded := u.FencingToken()
+	before = count.commands.Load()
+	require.NoError(t, u.Downgrade(ctx))
+	require.EqualValues(t, 1, count.commands.Load()-before, "round trips of a downgrade")
+	require.Equal(t, upgraded, u.FencingToken())
+	rs, ws := liveModes(t, semColl(db), name)
+	require.Equal(t, [2]int{1, 0}, [2]int{rs, ws}, "live readers, writers after the downgrade")
+	require.ErrorIs(t, u.Downgrade(ctx), mongolock.ErrMismatch, "an upgradeable reader's downgrade")
+	require.NoError(t, u.Upgrade(ctx), "an upgrade after a downgrade")
+	require.Greater(t, u.FencingToken(), upgraded)
+	require.ErrorIs(t, u.Upgrade(ctx), mongolock.ErrMismatch, "an upgraded handle's upgrade")
+	select {
+	case o := <-got:
+		t.Fatalf("a second upgradeable reader got in: %v", o.err)
+	default:
+	}
+	require.NoError(t, u.Release(ctx))
+	u2 := awaitAcquired(t, got, promptly, "the second upgradeable reader, once the first released")
+	require.Greater(t, u2.FencingToken(), u.FencingToken())
+}
+
+// Upgrade and Downgrade of a handle in the wrong mode, or of a released
+// one, fail at once with an error that says so, and change nothing.
+func TestRWLockUpgradeAndDowngradeOfTheWrongHandle(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	e := newLockEnv(t)
+	r, err := e.p.RWLock("modes").Reader().TryAcquire(ctx)
+	require.NoError(t, err)
+	releaseAtCleanup(t, r)
+	l, err := e.p.Lock("plain").TryAcquire(ctx)
+	require.NoError(t, err)
+	releaseAtCleanup(t, l)
+	s, err := e.p.Semaphore("counted", 2).TryAcquire(ctx)
+	require.NoError(t, err)
+	releaseAtCleanup(t, s)
+	for what, h := range map[string]*mongolock.Handle{"a reader's": r, "a lock's": l, "a semaphore's": s} {
+		err := h.Upgrade(ctx)
+		require.ErrorIs(t, err, mongolock.ErrMismatch, "%s upgrade", what)
+		require.ErrorContains(t, err, "not an upgradeable reader's", what)
+		require.ErrorIs(t, h.Downgrade(ctx), mongolock.ErrMismatch, "%s downgrade", what)
+	}
+	rs, ws := liveModes(t, semColl(e.db), "modes")
+	require.Equal(t, [2]int{1, 0}, [2]int{rs, ws})
+
+	u, err := e.p.RWLock("modes").Upgradeable().TryAcquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, u.Release(ctx))
+	err = u.Upgrade(ctx)
+	require.ErrorContains(t, err, "released")
+	require.NotErrorIs(t, err, mongolock.ErrMismatch)
+	var nilCtx context.Context
+	require.Error(t, r.Upgrade(nilCtx))
+	require.Error(t, r.Downgrade(nilCtx))
+}
+
+// A loss while an upgrade waits (the holder taken away on the server) is
+// the handle's loss, and the upgrade's error.
+func TestRWLockUpgradeSeesTheLoss(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	e := newLockEnv(t, fastPolls)
+	u, err := e.p.RWLock("taken").Upgradeable().TryAcquire(ctx)
+	require.NoError(t, err)
+	r, err := e.other.RWLock("taken").Reader().TryAcquire(ctx)
+	require.NoError(t, err)
+	releaseAtCleanup(t, r)
+	upgraded := upgradeInBackground(ctx, u)
+	awaitUpgradeWaiting(t, ctx, e.other.RWLock("taken"))
+	_, err = semColl(e.db).UpdateOne(ctx, bson.D{{Key: "_id", Value: "taken"}},
+		bson.D{{Key: "$pull", Value: bson.D{{Key: "holders", Value: bson.D{{Key: "id", Value: mongolock.LockID(u)}}}}}})
+	require.NoError(t, err)
+	select {
+	case err := <-upgraded:
+		require.ErrorIs(t, err, mongolock.ErrLockLost)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upgrade did not see the loss")
+	}
+	awaitClosed(t, u.Lost(), time.Second, "the upgrader's Lost")
+	require.ErrorIs(t, u.Release(ctx), mongolock.ErrLockLost)
+}
+
+// Upgraders, readers and writers of three processes contend: never a
+// writer beside anyone else, by an in-process count and by the server's,
+// and no write between an upgrader's read and its write (the version it
+// read is the version it writes over).
+func TestRWLockUpgradesUnderContention(t *testing.T) {
+	const procs, rounds, name = 3, 6, "contended"
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, time.Minute)
+	var readers, writers, version, upgrades atomic.Int64
+	check := func(who string) {
+		if r, w := readers.Load(), writers.Load(); w > 1 || w == 1 && r > 0 {
+			t.Errorf("%s: %d readers and %d writers at once", who, r, w)
+		}
+		if r, w := liveModes(t, semColl(db), name); w > 1 || w == 1 && r > 0 {
+			t.Errorf("%s: %d live readers and %d live writers on the server", who, r, w)
+		}
+	}
+	// write holds as a writer: counted in, checked, and the version raised.
+	write := func(who string) {
+		writers.Add(1)
+		check(who)
+		version.Add(1)
+		time.Sleep(time.Millisecond) // the work done writing
+		writers.Add(-1)
+	}
+	read := func(who string) {
+		readers.Add(1)
+		check(who)
+		time.Sleep(2 * time.Millisecond) // the work done reading
+		readers.Add(-1)
+	}
+	var wg sync.WaitGroup
+	for range procs {
+		rw := newProvider(t, ownClient(t, db, nil), fastPolls).RWLock(name)
+		wg.Go(func() { // an upgrader
+			for range rounds {
+				h, err := rw.Upgradeable().Acquire(ctx)
+				if !assert(t, err == nil, "upgradeable reader's Acquire: %v", err) {
+					return
+				}
+				read("upgradeable reader")
+				seen := version.Load()
+				if !assert(t, h.Upgrade(ctx) == nil, "upgrade") {
+					return
+				}
+				assert(t, version.Load() == seen, "a write between the upgrader's read and its write")
+				write("upgraded writer")
+				upgrades.Add(1)
+				assert(t, h.Downgrade(ctx) == nil, "downgrade")
+				read("downgraded reader")
+				assert(t, h.Release(ctx) == nil, "release")
+			}
+		})
+		// holds takes l n times, each time doing work as who.
+		holds := func(l *mongolock.Lock, n int, who string, work func(who string)) {
+			for range n {
+				h, err := l.Acquire(ctx)
+				if !assert(t, err == nil, "%s's Acquire: %v", who, err) {
+					return
+				}
+				work(who)
+				assert(t, h.Release(ctx) == nil, "release")
+			}
+		}
+		wg.Go(func() { holds(rw.Reader(), 2*rounds, "reader", read) })
+		wg.Go(func() { holds(rw.Writer(), rounds, "writer", write) })
+	}
+	wg.Wait()
+	require.Equal(t, int64(procs*rounds), upgrades.Load())
+	require.Equal(t, int64(2*procs*rounds), version.Load())
+	require.Zero(t, holderCount(t, semColl(db), name))
 }

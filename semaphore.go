@@ -162,7 +162,7 @@ func (slotDriver) holders(names bson.A) (bson.D, bson.D) { return semHoldersQuer
 // database, to claim the lock and hold other processes' readers off.
 func (d slotDriver) limit() (int, bool) {
 	switch d.rw {
-	case readMode:
+	case readMode, upgradeMode: // an upgradeable reader shares with readers
 		return 0, false
 	case writeMode:
 		return 0, true
@@ -180,6 +180,8 @@ func (d slotDriver) attrs() []attribute.KeyValue {
 		return []attribute.KeyValue{keyKind.String("rwlock"), keyMode.String("read")}
 	case writeMode:
 		return []attribute.KeyValue{keyKind.String("rwlock"), keyMode.String("write")}
+	case upgradeMode:
+		return []attribute.KeyValue{keyKind.String("rwlock"), keyMode.String("upgradeable")}
 	}
 	return []attribute.KeyValue{keyKind.String("semaphore"), keySlots.Int(d.n)}
 }

@@ -300,7 +300,7 @@ func (c *acquireCall) end(ctx context.Context, h *Handle, err error) {
 	if c.span.IsRecording() {
 		kv := []attribute.KeyValue{keyAttempts.Int(c.attempts), keyWaited.Float64(waited.Seconds())}
 		if h != nil {
-			kv = append(kv, keyToken.Int64(h.token), keyHandedOver.Bool(c.handedOver))
+			kv = append(kv, keyToken.Int64(h.token.Load()), keyHandedOver.Bool(c.handedOver))
 		}
 		end(c.span, out, err, kv...)
 	} else {
@@ -325,7 +325,7 @@ func handedOver(ctx context.Context, ok bool) {
 // endRelease ends the span of h's Release (or Proclaim: ok names its
 // success), which returned err.
 func (t *telemetry) endRelease(span trace.Span, h *acquisition, ok string, err error) {
-	end(span, outcome(err, ok), err, keyToken.Int64(h.token))
+	end(span, outcome(err, ok), err, keyToken.Int64(h.token.Load()))
 }
 
 // acquired counts a handle of l made: acquired, and held.
@@ -354,7 +354,7 @@ func (t *telemetry) countLoss(h *acquisition, reason lossReason) {
 
 // logLoss logs (Warn) the loss of h, for reason (why).
 func (t *telemetry) logLoss(h *acquisition, reason lossReason, why error) {
-	t.log.Warn("mongolock: lock lost", "lock", shortName(h.lock.name), "fencingToken", h.token, "reason", string(reason), "error", why)
+	t.log.Warn("mongolock: lock lost", "lock", shortName(h.lock.name), "fencingToken", h.token.Load(), "reason", string(reason), "error", why)
 }
 
 // startExtension starts the span of one extension round trip of hs, all
@@ -412,7 +412,7 @@ func (t *telemetry) retrying(l *Lock, err error) {
 // its lock.
 func (t *telemetry) abandoned(h *acquisition) {
 	t.log.Warn("mongolock: a Handle became unreachable while holding its lock; releasing it (call Release when done)",
-		"lock", shortName(h.lock.name), "fencingToken", h.token)
+		"lock", shortName(h.lock.name), "fencingToken", h.token.Load())
 }
 
 // indexFailed logs (Info) err, if not nil, of creating or raising the TTL

@@ -135,3 +135,40 @@ func TestHoldsAreRefusedByTheStore(t *testing.T) {
 		require.Equal(t, "new provider", me.Op)
 	}
 }
+
+// The store does not implement upgradeable readers: acquiring one, and an
+// Upgrade or Downgrade of any handle, fail at once with an error that says
+// so (not ErrMismatch, which would blame the caller's handle), and change
+// nothing.
+func TestUpgradesAreRefusedByTheStore(t *testing.T) {
+	ctx := bounded(t)
+	p := newProvider(t, mongolocktest.NewStore())
+	rw := p.RWLock("prices")
+	refused := func(err error, op, says string) {
+		t.Helper()
+		require.ErrorContains(t, err, says)
+		require.NotErrorIs(t, err, mongolock.ErrMismatch)
+		require.NotErrorIs(t, err, mongolock.ErrNotAcquired)
+		var me *mongolock.Error
+		require.ErrorAs(t, err, &me)
+		require.Equal(t, op, me.Op)
+	}
+	h, err := rw.Upgradeable().TryAcquire(ctx)
+	require.Nil(t, h)
+	refused(err, "try acquire", "not supported by mongolocktest")
+	h, err = rw.Upgradeable().Acquire(ctx)
+	require.Nil(t, h)
+	refused(err, "acquire", "not supported by mongolocktest")
+
+	reader, err := rw.Reader().TryAcquire(ctx)
+	require.NoError(t, err, "a refused upgradeable reader leaves nothing behind")
+	refused(reader.Upgrade(ctx), "upgrade", "not implemented by the in-memory store")
+	require.NoError(t, reader.Release(ctx))
+
+	writer, err := rw.Writer().TryAcquire(ctx)
+	require.NoError(t, err)
+	refused(writer.Downgrade(ctx), "downgrade", "not implemented by the in-memory store")
+	_, err = rw.Reader().TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the writer is still the writer")
+	require.NoError(t, writer.Release(ctx))
+}

@@ -301,8 +301,11 @@ func owners(info mongolock.LockInfo) string {
 }
 
 func mode(h mongolock.HolderInfo) string {
-	if h.Write {
+	switch {
+	case h.Write:
 		return "write"
+	case h.Upgradeable:
+		return "upgradeable"
 	}
 	return "read"
 }

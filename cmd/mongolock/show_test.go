@@ -322,8 +322,12 @@ func TestListShowsEveryKind(t *testing.T) {
 		ps = append(ps, p)
 	}
 	tokens := map[string]int64{}
-	for _, p := range ps {
-		tokens["jobs/catalog rwlock"] = hold(p.RWLock("jobs/catalog").Reader().TryAcquire(ctx)).FencingToken()
+	for i, p := range ps {
+		reader := p.RWLock("jobs/catalog").Reader()
+		if i == 1 {
+			reader = p.RWLock("jobs/catalog").Upgradeable()
+		}
+		tokens["jobs/catalog rwlock"] = hold(reader.TryAcquire(ctx)).FencingToken()
 		tokens["jobs/exports semaphore"] = hold(p.Semaphore("jobs/exports", 3).TryAcquire(ctx)).FencingToken()
 	}
 	tokens["jobs/exports lock"] = hold(ps[0].Lock("jobs/exports").TryAcquire(ctx)).FencingToken()
@@ -369,13 +373,13 @@ func TestListShowsEveryKind(t *testing.T) {
 		t.Errorf("inspect --json jobs/exports:\n%s", r.stdout)
 	}
 	for i, o := range objs {
-		modes := map[string]string{"jobs/catalog": "read", "jobs/schema": "write"}[o.Name]
 		if o.Name != want[i][0] || string(o.Kind) != want[i][1] || !o.Held || o.FencingToken != tokens[want[i][0]+" "+want[i][1]] ||
 			(o.N == 3) != (o.Kind == "semaphore") || (o.WriterWaiting != nil) != (o.Kind == "rwlock") || len(o.Holders) != strings.Count(want[i][3], ",")+1 {
 			t.Errorf("list --json jobs/: %+v; want %q", o, want[i])
 		}
 		for _, h := range o.Holders {
-			if len(h.ID) != 32 || h.Mode != modes || !strings.HasPrefix(h.Owner, "exporter-") {
+			mode := map[string]string{"jobs/catalog exporter-1": "read", "jobs/catalog exporter-2": "upgradeable", "jobs/schema exporter-1": "write"}[o.Name+" "+h.Owner]
+			if len(h.ID) != 32 || h.Mode != mode || !strings.HasPrefix(h.Owner, "exporter-") {
 				t.Errorf("list --json jobs/: %s: holder %+v", o.Name, h)
 			}
 		}
