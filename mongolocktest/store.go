@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/backend"
 )
@@ -41,6 +43,7 @@ type key struct{ coll, name string }
 type entry struct {
 	key        key
 	kind       backend.Kind // Mutex, Semaphore, or Reader for an RWLock's
+	election   bool         // a Mutex's last acquisition was a campaign's
 	n          int          // a Semaphore's slots, set by the acquisition that finds none held
 	token      int64        // the last acquisition's
 	holders    []*handle    // in the order they acquired
@@ -82,7 +85,8 @@ const (
 type handle struct {
 	p          *provider
 	e          *entry
-	write      bool // an RWLock's writer, or an exclusive lock
+	id         string // HolderInfo.ID
+	write      bool   // an RWLock's writer, or an exclusive lock
 	token      int64
 	acquiredAt time.Time
 	ctx        context.Context
@@ -106,10 +110,15 @@ func class(k backend.Kind) backend.Kind {
 
 func (p *provider) key(r backend.Lock) key {
 	if r.Kind == backend.Mutex {
-		return key{p.cfg.Collection, r.Name}
+		return p.lockKey(r.Name)
 	}
-	return key{p.cfg.Collection + semSuffix, r.Name}
+	return p.slotsKey(r.Name)
 }
+
+// lockKey is the place of a Lock's or an election's name, slotsKey of a
+// Semaphore's or an RWLock's.
+func (p *provider) lockKey(name string) key  { return key{p.cfg.Collection, name} }
+func (p *provider) slotsKey(name string) key { return key{p.cfg.Collection + semSuffix, name} }
 
 // entry returns the state of r's name, created if it has none, as an
 // attempt creates the document; ErrMismatch if it is of another kind.
@@ -148,10 +157,14 @@ func (s *store) grant(p *provider, e *entry, r backend.Lock) *handle {
 	now := time.Now()
 	e.token++
 	e.acquiredAt = now
-	if r.Kind == backend.Semaphore {
+	switch r.Kind {
+	case backend.Semaphore:
 		e.n = r.N
+	case backend.Mutex:
+		e.election = r.Value != nil
 	}
-	h := &handle{p: p, e: e, write: r.Kind != backend.Reader && r.Kind != backend.Semaphore, token: e.token, acquiredAt: now, lostCh: make(chan struct{})}
+	h := &handle{p: p, e: e, id: strings.ReplaceAll(uuid.NewString(), "-", ""), write: r.Kind != backend.Reader && r.Kind != backend.Semaphore,
+		token: e.token, acquiredAt: now, lostCh: make(chan struct{})}
 	h.ctx, h.cancel = context.WithCancelCause(context.Background())
 	if r.Value != nil {
 		h.value = *r.Value
@@ -293,7 +306,7 @@ func (p *provider) Done() <-chan struct{} { return p.done }
 func (p *provider) Inspect(name string) (backend.LockState, bool) {
 	p.s.mu.Lock()
 	defer p.s.mu.Unlock()
-	e := p.s.names[key{p.cfg.Collection, name}]
+	e := p.s.names[p.lockKey(name)]
 	if e == nil {
 		return backend.LockState{}, false
 	}
@@ -301,11 +314,11 @@ func (p *provider) Inspect(name string) (backend.LockState, bool) {
 }
 
 func (e *entry) lockState(now time.Time) backend.LockState {
-	st := backend.LockState{Name: e.key.name, AcquiredAt: e.acquiredAt, ExpiresAt: e.freedAt, FencingToken: e.token,
-		Waiting: len(e.line) > 0, Now: now}
+	st := backend.LockState{Name: e.key.name, Election: e.election, AcquiredAt: e.acquiredAt, ExpiresAt: e.freedAt,
+		FencingToken: e.token, Waiting: len(e.line) > 0, Now: now}
 	if len(e.holders) > 0 {
 		h := e.holders[0]
-		st.Held, st.Owner, st.Value, st.ExpiresAt = true, h.p.cfg.Owner, h.value, h.leaseEnd(now)
+		st.Held, st.ID, st.Owner, st.Value, st.ExpiresAt = true, h.id, h.p.cfg.Owner, h.value, h.leaseEnd(now)
 	}
 	return st
 }
@@ -315,49 +328,99 @@ func (p *provider) List(prefix string) []backend.LockState {
 	defer p.s.mu.Unlock()
 	now := time.Now()
 	var sts []backend.LockState
-	for k, e := range p.s.names {
-		if k.coll == p.cfg.Collection && strings.HasPrefix(k.name, prefix) {
-			sts = append(sts, e.lockState(now))
+	for _, e := range p.s.entries(p.cfg.Collection, prefix) {
+		sts = append(sts, e.lockState(now))
+	}
+	return sts
+}
+
+// entries returns the entries of coll whose names begin with prefix, in
+// byte order of name.
+func (s *store) entries(coll, prefix string) []*entry {
+	var es []*entry
+	for k, e := range s.names {
+		if k.coll == coll && strings.HasPrefix(k.name, prefix) {
+			es = append(es, e)
 		}
 	}
-	slices.SortFunc(sts, func(a, b backend.LockState) int { return cmp.Compare(a.Name, b.Name) })
-	return sts
+	slices.SortFunc(es, func(a, b *entry) int { return cmp.Compare(a.key.name, b.key.name) })
+	return es
 }
 
 func (p *provider) InspectSlots(name string) (backend.Slots, bool) {
 	p.s.mu.Lock()
 	defer p.s.mu.Unlock()
-	e := p.s.names[key{p.cfg.Collection + semSuffix, name}]
+	e := p.s.names[p.slotsKey(name)]
 	if e == nil {
 		return backend.Slots{}, false
 	}
+	return e.slots(time.Now()), true
+}
+
+func (p *provider) ListSlots(prefix string) []backend.Slots {
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
 	now := time.Now()
-	st := backend.Slots{Name: name, N: e.n, FencingToken: e.token, Now: now,
+	var sts []backend.Slots
+	for _, e := range p.s.entries(p.cfg.Collection+semSuffix, prefix) {
+		sts = append(sts, e.slots(now))
+	}
+	return sts
+}
+
+func (e *entry) slots(now time.Time) backend.Slots {
+	st := backend.Slots{Name: e.key.name, RW: e.kind == backend.Reader, N: e.n, FencingToken: e.token, Now: now, Waiting: len(e.line) > 0,
 		WriterWaiting: slices.ContainsFunc(e.line, func(w *waiter) bool { return w.req.Kind == backend.Writer })}
 	for _, h := range e.holders {
-		st.Holders = append(st.Holders, backend.Holder{Owner: h.p.cfg.Owner, Write: h.write, AcquiredAt: h.acquiredAt,
+		st.Holders = append(st.Holders, backend.Holder{ID: h.id, Owner: h.p.cfg.Owner, Write: h.write, AcquiredAt: h.acquiredAt,
 			ExpiresAt: h.leaseEnd(now), FencingToken: h.token})
 	}
-	return st, true
+	return st
+}
+
+// named returns the entries of name: its Lock's or election's, and its
+// Semaphore's or RWLock's, where they exist.
+func (p *provider) named(name string) []*entry {
+	var es []*entry
+	for _, k := range []key{p.lockKey(name), p.slotsKey(name)} {
+		if e := p.s.names[k]; e != nil {
+			es = append(es, e)
+		}
+	}
+	return es
 }
 
 func (p *provider) ForceRelease(name string) bool {
 	p.s.mu.Lock()
 	defer p.s.mu.Unlock()
-	e := p.s.names[key{p.cfg.Collection, name}]
-	if e == nil || len(e.holders) == 0 {
-		return false
+	ended := false
+	for _, e := range p.named(name) {
+		for _, h := range slices.Clone(e.holders) {
+			h.loseLocked("its lock was released by ForceRelease")
+			ended = true
+		}
 	}
-	for _, h := range slices.Clone(e.holders) {
-		h.loseLocked("its lock was released by ForceRelease")
+	return ended
+}
+
+func (p *provider) ForceReleaseHolder(name, id string) bool {
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
+	for _, e := range p.named(name) {
+		for _, h := range e.holders {
+			if h.id == id {
+				h.loseLocked("its acquisition was released by ForceReleaseHolder")
+				return true
+			}
+		}
 	}
-	return true
+	return false
 }
 
 func (p *provider) Changed(name string) <-chan struct{} {
 	p.s.mu.Lock()
 	defer p.s.mu.Unlock()
-	k := key{p.cfg.Collection, name}
+	k := p.lockKey(name)
 	ch := p.s.changed[k]
 	if ch == nil {
 		ch = make(chan struct{})

@@ -56,6 +56,9 @@ var cases = []struct {
 	{"ElectionRunLeadsUntilCtxEnds", electionRun},
 	{"InspectAndLocks", inspectAndLocks},
 	{"InspectSemaphoreAndRWLock", inspectSlots},
+	{"LocksAndInspectShowEveryKindWithItsHolders", locksListEveryKind},
+	{"ForceReleaseFreesEveryHolderOfASemaphoreOrRWLock", forceReleaseFreesEverySlot},
+	{"ForceReleaseHolderEndsExactlyOneHolder", forceReleaseHolderEndsOne},
 	{"CloseReleasesAndRefuses", closeReleasesAndRefuses},
 	{"ReadsWithAnEndedContextFail", readsWithEndedContext},
 }
