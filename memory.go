@@ -37,16 +37,12 @@ func newMemoryProvider(opts any, open func(backend.Config) backend.Provider) (an
 	if err != nil {
 		return nil, &Error{Op: opNewProvider, Err: err}
 	}
-	if o.holds() {
-		return nil, &Error{Op: opNewProvider, Err: errHoldsInMemory}
+	c := backend.Config{Collection: o.collection, Owner: o.owner, Expiry: o.expiry, AtLeast: o.atLeast}
+	if o.atMostSet {
+		c.AtMost = o.atMost
 	}
-	return &Provider{opts: o, mem: open(backend.Config{Collection: o.collection, Owner: o.owner, Expiry: o.expiry}),
-		done: make(chan struct{}), drained: make(chan struct{})}, nil
+	return &Provider{opts: o, mem: open(c), done: make(chan struct{}), drained: make(chan struct{})}, nil
 }
-
-// errHoldsInMemory refuses WithHoldAtLeast and WithHoldAtMost, which the
-// store does not implement.
-var errHoldsInMemory = errors.New("WithHoldAtLeast and WithHoldAtMost: not implemented by the in-memory store; test scheduled jobs against a server")
 
 // memRequest is what l takes.
 func (l *Lock) memRequest() backend.Lock {
@@ -67,6 +63,9 @@ func (l *Lock) memRequest() backend.Lock {
 }
 
 func (l *Lock) memAcquire(ctx context.Context, op string, wait bool) (*Handle, error) {
+	if err := l.checkHolds(); err != nil {
+		return nil, l.errorf(op, err)
+	}
 	mh, err := l.p.mem.Acquire(ctx, l.memRequest(), wait)
 	if err != nil {
 		return nil, l.errorf(op, err)

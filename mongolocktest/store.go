@@ -19,7 +19,8 @@ import (
 // The store keeps every name's state under one mutex. A name's waiters
 // stand in one line, first come first served; whatever frees a lock or a
 // slot serves the line at once, in the same critical section, so a waiter
-// is woken by a closed channel, never by polling.
+// is woken by a closed channel, never by polling. The ends of holds
+// (WithHoldAtLeast's, WithHoldAtMost's) are timers that do the same.
 
 // semSuffix names the collection of the Semaphores and RWLocks after the
 // locks', as mongolock does: a Lock and a Semaphore of one name are
@@ -46,7 +47,7 @@ type entry struct {
 	election   bool         // a Mutex's last acquisition was a campaign's
 	n          int          // a Semaphore's slots, set by the acquisition that finds none held
 	token      int64        // the last acquisition's
-	holders    []*handle    // in the order they acquired
+	holders    []*handle    // in the order they acquired; a released one while its hold lasts
 	line       []*waiter
 	acquiredAt time.Time // the last acquisition's
 	freedAt    time.Time // when the last holder left
@@ -94,10 +95,12 @@ type handle struct {
 	lostCh     chan struct{}
 
 	// Guarded by the store's mu.
-	value   string // a campaign's
-	state   handleState
-	lostErr error
-	ended   time.Time // when it was released or lost
+	value     string // a campaign's
+	state     handleState
+	lostErr   error
+	ended     time.Time   // when it was released or lost
+	holdUntil time.Time   // while a released handle holds its lock (WithHoldAtLeast); else zero
+	timer     *time.Timer // ends WithHoldAtMost's bound while it holds, the hold after its release
 }
 
 // class is the kind of document a request of kind k takes.
@@ -169,6 +172,11 @@ func (s *store) grant(p *provider, e *entry, r backend.Lock) *handle {
 	if r.Value != nil {
 		h.value = *r.Value
 	}
+	if most := p.cfg.AtMost; most > 0 {
+		h.timer = time.AfterFunc(most, func() {
+			h.lose(fmt.Sprintf("it was held as long as it may be (WithHoldAtMost: %v after its acquisition)", most))
+		})
+	}
 	e.holders = append(e.holders, h)
 	p.held[h] = struct{}{}
 	s.notify(e.key)
@@ -199,7 +207,11 @@ func (s *store) drop(h *handle, now time.Time) {
 	e := h.e
 	e.holders = slices.DeleteFunc(e.holders, func(o *handle) bool { return o == h })
 	delete(h.p.held, h)
-	h.ended, e.freedAt = now, now
+	h.stopTimer()
+	if h.ended.IsZero() { // a hold's end leaves the release's
+		h.ended = now
+	}
+	e.freedAt = now
 	s.notify(e.key)
 	s.serve(e)
 }
@@ -295,9 +307,7 @@ func (p *provider) Close() {
 	}
 	now := time.Now()
 	for h := range p.held {
-		h.state = released
-		h.cancel(context.Canceled)
-		s.drop(h, now)
+		h.releaseLocked(now)
 	}
 }
 
@@ -318,7 +328,10 @@ func (e *entry) lockState(now time.Time) backend.LockState {
 		FencingToken: e.token, Waiting: len(e.line) > 0, Now: now}
 	if len(e.holders) > 0 {
 		h := e.holders[0]
-		st.Held, st.ID, st.Owner, st.Value, st.ExpiresAt = true, h.id, h.p.cfg.Owner, h.value, h.leaseEnd(now)
+		st.Held, st.ID, st.Owner, st.Value, st.ExpiresAt = true, h.holderID(), h.p.cfg.Owner, h.value, h.leaseEnd(now)
+		if !h.holdUntil.IsZero() {
+			st.ExpiresAt = h.holdUntil
+		}
 	}
 	return st
 }
@@ -396,7 +409,7 @@ func (p *provider) ForceRelease(name string) bool {
 	ended := false
 	for _, e := range p.named(name) {
 		for _, h := range slices.Clone(e.holders) {
-			h.loseLocked("its lock was released by ForceRelease")
+			h.forceEndLocked("its lock was released by ForceRelease")
 			ended = true
 		}
 	}
@@ -408,8 +421,8 @@ func (p *provider) ForceReleaseHolder(name, id string) bool {
 	defer p.s.mu.Unlock()
 	for _, e := range p.named(name) {
 		for _, h := range e.holders {
-			if h.id == id {
-				h.loseLocked("its acquisition was released by ForceReleaseHolder")
+			if h.holderID() == id {
+				h.forceEndLocked("its acquisition was released by ForceReleaseHolder")
 				return true
 			}
 		}
@@ -440,13 +453,28 @@ func (h *handle) LeaseEnd() time.Time {
 	return h.leaseEnd(time.Now())
 }
 
-// leaseEnd: a held lease is extended all the time; an ended one stays as
-// it was last.
+// leaseEnd: a held lease is extended all the time, up to WithHoldAtMost's
+// bound; an ended one stays as it was last.
 func (h *handle) leaseEnd(now time.Time) time.Time {
-	if h.state == held {
-		return now.Add(h.p.cfg.Expiry)
+	if h.state != held {
+		now = h.ended
 	}
-	return h.ended.Add(h.p.cfg.Expiry)
+	end := now.Add(h.p.cfg.Expiry)
+	if most := h.p.cfg.AtMost; most > 0 && h.acquiredAt.Add(most).Before(end) {
+		end = h.acquiredAt.Add(most)
+	}
+	return end
+}
+
+// heldSuffix marks the ID of a released holder whose hold lasts, as the
+// server marks it: the released handle's ID names it no more.
+const heldSuffix = ":held"
+
+func (h *handle) holderID() string {
+	if !h.holdUntil.IsZero() {
+		return h.id + heldSuffix
+	}
+	return h.id
 }
 
 func (h *handle) Release() (bool, error) {
@@ -459,10 +487,32 @@ func (h *handle) Release() (bool, error) {
 	case released:
 		return false, nil
 	}
+	h.releaseLocked(time.Now())
+	return true, nil
+}
+
+// releaseLocked releases h, which holds. Before WithHoldAtLeast's end,
+// its lock stays held until then, by h no more: nobody, h's provider's
+// Acquire calls included, takes it before the hold ends or is force
+// released.
+func (h *handle) releaseLocked(now time.Time) {
 	h.state = released
 	h.cancel(context.Canceled)
-	h.p.s.drop(h, time.Now())
-	return true, nil
+	end := h.acquiredAt.Add(h.p.cfg.AtLeast)
+	if !end.After(now) {
+		h.p.s.drop(h, now)
+		return
+	}
+	h.stopTimer()
+	delete(h.p.held, h)
+	h.ended, h.holdUntil = now, end
+	h.timer = time.AfterFunc(end.Sub(now), func() {
+		h.p.s.mu.Lock()
+		defer h.p.s.mu.Unlock()
+		if slices.Contains(h.e.holders, h) { // not force released meanwhile
+			h.p.s.drop(h, time.Now())
+		}
+	})
 }
 
 func (h *handle) Proclaim(value string) error {
@@ -477,6 +527,22 @@ func (h *handle) Proclaim(value string) error {
 	h.value = value
 	h.p.s.notify(h.e.key)
 	return nil
+}
+
+func (h *handle) stopTimer() {
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+}
+
+// forceEndLocked ends h as a force release does: a holder is made lost,
+// a hold ends.
+func (h *handle) forceEndLocked(why string) {
+	if h.state == held {
+		h.loseLocked(why)
+		return
+	}
+	h.p.s.drop(h, time.Now())
 }
 
 // lose makes h lost, if it holds.

@@ -39,6 +39,9 @@ type Config struct {
 	Collection string
 	Owner      string
 	Expiry     time.Duration
+	// AtLeast and AtMost are WithHoldAtLeast's and WithHoldAtMost's; 0:
+	// none. The root package refuses them to every kind but a Lock.
+	AtLeast, AtMost time.Duration
 }
 
 // Provider is one provider's view of a store. Its errors wrap mongolock's
@@ -58,8 +61,9 @@ type Provider interface {
 	// ListSlots returns the states of the Semaphores and RWLocks whose
 	// names begin with prefix, in byte order of name.
 	ListSlots(prefix string) []Slots
-	// ForceRelease makes whatever holds the Lock or the election of name
-	// lost, and every holder of the Semaphore or RWLock of name; it reports whether
+	// ForceRelease ends whatever holds the Lock or the election of name
+	// (a holder is made lost; a hold of WithHoldAtLeast ends), and every
+	// holder of the Semaphore or RWLock of name; it reports whether
 	// anything held.
 	ForceRelease(name string) bool
 	// ForceReleaseHolder ends the one acquisition of name whose ID is id,

@@ -1,10 +1,12 @@
 package conformance
 
-// Inspection and force release over every kind.
+// Inspection and force release over every kind, and the scheduled jobs'
+// holds.
 
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -212,5 +214,93 @@ func forceReleaseHolderEndsOne(e *env) {
 		for _, h := range append(hs[1:], next) {
 			e.release(h)
 		}
+	}
+}
+
+func holdAtLeastKeepsAReleasedLock(e *env) {
+	const hold = time.Second
+	p, other := e.provider(mongolock.WithOwner("job-1"), mongolock.WithHoldAtLeast(hold)), e.provider()
+	h := e.try(p.Lock("nightly"))
+	waiting := start(func() (*mongolock.Handle, error) { return other.Lock("nightly").Acquire(e.ctx) })
+	e.release(h)
+	require.ErrorIs(e.t, context.Cause(h.Context()), context.Canceled)
+	e.notLost(h, "a release with a hold made the handle lost")
+	info := e.inspect(other, "nightly")
+	require.True(e.t, info.Held, "the hold shows the lock free")
+	require.Equal(e.t, "job-1", info.Owner)
+	require.Len(e.t, info.Holders, 1)
+	require.Equal(e.t, h.FencingToken(), info.Holders[0].FencingToken)
+	_, err := other.Lock("nightly").TryAcquire(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired, "the lock is free during its hold")
+	next := e.receive(waiting)
+	require.False(e.t, next.AcquiredAt().Before(h.AcquiredAt().Add(hold)), "taken at %v, before the hold's end", next.AcquiredAt())
+	require.Greater(e.t, next.FencingToken(), h.FencingToken())
+	e.release(next)
+
+	// ForceRelease and ForceReleaseHolder end a hold, Close writes one.
+	for _, end := range []func(info mongolock.LockInfo) (bool, error){
+		func(mongolock.LockInfo) (bool, error) { return other.ForceRelease(e.ctx, "nightly") },
+		func(info mongolock.LockInfo) (bool, error) {
+			return other.ForceReleaseHolder(e.ctx, "nightly", info.Holders[0].ID)
+		},
+	} {
+		h := e.try(p.Lock("nightly"))
+		e.release(h)
+		released, err := end(e.inspect(other, "nightly"))
+		require.NoError(e.t, err)
+		require.True(e.t, released, "the hold was not seen as a holder")
+		e.requireFree(other.Lock("nightly"), "a force release ends the hold")
+	}
+	closing := e.provider(mongolock.WithHoldAtLeast(time.Hour))
+	e.try(closing.Lock("nightly"))
+	require.NoError(e.t, closing.Close(e.ctx))
+	_, err = other.Lock("nightly").TryAcquire(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired, "Close released without the hold")
+	released, err := other.ForceRelease(e.ctx, "nightly")
+	require.NoError(e.t, err)
+	require.True(e.t, released)
+}
+
+func holdAtMostLosesTheHandle(e *env) {
+	const expiry, most = 300 * time.Millisecond, 900 * time.Millisecond
+	p, other := e.provider(mongolock.WithExpiry(expiry), mongolock.WithHoldAtMost(most)), e.provider()
+	sent := time.Now()
+	h := e.try(p.Lock("stuck"))
+	_, err := other.Lock("stuck").TryAcquire(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired)
+	waiting := start(func() (*mongolock.Handle, error) { return other.Lock("stuck").Acquire(e.ctx) })
+	e.await(h.Lost(), "the handle is lost at its bound")
+	// Lost at the bound, less at most a safety margin: the lease outlived
+	// the expiry.
+	require.GreaterOrEqual(e.t, time.Since(sent), most-expiry/10)
+	require.ErrorIs(e.t, context.Cause(h.Context()), mongolock.ErrLockLost)
+	err = h.Release(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrLockLost)
+	require.ErrorContains(e.t, err, "WithHoldAtMost")
+	next := e.receive(waiting)
+	require.Greater(e.t, next.FencingToken(), h.FencingToken())
+	e.release(next)
+}
+
+func holdsApplyToLocksOnly(e *env) {
+	for i, opt := range []mongolock.Option{mongolock.WithHoldAtLeast(time.Minute), mongolock.WithHoldAtMost(time.Minute)} {
+		p := e.provider(opt)
+		for _, take := range []func() (*mongolock.Handle, error){
+			func() (*mongolock.Handle, error) { return p.Semaphore("s", 2).TryAcquire(e.ctx) },
+			func() (*mongolock.Handle, error) { return p.RWLock("rw").Reader().Acquire(e.ctx) },
+			func() (*mongolock.Handle, error) { return p.RWLock("rw").Writer().TryAcquire(e.ctx) },
+			func() (*mongolock.Handle, error) {
+				l, err := p.Election("leader").Campaign(e.ctx, "v")
+				if err != nil {
+					return nil, err
+				}
+				return l.Handle, nil
+			},
+		} {
+			_, err := take()
+			require.ErrorIs(e.t, err, mongolock.ErrInvalidArgument)
+			require.ErrorContains(e.t, err, "apply to locks only")
+		}
+		e.release(e.try(p.Lock(fmt.Sprint("lock", i)))) // a name of its own: the release may hold it
 	}
 }

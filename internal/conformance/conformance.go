@@ -59,6 +59,9 @@ var cases = []struct {
 	{"LocksAndInspectShowEveryKindWithItsHolders", locksListEveryKind},
 	{"ForceReleaseFreesEveryHolderOfASemaphoreOrRWLock", forceReleaseFreesEverySlot},
 	{"ForceReleaseHolderEndsExactlyOneHolder", forceReleaseHolderEndsOne},
+	{"HoldAtLeastKeepsAReleasedLockUntilItsEnd", holdAtLeastKeepsAReleasedLock},
+	{"HoldAtMostLosesTheHandleAtItsBound", holdAtMostLosesTheHandle},
+	{"HoldsApplyToLocksOnly", holdsApplyToLocksOnly},
 	{"CloseReleasesAndRefuses", closeReleasesAndRefuses},
 	{"ReadsWithAnEndedContextFail", readsWithEndedContext},
 }
