@@ -88,7 +88,7 @@ func (p *Provider) Inspect(ctx context.Context, name string) (LockInfo, error) {
 // inspectLock is Inspect of the locks' collection alone.
 func (p *Provider) inspectLock(ctx context.Context, name string) (LockInfo, error) {
 	if p.mem != nil {
-		return p.memInspect(ctx, name)
+		return p.memInspectLock(ctx, name)
 	}
 	for info, err := range p.infos(ctx, &p.locks, "inspect", name, inspectPipeline(acquireFilter(name))) {
 		return info, err
@@ -240,6 +240,9 @@ func (p *Provider) ForceReleaseHolder(ctx context.Context, name, id string) (boo
 	if id == "" {
 		return false, p.Lock(name).errorf("force release", errors.New("an empty holder id: HolderInfo.ID names one"))
 	}
+	if p.mem != nil {
+		return p.memForceReleaseHolder(ctx, name, id)
+	}
 	return p.forceRelease(ctx, name, true,
 		updateOne{p.locks.coll, ownerFilter(name, id), releaseUpdate},
 		updateOne{p.slots.coll, semHolderFilter(name, id), semReleaseUpdate(id)})
@@ -313,18 +316,25 @@ func decodeSlotsInfo(raw bson.Raw) (LockInfo, error) {
 		return LockInfo{}, err
 	}
 	info := LockInfo{Name: d.Name, Kind: d.Kind, FencingToken: d.FencingToken, Waiting: d.Waiting,
-		WriterWaiting: d.WriterWaiting, Holders: d.holders(d.Kind == KindRWLock), ServerTime: d.Now}
+		WriterWaiting: d.WriterWaiting, ServerTime: d.Now}
 	if d.Kind == KindSemaphore {
 		info.N = d.N
 	}
-	for _, h := range info.Holders {
+	return info.withHolders(d.holders(d.Kind == KindRWLock)), nil
+}
+
+// withHolders returns info, of a semaphore or an RWLock, with its live
+// holders hs and what they say of Held, AcquiredAt and ExpiresAt.
+func (info LockInfo) withHolders(hs []HolderInfo) LockInfo {
+	info.Holders = hs
+	for _, h := range hs {
 		info.Held = true
 		info.AcquiredAt = h.AcquiredAt // the newest: acquisitions append
 		if h.ExpiresAt.After(info.ExpiresAt) {
 			info.ExpiresAt = h.ExpiresAt
 		}
 	}
-	return info, nil
+	return info
 }
 
 // HolderInfo is one live acquisition of a lock, an election, a Semaphore's

@@ -37,16 +37,12 @@ func newMemoryProvider(opts any, open func(backend.Config) backend.Provider) (an
 	if err != nil {
 		return nil, &Error{Op: opNewProvider, Err: err}
 	}
-	if o.holds() {
-		return nil, &Error{Op: opNewProvider, Err: errHoldsInMemory}
+	c := backend.Config{Collection: o.collection, Owner: o.owner, Expiry: o.expiry, AtLeast: o.atLeast}
+	if o.atMostSet {
+		c.AtMost = o.atMost
 	}
-	return &Provider{opts: o, mem: open(backend.Config{Collection: o.collection, Owner: o.owner, Expiry: o.expiry}),
-		done: make(chan struct{}), drained: make(chan struct{})}, nil
+	return &Provider{opts: o, mem: open(c), done: make(chan struct{}), drained: make(chan struct{})}, nil
 }
-
-// errHoldsInMemory refuses WithHoldAtLeast and WithHoldAtMost, which the
-// store does not implement.
-var errHoldsInMemory = errors.New("WithHoldAtLeast and WithHoldAtMost: not implemented by the in-memory store; test scheduled jobs against a server")
 
 // errUpgradesInMemory refuses Handle.Upgrade and Handle.Downgrade, which the
 // store does not implement (it refuses RWLock.Upgradeable as a kind).
@@ -73,6 +69,9 @@ func (l *Lock) memRequest() backend.Lock {
 }
 
 func (l *Lock) memAcquire(ctx context.Context, op string, wait bool) (*Handle, error) {
+	if err := l.checkHolds(); err != nil {
+		return nil, l.errorf(op, err)
+	}
 	mh, err := l.p.mem.Acquire(ctx, l.memRequest(), wait)
 	if err != nil {
 		return nil, l.errorf(op, err)
@@ -133,7 +132,21 @@ func (e *Election) memWatch(ctx context.Context, changed chan<- struct{}, stream
 	}
 }
 
+// memInspect is Inspect: the lock's or the election's state, else the
+// semaphore's or the RWLock's.
 func (p *Provider) memInspect(ctx context.Context, name string) (LockInfo, error) {
+	info, err := p.memInspectLock(ctx, name)
+	if !errors.Is(err, ErrNoLock) {
+		return info, err
+	}
+	if s, ok := p.mem.InspectSlots(name); ok {
+		return slotsInfo(s), nil
+	}
+	return LockInfo{}, err
+}
+
+// memInspectLock is inspectLock: the lock's or the election's state alone.
+func (p *Provider) memInspectLock(ctx context.Context, name string) (LockInfo, error) {
 	if err := memCheck(ctx); err != nil {
 		return LockInfo{}, p.Lock(name).errorf("inspect", err)
 	}
@@ -144,14 +157,27 @@ func (p *Provider) memInspect(ctx context.Context, name string) (LockInfo, error
 	return lockInfo(s), nil
 }
 
+// memLocks is Locks: the locks' and the slots' listings, merged as the
+// server's cursors are.
 func (p *Provider) memLocks(ctx context.Context, prefix string) iter.Seq2[LockInfo, error] {
 	return func(yield func(LockInfo, error) bool) {
 		if err := memCheck(ctx); err != nil {
 			yield(LockInfo{}, p.Lock(prefix).errorf("list", err))
 			return
 		}
-		for _, s := range p.mem.List(prefix) {
-			if !yield(lockInfo(s), nil) {
+		for info, err := range merged(infosOf(p.mem.List(prefix), lockInfo), infosOf(p.mem.ListSlots(prefix), slotsInfo)) {
+			if !yield(info, err) {
+				return
+			}
+		}
+	}
+}
+
+// infosOf yields the LockInfo of each state of sts.
+func infosOf[S any](sts []S, info func(S) LockInfo) iter.Seq2[LockInfo, error] {
+	return func(yield func(LockInfo, error) bool) {
+		for _, s := range sts {
+			if !yield(info(s), nil) {
 				return
 			}
 		}
@@ -159,8 +185,24 @@ func (p *Provider) memLocks(ctx context.Context, prefix string) iter.Seq2[LockIn
 }
 
 func lockInfo(s backend.LockState) LockInfo {
-	return LockInfo{Name: s.Name, Held: s.Held, Owner: s.Owner, Value: s.Value, AcquiredAt: s.AcquiredAt, ExpiresAt: s.ExpiresAt,
+	info := LockInfo{Name: s.Name, Kind: KindLock, Held: s.Held, Owner: s.Owner, Value: s.Value, AcquiredAt: s.AcquiredAt, ExpiresAt: s.ExpiresAt,
 		FencingToken: s.FencingToken, Waiting: s.Waiting, ServerTime: s.Now}
+	if s.Election {
+		info.Kind = KindElection
+	}
+	if s.Held {
+		info.Holders = []HolderInfo{{ID: s.ID, Owner: s.Owner, AcquiredAt: s.AcquiredAt, ExpiresAt: s.ExpiresAt, FencingToken: s.FencingToken}}
+	}
+	return info
+}
+
+func slotsInfo(s backend.Slots) LockInfo {
+	info := LockInfo{Name: s.Name, Kind: KindSemaphore, N: s.N, FencingToken: s.FencingToken, Waiting: s.Waiting,
+		WriterWaiting: s.WriterWaiting, ServerTime: s.Now}
+	if s.RW {
+		info.Kind = KindRWLock // its N is 0, as the server's
+	}
+	return info.withHolders(holderInfos(s))
 }
 
 func (p *Provider) memForceRelease(ctx context.Context, name string) (bool, error) {
@@ -168,6 +210,13 @@ func (p *Provider) memForceRelease(ctx context.Context, name string) (bool, erro
 		return false, p.Lock(name).errorf("force release", err)
 	}
 	return p.mem.ForceRelease(name), nil
+}
+
+func (p *Provider) memForceReleaseHolder(ctx context.Context, name, id string) (bool, error) {
+	if err := memCheck(ctx); err != nil {
+		return false, p.Lock(name).errorf("force release", err)
+	}
+	return p.mem.ForceReleaseHolder(name, id), nil
 }
 
 func (l *Lock) memInspectSemaphore(ctx context.Context) (SemaphoreInfo, error) {
@@ -194,7 +243,7 @@ func (l *Lock) memInspectSlots(ctx context.Context) (backend.Slots, error) {
 func holderInfos(s backend.Slots) []HolderInfo {
 	var hs []HolderInfo
 	for _, h := range s.Holders {
-		hs = append(hs, HolderInfo{Owner: h.Owner, Write: h.Write, AcquiredAt: h.AcquiredAt, ExpiresAt: h.ExpiresAt, FencingToken: h.FencingToken})
+		hs = append(hs, HolderInfo{ID: h.ID, Owner: h.Owner, Write: h.Write, AcquiredAt: h.AcquiredAt, ExpiresAt: h.ExpiresAt, FencingToken: h.FencingToken})
 	}
 	return hs
 }

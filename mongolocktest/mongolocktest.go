@@ -9,16 +9,22 @@
 // and its ctx errors are mongolock's; TryAcquire returns ErrNotAcquired;
 // fencing tokens strictly increase per name; Release, Do, Semaphores of n
 // (ErrMismatch for another n or kind), RWLocks (a waiting writer holds off
-// new readers), elections, Inspect, Locks, ForceRelease and Close behave
-// as over a database. Options are validated as mongolock.NewProvider
-// validates them, with the same errors.
+// new readers), elections, Close, and the scheduled jobs' holds behave as
+// over a database: with WithHoldAtLeast a released lock stays held by its
+// owner until the hold ends or is force released, with WithHoldAtMost a
+// handle is lost at its bound, and both refuse every kind but locks.
+// Inspect and Locks show every kind with its holders and their IDs;
+// ForceRelease ends every holder of a name, ForceReleaseHolder one. Options
+// are validated as mongolock.NewProvider validates them, with the same
+// errors.
 //
 // Where it differs: a lease never runs out (the holder is this process,
-// alive while the test runs), so a Handle is lost only through Lose or
-// ForceRelease, and at once; a Handle dropped without Release keeps its
-// lock; fencing tokens count from 1 per name; LockInfo.Waiting reports
-// whether any Acquire waits; the busy-wait, standby and extension options
-// change nothing, and the telemetry options record nothing.
+// alive while the test runs), so a Handle is lost only through Lose,
+// ForceRelease, ForceReleaseHolder or WithHoldAtMost's bound, and at once;
+// a Handle dropped without Release keeps its lock; a lock frees at once
+// when a hold ends; fencing tokens count from 1 per name; LockInfo.Waiting
+// reports whether any Acquire waits; the busy-wait, standby and extension
+// options change nothing, and the telemetry options record nothing.
 package mongolocktest
 
 import (

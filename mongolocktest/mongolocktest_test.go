@@ -122,20 +122,6 @@ func TestProvidersOfOneStoreShareLocksAndOthersDoNot(t *testing.T) {
 	require.NoError(t, h.Release(ctx))
 }
 
-// The store does not implement holds: a provider with them is refused at
-// once, naming them, rather than running a scheduled job's test with
-// semantics the server does not have.
-func TestHoldsAreRefusedByTheStore(t *testing.T) {
-	for _, opt := range []mongolock.Option{mongolock.WithHoldAtLeast(time.Second), mongolock.WithHoldAtMost(time.Minute)} {
-		p, err := mongolocktest.NewProvider(opt)
-		require.Nil(t, p)
-		require.ErrorContains(t, err, "WithHoldAtLeast and WithHoldAtMost")
-		var me *mongolock.Error
-		require.ErrorAs(t, err, &me)
-		require.Equal(t, "new provider", me.Op)
-	}
-}
-
 // The store does not implement upgradeable readers: acquiring one, and an
 // Upgrade or Downgrade of any handle, fail at once with an error that says
 // so (not ErrMismatch, which would blame the caller's handle), and change

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/backend"
 )
@@ -17,7 +19,8 @@ import (
 // The store keeps every name's state under one mutex. A name's waiters
 // stand in one line, first come first served; whatever frees a lock or a
 // slot serves the line at once, in the same critical section, so a waiter
-// is woken by a closed channel, never by polling.
+// is woken by a closed channel, never by polling. The ends of holds
+// (WithHoldAtLeast's, WithHoldAtMost's) are timers that do the same.
 
 // semSuffix names the collection of the Semaphores and RWLocks after the
 // locks', as mongolock does: a Lock and a Semaphore of one name are
@@ -41,9 +44,10 @@ type key struct{ coll, name string }
 type entry struct {
 	key        key
 	kind       backend.Kind // Mutex, Semaphore, or Reader for an RWLock's
+	election   bool         // a Mutex's last acquisition was a campaign's
 	n          int          // a Semaphore's slots, set by the acquisition that finds none held
 	token      int64        // the last acquisition's
-	holders    []*handle    // in the order they acquired
+	holders    []*handle    // in the order they acquired; a released one while its hold lasts
 	line       []*waiter
 	acquiredAt time.Time // the last acquisition's
 	freedAt    time.Time // when the last holder left
@@ -82,7 +86,8 @@ const (
 type handle struct {
 	p          *provider
 	e          *entry
-	write      bool // an RWLock's writer, or an exclusive lock
+	id         string // HolderInfo.ID
+	write      bool   // an RWLock's writer, or an exclusive lock
 	token      int64
 	acquiredAt time.Time
 	ctx        context.Context
@@ -90,10 +95,12 @@ type handle struct {
 	lostCh     chan struct{}
 
 	// Guarded by the store's mu.
-	value   string // a campaign's
-	state   handleState
-	lostErr error
-	ended   time.Time // when it was released or lost
+	value     string // a campaign's
+	state     handleState
+	lostErr   error
+	ended     time.Time   // when it was released or lost
+	holdUntil time.Time   // while a released handle holds its lock (WithHoldAtLeast); else zero
+	timer     *time.Timer // ends WithHoldAtMost's bound while it holds, the hold after its release
 }
 
 // class is the kind of document a request of kind k takes.
@@ -106,10 +113,15 @@ func class(k backend.Kind) backend.Kind {
 
 func (p *provider) key(r backend.Lock) key {
 	if r.Kind == backend.Mutex {
-		return key{p.cfg.Collection, r.Name}
+		return p.lockKey(r.Name)
 	}
-	return key{p.cfg.Collection + semSuffix, r.Name}
+	return p.slotsKey(r.Name)
 }
+
+// lockKey is the place of a Lock's or an election's name, slotsKey of a
+// Semaphore's or an RWLock's.
+func (p *provider) lockKey(name string) key  { return key{p.cfg.Collection, name} }
+func (p *provider) slotsKey(name string) key { return key{p.cfg.Collection + semSuffix, name} }
 
 // entry returns the state of r's name, created if it has none, as an
 // attempt creates the document; ErrMismatch if it is of another kind.
@@ -148,13 +160,22 @@ func (s *store) grant(p *provider, e *entry, r backend.Lock) *handle {
 	now := time.Now()
 	e.token++
 	e.acquiredAt = now
-	if r.Kind == backend.Semaphore {
+	switch r.Kind {
+	case backend.Semaphore:
 		e.n = r.N
+	case backend.Mutex:
+		e.election = r.Value != nil
 	}
-	h := &handle{p: p, e: e, write: r.Kind != backend.Reader && r.Kind != backend.Semaphore, token: e.token, acquiredAt: now, lostCh: make(chan struct{})}
+	h := &handle{p: p, e: e, id: strings.ReplaceAll(uuid.NewString(), "-", ""), write: r.Kind != backend.Reader && r.Kind != backend.Semaphore,
+		token: e.token, acquiredAt: now, lostCh: make(chan struct{})}
 	h.ctx, h.cancel = context.WithCancelCause(context.Background())
 	if r.Value != nil {
 		h.value = *r.Value
+	}
+	if most := p.cfg.AtMost; most > 0 {
+		h.timer = time.AfterFunc(most, func() {
+			h.lose(fmt.Sprintf("it was held as long as it may be (WithHoldAtMost: %v after its acquisition)", most))
+		})
 	}
 	e.holders = append(e.holders, h)
 	p.held[h] = struct{}{}
@@ -186,7 +207,11 @@ func (s *store) drop(h *handle, now time.Time) {
 	e := h.e
 	e.holders = slices.DeleteFunc(e.holders, func(o *handle) bool { return o == h })
 	delete(h.p.held, h)
-	h.ended, e.freedAt = now, now
+	h.stopTimer()
+	if h.ended.IsZero() { // a hold's end leaves the release's
+		h.ended = now
+	}
+	e.freedAt = now
 	s.notify(e.key)
 	s.serve(e)
 }
@@ -282,9 +307,7 @@ func (p *provider) Close() {
 	}
 	now := time.Now()
 	for h := range p.held {
-		h.state = released
-		h.cancel(context.Canceled)
-		s.drop(h, now)
+		h.releaseLocked(now)
 	}
 }
 
@@ -293,7 +316,7 @@ func (p *provider) Done() <-chan struct{} { return p.done }
 func (p *provider) Inspect(name string) (backend.LockState, bool) {
 	p.s.mu.Lock()
 	defer p.s.mu.Unlock()
-	e := p.s.names[key{p.cfg.Collection, name}]
+	e := p.s.names[p.lockKey(name)]
 	if e == nil {
 		return backend.LockState{}, false
 	}
@@ -301,11 +324,14 @@ func (p *provider) Inspect(name string) (backend.LockState, bool) {
 }
 
 func (e *entry) lockState(now time.Time) backend.LockState {
-	st := backend.LockState{Name: e.key.name, AcquiredAt: e.acquiredAt, ExpiresAt: e.freedAt, FencingToken: e.token,
-		Waiting: len(e.line) > 0, Now: now}
+	st := backend.LockState{Name: e.key.name, Election: e.election, AcquiredAt: e.acquiredAt, ExpiresAt: e.freedAt,
+		FencingToken: e.token, Waiting: len(e.line) > 0, Now: now}
 	if len(e.holders) > 0 {
 		h := e.holders[0]
-		st.Held, st.Owner, st.Value, st.ExpiresAt = true, h.p.cfg.Owner, h.value, h.leaseEnd(now)
+		st.Held, st.ID, st.Owner, st.Value, st.ExpiresAt = true, h.holderID(), h.p.cfg.Owner, h.value, h.leaseEnd(now)
+		if !h.holdUntil.IsZero() {
+			st.ExpiresAt = h.holdUntil
+		}
 	}
 	return st
 }
@@ -315,49 +341,99 @@ func (p *provider) List(prefix string) []backend.LockState {
 	defer p.s.mu.Unlock()
 	now := time.Now()
 	var sts []backend.LockState
-	for k, e := range p.s.names {
-		if k.coll == p.cfg.Collection && strings.HasPrefix(k.name, prefix) {
-			sts = append(sts, e.lockState(now))
+	for _, e := range p.s.entries(p.cfg.Collection, prefix) {
+		sts = append(sts, e.lockState(now))
+	}
+	return sts
+}
+
+// entries returns the entries of coll whose names begin with prefix, in
+// byte order of name.
+func (s *store) entries(coll, prefix string) []*entry {
+	var es []*entry
+	for k, e := range s.names {
+		if k.coll == coll && strings.HasPrefix(k.name, prefix) {
+			es = append(es, e)
 		}
 	}
-	slices.SortFunc(sts, func(a, b backend.LockState) int { return cmp.Compare(a.Name, b.Name) })
-	return sts
+	slices.SortFunc(es, func(a, b *entry) int { return cmp.Compare(a.key.name, b.key.name) })
+	return es
 }
 
 func (p *provider) InspectSlots(name string) (backend.Slots, bool) {
 	p.s.mu.Lock()
 	defer p.s.mu.Unlock()
-	e := p.s.names[key{p.cfg.Collection + semSuffix, name}]
+	e := p.s.names[p.slotsKey(name)]
 	if e == nil {
 		return backend.Slots{}, false
 	}
+	return e.slots(time.Now()), true
+}
+
+func (p *provider) ListSlots(prefix string) []backend.Slots {
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
 	now := time.Now()
-	st := backend.Slots{Name: name, N: e.n, FencingToken: e.token, Now: now,
+	var sts []backend.Slots
+	for _, e := range p.s.entries(p.cfg.Collection+semSuffix, prefix) {
+		sts = append(sts, e.slots(now))
+	}
+	return sts
+}
+
+func (e *entry) slots(now time.Time) backend.Slots {
+	st := backend.Slots{Name: e.key.name, RW: e.kind == backend.Reader, N: e.n, FencingToken: e.token, Now: now, Waiting: len(e.line) > 0,
 		WriterWaiting: slices.ContainsFunc(e.line, func(w *waiter) bool { return w.req.Kind == backend.Writer })}
 	for _, h := range e.holders {
-		st.Holders = append(st.Holders, backend.Holder{Owner: h.p.cfg.Owner, Write: h.write, AcquiredAt: h.acquiredAt,
+		st.Holders = append(st.Holders, backend.Holder{ID: h.id, Owner: h.p.cfg.Owner, Write: h.write, AcquiredAt: h.acquiredAt,
 			ExpiresAt: h.leaseEnd(now), FencingToken: h.token})
 	}
-	return st, true
+	return st
+}
+
+// named returns the entries of name: its Lock's or election's, and its
+// Semaphore's or RWLock's, where they exist.
+func (p *provider) named(name string) []*entry {
+	var es []*entry
+	for _, k := range []key{p.lockKey(name), p.slotsKey(name)} {
+		if e := p.s.names[k]; e != nil {
+			es = append(es, e)
+		}
+	}
+	return es
 }
 
 func (p *provider) ForceRelease(name string) bool {
 	p.s.mu.Lock()
 	defer p.s.mu.Unlock()
-	e := p.s.names[key{p.cfg.Collection, name}]
-	if e == nil || len(e.holders) == 0 {
-		return false
+	ended := false
+	for _, e := range p.named(name) {
+		for _, h := range slices.Clone(e.holders) {
+			h.forceEndLocked("its lock was released by ForceRelease")
+			ended = true
+		}
 	}
-	for _, h := range slices.Clone(e.holders) {
-		h.loseLocked("its lock was released by ForceRelease")
+	return ended
+}
+
+func (p *provider) ForceReleaseHolder(name, id string) bool {
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
+	for _, e := range p.named(name) {
+		for _, h := range e.holders {
+			if h.holderID() == id {
+				h.forceEndLocked("its acquisition was released by ForceReleaseHolder")
+				return true
+			}
+		}
 	}
-	return true
+	return false
 }
 
 func (p *provider) Changed(name string) <-chan struct{} {
 	p.s.mu.Lock()
 	defer p.s.mu.Unlock()
-	k := key{p.cfg.Collection, name}
+	k := p.lockKey(name)
 	ch := p.s.changed[k]
 	if ch == nil {
 		ch = make(chan struct{})
@@ -377,13 +453,28 @@ func (h *handle) LeaseEnd() time.Time {
 	return h.leaseEnd(time.Now())
 }
 
-// leaseEnd: a held lease is extended all the time; an ended one stays as
-// it was last.
+// leaseEnd: a held lease is extended all the time, up to WithHoldAtMost's
+// bound; an ended one stays as it was last.
 func (h *handle) leaseEnd(now time.Time) time.Time {
-	if h.state == held {
-		return now.Add(h.p.cfg.Expiry)
+	if h.state != held {
+		now = h.ended
 	}
-	return h.ended.Add(h.p.cfg.Expiry)
+	end := now.Add(h.p.cfg.Expiry)
+	if most := h.p.cfg.AtMost; most > 0 && h.acquiredAt.Add(most).Before(end) {
+		end = h.acquiredAt.Add(most)
+	}
+	return end
+}
+
+// heldSuffix marks the ID of a released holder whose hold lasts, as the
+// server marks it: the released handle's ID names it no more.
+const heldSuffix = ":held"
+
+func (h *handle) holderID() string {
+	if !h.holdUntil.IsZero() {
+		return h.id + heldSuffix
+	}
+	return h.id
 }
 
 func (h *handle) Release() (bool, error) {
@@ -396,10 +487,32 @@ func (h *handle) Release() (bool, error) {
 	case released:
 		return false, nil
 	}
+	h.releaseLocked(time.Now())
+	return true, nil
+}
+
+// releaseLocked releases h, which holds. Before WithHoldAtLeast's end,
+// its lock stays held until then, by h no more: nobody, h's provider's
+// Acquire calls included, takes it before the hold ends or is force
+// released.
+func (h *handle) releaseLocked(now time.Time) {
 	h.state = released
 	h.cancel(context.Canceled)
-	h.p.s.drop(h, time.Now())
-	return true, nil
+	end := h.acquiredAt.Add(h.p.cfg.AtLeast)
+	if !end.After(now) {
+		h.p.s.drop(h, now)
+		return
+	}
+	h.stopTimer()
+	delete(h.p.held, h)
+	h.ended, h.holdUntil = now, end
+	h.timer = time.AfterFunc(end.Sub(now), func() {
+		h.p.s.mu.Lock()
+		defer h.p.s.mu.Unlock()
+		if slices.Contains(h.e.holders, h) { // not force released meanwhile
+			h.p.s.drop(h, time.Now())
+		}
+	})
 }
 
 func (h *handle) Proclaim(value string) error {
@@ -414,6 +527,22 @@ func (h *handle) Proclaim(value string) error {
 	h.value = value
 	h.p.s.notify(h.e.key)
 	return nil
+}
+
+func (h *handle) stopTimer() {
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+}
+
+// forceEndLocked ends h as a force release does: a holder is made lost,
+// a hold ends.
+func (h *handle) forceEndLocked(why string) {
+	if h.state == held {
+		h.loseLocked(why)
+		return
+	}
+	h.p.s.drop(h, time.Now())
 }
 
 // lose makes h lost, if it holds.

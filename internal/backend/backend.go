@@ -39,6 +39,9 @@ type Config struct {
 	Collection string
 	Owner      string
 	Expiry     time.Duration
+	// AtLeast and AtMost are WithHoldAtLeast's and WithHoldAtMost's; 0:
+	// none. The root package refuses them to every kind but a Lock.
+	AtLeast, AtMost time.Duration
 }
 
 // Provider is one provider's view of a store. Its errors wrap mongolock's
@@ -55,9 +58,17 @@ type Provider interface {
 	// InspectSlots returns the state of a Semaphore or an RWLock; false if
 	// the name was never used.
 	InspectSlots(name string) (Slots, bool)
-	// ForceRelease makes whatever holds a Lock or an election lost, and
-	// reports whether anything did.
+	// ListSlots returns the states of the Semaphores and RWLocks whose
+	// names begin with prefix, in byte order of name.
+	ListSlots(prefix string) []Slots
+	// ForceRelease ends whatever holds the Lock or the election of name
+	// (a holder is made lost; a hold of WithHoldAtLeast ends), and every
+	// holder of the Semaphore or RWLock of name; it reports whether
+	// anything held.
 	ForceRelease(name string) bool
+	// ForceReleaseHolder ends the one acquisition of name whose ID is id,
+	// as ForceRelease, and reports whether there was one.
+	ForceReleaseHolder(name, id string) bool
 	// Changed returns a channel that closes at the next change of the
 	// holder, or of the value, of a Lock or an election.
 	Changed(name string) <-chan struct{}
@@ -89,7 +100,9 @@ type Handle interface {
 // LockState is a Lock's or an election's state, as mongolock.LockInfo.
 type LockState struct {
 	Name                  string
+	Election              bool // the last acquisition was a campaign's
 	Held                  bool
+	ID                    string // the holder's, while Held
 	Owner, Value          string
 	AcquiredAt, ExpiresAt time.Time
 	FencingToken          int64
@@ -100,17 +113,18 @@ type LockState struct {
 // Slots is a Semaphore's or an RWLock's state, as mongolock.SemaphoreInfo
 // and mongolock.RWLockInfo.
 type Slots struct {
-	Name          string
-	N             int
-	Holders       []Holder
-	FencingToken  int64
-	WriterWaiting bool
-	Now           time.Time
+	Name                   string
+	RW                     bool // an RWLock's; else a Semaphore's
+	N                      int
+	Holders                []Holder
+	FencingToken           int64
+	Waiting, WriterWaiting bool
+	Now                    time.Time
 }
 
 // Holder is one holder of a Semaphore's slot or of an RWLock.
 type Holder struct {
-	Owner                 string
+	ID, Owner             string
 	Write                 bool
 	AcquiredAt, ExpiresAt time.Time
 	FencingToken          int64

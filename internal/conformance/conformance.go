@@ -56,6 +56,12 @@ var cases = []struct {
 	{"ElectionRunLeadsUntilCtxEnds", electionRun},
 	{"InspectAndLocks", inspectAndLocks},
 	{"InspectSemaphoreAndRWLock", inspectSlots},
+	{"LocksAndInspectShowEveryKindWithItsHolders", locksListEveryKind},
+	{"ForceReleaseFreesEveryHolderOfASemaphoreOrRWLock", forceReleaseFreesEverySlot},
+	{"ForceReleaseHolderEndsExactlyOneHolder", forceReleaseHolderEndsOne},
+	{"HoldAtLeastKeepsAReleasedLockUntilItsEnd", holdAtLeastKeepsAReleasedLock},
+	{"HoldAtMostLosesTheHandleAtItsBound", holdAtMostLosesTheHandle},
+	{"HoldsApplyToLocksOnly", holdsApplyToLocksOnly},
 	{"CloseReleasesAndRefuses", closeReleasesAndRefuses},
 	{"ReadsWithAnEndedContextFail", readsWithEndedContext},
 }

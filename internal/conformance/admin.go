@@ -1,0 +1,306 @@
+package conformance
+
+// Inspection and force release over every kind, and the scheduled jobs'
+// holds.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mongolock/mongolock"
+)
+
+// acquirer is what takes one kind: a *mongolock.Lock or a
+// *mongolock.Semaphore.
+type acquirer interface {
+	Acquire(ctx context.Context) (*mongolock.Handle, error)
+	TryAcquire(ctx context.Context) (*mongolock.Handle, error)
+}
+
+// try takes a at once, or fails the test.
+func (e *env) try(a acquirer) *mongolock.Handle {
+	e.t.Helper()
+	h, err := a.TryAcquire(e.ctx)
+	require.NoError(e.t, err)
+	return h
+}
+
+func (e *env) inspect(p *mongolock.Provider, name string) mongolock.LockInfo {
+	e.t.Helper()
+	info, err := p.Inspect(e.ctx, name)
+	require.NoError(e.t, err, name)
+	require.Equal(e.t, name, info.Name)
+	return info
+}
+
+// tokens returns the fencing tokens of hs, or of the holders of info.
+func tokens(hs []*mongolock.Handle, info mongolock.LockInfo) []int64 {
+	var ts []int64
+	for _, h := range hs {
+		ts = append(ts, h.FencingToken())
+	}
+	for _, h := range info.Holders {
+		ts = append(ts, h.FencingToken)
+	}
+	return ts
+}
+
+func holderIDs(info mongolock.LockInfo) []string {
+	ids := []string{}
+	for _, h := range info.Holders {
+		ids = append(ids, h.ID)
+	}
+	return ids
+}
+
+func locksListEveryKind(e *env) {
+	p, q := e.provider(mongolock.WithOwner("node-1")), e.provider(mongolock.WithOwner("node-2"))
+	leader, err := p.Election("k/leader").Campaign(e.ctx, "http://10.0.0.7:8080")
+	require.NoError(e.t, err)
+	type want struct {
+		name    string
+		kind    mongolock.Kind
+		n       int
+		owner   string // and value: the lock's and the election's
+		value   string
+		holders []*mongolock.Handle
+		owners  []string
+		write   bool
+	}
+	wants := []want{
+		{"k/both", mongolock.KindLock, 0, "node-1", "", []*mongolock.Handle{e.try(p.Lock("k/both"))}, []string{"node-1"}, false},
+		{"k/both", mongolock.KindSemaphore, 2, "", "", []*mongolock.Handle{e.try(q.Semaphore("k/both", 2))}, []string{"node-2"}, false},
+		{"k/leader", mongolock.KindElection, 0, "node-1", "http://10.0.0.7:8080", []*mongolock.Handle{leader.Handle}, []string{"node-1"}, false},
+		{"k/lock", mongolock.KindLock, 0, "node-1", "", []*mongolock.Handle{e.try(p.Lock("k/lock"))}, []string{"node-1"}, false},
+		{"k/rw", mongolock.KindRWLock, 0, "", "", []*mongolock.Handle{e.try(p.RWLock("k/rw").Reader()), e.try(q.RWLock("k/rw").Reader())}, []string{"node-1", "node-2"}, false},
+		{"k/rw-w", mongolock.KindRWLock, 0, "", "", []*mongolock.Handle{e.try(q.RWLock("k/rw-w").Writer())}, []string{"node-2"}, true},
+		{"k/sem", mongolock.KindSemaphore, 3, "", "", []*mongolock.Handle{e.try(p.Semaphore("k/sem", 3)), e.try(q.Semaphore("k/sem", 3))}, []string{"node-1", "node-2"}, false},
+	}
+	e.try(p.Lock("other"))
+	ids := map[string]string{} // a holder's ID: its name and kind
+	check := func(info mongolock.LockInfo, w want) {
+		e.t.Helper()
+		what := fmt.Sprintf("%s (%s)", w.name, w.kind)
+		require.Equal(e.t, w.name, info.Name)
+		require.Equal(e.t, w.kind, info.Kind, what)
+		require.True(e.t, info.Held, what)
+		require.Equal(e.t, w.n, info.N, what)
+		require.Equal(e.t, w.owner, info.Owner, what)
+		require.Equal(e.t, w.value, info.Value, what)
+		require.Equal(e.t, tokens(w.holders, mongolock.LockInfo{}), tokens(nil, info), "%s: the holders, in the order they acquired", what)
+		for i, h := range info.Holders {
+			require.Equal(e.t, w.owners[i], h.Owner, what)
+			require.Equal(e.t, w.write, h.Write, what)
+			require.NotEmpty(e.t, h.ID, what)
+			if seen, ok := ids[h.ID]; ok {
+				require.Equal(e.t, what, seen, "one ID for two holders")
+			}
+			ids[h.ID] = what
+			require.True(e.t, h.ExpiresAt.After(info.ServerTime), what)
+		}
+		newest := info.Holders[len(info.Holders)-1]
+		require.Equal(e.t, newest.FencingToken, info.FencingToken, what)
+		require.Equal(e.t, newest.AcquiredAt, info.AcquiredAt, "%s: the newest holder's acquisition", what)
+		require.True(e.t, info.ExpiresAt.After(info.ServerTime), what)
+		require.False(e.t, info.Waiting || info.WriterWaiting, what)
+	}
+
+	listed := 0
+	for info, err := range p.Locks(e.ctx, "k/") {
+		require.NoError(e.t, err)
+		require.Less(e.t, listed, len(wants), "listed %s too", info.Name)
+		check(info, wants[listed])
+		listed++
+	}
+	require.Equal(e.t, len(wants), listed)
+	for i, w := range wants {
+		if i != 1 { // k/both: Inspect shows the lock's
+			check(e.inspect(q, w.name), w)
+		}
+	}
+	sem, err := q.Semaphore("k/both", 2).Inspect(e.ctx)
+	require.NoError(e.t, err)
+	require.Equal(e.t, "k/both (semaphore)", ids[sem.Holders[0].ID], "Semaphore.Inspect's ID is the listing's")
+	_, err = p.Inspect(e.ctx, "k/none")
+	require.ErrorIs(e.t, err, mongolock.ErrNoLock)
+
+	e.release(wants[6].holders[0])
+	e.release(wants[6].holders[1])
+	info := e.inspect(p, "k/sem")
+	require.False(e.t, info.Held)
+	require.Empty(e.t, info.Holders)
+	require.Equal(e.t, mongolock.KindSemaphore, info.Kind)
+	require.Equal(e.t, wants[6].holders[1].FencingToken(), info.FencingToken, "the token stays")
+}
+
+// takes is a kind: its holders' acquirer, and a waiter's, which the
+// holders keep out.
+type takes struct {
+	kind           mongolock.Kind
+	holder, waiter func(p *mongolock.Provider, name string) acquirer
+}
+
+// slotKinds are the kinds that several may hold at once.
+var slotKinds = []takes{
+	{mongolock.KindSemaphore,
+		func(p *mongolock.Provider, name string) acquirer { return p.Semaphore(name, 2) },
+		func(p *mongolock.Provider, name string) acquirer { return p.Semaphore(name, 2) }},
+	{mongolock.KindRWLock,
+		func(p *mongolock.Provider, name string) acquirer { return p.RWLock(name).Reader() },
+		func(p *mongolock.Provider, name string) acquirer { return p.RWLock(name).Writer() }},
+}
+
+func forceReleaseFreesEverySlot(e *env) {
+	p, q := e.provider(), e.provider()
+	for _, k := range slotKinds {
+		name := string(k.kind)
+		old := []*mongolock.Handle{e.try(k.holder(p, name)), e.try(k.holder(q, name))}
+		waiting := start(func() (*mongolock.Handle, error) { return k.waiter(q, name).Acquire(e.ctx) })
+		e.notYet(waiting, "Acquire of a full "+name)
+		ended, err := q.ForceRelease(e.ctx, name)
+		require.NoError(e.t, err)
+		require.True(e.t, ended, name)
+		next := e.receive(waiting)
+		for _, h := range old {
+			e.await(h.Lost(), "every holder's Lost closes after ForceRelease")
+			require.ErrorIs(e.t, context.Cause(h.Context()), mongolock.ErrLockLost)
+			require.ErrorIs(e.t, h.Release(e.ctx), mongolock.ErrLockLost)
+			require.Greater(e.t, next.FencingToken(), h.FencingToken())
+		}
+		require.Equal(e.t, []int64{next.FencingToken()}, tokens(nil, e.inspect(p, name)), "the waiter alone holds %s", name)
+		e.release(next)
+	}
+}
+
+func forceReleaseHolderEndsOne(e *env) {
+	p, q := e.provider(), e.provider()
+	lock := func(p *mongolock.Provider, name string) acquirer { return p.Lock(name) }
+	kinds := append([]takes{{mongolock.KindLock, lock, lock}}, slotKinds...)
+	for _, k := range kinds {
+		name := string(k.kind)
+		hs := []*mongolock.Handle{e.try(k.holder(p, name))}
+		if k.kind != mongolock.KindLock {
+			hs = append(hs, e.try(k.holder(q, name)))
+		}
+		info := e.inspect(q, name)
+		require.Equal(e.t, tokens(hs, mongolock.LockInfo{}), tokens(nil, info))
+		released, err := q.ForceReleaseHolder(e.ctx, name, "0123456789abcdef0123456789abcdef")
+		require.NoError(e.t, err)
+		require.False(e.t, released, "an id that holds nothing")
+		_, err = q.ForceReleaseHolder(e.ctx, name, "")
+		require.Error(e.t, err)
+		requireOp(e.t, err, "force release")
+
+		released, err = q.ForceReleaseHolder(e.ctx, name, info.Holders[0].ID)
+		require.NoError(e.t, err)
+		require.True(e.t, released, name)
+		e.await(hs[0].Lost(), "the released holder's Lost closes")
+		require.ErrorIs(e.t, hs[0].Release(e.ctx), mongolock.ErrLockLost)
+		require.Equal(e.t, holderIDs(info)[1:], holderIDs(e.inspect(q, name)), "%s: the other holders keep theirs", name)
+		for _, h := range hs[1:] {
+			require.NoError(e.t, h.Context().Err())
+		}
+		released, err = q.ForceReleaseHolder(e.ctx, name, info.Holders[0].ID)
+		require.NoError(e.t, err)
+		require.False(e.t, released, "an ended holder is ended once")
+
+		next := e.try(k.holder(q, name))
+		for _, h := range hs {
+			require.Greater(e.t, next.FencingToken(), h.FencingToken())
+		}
+		for _, h := range append(hs[1:], next) {
+			e.release(h)
+		}
+	}
+}
+
+func holdAtLeastKeepsAReleasedLock(e *env) {
+	const hold = time.Second
+	p, other := e.provider(mongolock.WithOwner("job-1"), mongolock.WithHoldAtLeast(hold)), e.provider()
+	h := e.try(p.Lock("nightly"))
+	waiting := start(func() (*mongolock.Handle, error) { return other.Lock("nightly").Acquire(e.ctx) })
+	e.release(h)
+	require.ErrorIs(e.t, context.Cause(h.Context()), context.Canceled)
+	e.notLost(h, "a release with a hold made the handle lost")
+	info := e.inspect(other, "nightly")
+	require.True(e.t, info.Held, "the hold shows the lock free")
+	require.Equal(e.t, "job-1", info.Owner)
+	require.Len(e.t, info.Holders, 1)
+	require.Equal(e.t, h.FencingToken(), info.Holders[0].FencingToken)
+	_, err := other.Lock("nightly").TryAcquire(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired, "the lock is free during its hold")
+	next := e.receive(waiting)
+	require.False(e.t, next.AcquiredAt().Before(h.AcquiredAt().Add(hold)), "taken at %v, before the hold's end", next.AcquiredAt())
+	require.Greater(e.t, next.FencingToken(), h.FencingToken())
+	e.release(next)
+
+	// ForceRelease and ForceReleaseHolder end a hold, Close writes one.
+	for _, end := range []func(info mongolock.LockInfo) (bool, error){
+		func(mongolock.LockInfo) (bool, error) { return other.ForceRelease(e.ctx, "nightly") },
+		func(info mongolock.LockInfo) (bool, error) {
+			return other.ForceReleaseHolder(e.ctx, "nightly", info.Holders[0].ID)
+		},
+	} {
+		h := e.try(p.Lock("nightly"))
+		e.release(h)
+		released, err := end(e.inspect(other, "nightly"))
+		require.NoError(e.t, err)
+		require.True(e.t, released, "the hold was not seen as a holder")
+		e.requireFree(other.Lock("nightly"), "a force release ends the hold")
+	}
+	closing := e.provider(mongolock.WithHoldAtLeast(time.Hour))
+	e.try(closing.Lock("nightly"))
+	require.NoError(e.t, closing.Close(e.ctx))
+	_, err = other.Lock("nightly").TryAcquire(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired, "Close released without the hold")
+	released, err := other.ForceRelease(e.ctx, "nightly")
+	require.NoError(e.t, err)
+	require.True(e.t, released)
+}
+
+func holdAtMostLosesTheHandle(e *env) {
+	const expiry, most = 300 * time.Millisecond, 900 * time.Millisecond
+	p, other := e.provider(mongolock.WithExpiry(expiry), mongolock.WithHoldAtMost(most)), e.provider()
+	sent := time.Now()
+	h := e.try(p.Lock("stuck"))
+	_, err := other.Lock("stuck").TryAcquire(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired)
+	waiting := start(func() (*mongolock.Handle, error) { return other.Lock("stuck").Acquire(e.ctx) })
+	e.await(h.Lost(), "the handle is lost at its bound")
+	// Lost at the bound, less at most a safety margin: the lease outlived
+	// the expiry.
+	require.GreaterOrEqual(e.t, time.Since(sent), most-expiry/10)
+	require.ErrorIs(e.t, context.Cause(h.Context()), mongolock.ErrLockLost)
+	err = h.Release(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrLockLost)
+	require.ErrorContains(e.t, err, "WithHoldAtMost")
+	next := e.receive(waiting)
+	require.Greater(e.t, next.FencingToken(), h.FencingToken())
+	e.release(next)
+}
+
+func holdsApplyToLocksOnly(e *env) {
+	for i, opt := range []mongolock.Option{mongolock.WithHoldAtLeast(time.Minute), mongolock.WithHoldAtMost(time.Minute)} {
+		p := e.provider(opt)
+		for _, take := range []func() (*mongolock.Handle, error){
+			func() (*mongolock.Handle, error) { return p.Semaphore("s", 2).TryAcquire(e.ctx) },
+			func() (*mongolock.Handle, error) { return p.RWLock("rw").Reader().Acquire(e.ctx) },
+			func() (*mongolock.Handle, error) { return p.RWLock("rw").Writer().TryAcquire(e.ctx) },
+			func() (*mongolock.Handle, error) {
+				l, err := p.Election("leader").Campaign(e.ctx, "v")
+				if err != nil {
+					return nil, err
+				}
+				return l.Handle, nil
+			},
+		} {
+			_, err := take()
+			require.ErrorIs(e.t, err, mongolock.ErrInvalidArgument)
+			require.ErrorContains(e.t, err, "apply to locks only")
+		}
+		e.release(e.try(p.Lock(fmt.Sprint("lock", i)))) // a name of its own: the release may hold it
+	}
+}
