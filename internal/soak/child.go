@@ -79,8 +79,11 @@ type target struct {
 	kind  kind
 	k     int
 	write bool
-	try   bool
-	long  bool
+	// upgrade: the writer is an upgradeable reader that Upgrade made the
+	// writer (half of the writers)
+	upgrade bool
+	try     bool
+	long    bool
 }
 
 // name is the lock's name, and the _id of its fenced resource.
@@ -107,6 +110,7 @@ const (
 	fHolders     = "holders"  // a semaphore's or rwlock's: [{tok, proc[, mode]}]: the holders inside
 	fEntries     = "entries"  // critical sections entered: the trials
 	fWEntries    = "wentries" // an rwlock's: the entries of writers
+	fUEntries    = "uentries" // an rwlock's: the entries of writers that upgraded
 	fWrites      = "writes"   // writes accepted
 	fPeak        = "peak"     // a semaphore's or rwlock's: the most holders inside at once
 	fKilled      = "killed"   // holders inside a child when it was SIGKILLed
@@ -298,7 +302,8 @@ func (c *child) violation(t target, field string, format string, args ...any) {
 }
 
 // pick chooses the next trial: a kind, then one of its names; an rwlock's
-// holder writes one time in three, and one acquisition in four loops on
+// holder writes one time in three (half of the writers as an upgradeable
+// reader that upgrades), and one acquisition in four loops on
 // the Try call (an election has none: it campaigns). A long holder's is a
 // slot of the first semaphore or a read lock of the first rwlock, taken by
 // the waiting call: the long holders of every process meet there, and the
@@ -310,7 +315,8 @@ func (c *child) pick(long bool) target {
 		return target{kind: ks[rand.IntN(len(ks))], long: true}
 	}
 	kd := ks[rand.IntN(len(ks))]
-	return target{kind: kd, k: rand.IntN(c.names[kd]), write: kd == rwlock && rand.IntN(3) == 0, try: kd != election && rand.IntN(4) == 0}
+	write := kd == rwlock && rand.IntN(3) == 0
+	return target{kind: kd, k: rand.IntN(c.names[kd]), write: write, upgrade: write && rand.IntN(2) == 0, try: kd != election && rand.IntN(4) == 0}
 }
 
 // acquire takes t with g's provider, waiting until ctx ends; an election's
@@ -332,25 +338,43 @@ func (c *child) acquire(ctx context.Context, g *generation, t target) (*mongoloc
 		try, wait = s.TryAcquire, s.Acquire
 	case rwlock:
 		l := g.locks.RWLock(t.name()).Reader()
-		if t.write {
+		switch {
+		case t.upgrade:
+			l = g.locks.RWLock(t.name()).Upgradeable()
+		case t.write:
 			l = g.locks.RWLock(t.name()).Writer()
 		}
 		try, wait = l.TryAcquire, l.Acquire
 	}
 	if !t.try {
 		h, err := wait(ctx)
-		return h, nil, err
+		return upgraded(ctx, t, h, err)
 	}
 	for {
 		h, err := try(ctx)
 		if !errors.Is(err, mongolock.ErrNotAcquired) {
-			return h, nil, err
+			return upgraded(ctx, t, h, err)
 		}
 		sleep(ctx, 10*time.Millisecond+rand.N(20*time.Millisecond))
 		if ctx.Err() != nil {
 			return nil, nil, fmt.Errorf("%w: %w", err, ctx.Err())
 		}
 	}
+}
+
+// upgraded makes h, just acquired for t, the writer if t upgrades; if the
+// upgrade fails, h is released and the upgrade's error returned.
+func upgraded(ctx context.Context, t target, h *mongolock.Handle, err error) (*mongolock.Handle, *mongolock.Leadership, error) {
+	if err != nil || !t.upgrade {
+		return h, nil, err
+	}
+	if err := h.Upgrade(ctx); err != nil {
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = h.Release(rctx)
+		return nil, nil, err
+	}
+	return h, nil, nil
 }
 
 // work acquires random targets and runs critical sections until ctx ends.
@@ -780,6 +804,9 @@ func (c *child) enterShared(ctx context.Context, t target, tok int64, waited tim
 		set = append(set,
 			bson.E{Key: fLastWriter, Value: bson.D{{Key: "$max", Value: bson.A{"$" + fLastWriter, tok}}}},
 			bson.E{Key: fWEntries, Value: bson.D{{Key: "$add", Value: bson.A{"$" + fWEntries, 1}}}})
+	}
+	if t.upgrade {
+		set = append(set, bson.E{Key: fUEntries, Value: bson.D{{Key: "$add", Value: bson.A{"$" + fUEntries, 1}}}})
 	}
 	enter := mongo.Pipeline{{{Key: "$set", Value: set}}}
 	if ok, err := c.tryEnter(ctx, t, may, enter); ok || err != nil {

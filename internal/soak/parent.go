@@ -57,6 +57,7 @@ type TTLIndex struct {
 type Counts struct {
 	Trials      int64 // critical sections entered: acquisitions
 	WriteTrials int64 // of an rwlock's trials, the writers'
+	Upgrades    int64 // of an rwlock's writers' trials, those that upgraded
 	Peak        int64 // a semaphore's or rwlock's: the most holders inside at once
 	Killed      int64 // holders inside a SIGKILLed child process
 	Dropped     int64 // holders whose client was closed under them
@@ -109,9 +110,9 @@ func (r *Result) Violations() (n int64) {
 func (r *Result) String() string {
 	m, s, rw, el := &r.Per[mutex], &r.Per[semaphore], &r.Per[rwlock], &r.Per[election]
 	var b strings.Builder
-	fmt.Fprintf(&b, "trials: mutex %d, semaphore %d, rwlock %d (%d writers), election %d; violations: mutex %d, semaphore %d, rwlock %d, election %d;"+
+	fmt.Fprintf(&b, "trials: mutex %d, semaphore %d, rwlock %d (%d writers, %d by upgrade), election %d; violations: mutex %d, semaphore %d, rwlock %d, election %d;"+
 		" faults injected %d (%d SIGKILLs of a child process, %d clients closed under a held handle)",
-		m.Trials, s.Trials, rw.Trials, rw.WriteTrials, el.Trials, m.Violations(), s.Violations(), rw.Violations(), el.Violations(),
+		m.Trials, s.Trials, rw.Trials, rw.WriteTrials, rw.Upgrades, el.Trials, m.Violations(), s.Violations(), rw.Violations(), el.Violations(),
 		r.Faults(), r.Kills, r.Drops())
 	for kd := range numKinds {
 		c := &r.Per[kd]
@@ -307,7 +308,7 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 				{Key: fLast, Value: int64(0)}, {Key: fEntries, Value: 0}, {Key: fWrites, Value: 0}}
 			if !kd.single() {
 				doc = append(doc, bson.E{Key: fHolders, Value: bson.A{}}, bson.E{Key: fPeak, Value: 0},
-					bson.E{Key: fLastWriter, Value: int64(0)}, bson.E{Key: fWEntries, Value: 0})
+					bson.E{Key: fLastWriter, Value: int64(0)}, bson.E{Key: fWEntries, Value: 0}, bson.E{Key: fUEntries, Value: 0})
 			}
 			if _, err := resources.InsertOne(ctx, doc); err != nil {
 				return nil, err
@@ -519,6 +520,7 @@ func (r *Result) read(ctx context.Context, db *mongo.Database) error {
 		c := &r.Per[kd]
 		c.Trials += num(d[fEntries])
 		c.WriteTrials += num(d[fWEntries])
+		c.Upgrades += num(d[fUEntries])
 		c.Peak = max(c.Peak, num(d[fPeak]))
 		c.Killed += num(d[fKilled])
 		c.Dropped += num(d[fDropped])
