@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mongolock/mongolock"
@@ -99,6 +98,30 @@ func upgrading(ctx context.Context, h *mongolock.Handle) <-chan error {
 	return ch
 }
 
+// acquired is an Acquire's outcome.
+type acquired struct {
+	h   *mongolock.Handle
+	err error
+}
+
+// held returns the handle, or fails the test.
+func (a acquired) held(t *testing.T) *mongolock.Handle {
+	t.Helper()
+	require.NoError(t, a.err)
+	return a.h
+}
+
+// acquiring runs l's Acquire with ctx in a goroutine; its outcome arrives
+// on the channel.
+func acquiring(ctx context.Context, l *mongolock.Lock) <-chan acquired {
+	ch := make(chan acquired, 1)
+	go func() {
+		h, err := l.Acquire(ctx)
+		ch <- acquired{h, err}
+	}()
+	return ch
+}
+
 // awaitUpgradeWaiting waits until an upgrade of name waits for readers.
 func awaitUpgradeWaiting(t *testing.T, s *Store, name string) {
 	t.Helper()
@@ -116,32 +139,21 @@ func TestAReaderBehindAWaitingUpgradeableReaderGetsInWhenTheUpgradeGivesUp(t *te
 	require.NoError(t, err)
 	r, err := rw.Reader().TryAcquire(ctx)
 	require.NoError(t, err)
-	acquire := func(l *mongolock.Lock) <-chan *mongolock.Handle {
-		ch := make(chan *mongolock.Handle, 1)
-		go func() {
-			h, err := l.Acquire(ctx)
-			assert.NoError(t, err)
-			ch <- h
-		}()
-		return ch
-	}
-	second := acquire(rw.Upgradeable())
+	second := acquiring(ctx, rw.Upgradeable())
 	inLine(t, s, "rw", 1)
 	uctx, stop := context.WithCancel(ctx)
 	upgraded := upgrading(uctx, u)
 	awaitUpgradeWaiting(t, s, "rw")
-	reader := acquire(rw.Reader())
+	reader := acquiring(ctx, rw.Reader())
 	inLine(t, s, "rw", 2)
 	stop()
 	require.ErrorIs(t, <-upgraded, context.Canceled)
-	r2 := <-reader
-	require.NotNil(t, r2)
+	r2 := (<-reader).held(t)
 	inLine(t, s, "rw", 1) // the second upgradeable reader waits still
 	for _, h := range []*mongolock.Handle{u, r, r2} {
 		require.NoError(t, h.Release(ctx))
 	}
-	u2 := <-second
-	require.NotNil(t, u2)
+	u2 := (<-second).held(t)
 	require.NoError(t, u2.Upgrade(ctx))
 	require.NoError(t, u2.Release(ctx))
 }
@@ -164,4 +176,24 @@ func TestCloseEndsAWaitingUpgradeWithErrClosed(t *testing.T) {
 	require.False(t, info.WriterWaiting)
 	require.Len(t, info.Holders, 1, "the reader alone")
 	require.NoError(t, r.Release(ctx))
+}
+
+// A downgrade lets in at once the reader that waits in line, and keeps the
+// writer in line behind it out until the readers leave.
+func TestDowngradeLetsTheReaderInLineInAndKeepsTheWriterBehindItOut(t *testing.T) {
+	ctx, s, p, other := twoProviders(t)
+	w, err := p.RWLock("rw").Writer().TryAcquire(ctx)
+	require.NoError(t, err)
+	reader := acquiring(ctx, other.RWLock("rw").Reader())
+	inLine(t, s, "rw", 1)
+	writer := acquiring(ctx, other.RWLock("rw").Writer())
+	inLine(t, s, "rw", 2)
+	require.NoError(t, w.Downgrade(ctx))
+	r := (<-reader).held(t)
+	inLine(t, s, "rw", 1) // the writer
+	require.NoError(t, w.Release(ctx))
+	require.NoError(t, r.Release(ctx))
+	w2 := (<-writer).held(t)
+	require.Greater(t, w2.FencingToken(), r.FencingToken())
+	require.NoError(t, w2.Release(ctx))
 }
