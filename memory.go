@@ -44,10 +44,6 @@ func newMemoryProvider(opts any, open func(backend.Config) backend.Provider) (an
 	return &Provider{opts: o, mem: open(c), done: make(chan struct{}), drained: make(chan struct{})}, nil
 }
 
-// errUpgradesInMemory refuses Handle.Upgrade and Handle.Downgrade, which the
-// store does not implement (it refuses RWLock.Upgradeable as a kind).
-var errUpgradesInMemory = errors.New("upgradeable readers, Upgrade and Downgrade: not implemented by the in-memory store; test them against a server")
-
 // memRequest is what l takes.
 func (l *Lock) memRequest() backend.Lock {
 	r := backend.Lock{Name: l.name} // Unsupported, unless a case below says
@@ -62,7 +58,7 @@ func (l *Lock) memRequest() backend.Lock {
 		case writeMode:
 			r.Kind = backend.Writer
 		case upgradeMode:
-			r.Kind = backend.Unsupported
+			r.Kind = backend.Upgradeable
 		}
 	}
 	return r
@@ -94,6 +90,43 @@ func (h *Handle) memRelease(ctx context.Context) error {
 		return h.lock.errorf("release", err)
 	}
 	return nil
+}
+
+// memUpgrade is Upgrade: the store's waits for the other readers to leave.
+func (h *Handle) memUpgrade(ctx context.Context) error {
+	token, err := h.mem.Upgrade(ctx)
+	if err != nil {
+		return h.lock.errorf("upgrade", memSwitchError(err, upgradeMode))
+	}
+	h.token.Store(token)
+	return nil
+}
+
+// memDowngrade is Downgrade: the handle is a reader even if ctx ended, as
+// after a failed round trip.
+func (h *Handle) memDowngrade(ctx context.Context) error {
+	err := h.mem.Downgrade()
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return h.lock.errorf("downgrade", memSwitchError(err, writeMode))
+	}
+	return nil
+}
+
+// memSwitchError says the store's error of an Upgrade or Downgrade, which
+// needs a handle in mode, as beginSwitch says it.
+func memSwitchError(err error, mode rwMode) error {
+	switch {
+	case errors.Is(err, backend.ErrReleased):
+		return errReleased
+	case errors.Is(err, backend.ErrWrongMode):
+		return notInMode(mode)
+	case errors.Is(err, backend.ErrSwitching):
+		return errSwitching
+	}
+	return err
 }
 
 func (l *Leadership) memProclaim(ctx context.Context, value string) error {
@@ -243,7 +276,7 @@ func (l *Lock) memInspectSlots(ctx context.Context) (backend.Slots, error) {
 func holderInfos(s backend.Slots) []HolderInfo {
 	var hs []HolderInfo
 	for _, h := range s.Holders {
-		hs = append(hs, HolderInfo{ID: h.ID, Owner: h.Owner, Write: h.Write, AcquiredAt: h.AcquiredAt, ExpiresAt: h.ExpiresAt, FencingToken: h.FencingToken})
+		hs = append(hs, HolderInfo{ID: h.ID, Owner: h.Owner, Write: h.Write, Upgradeable: h.Upgradeable, AcquiredAt: h.AcquiredAt, ExpiresAt: h.ExpiresAt, FencingToken: h.FencingToken})
 	}
 	return hs
 }

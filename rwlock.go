@@ -119,9 +119,9 @@ func (h *Handle) Upgrade(ctx context.Context) error {
 		return l.errorf(op, errNilContext)
 	}
 	if h.mem != nil {
-		return l.errorf(op, errUpgradesInMemory)
+		return h.memUpgrade(ctx)
 	}
-	if err := h.beginSwitch(upgradeMode, "an upgradeable reader's"); err != nil {
+	if err := h.beginSwitch(upgradeMode); err != nil {
 		return l.errorf(op, err)
 	}
 	defer h.changing.Store(false)
@@ -228,9 +228,9 @@ func (h *Handle) Downgrade(ctx context.Context) error {
 		return l.errorf(op, errNilContext)
 	}
 	if h.mem != nil {
-		return l.errorf(op, errUpgradesInMemory)
+		return h.memDowngrade(ctx)
 	}
-	if err := h.beginSwitch(writeMode, "a writer's"); err != nil {
+	if err := h.beginSwitch(writeMode); err != nil {
 		return l.errorf(op, err)
 	}
 	defer h.changing.Store(false)
@@ -255,20 +255,34 @@ func (h *Handle) Downgrade(ctx context.Context) error {
 	return nil
 }
 
-// beginSwitch starts an Upgrade or Downgrade of h, which needs h in mode
-// (what), and returns why it cannot.
-func (h *acquisition) beginSwitch(mode rwMode, what string) error {
+// errSwitching reports an Upgrade or Downgrade of a handle while another
+// of it is under way.
+var errSwitching = errors.New("another Upgrade or Downgrade of the handle is under way")
+
+// beginSwitch starts an Upgrade or Downgrade of h, which needs h in mode,
+// and returns why it cannot.
+func (h *acquisition) beginSwitch(mode rwMode) error {
 	switch {
 	case h.released.Load():
 		return errReleased
 	case h.lossError() != nil:
 		return h.lossError()
 	case rwMode(h.mode.Load()) != mode:
-		return fmt.Errorf("%w: the handle is not %s", ErrMismatch, what)
+		return notInMode(mode)
 	case !h.changing.CompareAndSwap(false, true):
-		return errors.New("another Upgrade or Downgrade of the handle is under way")
+		return errSwitching
 	}
 	return nil
+}
+
+// notInMode reports an Upgrade or Downgrade of a handle not in mode, the
+// one it needs.
+func notInMode(mode rwMode) error {
+	what := "a writer's"
+	if mode == upgradeMode {
+		what = "an upgradeable reader's"
+	}
+	return fmt.Errorf("%w: the handle is not %s", ErrMismatch, what)
 }
 
 // noHolder is the error of op when h's holder is gone, or h ended while

@@ -9,8 +9,11 @@
 // and its ctx errors are mongolock's; TryAcquire returns ErrNotAcquired;
 // fencing tokens strictly increase per name; Release, Do, Semaphores of n
 // (ErrMismatch for another n or kind), RWLocks (a waiting writer holds off
-// new readers), elections, Close, and the scheduled jobs' holds behave as
-// over a database: with WithHoldAtLeast a released lock stays held by its
+// new readers) with their upgradeable readers, Upgrade (which holds off new
+// readers, and becomes the writer as the last other reader leaves, with no
+// writer in between) and Downgrade (which lets waiting readers in at once),
+// elections, Close, and the scheduled jobs' holds behave as over a
+// database: with WithHoldAtLeast a released lock stays held by its
 // owner until the hold ends or is force released, with WithHoldAtMost a
 // handle is lost at its bound, and both refuse every kind but locks.
 // Inspect and Locks show every kind with its holders and their IDs;

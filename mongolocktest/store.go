@@ -19,7 +19,8 @@ import (
 // The store keeps every name's state under one mutex. A name's waiters
 // stand in one line, first come first served; whatever frees a lock or a
 // slot serves the line at once, in the same critical section, so a waiter
-// is woken by a closed channel, never by polling. The ends of holds
+// is woken by a closed channel, never by polling. An RWLock's upgrade
+// waits beside the line, and is served first. The ends of holds
 // (WithHoldAtLeast's, WithHoldAtMost's) are timers that do the same.
 
 // semSuffix names the collection of the Semaphores and RWLocks after the
@@ -44,6 +45,7 @@ type key struct{ coll, name string }
 type entry struct {
 	key        key
 	kind       backend.Kind // Mutex, Semaphore, or Reader for an RWLock's
+	upgrade    *upgrade     // an RWLock's upgradeable reader's Upgrade that waits for the other readers to leave
 	election   bool         // a Mutex's last acquisition was a campaign's
 	n          int          // a Semaphore's slots, set by the acquisition that finds none held
 	token      int64        // the last acquisition's
@@ -66,6 +68,12 @@ func (s *store) provider(c backend.Config) *provider {
 	return &provider{s: s, cfg: c, done: make(chan struct{}), held: map[*handle]struct{}{}, waiting: map[*waiter]*entry{}}
 }
 
+// An upgrade is one Upgrade call that waits; done closes once h writes.
+type upgrade struct {
+	h    *handle
+	done chan struct{}
+}
+
 // A waiter is one Acquire call in a line. ready closes once h or err is set.
 type waiter struct {
 	p     *provider
@@ -84,17 +92,18 @@ const (
 )
 
 type handle struct {
-	p          *provider
-	e          *entry
-	id         string // HolderInfo.ID
-	write      bool   // an RWLock's writer, or an exclusive lock
-	token      int64
-	acquiredAt time.Time
-	ctx        context.Context
-	cancel     context.CancelCauseFunc
-	lostCh     chan struct{}
+	p           *provider
+	e           *entry
+	id          string // HolderInfo.ID
+	upgradeable bool   // an RWLock's upgradeable reader, or that reader upgraded
+	acquiredAt  time.Time
+	ctx         context.Context
+	cancel      context.CancelCauseFunc
+	lostCh      chan struct{}
 
 	// Guarded by the store's mu.
+	write     bool   // an RWLock's writer (an upgraded reader's too), or an exclusive lock
+	token     int64  // changes with an upgrade
 	value     string // a campaign's
 	state     handleState
 	lostErr   error
@@ -105,7 +114,7 @@ type handle struct {
 
 // class is the kind of document a request of kind k takes.
 func class(k backend.Kind) backend.Kind {
-	if k == backend.Writer {
+	if k == backend.Writer || k == backend.Upgradeable {
 		return backend.Reader
 	}
 	return k
@@ -146,8 +155,10 @@ func (e *entry) fits(r backend.Lock) (bool, error) {
 			return false, fmt.Errorf("%w: it has %d slots, not %d", mongolock.ErrMismatch, e.n, r.N)
 		}
 		return len(e.holders) < r.N, nil
-	case backend.Reader:
-		return !slices.ContainsFunc(e.holders, func(h *handle) bool { return h.write }), nil
+	case backend.Reader: // and no upgrade holds readers off
+		return e.upgrade == nil && !slices.ContainsFunc(e.holders, func(h *handle) bool { return h.write }), nil
+	case backend.Upgradeable:
+		return !slices.ContainsFunc(e.holders, func(h *handle) bool { return h.write || h.upgradeable }), nil
 	}
 	return len(e.holders) == 0, nil // a Lock's, an RWLock's writer
 }
@@ -166,8 +177,8 @@ func (s *store) grant(p *provider, e *entry, r backend.Lock) *handle {
 	case backend.Mutex:
 		e.election = r.Value != nil
 	}
-	h := &handle{p: p, e: e, id: strings.ReplaceAll(uuid.NewString(), "-", ""), write: r.Kind != backend.Reader && r.Kind != backend.Semaphore,
-		token: e.token, acquiredAt: now, lostCh: make(chan struct{})}
+	h := &handle{p: p, e: e, id: strings.ReplaceAll(uuid.NewString(), "-", ""), write: r.Kind == backend.Mutex || r.Kind == backend.Writer,
+		upgradeable: r.Kind == backend.Upgradeable, token: e.token, acquiredAt: now, lostCh: make(chan struct{})}
 	h.ctx, h.cancel = context.WithCancelCause(context.Background())
 	if r.Value != nil {
 		h.value = *r.Value
@@ -183,16 +194,29 @@ func (s *store) grant(p *provider, e *entry, r backend.Lock) *handle {
 	return h
 }
 
-// serve hands e to the head of its line while it fits; a head that can
-// never fit (another n) gets its error.
+// serve makes e's upgrading reader the writer once it holds alone, then
+// hands e to the head of its line while it fits; a head that can never fit
+// (another n) gets its error. An upgradeable reader waits for the one that
+// holds, not for readers: those behind it are served past it.
 func (s *store) serve(e *entry) {
-	for len(e.line) > 0 {
-		w := e.line[0]
+	if u := e.upgrade; u != nil && len(e.holders) == 1 {
+		e.upgrade = nil
+		e.token++
+		u.h.token, u.h.write = e.token, true
+		s.notify(e.key)
+		close(u.done)
+	}
+	for i := 0; i < len(e.line); {
+		w := e.line[i]
 		ok, err := e.fits(w.req)
 		if err == nil && !ok {
-			return
+			if w.req.Kind != backend.Upgradeable {
+				return
+			}
+			i++
+			continue
 		}
-		e.line = e.line[1:]
+		e.line = slices.Delete(e.line, i, i+1)
 		delete(w.p.waiting, w)
 		if err == nil {
 			w.h = s.grant(w.p, e, w.req)
@@ -206,6 +230,9 @@ func (s *store) serve(e *entry) {
 func (s *store) drop(h *handle, now time.Time) {
 	e := h.e
 	e.holders = slices.DeleteFunc(e.holders, func(o *handle) bool { return o == h })
+	if e.upgrade != nil && e.upgrade.h == h { // its Upgrade returns as h's Context ends
+		e.upgrade = nil
+	}
 	delete(h.p.held, h)
 	h.stopTimer()
 	if h.ended.IsZero() { // a hold's end leaves the release's
@@ -227,7 +254,7 @@ func (p *provider) Acquire(ctx context.Context, r backend.Lock, wait bool) (back
 	if err := ctx.Err(); err != nil {
 		return nil, err // nothing asked, as a round trip that is never sent
 	}
-	if r.Kind == backend.Unsupported || r.Kind > backend.Writer {
+	if r.Kind == backend.Unsupported || r.Kind > backend.Upgradeable {
 		return nil, errUnsupported
 	}
 	s := p.s
@@ -245,7 +272,7 @@ func (p *provider) Acquire(ctx context.Context, r backend.Lock, wait bool) (back
 	case err != nil:
 		s.mu.Unlock()
 		return nil, err
-	case ok && len(e.line) == 0:
+	case ok && e.passable():
 		h := s.grant(p, e, r)
 		s.mu.Unlock()
 		return h, nil
@@ -274,6 +301,12 @@ func (p *provider) Acquire(ctx context.Context, r backend.Lock, wait bool) (back
 	delete(p.waiting, w)
 	s.serve(e) // a writer that leaves lets readers in
 	return nil, fmt.Errorf("%w: %w", mongolock.ErrNotAcquired, ctx.Err())
+}
+
+// passable reports whether a new request that fits may pass e's line: it
+// holds only upgradeable readers, which wait for the one that holds.
+func (e *entry) passable() bool {
+	return !slices.ContainsFunc(e.line, func(w *waiter) bool { return w.req.Kind != backend.Upgradeable })
 }
 
 func (w *waiter) result() (backend.Handle, error) {
@@ -383,9 +416,9 @@ func (p *provider) ListSlots(prefix string) []backend.Slots {
 
 func (e *entry) slots(now time.Time) backend.Slots {
 	st := backend.Slots{Name: e.key.name, RW: e.kind == backend.Reader, N: e.n, FencingToken: e.token, Now: now, Waiting: len(e.line) > 0,
-		WriterWaiting: slices.ContainsFunc(e.line, func(w *waiter) bool { return w.req.Kind == backend.Writer })}
+		WriterWaiting: e.upgrade != nil || slices.ContainsFunc(e.line, func(w *waiter) bool { return w.req.Kind == backend.Writer })}
 	for _, h := range e.holders {
-		st.Holders = append(st.Holders, backend.Holder{ID: h.id, Owner: h.p.cfg.Owner, Write: h.write, AcquiredAt: h.acquiredAt,
+		st.Holders = append(st.Holders, backend.Holder{ID: h.id, Owner: h.p.cfg.Owner, Write: h.write, Upgradeable: h.upgradeable && !h.write, AcquiredAt: h.acquiredAt,
 			ExpiresAt: h.leaseEnd(now), FencingToken: h.token})
 	}
 	return st
@@ -442,10 +475,15 @@ func (p *provider) Changed(name string) <-chan struct{} {
 	return ch
 }
 
-func (h *handle) Token() int64             { return h.token }
 func (h *handle) AcquiredAt() time.Time    { return h.acquiredAt }
 func (h *handle) Context() context.Context { return h.ctx }
 func (h *handle) Lost() chan struct{}      { return h.lostCh }
+
+func (h *handle) Token() int64 {
+	h.p.s.mu.Lock()
+	defer h.p.s.mu.Unlock()
+	return h.token
+}
 
 func (h *handle) LeaseEnd() time.Time {
 	h.p.s.mu.Lock()
@@ -526,6 +564,76 @@ func (h *handle) Proclaim(value string) error {
 	}
 	h.value = value
 	h.p.s.notify(h.e.key)
+	return nil
+}
+
+// switchable returns why h, which needs mode ok, cannot upgrade or
+// downgrade now.
+func (h *handle) switchable(ok bool) error {
+	switch {
+	case h.state == released:
+		return backend.ErrReleased
+	case h.state == lost:
+		return h.lostErr
+	case !ok:
+		return backend.ErrWrongMode
+	}
+	return nil
+}
+
+func (h *handle) Upgrade(ctx context.Context) (int64, error) {
+	s, e := h.p.s, h.e
+	s.mu.Lock()
+	if err := h.switchable(e.kind == backend.Reader && h.upgradeable && !h.write); err != nil {
+		s.mu.Unlock()
+		return 0, err
+	}
+	if e.upgrade != nil {
+		s.mu.Unlock()
+		return 0, backend.ErrSwitching
+	}
+	if err := ctx.Err(); err != nil {
+		s.mu.Unlock()
+		return 0, err // nothing asked, as a round trip that is never sent
+	}
+	u := &upgrade{h: h, done: make(chan struct{})}
+	e.upgrade = u
+	s.serve(e) // h the writer at once if it holds alone
+	s.mu.Unlock()
+
+	select {
+	case <-u.done:
+	case <-ctx.Done():
+	case <-h.ctx.Done(): // released or lost, which withdrew the upgrade
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-u.done: // served as ctx ended: the upgrade is done
+		return h.token, nil
+	default:
+	}
+	switch {
+	case h.p.closed:
+		return 0, mongolock.ErrClosed
+	case h.state != held:
+		return 0, h.switchable(true)
+	}
+	e.upgrade = nil
+	s.serve(e) // readers are let in again
+	return 0, fmt.Errorf("%w: %w", mongolock.ErrNotAcquired, ctx.Err())
+}
+
+func (h *handle) Downgrade() error {
+	s := h.p.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := h.switchable(h.e.kind == backend.Reader && h.write); err != nil {
+		return err
+	}
+	h.write = false
+	s.notify(h.e.key)
+	s.serve(h.e) // readers in line come in beside it, at once
 	return nil
 }
 

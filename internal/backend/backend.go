@@ -24,6 +24,7 @@ const (
 	Semaphore               // a Semaphore's slot
 	Reader                  // an RWLock held for reading
 	Writer                  // an RWLock held for writing
+	Upgradeable             // an RWLock held by its upgradeable reader
 )
 
 // Lock is one acquisition's request: the name and what it takes.
@@ -95,6 +96,18 @@ type Handle interface {
 	// Proclaim replaces a campaign's value: ErrReleased after Release, an
 	// error wrapping mongolock.ErrLockLost after a loss.
 	Proclaim(value string) error
+	// Upgrade makes an upgradeable reader the writer once the other
+	// readers have left, holding new readers off meanwhile, and returns its
+	// new token. If ctx ends first, it returns an error wrapping
+	// mongolock.ErrNotAcquired and ctx.Err(), and the handle stays an
+	// upgradeable reader. Other errors are Downgrade's, and ErrSwitching
+	// while another Upgrade of the handle waits.
+	Upgrade(ctx context.Context) (token int64, err error)
+	// Downgrade makes a writer a reader at once: an upgraded one an
+	// upgradeable reader again. It returns ErrWrongMode if the handle is
+	// not in the mode the operation needs, ErrReleased after Release, and
+	// an error wrapping mongolock.ErrLockLost after a loss.
+	Downgrade() error
 }
 
 // LockState is a Lock's or an election's state, as mongolock.LockInfo.
@@ -125,13 +138,22 @@ type Slots struct {
 // Holder is one holder of a Semaphore's slot or of an RWLock.
 type Holder struct {
 	ID, Owner             string
-	Write                 bool
+	Write, Upgradeable    bool
 	AcquiredAt, ExpiresAt time.Time
 	FencingToken          int64
 }
 
-// ErrReleased reports a Proclaim after the leadership's Release.
-var ErrReleased = errors.New("released")
+// Errors of a Handle's operations, which the root package words as it
+// does over a database.
+var (
+	// ErrReleased reports a Proclaim, Upgrade or Downgrade after Release.
+	ErrReleased = errors.New("released")
+	// ErrWrongMode reports an Upgrade of a handle that is not an
+	// upgradeable reader's, or a Downgrade of one that is not a writer's.
+	ErrWrongMode = errors.New("the handle is not in the mode the operation needs")
+	// ErrSwitching reports an Upgrade while another of the handle waits.
+	ErrSwitching = errors.New("another upgrade of the handle is under way")
+)
 
 // Hooks the root package sets in its init.
 var (
