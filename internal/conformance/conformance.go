@@ -68,6 +68,7 @@ var cases = []struct {
 	{"HoldAtLeastKeepsAReleasedLockUntilItsEnd", holdAtLeastKeepsAReleasedLock},
 	{"HoldAtMostLosesTheHandleAtItsBound", holdAtMostLosesTheHandle},
 	{"HoldsApplyToLocksOnly", holdsApplyToLocksOnly},
+	{"CompositeIsAllOrNoneInOneOrderAndLostWithAnyPart", compositeAllOrNone},
 	{"CloseReleasesAndRefuses", closeReleasesAndRefuses},
 	{"ReadsWithAnEndedContextFail", readsWithEndedContext},
 }
@@ -735,4 +736,57 @@ func readsWithEndedContext(e *env) {
 	require.NoError(e.t, h.Context().Err(), "nothing was released")
 	e.release(h)
 	e.release(s)
+}
+
+func compositeAllOrNone(e *env) {
+	p, q := e.provider(), e.provider()
+	ab, err := mongolock.NewComposite(p.Lock("a"), p.Semaphore("s", 2), p.RWLock("rw").Reader(), p.Lock("b"))
+	require.NoError(e.t, err)
+	ba, err := mongolock.NewComposite(q.Lock("b"), q.Lock("a"))
+	require.NoError(e.t, err)
+
+	// All or none: with b held elsewhere, nothing is left taken.
+	b := e.acquire(q.Lock("b"))
+	_, err = ab.TryAcquire(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired)
+	e.requireFree(p.Lock("a"), "a failed composite left a part held")
+	e.requireFree(p.RWLock("rw").Writer(), "a failed composite left a reader")
+	e.release(b)
+
+	// Given in opposite orders, two composites take turns without deadlock.
+	done := make(chan error, 2)
+	for _, c := range []*mongolock.Composite{ab, ba} {
+		go func() {
+			for range 5 {
+				h, err := c.Acquire(e.ctx)
+				if err != nil {
+					done <- err
+					return
+				}
+				if err := h.Release(e.ctx); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 2 {
+		require.NoError(e.t, <-done)
+	}
+
+	// One handle: every part's token, and the loss of any part.
+	h, err := ab.Acquire(e.ctx)
+	require.NoError(e.t, err)
+	require.Len(e.t, h.Handles(), 4)
+	for _, part := range h.Handles() {
+		require.Positive(e.t, part.FencingToken(), part.Name())
+	}
+	ended, err := q.ForceRelease(e.ctx, "b")
+	require.NoError(e.t, err)
+	require.True(e.t, ended)
+	e.await(h.Lost(), "the composite's Lost closes when a part is lost")
+	require.ErrorIs(e.t, context.Cause(h.Context()), mongolock.ErrLockLost)
+	require.ErrorIs(e.t, h.Release(e.ctx), mongolock.ErrLockLost)
+	e.requireFree(p.Lock("a"), "Release of a composite that lost a part released the others")
 }
