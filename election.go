@@ -107,8 +107,8 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) (err error) {
 	case h.released.Load():
 		return fail(errResigned)
 	}
-	ctx, span := h.lock.p.tel.start(ctx, spanProclaim, h.lock)
-	defer func() { h.lock.p.tel.endRelease(span, h, "proclaimed", err) }()
+	ctx = h.lock.p.tel.startRelease(ctx, h, opProclaimTrace)
+	defer func() { h.lock.p.tel.endRelease(ctx, h, opProclaimTrace, "proclaimed", err) }()
 	if err := cmp.Or(checkValue(value), h.lossError()); err != nil {
 		return fail(err)
 	}

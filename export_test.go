@@ -190,14 +190,14 @@ func init() {
 func TelemetryCycle(ctx context.Context, l *Lock) {
 	a := &acquisition{lock: l}
 	a.token.Store(1)
-	_, _ = l.p.tel.traceAcquire(ctx, l, spanAcquire, func(ctx context.Context, call *acquireCall) (*Handle, error) {
+	_, _ = l.p.tel.traceAcquire(ctx, l, opAcquireTrace, func(ctx context.Context, call *acquireCall) (*Handle, error) {
 		call.attempted(ctx, nil)
 		l.p.tel.acquired(l)
 		return &Handle{a}, nil
 	})
-	_, span := l.p.tel.start(ctx, spanRelease, l)
+	ctx = l.p.tel.startRelease(ctx, a, opReleaseTrace)
 	l.p.tel.unheld(l)
-	l.p.tel.endRelease(span, a, "released", nil)
+	l.p.tel.endRelease(ctx, a, opReleaseTrace, "released", nil)
 }
 
 // StatementRoundTrips sends one of l's acquisition statements (statement:

@@ -178,8 +178,8 @@ func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (e
 	if h.released.Swap(true) {
 		return nil
 	}
-	ctx, span := h.lock.p.tel.start(ctx, spanRelease, h.lock)
-	defer func() { h.lock.p.tel.endRelease(span, h, "released", err) }()
+	ctx = h.lock.p.tel.startRelease(ctx, h, opReleaseTrace)
+	defer func() { h.lock.p.tel.endRelease(ctx, h, opReleaseTrace, "released", err) }()
 	// Stop extending before releasing, but signal the loss if the lease runs
 	// out before the round trip ends: a release stuck behind a partition
 	// must not leave work running under a live Context. Local waiters are
@@ -237,7 +237,7 @@ func (h *acquisition) handOver(ctx context.Context, w *waiter) error {
 	if err == nil && doc.LockID == lockID {
 		next = newHandle(w.lock, lockID, doc, sent)
 	}
-	handedOver(ctx, next != nil)
+	h.lock.p.tel.handOver(ctx, h.lock, next != nil)
 	if !w.lock.space().queues.deliver(w, next) && next != nil {
 		next.releaseUntaken() // its Acquire ended meanwhile
 	}
@@ -276,7 +276,7 @@ func (h *acquisition) markLost(reason lossReason, why error) {
 		// it comes after the signal.
 		h.cancel(ErrLockLost)
 		h.unhold()
-		h.lock.p.tel.countLoss(h, reason)
+		h.lock.p.tel.countLoss(h, reason, why)
 		close(h.lost)
 		h.lock.p.tel.logLoss(h, reason, why)
 	})

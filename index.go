@@ -35,7 +35,7 @@ func (l *Lock) ensureIndex() {
 					err = nil // ours already, keeping documents as long or longer
 				}
 			}
-			p.tel.indexFailed(coll.Name(), err)
+			p.tel.indexFailed(coll.Database().Name(), coll.Name(), err)
 		})
 	})
 }

@@ -161,9 +161,9 @@ func (p *Provider) extend(hs []*acquisition) {
 		ls.mu.Unlock()
 		sent := time.Now()
 		ctx, cancel := context.WithDeadline(context.Background(), latest)
-		ctx, span := p.tel.startExtension(ctx, hs)
+		ctx = p.tel.startExtension(ctx, hs)
 		lost, err := p.extendLeases(ctx, hs)
-		p.tel.endExtension(ctx, span, hs, lost, err, sent)
+		p.tel.endExtension(ctx, hs, lost, err, sent)
 		cancel()
 		if err != nil && len(hs) > 1 && !isTransient(err) && !isClosed(err) {
 			// Names adding up past a limit, say: each half on its own.

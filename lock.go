@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.opentelemetry.io/otel/attribute"
 )
 
 // A Lock is a named distributed lock. It holds no state of its own: every
@@ -48,8 +47,6 @@ type kindDriver interface {
 	unclaimed() bool
 	// holds reports whether WithHoldAtLeast and WithHoldAtMost apply.
 	holds() bool
-	// attrs are its telemetry attributes.
-	attrs() []attribute.KeyValue
 }
 
 // attempt is what one acquisition round trip sends.
@@ -90,7 +87,7 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Handle, error) {
 	if l.p.mem != nil {
 		return l.memAcquire(ctx, "try acquire", false)
 	}
-	return l.p.tel.traceAcquire(ctx, l, spanTryAcquire, l.tryAcquire)
+	return l.p.tel.traceAcquire(ctx, l, opTryAcquireTrace, l.tryAcquire)
 }
 
 // tryAcquire is TryAcquire's attempt, counted by call.
@@ -148,7 +145,7 @@ func (l *Lock) Acquire(ctx context.Context) (*Handle, error) {
 	if l.p.mem != nil {
 		return l.memAcquire(ctx, "acquire", true)
 	}
-	return l.p.tel.traceAcquire(ctx, l, spanAcquire, l.acquire)
+	return l.p.tel.traceAcquire(ctx, l, opAcquireTrace, l.acquire)
 }
 
 // acquire is Acquire's wait, its attempts counted by call.
@@ -555,15 +552,3 @@ func (mutexDriver) unclaimed() bool { return true }
 // holds: a lock's, not an election's: a leader that resigns steps aside at
 // once, and one that leads is not bounded.
 func (d mutexDriver) holds() bool { return d.value == nil }
-
-var (
-	lockAttrs     = []attribute.KeyValue{keyKind.String("lock")}
-	electionAttrs = []attribute.KeyValue{keyKind.String("election")}
-)
-
-func (d mutexDriver) attrs() []attribute.KeyValue {
-	if d.value != nil {
-		return electionAttrs
-	}
-	return lockAttrs
-}

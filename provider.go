@@ -74,7 +74,7 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 		opts:         o,
 		extendUpdate: extendUpdate(o.expiry, o.atMost),
 		leases:       leases{held: make(map[*acquisition]*lease)},
-		tel:          newTelemetry(o.telemetryConfig, db.Name()),
+		tel:          newTelemetry(o.telemetryConfig),
 		done:         make(chan struct{}),
 		drained:      make(chan struct{}),
 	}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.opentelemetry.io/otel/attribute"
 )
 
 // Semaphores.
@@ -173,15 +172,3 @@ func (d slotDriver) limit() (int, bool) {
 func (slotDriver) unclaimed() bool { return false }
 
 func (slotDriver) holds() bool { return false }
-
-func (d slotDriver) attrs() []attribute.KeyValue {
-	switch d.rw {
-	case readMode:
-		return []attribute.KeyValue{keyKind.String("rwlock"), keyMode.String("read")}
-	case writeMode:
-		return []attribute.KeyValue{keyKind.String("rwlock"), keyMode.String("write")}
-	case upgradeMode:
-		return []attribute.KeyValue{keyKind.String("rwlock"), keyMode.String("upgradeable")}
-	}
-	return []attribute.KeyValue{keyKind.String("semaphore"), keySlots.Int(d.n)}
-}

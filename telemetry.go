@@ -5,104 +5,287 @@ import (
 	"errors"
 	"log/slog"
 	"time"
-
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 )
 
-// Telemetry: OpenTelemetry spans and metrics, and log records.
+// Telemetry: the hooks of WithTrace, and log records.
 //
-// Every span, instrument, attribute and log message is made here, by hooks
-// that the operations call. With no SDK installed, a hook costs a span
-// context and an Enabled check: attributes are built only for a span that
-// records or an instrument that is enabled.
+// The operations call the methods below; each does nothing unless a Trace
+// with the hook in question, or a logger that wants the record, was given.
+// Info structs are built only for a hook that is set.
 
-// instrumentation names the library's tracer and meter.
-const instrumentation = "github.com/mongolock/mongolock"
+// Trace is a set of hooks that the provider calls on its operations'
+// events, as net/http/httptrace.ClientTrace does for HTTP requests: the
+// way to add tracing and metrics (the module
+// github.com/mongolock/mongolock/otelmongolock makes OpenTelemetry spans and
+// metrics with it) without the library depending on a telemetry SDK.
+//
+// Every field is optional: a nil hook is not called, and a provider without
+// WithTrace does no telemetry work. Hooks are called synchronously, from
+// the goroutine of the operation or of the background work (extensions,
+// losses, background releases), and may run concurrently with each other:
+// they must be quick and safe for concurrent use. Fields may be added
+// later; set them by name.
+type Trace struct {
+	// AcquireStart is called when an Acquire or TryAcquire call on the
+	// server begins (or Campaign, of kind "election"). The context it
+	// returns is the call's from then on: its round trips are sent with
+	// it, and AcquireAttempt and AcquireDone get it. Nil: ctx stays.
+	AcquireStart func(ctx context.Context, info AcquireStartInfo) context.Context
+	// AcquireAttempt is called after each acquisition round trip of the
+	// call, with its error (nil: it acquired).
+	AcquireAttempt func(ctx context.Context, info AttemptInfo)
+	// AcquireDone is called when the call returns.
+	AcquireDone func(ctx context.Context, info AcquireDoneInfo)
 
-// Span names; an acquisition's, less the prefix, is its mongolock.operation.
-const (
-	spanPrefix     = "mongolock."
-	spanAcquire    = spanPrefix + "acquire"
-	spanTryAcquire = spanPrefix + "try_acquire"
-	spanRelease    = spanPrefix + "release"
-	spanProclaim   = spanPrefix + "proclaim"
-	spanExtend     = spanPrefix + "extend"
-)
+	// ReleaseStart is called when a Release (or Resign) of a handle that
+	// has not been released yet begins, or a Proclaim. The context it
+	// returns is the call's from then on, as AcquireStart's.
+	ReleaseStart func(ctx context.Context, info ReleaseStartInfo) context.Context
+	// HandOver is called when a Release has offered the lock to an Acquire
+	// of this process in its round trip, with whether that Acquire got it.
+	HandOver func(ctx context.Context, info HandOverInfo)
+	// ReleaseDone is called when the Release or Proclaim returns.
+	ReleaseDone func(ctx context.Context, info ReleaseDoneInfo)
 
-// Attribute keys: the semantic conventions' where they have one.
-const (
-	keySystem     = attribute.Key("db.system.name")
-	keyNamespace  = attribute.Key("db.namespace")
-	keyCollection = attribute.Key("db.collection.name")
-	keyErrorType  = attribute.Key("error.type")
-	keyName       = attribute.Key("mongolock.lock.name")
-	keyKind       = attribute.Key("mongolock.kind")
-	keyMode       = attribute.Key("mongolock.rwlock.mode")
-	keySlots      = attribute.Key("mongolock.semaphore.slots")
-	keyOperation  = attribute.Key("mongolock.operation")
-	keyOutcome    = attribute.Key("mongolock.outcome")
-	keyAttempts   = attribute.Key("mongolock.attempts")
-	keyWaited     = attribute.Key("mongolock.wait.duration")
-	keyToken      = attribute.Key("mongolock.fencing_token")
-	keyHandedOver = attribute.Key("mongolock.handed_over")
-	keyHandles    = attribute.Key("mongolock.handles")
-	keyMatched    = attribute.Key("mongolock.matched")
-	keyLost       = attribute.Key("mongolock.lost")
-	keyReason     = attribute.Key("mongolock.loss.reason")
-)
+	// Acquired is called when a handle is made (by an acquisition or a
+	// hand-over): it holds its lock or slot from then on.
+	Acquired func(info TraceLock)
+	// Unheld is called once per handle when it no longer holds: released
+	// or lost.
+	Unheld func(info TraceLock)
+	// Lost is called once per handle lost while held, before its Lost
+	// channel closes.
+	Lost func(info LossInfo)
 
-// lossReason says why a handle was lost: the value of mongolock.loss.reason.
+	// ExtendStart is called when one round trip that extends the leases of
+	// a batch of handles, all of one collection, begins. The context it
+	// returns is the round trip's, as AcquireStart's.
+	ExtendStart func(ctx context.Context, info ExtendStartInfo) context.Context
+	// ExtendDone is called when that round trip has ended.
+	ExtendDone func(ctx context.Context, info ExtendDoneInfo)
+
+	// OrphanReleased is called when an acquisition nobody got a handle for
+	// (its caller saw an error, or its Acquire ended as it was handed over)
+	// has been released in the background.
+	OrphanReleased func(info TraceLock)
+	// Abandoned is called when a Handle became unreachable while it held
+	// its lock; it is then released in the background.
+	Abandoned func(info HandleInfo)
+	// IndexFailed is called when the TTL index of a collection could not
+	// be created or raised; locking goes on without it.
+	IndexFailed func(info IndexInfo)
+}
+
+// TraceLock says which lock a Trace event is about.
+type TraceLock struct {
+	Name       string // the lock's name, shortened past 64 bytes as Error.Name is
+	Kind       Kind
+	Mode       string // an RWLock's: "read", "write" or "upgradeable"; "" for the other kinds
+	Slots      int    // a Semaphore's number of slots; 0 for the other kinds
+	Database   string
+	Collection string
+}
+
+// Result is how a call or round trip ended.
+type Result struct {
+	Err error
+	// Outcome names how it ended: on success the operation's word
+	// ("acquired", "released", "proclaimed", "extended"), else "lost"
+	// (ErrLockLost), "not_acquired" (ErrNotAcquired) or "error".
+	Outcome string
+	// ErrorType classifies Err, few values for low cardinality: "lock_lost",
+	// "closed" (ErrClosed), "deadline_exceeded", "canceled",
+	// "client_closed" (its client was disconnected), "transient" (retried)
+	// or "_OTHER"; "" if Err is nil or ErrNotAcquired.
+	ErrorType string
+}
+
+// AcquireStartInfo is about an acquisition call that begins.
+type AcquireStartInfo struct {
+	Lock      TraceLock
+	Operation string // "acquire" or "try_acquire"
+}
+
+// AttemptInfo is about one acquisition round trip.
+type AttemptInfo struct {
+	Lock      TraceLock
+	Operation string // "acquire" or "try_acquire"
+	Attempt   int    // its number in the call, from 1
+	Result
+}
+
+// AcquireDoneInfo is about an acquisition call that returned.
+type AcquireDoneInfo struct {
+	Lock         TraceLock
+	Operation    string        // "acquire" or "try_acquire"
+	Attempts     int           // acquisition round trips sent; 0 if it was handed over at once
+	Waited       time.Duration // from the call to its return
+	FencingToken int64         // the handle's; 0 if none
+	HandedOver   bool          // it got a handle handed over by a Release of this process
+	Result
+}
+
+// ReleaseStartInfo is about a release, or a Proclaim, that begins.
+type ReleaseStartInfo struct {
+	Lock         TraceLock
+	Operation    string // "release" or "proclaim"
+	FencingToken int64
+}
+
+// HandOverInfo is about a Release that offered its lock to an Acquire of
+// this process.
+type HandOverInfo struct {
+	Lock       TraceLock
+	HandedOver bool // the Acquire got the lock in the release's round trip
+}
+
+// ReleaseDoneInfo is about a release, or a Proclaim, that returned.
+type ReleaseDoneInfo struct {
+	Lock         TraceLock
+	Operation    string // "release" or "proclaim"
+	FencingToken int64
+	Result
+}
+
+// HandleInfo is about one handle.
+type HandleInfo struct {
+	Lock         TraceLock
+	FencingToken int64
+}
+
+// LossInfo is about a handle lost while held.
+type LossInfo struct {
+	Lock         TraceLock
+	FencingToken int64
+	// Reason says why: "expired" (the lease ran out before an extension
+	// succeeded), "taken_over" (someone else holds the lock, or its
+	// document was deleted) or "client_closed" (the handle's client was
+	// disconnected).
+	Reason string
+	Err    error // the loss as Handle.Context's cause says it
+}
+
+// ExtendStartInfo is about one extension round trip that begins.
+type ExtendStartInfo struct {
+	Database, Collection string
+	Handles              int // the handles whose leases it extends
+}
+
+// ExtendDoneInfo is about one extension round trip that ended.
+type ExtendDoneInfo struct {
+	Database, Collection string
+	Handles              int
+	Matched              int           // the handles it extended
+	Lost                 int           // the handles found lost
+	Took                 time.Duration // the round trip's time
+	Result
+}
+
+// IndexInfo is about the TTL index of a collection.
+type IndexInfo struct {
+	Database, Collection string
+	Index                string // TTLIndexName
+	Err                  error
+}
+
+// WithTrace sets hooks the provider calls on its operations' events. Given
+// more than once, every Trace's hooks are called, in the order given, and
+// the context an earlier start hook returns is passed to the later ones. A
+// nil Trace is an error.
+func WithTrace(t *Trace) Option {
+	return func(o *config) {
+		if t == nil {
+			o.nilTrace = true
+			return
+		}
+		o.trace = o.trace.join(t)
+	}
+}
+
+// join returns hooks that call t's, then u's; t may be nil.
+func (t *Trace) join(u *Trace) *Trace {
+	if t == nil {
+		c := *u
+		return &c
+	}
+	return &Trace{
+		AcquireStart: joinStart(t.AcquireStart, u.AcquireStart), AcquireAttempt: joinCtx(t.AcquireAttempt, u.AcquireAttempt),
+		AcquireDone:  joinCtx(t.AcquireDone, u.AcquireDone),
+		ReleaseStart: joinStart(t.ReleaseStart, u.ReleaseStart), HandOver: joinCtx(t.HandOver, u.HandOver),
+		ReleaseDone: joinCtx(t.ReleaseDone, u.ReleaseDone),
+		Acquired:    join(t.Acquired, u.Acquired), Unheld: join(t.Unheld, u.Unheld), Lost: join(t.Lost, u.Lost),
+		ExtendStart: joinStart(t.ExtendStart, u.ExtendStart), ExtendDone: joinCtx(t.ExtendDone, u.ExtendDone),
+		OrphanReleased: join(t.OrphanReleased, u.OrphanReleased), Abandoned: join(t.Abandoned, u.Abandoned),
+		IndexFailed: join(t.IndexFailed, u.IndexFailed),
+	}
+}
+
+func join[I any](f, g func(I)) func(I) {
+	switch {
+	case f == nil:
+		return g
+	case g == nil:
+		return f
+	}
+	return func(i I) { f(i); g(i) }
+}
+
+func joinCtx[I any](f, g func(context.Context, I)) func(context.Context, I) {
+	switch {
+	case f == nil:
+		return g
+	case g == nil:
+		return f
+	}
+	return func(ctx context.Context, i I) { f(ctx, i); g(ctx, i) }
+}
+
+func joinStart[I any](f, g func(context.Context, I) context.Context) func(context.Context, I) context.Context {
+	switch {
+	case f == nil:
+		return g
+	case g == nil:
+		return f
+	}
+	return func(ctx context.Context, i I) context.Context { return g(f(ctx, i), i) }
+}
+
+// lossReason says why a handle was lost: LossInfo.Reason.
 type lossReason string
 
 const (
-	lossExpired      lossReason = "expired"       // the lease ran out before an extension succeeded
-	lossTakenOver    lossReason = "taken_over"    // someone else holds the lock, or its document was deleted
-	lossClientClosed lossReason = "client_closed" // the handle's client was disconnected
+	lossExpired      lossReason = "expired"
+	lossTakenOver    lossReason = "taken_over"
+	lossClientClosed lossReason = "client_closed"
 )
 
-// telemetryConfig is what the options set.
+// Operations, as the info structs name them.
+const (
+	opAcquireTrace    = "acquire"
+	opTryAcquireTrace = "try_acquire"
+	opReleaseTrace    = "release"
+	opProclaimTrace   = "proclaim"
+)
+
+// telemetryConfig is what WithTrace and WithLogger set.
 type telemetryConfig struct {
-	tracers                trace.TracerProvider
-	meters                 metric.MeterProvider
-	logger                 *slog.Logger
-	spanNames, metricNames bool
+	trace    *Trace
+	nilTrace bool
+	logger   *slog.Logger
 }
 
 func defaultTelemetryConfig() telemetryConfig {
-	return telemetryConfig{tracers: otel.GetTracerProvider(), meters: otel.GetMeterProvider(),
-		logger: slog.New(slog.DiscardHandler), spanNames: true}
+	return telemetryConfig{logger: slog.New(slog.DiscardHandler)}
 }
 
 func (c telemetryConfig) check() error {
 	switch {
-	case c.tracers == nil:
-		return invalid("WithTracerProvider(nil): pass a provider, or leave the option out for the global one")
-	case c.meters == nil:
-		return invalid("WithMeterProvider(nil): pass a provider, or leave the option out for the global one")
+	case c.nilTrace:
+		return invalid("WithTrace(nil): pass hooks, or leave the option out")
 	case c.logger == nil:
 		return invalid("WithLogger(nil): pass a logger, or leave the option out to log nothing")
 	}
 	return nil
-}
-
-// WithTracerProvider sets where the spans of the provider's operations go.
-// Default: the global provider, otel.GetTracerProvider(), which forwards to
-// the one installed with otel.SetTracerProvider, also later. A nil provider
-// is an error.
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(o *config) { o.tracers = tp }
-}
-
-// WithMeterProvider sets where the provider's metrics go. Default: the
-// global provider, otel.GetMeterProvider(), which forwards to the one
-// installed with otel.SetMeterProvider, also later. A nil provider is an
-// error.
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(o *config) { o.meters = mp }
 }
 
 // WithLogger sets where the provider logs: losses and handles dropped while
@@ -114,110 +297,60 @@ func WithLogger(l *slog.Logger) Option {
 	return func(o *config) { o.logger = l }
 }
 
-// WithNamesInSpans sets whether spans carry the lock's name (attribute
-// mongolock.lock.name, shortened past 64 bytes as Error.Name is). Default
-// true; turn it off when names are secret or personal.
-func WithNamesInSpans(on bool) Option {
-	return func(o *config) { o.spanNames = on }
-}
-
-// WithNamesInMetrics sets whether metrics carry the lock's name (attribute
-// mongolock.lock.name), which makes a series per name: only for a small,
-// fixed set of names. Default false.
-func WithNamesInMetrics(on bool) Option {
-	return func(o *config) { o.metricNames = on }
-}
-
-// telemetry is a provider's tracer, instruments and logger.
+// telemetry is a provider's hooks (nil: none) and logger.
 type telemetry struct {
-	tracer                 trace.Tracer
-	log                    *slog.Logger
-	db                     string
-	spanNames, metricNames bool
-
-	waited       metric.Float64Histogram // acquisition call time
-	attempts     metric.Int64Histogram   // attempts per acquisition call
-	acquisitions metric.Int64Counter     // handles made
-	losses       metric.Int64Counter     // handles lost
-	held         metric.Int64UpDownCounter
-	extensions   metric.Float64Histogram // extension round trips
-	orphans      metric.Int64Counter     // acquisitions nobody got, released
+	trace *Trace
+	log   *slog.Logger
 }
 
-func newTelemetry(c telemetryConfig, db string) telemetry {
-	m := c.meters.Meter(instrumentation)
-	secs := []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
-	t := telemetry{tracer: c.tracers.Tracer(instrumentation), log: c.logger, db: db, spanNames: c.spanNames, metricNames: c.metricNames}
-	var errs [7]error
-	t.waited, errs[0] = m.Float64Histogram("mongolock.acquire.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time from an Acquire or TryAcquire call to its return, by outcome."),
-		metric.WithExplicitBucketBoundaries(secs...))
-	t.attempts, errs[1] = m.Int64Histogram("mongolock.acquire.attempts", metric.WithUnit("{attempt}"),
-		metric.WithDescription("Acquisition attempts (round trips) per Acquire or TryAcquire call."),
-		metric.WithExplicitBucketBoundaries(0, 1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000))
-	t.acquisitions, errs[2] = m.Int64Counter("mongolock.acquisitions", metric.WithUnit("{acquisition}"),
-		metric.WithDescription("Locks and slots acquired, hand-overs included."))
-	t.losses, errs[3] = m.Int64Counter("mongolock.losses", metric.WithUnit("{loss}"),
-		metric.WithDescription("Handles lost while held, by reason."))
-	t.held, errs[4] = m.Int64UpDownCounter("mongolock.handles.held", metric.WithUnit("{handle}"),
-		metric.WithDescription("Handles that hold their lock or slot."))
-	t.extensions, errs[5] = m.Float64Histogram("mongolock.extension.duration", metric.WithUnit("s"),
-		metric.WithDescription("Round-trip time of one extension of a batch of leases."),
-		metric.WithExplicitBucketBoundaries(secs[:13]...))
-	t.orphans, errs[6] = m.Int64Counter("mongolock.orphans.released", metric.WithUnit("{acquisition}"),
-		metric.WithDescription("Acquisitions nobody got a handle for, released in the background."))
-	if err := errors.Join(errs[:]...); err != nil {
-		otel.Handle(err)
+func newTelemetry(c telemetryConfig) telemetry {
+	return telemetry{trace: c.trace, log: c.logger}
+}
+
+// info says which lock l is.
+func (l *Lock) info() TraceLock {
+	coll := l.space().coll
+	i := TraceLock{Name: shortName(l.name), Database: coll.Database().Name(), Collection: coll.Name()}
+	switch d := l.kind.(type) {
+	case mutexDriver:
+		i.Kind = KindLock
+		if d.value != nil {
+			i.Kind = KindElection
+		}
+	case slotDriver:
+		switch d.rw {
+		case readMode:
+			i.Kind, i.Mode = KindRWLock, "read"
+		case writeMode:
+			i.Kind, i.Mode = KindRWLock, "write"
+		case upgradeMode:
+			i.Kind, i.Mode = KindRWLock, "upgradeable"
+		default:
+			i.Kind, i.Slots = KindSemaphore, d.n
+		}
 	}
-	return t
+	return i
 }
 
-// lockAttrs are the attributes of l's spans (names: with its name), then
-// extra.
-func (t *telemetry) lockAttrs(l *Lock, names bool, extra ...attribute.KeyValue) []attribute.KeyValue {
-	kv := make([]attribute.KeyValue, 0, 7+len(extra))
-	kv = append(t.dbAttrs(kv, l.space().coll.Name()), l.kind.attrs()...)
-	if names {
-		kv = append(kv, keyName.String(shortName(l.name)))
-	}
-	return append(kv, extra...)
-}
-
-// dbAttrs appends the semantic conventions' attributes of coll to kv.
-func (t *telemetry) dbAttrs(kv []attribute.KeyValue, coll string) []attribute.KeyValue {
-	return append(kv, keySystem.String("mongodb"), keyNamespace.String(t.db), keyCollection.String(coll))
-}
-
-// measure returns the attributes of a measurement of l, then extra.
-func (t *telemetry) measure(l *Lock, extra ...attribute.KeyValue) metric.MeasurementOption {
-	return metric.WithAttributes(t.lockAttrs(l, t.metricNames, extra...)...)
-}
-
-// start starts the span called name of a call on l, a child of ctx's span.
-func (t *telemetry) start(ctx context.Context, name string, l *Lock) (context.Context, trace.Span) {
-	ctx, span := t.tracer.Start(ctx, name)
-	if span.IsRecording() {
-		span.SetAttributes(t.lockAttrs(l, t.spanNames)...)
-	}
-	return ctx, span
-}
-
-// outcome names how a call ended: ok, "lost" (ErrLockLost), "not_acquired"
-// (ErrNotAcquired), or "error".
-func outcome(err error, ok string) string {
+// result is how a call that returned err ended; ok names its success.
+func result(err error, ok string) Result {
+	r := Result{Err: err, Outcome: ok}
 	switch {
 	case err == nil:
-		return ok
+		return r
 	case errors.Is(err, ErrLockLost):
-		return "lost"
+		r.Outcome = "lost"
 	case errors.Is(err, ErrNotAcquired):
-		return "not_acquired"
+		r.Outcome = "not_acquired"
+		return r
+	default:
+		r.Outcome = "error"
 	}
-	return "error"
+	r.ErrorType = errorType(err)
+	return r
 }
 
-// errorType is the value of error.type for err: a few classes, for low
-// cardinality.
+// errorType is Result.ErrorType of err.
 func errorType(err error) string {
 	switch {
 	case errors.Is(err, ErrLockLost):
@@ -236,119 +369,98 @@ func errorType(err error) string {
 	return "_OTHER"
 }
 
-// end ends span with outcome out, marking it failed if out is "error".
-// Its status says err without the lock's name: names may be off.
-func end(span trace.Span, out string, err error, kv ...attribute.KeyValue) {
-	if span.IsRecording() {
-		kv = append(kv, keyOutcome.String(out))
-		if out == "error" {
-			kv = append(kv, keyErrorType.String(errorType(err)))
-			var e *Error
-			if errors.As(err, &e) {
-				err = e.Err
-			}
-			span.SetStatus(codes.Error, err.Error())
-		}
-		span.SetAttributes(kv...)
-	}
-	span.End()
-}
-
-// acquireCall traces and measures one Acquire or TryAcquire call.
+// acquireCall follows one Acquire or TryAcquire call for its hooks.
 type acquireCall struct {
 	t          *telemetry
 	l          *Lock
-	name       string // spanAcquire or spanTryAcquire
-	span       trace.Span
+	op         string // opAcquireTrace or opTryAcquireTrace
 	start      time.Time
 	attempts   int
 	handedOver bool // the handle was handed over by a release of this process
 }
 
-// traceAcquire runs acquire, the body of l's Acquire or TryAcquire (name,
-// its span), in its span, and measures the call.
-func (t *telemetry) traceAcquire(ctx context.Context, l *Lock, name string,
+// traceAcquire runs acquire, the body of l's Acquire or TryAcquire (op),
+// and tells the hooks.
+func (t *telemetry) traceAcquire(ctx context.Context, l *Lock, op string,
 	acquire func(context.Context, *acquireCall) (*Handle, error)) (h *Handle, err error) {
-	ctx, span := t.start(ctx, name, l)
-	call := acquireCall{t: t, l: l, name: name, span: span, start: time.Now()}
-	defer func() { call.end(ctx, h, err) }()
+	call := acquireCall{t: t, l: l, op: op}
+	if tr := t.trace; tr != nil {
+		call.start = time.Now()
+		if tr.AcquireStart != nil {
+			ctx = tr.AcquireStart(ctx, AcquireStartInfo{Lock: l.info(), Operation: op})
+		}
+		defer func() { call.end(ctx, h, err) }()
+	}
 	return acquire(ctx, &call)
 }
 
-// attempted counts an attempt that returned err. A refused or failed one
-// is an event of the span, and a transient error is logged (Debug).
+// attempted counts an attempt that returned err. A transient error is
+// logged (Debug).
 func (c *acquireCall) attempted(ctx context.Context, err error) {
 	c.attempts++
-	if err == nil {
-		return
+	if tr := c.t.trace; tr != nil && tr.AcquireAttempt != nil {
+		tr.AcquireAttempt(ctx, AttemptInfo{Lock: c.l.info(), Operation: c.op, Attempt: c.attempts, Result: result(err, "acquired")})
 	}
-	if c.span.IsRecording() {
-		kv := []attribute.KeyValue{keyOutcome.String(outcome(err, "")), keyAttempts.Int(c.attempts)}
-		if !errors.Is(err, ErrNotAcquired) {
-			kv = append(kv, keyErrorType.String(errorType(err)))
-		}
-		c.span.AddEvent("mongolock.attempt", trace.WithAttributes(kv...))
-	}
-	if c.t.log.Enabled(ctx, slog.LevelDebug) && isTransient(err) {
+	if err != nil && c.t.log.Enabled(ctx, slog.LevelDebug) && isTransient(err) {
 		c.t.log.DebugContext(ctx, "mongolock: acquisition attempt failed; retrying", "lock", shortName(c.l.name), "error", err)
 	}
 }
 
-// end ends the call, which returned h or err.
+// end tells the hooks that the call returned h or err.
 func (c *acquireCall) end(ctx context.Context, h *Handle, err error) {
-	waited, out := time.Since(c.start), outcome(err, "acquired")
-	if c.span.IsRecording() {
-		kv := []attribute.KeyValue{keyAttempts.Int(c.attempts), keyWaited.Float64(waited.Seconds())}
+	if tr := c.t.trace; tr.AcquireDone != nil {
+		info := AcquireDoneInfo{Lock: c.l.info(), Operation: c.op, Attempts: c.attempts, Waited: time.Since(c.start),
+			HandedOver: c.handedOver, Result: result(err, "acquired")}
 		if h != nil {
-			kv = append(kv, keyToken.Int64(h.token.Load()), keyHandedOver.Bool(c.handedOver))
+			info.FencingToken = h.token.Load()
 		}
-		end(c.span, out, err, kv...)
-	} else {
-		c.span.End()
-	}
-	t := c.t
-	if t.waited.Enabled(ctx) || t.attempts.Enabled(ctx) {
-		m := t.measure(c.l, keyOperation.String(c.name[len(spanPrefix):]), keyOutcome.String(out))
-		t.waited.Record(ctx, waited.Seconds(), m)
-		t.attempts.Record(ctx, int64(c.attempts), m)
+		tr.AcquireDone(ctx, info)
 	}
 }
 
-// handedOver records on ctx's span (a Release's) whether it handed the
-// lock over to a waiter of this process.
-func handedOver(ctx context.Context, ok bool) {
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(keyHandedOver.Bool(ok))
+// startRelease tells the hooks that h's Release or Proclaim (op) begins,
+// and returns its context.
+func (t *telemetry) startRelease(ctx context.Context, h *acquisition, op string) context.Context {
+	if tr := t.trace; tr != nil && tr.ReleaseStart != nil {
+		return tr.ReleaseStart(ctx, ReleaseStartInfo{Lock: h.lock.info(), Operation: op, FencingToken: h.token.Load()})
+	}
+	return ctx
+}
+
+// endRelease tells the hooks that h's Release or Proclaim (op; ok names its
+// success) returned err.
+func (t *telemetry) endRelease(ctx context.Context, h *acquisition, op, ok string, err error) {
+	if tr := t.trace; tr != nil && tr.ReleaseDone != nil {
+		tr.ReleaseDone(ctx, ReleaseDoneInfo{Lock: h.lock.info(), Operation: op, FencingToken: h.token.Load(), Result: result(err, ok)})
 	}
 }
 
-// endRelease ends the span of h's Release (or Proclaim: ok names its
-// success), which returned err.
-func (t *telemetry) endRelease(span trace.Span, h *acquisition, ok string, err error) {
-	end(span, outcome(err, ok), err, keyToken.Int64(h.token.Load()))
+// handOver tells the hooks that a Release of l offered it to an Acquire
+// of this process, which got it if ok.
+func (t *telemetry) handOver(ctx context.Context, l *Lock, ok bool) {
+	if tr := t.trace; tr != nil && tr.HandOver != nil {
+		tr.HandOver(ctx, HandOverInfo{Lock: l.info(), HandedOver: ok})
+	}
 }
 
-// acquired counts a handle of l made: acquired, and held.
+// acquired tells the hooks that a handle of l was made.
 func (t *telemetry) acquired(l *Lock) {
-	ctx := context.Background()
-	if t.acquisitions.Enabled(ctx) || t.held.Enabled(ctx) {
-		m := t.measure(l)
-		t.acquisitions.Add(ctx, 1, m)
-		t.held.Add(ctx, 1, m)
+	if tr := t.trace; tr != nil && tr.Acquired != nil {
+		tr.Acquired(l.info())
 	}
 }
 
-// unheld counts a handle of l that no longer holds.
+// unheld tells the hooks that a handle of l no longer holds.
 func (t *telemetry) unheld(l *Lock) {
-	if ctx := context.Background(); t.held.Enabled(ctx) {
-		t.held.Add(ctx, -1, t.measure(l))
+	if tr := t.trace; tr != nil && tr.Unheld != nil {
+		tr.Unheld(l.info())
 	}
 }
 
-// countLoss counts the loss of h, for reason.
-func (t *telemetry) countLoss(h *acquisition, reason lossReason) {
-	if ctx := context.Background(); t.losses.Enabled(ctx) {
-		t.losses.Add(ctx, 1, t.measure(h.lock, keyReason.String(string(reason))))
+// countLoss tells the hooks about the loss of h, for reason (why).
+func (t *telemetry) countLoss(h *acquisition, reason lossReason, why error) {
+	if tr := t.trace; tr != nil && tr.Lost != nil {
+		tr.Lost(LossInfo{Lock: h.lock.info(), FencingToken: h.token.Load(), Reason: string(reason), Err: why})
 	}
 }
 
@@ -357,47 +469,42 @@ func (t *telemetry) logLoss(h *acquisition, reason lossReason, why error) {
 	t.log.Warn("mongolock: lock lost", "lock", shortName(h.lock.name), "fencingToken", h.token.Load(), "reason", string(reason), "error", why)
 }
 
-// startExtension starts the span of one extension round trip of hs, all
-// of one collection.
-func (t *telemetry) startExtension(ctx context.Context, hs []*acquisition) (context.Context, trace.Span) {
-	ctx, span := t.tracer.Start(ctx, spanExtend)
-	if span.IsRecording() {
-		span.SetAttributes(append(t.dbAttrs(nil, hs[0].lock.space().coll.Name()), keyHandles.Int(len(hs)))...)
+// startExtension tells the hooks that one extension round trip of hs, all
+// of one collection, begins, and returns its context.
+func (t *telemetry) startExtension(ctx context.Context, hs []*acquisition) context.Context {
+	if tr := t.trace; tr != nil && tr.ExtendStart != nil {
+		coll := hs[0].lock.space().coll
+		return tr.ExtendStart(ctx, ExtendStartInfo{Database: coll.Database().Name(), Collection: coll.Name(), Handles: len(hs)})
 	}
-	return ctx, span
+	return ctx
 }
 
-// endExtension ends the extension of hs sent at sent, which did not match
-// lost, or failed with err. A transient error, retried, is logged (Debug).
-func (t *telemetry) endExtension(ctx context.Context, span trace.Span, hs, lost []*acquisition, err error, sent time.Time) {
-	took := time.Since(sent)
-	if span.IsRecording() {
-		matched, nlost := len(hs)-len(lost), len(lost)
+// endExtension tells the hooks that the extension of hs sent at sent did
+// not match lost, or failed with err. A transient error, retried, is
+// logged (Debug).
+func (t *telemetry) endExtension(ctx context.Context, hs, lost []*acquisition, err error, sent time.Time) {
+	if tr := t.trace; tr != nil && tr.ExtendDone != nil {
+		coll := hs[0].lock.space().coll
+		info := ExtendDoneInfo{Database: coll.Database().Name(), Collection: coll.Name(), Handles: len(hs),
+			Matched: len(hs) - len(lost), Lost: len(lost), Took: time.Since(sent), Result: result(err, "extended")}
 		if err != nil {
-			matched = 0
+			info.Matched = 0
 		}
 		if isClosed(err) {
-			nlost = len(hs)
+			info.Lost = len(hs)
 		}
-		end(span, outcome(err, "extended"), err, keyMatched.Int(matched), keyLost.Int(nlost))
-	} else {
-		span.End()
-	}
-	if t.extensions.Enabled(ctx) {
-		t.extensions.Record(ctx, took.Seconds(), metric.WithAttributes(
-			append(t.dbAttrs(nil, hs[0].lock.space().coll.Name()), keyOutcome.String(outcome(err, "extended")))...))
+		tr.ExtendDone(ctx, info)
 	}
 	if err != nil && t.log.Enabled(ctx, slog.LevelDebug) && isTransient(err) {
 		t.log.DebugContext(ctx, "mongolock: extension failed; retrying", "handles", len(hs), "error", err)
 	}
 }
 
-// orphanReleased counts and logs (Info) the release of an acquisition of l
-// that nobody got a handle for.
+// orphanReleased tells the hooks, and logs (Info), that an acquisition of
+// l that nobody got a handle for was released.
 func (t *telemetry) orphanReleased(l *Lock) {
-	ctx := context.Background()
-	if t.orphans.Enabled(ctx) {
-		t.orphans.Add(ctx, 1, t.measure(l))
+	if tr := t.trace; tr != nil && tr.OrphanReleased != nil {
+		tr.OrphanReleased(l.info())
 	}
 	t.log.Info("mongolock: released an acquisition nobody got a handle for", "lock", shortName(l.name))
 }
@@ -408,18 +515,25 @@ func (t *telemetry) retrying(l *Lock, err error) {
 	t.log.Debug("mongolock: background release failed; retrying", "lock", shortName(l.name), "error", err)
 }
 
-// abandoned logs (Warn) that h's Handle became unreachable while it held
-// its lock.
+// abandoned tells the hooks, and logs (Warn), that h's Handle became
+// unreachable while it held its lock.
 func (t *telemetry) abandoned(h *acquisition) {
+	if tr := t.trace; tr != nil && tr.Abandoned != nil {
+		tr.Abandoned(HandleInfo{Lock: h.lock.info(), FencingToken: h.token.Load()})
+	}
 	t.log.Warn("mongolock: a Handle became unreachable while holding its lock; releasing it (call Release when done)",
 		"lock", shortName(h.lock.name), "fencingToken", h.token.Load())
 }
 
-// indexFailed logs (Info) err, if not nil, of creating or raising the TTL
-// index of coll.
-func (t *telemetry) indexFailed(coll string, err error) {
-	if err != nil {
-		t.log.Info("mongolock: could not create the TTL index; idle lock documents stay in the collection",
-			"collection", coll, "index", TTLIndexName, "error", err)
+// indexFailed tells the hooks, and logs (Info), err, if not nil, of
+// creating or raising the TTL index of coll.
+func (t *telemetry) indexFailed(db, coll string, err error) {
+	if err == nil {
+		return
 	}
+	if tr := t.trace; tr != nil && tr.IndexFailed != nil {
+		tr.IndexFailed(IndexInfo{Database: db, Collection: coll, Index: TTLIndexName, Err: err})
+	}
+	t.log.Info("mongolock: could not create the TTL index; idle lock documents stay in the collection",
+		"collection", coll, "index", TTLIndexName, "error", err)
 }
