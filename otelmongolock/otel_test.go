@@ -540,3 +540,47 @@ func TestNilProvidersAreTheGlobalOnes(t *testing.T) {
 	require.Equal(t, int64(7), spanAttr(t, spans[0], "mongolock.fencing_token").AsInt64())
 	require.Equal(t, int64(1), tel.total(t, "mongolock.handles.held"))
 }
+
+// A hand-over is on the Release's span (handed over or not) and on the
+// span of the Acquire that got it; a call that failed is a span with the
+// status Error, its error.type, and a description without the lock's name
+// (the hooks called as the provider calls them: their causes are
+// mongolock's tests).
+func TestHandOversAndErrorsAreOnTheSpans(t *testing.T) {
+	tel := newSDKTelemetry(t)
+	hooks := otelmongolock.Trace(otelmongolock.WithTracerProvider(tel.tp), otelmongolock.WithMeterProvider(tel.mp))
+	lock := mongolock.TraceLock{Name: "secret", Kind: mongolock.KindLock, Database: "db", Collection: "coll"}
+	bg := context.Background()
+
+	ctx := hooks.ReleaseStart(bg, mongolock.ReleaseStartInfo{Lock: lock, Operation: "release", FencingToken: 1})
+	hooks.HandOver(ctx, mongolock.HandOverInfo{Lock: lock, HandedOver: true})
+	hooks.ReleaseDone(ctx, mongolock.ReleaseDoneInfo{Lock: lock, Operation: "release", FencingToken: 1,
+		Result: mongolock.Result{Outcome: "released"}})
+	ctx = hooks.AcquireStart(bg, mongolock.AcquireStartInfo{Lock: lock, Operation: "acquire"})
+	hooks.AcquireDone(ctx, mongolock.AcquireDoneInfo{Lock: lock, Operation: "acquire", FencingToken: 2, HandedOver: true,
+		Result: mongolock.Result{Outcome: "acquired"}})
+	rel, acq := tel.ended("mongolock.release"), tel.ended("mongolock.acquire")
+	require.Len(t, rel, 1)
+	require.Len(t, acq, 1)
+	require.True(t, spanAttr(t, rel[0], "mongolock.handed_over").AsBool())
+	require.True(t, spanAttr(t, acq[0], "mongolock.handed_over").AsBool())
+	require.Equal(t, int64(2), spanAttr(t, acq[0], "mongolock.fencing_token").AsInt64())
+	require.Equal(t, int64(1), tel.total(t, "mongolock.acquire.duration", attribute.String("mongolock.operation", "acquire"),
+		attribute.String("mongolock.outcome", "acquired")))
+
+	failed := &mongolock.Error{Op: "try acquire", Name: "secret", Err: mongolock.ErrClosed}
+	ctx = hooks.AcquireStart(bg, mongolock.AcquireStartInfo{Lock: lock, Operation: "try_acquire"})
+	hooks.AcquireAttempt(ctx, mongolock.AttemptInfo{Lock: lock, Operation: "try_acquire", Attempt: 1,
+		Result: mongolock.Result{Err: failed, Outcome: "error", ErrorType: "closed"}})
+	hooks.AcquireDone(ctx, mongolock.AcquireDoneInfo{Lock: lock, Operation: "try_acquire", Attempts: 1,
+		Result: mongolock.Result{Err: failed, Outcome: "error", ErrorType: "closed"}})
+	try := tel.ended("mongolock.try_acquire")
+	require.Len(t, try, 1)
+	require.Equal(t, codes.Error, try[0].Status().Code)
+	require.Equal(t, mongolock.ErrClosed.Error(), try[0].Status().Description)
+	require.Equal(t, "closed", spanAttr(t, try[0], "error.type").AsString())
+	_, hasToken := lookupAttr(try[0], "mongolock.fencing_token")
+	require.False(t, hasToken, "no handle, no token")
+	require.Len(t, try[0].Events(), 1)
+	require.Contains(t, try[0].Events()[0].Attributes, attribute.String("error.type", "closed"))
+}
