@@ -23,8 +23,9 @@ import (
 // WithTrace does no telemetry work. Hooks are called synchronously, from
 // the goroutine of the operation or of the background work (extensions,
 // losses, background releases), and may run concurrently with each other:
-// they must be quick and safe for concurrent use. Fields may be added
-// later; set them by name.
+// they must be quick and safe for concurrent use. A provider of locks in
+// process memory (mongolocktest) calls none. Fields may be added later; set
+// them by name.
 type Trace struct {
 	// AcquireStart is called when an Acquire or TryAcquire call on the
 	// server begins (or Campaign, of kind "election"). The context it
@@ -86,8 +87,8 @@ type TraceLock struct {
 	Collection string
 }
 
-// Result is how a call or round trip ended.
-type Result struct {
+// TraceResult is how a call or round trip ended, as the hooks of Trace see it.
+type TraceResult struct {
 	Err error
 	// Outcome names how it ended: on success the operation's word
 	// ("acquired", "released", "proclaimed", "extended"), else "lost"
@@ -111,7 +112,7 @@ type AttemptInfo struct {
 	Lock      TraceLock
 	Operation string // "acquire" or "try_acquire"
 	Attempt   int    // its number in the call, from 1
-	Result
+	TraceResult
 }
 
 // AcquireDoneInfo is about an acquisition call that returned.
@@ -122,7 +123,7 @@ type AcquireDoneInfo struct {
 	Waited       time.Duration // from the call to its return
 	FencingToken int64         // the handle's; 0 if none
 	HandedOver   bool          // it got a handle handed over by a Release of this process
-	Result
+	TraceResult
 }
 
 // ReleaseStartInfo is about a release, or a Proclaim, that begins.
@@ -144,7 +145,7 @@ type ReleaseDoneInfo struct {
 	Lock         TraceLock
 	Operation    string // "release" or "proclaim"
 	FencingToken int64
-	Result
+	TraceResult
 }
 
 // HandleInfo is about one handle.
@@ -178,7 +179,7 @@ type ExtendDoneInfo struct {
 	Matched              int           // the handles it extended
 	Lost                 int           // the handles found lost
 	Took                 time.Duration // the round trip's time
-	Result
+	TraceResult
 }
 
 // IndexInfo is about the TTL index of a collection.
@@ -188,10 +189,11 @@ type IndexInfo struct {
 	Err                  error
 }
 
-// WithTrace sets hooks the provider calls on its operations' events. Given
-// more than once, every Trace's hooks are called, in the order given, and
-// the context an earlier start hook returns is passed to the later ones. A
-// nil Trace is an error.
+// WithTrace sets hooks the provider calls on its operations' events;
+// NewProvider copies them, so changing t later changes nothing. Given more
+// than once, every Trace's hooks are called, in the order given, and the
+// context an earlier start hook returns is passed to the later ones. A nil
+// Trace is an error.
 func WithTrace(t *Trace) Option {
 	return func(o *config) {
 		if t == nil {
@@ -333,8 +335,8 @@ func (l *Lock) info() TraceLock {
 }
 
 // result is how a call that returned err ended; ok names its success.
-func result(err error, ok string) Result {
-	r := Result{Err: err, Outcome: ok}
+func result(err error, ok string) TraceResult {
+	r := TraceResult{Err: err, Outcome: ok}
 	switch {
 	case err == nil:
 		return r
@@ -350,7 +352,7 @@ func result(err error, ok string) Result {
 	return r
 }
 
-// errorType is Result.ErrorType of err.
+// errorType is TraceResult.ErrorType of err.
 func errorType(err error) string {
 	switch {
 	case errors.Is(err, ErrLockLost):
@@ -399,7 +401,7 @@ func (t *telemetry) traceAcquire(ctx context.Context, l *Lock, op string,
 func (c *acquireCall) attempted(ctx context.Context, err error) {
 	c.attempts++
 	if tr := c.t.trace; tr != nil && tr.AcquireAttempt != nil {
-		tr.AcquireAttempt(ctx, AttemptInfo{Lock: c.l.info(), Operation: c.op, Attempt: c.attempts, Result: result(err, "acquired")})
+		tr.AcquireAttempt(ctx, AttemptInfo{Lock: c.l.info(), Operation: c.op, Attempt: c.attempts, TraceResult: result(err, "acquired")})
 	}
 	if err != nil && c.t.log.Enabled(ctx, slog.LevelDebug) && isTransient(err) {
 		c.t.log.DebugContext(ctx, "mongolock: acquisition attempt failed; retrying", "lock", shortName(c.l.name), "error", err)
@@ -410,7 +412,7 @@ func (c *acquireCall) attempted(ctx context.Context, err error) {
 func (c *acquireCall) end(ctx context.Context, h *Handle, err error) {
 	if tr := c.t.trace; tr.AcquireDone != nil {
 		info := AcquireDoneInfo{Lock: c.l.info(), Operation: c.op, Attempts: c.attempts, Waited: time.Since(c.start),
-			HandedOver: c.handedOver, Result: result(err, "acquired")}
+			HandedOver: c.handedOver, TraceResult: result(err, "acquired")}
 		if h != nil {
 			info.FencingToken = h.token.Load()
 		}
@@ -431,7 +433,7 @@ func (t *telemetry) startRelease(ctx context.Context, h *acquisition, op string)
 // success) returned err.
 func (t *telemetry) endRelease(ctx context.Context, h *acquisition, op, ok string, err error) {
 	if tr := t.trace; tr != nil && tr.ReleaseDone != nil {
-		tr.ReleaseDone(ctx, ReleaseDoneInfo{Lock: h.lock.info(), Operation: op, FencingToken: h.token.Load(), Result: result(err, ok)})
+		tr.ReleaseDone(ctx, ReleaseDoneInfo{Lock: h.lock.info(), Operation: op, FencingToken: h.token.Load(), TraceResult: result(err, ok)})
 	}
 }
 
@@ -486,7 +488,7 @@ func (t *telemetry) endExtension(ctx context.Context, hs, lost []*acquisition, e
 	if tr := t.trace; tr != nil && tr.ExtendDone != nil {
 		coll := hs[0].lock.space().coll
 		info := ExtendDoneInfo{Database: coll.Database().Name(), Collection: coll.Name(), Handles: len(hs),
-			Matched: len(hs) - len(lost), Lost: len(lost), Took: time.Since(sent), Result: result(err, "extended")}
+			Matched: len(hs) - len(lost), Lost: len(lost), Took: time.Since(sent), TraceResult: result(err, "extended")}
 		if err != nil {
 			info.Matched = 0
 		}

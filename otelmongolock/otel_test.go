@@ -533,7 +533,7 @@ func TestNilProvidersAreTheGlobalOnes(t *testing.T) {
 	lock := mongolock.TraceLock{Name: "n", Kind: mongolock.KindLock, Database: "db", Collection: "coll"}
 	ctx := hooks.ReleaseStart(context.Background(), mongolock.ReleaseStartInfo{Lock: lock, Operation: "release", FencingToken: 7})
 	hooks.ReleaseDone(ctx, mongolock.ReleaseDoneInfo{Lock: lock, Operation: "release", FencingToken: 7,
-		Result: mongolock.Result{Outcome: "released"}})
+		TraceResult: mongolock.TraceResult{Outcome: "released"}})
 	hooks.Acquired(lock)
 	spans := tel.ended("mongolock.release")
 	require.Len(t, spans, 1)
@@ -555,10 +555,10 @@ func TestHandOversAndErrorsAreOnTheSpans(t *testing.T) {
 	ctx := hooks.ReleaseStart(bg, mongolock.ReleaseStartInfo{Lock: lock, Operation: "release", FencingToken: 1})
 	hooks.HandOver(ctx, mongolock.HandOverInfo{Lock: lock, HandedOver: true})
 	hooks.ReleaseDone(ctx, mongolock.ReleaseDoneInfo{Lock: lock, Operation: "release", FencingToken: 1,
-		Result: mongolock.Result{Outcome: "released"}})
+		TraceResult: mongolock.TraceResult{Outcome: "released"}})
 	ctx = hooks.AcquireStart(bg, mongolock.AcquireStartInfo{Lock: lock, Operation: "acquire"})
 	hooks.AcquireDone(ctx, mongolock.AcquireDoneInfo{Lock: lock, Operation: "acquire", FencingToken: 2, HandedOver: true,
-		Result: mongolock.Result{Outcome: "acquired"}})
+		TraceResult: mongolock.TraceResult{Outcome: "acquired"}})
 	rel, acq := tel.ended("mongolock.release"), tel.ended("mongolock.acquire")
 	require.Len(t, rel, 1)
 	require.Len(t, acq, 1)
@@ -571,9 +571,9 @@ func TestHandOversAndErrorsAreOnTheSpans(t *testing.T) {
 	failed := &mongolock.Error{Op: "try acquire", Name: "secret", Err: mongolock.ErrClosed}
 	ctx = hooks.AcquireStart(bg, mongolock.AcquireStartInfo{Lock: lock, Operation: "try_acquire"})
 	hooks.AcquireAttempt(ctx, mongolock.AttemptInfo{Lock: lock, Operation: "try_acquire", Attempt: 1,
-		Result: mongolock.Result{Err: failed, Outcome: "error", ErrorType: "closed"}})
+		TraceResult: mongolock.TraceResult{Err: failed, Outcome: "error", ErrorType: "closed"}})
 	hooks.AcquireDone(ctx, mongolock.AcquireDoneInfo{Lock: lock, Operation: "try_acquire", Attempts: 1,
-		Result: mongolock.Result{Err: failed, Outcome: "error", ErrorType: "closed"}})
+		TraceResult: mongolock.TraceResult{Err: failed, Outcome: "error", ErrorType: "closed"}})
 	try := tel.ended("mongolock.try_acquire")
 	require.Len(t, try, 1)
 	require.Equal(t, codes.Error, try[0].Status().Code)

@@ -200,7 +200,7 @@ func (t *telemetry) start(ctx context.Context, name string, l mongolock.TraceLoc
 
 // end ends ctx's span with r, marking it failed if its outcome is "error".
 // Its status says the error without the lock's name: names may be off.
-func end(ctx context.Context, r mongolock.Result, kv ...attribute.KeyValue) {
+func end(ctx context.Context, r mongolock.TraceResult, kv ...attribute.KeyValue) {
 	span := trace.SpanFromContext(ctx)
 	if span.IsRecording() {
 		kv = append(kv, keyOutcome.String(r.Outcome))
@@ -240,7 +240,7 @@ func (t *telemetry) acquireDone(ctx context.Context, i mongolock.AcquireDoneInfo
 		if i.Err == nil {
 			kv = append(kv, keyToken.Int64(i.FencingToken), keyHandedOver.Bool(i.HandedOver))
 		}
-		end(ctx, i.Result, kv...)
+		end(ctx, i.TraceResult, kv...)
 	} else {
 		span.End()
 	}
@@ -263,7 +263,7 @@ func (t *telemetry) handOver(ctx context.Context, i mongolock.HandOverInfo) {
 }
 
 func (t *telemetry) releaseDone(ctx context.Context, i mongolock.ReleaseDoneInfo) {
-	end(ctx, i.Result, keyToken.Int64(i.FencingToken))
+	end(ctx, i.TraceResult, keyToken.Int64(i.FencingToken))
 }
 
 // acquired counts a handle made: acquired, and held.
@@ -297,7 +297,7 @@ func (t *telemetry) extendStart(ctx context.Context, i mongolock.ExtendStartInfo
 }
 
 func (t *telemetry) extendDone(ctx context.Context, i mongolock.ExtendDoneInfo) {
-	end(ctx, i.Result, keyMatched.Int(i.Matched), keyLost.Int(i.Lost))
+	end(ctx, i.TraceResult, keyMatched.Int(i.Matched), keyLost.Int(i.Lost))
 	if t.extensions.Enabled(ctx) {
 		t.extensions.Record(ctx, i.Took.Seconds(), metric.WithAttributes(
 			append(dbAttrs(nil, i.Database, i.Collection), keyOutcome.String(i.Outcome))...))
