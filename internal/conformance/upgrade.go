@@ -139,7 +139,10 @@ func upgradeCtxEnds(e *env) {
 	cancel()
 	err := e.upgraded(upgraded, "the upgrade, once its ctx ended")
 	require.ErrorIs(e.t, err, context.Canceled)
-	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired, "readers held the lock the whole time")
+	// Not required here: ErrNotAcquired too. The mark seen above says the
+	// server refused a poll, not that the Upgrade had its reply before ctx
+	// ended; an Upgrade whose refused polls never came back in time says
+	// only ctx's error, as an Acquire does.
 	requireOp(e.t, err, "upgrade")
 
 	r2 := e.receive(reader) // let in again
