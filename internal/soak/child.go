@@ -893,7 +893,9 @@ func (c *child) reap(ctx context.Context, t target) bool {
 // dueToDrop reports whether this goroutine, holding t, is to drop the
 // client now: the drop is due, t is of one of its kinds (chosen by the
 // goroutine that first finds it due; any kind once the drop is overdue by
-// -drop-every, as a child may seldom hold the kinds hit least), and only
+// three times -drop-every, as a child may seldom hold the kinds hit least:
+// sooner, a kind whose holders hold briefly, as an election's leaders do
+// here, could miss every drop of a short run), and only
 // one of the child's goroutines is told so per drop.
 func (c *child) dueToDrop(t target) bool {
 	next := c.dropNext.Load()
@@ -905,7 +907,7 @@ func (c *child) dueToDrop(t target) bool {
 		c.dropKinds.Store(c.leastDropped())
 	}
 	kinds := c.dropKinds.Load()
-	if now-next > int64(c.every) {
+	if now-next > 3*int64(c.every) {
 		kinds = 1<<numKinds - 1
 	}
 	return kinds&(1<<t.kind) != 0 && c.dropNext.CompareAndSwap(next, 0)
