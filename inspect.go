@@ -72,17 +72,20 @@ var ErrNoLock = errors.New("mongolock: no such lock")
 // them has a document. A name used by both a lock and a semaphore shows
 // the lock's: Locks lists both.
 func (p *Provider) Inspect(ctx context.Context, name string) (LockInfo, error) {
-	if p.mem != nil {
-		return p.memInspect(ctx, name)
-	}
 	info, err := p.inspectLock(ctx, name)
 	if !errors.Is(err, ErrNoLock) {
 		return info, err
 	}
+	if p.mem != nil {
+		if s, ok := p.mem.InspectSlots(name); ok {
+			return slotsInfo(s), nil
+		}
+		return LockInfo{}, err
+	}
 	for info, err := range p.infos(ctx, &p.slots, "inspect", name, semInspectPipeline(acquireFilter(name))) {
 		return info, err
 	}
-	return LockInfo{}, p.Lock(name).errorf("inspect", ErrNoLock)
+	return LockInfo{}, err
 }
 
 // inspectLock is Inspect of the locks' collection alone.

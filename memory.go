@@ -165,19 +165,6 @@ func (e *Election) memWatch(ctx context.Context, changed chan<- struct{}, stream
 	}
 }
 
-// memInspect is Inspect: the lock's or the election's state, else the
-// semaphore's or the RWLock's.
-func (p *Provider) memInspect(ctx context.Context, name string) (LockInfo, error) {
-	info, err := p.memInspectLock(ctx, name)
-	if !errors.Is(err, ErrNoLock) {
-		return info, err
-	}
-	if s, ok := p.mem.InspectSlots(name); ok {
-		return slotsInfo(s), nil
-	}
-	return LockInfo{}, err
-}
-
 // memInspectLock is inspectLock: the lock's or the election's state alone.
 func (p *Provider) memInspectLock(ctx context.Context, name string) (LockInfo, error) {
 	if err := memCheck(ctx); err != nil {
