@@ -190,6 +190,7 @@ func acquiredFields(proc, owner string, expiry time.Duration, lockID, value, min
 		{Key: "lastProcess", Value: proc},
 		{Key: "lastLockId", Value: lockID},
 		{Key: "processStreak", Value: cond(mine, op("$add", ifNull("$processStreak", 0), 1), 1)},
+		{Key: "lastWrite", Value: wroteAcquire},
 	}
 }
 
@@ -217,10 +218,11 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time
 	claimLive := op("$gt", ifNull("$waitingUntil", epoch), now)
 	available := any(expired)
 	lockID, expiresAt := any("$lockId"), any("$expiresAt") // refused: as they were
+	lastWrite := any("$lastWrite")
 	if mode == handOverMode {
 		// The filter found the releasing lockId holding the lock.
 		available = true
-		lockID, expiresAt = "$$REMOVE", now // refused: released
+		lockID, expiresAt, lastWrite = "$$REMOVE", now, wroteRelease // refused: released
 	}
 	streak := ifNull("$processStreak", 0)
 	// Another process's live claim keeps a free lock for the claimant: it
@@ -273,6 +275,7 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time
 		nextProcess = cond(claims, keep("nextProcess"), cond(nexts, proc, "$nextProcess"))
 		nextSince = cond(claims, keep("nextSince"), cond(nexts, token, "$nextSince"))
 		nextUntil = cond(claims, keep("nextUntil"), cond(nexts, op("$add", now, next.Milliseconds()), "$nextUntil"))
+		lastWrite = cond(op("$or", claims, nexts), wroteClaim, "$lastWrite")
 		scratch = append(scratch, bson.E{Key: "_claims", Value: "$$REMOVE"}, bson.E{Key: "_nexts", Value: "$$REMOVE"})
 	}
 	if mode != waitMode {
@@ -296,6 +299,8 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time
 			refused = lockID
 		case "expiresAt":
 			refused = expiresAt
+		case "lastWrite":
+			refused = lastWrite
 		}
 		fields = append(fields, bson.E{Key: f.Key, Value: cond(isFree, f.Value, refused)})
 	}
@@ -364,6 +369,7 @@ func holdReleaseUpdate(atLeast time.Duration) bson.A {
 		{Key: "lockId", Value: cond(holds, held, "$$REMOVE")},
 		{Key: "lastLockId", Value: cond(holds, held, "$lastLockId")},
 		{Key: "expiresAt", Value: op("$max", "$$NOW", end)},
+		{Key: "lastWrite", Value: wroteRelease},
 	}}}}
 }
 
@@ -387,7 +393,7 @@ func extendUpdate(expiry, atMost time.Duration) bson.A {
 	if atMost > 0 {
 		until = op("$min", until, op("$add", "$acquiredAt", atMost.Milliseconds()))
 	}
-	return bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: until}}}}}
+	return bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: until}, {Key: "lastWrite", Value: wroteExtend}}}}}
 }
 
 func extendFilter(names, lockIDs bson.A) bson.D {
@@ -418,6 +424,7 @@ func withdrawUpdate(proc string) bson.A {
 			fields = append(fields, bson.E{Key: f, Value: cond(op("$eq", "$"+group[0], proc), "$$REMOVE", "$"+f)})
 		}
 	}
+	fields = append(fields, bson.E{Key: "lastWrite", Value: wroteClaim}) // the filter found one to withdraw
 	return bson.A{bson.D{{Key: "$set", Value: fields}}}
 }
 
@@ -451,14 +458,36 @@ func raiseTTL(coll string) bson.D {
 	}}}
 }
 
+// lastWrite is what the last write of a pipeline did to a document: it is
+// read only by the change streams' filters (9, 14). MongoDB reports an
+// update with a pipeline as a replace event, carrying only the document
+// after it, on 4.4 always and from 5.0 whenever its diff would be larger
+// than the document: the mark says what that write was. A classic update
+// (a release's $unset, a proclaim's $set, a slot's $pull) is always
+// reported as an update event, with its changed fields, and writes none.
+const (
+	wroteAcquire = "acquire" // an acquisition, of a lock or a slot; a finished upgrade
+	wroteRelease = "release" // a release, a refused hand-over, an undone upgrade, a downgrade
+	wroteExtend  = "extend"  // an extension
+	wroteClaim   = "claim"   // a claim or place as next written or withdrawn; an upgrade's mark
+)
+
 // 9. Where the server has change streams, while some Acquire waits for a
-// lock or a slot held by another process: watch the collection for releases
-// (a lock's lockId removed by a release, a slot's releasedAt stamped, or the
-// document deleted by DistributedLock.MongoDB or the TTL monitor).
+// lock or a slot held by another process: watch the collection for releases,
+// in each shape MongoDB 4.4 to 8.0 reports one: an update event whose lockId
+// was removed (a lock's release) or whose releasedAt was stamped (a slot's),
+// a replace event of a document whose last write was a release and that no
+// lockId holds, or a delete (DistributedLock.MongoDB's release, the TTL
+// monitor). Acquisitions, extensions and claims do not match.
 var releaseEvents = mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "$or", Value: bson.A{
 	bson.D{{Key: "operationType", Value: "delete"}},
 	bson.D{{Key: "updateDescription.removedFields", Value: "lockId"}},
 	bson.D{{Key: "updateDescription.updatedFields.releasedAt", Value: bson.D{{Key: "$exists", Value: true}}}},
+	bson.D{
+		{Key: "operationType", Value: "replace"},
+		{Key: "fullDocument.lastWrite", Value: wroteRelease},
+		{Key: "fullDocument.lockId", Value: bson.D{{Key: "$exists", Value: false}}},
+	},
 }}}}}}
 
 // 10. Inspect: aggregate([{$match: filter}, {$project: …}]): each lock's
@@ -562,13 +591,16 @@ func proclaimUpdate(value string) bson.D {
 
 // 14. Where the server has change streams, while an election is observed:
 // watch its document for a new holder, a release, a proclaimed value, its
-// creation or its deletion. Extensions and claims on turns do not match.
+// creation or its deletion: as an update event, by the fields it changed;
+// as a replace event, by the last write's mark. Extensions and claims on
+// turns do not match.
 func leaderEvents(name string) mongo.Pipeline {
 	exists := bson.D{{Key: "$exists", Value: true}}
 	return mongo.Pipeline{{{Key: "$match", Value: bson.D{
 		{Key: "documentKey._id", Value: name},
 		{Key: "$or", Value: bson.A{
-			bson.D{{Key: "operationType", Value: bson.D{{Key: "$in", Value: bson.A{"insert", "replace", "delete"}}}}},
+			bson.D{{Key: "operationType", Value: bson.D{{Key: "$in", Value: bson.A{"insert", "delete"}}}}},
+			bson.D{{Key: "operationType", Value: "replace"}, {Key: "fullDocument.lastWrite", Value: bson.D{{Key: "$in", Value: bson.A{wroteAcquire, wroteRelease}}}}},
 			bson.D{{Key: "updateDescription.updatedFields.lockId", Value: exists}},
 			bson.D{{Key: "updateDescription.updatedFields.value", Value: exists}},
 			bson.D{{Key: "updateDescription.removedFields", Value: bson.D{{Key: "$in", Value: bson.A{"lockId", "value"}}}}},
@@ -688,6 +720,7 @@ func slotPipeline(a slotAttempt) bson.A {
 		claims = append(claims, bson.E{Key: "waitingMode", Value: keep("waitingMode")})
 	}
 	var claimStage bson.A // written once, read by each claim field
+	refusedWrite := any("$lastWrite")
 	if a.mode == waitMode {
 		token := claimToken(a.waitToken)
 		claiming := op("$and", not(acq), ofKind, claimTaken(a.proc, token, a.claim))
@@ -700,6 +733,7 @@ func slotPipeline(a slotAttempt) bson.A {
 			claims[i].Value = cond("$_claims", values[i], claims[i].Value)
 		}
 		claims = append(claims, bson.E{Key: "_claims", Value: "$$REMOVE"})
+		refusedWrite = cond("$_claims", wroteClaim, "$lastWrite")
 	}
 	set := bson.D{
 		{Key: "holders", Value: cond(acq, op("$concatArrays", live, bson.A{holder}), "$holders")},
@@ -714,7 +748,9 @@ func slotPipeline(a slotAttempt) bson.A {
 	if a.mode == handOverMode {
 		stages = bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "holders", Value: filterOf(ifNull("$holders", bson.A{}), op("$ne", "$$this.id", a.releasing))}}}}}
 		set = append(set, bson.E{Key: "releasedAt", Value: cond(acq, ifNull("$releasedAt", "$$REMOVE"), now)})
+		refusedWrite = wroteRelease
 	}
+	set = append(set, bson.E{Key: "lastWrite", Value: cond(acq, wroteAcquire, refusedWrite)})
 	set = append(set, bson.E{Key: "_live", Value: "$$REMOVE"}, bson.E{Key: "_acquired", Value: "$$REMOVE"})
 	stages = append(stages, liveStage, bson.D{{Key: "$set", Value: bson.D{{Key: "_acquired", Value: op("$and", ofKind, acquired)}}}})
 	return append(append(stages, claimStage...), bson.D{{Key: "$set", Value: set}})
@@ -789,6 +825,7 @@ func semExtendUpdate(ids bson.A, expiry time.Duration) bson.A {
 				op("$mergeObjects", "$$this", bson.D{{Key: "expiresAt", Value: until}}), "$$this")},
 		}}}},
 		{Key: "expiresAt", Value: op("$max", ifNull("$expiresAt", epoch), until)},
+		{Key: "lastWrite", Value: wroteExtend},
 	}}}}
 }
 
@@ -892,6 +929,7 @@ func upgradePipeline(id, tag string, claim time.Duration) bson.A {
 	return bson.A{liveStage, bson.D{{Key: "$set", Value: decide}}, bson.D{{Key: "$set", Value: bson.D{
 		{Key: "holders", Value: mapHolders(holder)},
 		{Key: "fencingToken", Value: cond(upgraded, nextToken, "$fencingToken")},
+		{Key: "lastWrite", Value: cond("$_mine", cond("$_alone", wroteAcquire, wroteClaim), "$lastWrite")},
 		{Key: "_live", Value: "$$REMOVE"}, {Key: "_alone", Value: "$$REMOVE"}, {Key: "_mine", Value: "$$REMOVE"},
 	}}}}
 }
@@ -933,5 +971,5 @@ func upgradeTagFilter(name, id, tag string) bson.D {
 // (releasedAt, as a release stamps it).
 func holderModeUpdate(id string, mode rwMode) bson.A {
 	in := cond(op("$eq", "$$this.id", id), rewrittenHolder(mode, "$$this.token", "$$REMOVE", "$$REMOVE"), "$$this")
-	return bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "holders", Value: mapHolders(in)}, {Key: "releasedAt", Value: "$$NOW"}}}}}
+	return bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "holders", Value: mapHolders(in)}, {Key: "releasedAt", Value: "$$NOW"}, {Key: "lastWrite", Value: wroteRelease}}}}}
 }

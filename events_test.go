@@ -1,0 +1,357 @@
+package mongolock
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mongolock/mongolock/internal/testdb"
+)
+
+// The change events MongoDB 4.4 to 8.0 report for each write the library
+// sends, in the shapes its documentation gives
+// (https://www.mongodb.com/docs/manual/reference/change-events/):
+//
+//   - insert: {operationType: "insert", documentKey: {_id}, fullDocument}
+//   - delete: {operationType: "delete", documentKey: {_id}}
+//   - update: {operationType: "update", documentKey: {_id}, updateDescription:
+//     {updatedFields, removedFields}}; from 5.0 also truncatedArrays
+//     [{field, newSize}], and an array's changed elements and a
+//     subdocument's changed fields as dotted paths ("holders.1.expiresAt")
+//     rather than the whole value.
+//   - replace: {operationType: "replace", documentKey: {_id}, fullDocument}:
+//     the document after the write, and nothing of what changed. An update
+//     with a pipeline is reported so on 4.4 always, and from 5.0 when its
+//     diff would be larger than the document.
+//
+// A classic update ($set, $unset, $pull, $currentDate) is reported as an
+// update, in the 4.4 or the 5.0 form; a pipeline update as a 5.0 update or
+// a replace. The test server has no change streams: each statement runs on
+// it, the document is read before and after, the events are built from the
+// two as MongoDB would, stored in a collection, and the watches' $match
+// stages run over them as an aggregation.
+
+// eventCase is one write and what the watches must make of it.
+type eventCase struct {
+	what     string
+	coll     string // "locks" or "slots"
+	release  bool   // releaseEvents must pass it
+	leader   bool   // leaderEvents must pass it (the locks' collection only)
+	pipeline bool   // an update with a pipeline: a 5.0 update or a replace
+}
+
+func TestReleaseEventFiltersPassEveryReleaseShapeAndNothingElse(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := testdb.Database(t)
+	locks, slots, events := db.Collection("locks"), db.Collection("locks_semaphores"), db.Collection("events")
+	const owner = "host/1"
+	// Claims and places as next that last the whole test: no step depends
+	// on timing.
+	expiry, claim, next := 30*time.Second, time.Hour, time.Hour
+	var cases []eventCase
+	seq := 0
+	// step runs write on coll's document name and stores the events
+	// MongoDB would report of it.
+	step := func(c eventCase, name string, write func(coll *mongo.Collection) error) {
+		t.Helper()
+		coll := locks
+		if c.coll == "slots" {
+			coll = slots
+		}
+		before := readDoc(ctx, t, coll, name)
+		require.NoError(t, write(coll), c.what)
+		after := readDoc(ctx, t, coll, name)
+		require.NotEqual(t, before, after, "%s: the write changed nothing", c.what)
+		cases = append(cases, c)
+		key := bson.D{{Key: "_id", Value: name}}
+		var shapes []bson.D
+		switch {
+		case before == nil:
+			shapes = append(shapes, bson.D{{Key: "operationType", Value: "insert"}, {Key: "documentKey", Value: key}, {Key: "fullDocument", Value: after}})
+		case after == nil:
+			shapes = append(shapes, bson.D{{Key: "operationType", Value: "delete"}, {Key: "documentKey", Value: key}})
+		default:
+			update := func(desc bson.D) bson.D {
+				return bson.D{{Key: "operationType", Value: "update"}, {Key: "documentKey", Value: key}, {Key: "updateDescription", Value: desc}}
+			}
+			if !c.pipeline {
+				shapes = append(shapes, update(updateDescription44(before, after)))
+			}
+			shapes = append(shapes, update(updateDescription50(before, after)))
+			if c.pipeline {
+				shapes = append(shapes, bson.D{{Key: "operationType", Value: "replace"}, {Key: "documentKey", Value: key}, {Key: "fullDocument", Value: after}})
+			}
+		}
+		for _, s := range shapes {
+			seq++
+			// The case's index and the shape's seq make the event's _id; the
+			// filters read none of it.
+			s = append(bson.D{{Key: "_id", Value: fmt.Sprintf("%03d/%d", seq, len(cases)-1)}}, s...)
+			_, err := events.InsertOne(ctx, s)
+			require.NoError(t, err, "%s: storing %v", c.what, s)
+		}
+	}
+	// acquire attempts for process proc with lockId id; a hand-over
+	// releases the lockId releasing.
+	acquire := func(name, proc, id, releasing string, mode attemptMode, waitToken int64, value *string, turn int) func(*mongo.Collection) error {
+		filter := acquireFilter(name)
+		if mode == handOverMode {
+			filter = ownerFilter(name, releasing)
+		}
+		return func(coll *mongo.Collection) error {
+			return coll.FindOneAndUpdate(ctx, filter, acquirePipeline(id, waitToken, value, newAcquireParts(proc, owner, mode, expiry, claim, next, turn)), acquireOptions).Err()
+		}
+	}
+	update := func(filter bson.D, u any) func(*mongo.Collection) error {
+		return func(coll *mongo.Collection) error {
+			r, err := coll.UpdateOne(ctx, filter, u)
+			if err == nil && r.ModifiedCount != 1 {
+				err = fmt.Errorf("modified %d documents", r.ModifiedCount)
+			}
+			return err
+		}
+	}
+	insert := func(doc bson.D) func(*mongo.Collection) error {
+		return func(coll *mongo.Collection) error { _, err := coll.InsertOne(ctx, doc); return err }
+	}
+	const any = math.MaxInt64 // a first attempt's wait token
+	lock := func(what string, release, leader, pipeline bool) eventCase {
+		return eventCase{what: "lock: " + what, coll: "locks", release: release, leader: leader, pipeline: pipeline}
+	}
+
+	// A lock's life, and an election's, on the document "L".
+	const L = "L"
+	step(lock("create", false, true, false), L, insert(createDoc(L)))
+	step(lock("A acquires", false, true, true), L, acquire(L, "A", "a1", "", waitMode, any, nil, turnLength))
+	step(lock("A extends", false, false, true), L, func(coll *mongo.Collection) error {
+		_, err := coll.UpdateMany(ctx, extendFilter(bson.A{L}, bson.A{"a1"}), extendUpdate(expiry, 0))
+		return err
+	})
+	step(lock("B, refused, claims", false, false, true), L, acquire(L, "B", "b", "", waitMode, any, nil, turnLength))
+	step(lock("C, refused, takes the place as next", false, false, true), L, acquire(L, "C", "c", "", waitMode, any, nil, turnLength))
+	step(lock("A releases", true, true, false), L, update(ownerFilter(L, "a1"), releaseUpdate))
+	step(lock("D, refused on the free lock B claims, takes B's claim over", false, false, true), L, acquire(L, "D", "d", "", waitMode, 1, nil, turnLength))
+	step(lock("D acquires", false, true, true), L, acquire(L, "D", "d1", "", waitMode, 1, nil, turnLength))
+	step(lock("D hands over within its process", false, true, true), L, acquire(L, "D", "d2", "d1", handOverMode, 1, nil, turnLength))
+	step(lock("D extends", false, false, true), L, func(coll *mongo.Collection) error {
+		_, err := coll.UpdateMany(ctx, extendFilter(bson.A{L}, bson.A{"d2"}), extendUpdate(expiry, 0))
+		return err
+	})
+	step(lock("D's hand-over, refused (its turn is over, C claims), releases", true, true, true), L, acquire(L, "D", "d3", "d2", handOverMode, 1, nil, electionTurn))
+	step(lock("C acquires", false, true, true), L, acquire(L, "C", "c1", "", waitMode, any, nil, turnLength))
+	step(lock("C releases, holding", false, true, true), L, update(ownerFilter(L, "c1"), holdReleaseUpdate(time.Hour)))
+	step(lock("force release", true, true, false), L, update(forceReleaseFilter(L), releaseUpdate))
+	step(lock("C acquires one nobody waits for", false, true, true), L, func(coll *mongo.Collection) error {
+		return coll.FindOneAndUpdate(ctx, acquireFilter(L), unclaimedPipeline("C", owner, expiry, "c2", nil), acquireOptions).Err()
+	})
+	step(lock("C releases, its hold over", true, true, true), L, update(ownerFilter(L, "c2"), holdReleaseUpdate(0)))
+	leaderValue := "http://10.0.0.7:8080"
+	step(lock("A campaigns and leads", false, true, true), L, acquire(L, "A", "a2", "", waitMode, any, &leaderValue, electionTurn))
+	step(lock("A proclaims", false, true, false), L, update(ownerFilter(L, "a2"), proclaimUpdate("http://10.0.0.7:9090")))
+	step(lock("A extends its leadership", false, false, true), L, func(coll *mongo.Collection) error {
+		_, err := coll.UpdateMany(ctx, extendFilter(bson.A{L}, bson.A{"a2"}), extendUpdate(expiry, 0))
+		return err
+	})
+	step(lock("B, refused, claims", false, false, true), L, acquire(L, "B", "b", "", waitMode, any, nil, electionTurn))
+	step(lock("B withdraws its claim", false, false, true), L, update(withdrawFilter(L, "B"), withdrawUpdate("B")))
+	step(lock("deleted (DistributedLock.MongoDB's release, the TTL monitor)", true, true, false), L, func(coll *mongo.Collection) error {
+		_, err := coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: L}})
+		return err
+	})
+
+	// A semaphore of 2 slots, "S", and an RWLock, "R".
+	slot := func(what string, release, pipeline bool) eventCase {
+		return eventCase{what: what, coll: "slots", release: release, pipeline: pipeline}
+	}
+	take := func(name, proc, id, releasing string, n int, rw rwMode, mode attemptMode) func(*mongo.Collection) error {
+		filter := acquireFilter(name)
+		if mode == handOverMode {
+			filter = semHolderFilter(name, releasing)
+		}
+		a := slotAttempt{id: id, releasing: releasing, waitToken: any, proc: proc, owner: owner, n: n, rw: rw, mode: mode, expiry: expiry, claim: claim}
+		return func(coll *mongo.Collection) error {
+			return coll.FindOneAndUpdate(ctx, filter, slotPipeline(a), slotReplyOptions).Err()
+		}
+	}
+	const S, R = "S", "R"
+	step(slot("semaphore: create", false, false), S, insert(createSemDoc(S, 2)))
+	step(slot("semaphore: A takes a slot", false, true), S, take(S, "A", "a1", "", 2, 0, waitMode))
+	step(slot("semaphore: B takes a slot", false, true), S, take(S, "B", "b1", "", 2, 0, waitMode))
+	step(slot("semaphore: C, refused, claims", false, true), S, take(S, "C", "c", "", 2, 0, waitMode))
+	step(slot("semaphore: A and B extend", false, true), S, func(coll *mongo.Collection) error {
+		_, err := coll.UpdateMany(ctx, semExtendFilter(bson.A{S}, bson.A{"a1", "b1"}), semExtendUpdate(bson.A{"a1", "b1"}, expiry))
+		return err
+	})
+	step(slot("semaphore: A releases", true, false), S, update(semHolderFilter(S, "a1"), semReleaseUpdate("a1")))
+	step(slot("semaphore: C takes its claimed slot", false, true), S, take(S, "C", "c1", "", 2, 0, waitMode))
+	step(slot("semaphore: B hands over within its process", false, true), S, take(S, "B", "b2", "b1", 2, 0, handOverMode))
+	step(slot("semaphore: D, refused, claims", false, true), S, take(S, "D", "d", "", 2, 0, waitMode))
+	step(slot("semaphore: B's hand-over, refused (D claims), releases", true, true), S, take(S, "B", "b3", "b2", 2, 0, handOverMode))
+	step(slot("semaphore: force release", true, false), S, update(semForceReleaseFilter(S), semForceReleaseUpdate))
+
+	step(slot("rwlock: create", false, false), R, insert(createRWDoc(R)))
+	step(slot("rwlock: A reads", false, true), R, take(R, "A", "a1", "", 1, readMode, waitMode))
+	step(slot("rwlock: B reads, upgradeable", false, true), R, take(R, "B", "b1", "", 1, upgradeMode, waitMode))
+	upgrade := func(tag string) func(*mongo.Collection) error {
+		return func(coll *mongo.Collection) error {
+			return coll.FindOneAndUpdate(ctx, semHolderFilter(R, "b1"), upgradePipeline("b1", tag, claim),
+				options.FindOneAndUpdate().SetReturnDocument(options.After).SetProjection(upgradeReplyFields("b1"))).Err()
+		}
+	}
+	step(slot("rwlock: B polls to upgrade, A reading", false, true), R, upgrade("t1"))
+	step(slot("rwlock: B gives its upgrade up", true, true), R, update(upgradeTagFilter(R, "b1", "t1"), holderModeUpdate("b1", upgradeMode)))
+	step(slot("rwlock: A releases", true, false), R, update(semHolderFilter(R, "a1"), semReleaseUpdate("a1")))
+	step(slot("rwlock: B upgrades, alone", false, true), R, upgrade("t2"))
+	step(slot("rwlock: B downgrades", true, true), R, update(semHolderFilter(R, "b1"), holderModeUpdate("b1", readMode)))
+	step(slot("rwlock: C, refused, claims to write", false, true), R, take(R, "C", "c", "", 1, writeMode, waitMode))
+	step(slot("rwlock: B's read hand-over, refused (C claims to write), releases", true, true), R, take(R, "B", "b2", "b1", 1, readMode, handOverMode))
+	step(slot("rwlock: C writes", false, true), R, take(R, "C", "c1", "", 1, writeMode, waitMode))
+	step(slot("rwlock: C hands over within its process", false, true), R, take(R, "C", "c2", "c1", 1, writeMode, handOverMode))
+
+	// Run each watch's pipeline over the stored events.
+	passed := func(pipeline mongo.Pipeline) map[string]bool {
+		cur, err := events.Aggregate(ctx, pipeline)
+		require.NoError(t, err)
+		var got []struct {
+			ID string `bson:"_id"`
+		}
+		require.NoError(t, cur.All(ctx, &got))
+		ids := map[string]bool{}
+		for _, g := range got {
+			ids[g.ID] = true
+		}
+		return ids
+	}
+	releases, leaders := passed(releaseEvents), passed(leaderEvents(L))
+	cur, err := events.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	require.NoError(t, err)
+	var all []bson.Raw
+	require.NoError(t, cur.All(ctx, &all))
+	var wrong []string
+	for _, e := range all {
+		id := e.Lookup("_id").StringValue()
+		i, err := strconv.Atoi(id[slices.Index([]byte(id), '/')+1:])
+		require.NoError(t, err)
+		c := cases[i]
+		shape := e.Lookup("operationType").StringValue()
+		if shape == "update" {
+			shape += " (4.4)"
+			if _, ok := e.Lookup("updateDescription").Document().Lookup("truncatedArrays").ArrayOK(); ok {
+				shape = "update (5.0+)"
+			}
+		}
+		if releases[id] != c.release {
+			wrong = append(wrong, fmt.Sprintf("release events: %s, as %s: passed %v, want %v", c.what, shape, releases[id], c.release))
+		}
+		if c.coll == "locks" && leaders[id] != c.leader {
+			wrong = append(wrong, fmt.Sprintf("leader events: %s, as %s: passed %v, want %v", c.what, shape, leaders[id], c.leader))
+		}
+	}
+	require.Empty(t, wrong)
+}
+
+// readDoc returns coll's document name, nil if there is none.
+func readDoc(ctx context.Context, t *testing.T, coll *mongo.Collection, name string) bson.D {
+	t.Helper()
+	var d bson.D
+	err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Decode(&d)
+	if err == mongo.ErrNoDocuments {
+		return nil
+	}
+	require.NoError(t, err)
+	return d
+}
+
+// updateDescription44 is a 4.4 update event's description: each top-level
+// field changed or added, whole, and each removed.
+func updateDescription44(before, after bson.D) bson.D {
+	updated, removed := bson.D{}, bson.A{}
+	for _, f := range after {
+		if old, ok := field(before, f.Key); !ok || !sameValue(old, f.Value) {
+			updated = append(updated, f)
+		}
+	}
+	for _, f := range before {
+		if _, ok := field(after, f.Key); !ok {
+			removed = append(removed, f.Key)
+		}
+	}
+	return bson.D{{Key: "updatedFields", Value: updated}, {Key: "removedFields", Value: removed}}
+}
+
+// updateDescription50 is a 5.0+ update event's description: a
+// subdocument's and an array's changes as dotted paths, and an array that
+// shrank in truncatedArrays.
+func updateDescription50(before, after bson.D) bson.D {
+	updated, removed, truncated := bson.D{}, bson.A{}, bson.A{}
+	var diff func(prefix string, before, after bson.D)
+	var diffValue func(path string, old, v any)
+	diffValue = func(path string, old, v any) {
+		if sameValue(old, v) {
+			return
+		}
+		switch nv := v.(type) {
+		case bson.D:
+			if od, ok := old.(bson.D); ok {
+				diff(path+".", od, nv)
+				return
+			}
+		case bson.A:
+			if oa, ok := old.(bson.A); ok {
+				for i, e := range nv {
+					if i < len(oa) {
+						diffValue(path+"."+strconv.Itoa(i), oa[i], e)
+					} else {
+						updated = append(updated, bson.E{Key: path + "." + strconv.Itoa(i), Value: e})
+					}
+				}
+				if len(nv) < len(oa) {
+					truncated = append(truncated, bson.D{{Key: "field", Value: path}, {Key: "newSize", Value: int32(len(nv))}})
+				}
+				return
+			}
+		}
+		updated = append(updated, bson.E{Key: path, Value: v})
+	}
+	diff = func(prefix string, before, after bson.D) {
+		for _, f := range after {
+			if old, ok := field(before, f.Key); ok {
+				diffValue(prefix+f.Key, old, f.Value)
+			} else {
+				updated = append(updated, bson.E{Key: prefix + f.Key, Value: f.Value})
+			}
+		}
+		for _, f := range before {
+			if _, ok := field(after, f.Key); !ok {
+				removed = append(removed, prefix+f.Key)
+			}
+		}
+	}
+	diff("", before, after)
+	return bson.D{{Key: "updatedFields", Value: updated}, {Key: "removedFields", Value: removed}, {Key: "truncatedArrays", Value: truncated}}
+}
+
+func field(d bson.D, key string) (any, bool) {
+	for _, e := range d {
+		if e.Key == key {
+			return e.Value, true
+		}
+	}
+	return nil, false
+}
+
+func sameValue(a, b any) bool {
+	_, ra, err1 := bson.MarshalValue(a)
+	_, rb, err2 := bson.MarshalValue(b)
+	return err1 == nil && err2 == nil && slices.Equal(ra, rb)
+}
