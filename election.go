@@ -244,8 +244,9 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 }
 
 // watch signals changed on each change of the election's document, while
-// a change stream runs (streaming). It reopens a stream that broke with a
-// transient error, and gives up on a server without change streams.
+// a change stream runs (streaming). It reopens, every longest busy-wait
+// sleep, a stream that ended after it opened or broke with a transient
+// error, and gives up on a server that refuses to open one.
 func (e *Election) watch(ctx context.Context, changed chan<- struct{}, streaming *atomic.Bool) {
 	if e.lock.p.mem != nil {
 		e.memWatch(ctx, changed, streaming)
@@ -259,14 +260,18 @@ func (e *Election) watch(ctx context.Context, changed chan<- struct{}, streaming
 		}
 	}
 	for {
+		opened := false
 		err := watch(ctx, p.locks.coll, leaderEvents(e.lock.name), func() {
+			opened = true
 			streaming.Store(true)
 			signal("") // a change before the stream opened is read now
 		}, signal)
 		if streaming.Swap(false) {
 			signal("") // read now, and poll at the shorter period from then on
 		}
-		if ctx.Err() != nil || !isTransient(err) {
+		// Only a refusal to open one is final; a stream that opened and
+		// ended (history lost, an invalidate) is reopened.
+		if ctx.Err() != nil || !opened && !isTransient(err) {
 			return
 		}
 		select {

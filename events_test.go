@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -354,4 +356,97 @@ func sameValue(a, b any) bool {
 	_, ra, err1 := bson.MarshalValue(a)
 	_, rb, err2 := bson.MarshalValue(b)
 	return err1 == nil && err2 == nil && slices.Equal(ra, rb)
+}
+
+// A change stream that opened and then ended (history lost, an event over
+// 16 MB, an invalidate) is opened again by the next waiter, after a wait
+// that doubles while streams end as soon as they open; only a refusal to
+// open one (a standalone server) is remembered for good.
+func TestReleaseStreamThatEndsAfterOpeningIsReopenedAndARefusalIsRemembered(t *testing.T) {
+	historyLost := mongo.CommandError{Code: 286, Name: "ChangeStreamHistoryLost", Message: "Resume of change stream was not possible"}
+	refused := mongo.CommandError{Code: 40573, Name: "Location40573", Message: "The $changeStream stage is only supported on replica sets"}
+	require.False(t, isTransient(historyLost))
+	require.False(t, isTransient(refused))
+
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	wake := func(string) {}
+	ended := make(chan time.Time, 4) // when each run was about to end
+	started := make(chan int, 4)
+	runs := 0
+	n := &notifier{source: func(ctx context.Context, _ *mongo.Collection, ready func(), _ func(string)) error {
+		runs++
+		started <- runs
+		ready()
+		if runs <= 2 {
+			ended <- time.Now()
+			return historyLost // open, and at once ended
+		}
+		<-ctx.Done()
+		return nil
+	}}
+	// runEnded waits for the run to end and be forgotten.
+	runEnded := func() time.Time {
+		at := <-ended
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			n.mu.Lock()
+			gone := n.run == nil
+			n.mu.Unlock()
+			if gone {
+				return at
+			}
+			require.True(t, time.Now().Before(deadline), "the ended run is still counted as running")
+			runtime.Gosched()
+		}
+	}
+	// rejoin makes one waiter leave and join again until a run starts.
+	rejoin := func(want int) {
+		deadline := time.Now().Add(10 * time.Second)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			n.leave()
+			n.join(nil, wake, &bg)
+			select {
+			case got := <-started:
+				require.Equal(t, want, got)
+				return
+			case <-tick.C:
+			}
+			require.True(t, time.Now().Before(deadline), "run %d never started", want)
+		}
+	}
+
+	n.join(nil, wake, &bg)
+	require.Equal(t, 1, <-started)
+	end := runEnded()
+	n.mu.Lock()
+	require.False(t, n.none, "a stream that opened and ended is remembered as refused")
+	require.False(t, n.retryAt.Before(end.Add(notifyRetry)), "reopened sooner than notifyRetry after it ended")
+	n.mu.Unlock()
+	rejoin(2)
+	end = runEnded()
+	n.mu.Lock()
+	require.False(t, n.retryAt.Before(end.Add(2*notifyRetry)), "a stream that ended as it opened, again: the wait did not double")
+	n.mu.Unlock()
+	rejoin(3)
+	require.True(t, n.isOpen())
+	n.leave() // the last waiter: the run stops after notifyLinger, and bg.Wait sees it end
+
+	calls := 0
+	r := &notifier{source: func(context.Context, *mongo.Collection, func(), func(string)) error {
+		calls++
+		return refused
+	}}
+	r.join(nil, wake, &bg)
+	r.leave()
+	bg.Wait()
+	r.join(nil, wake, &bg)
+	r.leave()
+	bg.Wait()
+	require.Equal(t, 1, calls, "a refusal to open a stream was not remembered")
+	r.mu.Lock()
+	require.True(t, r.none)
+	r.mu.Unlock()
 }

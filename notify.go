@@ -15,21 +15,33 @@ import (
 // Waiters learn that a lock held by another process came free by polling.
 // Where the server offers change streams (replica sets, sharded clusters),
 // one change stream per collection also wakes the head of a name's local
-// line as soon as that lock is released (its lockId removed, or its document
-// deleted), in any process; while it runs, polling is only a safety net.
-// The stream opens when a waiter first finds the lock held by another
-// process and closes notifyLinger after the last such waiter is done, so
-// that ping-pong between processes does not reopen it per turn.
+// line as soon as that lock or a slot is released, in any process, in
+// whatever shape the server reports the release (releaseEvents); while it
+// runs, polling is only a safety net, at the standby sleep
+// (WithStandbySleep) at most. The stream opens when a waiter first finds
+// the lock held by another process and closes notifyLinger after the last
+// such waiter is done, so that ping-pong between processes does not reopen
+// it per turn.
 //
 // Where the server has none (a standalone server, FerretDB), the first
 // attempt to open one fails with an error that retrying cannot fix; the
 // collection is remembered as having none, and waiters keep polling,
-// silently. A stream that breaks later with a transient error (the network,
-// a failover) is reopened by the next waiter.
+// silently. Only that refusal is remembered: a stream that opened and
+// ended later, whatever the error (the network, a failover, an event over
+// 16 MB, history lost, an invalidate), is reopened by the next waiter, no
+// sooner than notifyRetry after it ended, doubling while streams keep
+// ending within notifyRetryMax of opening.
 
 // notifyLinger is how long a collection's change stream stays open after
 // its last waiter.
 const notifyLinger = time.Second
+
+// notifyRetry is the least time between a stream's end and the next open;
+// notifyRetryMax the most, reached by streams that end soon after opening.
+const (
+	notifyRetry    = time.Second
+	notifyRetryMax = time.Minute
+)
 
 // releaseSource delivers the names of released locks until ctx ends,
 // calling ready once it sees every release from then on. It returns an
@@ -68,6 +80,8 @@ type notifier struct {
 	mu      sync.Mutex
 	source  releaseSource // change streams (watchReleases), or a test's
 	none    bool          // the source was refused: poll only, do not ask again
+	retryAt time.Time     // an open source ended: none started before then
+	retry   time.Duration // the next wait after an end; 0: notifyRetry
 	waiters int
 	run     *sourceRun  // the running source, if any
 	linger  *time.Timer // pending stop after the last waiter
@@ -88,7 +102,7 @@ func (n *notifier) join(coll *mongo.Collection, wake func(name string), bg *sync
 		n.linger.Stop()
 		n.linger = nil
 	}
-	if n.run != nil || n.none {
+	if n.run != nil || n.none || time.Now().Before(n.retryAt) {
 		return
 	}
 	source := n.source
@@ -97,15 +111,29 @@ func (n *notifier) join(coll *mongo.Collection, wake func(name string), bg *sync
 	n.run = run
 	bg.Go(func() {
 		defer stop()
+		var opened time.Time
 		err := source(ctx, coll, func() {
 			n.mu.Lock()
 			defer n.mu.Unlock()
-			run.open = true
+			run.open, opened = true, time.Now()
 		}, wake)
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		// Polling never stopped; only the wake-ups end here.
-		n.none = n.none || err != nil && ctx.Err() == nil && !isTransient(err)
+		switch {
+		case ctx.Err() != nil: // stopped after the last waiter
+		case !run.open:
+			// Refused: remembered unless retrying can fix it.
+			n.none = n.none || err != nil && !isTransient(err)
+		default:
+			// It opened, then ended: the next waiter reopens it, after a
+			// wait that grows while streams end soon after opening.
+			if n.retry == 0 || time.Since(opened) >= notifyRetryMax {
+				n.retry = notifyRetry
+			}
+			n.retryAt = time.Now().Add(n.retry)
+			n.retry = min(2*n.retry, notifyRetryMax)
+		}
 		if n.run == run {
 			n.run = nil
 		}
