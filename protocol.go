@@ -19,7 +19,7 @@ import (
 //	 owner, value,
 //	 lastProcess, lastLockId, processStreak,
 //	 waitingProcess, waitingSince, waitingUntil,
-//	 nextProcess, nextSince, nextUntil}
+//	 nextProcess, nextSince, nextUntil, lastWrite}
 //
 // The first five are DistributedLock.MongoDB's: both libraries judge "free"
 // the same way, so Go and .NET services can share a lock. It ignores the
@@ -42,6 +42,8 @@ import (
 //     a release of the process on its turn hands it on within that process.
 //   - nextProcess, nextSince, nextUntil: the same for the process next after
 //     the claim, which claims when the claim is met.
+//   - lastWrite: what the last pipeline update did, for change streams'
+//     filters (see 9).
 //
 // Mutual exclusion rests on expiresAt alone, judged by the server's $$NOW.
 
@@ -616,7 +618,7 @@ func leaderEvents(name string) mongo.Pipeline {
 //	{_id: name, kind: "semaphore", n,
 //	 holders: [{id, owner, acquiredAt, expiresAt, token}],
 //	 fencingToken, expiresAt, waitingProcess, waitingSince, waitingUntil,
-//	 releasedAt}
+//	 releasedAt, lastWrite}
 //
 // At most n holders are live (expiresAt after the server's $$NOW) at any
 // server instant: an acquisition drops the expired holders and adds itself
@@ -842,7 +844,7 @@ func semHoldersQuery(names bson.A) (filter, projection bson.D) {
 //	 holders: [{id, owner, mode, acquiredAt, expiresAt, token,
 //	            upgrade, upgradingUntil}],
 //	 fencingToken, expiresAt, waitingProcess, waitingSince, waitingUntil,
-//	 waitingMode, releasedAt}
+//	 waitingMode, releasedAt, lastWrite}
 //
 // mode is "r", "u" (an upgradeable reader) or "w"; a holder without mode (a
 // Semaphore's, under the same name) counts as a writer. An upgradeable
