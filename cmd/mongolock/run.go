@@ -80,6 +80,16 @@ type runFlags struct {
 	slots               int
 }
 
+// runExcludes says which of run's flags exclude which: given together,
+// on the command line or both by the environment, they are a usage error.
+var runExcludes = map[string][]string{
+	"try":           {"wait"},
+	"semaphore":     {"read", "write"},
+	"read":          {"write"},
+	"hold-at-least": {"semaphore", "read", "write"},
+	"hold-at-most":  {"semaphore", "read", "write"},
+}
+
 func (c *cli) runCommand() *command {
 	f := new(runFlags)
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
@@ -104,8 +114,7 @@ func (c *cli) run(cmd *command, f *runFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	set := map[string]bool{}
-	cmd.flags.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	set := c.given(cmd.flags, runExcludes)
 	switch {
 	case len(pos) == 0:
 		return fail(exitUsage, "run: no lock name (mongolock run --help)")
