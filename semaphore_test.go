@@ -636,3 +636,29 @@ func TestSemaphoreDocumentAtMaxSlotsStaysUnder2MB(t *testing.T) {
 	require.NoError(t, first.Release(ctx))
 	require.NoError(t, last.Release(ctx))
 }
+
+// An RWLock's readers are not limited, but each takes at most 400 bytes of
+// its document, as RWLock's doc says: measured with owners of MaxOwnerLen
+// bytes and readers taken through the API.
+func TestRWLockReaderTakesAtMost400BytesOfItsDocument(t *testing.T) {
+	const readers, most = 8, 400
+	db := testdb.Database(t)
+	coll := semColl(db)
+	ctx := boundedCtx(t, 30*time.Second)
+	p := newProvider(t, ownClient(t, db, nil), mongolock.WithOwner(strings.Repeat("o", mongolock.MaxOwnerLen)))
+	rw := p.RWLock("readers")
+	var held []*mongolock.Handle
+	sizes := []int{}
+	for range readers {
+		h, err := rw.Reader().TryAcquire(ctx)
+		require.NoError(t, err)
+		held = append(held, h)
+		sizes = append(sizes, len(semDoc(t, coll, "readers")))
+	}
+	each := float64(sizes[readers-1]-sizes[0]) / (readers - 1)
+	t.Logf("%d readers: %d bytes; %.0f bytes a reader", readers, sizes[readers-1], each)
+	require.LessOrEqual(t, each, float64(most), "bytes a reader")
+	for _, h := range held {
+		require.NoError(t, h.Release(ctx))
+	}
+}
