@@ -51,32 +51,54 @@ func (invalid) Is(target error) bool { return target == ErrInvalidArgument }
 func invalidf(format string, args ...any) error { return invalid(fmt.Sprintf(format, args...)) }
 
 // Server error codes that mean "try again" rather than "this request is
-// wrong", after the drivers' retryable-writes specification: 6
-// HostUnreachable, 7 HostNotFound, 64 WriteConcernFailed, 89 NetworkTimeout,
-// 91 ShutdownInProgress, 134 ReadConcernMajorityNotAvailableYet, 189
-// PrimarySteppedDown, 262 ExceededTimeLimit, 9001 SocketException, 10107
-// NotWritablePrimary, 11600 InterruptedAtShutdown, 11602
-// InterruptedDueToReplStateChange, 13435 NotPrimaryNoSecondaryOk, 13436
-// NotPrimaryOrSecondary.
+// wrong": the drivers' retryable-reads specification's list, which is the
+// retryable-writes specification's (6 HostUnreachable, 7 HostNotFound, 89
+// NetworkTimeout, 91 ShutdownInProgress, 189 PrimarySteppedDown, 262
+// ExceededTimeLimit, 9001 SocketException, 10107 NotWritablePrimary, 11600
+// InterruptedAtShutdown, 11602 InterruptedDueToReplStateChange, 13435
+// NotPrimaryNoSecondaryOk, 13436 NotPrimaryOrSecondary) and 134
+// ReadConcernMajorityNotAvailableYet (a primary just elected has no
+// majority snapshot yet; an attempt reads the document as it writes it),
+// plus 64 WriteConcernFailed, which neither list has, since a driver
+// cannot tell whether the write was applied: an attempt that gets it is
+// cleaned up as ambiguous (isAmbiguous), and the next attempt starts
+// afresh, so a write concern that timed out while a secondary lagged is
+// waited out rather than returned.
 var transientCodes = []int{6, 7, 64, 89, 91, 134, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436}
 
+// postgresUnavailable are FerretDB's messages, under code 1
+// (InternalError), for a request it could not pass on because its
+// PostgreSQL is down, stopping or starting: PostgreSQL's own words for
+// class 57 (operator intervention: "terminating connection due to
+// administrator command", "the database system is starting up", "... is
+// shutting down"), and pgx's when the connection is refused or cut under
+// the request. All were seen in TestFaultServerRestartWhileHeldAndAwaited.
+// MongoDB's InternalError (also code 1) says none of them.
+var postgresUnavailable = []string{
+	"terminating connection",
+	"the database system is",
+	"failed to connect to `",
+	"failed to deallocate cached statement",
+}
+
 // isTransient reports whether err is worth retrying: the network, server
-// selection, a timeout of the round trip, a server error the drivers'
-// specification calls retryable, or FerretDB's InternalError (code 1, not a
-// duplicate key), its answer while its PostgreSQL is down or restarting.
-// Context cancellation is not transient: the caller asked to stop.
+// selection, a timeout of the round trip, a server error of transientCodes
+// or labelled retryable by the driver, or FerretDB's InternalError while
+// its PostgreSQL is unavailable (postgresUnavailable). Any other code 1,
+// MongoDB's InternalError among them, is a fault of the server: retried,
+// it would hide that fault until ctx ends. Context cancellation is not
+// transient: the caller asked to stop.
 func isTransient(err error) bool {
-	var ce mongo.CommandError
 	switch {
 	case err == nil || errors.Is(err, context.Canceled) || isClosed(err):
 		return false
-	case mongo.IsNetworkError(err) || mongo.IsTimeout(err) || errors.As(err, &topology.ServerSelectionError{}),
-		errors.As(err, &ce) && ce.Code == 1 && ce.Name == "InternalError" && !isDuplicateKey(err):
+	case mongo.IsNetworkError(err) || mongo.IsTimeout(err) || errors.As(err, &topology.ServerSelectionError{}):
 		return true
 	}
 	var se mongo.ServerError
 	return errors.As(err, &se) && (se.HasErrorLabel("RetryableWriteError") || se.HasErrorLabel("TransientTransactionError") ||
-		slices.ContainsFunc(se.ErrorCodes(), func(c int) bool { return slices.Contains(transientCodes, c) }))
+		slices.ContainsFunc(se.ErrorCodes(), func(c int) bool { return slices.Contains(transientCodes, c) }) ||
+		slices.ContainsFunc(postgresUnavailable, func(m string) bool { return se.HasErrorCodeWithMessage(1, m) }))
 }
 
 // isClosed reports whether err says the client was disconnected: nothing

@@ -761,6 +761,10 @@ func TestWriteConcernErrorsOnAppliedAcquisitionsLeaveNoOrphan(t *testing.T) {
 		{"write concern error 64", wce(64), true},
 		{"write concern error 100", wce(100), false},
 		{"CommandError 79", mongo.CommandError{Code: 79, Name: "UnknownReplWriteConcern"}, false},
+		// MongoDB's InternalError is returned, not waited out; FerretDB's
+		// while its PostgreSQL starts is retried.
+		{"CommandError 1 from MongoDB", mongo.CommandError{Code: 1, Name: "InternalError", Message: "an internal error of the server"}, false},
+		{"CommandError 1 from FerretDB while PostgreSQL starts", mongo.CommandError{Code: 1, Name: "InternalError", Message: "the database system is starting up"}, true},
 	} {
 		// TryAcquire returns the error; the acquisition it made is freed.
 		t.Run(c.label+"/TryAcquire", func(t *testing.T) {

@@ -86,7 +86,9 @@ var epoch = bson.NewDateTimeFromTime(time.Unix(0, 0))
 // 1. Create. A missing document is inserted free; a duplicate key means
 // someone else just did. Acquisition never upserts: an upsert's $$NOW can be
 // taken before a concurrent deletion, so a re-created document could get a
-// token floor below tokens issued meanwhile.
+// token floor below tokens issued meanwhile. (Upserts racing to create a
+// name are not the reason: MongoDB retries the loser itself, an equality
+// match on _id; FerretDB fails it with code 1.)
 func createDoc(name string) bson.D {
 	return bson.D{{Key: "_id", Value: name}, {Key: "expiresAt", Value: epoch}}
 }

@@ -43,6 +43,13 @@ import (
 // become the writer (Handle.Upgrade), and a writer can become a reader
 // (Handle.Downgrade), without another writer getting in between. An RWLock
 // is safe for concurrent use.
+//
+// Readers are not counted against a limit, but they share the lock's one
+// document: each live reader takes at most 400 bytes of it (with an owner
+// of MaxOwnerLen bytes), so the server's 16 MB hold about 40,000 readers at
+// once. Past that the server refuses the acquisition, and the error is
+// returned. Where more may read at once, a Semaphore of at most
+// MaxSemaphoreSlots slots bounds them.
 type RWLock struct {
 	r, w, u *Lock
 }

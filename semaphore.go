@@ -33,6 +33,12 @@ func (m mismatch) Error() string { return string(m) }
 
 func (mismatch) Is(target error) bool { return target == ErrMismatch }
 
+// MaxSemaphoreSlots is the most slots a Semaphore can have. Its holders
+// share one document, which must stay far below the server's 16 MB: at
+// this many, with owners of MaxOwnerLen bytes, it is about 1.5 MB
+// (BENCHMARKS.md).
+const MaxSemaphoreSlots = 4096
+
 // A Semaphore lets at most n holders at a time hold it, in this process and
 // in others, by the server's clock. Semaphores live in the collection
 // "<collection>_semaphores": a Lock and a Semaphore of the same name are
@@ -46,11 +52,12 @@ type Semaphore struct {
 }
 
 // Semaphore returns the semaphore called name with n slots; names are used
-// as Lock's are. An n below 1 makes every acquisition fail.
+// as Lock's are. An n below 1 or above MaxSemaphoreSlots makes every
+// acquisition fail with ErrInvalidArgument, before anything is sent.
 func (p *Provider) Semaphore(name string, n int) *Semaphore {
 	s := &Semaphore{lock: &Lock{p: p, name: name, kind: slotDriver{n: n}}}
-	if n < 1 {
-		s.err = invalidf("semaphore of %d slots: need n >= 1", n)
+	if n < 1 || n > MaxSemaphoreSlots {
+		s.err = invalidf("semaphore of %d slots: need 1 <= n <= %d", n, MaxSemaphoreSlots)
 	}
 	return s
 }

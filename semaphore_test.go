@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -316,21 +318,23 @@ func TestSemaphoreDisagreementOnN(t *testing.T) {
 	require.NoError(t, h3.Release(ctx))
 }
 
-// n below 1 is an error of every acquisition, before anything is sent.
+// n below 1 or above MaxSemaphoreSlots (4096) is an error of every
+// acquisition, before anything is sent.
 func TestSemaphoreBadN(t *testing.T) {
 	count := &commandCounter{}
 	db := testdb.Database(t)
 	p := newProvider(t, ownClient(t, db, count))
 	ctx := boundedCtx(t, 10*time.Second)
-	for _, n := range []int{0, -1} {
+	for _, n := range []int{4097, 1 << 20, 0, -1} {
 		s := p.Semaphore("bad", n)
 		_, err := s.TryAcquire(ctx)
-		require.ErrorContains(t, err, fmt.Sprintf("semaphore of %d slots: need n >= 1", n))
+		require.ErrorContains(t, err, fmt.Sprintf("semaphore of %d slots: need 1 <= n <= 4096", n))
 		requireInvalid(t, err, "try acquire")
 		_, err = s.Acquire(ctx)
-		require.ErrorContains(t, err, "need n >= 1")
+		require.ErrorContains(t, err, "need 1 <= n <= 4096")
+		requireInvalid(t, err, "acquire")
 		err = s.Do(ctx, func(context.Context) error { return nil })
-		require.ErrorContains(t, err, "need n >= 1")
+		require.ErrorContains(t, err, "need 1 <= n <= 4096")
 	}
 	require.Zero(t, count.commands.Load(), "commands sent")
 }
@@ -534,4 +538,127 @@ func TestSemaphoreReleaseEventWakesAWaiter(t *testing.T) {
 	require.NoError(t, <-got, "the waiter did not acquire after the release event")
 	pollUntil(t, 10*time.Second, "the release source stopped without waiters",
 		func() bool { return !mongolock.Notifying(e.p) })
+}
+
+// A semaphore's holders share its document: at MaxSemaphoreSlots holders,
+// each with an owner of MaxOwnerLen bytes, and another process's claim
+// (the waiting fields), the document the library writes stays under 2 MB,
+// far from the server's 16 MB. The holders but the last are copies of the
+// library's first, each with an ID of its own, written in one update; the
+// last slot and the claim are taken through the API, so the document
+// measured is one the library wrote.
+func TestSemaphoreDocumentAtMaxSlotsStaysUnder2MB(t *testing.T) {
+	const limit = 2 << 20
+	n := mongolock.MaxSemaphoreSlots
+	db := testdb.Database(t)
+	coll := semColl(db)
+	ctx := boundedCtx(t, time.Minute)
+	owner := mongolock.WithOwner(strings.Repeat("o", mongolock.MaxOwnerLen))
+	p := newProvider(t, ownClient(t, db, nil), owner)
+	name := strings.Repeat("n", 64)
+	s := p.Semaphore(name, n)
+	first, err := s.TryAcquire(ctx)
+	require.NoError(t, err)
+	one := len(semDoc(t, coll, name))
+
+	var doc struct {
+		Holders []bson.D `bson:"holders"`
+	}
+	require.NoError(t, bson.Unmarshal(semDoc(t, coll, name), &doc))
+	require.Len(t, doc.Holders, 1)
+	template := doc.Holders[0]
+	var id string
+	for _, e := range template {
+		if e.Key == "id" {
+			id, _ = e.Value.(string)
+		}
+	}
+	require.NotEmpty(t, id, "the holder's id")
+	copies := make(bson.A, 0, n-2)
+	for i := range n - 2 {
+		h := slices.Clone(template)
+		for j := range h {
+			switch h[j].Key {
+			case "id":
+				h[j].Value = fmt.Sprintf("%0*x", len(id), i+1)
+			case "token":
+				h[j].Value = first.FencingToken() + int64(i) + 1
+			}
+		}
+		copies = append(copies, h)
+	}
+	_, err = coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: name}},
+		bson.D{{Key: "$push", Value: bson.D{{Key: "holders", Value: bson.D{{Key: "$each", Value: copies}}}}}})
+	require.NoError(t, err)
+
+	last, err := s.TryAcquire(ctx)
+	require.NoError(t, err, "the last slot")
+	_, err = s.TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a slot beyond n")
+
+	// Another process waits: its claim is written beside the holders.
+	other := newProvider(t, ownClient(t, db, nil), owner)
+	wctx, cancel := context.WithCancel(ctx)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := other.Semaphore(name, n).Acquire(wctx)
+		waited <- err
+	}()
+	pollUntil(t, 20*time.Second, "the waiting process's claim", func() bool {
+		_, err := semDoc(t, coll, name).LookupErr("waitingProcess")
+		return err == nil
+	})
+	cancel()
+	require.ErrorIs(t, <-waited, context.Canceled)
+
+	raw := semDoc(t, coll, name)
+	require.NoError(t, bson.Unmarshal(raw, &doc))
+	require.Len(t, doc.Holders, n)
+	size := len(raw)
+	// The server's own measure, where it has $bsonSize (MongoDB 4.4+).
+	if cur, err := coll.Aggregate(ctx, mongo.Pipeline{
+		{{Key: "$match", Value: bson.D{{Key: "_id", Value: name}}}},
+		{{Key: "$project", Value: bson.D{{Key: "size", Value: bson.D{{Key: "$bsonSize", Value: "$$ROOT"}}}}}},
+	}); err == nil {
+		var got []struct {
+			Size int `bson:"size"`
+		}
+		if err := cur.All(ctx, &got); err == nil && len(got) == 1 {
+			// FerretDB's differs from the document's read back by a
+			// few bytes (its own encoding): the larger counts.
+			t.Logf("$bsonSize: %d bytes", got[0].Size)
+			size = max(size, got[0].Size)
+		}
+	}
+	t.Logf("a semaphore of %d slots, all held by owners of %d bytes, one process waiting, a name of %d bytes: %d bytes (%.2f MB); with one holder: %d bytes; %.0f bytes a holder",
+		n, mongolock.MaxOwnerLen, len(name), size, float64(size)/(1<<20), one, float64(size-one)/float64(n-1))
+	require.Less(t, size, limit, "the document at MaxSemaphoreSlots")
+	require.NoError(t, first.Release(ctx))
+	require.NoError(t, last.Release(ctx))
+}
+
+// An RWLock's readers are not limited, but each takes at most 400 bytes of
+// its document, as RWLock's doc says: measured with owners of MaxOwnerLen
+// bytes and readers taken through the API.
+func TestRWLockReaderTakesAtMost400BytesOfItsDocument(t *testing.T) {
+	const readers, most = 8, 400
+	db := testdb.Database(t)
+	coll := semColl(db)
+	ctx := boundedCtx(t, 30*time.Second)
+	p := newProvider(t, ownClient(t, db, nil), mongolock.WithOwner(strings.Repeat("o", mongolock.MaxOwnerLen)))
+	rw := p.RWLock("readers")
+	var held []*mongolock.Handle
+	sizes := []int{}
+	for range readers {
+		h, err := rw.Reader().TryAcquire(ctx)
+		require.NoError(t, err)
+		held = append(held, h)
+		sizes = append(sizes, len(semDoc(t, coll, "readers")))
+	}
+	each := float64(sizes[readers-1]-sizes[0]) / (readers - 1)
+	t.Logf("%d readers: %d bytes; %.0f bytes a reader", readers, sizes[readers-1], each)
+	require.LessOrEqual(t, each, float64(most), "bytes a reader")
+	for _, h := range held {
+		require.NoError(t, h.Release(ctx))
+	}
 }

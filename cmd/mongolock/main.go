@@ -71,6 +71,9 @@ type cli struct {
 	stdout, stderr io.Writer
 	conn           connFlags
 	commands       []*command
+	// fromEnv holds, per flag set, the flags the environment set;
+	// FlagSet.Visit sees only those the command line set.
+	fromEnv map[*flag.FlagSet]map[string]bool
 }
 
 func main() {
@@ -105,8 +108,9 @@ func (c *cli) dispatch(args []string) error {
 	}
 	// Defaults from the environment, before anything is parsed: the
 	// command line wins, whichever flag set parses it.
+	c.fromEnv = map[*flag.FlagSet]map[string]bool{}
 	for _, fs := range append([]*flag.FlagSet{global}, c.flagSets()...) {
-		if err := fromEnv(fs); err != nil {
+		if err := c.setFromEnv(fs); err != nil {
 			return err
 		}
 	}
@@ -152,20 +156,62 @@ func envName(name string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
-// fromEnv sets each flag of fs that a variable of the environment names to
-// that variable's value; but --version, and --force and --holder, which
-// must be asked for where the release is.
-func fromEnv(fs *flag.FlagSet) (err error) {
+// setFromEnv sets each flag of fs that a variable of the environment names
+// to that variable's value; but --version, and --force and --holder, which
+// must be asked for where the release is. It sets the flag's value alone,
+// so that fs.Visit still tells the command line's flags from these.
+func (c *cli) setFromEnv(fs *flag.FlagSet) (err error) {
+	set := map[string]bool{}
+	c.fromEnv[fs] = set
 	fs.VisitAll(func(f *flag.Flag) {
 		v, ok := os.LookupEnv(envName(f.Name))
 		if !ok || f.Name == "version" || f.Name == "force" || f.Name == "holder" || err != nil {
 			return
 		}
-		if serr := fs.Set(f.Name, v); serr != nil {
+		if serr := f.Value.Set(v); serr != nil {
 			err = fail(exitUsage, "%s=%q: %v", envName(f.Name), v, serr)
+			return
 		}
+		set[f.Name] = true
 	})
 	return err
+}
+
+// given returns the flags of fs that are set, on the command line or by
+// the environment, once excludes is settled: of two flags that exclude
+// each other (excludes[a] names b), one given on the command line wins
+// over one that only the environment sets, which goes back to its
+// default. Two from the same place are left for the command to refuse.
+// A boolean flag counts only if true.
+func (c *cli) given(fs *flag.FlagSet, excludes map[string][]string) map[string]bool {
+	cmdLine := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { cmdLine[f.Name] = true })
+	on := func(name string) bool {
+		f := fs.Lookup(name)
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			return f.Value.String() == "true"
+		}
+		return cmdLine[name] || c.fromEnv[fs][name]
+	}
+	for a, bs := range excludes {
+		for _, b := range bs {
+			for _, p := range [][2]string{{a, b}, {b, a}} {
+				won, lost := p[0], p[1]
+				if cmdLine[won] && on(won) && !cmdLine[lost] && c.fromEnv[fs][lost] && on(lost) {
+					f := fs.Lookup(lost)
+					_ = f.Value.Set(f.DefValue) // a default always parses
+					delete(c.fromEnv[fs], lost)
+				}
+			}
+		}
+	}
+	set := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) {
+		if cmdLine[f.Name] || c.fromEnv[fs][f.Name] {
+			set[f.Name] = true
+		}
+	})
+	return set
 }
 
 // parse parses flags of fs, for the command called name ("": mongolock
@@ -254,7 +300,7 @@ func (c *cli) usage() string {
 Every flag can come from the environment as MONGOLOCK_ and its name in capitals,
 dashes as underscores (MONGOLOCK_URI, MONGOLOCK_DB, MONGOLOCK_COLLECTION,
 MONGOLOCK_TIMEOUT, MONGOLOCK_EXPIRY, ...), but --force and --holder; the command
-line wins.
+line wins, also over a variable whose flag it excludes (--try over MONGOLOCK_WAIT).
 Without --uri or MONGOLOCK_URI, the URI is MONGODB_URI's.
 `)
 	b.WriteString("\n" + exitStatuses + "\n")

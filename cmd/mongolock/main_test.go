@@ -272,6 +272,7 @@ func TestBadInvocationsGiveOneLineAndTheirStatus(t *testing.T) {
 		{[]string{"run", "--try", "--wait", "1s", "x", "true"}, exitUsage, "--try and --wait exclude each other"},
 		{[]string{"run", "--grace", "-1s", "x", "true"}, exitUsage, "must not be negative"},
 		{[]string{"run", "--semaphore", "0", "x", "true"}, exitUsage, "a semaphore has at least 1 slot"},
+		{[]string{"run", "--semaphore", "4097", "x", "true"}, exitUsage, "a semaphore has at most 4096 slots"},
 		{[]string{"run", "--read", "--write", "x", "true"}, exitUsage, "exclude each other"},
 		{[]string{"--uri", good, "run", "--expiry", "10ms", "x", "true"}, exitUsage, "run: --expiry 10ms: the lease must be at least 100ms"},
 		{[]string{"run", "x", "--", "/no/such/command"}, exitNotFound, "/no/such/command"},

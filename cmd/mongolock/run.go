@@ -80,6 +80,16 @@ type runFlags struct {
 	slots               int
 }
 
+// runExcludes says which of run's flags exclude which: given together,
+// on the command line or both by the environment, they are a usage error.
+var runExcludes = map[string][]string{
+	"try":           {"wait"},
+	"semaphore":     {"read", "write"},
+	"read":          {"write"},
+	"hold-at-least": {"semaphore", "read", "write"},
+	"hold-at-most":  {"semaphore", "read", "write"},
+}
+
 func (c *cli) runCommand() *command {
 	f := new(runFlags)
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
@@ -90,7 +100,7 @@ func (c *cli) runCommand() *command {
 	fs.DurationVar(&f.atLeast, "hold-at-least", 0, "keep the lock held until `DURATION` after it was acquired, also after CMD exited (default: release it when CMD exits)")
 	fs.DurationVar(&f.atMost, "hold-at-most", 0, "lose the lock (and stop CMD) `DURATION` after it was acquired; at least --expiry (default: no bound)")
 	fs.StringVar(&f.owner, "owner", "", "who holds the lock (`NAME`), as list and inspect show it (default: host/pid of mongolock)")
-	fs.IntVar(&f.slots, "semaphore", 0, "hold one of `N` slots of the semaphore NAME, not the lock NAME")
+	fs.IntVar(&f.slots, "semaphore", 0, "hold one of `N` slots (1 to 4096) of the semaphore NAME, not the lock NAME")
 	fs.BoolVar(&f.read, "read", false, "hold the reader-writer lock NAME for reading, with other readers")
 	fs.BoolVar(&f.write, "write", false, "hold the reader-writer lock NAME for writing, alone")
 	fs.BoolVar(&f.verbose, "verbose", false, "say on stderr when the lock is acquired, refused and released")
@@ -104,8 +114,7 @@ func (c *cli) run(cmd *command, f *runFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	set := map[string]bool{}
-	cmd.flags.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	set := c.given(cmd.flags, runExcludes)
 	switch {
 	case len(pos) == 0:
 		return fail(exitUsage, "run: no lock name (mongolock run --help)")
@@ -123,6 +132,8 @@ func (c *cli) run(cmd *command, f *runFlags, args []string) error {
 		return fail(exitUsage, "run: --expiry %v: the lease must be at least 100ms", f.expiry)
 	case set["semaphore"] && f.slots < 1:
 		return fail(exitUsage, "run: --semaphore %d: a semaphore has at least 1 slot", f.slots)
+	case set["semaphore"] && f.slots > mongolock.MaxSemaphoreSlots:
+		return fail(exitUsage, "run: --semaphore %d: a semaphore has at most %d slots", f.slots, mongolock.MaxSemaphoreSlots)
 	case set["semaphore"] && (f.read || f.write) || f.read && f.write:
 		return fail(exitUsage, "run: --semaphore, --read and --write exclude each other")
 	}
