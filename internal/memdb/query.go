@@ -221,12 +221,12 @@ func project(d bson.D, spec bson.D, now bson.DateTime) bson.D {
 func projectPaths(v any, paths []string) any {
 	switch x := v.(type) {
 	case bson.D:
-		spec := bson.D{{Key: "_id", Value: 0}}
+		spec := bson.D{{Key: "_id", Value: false}}
 		if get(x, "_id") != missing && slices.Contains(paths, "_id") {
 			spec = nil
 		}
 		for _, p := range paths {
-			spec = append(spec, bson.E{Key: p, Value: 1})
+			spec = append(spec, bson.E{Key: p, Value: true})
 		}
 		return project(x, spec, 0)
 	case bson.A:
