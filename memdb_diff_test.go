@@ -171,7 +171,9 @@ func substitute(v any, f func(any) any) any {
 	return f(v)
 }
 
-func date(c chooser, now bson.DateTime) bson.DateTime { return now + bson.DateTime(pick(c, offsets...)) }
+func date(c chooser, now bson.DateTime) bson.DateTime {
+	return now + bson.DateTime(pick(c, offsets...))
+}
 
 // maybe appends field k with value v(), or leaves it out, or (rarely)
 // writes null.
@@ -285,7 +287,9 @@ func errClass(err error) string {
 // byID sorts documents by _id: a find without a sort returns them in an
 // order no server promises.
 func byID(docs []bson.Raw) []bson.Raw {
-	slices.SortFunc(docs, func(a, b bson.Raw) int { return cmp.Compare(a.Lookup("_id").StringValue(), b.Lookup("_id").StringValue()) })
+	slices.SortFunc(docs, func(a, b bson.Raw) int {
+		return cmp.Compare(a.Lookup("_id").StringValue(), b.Lookup("_id").StringValue())
+	})
 	return docs
 }
 
@@ -559,4 +563,28 @@ func TestMemdbMatchesServer(t *testing.T) {
 		}
 	}
 	compareCases(t, ctx, coll, cases)
+}
+
+// FuzzStatementsMatchServer: the fuzzer's bytes choose the statements,
+// their parameters and the documents they meet; the server and the model
+// must agree as in TestMemdbMatchesServer. Its seed corpus runs with every
+// go test; to fuzz against the test server:
+//
+//	go test -run '^$' -fuzz FuzzStatementsMatchServer -fuzztime 2m .
+func FuzzStatementsMatchServer(f *testing.F) {
+	f.Add([]byte{0})
+	f.Add([]byte{3, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20})
+	f.Add([]byte("\x07semaphore and rwlock states, claims, holders, upgrades"))
+	f.Add([]byte("\xff\x10\x20\x30\x40\x50\x60\x70\x80\x90\xa0\xb0\xc0\xd0\xe0\xf0"))
+	golden := goldenStatements(f)
+	coll := testdb.Database(f).Collection("memdb")
+	now := bson.DateTime(1_790_000_000_000)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c := &byteChooser{data}
+		var cases []diffCase
+		for range 1 + c.intn(8) {
+			cases = append(cases, newCase(c, len(cases), golden[c.intn(len(golden))], now))
+		}
+		compareCases(t, context.Background(), coll, cases)
+	})
 }
