@@ -248,14 +248,15 @@ func (c *Composite) acquire(ctx context.Context, wait bool) (*CompositeHandle, e
 }
 
 // releaseAll releases handles (nil ones skipped) within cleanupTimeout,
-// also when ctx is over: a failed composite call leaves nothing held. A
-// release that fails frees its lock in the background.
+// also when ctx is over: a failed composite call leaves nothing held, not
+// even WithHoldAtLeast's hold, since no job ran. A release that fails
+// frees its lock in the background.
 func releaseAll(ctx context.Context, handles []*Handle) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	for _, h := range handles {
 		if h != nil {
-			_ = h.Release(rctx)
+			_ = h.releaseUnused(rctx)
 		}
 	}
 }

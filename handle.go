@@ -176,9 +176,19 @@ func (h *Handle) Lost() <-chan struct{} { return h.lost }
 // nobody.
 func (h *Handle) Release(ctx context.Context) error {
 	if h.mem != nil {
-		return h.memRelease(ctx)
+		return h.memRelease(ctx, true)
 	}
 	return h.release(ctx)
+}
+
+// releaseUnused is Release of a handle whose job never ran (a part of a
+// composite call that failed): it frees the lock at once, whatever
+// WithHoldAtLeast says.
+func (h *Handle) releaseUnused(ctx context.Context) error {
+	if h.mem != nil {
+		return h.memRelease(ctx, false)
+	}
+	return h.releaseHolding(ctx, 0)
 }
 
 // release is Release, holding the lock as its provider's WithHoldAtLeast

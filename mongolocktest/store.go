@@ -515,7 +515,7 @@ func (h *handle) holderID() string {
 	return h.id
 }
 
-func (h *handle) Release() (bool, error) {
+func (h *handle) Release(hold bool) (bool, error) {
 	h.p.s.mu.Lock()
 	defer h.p.s.mu.Unlock()
 	switch h.state {
@@ -525,19 +525,22 @@ func (h *handle) Release() (bool, error) {
 	case released:
 		return false, nil
 	}
-	h.releaseLocked(time.Now())
+	h.releaseHolding(time.Now(), hold)
 	return true, nil
 }
 
-// releaseLocked releases h, which holds. Before WithHoldAtLeast's end,
-// its lock stays held until then, by h no more: nobody, h's provider's
+// releaseLocked releases h, which holds, as WithHoldAtLeast says.
+func (h *handle) releaseLocked(now time.Time) { h.releaseHolding(now, true) }
+
+// releaseHolding releases h, which holds. If hold, before WithHoldAtLeast's
+// end its lock stays held until then, by h no more: nobody, h's provider's
 // Acquire calls included, takes it before the hold ends or is force
 // released.
-func (h *handle) releaseLocked(now time.Time) {
+func (h *handle) releaseHolding(now time.Time, hold bool) {
 	h.state = released
 	h.cancel(context.Canceled)
 	end := h.acquiredAt.Add(h.p.cfg.AtLeast)
-	if !end.After(now) {
+	if !hold || !end.After(now) {
 		h.p.s.drop(h, now)
 		return
 	}
