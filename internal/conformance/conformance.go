@@ -67,6 +67,7 @@ var cases = []struct {
 	{"ForceReleaseHolderEndsExactlyOneHolder", forceReleaseHolderEndsOne},
 	{"HoldAtLeastKeepsAReleasedLockUntilItsEnd", holdAtLeastKeepsAReleasedLock},
 	{"HoldAtMostLosesTheHandleAtItsBound", holdAtMostLosesTheHandle},
+	{"HoldAtMostKeepsTheLockUntilItsBoundUnlessReleased", holdAtMostKeepsTheLockUntilItsBound},
 	{"HoldsApplyToLocksOnly", holdsApplyToLocksOnly},
 	{"CompositeIsAllOrNoneInOneOrderAndLostWithAnyPart", compositeAllOrNone},
 	{"AFailedCompositeCallLeavesNoHoldBehind", compositeFailureHoldsNothing},
