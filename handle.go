@@ -181,6 +181,19 @@ func (h *Handle) Release(ctx context.Context) error {
 	return h.release(ctx)
 }
 
+// lossOf returns why h was lost, as its Release would, or nil.
+func (h *Handle) lossOf() error {
+	if h.mem == nil {
+		return h.lossError()
+	}
+	select {
+	case <-h.mem.Lost():
+		return ErrLockLost // the store says why at the Release
+	default:
+		return nil
+	}
+}
+
 // releaseUnused is Release of a handle whose job never ran (a part of a
 // composite call that failed): it frees the lock at once, whatever
 // WithHoldAtLeast says.

@@ -21,6 +21,7 @@ import (
 func init() {
 	backend.NewProvider = newMemoryProvider
 	backend.ReleaseUnused = func(ctx context.Context, h any) error { return h.(*Handle).releaseUnused(ctx) }
+	backend.LossOf = func(h any) error { return h.(*Handle).lossOf() }
 	backend.HandleOf = func(h any) backend.Handle {
 		if h, ok := h.(*Handle); ok && h != nil && h.acquisition != nil {
 			return h.mem

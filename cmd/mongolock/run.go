@@ -19,6 +19,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/backend"
 )
 
 const runHelp = `
@@ -258,7 +259,7 @@ func (c *cli) runHolding(s *session, h *mongolock.Handle, argv []string, grace t
 	select {
 	case <-h.Lost():
 		s.lost = true
-		return 0, fail(exitLost, "run: lost %q before %s started: %s; not run", h.Name(), argv[0], lossReason(h.Release(context.Background())))
+		return 0, fail(exitLost, "run: lost %q before %s started: %s; not run", h.Name(), argv[0], lossReason(backend.ReleaseUnused(context.Background(), h)))
 	default:
 	}
 	started, exited := make(chan error, 1), make(chan error, 1)
@@ -275,7 +276,7 @@ func (c *cli) runHolding(s *session, h *mongolock.Handle, argv []string, grace t
 		exited <- child.Wait()
 	}()
 	if err := <-started; err != nil {
-		_ = c.releaseHandle(s, h) // a loss is moot: the command never ran
+		c.release(s, h) // the command never ran: no hold, and a loss is moot
 		code := exitNoExec
 		if errors.Is(err, fs.ErrNotExist) {
 			code = exitNotFound
@@ -295,8 +296,9 @@ wait:
 			lost, s.lost = nil, true
 			terminate(child.Process)
 			kill = time.After(grace)
-			// A lost handle's Release returns why at once, sending nothing.
-			if lossErr = h.Release(context.Background()); lossErr == nil {
+			// The lock stays held on the server until its lease ends
+			// there, unless released: it is released once CMD has stopped.
+			if lossErr = backend.LossOf(h); lossErr == nil {
 				lossErr = mongolock.ErrLockLost
 			}
 			fmt.Fprintf(c.stderr, "mongolock: run: lost %q (fencing token %d) while %s ran: %s; sent it SIGTERM\n",
@@ -316,6 +318,11 @@ wait:
 			<-kill
 			killGroup(child.Process)
 		}
+		// CMD has stopped: the release frees the lock at once (the lost
+		// lease is not extended; WithHoldAtLeast's hold still applies).
+		ctx, cancel := s.ctx()
+		_ = h.Release(ctx)
+		cancel()
 		return 0, fail(exitLost, "")
 	}
 	status := exitStatus(child)
@@ -354,11 +361,12 @@ func (c *cli) releaseHandle(s *session, h *mongolock.Handle) error {
 	return nil
 }
 
-// release releases h, which nobody used, within --timeout.
+// release releases h, which nobody used, within --timeout: its command
+// never ran, so the lock is free at once, --hold-at-least or not.
 func (c *cli) release(s *session, h *mongolock.Handle) {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	_ = h.Release(ctx)
+	_ = backend.ReleaseUnused(ctx, h)
 }
 
 // exitStatus is a shell's status for the command's end: its exit code, or

@@ -170,4 +170,8 @@ var (
 	// (the mongolock command's could not start), freeing its lock at once
 	// whatever WithHoldAtLeast says; it returns Release's error.
 	ReleaseUnused func(ctx context.Context, h any) error
+	// LossOf returns why h, a *mongolock.Handle, was lost, or nil, without
+	// releasing it: the mongolock command says why at once, and releases
+	// only once its command has stopped.
+	LossOf func(h any) error
 )
