@@ -36,8 +36,10 @@ released once CMD has exited. (So CMD cannot read from a terminal: its group is
 not the terminal's foreground group.)
 
 If the lock is lost while CMD runs, CMD's group gets SIGTERM at once and SIGKILL
---grace later, and mongolock exits with status 76. When the lease could not be
-extended (the server was unreachable), mongolock knows a safety margin of
+--grace later, and mongolock exits with status 76; the lock stays held until the
+lease ends on the server, and is released once CMD's group has stopped. When the
+lease could not be extended (the server was unreachable, or --hold-at-most), mongolock
+knows a safety margin of
 min(--expiry/10, 1s) before the server's lease ends: with a --grace shorter than
 that margin (by default it is half of it: 500ms with the default --expiry), CMD is
 killed before anyone else can take the lock; a longer grace lets CMD overlap the
@@ -55,7 +57,8 @@ acquired (by the server's clock), also after CMD exited and mongolock with it, s
 that a replica whose clock is a little behind finds it held (with --try: exit 75)
 and skips the period. --hold-at-most bounds how long one run may hold the lock: at
 that long after the acquisition, its lease is not extended any more, and CMD is
-stopped as on any loss (status 76). It must be at least --expiry. Both apply to the
+stopped as on any loss (status 76). It must be at least --expiry. A CMD that cannot
+start never ran: the lock is freed at once, --hold-at-least or not. Both apply to the
 lock NAME only, not with --semaphore, --read or --write.
 
 Without --verbose, run prints nothing of its own unless something went wrong; a
