@@ -155,7 +155,8 @@ func samePart(a, b string) error {
 // their handles as one. If a part it holds is lost while it waits for
 // another, it releases what it holds and starts again.
 //
-// On failure it releases every part it acquired before it returns, and
+// On failure it frees every part it acquired at once before it returns
+// (without WithHoldAtLeast's hold: no job ran under them), and
 // returns the failed part's error, with the part's name: when ctx ends,
 // one for which errors.Is(err, ctx.Err()) holds, and also
 // errors.Is(err, ErrNotAcquired) if that part was held by someone else the
@@ -175,7 +176,8 @@ func (c *Composite) Acquire(ctx context.Context) (*CompositeHandle, error) {
 
 // TryAcquire makes one attempt to take each part, in the Composite's order,
 // with the part's TryAcquire: it returns a CompositeHandle if every part
-// was free, and otherwise releases the parts it took and returns the first
+// was free, and otherwise frees the parts it took at once (without
+// WithHoldAtLeast's hold) and returns the first
 // refusal (ErrNotAcquired, with the part's name) or failure. ctx bounds only
 // the round trips.
 func (c *Composite) TryAcquire(ctx context.Context) (*CompositeHandle, error) {
@@ -248,14 +250,15 @@ func (c *Composite) acquire(ctx context.Context, wait bool) (*CompositeHandle, e
 }
 
 // releaseAll releases handles (nil ones skipped) within cleanupTimeout,
-// also when ctx is over: a failed composite call leaves nothing held. A
-// release that fails frees its lock in the background.
+// also when ctx is over: a failed composite call leaves nothing held, not
+// even WithHoldAtLeast's hold, since no job ran. A release that fails
+// frees its lock in the background.
 func releaseAll(ctx context.Context, handles []*Handle) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	for _, h := range handles {
 		if h != nil {
-			_ = h.Release(rctx)
+			_ = h.releaseUnused(rctx)
 		}
 	}
 }

@@ -40,6 +40,15 @@ type acquisition struct {
 	acquiredAt time.Time    // by the server's clock
 	capAt      time.Time    // by this machine's: WithHoldAtMost's end of the lease; zero: none
 	confirmed  atomic.Int64 // unix nanos: when the last confirmed acquisition or extension was sent
+	// By this machine's clock, what the server's lease ends no later than:
+	// replied, when the reply of the last confirmed acquisition or
+	// extension came, plus the expiry; and boundAt, WithHoldAtMost's
+	// bound measured from the acquisition's reply (zero: none).
+	replied atomic.Int64 // unix nanos
+	boundAt time.Time
+	// unfreed: lost at the local deadline, while the server may still hold
+	// the lock for it (until serverEnd); Release frees it then.
+	unfreed atomic.Bool
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -70,10 +79,14 @@ func newHandle(l *Lock, lockID string, doc reply, sent time.Time) *Handle {
 		a.mode.Store(uint32(d.rw))
 	}
 	a.confirmed.Store(sent.UnixNano())
+	now := time.Now()
+	a.replied.Store(now.UnixNano())
 	if o := l.p.opts; o.atMostSet {
 		// The server's bound, acquiredAt + atMost, is no earlier: its
-		// $$NOW came after sent.
+		// $$NOW came after sent; and no later than boundAt: it came
+		// before the reply.
 		a.capAt = sent.Add(o.atMost.Truncate(time.Millisecond))
+		a.boundAt = now.Add(o.atMost)
 	}
 	a.ctx, a.cancel = context.WithCancelCause(context.Background())
 	l.space().queues.hold(a, time.Now())
@@ -147,7 +160,12 @@ func (h *Handle) Lost() <-chan struct{} { return h.lost }
 // higher fencing token), unless another process's turn has come.
 //
 // The first call returns nil if the lock was still held, and an error
-// wrapping ErrLockLost if it had been lost. If ctx is done before the
+// wrapping ErrLockLost if it had been lost. A handle lost because its lease
+// ran out (extensions kept failing, or WithHoldAtMost's bound) leaves the
+// lock held on the server until that lease has ended there, so that nobody
+// else gets in while its work may still run; Release then frees it at
+// once, owner-checked and in the background, without waiting (call it once
+// the work has stopped). If ctx is done before the
 // round trip, or the round trip fails (ctx ended, network), Release returns
 // that error and frees the lock in the background with a short timeout;
 // failing that, the lock frees itself when its lease expires. Either way
@@ -158,9 +176,32 @@ func (h *Handle) Lost() <-chan struct{} { return h.lost }
 // nobody.
 func (h *Handle) Release(ctx context.Context) error {
 	if h.mem != nil {
-		return h.memRelease(ctx)
+		return h.memRelease(ctx, true)
 	}
 	return h.release(ctx)
+}
+
+// lossOf returns why h was lost, as its Release would, or nil.
+func (h *Handle) lossOf() error {
+	if h.mem == nil {
+		return h.lossError()
+	}
+	select {
+	case <-h.mem.Lost():
+		return ErrLockLost // the store says why at the Release
+	default:
+		return nil
+	}
+}
+
+// releaseUnused is Release of a handle whose job never ran (a part of a
+// composite call that failed): it frees the lock at once, whatever
+// WithHoldAtLeast says.
+func (h *Handle) releaseUnused(ctx context.Context) error {
+	if h.mem != nil {
+		return h.memRelease(ctx, false)
+	}
+	return h.releaseHolding(ctx, 0)
 }
 
 // release is Release, holding the lock as its provider's WithHoldAtLeast
@@ -192,6 +233,12 @@ func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (e
 	}
 	defer h.unhold()
 	if err := h.lossError(); err != nil {
+		if h.unfreed.Swap(false) {
+			// Lost at the local deadline, the lock stays held on the
+			// server until its lease ends there; its owner, done with it,
+			// frees it now, without waiting for the round trip.
+			h.lock.releaseInBackground(h.lockID, afterReply, hold, false)
+		}
 		return h.lock.errorf("release", err)
 	}
 	// A hold is not handed over: the hand-over would be built with the
@@ -291,12 +338,17 @@ func (h *acquisition) unhold() {
 }
 
 // leaseOver signals loss when the local lease ran out (lastErr: the last
-// extension's error, if any; capped: it reached WithHoldAtMost's bound),
-// then frees the lock on the server in case a late extension did reach it.
+// extension's error, if any; capped: it reached WithHoldAtMost's bound).
+// The lock stays held on the server until the lease it last confirmed has
+// ended there: the safety margin is the holder's time to stop, and nobody
+// else may get in before. Then, in case a late extension did reach the
+// server, the lock is freed in the background; a Release of the lost
+// handle (its work has stopped) frees it at once.
 func (h *acquisition) leaseOver(lastErr error, capped bool) {
 	// Counted as background work before Lost closes, so that whoever wakes
 	// on Lost and waits for the background work waits for it.
-	h.lock.releaseInBackground(h.lockID, afterNoReply, h.lock.p.opts.atLeast, false)
+	h.unfreed.Store(true)
+	h.lock.releaseInBackground(h.lockID, delayed(afterNoReply, time.Until(h.serverEnd())), h.lock.p.opts.atLeast, false)
 	why := fmt.Errorf("%w: its lease ran out before an extension succeeded", ErrLockLost)
 	if capped {
 		why = fmt.Errorf("%w: it was held as long as it may be (WithHoldAtMost: %v after its acquisition)", ErrLockLost, h.lock.p.opts.atMost)
@@ -304,4 +356,17 @@ func (h *acquisition) leaseOver(lastErr error, capped bool) {
 		why = fmt.Errorf("%w (last error: %w)", why, lastErr)
 	}
 	h.markLost(lossExpired, why)
+}
+
+// serverEnd is when, by this machine's clock, the lease that the server
+// last confirmed has certainly ended there: the reply of the last
+// confirmed acquisition or extension came after the server's $$NOW that
+// its expiresAt counts from, and WithHoldAtMost's bound counts from the
+// acquisition's, whose reply came later still.
+func (h *acquisition) serverEnd() time.Time {
+	end := time.Unix(0, h.replied.Load()).Add(h.lock.p.opts.expiry)
+	if !h.boundAt.IsZero() && h.boundAt.Before(end) {
+		return h.boundAt
+	}
+	return end
 }

@@ -141,6 +141,14 @@ func (p *Provider) expire(h *acquisition) {
 	h.leaseOver(l.lastErr, l.deadline.Equal(l.cap))
 }
 
+// delayed is schedule with its first try wait d (at least 0) rather than
+// at once.
+func delayed(schedule []time.Duration, d time.Duration) []time.Duration {
+	s := slices.Clone(schedule)
+	s[0] = max(d, 0)
+	return s
+}
+
 // extend extends the leases of hs and records the outcome for each. It
 // extends again at once those for which a tick came meanwhile and the next
 // tick could be too late (round trips slower than the cadence), and, after a
@@ -163,6 +171,7 @@ func (p *Provider) extend(hs []*acquisition) {
 		ctx, cancel := context.WithDeadline(context.Background(), latest)
 		ctx = p.tel.startExtension(ctx, hs)
 		lost, err := p.extendLeases(ctx, hs)
+		replied := time.Now()
 		p.tel.endExtension(ctx, hs, lost, err, sent)
 		cancel()
 		if err != nil && len(hs) > 1 && !isTransient(err) && !isClosed(err) {
@@ -193,6 +202,7 @@ func (p *Provider) extend(hs []*acquisition) {
 				l.lastErr = nil
 				l.deadline = l.until(o, sent)
 				h.confirmed.Store(sent.UnixNano())
+				h.replied.Store(replied.UnixNano())
 				l.loss.Reset(time.Until(l.deadline))
 				// A tick came while this was on its way: extend again now
 				// if an extension at the next tick could come back too late.

@@ -437,7 +437,7 @@ func (l *Lock) releaseInBackground(lockID string, schedule []time.Duration, hold
 // closed), or cleanupTimeout has passed.
 func (l *Lock) updateInBackground(filter bson.D, update any, schedule []time.Duration, matched func() bool) {
 	p := l.p
-	p.background(cleanupTimeout, func(ctx context.Context) {
+	p.background(cleanupTimeout+schedule[0], func(ctx context.Context) { // a delayed schedule's time to wait too
 		for _, wait := range schedule {
 			for retry := 20 * time.Millisecond; ; retry = min(2*retry, 500*time.Millisecond) {
 				select {

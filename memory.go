@@ -20,6 +20,8 @@ import (
 
 func init() {
 	backend.NewProvider = newMemoryProvider
+	backend.ReleaseUnused = func(ctx context.Context, h any) error { return h.(*Handle).releaseUnused(ctx) }
+	backend.LossOf = func(h any) error { return h.(*Handle).lossOf() }
 	backend.HandleOf = func(h any) backend.Handle {
 		if h, ok := h.(*Handle); ok && h != nil && h.acquisition != nil {
 			return h.mem
@@ -77,12 +79,13 @@ func (l *Lock) memAcquire(ctx context.Context, op string, wait bool) (*Handle, e
 	return &Handle{a}, nil
 }
 
-// memRelease is Release: the loss first, then ctx, as the database's.
-func (h *Handle) memRelease(ctx context.Context) error {
+// memRelease is Release (hold: as WithHoldAtLeast says; else freeing the
+// lock at once): the loss first, then ctx, as the database's.
+func (h *Handle) memRelease(ctx context.Context, hold bool) error {
 	if ctx == nil {
 		return h.lock.errorf("release", errNilContext)
 	}
-	released, err := h.mem.Release()
+	released, err := h.mem.Release(hold)
 	if err == nil && released {
 		err = ctx.Err() // the lock is free all the same, as after a failed round trip
 	}

@@ -128,8 +128,10 @@ func WithAdaptiveBackoff(on bool) Option {
 // until the hold ends; a waiting Acquire next in line finds the lock free
 // within WithBusyWaitSleep's max of that end, as of a release. Until then
 // Inspect shows the lock Held by its owner, and ForceRelease ends the hold.
-// A release that fails, and a handle whose lease runs out, hold it too; an
-// acquisition nobody got a handle for is released at once. The server
+// A release that fails, and a handle whose lease runs out, hold it too:
+// a job that ran keeps its hold, whatever it returned. An acquisition
+// under which no job ran (nobody got its handle, or a Composite call
+// failed) is freed at once. The server
 // counts whole milliseconds. Default 0: a release frees the lock at once.
 //
 // It applies to locks (Lock, Do). A Semaphore's, an RWLock's or an
@@ -142,9 +144,10 @@ func WithHoldAtLeast(d time.Duration) Option {
 // lease is extended to at most d after the acquisition, by the server's
 // clock, so that a stuck job cannot keep the lock for ever. The handle is
 // then lost as it is when its lease runs out: Lost closes and Context ends
-// with the cause ErrLockLost, a safety margin before the server lets
-// anyone else in (min(expiry/10, 1s)), and Release and Do report
-// ErrLockLost. d must be at least the expiry (WithExpiry), which an
+// with the cause ErrLockLost, a safety margin before the bound
+// (min(expiry/10, 1s)), and Release and Do report ErrLockLost. The lock
+// stays held until the bound, the job's time to stop, unless the lost
+// handle's Release (call it once the job has stopped) frees it at once. d must be at least the expiry (WithExpiry), which an
 // acquisition's lease lasts from the start, and at least WithHoldAtLeast's.
 // Default: no bound.
 //

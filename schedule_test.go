@@ -191,8 +191,7 @@ func TestHoldAtMostLosesTheHandleBeforeAnyoneElseGetsIn(t *testing.T) {
 	lostFirst = closedNow(h.Lost())
 	require.True(t, lostFirst, "another process got in before the handle was lost")
 	require.Positive(t, refused)
-	// The lost handle frees the lock on the server as it signals the loss,
-	// a safety margin before the bound; its lease outlived the expiry.
+	// Its lease outlived the expiry.
 	require.Greater(t, next.AcquiredAt().Sub(h.AcquiredAt()), most/2, "the lease was not extended")
 	require.Greater(t, next.FencingToken(), h.FencingToken())
 
@@ -202,6 +201,49 @@ func TestHoldAtMostLosesTheHandleBeforeAnyoneElseGetsIn(t *testing.T) {
 	err := h.Release(ctx)
 	require.ErrorIs(t, err, mongolock.ErrLockLost)
 	require.ErrorContains(t, err, "WithHoldAtMost")
+}
+
+// A job that outlives WithHoldAtMost's bound is lost a safety margin
+// before it, and that margin is its time to stop: the lock stays held on
+// the server until acquiredAt + most by the server's clock, while the lost
+// job has not released its handle.
+func TestHoldAtMostKeepsTheLockUntilItsBoundWhileTheLostJobRuns(t *testing.T) {
+	const name, expiry, most = "stuck-job", time.Second, 2 * time.Second
+	ctx := boundedCtx(t, time.Minute)
+	db := testdb.Database(t)
+	p := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(expiry), mongolock.WithHoldAtMost(most))
+	other := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(expiry))
+
+	h := releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock(name)))
+	bound := h.AcquiredAt().Add(most)
+	refused := 0
+	next := takeWhenFree(t, ctx, other.Lock(name), most+10*time.Second, &refused)
+	require.True(t, closedNow(h.Lost()), "another process got in before the handle was lost")
+	require.Positive(t, refused)
+	require.False(t, next.AcquiredAt().Before(bound), "the rival got in at %v, %v before the bound %v, while the lost job may still run",
+		next.AcquiredAt(), bound.Sub(next.AcquiredAt()), bound)
+	require.Greater(t, next.FencingToken(), h.FencingToken())
+	t.Logf("the rival got in %v after the bound", next.AcquiredAt().Sub(bound))
+}
+
+// Once the lost job has stopped, its Release frees the lock at once:
+// nobody waits for the rest of the margin.
+func TestReleaseOfAHandleLostAtItsBoundFreesTheLockAtOnce(t *testing.T) {
+	const name, expiry, most = "stopped-job", time.Second, 2 * time.Second
+	ctx := boundedCtx(t, time.Minute)
+	db := testdb.Database(t)
+	p := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(expiry), mongolock.WithHoldAtMost(most))
+	other := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(expiry))
+
+	h := mustTryAcquire(t, ctx, p.Lock(name))
+	awaitClosed(t, h.Lost(), most+10*time.Second, "the handle is lost at its bound")
+	_, err := other.Lock(name).TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the lock was freed as the handle was lost")
+	require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
+	refused := 0
+	next := takeWhenFree(t, ctx, other.Lock(name), 10*time.Second, &refused)
+	require.True(t, next.AcquiredAt().Before(h.AcquiredAt().Add(most)), "the release of the lost handle did not free the lock: taken at %v, the bound %v",
+		next.AcquiredAt(), h.AcquiredAt().Add(most))
 }
 
 // The holds fit locks only: every other kind refuses them with an error

@@ -184,8 +184,11 @@ func (s *store) grant(p *provider, e *entry, r backend.Lock) *handle {
 		h.value = *r.Value
 	}
 	if most := p.cfg.AtMost; most > 0 {
-		h.timer = time.AfterFunc(most, func() {
-			h.lose(fmt.Sprintf("it was held as long as it may be (WithHoldAtMost: %v after its acquisition)", most))
+		// Lost a safety margin before the bound, as over a database: the
+		// lock stays held until the bound, the lost job's time to stop.
+		margin := min(p.cfg.Expiry/10, time.Second)
+		h.timer = time.AfterFunc(most-margin, func() {
+			h.loseAtBound(fmt.Sprintf("it was held as long as it may be (WithHoldAtMost: %v after its acquisition)", most), margin)
 		})
 	}
 	e.holders = append(e.holders, h)
@@ -515,29 +518,35 @@ func (h *handle) holderID() string {
 	return h.id
 }
 
-func (h *handle) Release() (bool, error) {
+func (h *handle) Release(hold bool) (bool, error) {
 	h.p.s.mu.Lock()
 	defer h.p.s.mu.Unlock()
 	switch h.state {
 	case lost:
 		h.state = released
+		if slices.Contains(h.e.holders, h) { // lost at its bound, held until then: its owner frees it
+			h.releaseHolding(time.Now(), hold)
+		}
 		return false, h.lostErr
 	case released:
 		return false, nil
 	}
-	h.releaseLocked(time.Now())
+	h.releaseHolding(time.Now(), hold)
 	return true, nil
 }
 
-// releaseLocked releases h, which holds. Before WithHoldAtLeast's end,
-// its lock stays held until then, by h no more: nobody, h's provider's
+// releaseLocked releases h, which holds, as WithHoldAtLeast says.
+func (h *handle) releaseLocked(now time.Time) { h.releaseHolding(now, true) }
+
+// releaseHolding releases h, which holds. If hold, before WithHoldAtLeast's
+// end its lock stays held until then, by h no more: nobody, h's provider's
 // Acquire calls included, takes it before the hold ends or is force
 // released.
-func (h *handle) releaseLocked(now time.Time) {
+func (h *handle) releaseHolding(now time.Time, hold bool) {
 	h.state = released
 	h.cancel(context.Canceled)
 	end := h.acquiredAt.Add(h.p.cfg.AtLeast)
-	if !end.After(now) {
+	if !hold || !end.After(now) {
 		h.p.s.drop(h, now)
 		return
 	}
@@ -658,6 +667,28 @@ func (h *handle) lose(why string) {
 	h.p.s.mu.Lock()
 	defer h.p.s.mu.Unlock()
 	h.loseLocked(why)
+}
+
+// loseAtBound makes h lost, if it holds, and keeps its lock held for
+// margin more, until WithHoldAtMost's bound, unless h is released.
+func (h *handle) loseAtBound(why string, margin time.Duration) {
+	h.p.s.mu.Lock()
+	defer h.p.s.mu.Unlock()
+	if h.state != held {
+		return
+	}
+	now := time.Now()
+	h.state, h.lostErr, h.ended = lost, fmt.Errorf("%w: %s", mongolock.ErrLockLost, why), now
+	h.cancel(mongolock.ErrLockLost)
+	close(h.lostCh)
+	delete(h.p.held, h)
+	h.timer = time.AfterFunc(margin, func() {
+		h.p.s.mu.Lock()
+		defer h.p.s.mu.Unlock()
+		if slices.Contains(h.e.holders, h) { // not released nor force released meanwhile
+			h.p.s.drop(h, time.Now())
+		}
+	})
 }
 
 func (h *handle) loseLocked(why string) {

@@ -19,6 +19,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/backend"
 )
 
 const runHelp = `
@@ -35,8 +36,10 @@ released once CMD has exited. (So CMD cannot read from a terminal: its group is
 not the terminal's foreground group.)
 
 If the lock is lost while CMD runs, CMD's group gets SIGTERM at once and SIGKILL
---grace later, and mongolock exits with status 76. When the lease could not be
-extended (the server was unreachable), mongolock knows a safety margin of
+--grace later, and mongolock exits with status 76; the lock stays held until the
+lease ends on the server, and is released once CMD's group has stopped. When the
+lease could not be extended (the server was unreachable, or --hold-at-most), mongolock
+knows a safety margin of
 min(--expiry/10, 1s) before the server's lease ends: with a --grace shorter than
 that margin (by default it is half of it: 500ms with the default --expiry), CMD is
 killed before anyone else can take the lock; a longer grace lets CMD overlap the
@@ -54,7 +57,8 @@ acquired (by the server's clock), also after CMD exited and mongolock with it, s
 that a replica whose clock is a little behind finds it held (with --try: exit 75)
 and skips the period. --hold-at-most bounds how long one run may hold the lock: at
 that long after the acquisition, its lease is not extended any more, and CMD is
-stopped as on any loss (status 76). It must be at least --expiry. Both apply to the
+stopped as on any loss (status 76). It must be at least --expiry. A CMD that cannot
+start never ran: the lock is freed at once, --hold-at-least or not. Both apply to the
 lock NAME only, not with --semaphore, --read or --write.
 
 Without --verbose, run prints nothing of its own unless something went wrong; a
@@ -269,7 +273,7 @@ func (c *cli) runHolding(s *session, h *mongolock.Handle, argv []string, grace t
 	select {
 	case <-h.Lost():
 		s.lost = true
-		return 0, fail(exitLost, "run: lost %q before %s started: %s; not run", h.Name(), argv[0], lossReason(h.Release(context.Background())))
+		return 0, fail(exitLost, "run: lost %q before %s started: %s; not run", h.Name(), argv[0], lossReason(backend.ReleaseUnused(context.Background(), h)))
 	default:
 	}
 	started, exited := make(chan error, 1), make(chan error, 1)
@@ -286,7 +290,7 @@ func (c *cli) runHolding(s *session, h *mongolock.Handle, argv []string, grace t
 		exited <- child.Wait()
 	}()
 	if err := <-started; err != nil {
-		_ = c.releaseHandle(s, h) // a loss is moot: the command never ran
+		c.release(s, h) // the command never ran: no hold, and a loss is moot
 		code := exitNoExec
 		if errors.Is(err, fs.ErrNotExist) {
 			code = exitNotFound
@@ -306,8 +310,9 @@ wait:
 			lost, s.lost = nil, true
 			terminate(child.Process)
 			kill = time.After(grace)
-			// A lost handle's Release returns why at once, sending nothing.
-			if lossErr = h.Release(context.Background()); lossErr == nil {
+			// The lock stays held on the server until its lease ends
+			// there, unless released: it is released once CMD has stopped.
+			if lossErr = backend.LossOf(h); lossErr == nil {
 				lossErr = mongolock.ErrLockLost
 			}
 			fmt.Fprintf(c.stderr, "mongolock: run: lost %q (fencing token %d) while %s ran: %s; sent it SIGTERM\n",
@@ -327,6 +332,11 @@ wait:
 			<-kill
 			killGroup(child.Process)
 		}
+		// CMD has stopped: the release frees the lock at once (the lost
+		// lease is not extended; WithHoldAtLeast's hold still applies).
+		ctx, cancel := s.ctx()
+		_ = h.Release(ctx)
+		cancel()
 		return 0, fail(exitLost, "")
 	}
 	status := exitStatus(child)
@@ -365,11 +375,12 @@ func (c *cli) releaseHandle(s *session, h *mongolock.Handle) error {
 	return nil
 }
 
-// release releases h, which nobody used, within --timeout.
+// release releases h, which nobody used, within --timeout: its command
+// never ran, so the lock is free at once, --hold-at-least or not.
 func (c *cli) release(s *session, h *mongolock.Handle) {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	_ = h.Release(ctx)
+	_ = backend.ReleaseUnused(ctx, h)
 }
 
 // exitStatus is a shell's status for the command's end: its exit code, or

@@ -440,3 +440,17 @@ func TestRunHoldAtLeastSkipsTheRestOfThePeriodAndHoldAtMostStopsAStuckCommand(t 
 		requireCode(t, invoke(t, "", run(conn, append(args, "--", "true")...)...), exitUsage, strings.Join(args, " "))
 	}
 }
+
+// A command that cannot start (found and executable, but no program the
+// system can run) never ran: run frees the lock at once, --hold-at-least
+// or not, so that the next run of the period is not skipped for it.
+func TestRunWhoseCommandCannotStartLeavesNoHold(t *testing.T) {
+	t.Parallel()
+	conn := server(t)
+	bad := filepath.Join(t.TempDir(), "not-a-program")
+	if err := os.WriteFile(bad, []byte("\x00\x01\x02 neither a binary nor a script\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	requireCode(t, invoke(t, "", run(conn, "--try", "--hold-at-least", "1h", "nightly", "--", bad)...), exitNoExec, "a command that cannot start")
+	requireCode(t, invoke(t, "", run(conn, "--try", "nightly", "--", "true")...), 0, "a run right after the one whose command could not start")
+}

@@ -89,10 +89,12 @@ type Handle interface {
 	Context() context.Context
 	// Lost is closed on loss, by the store only.
 	Lost() chan struct{}
-	// Release releases the acquisition. released reports whether this
-	// call did; err wraps mongolock.ErrLockLost on the first call after a
-	// loss. Later calls return false and nil.
-	Release() (released bool, err error)
+	// Release releases the acquisition, holding the lock as
+	// Config.AtLeast says if hold, else freeing it at once (an
+	// acquisition of a call that failed: no job ran). released reports
+	// whether this call did; err wraps mongolock.ErrLockLost on the first
+	// call after a loss. Later calls return false and nil.
+	Release(hold bool) (released bool, err error)
 	// Proclaim replaces a campaign's value: ErrReleased after Release, an
 	// error wrapping mongolock.ErrLockLost after a loss.
 	Proclaim(value string) error
@@ -164,4 +166,12 @@ var (
 	// HandleOf returns the Handle beneath h, a *mongolock.Handle of such a
 	// provider, or nil.
 	HandleOf func(h any) Handle
+	// ReleaseUnused releases h, a *mongolock.Handle whose job never ran
+	// (the mongolock command's could not start), freeing its lock at once
+	// whatever WithHoldAtLeast says; it returns Release's error.
+	ReleaseUnused func(ctx context.Context, h any) error
+	// LossOf returns why h, a *mongolock.Handle, was lost, or nil, without
+	// releasing it: the mongolock command says why at once, and releases
+	// only once its command has stopped.
+	LossOf func(h any) error
 )

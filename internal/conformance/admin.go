@@ -5,6 +5,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -279,6 +280,40 @@ func holdAtMostLosesTheHandle(e *env) {
 	require.ErrorContains(e.t, err, "WithHoldAtMost")
 	next := e.receive(waiting)
 	require.Greater(e.t, next.FencingToken(), h.FencingToken())
+	e.release(next)
+}
+
+// A handle lost at WithHoldAtMost's bound (a safety margin before it) may
+// still run its job: the lock stays held until the bound, unless its
+// Release, once the job stopped, frees it at once.
+func holdAtMostKeepsTheLockUntilItsBound(e *env) {
+	const expiry, most = time.Second, 2 * time.Second
+	p, other := e.provider(mongolock.WithExpiry(expiry), mongolock.WithHoldAtMost(most)), e.provider()
+	h := e.try(p.Lock("stuck"))
+	e.await(h.Lost(), "the handle is lost at its bound")
+	var next *mongolock.Handle
+	e.pollUntil("the lock frees at its bound", func() bool {
+		var err error
+		next, err = other.Lock("stuck").TryAcquire(e.ctx)
+		require.True(e.t, err == nil || errors.Is(err, mongolock.ErrNotAcquired), "TryAcquire: %v", err)
+		return err == nil
+	})
+	require.False(e.t, next.AcquiredAt().Before(h.AcquiredAt().Add(most)), "taken at %v, before the bound %v, while the lost job may still run",
+		next.AcquiredAt(), h.AcquiredAt().Add(most))
+	require.ErrorIs(e.t, h.Release(e.ctx), mongolock.ErrLockLost)
+	e.release(next)
+
+	h = e.try(p.Lock("stuck"))
+	e.await(h.Lost(), "the handle is lost at its bound")
+	_, err := other.Lock("stuck").TryAcquire(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired, "the lock was freed as its handle was lost")
+	require.ErrorIs(e.t, h.Release(e.ctx), mongolock.ErrLockLost)
+	e.pollUntil("the release of the lost handle frees the lock", func() bool {
+		var err error
+		next, err = other.Lock("stuck").TryAcquire(e.ctx)
+		return err == nil
+	})
+	require.True(e.t, next.AcquiredAt().Before(h.AcquiredAt().Add(most)), "the release of the lost handle did not free the lock before the bound")
 	e.release(next)
 }
 

@@ -67,8 +67,10 @@ var cases = []struct {
 	{"ForceReleaseHolderEndsExactlyOneHolder", forceReleaseHolderEndsOne},
 	{"HoldAtLeastKeepsAReleasedLockUntilItsEnd", holdAtLeastKeepsAReleasedLock},
 	{"HoldAtMostLosesTheHandleAtItsBound", holdAtMostLosesTheHandle},
+	{"HoldAtMostKeepsTheLockUntilItsBoundUnlessReleased", holdAtMostKeepsTheLockUntilItsBound},
 	{"HoldsApplyToLocksOnly", holdsApplyToLocksOnly},
 	{"CompositeIsAllOrNoneInOneOrderAndLostWithAnyPart", compositeAllOrNone},
+	{"AFailedCompositeCallLeavesNoHoldBehind", compositeFailureHoldsNothing},
 	{"CloseReleasesAndRefuses", closeReleasesAndRefuses},
 	{"ReadsWithAnEndedContextFail", readsWithEndedContext},
 }
@@ -789,4 +791,40 @@ func compositeAllOrNone(e *env) {
 	require.ErrorIs(e.t, context.Cause(h.Context()), mongolock.ErrLockLost)
 	require.ErrorIs(e.t, h.Release(e.ctx), mongolock.ErrLockLost)
 	e.requireFree(p.Lock("a"), "Release of a composite that lost a part released the others")
+}
+
+// A composite call that fails took parts for a job that never ran: it
+// frees them at once, whatever WithHoldAtLeast says, so that no replica
+// skips a period for it. Each failure: a part refused (TryAcquire), ctx
+// ending while waiting for a part (Acquire), a semaphore part refusing the
+// hold option.
+func compositeFailureHoldsNothing(e *env) {
+	p, q := e.provider(mongolock.WithHoldAtLeast(time.Hour)), e.provider()
+	b := e.acquire(q.Lock("b"))
+	ab, err := mongolock.NewComposite(p.Lock("a"), p.Lock("b"))
+	require.NoError(e.t, err)
+
+	_, err = ab.TryAcquire(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired)
+	e.requireFree(q.Lock("a"), "a refused TryAcquire left its first part held")
+
+	ctx, cancel := context.WithTimeout(e.ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err = ab.Acquire(ctx)
+	require.ErrorIs(e.t, err, context.DeadlineExceeded)
+	e.requireFree(q.Lock("a"), "an Acquire whose ctx ended left its first part held")
+	e.release(b)
+
+	cs, err := mongolock.NewComposite(p.Lock("c"), p.Semaphore("s", 2))
+	require.NoError(e.t, err)
+	_, err = cs.TryAcquire(e.ctx)
+	require.ErrorContains(e.t, err, "apply to locks only")
+	e.requireFree(q.Lock("c"), "a semaphore part that refused the hold left the lock part held")
+
+	// A job that ran keeps its hold.
+	h, err := ab.Acquire(e.ctx)
+	require.NoError(e.t, err)
+	require.NoError(e.t, h.Release(e.ctx))
+	_, err = q.Lock("a").TryAcquire(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired, "a composite that was held kept no hold")
 }
