@@ -220,16 +220,19 @@ func (p *Provider) listBatchSize() int32 {
 // Context ends with cause ErrLockLost), and until then only fencing
 // tokens keep its writes out.
 //
-// It reports whether there was an acquisition to end: one that held, or
-// whose lease ran out without a release. false and no error mean that
-// name was released already or has no document. After an error, the
-// lock's holder may have been ended, and not the semaphore's.
+// It reports whether it ended an acquisition that held: one whose lease
+// had not ended, by the server's clock, as Inspect judges Held. false and
+// no error mean that name was released already, that its holders' leases
+// ran out (a crashed holder's, a WithHoldAtLeast hold's that ended: their
+// documents may still name them, and are left as they are), or that it
+// has no document. After an error, the lock's holder may have been ended,
+// and not the semaphore's.
 func (p *Provider) ForceRelease(ctx context.Context, name string) (bool, error) {
 	if p.mem != nil {
 		return p.memForceRelease(ctx, name)
 	}
 	return p.forceRelease(ctx, name, false,
-		updateOne{p.locks.coll, forceReleaseFilter(name), releaseUpdate},
+		updateOne{p.locks.coll, forceReleaseFilter(name), forceReleaseUpdate},
 		updateOne{p.slots.coll, semForceReleaseFilter(name), semForceReleaseUpdate})
 }
 
@@ -237,8 +240,8 @@ func (p *Provider) ForceRelease(ctx context.Context, name string) (bool, error) 
 // HolderInfo.ID is id: a lock's or an election's holder, a semaphore's
 // slot, an RWLock's reader or writer. The other holders keep theirs. It
 // is ForceRelease otherwise, in one round trip, or two for a semaphore's
-// or an RWLock's holder. It reports whether id held name, or had held it
-// and its lease ran out without a release.
+// or an RWLock's holder. It reports whether id held name: false if its
+// lease had ended, even unreleased.
 func (p *Provider) ForceReleaseHolder(ctx context.Context, name, id string) (bool, error) {
 	if id == "" {
 		return false, p.Lock(name).errorf("force release", errors.New("an empty holder id: HolderInfo.ID names one"))
@@ -247,8 +250,8 @@ func (p *Provider) ForceReleaseHolder(ctx context.Context, name, id string) (boo
 		return p.memForceReleaseHolder(ctx, name, id)
 	}
 	return p.forceRelease(ctx, name, true,
-		updateOne{p.locks.coll, ownerFilter(name, id), releaseUpdate},
-		updateOne{p.slots.coll, semHolderFilter(name, id), semReleaseUpdate(id)})
+		updateOne{p.locks.coll, ownerFilter(name, id), forceReleaseUpdate},
+		updateOne{p.slots.coll, semHolderFilter(name, id), semForceReleaseHolderUpdate(id)})
 }
 
 // updateOne is an updateOne statement.
@@ -259,7 +262,9 @@ type updateOne struct {
 }
 
 // forceRelease sends each statement in turn, and reports whether any
-// matched; if one, it stops at the first that matched.
+// ended a holder (changed its document: a document whose holders' leases
+// have all ended is left as it is); if one, it stops at the first that
+// did.
 func (p *Provider) forceRelease(ctx context.Context, name string, one bool, stmts ...updateOne) (bool, error) {
 	if ctx == nil {
 		return false, p.Lock(name).errorf("force release", errNilContext)
@@ -276,7 +281,7 @@ func (p *Provider) forceRelease(ctx context.Context, name string, one bool, stmt
 		case err != nil:
 			return false, p.Lock(name).errorf("force release", err)
 		}
-		ended = ended || res.MatchedCount > 0
+		ended = ended || res.ModifiedCount > 0
 	}
 	return ended, nil
 }

@@ -67,6 +67,7 @@ var cases = []struct {
 	{"ForceReleaseHolderEndsExactlyOneHolder", forceReleaseHolderEndsOne},
 	{"HoldAtLeastKeepsAReleasedLockUntilItsEnd", holdAtLeastKeepsAReleasedLock},
 	{"HoldAtMostLosesTheHandleAtItsBound", holdAtMostLosesTheHandle},
+	{"ForceReleaseAfterTheLeaseEndedEndsNothing", forceReleaseAfterTheLeaseEnded},
 	{"HoldsApplyToLocksOnly", holdsApplyToLocksOnly},
 	{"CompositeIsAllOrNoneInOneOrderAndLostWithAnyPart", compositeAllOrNone},
 	{"CloseReleasesAndRefuses", closeReleasesAndRefuses},
