@@ -176,6 +176,10 @@ func (p *Provider) infos(ctx context.Context, s *space, op, name string, pipelin
 			fail(errNilContext)
 			return
 		}
+		if err := p.ensureCollection(ctx, s); err != nil {
+			fail(err)
+			return
+		}
 		cur, err := s.coll.Aggregate(ctx, pipeline, options.Aggregate().SetBatchSize(p.listBatchSize()))
 		switch {
 		case err != nil && s == &p.slots && isUnauthorized(err):
@@ -232,8 +236,8 @@ func (p *Provider) ForceRelease(ctx context.Context, name string) (bool, error) 
 		return p.memForceRelease(ctx, name)
 	}
 	return p.forceRelease(ctx, name, false,
-		updateOne{p.locks.coll, forceReleaseFilter(name), forceReleaseUpdate},
-		updateOne{p.slots.coll, semForceReleaseFilter(name), semForceReleaseUpdate})
+		updateOne{&p.locks, forceReleaseFilter(name), forceReleaseUpdate},
+		updateOne{&p.slots, semForceReleaseFilter(name), semForceReleaseUpdate})
 }
 
 // ForceReleaseHolder ends one acquisition of name, the one whose
@@ -250,13 +254,13 @@ func (p *Provider) ForceReleaseHolder(ctx context.Context, name, id string) (boo
 		return p.memForceReleaseHolder(ctx, name, id)
 	}
 	return p.forceRelease(ctx, name, true,
-		updateOne{p.locks.coll, ownerFilter(name, id), forceReleaseUpdate},
-		updateOne{p.slots.coll, semHolderFilter(name, id), semForceReleaseHolderUpdate(id)})
+		updateOne{&p.locks, ownerFilter(name, id), forceReleaseUpdate},
+		updateOne{&p.slots, semHolderFilter(name, id), semForceReleaseHolderUpdate(id)})
 }
 
-// updateOne is an updateOne statement.
+// updateOne is an updateOne statement on the collection of a space.
 type updateOne struct {
-	coll   *mongo.Collection
+	sp     *space
 	filter bson.D
 	update any
 }
@@ -274,9 +278,13 @@ func (p *Provider) forceRelease(ctx context.Context, name string, one bool, stmt
 		if ended && one {
 			break
 		}
-		res, err := u.coll.UpdateOne(ctx, u.filter, u.update)
+		err := p.ensureCollection(ctx, u.sp)
+		var res *mongo.UpdateResult
+		if err == nil {
+			res, err = u.sp.coll.UpdateOne(ctx, u.filter, u.update)
+		}
 		switch {
-		case err != nil && u.coll == p.slots.coll && isUnauthorized(err):
+		case err != nil && u.sp == &p.slots && isUnauthorized(err):
 			continue // as in infos: no semaphores to release
 		case err != nil:
 			return false, p.Lock(name).errorf("force release", err)
@@ -448,6 +456,9 @@ type slotsDoc struct {
 func (l *Lock) inspectSlots(ctx context.Context) (slotsDoc, error) {
 	if ctx == nil {
 		return slotsDoc{}, l.errorf("inspect", errNilContext)
+	}
+	if err := l.p.ensureCollection(ctx, &l.p.slots); err != nil {
+		return slotsDoc{}, l.errorf("inspect", err)
 	}
 	cur, err := l.p.slots.coll.Aggregate(ctx, semInspectPipeline(acquireFilter(l.name)))
 	if err != nil {
