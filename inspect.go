@@ -176,6 +176,10 @@ func (p *Provider) infos(ctx context.Context, s *space, op, name string, pipelin
 			fail(errNilContext)
 			return
 		}
+		if err := p.ensureCollection(ctx, s); err != nil {
+			fail(err)
+			return
+		}
 		cur, err := s.coll.Aggregate(ctx, pipeline, options.Aggregate().SetBatchSize(p.listBatchSize()))
 		switch {
 		case err != nil && s == &p.slots && isUnauthorized(err):
@@ -220,25 +224,28 @@ func (p *Provider) listBatchSize() int32 {
 // Context ends with cause ErrLockLost), and until then only fencing
 // tokens keep its writes out.
 //
-// It reports whether there was an acquisition to end: one that held, or
-// whose lease ran out without a release. false and no error mean that
-// name was released already or has no document. After an error, the
-// lock's holder may have been ended, and not the semaphore's.
+// It reports whether it ended an acquisition that held: one whose lease
+// had not ended, by the server's clock, as Inspect judges Held. false and
+// no error mean that name was released already, that its holders' leases
+// ran out (a crashed holder's, a WithHoldAtLeast hold's that ended: their
+// documents may still name them, and are left as they are), or that it
+// has no document. After an error, the lock's holder may have been ended,
+// and not the semaphore's.
 func (p *Provider) ForceRelease(ctx context.Context, name string) (bool, error) {
 	if p.mem != nil {
 		return p.memForceRelease(ctx, name)
 	}
 	return p.forceRelease(ctx, name, false,
-		updateOne{p.locks.coll, forceReleaseFilter(name), releaseUpdate},
-		updateOne{p.slots.coll, semForceReleaseFilter(name), semForceReleaseUpdate})
+		updateOne{&p.locks, forceReleaseFilter(name), forceReleaseUpdate},
+		updateOne{&p.slots, semForceReleaseFilter(name), semForceReleaseUpdate})
 }
 
 // ForceReleaseHolder ends one acquisition of name, the one whose
 // HolderInfo.ID is id: a lock's or an election's holder, a semaphore's
 // slot, an RWLock's reader or writer. The other holders keep theirs. It
 // is ForceRelease otherwise, in one round trip, or two for a semaphore's
-// or an RWLock's holder. It reports whether id held name, or had held it
-// and its lease ran out without a release.
+// or an RWLock's holder. It reports whether id held name: false if its
+// lease had ended, even unreleased.
 func (p *Provider) ForceReleaseHolder(ctx context.Context, name, id string) (bool, error) {
 	if id == "" {
 		return false, p.Lock(name).errorf("force release", errors.New("an empty holder id: HolderInfo.ID names one"))
@@ -247,19 +254,21 @@ func (p *Provider) ForceReleaseHolder(ctx context.Context, name, id string) (boo
 		return p.memForceReleaseHolder(ctx, name, id)
 	}
 	return p.forceRelease(ctx, name, true,
-		updateOne{p.locks.coll, ownerFilter(name, id), releaseUpdate},
-		updateOne{p.slots.coll, semHolderFilter(name, id), semReleaseUpdate(id)})
+		updateOne{&p.locks, ownerFilter(name, id), forceReleaseUpdate},
+		updateOne{&p.slots, semHolderFilter(name, id), semForceReleaseHolderUpdate(id)})
 }
 
-// updateOne is an updateOne statement.
+// updateOne is an updateOne statement on the collection of a space.
 type updateOne struct {
-	coll   *mongo.Collection
+	sp     *space
 	filter bson.D
 	update any
 }
 
 // forceRelease sends each statement in turn, and reports whether any
-// matched; if one, it stops at the first that matched.
+// ended a holder (changed its document: a document whose holders' leases
+// have all ended is left as it is); if one, it stops at the first that
+// did.
 func (p *Provider) forceRelease(ctx context.Context, name string, one bool, stmts ...updateOne) (bool, error) {
 	if ctx == nil {
 		return false, p.Lock(name).errorf("force release", errNilContext)
@@ -269,14 +278,18 @@ func (p *Provider) forceRelease(ctx context.Context, name string, one bool, stmt
 		if ended && one {
 			break
 		}
-		res, err := u.coll.UpdateOne(ctx, u.filter, u.update)
+		err := p.ensureCollection(ctx, u.sp)
+		var res *mongo.UpdateResult
+		if err == nil {
+			res, err = u.sp.coll.UpdateOne(ctx, u.filter, u.update)
+		}
 		switch {
-		case err != nil && u.coll == p.slots.coll && isUnauthorized(err):
+		case err != nil && u.sp == &p.slots && isUnauthorized(err):
 			continue // as in infos: no semaphores to release
 		case err != nil:
 			return false, p.Lock(name).errorf("force release", err)
 		}
-		ended = ended || res.MatchedCount > 0
+		ended = ended || res.ModifiedCount > 0
 	}
 	return ended, nil
 }
@@ -443,6 +456,9 @@ type slotsDoc struct {
 func (l *Lock) inspectSlots(ctx context.Context) (slotsDoc, error) {
 	if ctx == nil {
 		return slotsDoc{}, l.errorf("inspect", errNilContext)
+	}
+	if err := l.p.ensureCollection(ctx, &l.p.slots); err != nil {
+		return slotsDoc{}, l.errorf("inspect", err)
 	}
 	cur, err := l.p.slots.coll.Aggregate(ctx, semInspectPipeline(acquireFilter(l.name)))
 	if err != nil {

@@ -159,6 +159,11 @@ func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err e
 	if err := l.checkHolds(); err != nil {
 		return nil, l.errorf("acquire", err)
 	}
+	// A refused collection before the line: no claim to withdraw. Other
+	// errors of the check are the attempts' to retry.
+	if err := p.ensureCollection(ctx, lc); errors.Is(err, ErrCollation) {
+		return nil, l.errorf("acquire", err)
+	}
 	w := qs.join(l)
 	// asked: an attempt was sent, which may have claimed; watching: counted as
 	// a waiter for release events; contended: held by someone else.
@@ -311,6 +316,9 @@ func do(ctx context.Context, h holding, fn func(ctx context.Context) error) (err
 func (l *Lock) attempt(ctx context.Context, mode attemptMode, waitToken int64) (*Handle, reply, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, reply{}, err // nothing sent, not even the index
+	}
+	if err := l.p.ensureCollection(ctx, l.space()); err != nil {
+		return nil, reply{}, err
 	}
 	l.ensureIndex()
 	for tries := 1; ; tries++ {

@@ -552,13 +552,28 @@ func prefixFilter(prefix string) bson.D {
 	return bson.D{{Key: "_id", Value: r}}
 }
 
-// 12. Force release: updateOne(forceReleaseFilter, releaseUpdate), the
-// release of whatever acquisition holds the lock, mongolock's or
-// DistributedLock.MongoDB's. The fencing token stays. One holder, named
-// by its lockId, is force released as it releases itself (4).
+// 12. Force release: updateOne(forceReleaseFilter, forceReleaseUpdate),
+// the release of whatever acquisition holds the lock, mongolock's or
+// DistributedLock.MongoDB's; one holder, named by its lockId:
+// updateOne(ownerFilter, forceReleaseUpdate). The fencing token stays.
+// Only a live holder is ended, as Inspect judges one (10): a crashed
+// holder's lockId, or a hold's that has ended, stays in the document
+// after its lease, and the update leaves such a document as it is, so
+// that the reply's modified count says whether a holder was ended. The
+// condition is in the pipeline, not the filter: FerretDB refuses $$NOW in
+// a filter's $expr on a collection with an index on expiresAt (the TTL
+// index).
 func forceReleaseFilter(name string) bson.D {
 	return bson.D{{Key: "_id", Value: name}, {Key: "lockId", Value: bson.D{{Key: "$exists", Value: true}}}}
 }
+
+var forceReleaseUpdate = func() bson.A {
+	live := op("$gt", ifNull("$expiresAt", epoch), "$$NOW")
+	return bson.A{bson.D{{Key: "$set", Value: bson.D{
+		{Key: "lockId", Value: cond(live, "$$REMOVE", "$lockId")},
+		{Key: "expiresAt", Value: cond(live, "$$NOW", "$expiresAt")},
+	}}}}
+}()
 
 // op is an aggregation operator: {name: arg} for one argument, {name: [args]}
 // for more.
@@ -897,16 +912,32 @@ func semListPipeline(prefix string) mongo.Pipeline {
 
 // 23. Force release a semaphore or an RWLock:
 // updateOne(semForceReleaseFilter, semForceReleaseUpdate), the release of
-// every holder at once. The fencing token stays, and the claim: a waiter
-// takes a slot at its next attempt. A single holder is force released as
-// it releases itself (17).
+// every holder at once; one holder: updateOne(semHolderFilter,
+// semForceReleaseHolderUpdate). The fencing token stays, and the claim: a
+// waiter takes a slot at its next attempt. As a lock's (12), only live
+// holders are ended: a document whose holders' leases have all ended (a
+// crashed holder's stays in the list) is left as it is, and the reply's
+// modified count says whether a holder was ended.
 func semForceReleaseFilter(name string) bson.D {
 	return bson.D{{Key: "_id", Value: name}, {Key: "holders.0", Value: bson.D{{Key: "$exists", Value: true}}}}
 }
 
-var semForceReleaseUpdate = bson.D{
-	{Key: "$set", Value: bson.D{{Key: "holders", Value: bson.A{}}}},
-	{Key: "$currentDate", Value: bson.D{{Key: "releasedAt", Value: true}}},
+var semForceReleaseUpdate = semForceReleaseOf(liveHolders, bson.A{})
+
+// semForceReleaseHolderUpdate ends holder id, if its lease is live.
+func semForceReleaseHolderUpdate(id string) bson.A {
+	return semForceReleaseOf(filterOf(liveHolders, op("$eq", "$$this.id", id)),
+		filterOf("$holders", op("$ne", "$$this.id", id)))
+}
+
+// semForceReleaseOf sets holders to after and stamps releasedAt, as a
+// release does, if ending is not empty; else it changes nothing.
+func semForceReleaseOf(ending, after any) bson.A {
+	ends := op("$gt", op("$size", ending), 0)
+	return bson.A{bson.D{{Key: "$set", Value: bson.D{
+		{Key: "holders", Value: cond(ends, after, "$holders")},
+		{Key: "releasedAt", Value: cond(ends, "$$NOW", "$releasedAt")},
+	}}}}
 }
 
 // 24. Upgrade an upgradeable reader, polling: findOneAndUpdate(

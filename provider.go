@@ -123,10 +123,11 @@ func newSpace(db *mongo.Database, coll string) space {
 
 // collState is what this process keeps for one collection of one client, shared
 // by every Provider of it while the client lives: the process's id in lock
-// documents, the TTL index created once, the lines of waiters and the
-// release events.
+// documents, its default collation checked once, the TTL index created
+// once, the lines of waiters and the release events.
 type collState struct {
 	process   string
+	collation collationCheck
 	indexOnce sync.Once
 	bg        sync.WaitGroup // the release source
 	queues    queues

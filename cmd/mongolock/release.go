@@ -27,7 +27,8 @@ stops its command), or at its release if that comes first (a mongolock run exits
 
 It shows the holders and asks for confirmation, reading y or yes from stdin, unless
 --yes is given; anything else (or no input) releases nothing and exits with 1. A NAME
-that nothing holds (with --holder: that ID does not hold) is refused, with status 1.
+that nothing holds (with --holder: that ID does not hold) is refused, with status 1; so
+is one whose holders were released, or whose leases ran out, while it asked.
 
 Examples:
   mongolock release --force nightly
@@ -98,7 +99,7 @@ func (c *cli) forceRelease(name, id string, yes bool) error {
 	case err != nil:
 		return serverError(err)
 	case !released:
-		return fail(exitFailed, "release: %q was released meanwhile: nothing to release", name)
+		return fail(exitFailed, "release: %q is held no more (released, or its lease ran out, meanwhile): nothing released", name)
 	}
 	fmt.Fprintf(c.stdout, "released %s (was %s; the next holder's token will be greater)\n", what, was)
 	return nil

@@ -339,3 +339,46 @@ func holdsApplyToLocksOnly(e *env) {
 		e.release(e.try(p.Lock(fmt.Sprint("lock", i)))) // a name of its own: the release may hold it
 	}
 }
+
+// forceReleaseAfterTheLeaseEnded: once a released lock's hold has ended,
+// or a lost holder's lease has run out at WithHoldAtMost's bound, nothing
+// holds the lock: ForceRelease and ForceReleaseHolder end nothing, and
+// say so, though the server's document may still name the old holder.
+func forceReleaseAfterTheLeaseEnded(e *env) {
+	other := e.provider()
+	free := func(name string) func() bool {
+		return func() bool {
+			info, err := other.Inspect(e.ctx, name)
+			if errors.Is(err, mongolock.ErrNoLock) {
+				return true
+			}
+			require.NoError(e.t, err)
+			return !info.Held
+		}
+	}
+	endsNothing := func(name, id string) {
+		e.t.Helper()
+		released, err := other.ForceRelease(e.ctx, name)
+		require.NoError(e.t, err)
+		require.False(e.t, released, "%s: ForceRelease reported a release of a lease that had ended", name)
+		released, err = other.ForceReleaseHolder(e.ctx, name, id)
+		require.NoError(e.t, err)
+		require.False(e.t, released, "%s: ForceReleaseHolder reported a release of a lease that had ended", name)
+	}
+
+	held := e.provider(mongolock.WithHoldAtLeast(300 * time.Millisecond))
+	e.release(e.try(held.Lock("held")))
+	info := e.inspect(other, "held")
+	require.True(e.t, info.Held, "the hold")
+	e.pollUntil("the hold ends", free("held"))
+	endsNothing("held", info.Holders[0].ID)
+
+	bounded := e.provider(mongolock.WithExpiry(300*time.Millisecond), mongolock.WithHoldAtMost(600*time.Millisecond))
+	h := e.try(bounded.Lock("bounded"))
+	id := e.inspect(other, "bounded").Holders[0].ID
+	e.await(h.Lost(), "the handle is lost at its bound")
+	e.pollUntil("the lease ends at the bound", free("bounded"))
+	endsNothing("bounded", id)
+	require.ErrorIs(e.t, h.Release(e.ctx), mongolock.ErrLockLost)
+	e.requireFree(other.Lock("bounded"), "the lock is free")
+}

@@ -68,6 +68,7 @@ var cases = []struct {
 	{"HoldAtLeastKeepsAReleasedLockUntilItsEnd", holdAtLeastKeepsAReleasedLock},
 	{"HoldAtMostLosesTheHandleAtItsBound", holdAtMostLosesTheHandle},
 	{"HoldAtMostKeepsTheLockUntilItsBoundUnlessReleased", holdAtMostKeepsTheLockUntilItsBound},
+	{"ForceReleaseAfterTheLeaseEndedEndsNothing", forceReleaseAfterTheLeaseEnded},
 	{"HoldsApplyToLocksOnly", holdsApplyToLocksOnly},
 	{"CompositeIsAllOrNoneInOneOrderAndLostWithAnyPart", compositeAllOrNone},
 	{"AFailedCompositeCallLeavesNoHoldBehind", compositeFailureHoldsNothing},

@@ -1,0 +1,128 @@
+package mongolock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// ErrCollation reports that a lock collection (the locks' or
+// <collection>_semaphores) was created with a default collation other than
+// the simple one: its _id comparisons, and its _id index, follow that
+// collation ("Job" and "job" could be one lock), while names are promised
+// to be compared exactly, byte for byte. Nothing is sent to such a
+// collection; it is not retried. Create the collection without a
+// collation (or with {locale: "simple"}), or use another (WithCollection).
+var ErrCollation = errors.New("mongolock: the lock collection has a non-simple default collation")
+
+// collationCheck is whether one collection's default collation was checked:
+// the outcome of the first check that decided, for the life of the process.
+// A check that failed (the network, the server, ctx) decides nothing: the
+// next call checks again.
+type collationCheck struct {
+	passed atomic.Bool // decided, and not refused: the fast path
+
+	mu      sync.Mutex
+	decided bool
+	refused error         // when decided: the refusal, or nil
+	running chan struct{} // closed when the check in flight ends
+}
+
+// ensureCollection makes sure that sp's collection may take lock
+// statements: its default collation is checked, once per process (one
+// round trip, listCollections), before the first statement; the TTL index
+// is created in the background, for a lock's acquisitions (index).
+func (p *Provider) ensureCollection(ctx context.Context, sp *space) error {
+	c := &sp.collation
+	for !c.passed.Load() {
+		c.mu.Lock()
+		switch {
+		case c.decided:
+			c.mu.Unlock()
+			return c.refused
+		case c.running != nil:
+			running := c.running
+			c.mu.Unlock()
+			select {
+			case <-running: // decided, or failed: look again
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			continue
+		}
+		running := make(chan struct{})
+		c.running = running
+		c.mu.Unlock()
+
+		refused, err := p.checkCollation(ctx, sp.coll)
+		c.mu.Lock()
+		c.running = nil
+		if err == nil {
+			c.decided, c.refused = true, refused
+			c.passed.Store(refused == nil)
+		}
+		c.mu.Unlock()
+		close(running)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkCollation reads coll's options and returns the refusal of a
+// non-simple default collation, or err if they could not be read. Missing
+// privilege to list collections decides too: the check is skipped, and
+// logged, so that it never blocks locking.
+func (p *Provider) checkCollation(ctx context.Context, coll *mongo.Collection) (refused, err error) {
+	db := coll.Database()
+	specs, err := db.ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: coll.Name()}})
+	opts := make([]bson.Raw, len(specs))
+	for i, s := range specs {
+		opts[i] = s.Options
+	}
+	if testHookListCollections != nil {
+		opts, err = testHookListCollections(p, coll.Name(), opts, err)
+	}
+	switch {
+	case isUnauthorized(err):
+		p.tel.log.Warn("mongolock: could not check the lock collection's default collation (no privilege to list collections); names are compared exactly only if it has none",
+			"collection", coll.Name(), "error", err)
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	for _, o := range opts {
+		if err := collationRefusal(db.Name(), coll.Name(), o); err != nil {
+			return err, nil
+		}
+	}
+	return nil, nil
+}
+
+// collationRefusal returns the refusal of collection db.coll whose
+// listCollections options are opts, if they carry a collation other than
+// {locale: "simple"}; else nil.
+func collationRefusal(db, coll string, opts bson.Raw) error {
+	collation, err := opts.LookupErr("collation")
+	if err != nil {
+		return nil // none: the simple collation
+	}
+	if doc, ok := collation.DocumentOK(); ok {
+		if locale, ok := doc.Lookup("locale").StringValueOK(); ok && locale == "simple" {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s.%s has the default collation %s, under which names that differ (in case, accents, …) can be one lock; create it without a collation, or use another collection (WithCollection)",
+		ErrCollation, db, coll, collation)
+}
+
+// testHookListCollections, if not nil, replaces what listCollections
+// returned for coll (the options of each collection listed, or an error)
+// before it is judged.
+var testHookListCollections func(p *Provider, coll string, opts []bson.Raw, err error) ([]bson.Raw, error)
