@@ -152,7 +152,7 @@ func TestReleaseEventFiltersPassEveryReleaseShapeAndNothingElse(t *testing.T) {
 	step(lock("D's hand-over, refused (its turn is over, C claims), releases", true, true, true), L, acquire(L, "D", "d3", "d2", handOverMode, 1, nil, electionTurn))
 	step(lock("C acquires", false, true, true), L, acquire(L, "C", "c1", "", waitMode, any, nil, turnLength))
 	step(lock("C releases, holding", false, true, true), L, update(ownerFilter(L, "c1"), holdReleaseUpdate(time.Hour)))
-	step(lock("force release", true, true, false), L, update(forceReleaseFilter(L), releaseUpdate))
+	step(lock("force release", true, true, true), L, update(forceReleaseFilter(L), forceReleaseUpdate))
 	step(lock("C acquires one nobody waits for", false, true, true), L, func(coll *mongo.Collection) error {
 		return coll.FindOneAndUpdate(ctx, acquireFilter(L), unclaimedPipeline("C", owner, expiry, "c2", nil), acquireOptions).Err()
 	})
@@ -199,7 +199,7 @@ func TestReleaseEventFiltersPassEveryReleaseShapeAndNothingElse(t *testing.T) {
 	step(slot("semaphore: B hands over within its process", false, true), S, take(S, "B", "b2", "b1", 2, 0, handOverMode))
 	step(slot("semaphore: D, refused, claims", false, true), S, take(S, "D", "d", "", 2, 0, waitMode))
 	step(slot("semaphore: B's hand-over, refused (D claims), releases", true, true), S, take(S, "B", "b3", "b2", 2, 0, handOverMode))
-	step(slot("semaphore: force release", true, false), S, update(semForceReleaseFilter(S), semForceReleaseUpdate))
+	step(slot("semaphore: force release", true, true), S, update(semForceReleaseFilter(S), semForceReleaseUpdate))
 
 	step(slot("rwlock: create", false, false), R, insert(createRWDoc(R)))
 	step(slot("rwlock: A reads", false, true), R, take(R, "A", "a1", "", 1, readMode, waitMode))
@@ -219,6 +219,7 @@ func TestReleaseEventFiltersPassEveryReleaseShapeAndNothingElse(t *testing.T) {
 	step(slot("rwlock: B's read hand-over, refused (C claims to write), releases", true, true), R, take(R, "B", "b2", "b1", 1, readMode, handOverMode))
 	step(slot("rwlock: C writes", false, true), R, take(R, "C", "c1", "", 1, writeMode, waitMode))
 	step(slot("rwlock: C hands over within its process", false, true), R, take(R, "C", "c2", "c1", 1, writeMode, handOverMode))
+	step(slot("rwlock: force release of the writer", true, true), R, update(semHolderFilter(R, "c2"), semForceReleaseHolderUpdate("c2")))
 
 	// Run each watch's pipeline over the stored events.
 	passed := func(pipeline mongo.Pipeline) map[string]bool {

@@ -471,7 +471,7 @@ func raiseTTL(coll string) bson.D {
 // reported as an update event, with its changed fields, and writes none.
 const (
 	wroteAcquire = "acquire" // an acquisition, of a lock or a slot; a finished upgrade
-	wroteRelease = "release" // a release, a refused hand-over, an undone upgrade, a downgrade
+	wroteRelease = "release" // a release, a refused hand-over, an undone upgrade, a downgrade, a force release
 	wroteExtend  = "extend"  // an extension
 	wroteClaim   = "claim"   // a claim or place as next written or withdrawn; an upgrade's mark
 )
@@ -572,6 +572,7 @@ var forceReleaseUpdate = func() bson.A {
 	return bson.A{bson.D{{Key: "$set", Value: bson.D{
 		{Key: "lockId", Value: cond(live, "$$REMOVE", "$lockId")},
 		{Key: "expiresAt", Value: cond(live, "$$NOW", "$expiresAt")},
+		{Key: "lastWrite", Value: cond(live, wroteRelease, "$lastWrite")},
 	}}}}
 }()
 
@@ -937,6 +938,7 @@ func semForceReleaseOf(ending, after any) bson.A {
 	return bson.A{bson.D{{Key: "$set", Value: bson.D{
 		{Key: "holders", Value: cond(ends, after, "$holders")},
 		{Key: "releasedAt", Value: cond(ends, "$$NOW", "$releasedAt")},
+		{Key: "lastWrite", Value: cond(ends, wroteRelease, "$lastWrite")},
 	}}}}
 }
 
