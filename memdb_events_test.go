@@ -71,14 +71,14 @@ func TestMemdbEventsAreMongoDBsAndReleaseEventsPassExactlyTheReleases(t *testing
 	held := bson.D{{Key: "_id", Value: "reports"}, {Key: "lockId", Value: goldenHolding},
 		{Key: "expiresAt", Value: now + 30_000}, {Key: "fencingToken", Value: int64(7)}}
 	require.NoError(t, c.InsertOne(now.Time(), held))
-	require.Equal(t, 1, run("5-extend").modified)                // pipeline: replace, lastWrite extend
-	require.Equal(t, 1, run("4-release").modified)               // classic: update, lockId removed
-	require.Equal(t, 0, run("4-release").matched)                // nothing matched: no event
+	require.Equal(t, 1, run("5-extend").modified)  // pipeline: replace, lastWrite extend
+	require.Equal(t, 1, run("4-release").modified) // classic: update, lockId removed
+	require.Equal(t, 0, run("4-release").matched)  // nothing matched: no event
 	matched, modified, err := c.UpdateOne(now.Time(), bson.D{{Key: "_id", Value: "reports"}}, bson.D{{Key: "$unset", Value: bson.D{{Key: "lockId", Value: ""}}}})
 	require.NoError(t, err)
 	require.Equal(t, [2]int{1, 0}, [2]int{matched, modified}) // changed nothing: no event
-	require.Len(t, run("2-acquire").docs, 1)                    // pipeline: replace, lastWrite acquire
-	require.Equal(t, 1, run("12-force-release").modified)       // pipeline: replace, lastWrite release
+	require.Len(t, run("2-acquire").docs, 1)                  // pipeline: replace, lastWrite acquire
+	require.Equal(t, 1, run("12-force-release").modified)     // pipeline: replace, lastWrite release
 	deleted, err := c.DeleteOne(now.Time(), bson.D{{Key: "_id", Value: "reports"}})
 	require.NoError(t, err)
 	require.True(t, deleted)
@@ -103,7 +103,10 @@ func TestMemdbEventsAreMongoDBsAndReleaseEventsPassExactlyTheReleases(t *testing
 		require.Equal(t, "reports", ev.Lookup("documentKey", "_id").StringValue())
 		require.Equal(t, int64(now), ev.Lookup("wallTime").DateTime())
 	}
-	require.Equal(t, held, func() (d bson.D) { require.NoError(t, bson.Unmarshal(evs[0].Lookup("fullDocument").Document(), &d)); return d }())
+	require.Equal(t, held, func() (d bson.D) {
+		require.NoError(t, bson.Unmarshal(evs[0].Lookup("fullDocument").Document(), &d))
+		return d
+	}())
 	require.Equal(t, "extend", evs[1].Lookup("fullDocument", "lastWrite").StringValue())
 	require.Equal(t, now+30_000, bson.DateTime(evs[1].Lookup("fullDocument", "expiresAt").Time().UnixMilli()))
 	update := evs[2].Lookup("updateDescription").Document()
