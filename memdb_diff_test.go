@@ -371,7 +371,7 @@ func onModel(c *memdb.Collection, now bson.DateTime, cmd bson.D) (outcome, error
 	var err error
 	switch cmd[0].Key {
 	case "insertOne":
-		err = c.InsertOne(arg)
+		err = c.InsertOne(at, arg)
 	case "findOneAndUpdate":
 		var raw bson.Raw
 		raw, err = c.FindOneAndUpdate(at, arg, field("update"), memdb.FindOneAndUpdateOptions{After: field("returnDocument") == "after", Projection: field("fields")})
@@ -465,7 +465,7 @@ func compareCases(t testing.TB, ctx context.Context, coll *mongo.Collection, cas
 	for _, dc := range cases {
 		for _, d := range dc.docs {
 			all = append(all, d)
-			require.NoError(t, model.InsertOne(d))
+			require.NoError(t, model.InsertOne(dc.now.Time(), d))
 		}
 	}
 	if len(all) > 0 {

@@ -1,60 +1,56 @@
 package memdb
 
 import (
-	"math"
 	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // evalCtx is what an expression reads: $$NOW, the document ($$ROOT, and
-// "$field" paths), and the variables of $filter and $map ($$this).
+// "$field" paths), and $$this inside $filter and $map.
 type evalCtx struct {
 	now  bson.DateTime
 	root bson.D
-	vars map[string]any
-}
-
-func (c *evalCtx) with(name string, v any) *evalCtx {
-	vars := map[string]any{name: v}
-	for k, x := range c.vars {
-		if k != name {
-			vars[k] = x
-		}
-	}
-	return &evalCtx{now: c.now, root: c.root, vars: vars}
+	this []any // the enclosing iterations' elements, innermost last
 }
 
 // eval evaluates an aggregation expression.
 func eval(expr any, c *evalCtx) any {
 	switch x := expr.(type) {
 	case string:
-		switch {
-		case strings.HasPrefix(x, "$$"):
-			parts := strings.Split(x[2:], ".")
-			return walk(variable(parts[0], c), parts[1:])
-		case strings.HasPrefix(x, "$"):
-			return walk(c.root, strings.Split(x[1:], "."))
+		if !strings.HasPrefix(x, "$") {
+			return x
 		}
-		return x
+		parts := strings.Split(x[1:], ".")
+		if !strings.HasPrefix(x, "$$") {
+			return walk(c.root, parts)
+		}
+		switch parts[0] {
+		case "$NOW":
+			return walk(c.now, parts[1:])
+		case "$REMOVE":
+			return walk(missing, parts[1:])
+		case "$ROOT", "$CURRENT":
+			return walk(c.root, parts[1:])
+		case "$this":
+			if len(c.this) > 0 {
+				return walk(c.this[len(c.this)-1], parts[1:])
+			}
+		}
+		panic(notModelled("variable %s", x))
 	case bson.D:
 		if isOperator(x) {
 			if len(x) != 1 {
-				panic(failure{"an expression object has one operator"})
+				panic(notModelled("expression object %v", x))
 			}
 			return operator(x[0].Key, x[0].Value, c)
 		}
-		var out bson.D
+		out := bson.D{}
 		for _, e := range x {
 			if strings.ContainsAny(e.Key, ".$") {
 				panic(notModelled("object field %q", e.Key))
 			}
-			if v := eval(e.Value, c); v != missing {
-				out = append(out, bson.E{Key: e.Key, Value: v})
-			}
-		}
-		if out == nil {
-			out = bson.D{}
+			out = put(out, e.Key, eval(e.Value, c))
 		}
 		return out
 	case bson.A:
@@ -69,45 +65,20 @@ func eval(expr any, c *evalCtx) any {
 	return expr
 }
 
-func variable(name string, c *evalCtx) any {
-	switch name {
-	case "NOW":
-		return c.now
-	case "REMOVE":
-		return missing
-	case "ROOT", "CURRENT":
-		return c.root
-	}
-	if v, ok := c.vars[name]; ok {
-		return v
-	}
-	panic(notModelled("variable $$%s", name))
-}
-
-// walk follows a field path: through an array, it collects the path's
-// values of the documents in it.
+// walk follows a field path through documents; paths through arrays are
+// not modelled.
 func walk(v any, parts []string) any {
-	if len(parts) == 0 {
-		return v
-	}
-	switch x := v.(type) {
-	case bson.D:
-		return walk(get(x, parts[0]), parts[1:])
-	case bson.A:
-		out := bson.A{}
-		for _, el := range x {
-			switch el.(type) {
-			case bson.D:
-				if r := walk(el, parts); r != missing {
-					out = append(out, r)
-				}
-			case bson.A:
-				panic(notModelled("path %v through nested arrays", parts))
-			}
+	for _, p := range parts {
+		switch x := v.(type) {
+		case bson.D:
+			v = get(x, p)
+		case bson.A:
+			panic(notModelled("path through an array"))
+		default:
+			return missing
 		}
-		return out
 	}
-	return missing
+	return v
 }
 
 func operator(name string, arg any, c *evalCtx) any {
@@ -117,76 +88,70 @@ func operator(name string, arg any, c *evalCtx) any {
 	case "$filter", "$map":
 		return iterate(name, asDoc(arg, name), c)
 	}
-	var args bson.A
-	if a, ok := arg.(bson.A); ok {
-		args = a
-	} else {
+	args, ok := arg.(bson.A)
+	if !ok {
 		args = bson.A{arg}
 	}
-	n := len(args)
-	at := func(i int) any { return eval(args[i], c) }
+	vals := func() []any {
+		out := make([]any, len(args))
+		for i, a := range args {
+			out[i] = eval(a, c)
+		}
+		return out
+	}
 	arity := func(want int) {
-		if n != want {
-			panic(failure{name + ": wrong number of arguments"})
+		if len(args) != want {
+			panic(notModelled("%s with %d arguments", name, len(args)))
 		}
 	}
 	switch name {
 	case "$cond":
-		if d, ok := arg.(bson.D); ok {
-			args, n = bson.A{get(d, "if"), get(d, "then"), get(d, "else")}, 3
-		}
 		arity(3)
-		if truthy(at(0)) {
-			return at(1)
+		if truthy(eval(args[0], c)) {
+			return eval(args[1], c)
 		}
-		return at(2)
+		return eval(args[2], c)
 	case "$ifNull":
-		for i := 0; i < n-1; i++ {
-			if v := at(i); !nullish(v) {
+		for _, a := range args[:len(args)-1] {
+			if v := eval(a, c); !nullish(v) {
 				return v
 			}
 		}
-		return at(n - 1)
+		return eval(args[len(args)-1], c)
 	case "$and", "$or":
-		for i := range n {
-			if truthy(at(i)) == (name == "$or") {
+		for _, a := range args {
+			if truthy(eval(a, c)) == (name == "$or") {
 				return name == "$or"
 			}
 		}
 		return name == "$and"
 	case "$not":
 		arity(1)
-		return !truthy(at(0))
+		return !truthy(eval(args[0], c))
 	case "$eq", "$ne", "$lt", "$lte", "$gt", "$gte":
 		arity(2)
-		r := compare(at(0), at(1))
-		return map[string]bool{"$eq": r == 0, "$ne": r != 0, "$lt": r < 0, "$lte": r <= 0, "$gt": r > 0, "$gte": r >= 0}[name]
+		v := vals()
+		return compares(name, compare(v[0], v[1]))
 	case "$type":
 		arity(1)
-		return typeName(at(0))
+		return typeName(eval(args[0], c))
 	case "$add", "$multiply":
-		vals := make([]any, n)
-		for i := range n {
-			vals[i] = at(i)
-		}
-		return arithmetic(name, vals)
+		return arithmetic(name, vals())
 	case "$toLong":
 		arity(1)
-		return toLong(at(0))
+		switch v := eval(args[0], c).(type) {
+		case bson.DateTime:
+			return int64(v)
+		case int32, int64:
+			n, _ := integer(v)
+			return n
+		default:
+			panic(notModelled("$toLong of a %s", typeName(v)))
+		}
 	case "$min", "$max":
-		vals := []any{}
-		for i := range n {
-			vals = append(vals, at(i))
-		}
-		if a, ok := vals[0].(bson.A); ok && n == 1 {
-			vals = a
-		}
 		var best any // null if every value is null or missing
-		for _, v := range vals {
-			if nullish(v) {
-				continue
-			}
-			if r := compare(v, best); best == nil || (name == "$max" && r > 0) || (name == "$min" && r < 0) {
+		for _, v := range vals() {
+			if r := compare(v, best); !nullish(v) && (best == nil || (name == "$max" && r > 0) || (name == "$min" && r < 0)) {
 				best = v
 			}
 		}
@@ -194,23 +159,15 @@ func operator(name string, arg any, c *evalCtx) any {
 	case "$concat", "$concatArrays":
 		var s string
 		arr := bson.A{}
-		for i := range n {
-			switch v := at(i).(type) {
+		for _, v := range vals() {
+			switch x := v.(type) {
 			case string:
-				s += v
-				if name != "$concat" {
-					panic(failure{"$concatArrays of a string"})
-				}
+				s += x
 			case bson.A:
-				arr = append(arr, v...)
-				if name != "$concatArrays" {
-					panic(failure{"$concat of an array"})
-				}
-			default:
-				if nullish(v) {
-					return nil
-				}
-				panic(failure{name + " of a " + typeName(v)})
+				arr = append(arr, x...)
+			}
+			if want := map[string]string{"$concat": "string", "$concatArrays": "array"}[name]; typeName(v) != want {
+				panic(notModelled("%s of a %s", name, typeName(v)))
 			}
 		}
 		if name == "$concat" {
@@ -219,37 +176,23 @@ func operator(name string, arg any, c *evalCtx) any {
 		return arr
 	case "$size":
 		arity(1)
-		a, ok := at(0).(bson.A)
-		if !ok {
-			panic(failure{"$size of a non-array"})
-		}
-		return int32(len(a))
+		return int32(len(array(eval(args[0], c), name)))
 	case "$in":
 		arity(2)
-		x := at(0)
-		a, ok := at(1).(bson.A)
-		if !ok {
-			panic(failure{"$in needs an array"})
-		}
-		for _, el := range a {
-			if equal(x, el) {
+		v := vals()
+		for _, el := range array(v[1], name) {
+			if equal(v[0], el) {
 				return true
 			}
 		}
 		return false
 	case "$mergeObjects":
 		out := bson.D{}
-		for i := range n {
-			v := at(i)
-			if nullish(v) {
-				continue
-			}
-			d, ok := v.(bson.D)
-			if !ok {
-				panic(failure{"$mergeObjects of a " + typeName(v)})
-			}
-			for _, e := range d {
-				out = put(out, e.Key, e.Value)
+		for _, v := range vals() {
+			if !nullish(v) {
+				for _, e := range asDoc(v, name) {
+					out = put(out, e.Key, e.Value)
+				}
 			}
 		}
 		return out
@@ -257,50 +200,45 @@ func operator(name string, arg any, c *evalCtx) any {
 	panic(notModelled("expression operator %s", name))
 }
 
-// iterate is $filter and $map.
-func iterate(name string, spec bson.D, c *evalCtx) any {
-	in := eval(get(spec, "input"), c)
-	as := "this"
-	if v, ok := get(spec, "as").(string); ok {
-		as = v
+func compares(op string, r int) bool {
+	return map[string]bool{"$eq": r == 0, "$ne": r != 0, "$lt": r < 0, "$lte": r <= 0, "$gt": r > 0, "$gte": r >= 0}[op]
+}
+
+// array is v, which an operator needs to be an array.
+func array(v any, op string) bson.A {
+	a, ok := v.(bson.A)
+	if !ok {
+		panic(notModelled("%s of a %s", op, typeName(v)))
 	}
+	return a
+}
+
+// iterate is $filter and $map, over $$this.
+func iterate(name string, spec bson.D, c *evalCtx) any {
+	body := map[string]string{"$filter": "cond", "$map": "in"}[name]
 	for _, e := range spec {
-		if e.Key != "input" && e.Key != "as" && e.Key != map[string]string{"$filter": "cond", "$map": "in"}[name] {
+		if e.Key != "input" && e.Key != body {
 			panic(notModelled("%s option %s", name, e.Key))
 		}
 	}
-	if nullish(in) {
-		return nil
-	}
-	arr, ok := in.(bson.A)
-	if !ok {
-		panic(failure{name + " of a non-array"})
-	}
 	out := bson.A{}
-	for _, el := range arr {
-		ec := c.with(as, el)
-		if name == "$filter" {
-			if truthy(eval(get(spec, "cond"), ec)) {
-				out = append(out, el)
-			}
-		} else {
-			v := eval(get(spec, "in"), ec)
-			if v == missing {
-				v = nil
-			}
+	for _, el := range array(eval(get(spec, "input"), c), name) {
+		v := eval(get(spec, body), &evalCtx{now: c.now, root: c.root, this: append(c.this[:len(c.this):len(c.this)], el)})
+		if name == "$map" {
 			out = append(out, v)
+		} else if truthy(v) {
+			out = append(out, el)
 		}
 	}
 	return out
 }
 
-// arithmetic is $add and $multiply: int32 while it fits, else int64, else
-// a double; a double makes a double; $add of a date and numbers is a date
-// that many milliseconds on. Null or missing makes null.
+// arithmetic is $add and $multiply: int32 while it fits, else int64; past
+// int64, a double, as the server goes on in doubles; $add of a date and
+// numbers is a date that many milliseconds on. Null or missing makes null.
 func arithmetic(name string, vals []any) any {
 	var date *bson.DateTime
-	acc, wide, isFloat := int64(0), false, false
-	facc := 0.0
+	acc, wide, isFloat, facc := int64(0), false, false, 0.0
 	if name == "$multiply" {
 		acc, facc = 1, 1
 	}
@@ -308,44 +246,34 @@ func arithmetic(name string, vals []any) any {
 		if nullish(v) {
 			return nil
 		}
-		switch x := v.(type) {
-		case bson.DateTime:
-			if date != nil || name != "$add" {
-				panic(failure{name + " of a date and a date, or multiplying a date"})
-			}
-			date = &x
+		if d, ok := v.(bson.DateTime); ok && date == nil && name == "$add" {
+			date = &d
 			continue
-		case int64:
-			wide = true
-		case float64:
-			isFloat = true
-		case int32:
-		default:
-			panic(failure{name + " of a " + typeName(v)})
 		}
-		f := float(v)
-		if name == "$add" {
-			facc += f
-		} else {
+		i, isInt := integer(v)
+		f, isF := v.(float64)
+		if !isInt && !isF {
+			panic(notModelled("%s of a %s", name, typeName(v)))
+		} else if isInt {
+			f = float64(i)
+		}
+		_, long := v.(int64)
+		wide = wide || long
+		r := acc + i
+		overflow := isF || (i > 0 && r < acc) || (i < 0 && r > acc)
+		if name == "$multiply" {
+			r = acc * i
+			overflow = isF || acc != 0 && (r/acc != i || (acc == -1 && i == -1<<63))
 			facc *= f
+		} else {
+			facc += f
 		}
-		if i, ok := integer(v); ok && !isFloat {
-			r, overflow := acc+i, false
-			if name == "$add" {
-				overflow = (i > 0 && r < acc) || (i < 0 && r > acc)
-			} else {
-				r = acc * i
-				overflow = acc != 0 && (r/acc != i || (acc == -1 && i == math.MinInt64))
-			}
-			if overflow {
-				isFloat = true
-			}
-			acc = r
-		}
+		isFloat = isFloat || overflow
+		acc = r
 	}
 	switch {
 	case date != nil && isFloat:
-		panic(notModelled("$add of a date and a double"))
+		panic(notModelled("$add of a date past int64"))
 	case date != nil:
 		return *date + bson.DateTime(acc)
 	case isFloat:
@@ -354,26 +282,4 @@ func arithmetic(name string, vals []any) any {
 		return int32(acc)
 	}
 	return acc
-}
-
-func toLong(v any) any {
-	switch x := v.(type) {
-	case bson.DateTime:
-		return int64(x)
-	case int32:
-		return int64(x)
-	case int64:
-		return x
-	case bool:
-		return int64(boolInt(x))
-	case float64:
-		if math.IsNaN(x) || x < -0x1p63 || x >= 0x1p63 {
-			panic(failure{"$toLong of a double out of range"})
-		}
-		return int64(x)
-	}
-	if nullish(v) {
-		return nil
-	}
-	panic(notModelled("$toLong of a %s", typeName(v)))
 }

@@ -1,0 +1,124 @@
+package memdb
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// Stream is a change stream of one collection: the events of its writes
+// since Watch, in order, that pass its pipeline. It has no goroutine: the
+// caller takes the events with Next, and may wait on Ready. Safe for
+// concurrent use.
+type Stream struct {
+	pipeline bson.A
+	ready    chan struct{}
+	mu       sync.Mutex
+	events   []bson.D
+	closed   bool
+}
+
+// Watch opens a change stream over the collection's writes from now on.
+// pipeline is $match stages over the events (nil: every event), as
+// mongo.Collection.Watch takes them.
+func (c *Collection) Watch(pipeline any) (s *Stream, err error) {
+	defer guard(&err)
+	s = &Stream{ready: make(chan struct{}, 1)}
+	if pipeline != nil {
+		s.pipeline = array(norm(pipeline), "pipeline")
+	}
+	for _, st := range s.pipeline {
+		if st := stageOf(st); st.Key != "$match" {
+			panic(notModelled("change stream stage %s", st.Key))
+		}
+	}
+	c.streams = append(c.streams, s)
+	return s, nil
+}
+
+// Next returns the next event that passes the pipeline, or nil if there
+// is none yet.
+func (s *Stream) Next() (event bson.Raw, err error) {
+	defer guard(&err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.events) > 0 {
+		docs := s.events[:1:1]
+		s.events = s.events[1:]
+		for _, st := range s.pipeline {
+			docs = stage(docs, stageOf(st), 0)
+		}
+		if len(docs) > 0 {
+			return encode(docs[0]), nil
+		}
+	}
+	return nil, nil
+}
+
+// Ready receives after events arrived that Next has not taken (once for
+// several).
+func (s *Stream) Ready() <-chan struct{} { return s.ready }
+
+// Close ends the stream: it receives no more events.
+func (s *Stream) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed, s.events = true, nil
+}
+
+// emit gives each open stream the event of a write of doc, in MongoDB's
+// shape: a resume token, the operation, its cluster time and wall time,
+// the full document (insert, replace), the namespace, the document's key,
+// and an update's description.
+func (c *Collection) emit(now time.Time, op string, doc, full, desc bson.D) {
+	c.seq++
+	ev := bson.D{
+		{Key: "_id", Value: bson.D{{Key: "_data", Value: fmt.Sprintf("%08X%08X", now.Unix(), c.seq)}}},
+		{Key: "operationType", Value: op},
+		{Key: "clusterTime", Value: bson.Timestamp{T: uint32(now.Unix()), I: c.seq}},
+		{Key: "wallTime", Value: bson.NewDateTimeFromTime(now)},
+	}
+	if full != nil {
+		ev = append(ev, bson.E{Key: "fullDocument", Value: full})
+	}
+	ev = append(ev, bson.E{Key: "ns", Value: bson.D{{Key: "db", Value: c.DB}, {Key: "coll", Value: c.Name}}},
+		bson.E{Key: "documentKey", Value: bson.D{{Key: "_id", Value: get(doc, "_id")}}})
+	if desc != nil {
+		ev = append(ev, bson.E{Key: "updateDescription", Value: desc})
+	}
+	open := c.streams[:0]
+	for _, s := range c.streams {
+		s.mu.Lock()
+		if !s.closed {
+			open = append(open, s)
+			s.events = append(s.events, ev)
+			select {
+			case s.ready <- struct{}{}:
+			default:
+			}
+		}
+		s.mu.Unlock()
+	}
+	c.streams = open
+}
+
+// changes is an update event's description of an update document's
+// write, as MongoDB 5.0 on reports it: the top-level fields it set or
+// changed (an array changed by $pull, whole), and those it removed.
+func changes(before, after bson.D) bson.D {
+	updated, removed := bson.D{}, bson.A{}
+	for _, e := range after {
+		if old := get(before, e.Key); old == missing || !bytes.Equal(encode(bson.D{{Key: e.Key, Value: old}}), encode(bson.D{e})) {
+			updated = append(updated, e)
+		}
+	}
+	for _, e := range before {
+		if get(after, e.Key) == missing {
+			removed = append(removed, e.Key)
+		}
+	}
+	return bson.D{{Key: "updatedFields", Value: updated}, {Key: "removedFields", Value: removed}, {Key: "truncatedArrays", Value: bson.A{}}}
+}

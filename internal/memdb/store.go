@@ -1,0 +1,136 @@
+package memdb
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
+)
+
+// Store is a database: collections by name, a clock and the faults of the
+// network to it. It is safe for concurrent use, and has no goroutine and
+// no process-wide state: inside a testing/synctest bubble, a Store made
+// there reads the bubble's clock and waits on the bubble's timers.
+type Store struct {
+	Faults Faults
+	db     string
+	now    func() time.Time
+	mu     sync.Mutex
+	colls  map[string]*Collection
+}
+
+// NewStore returns an empty database named db, whose $$NOW is now() (nil:
+// time.Now).
+func NewStore(db string, now func() time.Time) *Store {
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{db: db, now: now, colls: map[string]*Collection{}}
+}
+
+// Do runs op on the collection named coll (created empty if new), alone
+// and at the store's clock, through the faults: as a client would see it,
+// the operation may be refused, unreachable, or applied and its reply
+// delayed or lost. A Stream op opens (Collection.Watch) is read outside
+// Do.
+func (s *Store) Do(ctx context.Context, coll string, op func(c *Collection, now time.Time) error) error {
+	lose, err := s.Faults.before()
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	c := s.colls[coll]
+	if c == nil {
+		c = &Collection{DB: s.db, Name: coll}
+		s.colls[coll] = c
+	}
+	err = op(c, s.now())
+	s.mu.Unlock()
+	if d := s.Faults.delayed(); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return lostReply(ctx.Err())
+		}
+	}
+	if lose {
+		return lostReply(io.ErrUnexpectedEOF)
+	}
+	return err
+}
+
+// Faults are a network's faults between a client and a Store, set by
+// explicit calls, so that a test says which operation meets which. The
+// zero value is a network without faults; safe for concurrent use.
+type Faults struct {
+	mu          sync.Mutex
+	delay       time.Duration
+	lose        int
+	refuse      int
+	partitioned bool
+}
+
+// Delay delays every reply from now on by d (0: none). The operation is
+// applied first: a context that ends meanwhile loses its reply.
+func (f *Faults) Delay(d time.Duration) { f.set(func() { f.delay = d }) }
+
+// LoseReplies applies the next n operations and loses their replies: each
+// returns a network error, as the driver does when the connection breaks
+// after the request was sent. The caller cannot tell it was applied.
+func (f *Faults) LoseReplies(n int) { f.set(func() { f.lose = n }) }
+
+// Refuse refuses the next n operations, unapplied, with the transient
+// server error ShutdownInProgress (91), as a stepping-down server does.
+func (f *Faults) Refuse(n int) { f.set(func() { f.refuse = n }) }
+
+// Partition makes every operation fail, unapplied, until Heal, as the
+// driver's server selection fails when no server is reachable (it does
+// after its timeout; here at once).
+func (f *Faults) Partition() { f.set(func() { f.partitioned = true }) }
+
+// Heal ends a partition.
+func (f *Faults) Heal() { f.set(func() { f.partitioned = false }) }
+
+func (f *Faults) set(change func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	change()
+}
+
+// before is the fate of an operation about to run: refused or
+// unreachable (err), or to be applied and its reply lost.
+func (f *Faults) before() (lose bool, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.partitioned:
+		return false, topology.ServerSelectionError{Wrapped: ErrPartitioned}
+	case f.refuse > 0:
+		f.refuse--
+		return false, mongo.CommandError{Code: 91, Name: "ShutdownInProgress", Message: "memdb: the server is shutting down"}
+	case f.lose > 0:
+		f.lose--
+		return true, nil
+	}
+	return false, nil
+}
+
+func (f *Faults) delayed() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.delay
+}
+
+// ErrPartitioned is wrapped by the server selection error of an operation
+// in a partition.
+var ErrPartitioned = errors.New("memdb: partitioned from the server")
+
+func lostReply(cause error) error {
+	return mongo.CommandError{Labels: []string{"NetworkError"}, Name: "NetworkError", Message: "memdb: reply lost: " + cause.Error(), Wrapped: cause}
+}
