@@ -9,7 +9,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // Kind is what a name of a Provider's collections is.
@@ -180,26 +179,21 @@ func (p *Provider) infos(ctx context.Context, s *space, op, name string, pipelin
 			fail(err)
 			return
 		}
-		cur, err := s.coll.Aggregate(ctx, pipeline, options.Aggregate().SetBatchSize(p.listBatchSize()))
-		switch {
-		case err != nil && s == &p.slots && isUnauthorized(err):
-			return // a program that uses no semaphores needs no privilege on their collection
-		case err != nil:
-			fail(err)
-			return
-		}
-		defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
-		for cur.Next(ctx) {
-			info, err := decode(cur.Current)
+		read, stopped := false, false // stopped: by a decoding error, or by yield
+		err := s.coll.aggregate(ctx, pipeline, p.listBatchSize(), func(doc bson.Raw) bool {
+			read = true
+			info, err := decode(doc)
 			if err != nil {
 				fail(err)
-				return
 			}
-			if !yield(info, nil) {
-				return
-			}
-		}
-		if err := cur.Err(); err != nil {
+			stopped = err != nil || !yield(info, nil)
+			return !stopped
+		})
+		switch {
+		case stopped:
+		case err != nil && !read && s == &p.slots && isUnauthorized(err):
+			// A program that uses no semaphores needs no privilege on their collection.
+		case err != nil:
 			fail(err)
 		}
 	}
@@ -279,9 +273,9 @@ func (p *Provider) forceRelease(ctx context.Context, name string, one bool, stmt
 			break
 		}
 		err := p.ensureCollection(ctx, u.sp)
-		var res *mongo.UpdateResult
+		var modified int64
 		if err == nil {
-			res, err = u.sp.coll.UpdateOne(ctx, u.filter, u.update)
+			_, modified, err = u.sp.coll.updateOne(ctx, u.filter, u.update)
 		}
 		switch {
 		case err != nil && u.sp == &p.slots && isUnauthorized(err):
@@ -289,7 +283,7 @@ func (p *Provider) forceRelease(ctx context.Context, name string, one bool, stmt
 		case err != nil:
 			return false, p.Lock(name).errorf("force release", err)
 		}
-		ended = ended || res.ModifiedCount > 0
+		ended = ended || modified > 0
 	}
 	return ended, nil
 }
@@ -460,12 +454,15 @@ func (l *Lock) inspectSlots(ctx context.Context) (slotsDoc, error) {
 	if err := l.p.ensureCollection(ctx, &l.p.slots); err != nil {
 		return slotsDoc{}, l.errorf("inspect", err)
 	}
-	cur, err := l.p.slots.coll.Aggregate(ctx, semInspectPipeline(acquireFilter(l.name)))
-	if err != nil {
-		return slotsDoc{}, l.errorf("inspect", err)
-	}
 	var docs []slotsDoc
-	if err := cur.All(ctx, &docs); err != nil {
+	var decodeErr error
+	err := l.p.slots.coll.aggregate(ctx, semInspectPipeline(acquireFilter(l.name)), 0, func(raw bson.Raw) bool {
+		var doc slotsDoc
+		decodeErr = bson.Unmarshal(raw, &doc)
+		docs = append(docs, doc)
+		return decodeErr == nil
+	})
+	if err := cmp.Or(err, decodeErr); err != nil {
 		return slotsDoc{}, l.errorf("inspect", err)
 	}
 	if len(docs) == 0 {

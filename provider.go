@@ -110,15 +110,16 @@ func New(db *mongo.Database, name string, opts ...Option) (*Lock, error) {
 // process and in any other, whichever Provider minted them.
 func (p *Provider) Lock(name string) *Lock { return &Lock{p: p, name: name, kind: mutexDriver{}} }
 
-// A space is a collection of lock documents and what this process keeps
-// for it.
+// A space is a collection of lock documents, its database's name and its
+// own, and what this process keeps for it.
 type space struct {
-	coll *mongo.Collection
+	coll     collection
+	db, name string
 	*collState
 }
 
 func newSpace(db *mongo.Database, coll string) space {
-	return space{db.Collection(coll, collectionConcerns), collStateFor(db, coll)}
+	return space{newMongoCollection(db, coll), db.Name(), coll, collStateFor(db, coll)}
 }
 
 // collState is what this process keeps for one collection of one client, shared
