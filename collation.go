@@ -79,7 +79,7 @@ func (p *Provider) ensureCollection(ctx context.Context, sp *space) error {
 // read. Missing privilege to list collections decides too: the check is
 // skipped, and logged, so that it never blocks locking.
 func (p *Provider) checkCollation(ctx context.Context, sp *space) (refused, err error) {
-	opts, err := sp.coll.options(ctx)
+	opts, err := sp.store.listCollections(ctx)
 	if testHookListCollections != nil {
 		opts, err = testHookListCollections(p, sp.name, opts, err)
 	}

@@ -112,7 +112,7 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) (err error) {
 	if err := cmp.Or(checkValue(value), h.lossError()); err != nil {
 		return fail(err)
 	}
-	matched, _, err := h.lock.p.locks.coll.updateOne(ctx, ownerFilter(h.lock.name, h.lockID), proclaimUpdate(value))
+	matched, _, err := h.lock.p.locks.store.updateOne(ctx, ownerFilter(h.lock.name, h.lockID), proclaimUpdate(value))
 	if err != nil {
 		return fail(err)
 	}
@@ -261,7 +261,7 @@ func (e *Election) watch(ctx context.Context, changed chan<- struct{}, streaming
 	}
 	for {
 		opened := false
-		err := watch(ctx, p.locks.coll, leaderEvents(e.lock.name), func() {
+		err := watchNames(ctx, p.locks.store, leaderEvents(e.lock.name), func() {
 			opened = true
 			streaming.Store(true)
 			signal("") // a change before the stream opened is read now

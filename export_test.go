@@ -86,7 +86,7 @@ func DatabaseName(p *Provider) string { return p.locks.db }
 func SetReleaseSource(p *Provider, source func(ctx context.Context, released func(name string)) error) {
 	for _, n := range []*notifier{&p.locks.notify, &p.slots.notify} {
 		n.mu.Lock()
-		n.source = func(ctx context.Context, _ collection, ready func(), released func(string)) error {
+		n.source = func(ctx context.Context, _ store, ready func(), released func(string)) error {
 			ready()
 			return source(ctx, released)
 		}
@@ -108,7 +108,7 @@ func LockID(h *Handle) string { return h.lockID }
 // concern of p's collection. The driver has no accessors for them: they are
 // read from its unexported fields.
 func CollectionConcerns(p *Provider) (*readpref.ReadPref, *writeconcern.WriteConcern, *readconcern.ReadConcern) {
-	v := reflect.ValueOf(p.locks.coll.(mongoCollection).coll).Elem()
+	v := reflect.ValueOf(p.locks.store.(mongoStore).coll).Elem()
 	field := func(name string) any {
 		f := v.FieldByName(name)
 		return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface()
@@ -212,6 +212,6 @@ func StatementRoundTrips(ctx context.Context, l *Lock, statement string) error {
 		return cmp.Or(err, ErrNotAcquired)
 	}
 	filter, update := l.kind.release(l.name, id, l.p.opts.atLeast)
-	_, _, err = l.space().coll.updateOne(ctx, filter, update)
+	_, _, err = l.space().store.updateOne(ctx, filter, update)
 	return err
 }

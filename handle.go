@@ -251,7 +251,7 @@ func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (e
 		err = h.handOver(ctx, w) // sends nothing if ctx is done
 	} else if err = ctx.Err(); err == nil {
 		filter, update := h.lock.kind.release(h.lock.name, h.lockID, hold)
-		matched, _, uerr := h.lock.space().coll.updateOne(ctx, filter, update)
+		matched, _, uerr := h.lock.space().store.updateOne(ctx, filter, update)
 		if err = uerr; err == nil && matched == 0 {
 			err = mongo.ErrNoDocuments
 		}

@@ -21,16 +21,16 @@ const indexTimeout = 30 * time.Second
 // fencing tokens to count.
 func (l *Lock) ensureIndex() {
 	p, sp := l.p, l.space()
-	coll, db, name := sp.coll, sp.db, sp.name
+	st, db, name := sp.store, sp.db, sp.name
 	sp.indexOnce.Do(func() {
 		p.background(indexTimeout, func(ctx context.Context) {
-			err := coll.createIndex(ctx, ttlIndex())
+			err := st.createIndex(ctx, ttlIndex())
 			var se mongo.ServerError
 			if errors.As(err, &se) && se.HasErrorCode(indexOptionsConflict) {
-				secs, ok := ttlSeconds(ctx, coll)
+				secs, ok := ttlSeconds(ctx, st)
 				switch {
 				case ok && secs < ttlGraceSeconds:
-					err = coll.collMod(ctx, raiseTTL(name))
+					err = st.collMod(ctx, raiseTTL(name))
 				case ok:
 					err = nil // ours already, keeping documents as long or longer
 				}
@@ -42,8 +42,8 @@ func (l *Lock) ensureIndex() {
 
 // ttlSeconds returns the expireAfterSeconds of the index named TTLIndexName,
 // if it has one.
-func ttlSeconds(ctx context.Context, coll collection) (int64, bool) {
-	all, err := coll.indexes(ctx)
+func ttlSeconds(ctx context.Context, st store) (int64, bool) {
+	all, err := st.indexes(ctx)
 	if err != nil {
 		return 0, false
 	}

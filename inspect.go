@@ -180,7 +180,7 @@ func (p *Provider) infos(ctx context.Context, s *space, op, name string, pipelin
 			return
 		}
 		read, stopped := false, false // stopped: by a decoding error, or by yield
-		err := s.coll.aggregate(ctx, pipeline, p.listBatchSize(), func(doc bson.Raw) bool {
+		err := s.store.aggregate(ctx, pipeline, p.listBatchSize(), func(doc bson.Raw) bool {
 			read = true
 			info, err := decode(doc)
 			if err != nil {
@@ -230,8 +230,8 @@ func (p *Provider) ForceRelease(ctx context.Context, name string) (bool, error) 
 		return p.memForceRelease(ctx, name)
 	}
 	return p.forceRelease(ctx, name, false,
-		updateOne{&p.locks, forceReleaseFilter(name), forceReleaseUpdate},
-		updateOne{&p.slots, semForceReleaseFilter(name), semForceReleaseUpdate})
+		forceUpdate{&p.locks, forceReleaseFilter(name), forceReleaseUpdate},
+		forceUpdate{&p.slots, semForceReleaseFilter(name), semForceReleaseUpdate})
 }
 
 // ForceReleaseHolder ends one acquisition of name, the one whose
@@ -248,12 +248,12 @@ func (p *Provider) ForceReleaseHolder(ctx context.Context, name, id string) (boo
 		return p.memForceReleaseHolder(ctx, name, id)
 	}
 	return p.forceRelease(ctx, name, true,
-		updateOne{&p.locks, ownerFilter(name, id), forceReleaseUpdate},
-		updateOne{&p.slots, semHolderFilter(name, id), semForceReleaseHolderUpdate(id)})
+		forceUpdate{&p.locks, ownerFilter(name, id), forceReleaseUpdate},
+		forceUpdate{&p.slots, semHolderFilter(name, id), semForceReleaseHolderUpdate(id)})
 }
 
-// updateOne is an updateOne statement on the collection of a space.
-type updateOne struct {
+// forceUpdate is an updateOne statement on the collection of a space.
+type forceUpdate struct {
 	sp     *space
 	filter bson.D
 	update any
@@ -263,7 +263,7 @@ type updateOne struct {
 // ended a holder (changed its document: a document whose holders' leases
 // have all ended is left as it is); if one, it stops at the first that
 // did.
-func (p *Provider) forceRelease(ctx context.Context, name string, one bool, stmts ...updateOne) (bool, error) {
+func (p *Provider) forceRelease(ctx context.Context, name string, one bool, stmts ...forceUpdate) (bool, error) {
 	if ctx == nil {
 		return false, p.Lock(name).errorf("force release", errNilContext)
 	}
@@ -275,7 +275,7 @@ func (p *Provider) forceRelease(ctx context.Context, name string, one bool, stmt
 		err := p.ensureCollection(ctx, u.sp)
 		var modified int64
 		if err == nil {
-			_, modified, err = u.sp.coll.updateOne(ctx, u.filter, u.update)
+			_, modified, err = u.sp.store.updateOne(ctx, u.filter, u.update)
 		}
 		switch {
 		case err != nil && u.sp == &p.slots && isUnauthorized(err):
@@ -456,7 +456,7 @@ func (l *Lock) inspectSlots(ctx context.Context) (slotsDoc, error) {
 	}
 	var docs []slotsDoc
 	var decodeErr error
-	err := l.p.slots.coll.aggregate(ctx, semInspectPipeline(acquireFilter(l.name)), 0, func(raw bson.Raw) bool {
+	err := l.p.slots.store.aggregate(ctx, semInspectPipeline(acquireFilter(l.name)), 0, func(raw bson.Raw) bool {
 		var doc slotsDoc
 		decodeErr = bson.Unmarshal(raw, &doc)
 		docs = append(docs, doc)

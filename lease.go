@@ -232,9 +232,9 @@ func (p *Provider) extendLeases(ctx context.Context, hs []*acquisition) ([]*acqu
 		}
 		ids[i] = h.lockID
 	}
-	kind, coll := hs[0].lock.kind, hs[0].lock.space().coll
+	kind, st := hs[0].lock.kind, hs[0].lock.space().store
 	filter, update := kind.extend(p, names, ids)
-	matched, _, err := coll.updateMany(ctx, filter, update)
+	matched, _, err := st.updateMany(ctx, filter, update)
 	switch {
 	case err != nil || len(names) == len(hs) && int(matched) == len(hs):
 		return nil, err // one handle per document: a match is its own
@@ -242,7 +242,7 @@ func (p *Provider) extendLeases(ctx context.Context, hs []*acquisition) ([]*acqu
 		return hs, nil
 	}
 	f, projection := kind.holders(names)
-	docs, err := coll.find(ctx, f, projection)
+	docs, err := st.find(ctx, f, projection)
 	if err != nil {
 		return nil, err
 	}

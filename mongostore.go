@@ -7,14 +7,16 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 )
 
-// collection is one collection of lock documents as the engine uses it:
+// store is one collection of lock documents as the engine uses it:
 // every statement the engine sends goes through it. Values in and out are
 // bson values and the driver's errors (mongo.ErrNoDocuments for no match,
 // a server's refusal as a mongo.ServerError), so that the engine does not
 // depend on the store beneath it.
-type collection interface {
+type store interface {
 	// findOneAndUpdate updates the first document that filter matches and
 	// returns it as it is after the update, only projection's fields if
 	// projection is not nil; mongo.ErrNoDocuments if none matched.
@@ -38,9 +40,9 @@ type collection interface {
 	createIndex(ctx context.Context, index mongo.IndexModel) error
 	indexes(ctx context.Context) ([]bson.Raw, error)
 	collMod(ctx context.Context, cmd bson.D) error
-	// options returns the collection's options as listCollections reports
-	// them: none if it does not exist yet.
-	options(ctx context.Context) ([]bson.Raw, error)
+	// listCollections returns the collection's options as listCollections
+	// reports them: none if it does not exist yet.
+	listCollections(ctx context.Context) ([]bson.Raw, error)
 
 	// watch runs a change stream of the collection's events that match
 	// pipeline until ctx ends, calling ready once it is open and event
@@ -49,17 +51,27 @@ type collection interface {
 	watch(ctx context.Context, pipeline mongo.Pipeline, ready func(), event func(id bson.RawValue)) error
 }
 
-// mongoCollection is a collection on MongoDB, with the library's concerns
+// mongoStore is a collection on MongoDB, with the library's concerns
 // (collectionConcerns).
-type mongoCollection struct {
+type mongoStore struct {
 	coll *mongo.Collection
 }
 
-func newMongoCollection(db *mongo.Database, name string) mongoCollection {
-	return mongoCollection{db.Collection(name, collectionConcerns)}
+// collectionConcerns override the database's. The read after a partial
+// batch of extensions decides which handles are still held: at "local" on
+// the primary it sees every write the batch saw, and every majority-written
+// one, also after a failover; "majority" could show a state older than the
+// batch's and keep a lost handle.
+var collectionConcerns = options.Collection().
+	SetWriteConcern(writeconcern.Majority()).
+	SetReadPreference(readpref.Primary()).
+	SetReadConcern(readconcern.Local())
+
+func newMongoStore(db *mongo.Database, name string) mongoStore {
+	return mongoStore{db.Collection(name, collectionConcerns)}
 }
 
-func (c mongoCollection) findOneAndUpdate(ctx context.Context, filter, update, projection any) (bson.Raw, error) {
+func (c mongoStore) findOneAndUpdate(ctx context.Context, filter, update, projection any) (bson.Raw, error) {
 	opts := acquireOptions // built once: the acquisitions of locks send it
 	if projection != nil {
 		opts = options.FindOneAndUpdate().SetReturnDocument(options.After).SetProjection(projection)
@@ -67,7 +79,7 @@ func (c mongoCollection) findOneAndUpdate(ctx context.Context, filter, update, p
 	return c.coll.FindOneAndUpdate(ctx, filter, update, opts).Raw()
 }
 
-func (c mongoCollection) updateOne(ctx context.Context, filter, update any) (int64, int64, error) {
+func (c mongoStore) updateOne(ctx context.Context, filter, update any) (int64, int64, error) {
 	res, err := c.coll.UpdateOne(ctx, filter, update)
 	if err != nil {
 		return 0, 0, err
@@ -75,7 +87,7 @@ func (c mongoCollection) updateOne(ctx context.Context, filter, update any) (int
 	return res.MatchedCount, res.ModifiedCount, nil
 }
 
-func (c mongoCollection) updateMany(ctx context.Context, filter, update any) (int64, int64, error) {
+func (c mongoStore) updateMany(ctx context.Context, filter, update any) (int64, int64, error) {
 	res, err := c.coll.UpdateMany(ctx, filter, update)
 	if err != nil {
 		return 0, 0, err
@@ -83,12 +95,12 @@ func (c mongoCollection) updateMany(ctx context.Context, filter, update any) (in
 	return res.MatchedCount, res.ModifiedCount, nil
 }
 
-func (c mongoCollection) insertOne(ctx context.Context, doc any) error {
+func (c mongoStore) insertOne(ctx context.Context, doc any) error {
 	_, err := c.coll.InsertOne(ctx, doc)
 	return err
 }
 
-func (c mongoCollection) find(ctx context.Context, filter, projection any) ([]bson.Raw, error) {
+func (c mongoStore) find(ctx context.Context, filter, projection any) ([]bson.Raw, error) {
 	cur, err := c.coll.Find(ctx, filter, options.Find().SetProjection(projection))
 	if err != nil {
 		return nil, err
@@ -98,7 +110,7 @@ func (c mongoCollection) find(ctx context.Context, filter, projection any) ([]bs
 	return docs, err
 }
 
-func (c mongoCollection) aggregate(ctx context.Context, pipeline any, batchSize int32, each func(bson.Raw) bool) error {
+func (c mongoStore) aggregate(ctx context.Context, pipeline any, batchSize int32, each func(bson.Raw) bool) error {
 	opts := options.Aggregate()
 	if batchSize > 0 {
 		opts.SetBatchSize(batchSize)
@@ -116,12 +128,12 @@ func (c mongoCollection) aggregate(ctx context.Context, pipeline any, batchSize 
 	return cur.Err()
 }
 
-func (c mongoCollection) createIndex(ctx context.Context, index mongo.IndexModel) error {
+func (c mongoStore) createIndex(ctx context.Context, index mongo.IndexModel) error {
 	_, err := c.coll.Indexes().CreateOne(ctx, index)
 	return err
 }
 
-func (c mongoCollection) indexes(ctx context.Context) ([]bson.Raw, error) {
+func (c mongoStore) indexes(ctx context.Context) ([]bson.Raw, error) {
 	cur, err := c.coll.Indexes().List(ctx)
 	if err != nil {
 		return nil, err
@@ -131,11 +143,11 @@ func (c mongoCollection) indexes(ctx context.Context) ([]bson.Raw, error) {
 	return all, err
 }
 
-func (c mongoCollection) collMod(ctx context.Context, cmd bson.D) error {
+func (c mongoStore) collMod(ctx context.Context, cmd bson.D) error {
 	return c.coll.Database().RunCommand(ctx, cmd).Err()
 }
 
-func (c mongoCollection) options(ctx context.Context) ([]bson.Raw, error) {
+func (c mongoStore) listCollections(ctx context.Context) ([]bson.Raw, error) {
 	specs, err := c.coll.Database().ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: c.coll.Name()}})
 	opts := make([]bson.Raw, len(specs))
 	for i, s := range specs {
@@ -144,7 +156,7 @@ func (c mongoCollection) options(ctx context.Context) ([]bson.Raw, error) {
 	return opts, err
 }
 
-func (c mongoCollection) watch(ctx context.Context, pipeline mongo.Pipeline, ready func(), event func(bson.RawValue)) error {
+func (c mongoStore) watch(ctx context.Context, pipeline mongo.Pipeline, ready func(), event func(bson.RawValue)) error {
 	// Change streams need read concern majority; the collection reads at local.
 	cs, err := c.coll.Clone(options.Collection().SetReadConcern(readconcern.Majority())).Watch(ctx, pipeline)
 	if err != nil {

@@ -45,19 +45,19 @@ const (
 // releaseSource delivers the names of released locks until ctx ends,
 // calling ready once it sees every release from then on. It returns an
 // error if it cannot (then the collection falls back to polling).
-type releaseSource func(ctx context.Context, coll collection, ready func(), released func(name string)) error
+type releaseSource func(ctx context.Context, st store, ready func(), released func(name string)) error
 
 // watchReleases is the change-stream releaseSource.
-func watchReleases(ctx context.Context, coll collection, ready func(), released func(name string)) error {
-	return watch(ctx, coll, releaseEvents, ready, released)
+func watchReleases(ctx context.Context, st store, ready func(), released func(name string)) error {
+	return watchNames(ctx, st, releaseEvents, ready, released)
 }
 
-// watch runs a change stream of coll's events that match pipeline until
+// watchNames runs a change stream of the events of st that match pipeline until
 // ctx ends, calling ready once it is open and event with the name of each
 // event's document (a lock's _id is its name). It returns nil when ctx
 // ends, else why the stream ended.
-func watch(ctx context.Context, coll collection, pipeline mongo.Pipeline, ready func(), event func(name string)) error {
-	return coll.watch(ctx, pipeline, ready, func(id bson.RawValue) {
+func watchNames(ctx context.Context, st store, pipeline mongo.Pipeline, ready func(), event func(name string)) error {
+	return st.watch(ctx, pipeline, ready, func(id bson.RawValue) {
 		if name, ok := id.StringValueOK(); ok {
 			event(name)
 		}
@@ -83,7 +83,7 @@ type sourceRun struct {
 }
 
 // join counts a waiter; it starts the source unless it runs already.
-func (n *notifier) join(coll collection, wake func(name string), bg *sync.WaitGroup) {
+func (n *notifier) join(st store, wake func(name string), bg *sync.WaitGroup) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.waiters++
@@ -101,7 +101,7 @@ func (n *notifier) join(coll collection, wake func(name string), bg *sync.WaitGr
 	bg.Go(func() {
 		defer stop()
 		var opened time.Time
-		err := source(ctx, coll, func() {
+		err := source(ctx, st, func() {
 			n.mu.Lock()
 			defer n.mu.Unlock()
 			run.open, opened = true, time.Now()

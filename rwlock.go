@@ -189,7 +189,7 @@ func (h *acquisition) upgradePoll(ctx context.Context, tag string) (int64, error
 				Upgrade string `bson:"upgrade"`
 			} `bson:"holders"`
 		}
-		raw, err := l.space().coll.findOneAndUpdate(ctx, semHolderFilter(l.name, h.lockID),
+		raw, err := l.space().store.findOneAndUpdate(ctx, semHolderFilter(l.name, h.lockID),
 			upgradePipeline(h.lockID, tag, p.opts.claimLifetime()), upgradeReplyFields(h.lockID))
 		if err == nil {
 			err = bson.Unmarshal(raw, &doc)
@@ -252,7 +252,7 @@ func (h *Handle) Downgrade(ctx context.Context) error {
 	err := ctx.Err()
 	if err == nil {
 		var matched int64
-		if matched, _, err = l.space().coll.updateOne(ctx, filter, update); err == nil && matched == 0 {
+		if matched, _, err = l.space().store.updateOne(ctx, filter, update); err == nil && matched == 0 {
 			return h.noHolder(op)
 		}
 	}

@@ -137,7 +137,7 @@ func (d slotDriver) acquire(ctx context.Context, p *Provider, name string, a att
 	sa := slotAttempt{id: a.id, releasing: a.releasing, waitToken: a.waitToken, proc: p.slots.process, owner: p.opts.owner,
 		n: d.n, rw: d.rw, mode: a.mode, expiry: p.opts.expiry, claim: p.opts.claimLifetime()}
 	var doc semDoc
-	raw, err := p.slots.coll.findOneAndUpdate(ctx, filter, slotPipeline(sa), slotReplyFields)
+	raw, err := p.slots.store.findOneAndUpdate(ctx, filter, slotPipeline(sa), slotReplyFields)
 	if err == nil {
 		err = bson.Unmarshal(raw, &doc)
 	}
