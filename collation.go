@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 // ErrCollation reports that a lock collection (the locks' or
@@ -59,7 +58,7 @@ func (p *Provider) ensureCollection(ctx context.Context, sp *space) error {
 		c.running = running
 		c.mu.Unlock()
 
-		refused, err := p.checkCollation(ctx, sp.coll)
+		refused, err := p.checkCollation(ctx, sp)
 		c.mu.Lock()
 		c.running = nil
 		if err == nil {
@@ -75,30 +74,25 @@ func (p *Provider) ensureCollection(ctx context.Context, sp *space) error {
 	return nil
 }
 
-// checkCollation reads coll's options and returns the refusal of a
-// non-simple default collation, or err if they could not be read. Missing
-// privilege to list collections decides too: the check is skipped, and
-// logged, so that it never blocks locking.
-func (p *Provider) checkCollation(ctx context.Context, coll *mongo.Collection) (refused, err error) {
-	db := coll.Database()
-	specs, err := db.ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: coll.Name()}})
-	opts := make([]bson.Raw, len(specs))
-	for i, s := range specs {
-		opts[i] = s.Options
-	}
+// checkCollation reads the options of sp's collection and returns the
+// refusal of a non-simple default collation, or err if they could not be
+// read. Missing privilege to list collections decides too: the check is
+// skipped, and logged, so that it never blocks locking.
+func (p *Provider) checkCollation(ctx context.Context, sp *space) (refused, err error) {
+	opts, err := sp.store.listCollections(ctx)
 	if testHookListCollections != nil {
-		opts, err = testHookListCollections(p, coll.Name(), opts, err)
+		opts, err = testHookListCollections(p, sp.name, opts, err)
 	}
 	switch {
 	case isUnauthorized(err):
 		p.tel.log.Warn("mongolock: could not check the lock collection's default collation (no privilege to list collections); names are compared exactly only if it has none",
-			"collection", coll.Name(), "error", err)
+			"collection", sp.name, "error", err)
 		return nil, nil
 	case err != nil:
 		return nil, err
 	}
 	for _, o := range opts {
-		if err := collationRefusal(db.Name(), coll.Name(), o); err != nil {
+		if err := collationRefusal(sp.db, sp.name, o); err != nil {
 			return err, nil
 		}
 	}

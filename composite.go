@@ -62,8 +62,8 @@ func (l *Lock) compositeKey() (partKey, error) {
 		}
 		return partKey{coll: coll, name: l.name, kind: kind}, nil
 	}
-	coll := l.space().coll
-	return partKey{db: coll.Database().Name(), coll: coll.Name(), name: l.name, kind: kind}, nil
+	sp := l.space()
+	return partKey{db: sp.db, coll: sp.name, name: l.name, kind: kind}, nil
 }
 
 func (s *Semaphore) compositeKey() (partKey, error) {

@@ -112,11 +112,11 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) (err error) {
 	if err := cmp.Or(checkValue(value), h.lossError()); err != nil {
 		return fail(err)
 	}
-	res, err := h.lock.p.locks.coll.UpdateOne(ctx, ownerFilter(h.lock.name, h.lockID), proclaimUpdate(value))
+	matched, _, err := h.lock.p.locks.store.updateOne(ctx, ownerFilter(h.lock.name, h.lockID), proclaimUpdate(value))
 	if err != nil {
 		return fail(err)
 	}
-	if res.MatchedCount == 0 {
+	if matched == 0 {
 		lost := fmt.Errorf("%w: at proclaim, someone else led, or the election's document was gone", ErrLockLost)
 		if h.lock.p.forget(h) != nil {
 			h.markLost(lossTakenOver, lost)
@@ -261,7 +261,7 @@ func (e *Election) watch(ctx context.Context, changed chan<- struct{}, streaming
 	}
 	for {
 		opened := false
-		err := watch(ctx, p.locks.coll, leaderEvents(e.lock.name), func() {
+		err := watchNames(ctx, p.locks.store, leaderEvents(e.lock.name), func() {
 			opened = true
 			streaming.Store(true)
 			signal("") // a change before the stream opened is read now

@@ -375,7 +375,7 @@ func TestReleaseStreamThatEndsAfterOpeningIsReopenedAndARefusalIsRemembered(t *t
 	ended := make(chan time.Time, 4) // when each run was about to end
 	started := make(chan int, 4)
 	runs := 0
-	n := &notifier{source: func(ctx context.Context, _ *mongo.Collection, ready func(), _ func(string)) error {
+	n := &notifier{source: func(ctx context.Context, _ store, ready func(), _ func(string)) error {
 		runs++
 		started <- runs
 		ready()
@@ -436,7 +436,7 @@ func TestReleaseStreamThatEndsAfterOpeningIsReopenedAndARefusalIsRemembered(t *t
 	n.leave() // the last waiter: the run stops after notifyLinger, and bg.Wait sees it end
 
 	calls := 0
-	r := &notifier{source: func(context.Context, *mongo.Collection, func(), func(string)) error {
+	r := &notifier{source: func(context.Context, store, func(), func(string)) error {
 		calls++
 		return refused
 	}}

@@ -8,7 +8,6 @@ import (
 	"time"
 	"unsafe"
 
-	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
@@ -57,7 +56,7 @@ const TurnLength = turnLength
 func SafetyMargin(p *Provider) time.Duration { return p.opts.safetyMargin() }
 
 // CollectionName is the provider's collection.
-func CollectionName(p *Provider) string { return p.locks.coll.Name() }
+func CollectionName(p *Provider) string { return p.locks.name }
 
 // CalmWaits is how many unrefused waits in a row make an Acquire send the
 // statement for a lock nobody waits for first.
@@ -78,7 +77,7 @@ func QueueNames(p *Provider) int {
 }
 
 // DatabaseName is the provider's database.
-func DatabaseName(p *Provider) string { return p.locks.coll.Database().Name() }
+func DatabaseName(p *Provider) string { return p.locks.db }
 
 // SetReleaseSource replaces the change streams that wake waiters of p's
 // collections (the locks', the semaphores') when a lock or slot is released
@@ -87,7 +86,7 @@ func DatabaseName(p *Provider) string { return p.locks.coll.Database().Name() }
 func SetReleaseSource(p *Provider, source func(ctx context.Context, released func(name string)) error) {
 	for _, n := range []*notifier{&p.locks.notify, &p.slots.notify} {
 		n.mu.Lock()
-		n.source = func(ctx context.Context, _ *mongo.Collection, ready func(), released func(string)) error {
+		n.source = func(ctx context.Context, _ store, ready func(), released func(string)) error {
 			ready()
 			return source(ctx, released)
 		}
@@ -109,7 +108,7 @@ func LockID(h *Handle) string { return h.lockID }
 // concern of p's collection. The driver has no accessors for them: they are
 // read from its unexported fields.
 func CollectionConcerns(p *Provider) (*readpref.ReadPref, *writeconcern.WriteConcern, *readconcern.ReadConcern) {
-	v := reflect.ValueOf(p.locks.coll).Elem()
+	v := reflect.ValueOf(p.locks.store.(mongoStore).coll).Elem()
 	field := func(name string) any {
 		f := v.FieldByName(name)
 		return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface()
@@ -213,6 +212,6 @@ func StatementRoundTrips(ctx context.Context, l *Lock, statement string) error {
 		return cmp.Or(err, ErrNotAcquired)
 	}
 	filter, update := l.kind.release(l.name, id, l.p.opts.atLeast)
-	_, err = l.space().coll.UpdateOne(ctx, filter, update)
+	_, _, err = l.space().store.updateOne(ctx, filter, update)
 	return err
 }

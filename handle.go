@@ -251,8 +251,8 @@ func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (e
 		err = h.handOver(ctx, w) // sends nothing if ctx is done
 	} else if err = ctx.Err(); err == nil {
 		filter, update := h.lock.kind.release(h.lock.name, h.lockID, hold)
-		res, uerr := h.lock.space().coll.UpdateOne(ctx, filter, update)
-		if err = uerr; err == nil && res.MatchedCount == 0 {
+		matched, _, uerr := h.lock.space().store.updateOne(ctx, filter, update)
+		if err = uerr; err == nil && matched == 0 {
 			err = mongo.ErrNoDocuments
 		}
 	}

@@ -21,40 +21,40 @@ const indexTimeout = 30 * time.Second
 // fencing tokens to count.
 func (l *Lock) ensureIndex() {
 	p, sp := l.p, l.space()
-	coll := sp.coll
+	st, db, name := sp.store, sp.db, sp.name
 	sp.indexOnce.Do(func() {
 		p.background(indexTimeout, func(ctx context.Context) {
-			_, err := coll.Indexes().CreateOne(ctx, ttlIndex())
+			err := st.createIndex(ctx, ttlIndex())
 			var se mongo.ServerError
 			if errors.As(err, &se) && se.HasErrorCode(indexOptionsConflict) {
-				secs, ok := ttlSeconds(ctx, coll)
+				secs, ok := ttlSeconds(ctx, st)
 				switch {
 				case ok && secs < ttlGraceSeconds:
-					err = coll.Database().RunCommand(ctx, raiseTTL(coll.Name())).Err()
+					err = st.collMod(ctx, raiseTTL(name))
 				case ok:
 					err = nil // ours already, keeping documents as long or longer
 				}
 			}
-			p.tel.indexFailed(coll.Database().Name(), coll.Name(), err)
+			p.tel.indexFailed(db, name, err)
 		})
 	})
 }
 
 // ttlSeconds returns the expireAfterSeconds of the index named TTLIndexName,
 // if it has one.
-func ttlSeconds(ctx context.Context, coll *mongo.Collection) (int64, bool) {
-	cur, err := coll.Indexes().List(ctx)
+func ttlSeconds(ctx context.Context, st store) (int64, bool) {
+	all, err := st.indexes(ctx)
 	if err != nil {
 		return 0, false
 	}
-	var all []struct {
-		Name               string        `bson:"name"`
-		ExpireAfterSeconds bson.RawValue `bson:"expireAfterSeconds"`
-	}
-	if cur.All(ctx, &all) != nil {
-		return 0, false
-	}
-	for _, ix := range all {
+	for _, raw := range all {
+		var ix struct {
+			Name               string        `bson:"name"`
+			ExpireAfterSeconds bson.RawValue `bson:"expireAfterSeconds"`
+		}
+		if bson.Unmarshal(raw, &ix) != nil {
+			return 0, false
+		}
 		if ix.Name == TTLIndexName {
 			return ix.ExpireAfterSeconds.AsInt64OK()
 		}

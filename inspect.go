@@ -9,7 +9,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // Kind is what a name of a Provider's collections is.
@@ -180,26 +179,21 @@ func (p *Provider) infos(ctx context.Context, s *space, op, name string, pipelin
 			fail(err)
 			return
 		}
-		cur, err := s.coll.Aggregate(ctx, pipeline, options.Aggregate().SetBatchSize(p.listBatchSize()))
-		switch {
-		case err != nil && s == &p.slots && isUnauthorized(err):
-			return // a program that uses no semaphores needs no privilege on their collection
-		case err != nil:
-			fail(err)
-			return
-		}
-		defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
-		for cur.Next(ctx) {
-			info, err := decode(cur.Current)
+		read, stopped := false, false // stopped: by a decoding error, or by yield
+		err := s.store.aggregate(ctx, pipeline, p.listBatchSize(), func(doc bson.Raw) bool {
+			read = true
+			info, err := decode(doc)
 			if err != nil {
 				fail(err)
-				return
 			}
-			if !yield(info, nil) {
-				return
-			}
-		}
-		if err := cur.Err(); err != nil {
+			stopped = err != nil || !yield(info, nil)
+			return !stopped
+		})
+		switch {
+		case stopped:
+		case err != nil && !read && s == &p.slots && isUnauthorized(err):
+			// A program that uses no semaphores needs no privilege on their collection.
+		case err != nil:
 			fail(err)
 		}
 	}
@@ -236,8 +230,8 @@ func (p *Provider) ForceRelease(ctx context.Context, name string) (bool, error) 
 		return p.memForceRelease(ctx, name)
 	}
 	return p.forceRelease(ctx, name, false,
-		updateOne{&p.locks, forceReleaseFilter(name), forceReleaseUpdate},
-		updateOne{&p.slots, semForceReleaseFilter(name), semForceReleaseUpdate})
+		forceUpdate{&p.locks, forceReleaseFilter(name), forceReleaseUpdate},
+		forceUpdate{&p.slots, semForceReleaseFilter(name), semForceReleaseUpdate})
 }
 
 // ForceReleaseHolder ends one acquisition of name, the one whose
@@ -254,12 +248,12 @@ func (p *Provider) ForceReleaseHolder(ctx context.Context, name, id string) (boo
 		return p.memForceReleaseHolder(ctx, name, id)
 	}
 	return p.forceRelease(ctx, name, true,
-		updateOne{&p.locks, ownerFilter(name, id), forceReleaseUpdate},
-		updateOne{&p.slots, semHolderFilter(name, id), semForceReleaseHolderUpdate(id)})
+		forceUpdate{&p.locks, ownerFilter(name, id), forceReleaseUpdate},
+		forceUpdate{&p.slots, semHolderFilter(name, id), semForceReleaseHolderUpdate(id)})
 }
 
-// updateOne is an updateOne statement on the collection of a space.
-type updateOne struct {
+// forceUpdate is an updateOne statement on the collection of a space.
+type forceUpdate struct {
 	sp     *space
 	filter bson.D
 	update any
@@ -269,7 +263,7 @@ type updateOne struct {
 // ended a holder (changed its document: a document whose holders' leases
 // have all ended is left as it is); if one, it stops at the first that
 // did.
-func (p *Provider) forceRelease(ctx context.Context, name string, one bool, stmts ...updateOne) (bool, error) {
+func (p *Provider) forceRelease(ctx context.Context, name string, one bool, stmts ...forceUpdate) (bool, error) {
 	if ctx == nil {
 		return false, p.Lock(name).errorf("force release", errNilContext)
 	}
@@ -279,9 +273,9 @@ func (p *Provider) forceRelease(ctx context.Context, name string, one bool, stmt
 			break
 		}
 		err := p.ensureCollection(ctx, u.sp)
-		var res *mongo.UpdateResult
+		var modified int64
 		if err == nil {
-			res, err = u.sp.coll.UpdateOne(ctx, u.filter, u.update)
+			_, modified, err = u.sp.store.updateOne(ctx, u.filter, u.update)
 		}
 		switch {
 		case err != nil && u.sp == &p.slots && isUnauthorized(err):
@@ -289,7 +283,7 @@ func (p *Provider) forceRelease(ctx context.Context, name string, one bool, stmt
 		case err != nil:
 			return false, p.Lock(name).errorf("force release", err)
 		}
-		ended = ended || res.ModifiedCount > 0
+		ended = ended || modified > 0
 	}
 	return ended, nil
 }
@@ -460,12 +454,15 @@ func (l *Lock) inspectSlots(ctx context.Context) (slotsDoc, error) {
 	if err := l.p.ensureCollection(ctx, &l.p.slots); err != nil {
 		return slotsDoc{}, l.errorf("inspect", err)
 	}
-	cur, err := l.p.slots.coll.Aggregate(ctx, semInspectPipeline(acquireFilter(l.name)))
-	if err != nil {
-		return slotsDoc{}, l.errorf("inspect", err)
-	}
 	var docs []slotsDoc
-	if err := cur.All(ctx, &docs); err != nil {
+	var decodeErr error
+	err := l.p.slots.store.aggregate(ctx, semInspectPipeline(acquireFilter(l.name)), 0, func(raw bson.Raw) bool {
+		var doc slotsDoc
+		decodeErr = bson.Unmarshal(raw, &doc)
+		docs = append(docs, doc)
+		return decodeErr == nil
+	})
+	if err := cmp.Or(err, decodeErr); err != nil {
 		return slotsDoc{}, l.errorf("inspect", err)
 	}
 	if len(docs) == 0 {

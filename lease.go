@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // Lease keeping.
@@ -233,37 +232,33 @@ func (p *Provider) extendLeases(ctx context.Context, hs []*acquisition) ([]*acqu
 		}
 		ids[i] = h.lockID
 	}
-	kind, coll := hs[0].lock.kind, hs[0].lock.space().coll
+	kind, st := hs[0].lock.kind, hs[0].lock.space().store
 	filter, update := kind.extend(p, names, ids)
-	res, err := coll.UpdateMany(ctx, filter, update)
+	matched, _, err := st.updateMany(ctx, filter, update)
 	switch {
-	case err != nil || len(names) == len(hs) && int(res.MatchedCount) == len(hs):
+	case err != nil || len(names) == len(hs) && int(matched) == len(hs):
 		return nil, err // one handle per document: a match is its own
-	case res.MatchedCount == 0:
+	case matched == 0:
 		return hs, nil
 	}
 	f, projection := kind.holders(names)
-	cur, err := coll.Find(ctx, f, options.Find().SetProjection(projection))
+	docs, err := st.find(ctx, f, projection)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
 	held := make(map[string]bool, len(hs))
-	for cur.Next(ctx) {
+	for _, raw := range docs {
 		var doc struct {
 			LockID  string      `bson:"lockId"`
 			Holders []semHolder `bson:"holders"`
 		}
-		if err := cur.Decode(&doc); err != nil {
+		if err := bson.Unmarshal(raw, &doc); err != nil {
 			return nil, err
 		}
 		held[doc.LockID] = true
 		for _, h := range doc.Holders {
 			held[h.ID] = true
 		}
-	}
-	if err := cur.Err(); err != nil {
-		return nil, err
 	}
 	return slices.DeleteFunc(slices.Clone(hs), func(h *acquisition) bool { return held[h.lockID] }), nil
 }

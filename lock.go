@@ -212,7 +212,7 @@ func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err e
 				contended, refused = true, doc
 				if !watching {
 					watching = true
-					lc.notify.join(lc.coll, qs.wakeHead, &lc.bg)
+					lc.notify.join(lc.store, qs.wakeHead, &lc.bg)
 				}
 				due = qs.after(w, &doc, time.Since(sent))
 			case ctx.Err() != nil || endedByDeadline(ctx, err): // cut short by ctx: it tells nothing
@@ -340,7 +340,7 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, waitToken int64) (
 			// create it: contention, not failure.
 			return nil, doc, fmt.Errorf("%w (the lock document was created and removed concurrently: %w)", ErrNotAcquired, err)
 		}
-		if _, err := l.space().coll.InsertOne(ctx, l.kind.create(l.name)); err != nil && !isDuplicateKey(err) {
+		if err := l.space().store.insertOne(ctx, l.kind.create(l.name)); err != nil && !isDuplicateKey(err) {
 			return nil, reply{}, err
 		}
 	}
@@ -453,8 +453,8 @@ func (l *Lock) updateInBackground(filter bson.D, update any, schedule []time.Dur
 				case <-ctx.Done():
 					return
 				}
-				res, err := l.space().coll.UpdateOne(ctx, filter, update)
-				if err == nil && res.MatchedCount > 0 && matched() || err != nil && !isTransient(err) {
+				n, _, err := l.space().store.updateOne(ctx, filter, update)
+				if err == nil && n > 0 && matched() || err != nil && !isTransient(err) {
 					return
 				}
 				if err == nil {
@@ -502,7 +502,7 @@ func (l *Lock) withdraw() {
 // withdrawNow is withdraw within ctx, in the caller's goroutine.
 func (l *Lock) withdrawNow(ctx context.Context) error {
 	lc := l.space()
-	_, err := lc.coll.UpdateOne(ctx, withdrawFilter(l.name, lc.process), withdrawUpdate(lc.process))
+	_, _, err := lc.store.updateOne(ctx, withdrawFilter(l.name, lc.process), withdrawUpdate(lc.process))
 	lc.queues.wakeHead(l.name)
 	return err
 }
@@ -532,7 +532,10 @@ func (d mutexDriver) acquire(ctx context.Context, p *Provider, name string, a at
 	} else {
 		update = acquirePipeline(a.id, a.waitToken, d.value, parts)
 	}
-	err = p.locks.coll.FindOneAndUpdate(ctx, filter, update, acquireOptions).Decode(&doc)
+	raw, err := p.locks.store.findOneAndUpdate(ctx, filter, update, nil)
+	if err == nil {
+		err = bson.Unmarshal(raw, &doc)
+	}
 	if a.mode == unclaimedMode && err == nil && doc.LockID != a.id {
 		err = errUnclaimedRefused
 	}

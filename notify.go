@@ -5,9 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
 )
 
 // Release events.
@@ -46,33 +45,23 @@ const (
 // releaseSource delivers the names of released locks until ctx ends,
 // calling ready once it sees every release from then on. It returns an
 // error if it cannot (then the collection falls back to polling).
-type releaseSource func(ctx context.Context, coll *mongo.Collection, ready func(), released func(name string)) error
+type releaseSource func(ctx context.Context, st store, ready func(), released func(name string)) error
 
 // watchReleases is the change-stream releaseSource.
-func watchReleases(ctx context.Context, coll *mongo.Collection, ready func(), released func(name string)) error {
-	return watch(ctx, coll, releaseEvents, ready, released)
+func watchReleases(ctx context.Context, st store, ready func(), released func(name string)) error {
+	return watchNames(ctx, st, releaseEvents, ready, released)
 }
 
-// watch runs a change stream of coll's events that match pipeline until
-// ctx ends, calling ready once it is open and event with each event's
-// document _id. It returns nil when ctx ends, else why the stream ended.
-func watch(ctx context.Context, coll *mongo.Collection, pipeline mongo.Pipeline, ready func(), event func(name string)) error {
-	// Change streams need read concern majority; the collection reads at local.
-	cs, err := coll.Clone(options.Collection().SetReadConcern(readconcern.Majority())).Watch(ctx, pipeline)
-	if err != nil {
-		return err
-	}
-	ready()
-	defer func() { _ = cs.Close(context.WithoutCancel(ctx)) }()
-	for cs.Next(ctx) {
-		if name, ok := cs.Current.Lookup("documentKey", "_id").StringValueOK(); ok {
+// watchNames runs a change stream of the events of st that match pipeline until
+// ctx ends, calling ready once it is open and event with the name of each
+// event's document (a lock's _id is its name). It returns nil when ctx
+// ends, else why the stream ended.
+func watchNames(ctx context.Context, st store, pipeline mongo.Pipeline, ready func(), event func(name string)) error {
+	return st.watch(ctx, pipeline, ready, func(id bson.RawValue) {
+		if name, ok := id.StringValueOK(); ok {
 			event(name)
 		}
-	}
-	if ctx.Err() != nil {
-		return nil
-	}
-	return cs.Err()
+	})
 }
 
 // notifier runs a collection's release source while it has waiters.
@@ -94,7 +83,7 @@ type sourceRun struct {
 }
 
 // join counts a waiter; it starts the source unless it runs already.
-func (n *notifier) join(coll *mongo.Collection, wake func(name string), bg *sync.WaitGroup) {
+func (n *notifier) join(st store, wake func(name string), bg *sync.WaitGroup) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.waiters++
@@ -112,7 +101,7 @@ func (n *notifier) join(coll *mongo.Collection, wake func(name string), bg *sync
 	bg.Go(func() {
 		defer stop()
 		var opened time.Time
-		err := source(ctx, coll, func() {
+		err := source(ctx, st, func() {
 			n.mu.Lock()
 			defer n.mu.Unlock()
 			run.open, opened = true, time.Now()

@@ -12,10 +12,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
-	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
-	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/mongolock/mongolock/internal/backend"
 )
@@ -85,16 +81,6 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 	return p, nil
 }
 
-// collectionConcerns override the database's. The read after a partial
-// batch of extensions decides which handles are still held: at "local" on
-// the primary it sees every write the batch saw, and every majority-written
-// one, also after a failover; "majority" could show a state older than the
-// batch's and keep a lost handle.
-var collectionConcerns = options.Collection().
-	SetWriteConcern(writeconcern.Majority()).
-	SetReadPreference(readpref.Primary()).
-	SetReadConcern(readconcern.Local())
-
 // New returns the lock called name in db; see NewProvider for the options.
 func New(db *mongo.Database, name string, opts ...Option) (*Lock, error) {
 	p, err := NewProvider(db, opts...)
@@ -110,15 +96,16 @@ func New(db *mongo.Database, name string, opts ...Option) (*Lock, error) {
 // process and in any other, whichever Provider minted them.
 func (p *Provider) Lock(name string) *Lock { return &Lock{p: p, name: name, kind: mutexDriver{}} }
 
-// A space is a collection of lock documents and what this process keeps
-// for it.
+// A space is a collection of lock documents (its store, its database's
+// name and its own), and what this process keeps for it.
 type space struct {
-	coll *mongo.Collection
+	store    store
+	db, name string
 	*collState
 }
 
 func newSpace(db *mongo.Database, coll string) space {
-	return space{db.Collection(coll, collectionConcerns), collStateFor(db, coll)}
+	return space{newMongoStore(db, coll), db.Name(), coll, collStateFor(db, coll)}
 }
 
 // collState is what this process keeps for one collection of one client, shared

@@ -7,8 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // Reader-writer locks.
@@ -190,9 +189,11 @@ func (h *acquisition) upgradePoll(ctx context.Context, tag string) (int64, error
 				Upgrade string `bson:"upgrade"`
 			} `bson:"holders"`
 		}
-		err := l.space().coll.FindOneAndUpdate(ctx, semHolderFilter(l.name, h.lockID),
-			upgradePipeline(h.lockID, tag, p.opts.claimLifetime()),
-			options.FindOneAndUpdate().SetReturnDocument(options.After).SetProjection(upgradeReplyFields(h.lockID))).Decode(&doc)
+		raw, err := l.space().store.findOneAndUpdate(ctx, semHolderFilter(l.name, h.lockID),
+			upgradePipeline(h.lockID, tag, p.opts.claimLifetime()), upgradeReplyFields(h.lockID))
+		if err == nil {
+			err = bson.Unmarshal(raw, &doc)
+		}
 		if isAmbiguous(err) {
 			h.undoUpgrade(tag, undoSchedule(err))
 		}
@@ -250,8 +251,8 @@ func (h *Handle) Downgrade(ctx context.Context) error {
 	filter, update := semHolderFilter(l.name, h.lockID), holderModeUpdate(h.lockID, to)
 	err := ctx.Err()
 	if err == nil {
-		var res *mongo.UpdateResult
-		if res, err = l.space().coll.UpdateOne(ctx, filter, update); err == nil && res.MatchedCount == 0 {
+		var matched int64
+		if matched, _, err = l.space().store.updateOne(ctx, filter, update); err == nil && matched == 0 {
 			return h.noHolder(op)
 		}
 	}

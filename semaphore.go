@@ -137,7 +137,10 @@ func (d slotDriver) acquire(ctx context.Context, p *Provider, name string, a att
 	sa := slotAttempt{id: a.id, releasing: a.releasing, waitToken: a.waitToken, proc: p.slots.process, owner: p.opts.owner,
 		n: d.n, rw: d.rw, mode: a.mode, expiry: p.opts.expiry, claim: p.opts.claimLifetime()}
 	var doc semDoc
-	err := p.slots.coll.FindOneAndUpdate(ctx, filter, slotPipeline(sa), slotReplyOptions).Decode(&doc)
+	raw, err := p.slots.store.findOneAndUpdate(ctx, filter, slotPipeline(sa), slotReplyFields)
+	if err == nil {
+		err = bson.Unmarshal(raw, &doc)
+	}
 	r := reply{FencingToken: doc.FencingToken, WaitingProcess: doc.WaitingProcess}
 	if len(doc.Holders) > 0 { // the newest only: an acquisition is appended
 		r.LockID, r.AcquiredAt = doc.Holders[0].ID, doc.Holders[0].AcquiredAt

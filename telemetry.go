@@ -311,8 +311,8 @@ func newTelemetry(c telemetryConfig) telemetry {
 
 // info says which lock l is.
 func (l *Lock) info() TraceLock {
-	coll := l.space().coll
-	i := TraceLock{Name: shortName(l.name), Database: coll.Database().Name(), Collection: coll.Name()}
+	sp := l.space()
+	i := TraceLock{Name: shortName(l.name), Database: sp.db, Collection: sp.name}
 	switch d := l.kind.(type) {
 	case mutexDriver:
 		i.Kind = KindLock
@@ -475,8 +475,8 @@ func (t *telemetry) logLoss(h *acquisition, reason lossReason, why error) {
 // of one collection, begins, and returns its context.
 func (t *telemetry) startExtension(ctx context.Context, hs []*acquisition) context.Context {
 	if tr := t.trace; tr != nil && tr.ExtendStart != nil {
-		coll := hs[0].lock.space().coll
-		return tr.ExtendStart(ctx, ExtendStartInfo{Database: coll.Database().Name(), Collection: coll.Name(), Handles: len(hs)})
+		sp := hs[0].lock.space()
+		return tr.ExtendStart(ctx, ExtendStartInfo{Database: sp.db, Collection: sp.name, Handles: len(hs)})
 	}
 	return ctx
 }
@@ -486,8 +486,8 @@ func (t *telemetry) startExtension(ctx context.Context, hs []*acquisition) conte
 // logged (Debug).
 func (t *telemetry) endExtension(ctx context.Context, hs, lost []*acquisition, err error, sent time.Time) {
 	if tr := t.trace; tr != nil && tr.ExtendDone != nil {
-		coll := hs[0].lock.space().coll
-		info := ExtendDoneInfo{Database: coll.Database().Name(), Collection: coll.Name(), Handles: len(hs),
+		sp := hs[0].lock.space()
+		info := ExtendDoneInfo{Database: sp.db, Collection: sp.name, Handles: len(hs),
 			Matched: len(hs) - len(lost), Lost: len(lost), Took: time.Since(sent), TraceResult: result(err, "extended")}
 		if err != nil {
 			info.Matched = 0
