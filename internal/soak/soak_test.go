@@ -71,9 +71,14 @@ func TestSoak(t *testing.T) {
 	}
 	for kd := range numKinds {
 		c := r.Per[kd]
-		// Some dozens: waits behind long readers and leases of 6 s keep
-		// it well below the hundreds of one short lease.
-		if c.Trials < 20 {
+		// Enough for the checks to have seen each kind change hands under
+		// faults. How many more fit in 12 s depends on which leases the
+		// faults strand (a client closed under a holder of 6 s keeps its
+		// name for up to 6 s) and on the load of the whole test run: under
+		// make test's -race, beside the root package's tests, a kind had
+		// 13 where it has 40-70 alone. Throughput is the benchmark's to
+		// measure, not this test's.
+		if c.Trials < 8 {
 			t.Errorf("%v: only %d trials in 12 s", kd, c.Trials)
 		}
 		if c.Dropped == 0 {
