@@ -608,6 +608,10 @@ func ExampleFencedUpdateOne() {
 			bson.D{{Key: "_id", Value: "acct-1"}},
 			bson.D{{Key: "$inc", Value: bson.D{{Key: "balance", Value: amount}}}},
 			options.UpdateOne().SetUpsert(true))
+		if errors.Is(err, mongolock.ErrFenced) {
+			// A later holder wrote the account: h has lost its lock. Stop.
+			return err
+		}
 		return err
 	}
 
@@ -639,4 +643,29 @@ func ExampleFencedUpdateOne() {
 	// current holder: <nil>
 	// stale holder refused: true
 	// balance: 100 token is the current holder's: true
+}
+
+// Several fenced writes in one transaction, where the server has them (a
+// replica set or a sharded cluster): a refusal of either aborts both.
+func ExampleFencedUpdateOne_transaction() {
+	var (
+		ctx        context.Context
+		client     *mongo.Client
+		accounts   *mongo.Collection
+		h          *mongolock.Handle
+		from, to   bson.D
+		debit, pay bson.D
+	)
+	sess, err := client.StartSession()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sess.EndSession(ctx)
+	_, err = sess.WithTransaction(ctx, func(ctx context.Context) (any, error) {
+		if _, err := mongolock.FencedUpdateOne(ctx, accounts, h, from, debit); err != nil {
+			return nil, err // ErrFenced aborts the transaction
+		}
+		return mongolock.FencedUpdateOne(ctx, accounts, h, to, pay)
+	})
+	fmt.Println(errors.Is(err, mongolock.ErrFenced))
 }

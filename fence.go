@@ -40,7 +40,7 @@ type TokenSource interface {
 // cannot overwrite what a later holder wrote.
 //
 // update is an operator update (a document of $set, $inc, ...) or an
-// update pipeline (a slice of stages, e.g. mongo.Pipeline); a replacement
+// update pipeline (mongo.Pipeline, bson.A, []bson.D or []any); a replacement
 // document, or an update that writes FenceField, is ErrInvalidArgument.
 //
 // When nothing matched, it reads the document that filter matches, without
