@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -588,4 +589,83 @@ func exampleDatabase(ctx context.Context, collection string) (*mongo.Database, f
 	db := client.Database("mongolock_test_examples")
 	_ = db.Collection(collection).Drop(ctx)
 	return db, func() { _ = client.Disconnect(context.Background()) }
+}
+
+func ExampleFencedUpdateOne() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, disconnect := exampleDatabase(ctx, "accounts") // (for the checked output)
+	defer disconnect()                                 // (for the checked output)
+
+	locks, err := mongolock.NewProvider(db)
+	if err != nil {
+		log.Fatal(err)
+	}
+	accounts := db.Collection("accounts")
+	deposit := func(h *mongolock.Handle, amount int) error {
+		// Applied only if no holder with a higher token wrote the account.
+		_, err := mongolock.FencedUpdateOne(ctx, accounts, h,
+			bson.D{{Key: "_id", Value: "acct-1"}},
+			bson.D{{Key: "$inc", Value: bson.D{{Key: "balance", Value: amount}}}},
+			options.UpdateOne().SetUpsert(true))
+		if errors.Is(err, mongolock.ErrFenced) {
+			// A later holder wrote the account: h has lost its lock. Stop.
+			return err
+		}
+		return err
+	}
+
+	lock := locks.Lock("acct-1")
+	stale, err := lock.Acquire(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = stale.Release(ctx) // as if its lease had expired during a pause
+	current, err := lock.Acquire(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer current.Release(ctx)
+
+	fmt.Println("current holder:", deposit(current, 100))
+	err = deposit(stale, 50)
+	fmt.Println("stale holder refused:", errors.Is(err, mongolock.ErrFenced))
+
+	var account struct {
+		Balance int   `bson:"balance"`
+		Token   int64 `bson:"_mongolockFencingToken"`
+	}
+	if err := accounts.FindOne(ctx, bson.D{{Key: "_id", Value: "acct-1"}}).Decode(&account); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("balance:", account.Balance, "token is the current holder's:", account.Token == current.FencingToken())
+	// Output:
+	// current holder: <nil>
+	// stale holder refused: true
+	// balance: 100 token is the current holder's: true
+}
+
+// Several fenced writes in one transaction, where the server has them (a
+// replica set or a sharded cluster): a refusal of either aborts both.
+func ExampleFencedUpdateOne_transaction() {
+	var (
+		ctx        context.Context
+		client     *mongo.Client
+		accounts   *mongo.Collection
+		h          *mongolock.Handle
+		from, to   bson.D
+		debit, pay bson.D
+	)
+	sess, err := client.StartSession()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sess.EndSession(ctx)
+	_, err = sess.WithTransaction(ctx, func(ctx context.Context) (any, error) {
+		if _, err := mongolock.FencedUpdateOne(ctx, accounts, h, from, debit); err != nil {
+			return nil, err // ErrFenced aborts the transaction
+		}
+		return mongolock.FencedUpdateOne(ctx, accounts, h, to, pay)
+	})
+	fmt.Println(errors.Is(err, mongolock.ErrFenced))
 }

@@ -1,0 +1,359 @@
+package mongolock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// FenceField is the field that FencedUpdateOne and FencedFindOneAndUpdate
+// keep in each document they write: the highest fencing token any fenced
+// write to the document carried, an int64. Index it, or read it, under
+// this name; do not write it yourself (a fenced update that writes it is
+// ErrInvalidArgument).
+const FenceField = "_mongolockFencingToken"
+
+// ErrFenced reports a fenced write refused because the document carries a
+// higher fencing token than the write's: a holder acquired after the
+// writer's acquisition has written it, so the writer has lost its lock
+// (whether or not it was told yet). Nothing was written.
+var ErrFenced = errors.New("mongolock: fenced: the document carries a higher fencing token")
+
+// A TokenSource gives the fencing token a fenced write carries: a *Handle
+// of any kind (a Lock's, a Semaphore's slot, an RWLock's reader or
+// writer), a *Leadership, or one part of a CompositeHandle
+// (CompositeHandle.Handles()[i], for the resource that part guards).
+type TokenSource interface {
+	FencingToken() int64
+}
+
+// FencedUpdateOne is coll.UpdateOne(ctx, filter, update, opts...) applied
+// only if the matched document's FenceField is missing or at most
+// h.FencingToken(); the update also sets FenceField to that token (it
+// never lowers it). Filter and token check are one atomic round trip:
+// a holder that lost its lock without knowing it (paused past its lease)
+// cannot overwrite what a later holder wrote.
+//
+// update is an operator update (a document of $set, $inc, ...) or an
+// update pipeline (mongo.Pipeline, bson.A, []bson.D or []any); a replacement
+// document, or an update that writes FenceField, is ErrInvalidArgument.
+//
+// When nothing matched, it reads the document that filter matches, without
+// the token check, in a second round trip (only then): if that document
+// carries a higher token, the error wraps ErrFenced; otherwise the result
+// reports MatchedCount 0 as UpdateOne's does. The read comes after the
+// update, so a document written in between decides; either way, nothing
+// was written by this call.
+//
+// With options.UpdateOne().SetUpsert(true), filter must have an equality
+// on _id (e.g. bson.D{{"_id", "invoice-7"}}), else ErrInvalidArgument: a
+// stale writer whose token check fails would otherwise insert a second
+// document beside the real one. Its insert then fails on _id's unique
+// index, and that is reported as ErrFenced.
+//
+// ctx may carry a session (mongo.NewSessionContext, the callback of
+// Session.WithTransaction): both round trips run in it.
+func FencedUpdateOne(ctx context.Context, coll *mongo.Collection, h TokenSource, filter, update any,
+	opts ...options.Lister[options.UpdateOneOptions]) (*mongo.UpdateResult, error) {
+	var o options.UpdateOneOptions
+	for _, l := range opts {
+		if l == nil {
+			continue
+		}
+		for _, set := range l.List() {
+			if err := set(&o); err != nil {
+				return nil, err
+			}
+		}
+	}
+	fenced, err := fence(coll, h, filter, update, o.Upsert != nil && *o.Upsert)
+	if err != nil {
+		return nil, err
+	}
+	for tries := 0; ; tries++ {
+		res, err := coll.UpdateOne(ctx, fenced.filter, fenced.update, opts...)
+		switch {
+		case isDuplicateKey(err):
+			if again, err := fenced.duplicate(ctx, tries, err); !again {
+				return nil, err
+			}
+		case err != nil:
+			return res, err
+		case res.MatchedCount == 0 && res.UpsertedCount == 0:
+			return res, fenced.noMatch(ctx)
+		default:
+			return res, nil
+		}
+	}
+}
+
+// FencedFindOneAndUpdate is coll.FindOneAndUpdate(ctx, filter, update,
+// opts...) applied only if the matched document's FenceField is missing or
+// at most h.FencingToken(), as FencedUpdateOne is, with the same rules for
+// update, upsert and sessions. When nothing matched, the result's Err is
+// an error wrapping ErrFenced if the document filter matches carries a
+// higher token (read in a second round trip, only then), else
+// mongo.ErrNoDocuments.
+func FencedFindOneAndUpdate(ctx context.Context, coll *mongo.Collection, h TokenSource, filter, update any,
+	opts ...options.Lister[options.FindOneAndUpdateOptions]) *mongo.SingleResult {
+	var o options.FindOneAndUpdateOptions
+	for _, l := range opts {
+		if l == nil {
+			continue
+		}
+		for _, set := range l.List() {
+			if err := set(&o); err != nil {
+				return errResult(err)
+			}
+		}
+	}
+	fenced, err := fence(coll, h, filter, update, o.Upsert != nil && *o.Upsert)
+	if err != nil {
+		return errResult(err)
+	}
+	for tries := 0; ; tries++ {
+		res := coll.FindOneAndUpdate(ctx, fenced.filter, fenced.update, opts...)
+		err := res.Err()
+		switch {
+		case isDuplicateKey(err):
+			if again, err := fenced.duplicate(ctx, tries, err); !again {
+				return errResult(err)
+			}
+		case errors.Is(err, mongo.ErrNoDocuments):
+			// An upsert that returns the document before the update
+			// also reports no document: then it did insert.
+			if o.Upsert != nil && *o.Upsert {
+				return res
+			}
+			if err := fenced.noMatch(ctx); err != nil {
+				return errResult(err)
+			}
+			return res
+		default:
+			return res
+		}
+	}
+}
+
+// errResult is a SingleResult whose Err (and Decode) is err.
+func errResult(err error) *mongo.SingleResult {
+	return mongo.NewSingleResultFromDocument(bson.D{}, err, nil)
+}
+
+// fencedWrite is one fenced write: the user's filter and update with the
+// token check and the token's record added.
+type fencedWrite struct {
+	coll           *mongo.Collection
+	token          int64
+	userFilter     any
+	filter, update any
+}
+
+func fence(coll *mongo.Collection, h TokenSource, filter, update any, upsert bool) (*fencedWrite, error) {
+	if coll == nil || h == nil || filter == nil || update == nil {
+		return nil, invalidf("mongolock: fenced write: nil collection, token source, filter or update")
+	}
+	token := h.FencingToken()
+	if token <= 0 {
+		return nil, invalidf("mongolock: fenced write: fencing token %d: not an acquisition's", token)
+	}
+	raw, err := marshalDoc(filter)
+	if err != nil {
+		return nil, invalidf("mongolock: fenced write: filter: %v", err)
+	}
+	if upsert && !hasIDEquality(raw) {
+		return nil, invalidf("mongolock: fenced write: an upsert's filter needs an equality on _id")
+	}
+	w := &fencedWrite{coll: coll, token: token, userFilter: raw}
+	w.filter = bson.D{{Key: "$and", Value: bson.A{raw, bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: FenceField, Value: bson.D{{Key: "$exists", Value: false}}}},
+		bson.D{{Key: FenceField, Value: bson.D{{Key: "$lte", Value: token}}}},
+	}}}}}}
+	w.update, err = fenceUpdate(update, token)
+	return w, err
+}
+
+// marshalDoc marshals a filter or an update document.
+func marshalDoc(v any) (bson.Raw, error) {
+	if r, ok := v.(bson.Raw); ok {
+		return r, r.Validate()
+	}
+	return bson.Marshal(v)
+}
+
+// hasIDEquality reports whether filter's top level says _id equals a value
+// (not an operator expression such as {$in: ...}).
+func hasIDEquality(filter bson.Raw) bool {
+	v, err := filter.LookupErr("_id")
+	if err != nil {
+		return false
+	}
+	if d, ok := v.DocumentOK(); ok {
+		if elems, err := d.Elements(); err == nil && len(elems) > 0 && strings.HasPrefix(elems[0].Key(), "$") {
+			return false
+		}
+	}
+	return true
+}
+
+// fenceUpdate adds the token's record to an operator update ($max of
+// FenceField) or a pipeline (a last $set stage with $max).
+func fenceUpdate(update any, token int64) (any, error) {
+	if stages, ok := pipelineStages(update); ok {
+		out := make(bson.A, 0, len(stages)+1)
+		for _, s := range stages {
+			raw, err := marshalDoc(s)
+			if err != nil {
+				return nil, invalidf("mongolock: fenced write: pipeline stage: %v", err)
+			}
+			if writesFence(raw) {
+				return nil, invalidf("mongolock: fenced write: the update writes %s", FenceField)
+			}
+			out = append(out, raw)
+		}
+		return append(out, bson.D{{Key: "$set", Value: bson.D{{Key: FenceField,
+			Value: bson.D{{Key: "$max", Value: bson.A{"$" + FenceField, token}}}}}}}), nil
+	}
+	raw, err := marshalDoc(update)
+	if err != nil {
+		return nil, invalidf("mongolock: fenced write: update: %v", err)
+	}
+	elems, err := raw.Elements()
+	if err != nil || len(elems) == 0 {
+		return nil, invalidf("mongolock: fenced write: an empty update")
+	}
+	out := make(bson.D, 0, len(elems)+1)
+	var max bson.D
+	for _, e := range elems {
+		if !strings.HasPrefix(e.Key(), "$") {
+			return nil, invalidf("mongolock: fenced write: a replacement document (field %q): use an operator update or a pipeline", e.Key())
+		}
+		fields, ok := e.Value().DocumentOK()
+		if !ok {
+			return nil, invalidf("mongolock: fenced write: operator %s takes a document", e.Key())
+		}
+		if touches(fields, e.Key() == "$rename") {
+			return nil, invalidf("mongolock: fenced write: the update writes %s", FenceField)
+		}
+		if e.Key() == "$max" {
+			var d bson.D
+			if err := bson.Unmarshal(fields, &d); err != nil {
+				return nil, invalidf("mongolock: fenced write: $max: %v", err)
+			}
+			max = d
+			continue
+		}
+		out = append(out, bson.E{Key: e.Key(), Value: fields})
+	}
+	return append(out, bson.E{Key: "$max", Value: append(max, bson.E{Key: FenceField, Value: token})}), nil
+}
+
+// pipelineStages returns update's stages if it is a pipeline (an array).
+func pipelineStages(update any) ([]any, bool) {
+	switch u := update.(type) {
+	case mongo.Pipeline:
+		s := make([]any, len(u))
+		for i := range u {
+			s[i] = u[i]
+		}
+		return s, true
+	case bson.A:
+		return u, true
+	case []bson.D:
+		s := make([]any, len(u))
+		for i := range u {
+			s[i] = u[i]
+		}
+		return s, true
+	case []any:
+		return u, true
+	}
+	return nil, false
+}
+
+// isFence reports whether a dotted path is FenceField or inside it.
+func isFence(path string) bool {
+	return path == FenceField || strings.HasPrefix(path, FenceField+".")
+}
+
+// touches reports whether an operator's fields name FenceField (and, for
+// $rename, also its targets).
+func touches(fields bson.Raw, rename bool) bool {
+	elems, _ := fields.Elements()
+	for _, e := range elems {
+		if isFence(e.Key()) {
+			return true
+		}
+		if s, ok := e.Value().StringValueOK(); rename && ok && isFence(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// writesFence reports whether a pipeline stage writes FenceField: a $set,
+// $addFields or $unset of it. (A stage that drops it is harmless: the last
+// stage sets it to the token, which the filter checked.)
+func writesFence(stage bson.Raw) bool {
+	elems, _ := stage.Elements()
+	for _, e := range elems {
+		switch e.Key() {
+		case "$set", "$addFields":
+			if d, ok := e.Value().DocumentOK(); ok && touches(d, false) {
+				return true
+			}
+		case "$unset":
+			if s, ok := e.Value().StringValueOK(); ok && isFence(s) {
+				return true
+			}
+			if a, ok := e.Value().ArrayOK(); ok {
+				vals, _ := a.Values()
+				for _, v := range vals {
+					if s, ok := v.StringValueOK(); ok && isFence(s) {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
+}
+
+// noMatch tells a refusal from no match, by reading the document the
+// user's filter matches: ErrFenced if it carries a higher token.
+func (w *fencedWrite) noMatch(ctx context.Context) error {
+	var doc struct {
+		Token *int64 `bson:"_mongolockFencingToken"`
+	}
+	err := w.coll.FindOne(ctx, w.userFilter, options.FindOne().
+		SetProjection(bson.D{{Key: FenceField, Value: 1}}).
+		SetSort(bson.D{{Key: FenceField, Value: -1}})).Decode(&doc)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return nil
+	case err != nil:
+		return fmt.Errorf("mongolock: fenced write: telling a refusal from no match: %w", err)
+	case doc.Token != nil && *doc.Token > w.token:
+		return fmt.Errorf("mongolock: fenced write with token %d: %w (%d)", w.token, ErrFenced, *doc.Token)
+	}
+	return nil
+}
+
+// duplicate handles a duplicate key from an upsert: the document with the
+// filter's _id exists. With a higher token, that is the refusal; with a
+// lower one, another upsert inserted it at the same moment, and the write
+// is tried once more (it then matches). Another key's duplicate is err.
+func (w *fencedWrite) duplicate(ctx context.Context, tries int, err error) (again bool, _ error) {
+	if fencedErr := w.noMatch(ctx); fencedErr != nil {
+		return false, fencedErr
+	}
+	if tries == 0 {
+		return true, nil
+	}
+	return false, err
+}

@@ -1,0 +1,388 @@
+package mongolock_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/testdb"
+)
+
+// token is a fixed fencing token, for tests of the write itself.
+type token int64
+
+func (t token) FencingToken() int64 { return int64(t) }
+
+type fencedDoc struct {
+	ID     string `bson:"_id"`
+	Writer string `bson:"writer"`
+	N      int    `bson:"n"`
+	Fence  int64  `bson:"_mongolockFencingToken"`
+}
+
+func readFenced(t *testing.T, coll *mongo.Collection, id string) fencedDoc {
+	t.Helper()
+	var d fencedDoc
+	require.NoError(t, coll.FindOne(context.Background(), bson.D{{Key: "_id", Value: id}}).Decode(&d))
+	return d
+}
+
+func fencedColl(t *testing.T) *mongo.Collection {
+	return testdb.Database(t).Collection("resources")
+}
+
+func setWriter(w string) bson.D {
+	return bson.D{{Key: "$set", Value: bson.D{{Key: "writer", Value: w}}}, {Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}}
+}
+
+func byID(id string) bson.D { return bson.D{{Key: "_id", Value: id}} }
+
+var upsert = options.UpdateOne().SetUpsert(true)
+
+func TestFencedUpdateOneRefusesALowerTokenWithErrFenced(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	coll := fencedColl(t)
+	_, err := mongolock.FencedUpdateOne(ctx, coll, token(5), byID("r"), setWriter("five"), upsert)
+	require.NoError(t, err)
+
+	res, err := mongolock.FencedUpdateOne(ctx, coll, token(4), byID("r"), setWriter("four"))
+	require.ErrorIs(t, err, mongolock.ErrFenced)
+	require.Equal(t, int64(0), res.ModifiedCount)
+	require.Equal(t, fencedDoc{ID: "r", Writer: "five", N: 1, Fence: 5}, readFenced(t, coll, "r"))
+
+	// An equal token is the same holder again; a higher one a later holder.
+	_, err = mongolock.FencedUpdateOne(ctx, coll, token(5), byID("r"), setWriter("five again"))
+	require.NoError(t, err)
+	_, err = mongolock.FencedUpdateOne(ctx, coll, token(9), byID("r"), setWriter("nine"))
+	require.NoError(t, err)
+	require.Equal(t, fencedDoc{ID: "r", Writer: "nine", N: 3, Fence: 9}, readFenced(t, coll, "r"))
+}
+
+func TestFencedUpdateOneOfNoMatchingDocumentIsNotErrFenced(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	coll := fencedColl(t)
+	_, err := mongolock.FencedUpdateOne(ctx, coll, token(5), byID("r"), setWriter("five"), upsert)
+	require.NoError(t, err)
+
+	res, err := mongolock.FencedUpdateOne(ctx, coll, token(9), byID("other"), setWriter("nine"))
+	require.NoError(t, err)
+	require.Equal(t, int64(0), res.MatchedCount)
+	// The filter's other conditions are kept: a low token on a document
+	// the filter does not match is no match, not a refusal.
+	res, err = mongolock.FencedUpdateOne(ctx, coll, token(1), bson.D{{Key: "_id", Value: "r"}, {Key: "writer", Value: "nobody"}}, setWriter("one"))
+	require.NoError(t, err)
+	require.Equal(t, int64(0), res.MatchedCount)
+}
+
+func TestFencedUpdateOneAppliesAPipelineUpdateAndRecordsTheToken(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	coll := fencedColl(t)
+	pipe := mongo.Pipeline{{{Key: "$set", Value: bson.D{
+		{Key: "writer", Value: "pipe"},
+		{Key: "n", Value: bson.D{{Key: "$add", Value: bson.A{bson.D{{Key: "$ifNull", Value: bson.A{"$n", 0}}}, 1}}}},
+	}}}}
+	_, err := mongolock.FencedUpdateOne(ctx, coll, token(7), byID("r"), pipe, upsert)
+	require.NoError(t, err)
+	_, err = mongolock.FencedUpdateOne(ctx, coll, token(8), byID("r"), pipe)
+	require.NoError(t, err)
+	require.Equal(t, fencedDoc{ID: "r", Writer: "pipe", N: 2, Fence: 8}, readFenced(t, coll, "r"))
+
+	_, err = mongolock.FencedUpdateOne(ctx, coll, token(6), byID("r"), pipe)
+	require.ErrorIs(t, err, mongolock.ErrFenced)
+	require.Equal(t, fencedDoc{ID: "r", Writer: "pipe", N: 2, Fence: 8}, readFenced(t, coll, "r"))
+}
+
+func TestFencedUpdateOneKeepsTheUsersMaxAndNeverLowersTheToken(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	coll := fencedColl(t)
+	up := bson.D{{Key: "$max", Value: bson.D{{Key: "n", Value: 4}}}}
+	_, err := mongolock.FencedUpdateOne(ctx, coll, token(3), byID("r"), up, upsert)
+	require.NoError(t, err)
+	require.Equal(t, fencedDoc{ID: "r", N: 4, Fence: 3}, readFenced(t, coll, "r"))
+}
+
+func TestStaleFencedUpsertIsErrFencedAndInsertsNoSecondDocument(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	coll := fencedColl(t)
+	_, err := mongolock.FencedUpdateOne(ctx, coll, token(5), byID("r"), setWriter("five"), upsert)
+	require.NoError(t, err)
+
+	_, err = mongolock.FencedUpdateOne(ctx, coll, token(2), byID("r"), setWriter("two"), upsert)
+	require.ErrorIs(t, err, mongolock.ErrFenced)
+	err = mongolock.FencedFindOneAndUpdate(ctx, coll, token(2), byID("r"), setWriter("two"),
+		options.FindOneAndUpdate().SetUpsert(true)).Err()
+	require.ErrorIs(t, err, mongolock.ErrFenced)
+
+	n, err := coll.CountDocuments(ctx, bson.D{})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	require.Equal(t, fencedDoc{ID: "r", Writer: "five", N: 1, Fence: 5}, readFenced(t, coll, "r"))
+}
+
+func TestFencedUpsertWithoutAnIDEqualityIsErrInvalidArgument(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	coll := fencedColl(t)
+	for _, f := range []bson.D{
+		{{Key: "key", Value: "r"}},
+		{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{"r", "s"}}}}},
+	} {
+		_, err := mongolock.FencedUpdateOne(ctx, coll, token(1), f, setWriter("x"), upsert)
+		require.ErrorIs(t, err, mongolock.ErrInvalidArgument, "%v", f)
+	}
+	n, err := coll.CountDocuments(ctx, bson.D{})
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
+func TestFencedUpdateOfTheFenceFieldOrAReplacementIsErrInvalidArgument(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	coll := fencedColl(t)
+	for name, up := range map[string]any{
+		"replacement":    bson.D{{Key: "writer", Value: "x"}},
+		"$set of fence":  bson.D{{Key: "$set", Value: bson.D{{Key: mongolock.FenceField, Value: 1}}}},
+		"$unset":         bson.D{{Key: "$unset", Value: bson.D{{Key: mongolock.FenceField, Value: ""}}}},
+		"$rename to":     bson.D{{Key: "$rename", Value: bson.D{{Key: "a", Value: mongolock.FenceField}}}},
+		"pipeline $set":  mongo.Pipeline{{{Key: "$set", Value: bson.D{{Key: mongolock.FenceField, Value: 99}}}}},
+		"empty":          bson.D{},
+		"not a document": bson.D{{Key: "$set", Value: 1}},
+	} {
+		_, err := mongolock.FencedUpdateOne(ctx, coll, token(1), byID("r"), up, upsert)
+		require.ErrorIs(t, err, mongolock.ErrInvalidArgument, name)
+		err = mongolock.FencedFindOneAndUpdate(ctx, coll, token(1), byID("r"), up).Err()
+		require.ErrorIs(t, err, mongolock.ErrInvalidArgument, name)
+	}
+	_, err := mongolock.FencedUpdateOne(ctx, coll, token(0), byID("r"), setWriter("x"))
+	require.ErrorIs(t, err, mongolock.ErrInvalidArgument, "token 0")
+}
+
+func TestFencedFindOneAndUpdateTellsRefusalFromNoDocuments(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	coll := fencedColl(t)
+	var d fencedDoc
+	err := mongolock.FencedFindOneAndUpdate(ctx, coll, token(5), byID("r"), setWriter("five"),
+		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)).Decode(&d)
+	require.NoError(t, err)
+	require.Equal(t, fencedDoc{ID: "r", Writer: "five", N: 1, Fence: 5}, d)
+
+	err = mongolock.FencedFindOneAndUpdate(ctx, coll, token(4), byID("r"), setWriter("four")).Err()
+	require.ErrorIs(t, err, mongolock.ErrFenced)
+	require.NotErrorIs(t, err, mongo.ErrNoDocuments)
+
+	err = mongolock.FencedFindOneAndUpdate(ctx, coll, token(9), byID("none"), setWriter("nine")).Err()
+	require.ErrorIs(t, err, mongo.ErrNoDocuments)
+	require.NotErrorIs(t, err, mongolock.ErrFenced)
+
+	require.NoError(t, mongolock.FencedFindOneAndUpdate(ctx, coll, token(6), byID("r"), setWriter("six")).Decode(&d))
+	require.Equal(t, fencedDoc{ID: "r", Writer: "five", N: 1, Fence: 5}, d, "the document before the update")
+	require.Equal(t, fencedDoc{ID: "r", Writer: "six", N: 2, Fence: 6}, readFenced(t, coll, "r"))
+}
+
+// Writers with random tokens race to upsert and update one document, each
+// several times: whatever the interleaving, the document ends with the
+// highest token's data, and every refused write was ErrFenced.
+func TestConcurrentFencedWritersEndWithTheHighestTokensData(t *testing.T) {
+	ctx := boundedCtx(t, 60*time.Second)
+	coll := fencedColl(t)
+	for round := range 5 {
+		id := "r" + string(rune('a'+round))
+		tokens := rand.Perm(1000)[:8]
+		var wg sync.WaitGroup
+		errs := make(chan error, len(tokens)*3)
+		for _, tk := range tokens {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 3 {
+					set := bson.D{{Key: "$set", Value: bson.D{{Key: "tok", Value: tk + 1}}}}
+					var err error
+					if i%2 == 0 {
+						_, err = mongolock.FencedUpdateOne(ctx, coll, token(tk+1), byID(id), set, upsert)
+					} else {
+						err = mongolock.FencedFindOneAndUpdate(ctx, coll, token(tk+1), byID(id), set,
+							options.FindOneAndUpdate().SetUpsert(true)).Err()
+						if errors.Is(err, mongo.ErrNoDocuments) {
+							err = nil // the upsert inserted: no document before it
+						}
+					}
+					if err != nil && !errors.Is(err, mongolock.ErrFenced) {
+						errs <- err
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		highest := int64(0)
+		for _, tk := range tokens {
+			highest = max(highest, int64(tk+1))
+		}
+		var d struct {
+			Tok   int64 `bson:"tok"`
+			Fence int64 `bson:"_mongolockFencingToken"`
+		}
+		require.NoError(t, coll.FindOne(ctx, byID(id)).Decode(&d))
+		require.Equal(t, highest, d.Tok, "round %d, tokens %v", round, tokens)
+		require.Equal(t, highest, d.Fence)
+		n, err := coll.CountDocuments(ctx, byID(id))
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
+	}
+}
+
+// The failure fencing exists for: a holder paused past its lease (its
+// connection cut), a rival acquires and writes, the holder resumes and
+// writes with its old token: refused, and the document keeps the rival's
+// data.
+func TestFencedWriteOfAHolderPausedPastItsLeaseIsErrFenced(t *testing.T) {
+	ctx := boundedCtx(t, 60*time.Second)
+	db := testdb.Database(t)
+	px, holderDB := proxied(t, db)
+	holderP := newProvider(t, holderDB, mongolock.WithExpiry(time.Second))
+	rivalP := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(time.Second))
+	holderColl, rivalColl := holderDB.Collection("resources"), db.Collection("resources")
+
+	h := mustAcquire(t, ctx, holderP.Lock("ledger"))
+	_, err := mongolock.FencedUpdateOne(ctx, holderColl, h, byID("ledger"), setWriter("holder"), upsert)
+	require.NoError(t, err)
+
+	px.Blackhole() // the pause: nothing the holder sends arrives
+	rival := releaseAtCleanup(t, mustAcquire(t, ctx, rivalP.Lock("ledger")))
+	require.Greater(t, rival.FencingToken(), h.FencingToken())
+	_, err = mongolock.FencedUpdateOne(ctx, rivalColl, rival, byID("ledger"), setWriter("rival"))
+	require.NoError(t, err)
+
+	px.Reset() // the holder resumes, on fresh connections
+	require.NoError(t, px.Restore())
+	_, err = mongolock.FencedUpdateOne(ctx, holderColl, h, byID("ledger"), setWriter("stale holder"))
+	require.ErrorIs(t, err, mongolock.ErrFenced)
+	err = mongolock.FencedFindOneAndUpdate(ctx, holderColl, h, byID("ledger"), setWriter("stale holder")).Err()
+	require.ErrorIs(t, err, mongolock.ErrFenced)
+	require.Equal(t, fencedDoc{ID: "ledger", Writer: "rival", N: 2, Fence: rival.FencingToken()}, readFenced(t, rivalColl, "ledger"))
+}
+
+// What the token fences, per kind.
+func TestFencedWritesPerKind(t *testing.T) {
+	ctx := boundedCtx(t, 60*time.Second)
+	db := testdb.Database(t)
+	p := newProvider(t, ownClient(t, db, nil))
+	coll := db.Collection("resources")
+	write := func(src mongolock.TokenSource, id, w string) error {
+		_, err := mongolock.FencedUpdateOne(ctx, coll, src, byID(id), setWriter(w), upsert)
+		return err
+	}
+
+	t.Run("lock: the next holder fences out the last", func(t *testing.T) {
+		first := mustAcquire(t, ctx, p.Lock("l"))
+		require.NoError(t, first.Release(ctx))
+		second := releaseAtCleanup(t, mustAcquire(t, ctx, p.Lock("l")))
+		require.NoError(t, write(second, "l", "second"))
+		require.ErrorIs(t, write(first, "l", "first"), mongolock.ErrFenced)
+	})
+	t.Run("election: the next leader fences out the last", func(t *testing.T) {
+		e := p.Election("e")
+		first, err := e.Campaign(ctx, "a")
+		require.NoError(t, err)
+		require.NoError(t, first.Resign(ctx))
+		second, err := e.Campaign(ctx, "b")
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = second.Resign(context.Background()) })
+		require.NoError(t, write(second, "e", "b"))
+		require.ErrorIs(t, write(first, "e", "a"), mongolock.ErrFenced)
+	})
+	t.Run("semaphore: a later slot's write fences out earlier slots", func(t *testing.T) {
+		s := p.Semaphore("s", 2)
+		a, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		releaseAtCleanup(t, a)
+		b, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		releaseAtCleanup(t, b)
+		require.Greater(t, b.FencingToken(), a.FencingToken())
+		require.NoError(t, write(a, "s", "a"), "the earlier slot, before the later one wrote")
+		require.NoError(t, write(b, "s", "b"))
+		require.ErrorIs(t, write(a, "s", "a"), mongolock.ErrFenced, "both hold, but b wrote with a higher token")
+	})
+	t.Run("rwlock: a writer fences out the readers before it, and a reader after it fences out the writer", func(t *testing.T) {
+		rw := p.RWLock("rw")
+		r1 := mustAcquire(t, ctx, rw.Reader())
+		require.NoError(t, write(r1, "rw", "reader 1"))
+		require.NoError(t, r1.Release(ctx))
+		w := mustAcquire(t, ctx, rw.Writer())
+		require.Greater(t, w.FencingToken(), r1.FencingToken())
+		require.NoError(t, write(w, "rw", "writer"))
+		require.ErrorIs(t, write(r1, "rw", "reader 1"), mongolock.ErrFenced)
+		require.NoError(t, w.Release(ctx))
+		r2 := releaseAtCleanup(t, mustAcquire(t, ctx, rw.Reader()))
+		require.Greater(t, r2.FencingToken(), w.FencingToken())
+		require.NoError(t, write(r2, "rw", "reader 2"))
+		require.ErrorIs(t, write(w, "rw", "writer"), mongolock.ErrFenced)
+	})
+	t.Run("composite: each part's token fences its own resource", func(t *testing.T) {
+		c, err := mongolock.NewComposite(p.Lock("c1"), p.Lock("c2"))
+		require.NoError(t, err)
+		first, err := c.Acquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, first.Release(ctx))
+		second, err := c.Acquire(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = second.Release(context.Background()) })
+		for i, id := range []string{"c1", "c2"} {
+			require.NoError(t, write(second.Handles()[i], id, "second"))
+			require.ErrorIs(t, write(first.Handles()[i], id, "first"), mongolock.ErrFenced)
+		}
+	})
+}
+
+// Fenced writes run in the session and transaction ctx carries: both
+// commit, or neither.
+func TestFencedWritesInATransactionCommitTogether(t *testing.T) {
+	if !testdb.Info(t).ReplicaSet {
+		t.Skipf("needs transactions (a replica set), which %s lacks", testdb.Info(t).Name())
+	}
+	ctx := boundedCtx(t, 30*time.Second)
+	coll := fencedColl(t)
+	for _, id := range []string{"a", "b"} {
+		_, err := mongolock.FencedUpdateOne(ctx, coll, token(5), byID(id), setWriter("five"), upsert)
+		require.NoError(t, err)
+	}
+	sess, err := coll.Database().Client().StartSession()
+	require.NoError(t, err)
+	defer sess.EndSession(ctx)
+	_, err = sess.WithTransaction(ctx, func(ctx context.Context) (any, error) {
+		if _, err := mongolock.FencedUpdateOne(ctx, coll, token(6), byID("a"), setWriter("six")); err != nil {
+			return nil, err
+		}
+		return mongolock.FencedUpdateOne(ctx, coll, token(4), byID("b"), setWriter("four"))
+	})
+	require.ErrorIs(t, err, mongolock.ErrFenced)
+	require.Equal(t, "five", readFenced(t, coll, "a").Writer, "the transaction's first write was rolled back")
+}
+
+// Where there are no transactions, a session's ctx still carries both round
+// trips: a refusal inside the session's callback is ErrFenced.
+func TestFencedWritesRunInTheSessionCtxCarries(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	coll := fencedColl(t)
+	err := coll.Database().Client().UseSession(ctx, func(ctx context.Context) error {
+		require.NotNil(t, mongo.SessionFromContext(ctx))
+		if _, err := mongolock.FencedUpdateOne(ctx, coll, token(5), byID("r"), setWriter("five"), upsert); err != nil {
+			return err
+		}
+		_, err := mongolock.FencedUpdateOne(ctx, coll, token(4), byID("r"), setWriter("four"))
+		return err
+	})
+	require.ErrorIs(t, err, mongolock.ErrFenced)
+	require.Equal(t, "five", readFenced(t, coll, "r").Writer)
+}
