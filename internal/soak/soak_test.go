@@ -118,16 +118,34 @@ func TestSoakReportsWorkAfterReleaseAsViolations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	r, _ := runSoak(t, "-d", "3s", "-p", "2", "-g", "6", "-k", "1", "-ks", "1", "-n", "2", "-kr", "1", "-ke", "1", "-hold", "20ms", "-long-hold", "0",
-		"-kill-every", "0", "-drop-every", "0", "-sabotage")
-	for kd := range numKinds {
-		if r.Per[kd].Overlap == 0 {
-			t.Errorf("sabotaged run: no %v overlaps; want some\n%v", kd, r)
+	// Whether a sabotaged holder's work after its release meets the next
+	// holder's is chance, and a loaded machine makes a kind's trials few:
+	// up to three runs, and each kind must show its overlaps in one.
+	var overlapped [numKinds]bool
+	displaced := false
+	var runs []string
+	for range 3 {
+		r, _ := runSoak(t, "-d", "3s", "-p", "2", "-g", "6", "-k", "1", "-ks", "1", "-n", "2", "-kr", "1", "-ke", "1", "-hold", "20ms", "-long-hold", "0",
+			"-kill-every", "0", "-drop-every", "0", "-sabotage")
+		runs = append(runs, r.String())
+		all := true
+		for kd := range numKinds {
+			overlapped[kd] = overlapped[kd] || r.Per[kd].Overlap > 0
+			all = all && overlapped[kd]
+		}
+		if displaced = displaced || r.Per[mutex].Displaced > 0; all && displaced {
+			return
 		}
 	}
-	if r.Per[mutex].Displaced == 0 {
-		t.Errorf("sabotaged run: %v\nwant displaced mutex holders", r)
+	for kd := range numKinds {
+		if !overlapped[kd] {
+			t.Errorf("sabotaged runs: no %v overlaps in any; want some", kd)
+		}
 	}
+	if !displaced {
+		t.Errorf("sabotaged runs: no displaced mutex holders in any; want some")
+	}
+	t.Logf("the runs:\n%s", strings.Join(runs, "\n"))
 }
 
 // The soak drops its database: it refuses, before it connects, any name
