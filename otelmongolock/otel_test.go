@@ -303,11 +303,21 @@ func TestAContendedAcquireIsOneSpanWithItsAttemptsAndTheDriversCommandsAsChildre
 		require.Contains(t, e.Attributes, attribute.String("mongolock.outcome", "not_acquired"))
 	}
 
-	children := tel.childrenOf(acq)
-	require.Len(t, children, int(attempts), "a command per attempt, under the Acquire's span")
-	for _, c := range children {
-		require.Equal(t, "findAndModify", c.Name())
+	// A command per attempt, under the Acquire's span; and, as this is the
+	// client's first use of the collection, the check of its collation.
+	var finding, checks int
+	for _, c := range tel.childrenOf(acq) {
+		switch c.Name() {
+		case "findAndModify":
+			finding++
+		case "listCollections":
+			checks++
+		default:
+			require.Failf(t, "a command under the Acquire's span that is neither an attempt nor the collation check", "%s", c.Name())
+		}
 	}
+	require.Equal(t, int(attempts), finding, "a command per attempt, under the Acquire's span")
+	require.Equal(t, 1, checks, "the collection's collation checked once, under the first Acquire's span")
 	require.Equal(t, attempts, finds.Load(), "every findAndModify the client sent is a child of the span")
 
 	releases := tel.ended("mongolock.release")
