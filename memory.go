@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/mongolock/mongolock/internal/backend"
+	"github.com/mongolock/mongolock/internal/memdb"
 )
 
 // Providers over process memory.
@@ -20,6 +21,13 @@ import (
 
 func init() {
 	backend.NewProvider = newMemoryProvider
+	backend.NewEngineProvider = func(s *memdb.Store, db string, opts any) (any, error) {
+		p, err := newMemProvider(s, db, opts.([]Option))
+		if err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
 	backend.ReleaseUnused = func(ctx context.Context, h any) error { return h.(*Handle).releaseUnused(ctx) }
 	backend.LossOf = func(h any) error { return h.(*Handle).lossOf() }
 	backend.HandleOf = func(h any) backend.Handle {

@@ -13,6 +13,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/mongolock/mongolock/internal/memdb"
 )
 
 // Kind is what a lock is.
@@ -163,6 +165,11 @@ var (
 	// mongolock.NewProvider does, and returns a *mongolock.Provider over
 	// the Provider that open returns for its configuration.
 	NewProvider func(opts any, open func(Config) Provider) (any, error)
+	// NewEngineProvider validates opts (a []mongolock.Option) as
+	// mongolock.NewProvider does, and returns a *mongolock.Provider whose
+	// engine is the one that runs over MongoDB, its statements applied to
+	// s, a database named db in process memory.
+	NewEngineProvider func(s *memdb.Store, db string, opts any) (any, error)
 	// HandleOf returns the Handle beneath h, a *mongolock.Handle of such a
 	// provider, or nil.
 	HandleOf func(h any) Handle
