@@ -13,7 +13,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/mongolock/mongolock/internal/backend"
 	"github.com/mongolock/mongolock/internal/memdb"
 )
 
@@ -34,8 +33,6 @@ type Provider struct {
 
 	leases leases // the leases of its handles
 	tel    telemetry
-
-	mem backend.Provider // non-nil: the locks are in process memory, not in db
 
 	senders chan func() // hands a round trip to an idle sender; unbuffered
 
@@ -255,9 +252,6 @@ func (p *Provider) Close(ctx context.Context) error {
 // shutdown waits for the calls in flight, releases what is held, and waits
 // for the background work.
 func (p *Provider) shutdown(ctx context.Context) error {
-	if p.mem != nil {
-		p.mem.Close() // ends its waiting calls and releases its handles
-	}
 	p.calls.Wait()
 	p.leases.mu.Lock()
 	held := slices.Collect(maps.Keys(p.leases.held))
