@@ -15,9 +15,23 @@
 //
 // The clock is time.Now. Inside a testing/synctest bubble it is the
 // bubble's fake clock: a Store and its Providers made in a bubble run
-// there, so a test can let a lease run out (Store.Partition, then
-// time.Sleep past the expiry) in microseconds of real time. Every
-// goroutine a Provider starts ends after its Close.
+// there, so a test can let a lease run out in microseconds of real time
+// (TestLeaseRunsOutInSimulatedTime in this package's tests):
+//
+//	synctest.Test(t, func(t *testing.T) {
+//		ctx := t.Context()
+//		store := mongolocktest.NewStore()
+//		locks, _ := store.NewProvider(mongolock.WithExpiry(30 * time.Second))
+//		h, _ := locks.Lock("ledger").Acquire(ctx)
+//		store.Partition()            // no extension gets through
+//		time.Sleep(31 * time.Second) // at once
+//		<-h.Lost()                   // closed: the lease ran out
+//		store.Heal()
+//		locks.Close(ctx)
+//	})
+//
+// Every goroutine a Provider starts ends after its Close, within a
+// second (its idle senders and its change stream linger briefly).
 //
 // Where it differs from a server: the Store has no TTL monitor (released
 // documents stay, which only Locks shows), and it is one database with
