@@ -55,13 +55,6 @@ func (l *Lock) compositeKey() (partKey, error) {
 			kind = "semaphore"
 		}
 	}
-	if l.p.mem != nil { // an in-memory store's: no database, the collection as configured
-		coll := l.p.opts.collection
-		if kind != "lock" {
-			coll += semSuffix
-		}
-		return partKey{coll: coll, name: l.name, kind: kind}, nil
-	}
 	sp := l.space()
 	return partKey{db: sp.db, coll: sp.name, name: l.name, kind: kind}, nil
 }

@@ -98,9 +98,6 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 func (l *Leadership) Proclaim(ctx context.Context, value string) (err error) {
 	h := l.acquisition
 	fail := func(err error) error { return h.lock.errorf("proclaim", err) }
-	if h.mem != nil {
-		return l.memProclaim(ctx, value)
-	}
 	switch {
 	case ctx == nil:
 		return fail(errNilContext)
@@ -248,10 +245,6 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 // sleep, a stream that ended after it opened or broke with a transient
 // error, and gives up on a server that refuses to open one.
 func (e *Election) watch(ctx context.Context, changed chan<- struct{}, streaming *atomic.Bool) {
-	if e.lock.p.mem != nil {
-		e.memWatch(ctx, changed, streaming)
-		return
-	}
 	p := e.lock.p
 	signal := func(string) {
 		select {

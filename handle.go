@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
-
-	"github.com/mongolock/mongolock/internal/backend"
 )
 
 // A Handle is one acquisition of a lock, or of a slot of a Semaphore (what
@@ -68,7 +66,6 @@ type acquisition struct {
 	mode     atomic.Uint32 // an RWLock's handle's rwMode, as upgrades and downgrades change it; 0 for other kinds
 	changing atomic.Bool   // an Upgrade or Downgrade is under way
 
-	mem backend.Handle // non-nil: an acquisition in process memory
 }
 
 func newHandle(l *Lock, lockID string, doc reply, sent time.Time) *Handle {
@@ -132,9 +129,6 @@ func (h *Handle) Owner() string { return h.lock.p.opts.owner }
 // bound after the acquisition was sent. The server's lease ends at that or
 // later. After a release or a loss it stays what it was last.
 func (h *Handle) LeaseEnd() time.Time {
-	if h.mem != nil {
-		return h.mem.LeaseEnd()
-	}
 	end := time.Unix(0, h.confirmed.Load()).Add(h.lock.p.opts.expiry)
 	if !h.capAt.IsZero() && h.capAt.Before(end) {
 		return h.capAt
@@ -175,32 +169,13 @@ func (h *Handle) Lost() <-chan struct{} { return h.lost }
 // hold ends (by the server's clock) instead of freeing it, and hands it to
 // nobody.
 func (h *Handle) Release(ctx context.Context) error {
-	if h.mem != nil {
-		return h.memRelease(ctx, true)
-	}
 	return h.release(ctx)
-}
-
-// lossOf returns why h was lost, as its Release would, or nil.
-func (h *Handle) lossOf() error {
-	if h.mem == nil {
-		return h.lossError()
-	}
-	select {
-	case <-h.mem.Lost():
-		return ErrLockLost // the store says why at the Release
-	default:
-		return nil
-	}
 }
 
 // releaseUnused is Release of a handle whose job never ran (a part of a
 // composite call that failed): it frees the lock at once, whatever
 // WithHoldAtLeast says.
 func (h *Handle) releaseUnused(ctx context.Context) error {
-	if h.mem != nil {
-		return h.memRelease(ctx, false)
-	}
 	return h.releaseHolding(ctx, 0)
 }
 

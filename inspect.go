@@ -75,12 +75,6 @@ func (p *Provider) Inspect(ctx context.Context, name string) (LockInfo, error) {
 	if !errors.Is(err, ErrNoLock) {
 		return info, err
 	}
-	if p.mem != nil {
-		if s, ok := p.mem.InspectSlots(name); ok {
-			return slotsInfo(s), nil
-		}
-		return LockInfo{}, err
-	}
 	for info, err := range p.infos(ctx, &p.slots, "inspect", name, semInspectPipeline(acquireFilter(name))) {
 		return info, err
 	}
@@ -89,9 +83,6 @@ func (p *Provider) Inspect(ctx context.Context, name string) (LockInfo, error) {
 
 // inspectLock is Inspect of the locks' collection alone.
 func (p *Provider) inspectLock(ctx context.Context, name string) (LockInfo, error) {
-	if p.mem != nil {
-		return p.memInspectLock(ctx, name)
-	}
 	for info, err := range p.infos(ctx, &p.locks, "inspect", name, inspectPipeline(acquireFilter(name))) {
 		return info, err
 	}
@@ -120,9 +111,6 @@ func (p *Provider) inspectLock(ctx context.Context, name string) (LockInfo, erro
 // (10 minutes on MongoDB): linger longer between two locks, and the next
 // batch fails.
 func (p *Provider) Locks(ctx context.Context, prefix string) iter.Seq2[LockInfo, error] {
-	if p.mem != nil {
-		return p.memLocks(ctx, prefix)
-	}
 	return merged(p.infos(ctx, &p.locks, "list", prefix, listPipeline(prefix)),
 		p.infos(ctx, &p.slots, "list", prefix, semListPipeline(prefix)))
 }
@@ -226,9 +214,6 @@ func (p *Provider) listBatchSize() int32 {
 // has no document. After an error, the lock's holder may have been ended,
 // and not the semaphore's.
 func (p *Provider) ForceRelease(ctx context.Context, name string) (bool, error) {
-	if p.mem != nil {
-		return p.memForceRelease(ctx, name)
-	}
 	return p.forceRelease(ctx, name, false,
 		forceUpdate{&p.locks, forceReleaseFilter(name), forceReleaseUpdate},
 		forceUpdate{&p.slots, semForceReleaseFilter(name), semForceReleaseUpdate})
@@ -243,9 +228,6 @@ func (p *Provider) ForceRelease(ctx context.Context, name string) (bool, error) 
 func (p *Provider) ForceReleaseHolder(ctx context.Context, name, id string) (bool, error) {
 	if id == "" {
 		return false, p.Lock(name).errorf("force release", errors.New("an empty holder id: HolderInfo.ID names one"))
-	}
-	if p.mem != nil {
-		return p.memForceReleaseHolder(ctx, name, id)
 	}
 	return p.forceRelease(ctx, name, true,
 		forceUpdate{&p.locks, ownerFilter(name, id), forceReleaseUpdate},
@@ -409,9 +391,6 @@ type RWLockInfo struct {
 // network's or ctx's error if the round trip failed. It changes nothing,
 // and ignores the Semaphore's n.
 func (s *Semaphore) Inspect(ctx context.Context) (SemaphoreInfo, error) {
-	if s.lock.p.mem != nil {
-		return s.lock.memInspectSemaphore(ctx)
-	}
 	d, err := s.lock.inspectSlots(ctx)
 	return SemaphoreInfo{Name: d.Name, N: d.N, Holders: d.holders(false), FencingToken: d.FencingToken, ServerTime: d.Now}, err
 }
@@ -420,9 +399,6 @@ func (s *Semaphore) Inspect(ctx context.Context) (SemaphoreInfo, error) {
 // server's clock: a holder whose lease has ended is not listed. Errors are
 // as Semaphore.Inspect's: ErrNoLock if the lock has no document.
 func (rw *RWLock) Inspect(ctx context.Context) (RWLockInfo, error) {
-	if rw.w.p.mem != nil {
-		return rw.w.memInspectRWLock(ctx)
-	}
 	d, err := rw.w.inspectSlots(ctx)
 	return RWLockInfo{Name: d.Name, Holders: d.holders(true), FencingToken: d.FencingToken, WriterWaiting: d.WriterWaiting, ServerTime: d.Now}, err
 }

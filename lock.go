@@ -84,9 +84,6 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Handle, error) {
 	if ctx == nil {
 		return nil, l.errorf("try acquire", errNilContext)
 	}
-	if l.p.mem != nil {
-		return l.memAcquire(ctx, "try acquire", false)
-	}
 	return l.p.tel.traceAcquire(ctx, l, opTryAcquireTrace, l.tryAcquire)
 }
 
@@ -141,9 +138,6 @@ func (l *Lock) tryAcquire(ctx context.Context, call *acquireCall) (*Handle, erro
 func (l *Lock) Acquire(ctx context.Context) (*Handle, error) {
 	if ctx == nil {
 		return nil, l.errorf("acquire", errNilContext)
-	}
-	if l.p.mem != nil {
-		return l.memAcquire(ctx, "acquire", true)
 	}
 	return l.p.tel.traceAcquire(ctx, l, opAcquireTrace, l.acquire)
 }

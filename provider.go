@@ -13,7 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/mongolock/mongolock/internal/backend"
+	"github.com/mongolock/mongolock/internal/memdb"
 )
 
 // A Provider mints named locks that share options and a collection. It is
@@ -34,7 +34,7 @@ type Provider struct {
 	leases leases // the leases of its handles
 	tel    telemetry
 
-	mem backend.Provider // non-nil: the locks are in process memory, not in db
+	senders chan func() // hands a round trip to an idle sender; unbuffered
 
 	mu       sync.Mutex
 	closed   bool           // Close was called
@@ -64,13 +64,20 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 	if err != nil {
 		return nil, &Error{Op: opNewProvider, Err: err}
 	}
+	return newProvider(o, newSpace(db, o.collection), newSpace(db, o.collection+semSuffix)), nil
+}
+
+// newProvider returns a Provider with the options o over the collections
+// locks and slots.
+func newProvider(o config, locks, slots space) *Provider {
 	p := &Provider{
-		locks:        newSpace(db, o.collection),
-		slots:        newSpace(db, o.collection+semSuffix),
+		locks:        locks,
+		slots:        slots,
 		opts:         o,
 		extendUpdate: extendUpdate(o.expiry, o.atMost),
 		leases:       leases{held: make(map[*acquisition]*lease)},
 		tel:          newTelemetry(o.telemetryConfig),
+		senders:      make(chan func()),
 		done:         make(chan struct{}),
 		drained:      make(chan struct{}),
 	}
@@ -78,7 +85,7 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 		p.acquire[m] = newAcquireParts(p.locks.process, o.owner, m, o.expiry, o.claimLifetime(), o.nextLifetime(), turnLength)
 		p.campaign[m] = newAcquireParts(p.locks.process, o.owner, m, o.expiry, o.claimLifetime(), o.nextLifetime(), electionTurn)
 	}
-	return p, nil
+	return p
 }
 
 // New returns the lock called name in db; see NewProvider for the options.
@@ -121,23 +128,31 @@ type collState struct {
 	notify    notifier
 }
 
-// collKey identifies a collection of one client. The client is held
-// weakly, so that the registry does not keep disconnected clients alive.
+// collKey identifies a collection of one client, or of one database in
+// process memory. The client or the database is held weakly, so that the
+// registry does not keep disconnected clients, or dropped databases,
+// alive.
 type collKey struct {
 	client   weak.Pointer[mongo.Client]
+	mem      weak.Pointer[memdb.Store]
 	db, coll string
 }
 
 var collStates sync.Map // collKey -> *collState
 
 func collStateFor(db *mongo.Database, coll string) *collState {
-	k := collKey{weak.Make(db.Client()), db.Name(), coll}
+	return collStateOf(collKey{client: weak.Make(db.Client()), db: db.Name(), coll: coll}, db.Client())
+}
+
+// collStateOf returns the state of k, forgotten with owner, what k holds
+// weakly.
+func collStateOf[T any](k collKey, owner *T) *collState {
 	if c, ok := collStates.Load(k); ok {
 		return c.(*collState)
 	}
 	c, loaded := collStates.LoadOrStore(k, &collState{process: newLockID(), queues: queues{byName: map[string]*queue{}}, notify: notifier{source: watchReleases}})
-	if !loaded { // forgotten with its client
-		runtime.AddCleanup(db.Client(), func(k collKey) { collStates.Delete(k) }, k)
+	if !loaded {
+		runtime.AddCleanup(owner, func(k collKey) { collStates.Delete(k) }, k)
 	}
 	return c.(*collState)
 }
@@ -158,7 +173,10 @@ func (p *Provider) background(timeout time.Duration, f func(ctx context.Context)
 // own: an idle sender's, or a new one. A sender outlives its job by
 // senderIdle, so that back-to-back round trips neither start a goroutine
 // nor grow its stack again for the driver's calls. Senders are the
-// process's, not a provider's: an idle one keeps no provider alive.
+// provider's: none runs another provider's work (a process-wide one would
+// tie the providers of separate testing/synctest bubbles together), and
+// none outlives its provider's last round trip by more than senderIdle.
+// An idle one holds only the channel, not the provider.
 func (p *Provider) sendAsync(job func()) {
 	p.bg.Add(1)
 	counted := func() {
@@ -166,19 +184,18 @@ func (p *Provider) sendAsync(job func()) {
 		job()
 	}
 	select {
-	case senderJobs <- counted:
+	case p.senders <- counted:
 	default:
-		go sender(counted)
+		go sender(p.senders, counted)
 	}
 }
-
-// senderJobs hands a round trip to an idle sender; unbuffered.
-var senderJobs = make(chan func())
 
 // senderIdle is how long a sender waits for another round trip.
 const senderIdle = 100 * time.Millisecond
 
-func sender(job func()) {
+// sender runs job, then the jobs it receives, until it has been idle for
+// senderIdle.
+func sender(jobs <-chan func(), job func()) {
 	idle := time.NewTimer(senderIdle)
 	defer idle.Stop()
 	for {
@@ -186,7 +203,7 @@ func sender(job func()) {
 		job = nil // holds nothing of the provider while idle
 		idle.Reset(senderIdle)
 		select {
-		case job = <-senderJobs:
+		case job = <-jobs:
 		case <-idle.C:
 			return
 		}
@@ -235,9 +252,6 @@ func (p *Provider) Close(ctx context.Context) error {
 // shutdown waits for the calls in flight, releases what is held, and waits
 // for the background work.
 func (p *Provider) shutdown(ctx context.Context) error {
-	if p.mem != nil {
-		p.mem.Close() // ends its waiting calls and releases its handles
-	}
 	p.calls.Wait()
 	p.leases.mu.Lock()
 	held := slices.Collect(maps.Keys(p.leases.held))

@@ -124,9 +124,6 @@ func (h *Handle) Upgrade(ctx context.Context) error {
 	if ctx == nil {
 		return l.errorf(op, errNilContext)
 	}
-	if h.mem != nil {
-		return h.memUpgrade(ctx)
-	}
 	if err := h.beginSwitch(upgradeMode); err != nil {
 		return l.errorf(op, err)
 	}
@@ -234,9 +231,6 @@ func (h *Handle) Downgrade(ctx context.Context) error {
 	l := h.lock
 	if ctx == nil {
 		return l.errorf(op, errNilContext)
-	}
-	if h.mem != nil {
-		return h.memDowngrade(ctx)
 	}
 	if err := h.beginSwitch(writeMode); err != nil {
 		return l.errorf(op, err)

@@ -23,9 +23,9 @@ import (
 // WithTrace does no telemetry work. Hooks are called synchronously, from
 // the goroutine of the operation or of the background work (extensions,
 // losses, background releases), and may run concurrently with each other:
-// they must be quick and safe for concurrent use. A provider of locks in
-// process memory (mongolocktest) calls none. Fields may be added later; set
-// them by name.
+// they must be quick and safe for concurrent use. A provider of
+// mongolocktest calls them as one over a database does. Fields may be
+// added later; set them by name.
 type Trace struct {
 	// AcquireStart is called when an Acquire or TryAcquire call on the
 	// server begins (or Campaign, of kind "election"). The context it

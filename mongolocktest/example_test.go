@@ -42,9 +42,15 @@ func Example() {
 	fmt.Println("contended:", errors.Is(err, mongolock.ErrNotAcquired))
 	_ = h.Release(ctx)
 
-	// Lost during the work: the work's ctx ends, and refresh says so.
-	err = refresh(ctx, locks, func(ctx context.Context) error {
-		_, _ = locks.ForceRelease(ctx, "cache-refresh")
+	// Lost during the work: the work's ctx ends at the holder's next
+	// extension (a third of the expiry: short here), and refresh says so.
+	quick, err := mongolocktest.NewProvider(mongolock.WithExpiry(time.Second))
+	if err != nil {
+		panic(err)
+	}
+	defer quick.Close(ctx)
+	err = refresh(ctx, quick, func(ctx context.Context) error {
+		_, _ = quick.ForceRelease(ctx, "cache-refresh")
 		<-ctx.Done()
 		return ctx.Err()
 	})
@@ -71,13 +77,13 @@ func ExampleLose() {
 	locks, _ := mongolocktest.NewProvider()
 	defer locks.Close(ctx)
 	h, _ := locks.Lock("ledger").Acquire(ctx)
-	write := func(token int64) { fmt.Println("written with token", token) }
+	write := func(token int64) { fmt.Println("written with a token:", token > 0) }
 
 	fmt.Println(record(h, write))
 	mongolocktest.Lose(h)
 	fmt.Println(record(h, write))
 	// Output:
-	// written with token 1
+	// written with a token: true
 	// <nil>
 	// mongolock: lock lost
 }

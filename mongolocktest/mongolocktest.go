@@ -1,62 +1,85 @@
-// Package mongolocktest provides mongolock Providers that keep their locks
-// in process memory, for unit tests of code that takes locks, semaphores,
+// Package mongolocktest provides mongolock Providers over a database in
+// process memory, for unit tests of code that takes locks, semaphores,
 // RWLocks and elections: no server is needed.
 //
 // NewProvider returns a real *mongolock.Provider, so code that takes a
 // *mongolock.Provider (or the *mongolock.Lock, *mongolock.Handle and the
 // other types it mints) is tested unchanged; only the constructor differs.
-// Its locks keep mongolock's rules: Acquire waits, first come first served,
-// and its ctx errors are mongolock's; TryAcquire returns ErrNotAcquired;
-// fencing tokens strictly increase per name; Release, Do, Semaphores of n
-// (ErrMismatch for another n or kind), RWLocks (a waiting writer holds off
-// new readers) with their upgradeable readers, Upgrade (which holds off new
-// readers, and becomes the writer as the last other reader leaves, with no
-// writer in between) and Downgrade (which lets waiting readers in at once),
-// elections, Close, and the scheduled jobs' holds behave as over a
-// database: with WithHoldAtLeast a released lock stays held by its
-// owner until the hold ends or is force released, with WithHoldAtMost a
-// handle is lost at its bound, and both refuse every kind but locks.
-// Inspect and Locks show every kind with its holders and their IDs;
-// ForceRelease ends every holder of a name, ForceReleaseHolder one. Options
-// are validated as mongolock.NewProvider validates them, with the same
-// errors.
+// And it is the library's engine that runs, the one that runs over
+// MongoDB: its statements are applied to documents in process memory, as
+// the server applies them, by the Store's clock. So everything behaves as
+// over a database, with the same errors: options, waits and lines,
+// fencing tokens, leases that are extended and that run out, handles that
+// are lost when they cannot be, Semaphores, RWLocks, elections, the
+// scheduled jobs' holds, Inspect, Locks, ForceRelease and Close.
 //
-// Where it differs: a lease never runs out (the holder is this process,
-// alive while the test runs), so a Handle is lost only through Lose,
-// ForceRelease, ForceReleaseHolder or WithHoldAtMost's bound, and at once;
-// a Handle dropped without Release keeps its lock; a lock frees at once
-// when a hold ends; fencing tokens count from 1 per name; LockInfo.Waiting
-// reports whether any Acquire waits; the busy-wait, standby and extension
-// options change nothing, and the telemetry options record nothing.
+// The clock is time.Now. Inside a testing/synctest bubble it is the
+// bubble's fake clock: a Store and its Providers made in a bubble run
+// there, so a test can let a lease run out in microseconds of real time
+// (TestLeaseRunsOutInSimulatedTime in this package's tests):
+//
+//	synctest.Test(t, func(t *testing.T) {
+//		ctx := t.Context()
+//		store := mongolocktest.NewStore()
+//		locks, _ := store.NewProvider(mongolock.WithExpiry(30 * time.Second))
+//		h, _ := locks.Lock("ledger").Acquire(ctx)
+//		store.Partition()            // no extension gets through
+//		time.Sleep(31 * time.Second) // at once
+//		<-h.Lost()                   // closed: the lease ran out
+//		store.Heal()
+//		locks.Close(ctx)
+//	})
+//
+// Every goroutine a Provider starts ends after its Close, within a
+// second (its idle senders and its change stream linger briefly).
+//
+// Where it differs from a server: the Store has no TTL monitor (released
+// documents stay, which only Locks shows), and it is one database with
+// change streams, reached without a network unless Partition says
+// otherwise.
 package mongolocktest
 
 import (
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/backend"
+	"github.com/mongolock/mongolock/internal/memdb"
 )
 
-// A Store is the in-memory stand-in for a database: the Providers of one
-// Store share its locks, as providers of one database share theirs (by
-// collection and name), and exclude each other. The zero Store is not
-// usable; NewStore makes one. A Store is safe for concurrent use.
+// dbName is the name of a Store's database, as LockInfo and errors name it.
+const dbName = "mongolocktest"
+
+// A Store is a database in process memory: the Providers of one Store
+// share its locks, as providers of one database do (by collection and
+// name), and exclude each other. The zero Store is not usable; NewStore
+// makes one. A Store is safe for concurrent use.
 type Store struct {
-	s *store
+	db *memdb.Store
 }
 
 // NewStore returns an empty Store.
 func NewStore() *Store {
-	return &Store{newStore()}
+	return &Store{memdb.NewStore(dbName, nil)}
 }
 
 // NewProvider returns a Provider over s with opts, or the error
 // mongolock.NewProvider returns for them.
 func (s *Store) NewProvider(opts ...mongolock.Option) (*mongolock.Provider, error) {
-	p, err := backend.NewProvider(opts, func(c backend.Config) backend.Provider { return s.s.provider(c) })
+	p, err := backend.NewProvider(s.db, dbName, opts)
 	if err != nil {
 		return nil, err
 	}
 	return p.(*mongolock.Provider), nil
 }
+
+// Partition cuts every Provider of s off from it until Heal, as a network
+// partition cuts a process off from its server: every statement fails at
+// once with the driver's server selection error, which the library treats
+// as transient. Handles are then lost as their leases run out, Acquire
+// keeps trying until its ctx ends, and Release frees nothing.
+func (s *Store) Partition() { s.db.Faults.Partition() }
+
+// Heal ends a partition.
+func (s *Store) Heal() { s.db.Faults.Heal() }
 
 // NewProvider returns a Provider over a Store of its own: its locks are
 // shared with no other Provider.
@@ -64,15 +87,16 @@ func NewProvider(opts ...mongolock.Option) (*mongolock.Provider, error) {
 	return NewStore().NewProvider(opts...)
 }
 
-// Lose makes h lost, as the server's verdict would: h's Lost channel
-// closes, its Context ends with the cause mongolock.ErrLockLost, its lock
-// (or slot) is free for the next in line at once, and its Release returns
-// an error wrapping ErrLockLost. A handle released or lost already is left
-// as it is. It panics if h is not of a Provider of this package.
+// Lose makes h lost, as the server's verdict would: its holder is force
+// released in the store (ForceReleaseHolder), and h learns of it at once,
+// as its next extension would: h's Lost channel closes, its Context ends
+// with the cause mongolock.ErrLockLost, its lock (or slot) is free for
+// the next in line, and its Release returns an error wrapping
+// ErrLockLost. A handle released or lost already is left as it is. In a
+// partition the store keeps the holder until its lease ends. It panics if
+// h is not of a Provider of this package.
 func Lose(h *mongolock.Handle) {
-	mh, ok := backend.HandleOf(h).(*handle)
-	if !ok {
+	if !backend.Lose(h) {
 		panic("mongolocktest.Lose: the handle is not of a mongolocktest Provider")
 	}
-	mh.lose("made lost by mongolocktest.Lose")
 }

@@ -1,7 +1,7 @@
 // Package conformance is one suite of what code using mongolock can
 // observe, run against the server (the root package's tests) and against
-// mongolocktest's in-memory providers (its tests), so that the two stay
-// equal. It uses only the public API: a lock is made lost with
+// mongolocktest's providers, the same engine over a database in process
+// memory (its tests), so that the two stay equal. It uses only the public API: a lock is made lost with
 // ForceRelease, which both support.
 package conformance
 

@@ -1,0 +1,154 @@
+package mongolock
+
+import (
+	"context"
+	"time"
+	"weak"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/mongolock/mongolock/internal/memdb"
+)
+
+// memStore is a collection of a database in process memory (memdb): the
+// engine's statements are applied to its documents as the server applies
+// them, at the database's clock and through its network faults, with the
+// driver's replies and errors. It adds nothing of its own: no waiting, no
+// lines, no grants; those are the engine's, as over MongoDB.
+type memStore struct {
+	db   *memdb.Store
+	coll string
+}
+
+// newMemProvider returns a Provider with opts over s, a database named db
+// in process memory, or the error NewProvider returns for them. Its
+// providers of one s share their locks, as those of one database do.
+func newMemProvider(s *memdb.Store, db string, opts []Option) (*Provider, error) {
+	o, err := buildConfig(opts)
+	if err != nil {
+		return nil, &Error{Op: opNewProvider, Err: err}
+	}
+	return newProvider(o, memSpace(s, db, o.collection), memSpace(s, db, o.collection+semSuffix)), nil
+}
+
+// memSpace is the collection coll of s, whose state is kept per s as a
+// database's is per client.
+func memSpace(s *memdb.Store, db, coll string) space {
+	return space{memStore{s, coll}, db, coll, collStateOf(collKey{mem: weak.Make(s), db: db, coll: coll}, s)}
+}
+
+// do runs op as one round trip. A ctx that has ended sends nothing, as the
+// driver does not.
+func (m memStore) do(ctx context.Context, op func(c *memdb.Collection, now time.Time) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return m.db.Do(ctx, m.coll, op)
+}
+
+func (m memStore) findOneAndUpdate(ctx context.Context, filter, update, projection any) (doc bson.Raw, err error) {
+	err = m.do(ctx, func(c *memdb.Collection, now time.Time) (err error) {
+		doc, err = c.FindOneAndUpdate(now, filter, update, memdb.FindOneAndUpdateOptions{After: true, Projection: projection})
+		return err
+	})
+	return doc, err
+}
+
+func (m memStore) updateOne(ctx context.Context, filter, update any) (matched, modified int64, err error) {
+	err = m.do(ctx, func(c *memdb.Collection, now time.Time) error {
+		n, k, err := c.UpdateOne(now, filter, update)
+		matched, modified = int64(n), int64(k)
+		return err
+	})
+	return matched, modified, err
+}
+
+func (m memStore) updateMany(ctx context.Context, filter, update any) (matched, modified int64, err error) {
+	err = m.do(ctx, func(c *memdb.Collection, now time.Time) error {
+		n, k, err := c.UpdateMany(now, filter, update)
+		matched, modified = int64(n), int64(k)
+		return err
+	})
+	return matched, modified, err
+}
+
+func (m memStore) insertOne(ctx context.Context, doc any) error {
+	return m.do(ctx, func(c *memdb.Collection, now time.Time) error { return c.InsertOne(now, doc) })
+}
+
+func (m memStore) find(ctx context.Context, filter, projection any) (docs []bson.Raw, err error) {
+	err = m.do(ctx, func(c *memdb.Collection, now time.Time) (err error) {
+		docs, err = c.Find(now, filter, projection)
+		return err
+	})
+	return docs, err
+}
+
+// aggregate runs the whole pipeline in one round trip (one $$NOW, as the
+// server's), then hands the documents over one by one: batchSize changes
+// nothing.
+func (m memStore) aggregate(ctx context.Context, pipeline any, _ int32, each func(bson.Raw) bool) error {
+	var docs []bson.Raw
+	err := m.do(ctx, func(c *memdb.Collection, now time.Time) (err error) {
+		docs, err = c.Aggregate(now, pipeline)
+		return err
+	})
+	for _, d := range docs {
+		if !each(d) {
+			break
+		}
+	}
+	return err
+}
+
+// The model has no indexes but _id's, and no TTL monitor: the TTL index
+// operations do nothing and report the index as the library creates it,
+// so that nothing is logged. Documents are never deleted by age; the
+// engine judges expiry on every statement, as over MongoDB.
+
+func (memStore) createIndex(context.Context, mongo.IndexModel) error { return nil }
+
+func (memStore) indexes(context.Context) ([]bson.Raw, error) {
+	ix, err := bson.Marshal(bson.D{{Key: "v", Value: int32(2)}, {Key: "key", Value: bson.D{{Key: "expiresAt", Value: int32(1)}}},
+		{Key: "name", Value: TTLIndexName}, {Key: "expireAfterSeconds", Value: int32(ttlGraceSeconds)}})
+	return []bson.Raw{ix}, err
+}
+
+func (memStore) collMod(context.Context, bson.D) error { return nil }
+
+// listCollections reports no options: the model compares strings byte by
+// byte, the simple collation.
+func (m memStore) listCollections(ctx context.Context) ([]bson.Raw, error) {
+	return nil, m.do(ctx, func(*memdb.Collection, time.Time) error { return nil })
+}
+
+// watch opens a change stream of the collection in one round trip, then
+// delivers its events as they come, in this goroutine, until ctx ends.
+func (m memStore) watch(ctx context.Context, pipeline mongo.Pipeline, ready func(), event func(bson.RawValue)) error {
+	var s *memdb.Stream
+	err := m.do(ctx, func(c *memdb.Collection, _ time.Time) (err error) {
+		s, err = c.Watch(pipeline)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	ready()
+	for {
+		ev, err := s.Next()
+		switch {
+		case err != nil:
+			return err
+		case ev != nil:
+			event(ev.Lookup("documentKey", "_id"))
+			continue
+		}
+		select {
+		case <-s.Ready():
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
