@@ -293,16 +293,20 @@ func byID(docs []bson.Raw) []bson.Raw {
 	return docs
 }
 
+// cmdField is the value of cmd's field k (a golden statement's
+// "update", "fields", …), or nil.
+func cmdField(cmd bson.D, k string) any {
+	for _, e := range cmd {
+		if e.Key == k {
+			return e.Value
+		}
+	}
+	return nil
+}
+
 func onServer(ctx context.Context, coll *mongo.Collection, cmd bson.D) outcome {
 	arg := cmd[0].Value
-	field := func(k string) any {
-		for _, e := range cmd {
-			if e.Key == k {
-				return e.Value
-			}
-		}
-		return nil
-	}
+	field := func(k string) any { return cmdField(cmd, k) }
 	var o outcome
 	var err error
 	switch cmd[0].Key {
@@ -359,14 +363,7 @@ func onServer(ctx context.Context, coll *mongo.Collection, cmd bson.D) outcome {
 func onModel(c *memdb.Collection, now bson.DateTime, cmd bson.D) (outcome, error) {
 	at := now.Time()
 	arg := cmd[0].Value
-	field := func(k string) any {
-		for _, e := range cmd {
-			if e.Key == k {
-				return e.Value
-			}
-		}
-		return nil
-	}
+	field := func(k string) any { return cmdField(cmd, k) }
 	var o outcome
 	var err error
 	switch cmd[0].Key {
