@@ -265,10 +265,13 @@ func TestFencedWriteOfAHolderPausedPastItsLeaseIsErrFenced(t *testing.T) {
 
 	px.Reset() // the holder resumes, on fresh connections
 	require.NoError(t, px.Restore())
-	_, err = mongolock.FencedUpdateOne(ctx, holderColl, h, byID("ledger"), setWriter("stale holder"))
-	require.ErrorIs(t, err, mongolock.ErrFenced)
-	err = mongolock.FencedFindOneAndUpdate(ctx, holderColl, h, byID("ledger"), setWriter("stale holder")).Err()
-	require.ErrorIs(t, err, mongolock.ErrFenced)
+	require.ErrorIs(t, resumed(ctx, func() error {
+		_, err := mongolock.FencedUpdateOne(ctx, holderColl, h, byID("ledger"), setWriter("stale holder"))
+		return err
+	}), mongolock.ErrFenced)
+	require.ErrorIs(t, resumed(ctx, func() error {
+		return mongolock.FencedFindOneAndUpdate(ctx, holderColl, h, byID("ledger"), setWriter("stale holder")).Err()
+	}), mongolock.ErrFenced)
 	require.Equal(t, fencedDoc{ID: "ledger", Writer: "rival", N: 2, Fence: rival.FencingToken()}, readFenced(t, rivalColl, "ledger"))
 }
 
@@ -385,4 +388,19 @@ func TestFencedWritesRunInTheSessionCtxCarries(t *testing.T) {
 	})
 	require.ErrorIs(t, err, mongolock.ErrFenced)
 	require.Equal(t, "five", readFenced(t, coll, "r").Writer)
+}
+
+// resumed runs a write of a holder whose connections were just cut, again
+// while it fails on their ends (a reset socket, the pool cleared by the
+// holder's own extension failing there), as the driver's retryable writes
+// would on a replica set; a standalone server gets no such retry.
+func resumed(ctx context.Context, write func() error) error {
+	for {
+		err := write()
+		var le mongo.LabeledError
+		if err == nil || ctx.Err() != nil ||
+			!(mongo.IsNetworkError(err) || errors.As(err, &le) && le.HasErrorLabel("TransientTransactionError")) {
+			return err
+		}
+	}
 }
