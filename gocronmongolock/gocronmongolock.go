@@ -133,7 +133,7 @@ func NewLocker(p *mongolock.Provider, opts ...LockerOption) (*Locker, error) {
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	actx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	h, err := l.p.Lock(l.prefix+key).TryAcquire(actx)
+	h, err := l.p.Lock(l.prefix + key).TryAcquire(actx)
 	if err != nil {
 		return nil, err
 	}
