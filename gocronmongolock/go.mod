@@ -4,13 +4,13 @@ go 1.25.0
 
 require (
 	github.com/go-co-op/gocron/v2 v2.21.2
+	github.com/google/uuid v1.6.0
 	github.com/jonboulle/clockwork v0.5.0
 	github.com/mongolock/mongolock v0.0.0
 	github.com/stretchr/testify v1.12.1
 )
 
 require (
-	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.19.2 // indirect
 	github.com/robfig/cron/v3 v3.0.1 // indirect
 	github.com/xdg-go/pbkdf2 v1.0.0 // indirect
