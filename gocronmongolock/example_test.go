@@ -32,17 +32,12 @@ func ExampleNewLocker() {
 			log.Fatal(err)
 		}
 		defer func() { _ = locks.Close(ctx) }()
+
 		locker, err := gocronmongolock.NewLocker(locks)
 		if err != nil {
 			log.Fatal(err)
 		}
-		s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker),
-			gocron.WithGlobalJobOptions(gocron.WithEventListeners(
-				gocron.AfterLockError(func(_ uuid.UUID, name string, err error) {
-					if errors.Is(err, mongolock.ErrNotAcquired) {
-						outcomes <- "skipped " + name + ": another replica runs it"
-					}
-				}))))
+		s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -50,7 +45,12 @@ func ExampleNewLocker() {
 		// In production, a cron job: gocron.CronJob("0 * * * *", false).
 		_, err = s.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()),
 			gocron.NewTask(func() { outcomes <- "ran report" }),
-			gocron.WithName("report"))
+			gocron.WithName("report"), // the lock's name
+			gocron.WithEventListeners(gocron.AfterLockError(func(_ uuid.UUID, name string, err error) {
+				if errors.Is(err, mongolock.ErrNotAcquired) {
+					outcomes <- "skipped " + name + ": another replica runs it"
+				}
+			})))
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -80,13 +80,13 @@ func ExampleNewElector() {
 		log.Fatal(err)
 	}
 	defer func() { _ = elector.Close(ctx) }() // resigns: another replica leads at once
-
-	ran := make(chan struct{}, 1)
 	s, err := gocron.NewScheduler(gocron.WithDistributedElector(elector))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer func() { _ = s.Shutdown() }()
+
+	ran := make(chan struct{}, 1)
 	_, err = s.NewJob(gocron.DurationJob(10*time.Millisecond), gocron.NewTask(func() {
 		select {
 		case ran <- struct{}{}:
