@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -389,4 +390,23 @@ func TestSchedulersRunJobsOnlyOnTheLeaderAndMoveWithIt(t *testing.T) {
 	stopped := count()[leader] // a run that began before Close may end after
 	waitFor("the other replica runs the job", func(c [2]int) bool { return c[1-leader] >= 5 })
 	require.LessOrEqual(t, count()[leader], stopped+1, "the closed replica kept running the job")
+}
+
+// An Election cannot be held with WithHoldAtLeast: an Elector over such a
+// Provider never leads, and IsLeader and Close say why.
+func TestElectorOverAProviderWithHoldAtLeastSaysWhyItCannotLead(t *testing.T) {
+	p, err := mongolocktest.NewProvider(mongolock.WithHoldAtLeast(time.Second))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close(context.Background())) }()
+	e, err := gocronmongolock.NewElector(p, "scheduler")
+	require.NoError(t, err)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		err := e.IsLeader(t.Context())
+		require.ErrorIs(t, err, gocronmongolock.ErrNotLeader)
+		if strings.Contains(err.Error(), "WithHoldAtLeast") {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "IsLeader still says only %v", err)
+	}
+	require.ErrorContains(t, e.Close(t.Context()), "WithHoldAtLeast")
 }

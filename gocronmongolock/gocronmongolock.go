@@ -213,7 +213,10 @@ func WithValue(value string) ElectorOption {
 // whenever it can, keeps leadership in the background (extending its
 // lease as a held lock's), and campaigns again when leadership is lost.
 // Make one per process and election, and Close it before p. A nil p or
-// option is an error.
+// option is an error. An election cannot be held with p's
+// mongolock.WithHoldAtLeast or WithHoldAtMost (give a Locker's holds a
+// Provider of its own): the campaign then ends at once, and IsLeader and
+// Close return its error.
 func NewElector(p *mongolock.Provider, name string, opts ...ElectorOption) (*Elector, error) {
 	if p == nil {
 		return nil, errors.New("gocronmongolock: nil *mongolock.Provider")
