@@ -269,6 +269,11 @@ func TestNewLockerRefusesBadArguments(t *testing.T) {
 		"nil option":   func() error { _, err := gocronmongolock.NewLocker(p, nil); return err },
 		"zero timeout": func() error { _, err := gocronmongolock.NewLocker(p, gocronmongolock.WithTimeout(0)); return err },
 		"nil elector":  func() error { _, err := gocronmongolock.NewElector(nil, "x"); return err },
+		"nil context": func() error {
+			//lint:ignore SA1012 the nil context is the test
+			_, err := newLocker(t, p).Lock(nil, "x")
+			return err
+		},
 	} {
 		require.Error(t, try(), name)
 	}

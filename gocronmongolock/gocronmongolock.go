@@ -131,6 +131,9 @@ func NewLocker(p *mongolock.Provider, opts ...LockerOption) (*Locker, error) {
 // still for WithHoldAtLeast, the error wraps mongolock.ErrNotAcquired and
 // gocron skips the run. Other errors (the server, the network) skip it too.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
+	if ctx == nil {
+		return nil, errors.New("gocronmongolock: Lock with a nil context")
+	}
 	actx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	h, err := l.p.Lock(l.prefix + key).TryAcquire(actx)
