@@ -28,7 +28,7 @@ func (c *Collection) Watch(pipeline any) (s *Stream, err error) {
 	defer guard(&err)
 	s = &Stream{ready: make(chan struct{}, 1)}
 	if pipeline != nil {
-		s.pipeline = array(norm(pipeline), "pipeline")
+		s.pipeline = as[bson.A](norm(pipeline), "pipeline")
 	}
 	for _, st := range s.pipeline {
 		if st := stageOf(st); st.Key != "$match" {

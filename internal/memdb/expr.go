@@ -86,7 +86,7 @@ func operator(name string, arg any, c *evalCtx) any {
 	case "$literal":
 		return arg
 	case "$filter", "$map":
-		return iterate(name, asDoc(arg, name), c)
+		return iterate(name, as[bson.D](arg, name), c)
 	}
 	args, ok := arg.(bson.A)
 	if !ok {
@@ -176,11 +176,11 @@ func operator(name string, arg any, c *evalCtx) any {
 		return arr
 	case "$size":
 		arity(1)
-		return int32(len(array(eval(args[0], c), name)))
+		return int32(len(as[bson.A](eval(args[0], c), name)))
 	case "$in":
 		arity(2)
 		v := vals()
-		for _, el := range array(v[1], name) {
+		for _, el := range as[bson.A](v[1], name) {
 			if equal(v[0], el) {
 				return true
 			}
@@ -190,7 +190,7 @@ func operator(name string, arg any, c *evalCtx) any {
 		out := bson.D{}
 		for _, v := range vals() {
 			if !nullish(v) {
-				for _, e := range asDoc(v, name) {
+				for _, e := range as[bson.D](v, name) {
 					out = put(out, e.Key, e.Value)
 				}
 			}
@@ -204,15 +204,6 @@ func compares(op string, r int) bool {
 	return map[string]bool{"$eq": r == 0, "$ne": r != 0, "$lt": r < 0, "$lte": r <= 0, "$gt": r > 0, "$gte": r >= 0}[op]
 }
 
-// array is v, which an operator needs to be an array.
-func array(v any, op string) bson.A {
-	a, ok := v.(bson.A)
-	if !ok {
-		panic(notModelled("%s of a %s", op, typeName(v)))
-	}
-	return a
-}
-
 // iterate is $filter and $map, over $$this.
 func iterate(name string, spec bson.D, c *evalCtx) any {
 	body := map[string]string{"$filter": "cond", "$map": "in"}[name]
@@ -222,7 +213,7 @@ func iterate(name string, spec bson.D, c *evalCtx) any {
 		}
 	}
 	out := bson.A{}
-	for _, el := range array(eval(get(spec, "input"), c), name) {
+	for _, el := range as[bson.A](eval(get(spec, "input"), c), name) {
 		v := eval(get(spec, body), &evalCtx{now: c.now, root: c.root, this: append(c.this[:len(c.this):len(c.this)], el)})
 		if name == "$map" {
 			out = append(out, v)

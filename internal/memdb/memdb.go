@@ -84,7 +84,7 @@ func encode(d bson.D) bson.Raw {
 }
 
 func (c *Collection) matching(filter any) []int {
-	f := asDoc(norm(filter), "filter")
+	f := as[bson.D](norm(filter), "filter")
 	var out []int
 	for i, d := range c.docs {
 		if matches(d, f) {
@@ -107,7 +107,7 @@ func (c *Collection) Docs() []bson.Raw {
 // gives a duplicate key error, as mongo.IsDuplicateKeyError recognises it.
 func (c *Collection) InsertOne(now time.Time, doc any) (err error) {
 	defer guard(&err)
-	d := asDoc(norm(doc), "document")
+	d := as[bson.D](norm(doc), "document")
 	id := get(d, "_id")
 	if id == missing {
 		panic(notModelled("insert without _id"))
@@ -143,7 +143,7 @@ func (c *Collection) FindOneAndUpdate(now time.Time, filter, update any, o FindO
 		out = c.docs[hits[0]]
 	}
 	if o.Projection != nil {
-		out = project(out, asDoc(norm(o.Projection), "projection"), bson.NewDateTimeFromTime(now))
+		out = project(out, as[bson.D](norm(o.Projection), "projection"), bson.NewDateTimeFromTime(now))
 	}
 	return encode(out), nil
 }
@@ -230,7 +230,7 @@ func (c *Collection) Find(now time.Time, filter, projection any) (docs []bson.Ra
 	for _, i := range c.matching(filter) {
 		d := c.docs[i]
 		if projection != nil {
-			d = project(d, asDoc(norm(projection), "projection"), bson.NewDateTimeFromTime(now))
+			d = project(d, as[bson.D](norm(projection), "projection"), bson.NewDateTimeFromTime(now))
 		}
 		docs = append(docs, encode(d))
 	}
@@ -241,7 +241,7 @@ func (c *Collection) Find(now time.Time, filter, projection any) (docs []bson.Ra
 func (c *Collection) Aggregate(now time.Time, pipeline any) (docs []bson.Raw, err error) {
 	defer guard(&err)
 	cur := slices.Clone(c.docs)
-	for _, s := range array(norm(pipeline), "pipeline") {
+	for _, s := range as[bson.A](norm(pipeline), "pipeline") {
 		cur = stage(cur, stageOf(s), bson.NewDateTimeFromTime(now))
 	}
 	for _, d := range cur {
@@ -263,7 +263,7 @@ func stage(docs []bson.D, s bson.E, now bson.DateTime) []bson.D {
 	spec, _ := s.Value.(bson.D)
 	switch s.Key {
 	case "$match":
-		return slices.DeleteFunc(docs, func(d bson.D) bool { return !matches(d, asDoc(s.Value, s.Key)) })
+		return slices.DeleteFunc(docs, func(d bson.D) bool { return !matches(d, as[bson.D](s.Value, s.Key)) })
 	case "$sort":
 		slices.SortStableFunc(docs, func(a, b bson.D) int {
 			for _, k := range spec {
@@ -282,11 +282,11 @@ func stage(docs []bson.D, s bson.E, now bson.DateTime) []bson.D {
 		c := &evalCtx{now: now, root: d}
 		switch s.Key {
 		case "$set":
-			out[i] = setFields(d, asDoc(s.Value, s.Key), c)
+			out[i] = setFields(d, as[bson.D](s.Value, s.Key), c)
 		case "$replaceWith":
-			out[i] = asDoc(eval(s.Value, c), s.Key)
+			out[i] = as[bson.D](eval(s.Value, c), s.Key)
 		case "$project":
-			out[i] = project(d, asDoc(s.Value, s.Key), now)
+			out[i] = project(d, as[bson.D](s.Value, s.Key), now)
 		default:
 			panic(notModelled("stage %s", s.Key))
 		}
@@ -345,7 +345,7 @@ func put(d bson.D, k string, v any) bson.D {
 func applyOperators(d bson.D, u bson.D, now bson.DateTime) bson.D {
 	var changes []bson.E // field, {op: arg}
 	for _, o := range u {
-		for _, f := range asDoc(o.Value, o.Key) {
+		for _, f := range as[bson.D](o.Value, o.Key) {
 			changes = append(changes, bson.E{Key: f.Key, Value: bson.E{Key: o.Key, Value: f.Value}})
 		}
 	}
@@ -368,7 +368,7 @@ func applyOperators(d bson.D, u bson.D, now bson.DateTime) bson.D {
 			out = put(out, ch.Key, now)
 		case "$pull":
 			if arr, ok := get(out, ch.Key).(bson.A); ok {
-				q := asDoc(arg, "$pull")
+				q := as[bson.D](arg, "$pull")
 				if isOperator(q) {
 					panic(notModelled("$pull condition %v", q))
 				}
@@ -387,14 +387,6 @@ func applyOperators(d bson.D, u bson.D, now bson.DateTime) bson.D {
 		}
 	}
 	return out
-}
-
-func asDoc(v any, what string) bson.D {
-	d, ok := v.(bson.D)
-	if !ok {
-		panic(notModelled("%s of %T", what, v))
-	}
-	return d
 }
 
 func isOperator(d bson.D) bool { return len(d) > 0 && strings.HasPrefix(d[0].Key, "$") }

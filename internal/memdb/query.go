@@ -13,7 +13,7 @@ func matches(d bson.D, filter bson.D) bool {
 	for _, e := range filter {
 		switch {
 		case e.Key == "$or":
-			if !slices.ContainsFunc(array(e.Value, e.Key), func(s any) bool { return matches(d, asDoc(s, e.Key)) }) {
+			if !slices.ContainsFunc(as[bson.A](e.Value, e.Key), func(s any) bool { return matches(d, as[bson.D](s, e.Key)) }) {
 				return false
 			}
 		case strings.HasPrefix(e.Key, "$"):
@@ -81,7 +81,7 @@ func matchOp(leaves []any, o bson.E) bool {
 	case "$eq":
 		return eq(o.Value)
 	case "$in":
-		return slices.ContainsFunc(array(o.Value, o.Key), eq)
+		return slices.ContainsFunc(as[bson.A](o.Value, o.Key), eq)
 	case "$exists":
 		return truthy(o.Value) == (len(leaves) > 0)
 	case "$gt", "$gte", "$lt", "$lte":
@@ -101,7 +101,7 @@ func matchOp(leaves []any, o bson.E) bool {
 // firstMatch is the index of the first document of array a that query q
 // ($elemMatch's) matches, or -1.
 func firstMatch(a, q any) int {
-	f := asDoc(q, "$elemMatch")
+	f := as[bson.D](q, "$elemMatch")
 	if isOperator(f) {
 		panic(notModelled("$elemMatch of operators on the elements"))
 	}
