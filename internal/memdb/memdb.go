@@ -279,7 +279,7 @@ func stage(docs []bson.D, s bson.E, now bson.DateTime) []bson.D {
 	}
 	out := make([]bson.D, len(docs))
 	for i, d := range docs {
-		c := &evalCtx{now: now, root: d}
+		c := newVars(now, d)
 		switch s.Key {
 		case "$set":
 			out[i] = setFields(d, as[bson.D](s.Value, s.Key), c)
@@ -305,7 +305,7 @@ func orNull(v any) any {
 // setFields is $set: every expression is evaluated on the document as the
 // stage found it; an existing field keeps its place, a new one is appended,
 // and a missing value ($$REMOVE) removes the field.
-func setFields(d bson.D, spec bson.D, c *evalCtx) bson.D {
+func setFields(d bson.D, spec bson.D, c vars) bson.D {
 	out := slices.Clone(d)
 	for _, e := range spec {
 		sub, literal := e.Value.(bson.D)

@@ -156,7 +156,7 @@ func project(d bson.D, spec bson.D, now bson.DateTime) bson.D {
 			out = append(out, bson.E{Key: f.Key, Value: v})
 		}
 	}
-	c := &evalCtx{now: now, root: d}
+	c := newVars(now, d)
 	for _, e := range computed {
 		out = put(out, e.Key, eval(e.Value, c))
 	}
