@@ -41,20 +41,11 @@ func eval(expr any, c vars) any {
 			}
 			return operator(x[0].Key, x[0].Value, c)
 		}
-		out := bson.D{}
-		for _, e := range x {
-			if strings.ContainsAny(e.Key, ".$") {
-				panic(notModelled("object field %q", e.Key))
-			}
-			out = put(out, e.Key, eval(e.Value, c))
-		}
-		return out
+		return setFields(bson.D{}, x, c)
 	case bson.A:
 		out := make(bson.A, len(x))
 		for i, e := range x {
-			if v := eval(e, c); v != missing {
-				out[i] = v
-			} // else null, as an array holds no missing value
+			out[i] = orNull(eval(e, c)) // an array holds no missing value
 		}
 		return out
 	}
@@ -65,12 +56,11 @@ func eval(expr any, c vars) any {
 // not modelled.
 func walk(v any, parts []string) any {
 	for _, p := range parts {
-		switch x := v.(type) {
-		case bson.D:
-			v = get(x, p)
-		case bson.A:
+		if _, ok := v.(bson.A); ok {
 			panic(notModelled("path through an array"))
-		default:
+		} else if d, ok := v.(bson.D); ok {
+			v = get(d, p)
+		} else {
 			return missing
 		}
 	}
@@ -223,26 +213,24 @@ func iterate(name string, spec bson.D, c vars) any {
 // numbers is a date that many milliseconds on. Null or missing makes null.
 func arithmetic(name string, vals []any) any {
 	mul := name == "$multiply"
-	acc, f, wide, isFloat := big.NewInt(0), 0.0, false, false
+	acc, f, dates, wide, isFloat := big.NewInt(0), 0.0, 0, false, false
 	if mul {
 		acc, f = big.NewInt(1), 1
 	}
-	var date *bson.DateTime
 	for _, v := range vals {
+		if d, ok := v.(bson.DateTime); ok && !mul {
+			v, dates = int64(d), dates+1
+		}
 		x, isNum := number(v)
 		i, isInt := integer(v)
-		switch d, isDate := v.(bson.DateTime); {
-		case nullish(v):
+		if nullish(v) {
 			return nil
-		case isDate && date == nil && !mul:
-			date = &d
-			continue
-		case !isNum:
+		} else if !isNum || dates > 1 {
 			panic(notModelled("%s of a %s", name, typeName(v)))
-		case mul:
+		} else if mul {
 			acc.Mul(acc, big.NewInt(i))
 			f *= x
-		default:
+		} else {
 			acc.Add(acc, big.NewInt(i))
 			f += x
 		}
@@ -251,10 +239,10 @@ func arithmetic(name string, vals []any) any {
 	}
 	n := acc.Int64()
 	switch {
-	case date != nil && isFloat:
+	case dates > 0 && isFloat:
 		panic(notModelled("$add of a date past int64"))
-	case date != nil:
-		return *date + bson.DateTime(n)
+	case dates > 0:
+		return bson.DateTime(n)
 	case isFloat:
 		return f
 	case !wide && n == int64(int32(n)):

@@ -284,7 +284,8 @@ func stage(docs []bson.D, s bson.E, now time.Time) []bson.D {
 	return out
 }
 
-// orNull: a sort sees a missing field as null.
+// orNull: a sort sees a missing field as null, an array a missing
+// element.
 func orNull(v any) any {
 	if v == missing {
 		return nil
@@ -292,9 +293,10 @@ func orNull(v any) any {
 	return v
 }
 
-// setFields is $set: every expression is evaluated on the document as the
-// stage found it; an existing field keeps its place, a new one is appended,
-// and a missing value ($$REMOVE) removes the field.
+// setFields is $set, and an expression object's fields set on an empty
+// document: every expression is evaluated on the document as the stage
+// found it; an existing field keeps its place, a new one is appended, and
+// a missing value ($$REMOVE) removes the field.
 func setFields(d bson.D, spec bson.D, c vars) bson.D {
 	out := slices.Clone(d)
 	for _, e := range spec {

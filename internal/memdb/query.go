@@ -11,22 +11,19 @@ import (
 // matches reports whether document d matches the query filter.
 func matches(d bson.D, filter bson.D) bool {
 	for _, e := range filter {
-		switch {
+		spec, ok := e.Value.(bson.D)
+		if !ok || !isOperator(spec) {
+			spec = bson.D{{Key: "$eq", Value: e.Value}}
+		}
+		switch leaves := pathValues(d, strings.Split(e.Key, ".")); {
 		case e.Key == "$or":
 			if !slices.ContainsFunc(as[bson.A](e.Value, e.Key), func(s any) bool { return matches(d, as[bson.D](s, e.Key)) }) {
 				return false
 			}
 		case strings.HasPrefix(e.Key, "$"):
 			panic(notModelled("query operator %s", e.Key))
-		default:
-			spec, ok := e.Value.(bson.D)
-			if !ok || !isOperator(spec) {
-				spec = bson.D{{Key: "$eq", Value: e.Value}}
-			}
-			leaves := pathValues(d, strings.Split(e.Key, "."))
-			if slices.ContainsFunc(spec, func(o bson.E) bool { return !matchOp(leaves, o) }) {
-				return false
-			}
+		case slices.ContainsFunc(spec, func(o bson.E) bool { return !matchOp(leaves, o) }):
+			return false
 		}
 	}
 	return true

@@ -93,13 +93,8 @@ func number(v any) (float64, bool) {
 
 // truthy is a condition's value: false, null, missing and zero are false.
 func truthy(v any) bool {
-	if n, ok := number(v); ok {
-		return n != 0
-	}
-	if b, ok := v.(bool); ok {
-		return b
-	}
-	return !nullish(v)
+	n, isNum := number(v)
+	return !nullish(v) && v != false && (!isNum || n != 0)
 }
 
 func nullish(v any) bool { return v == nil || v == missing }
