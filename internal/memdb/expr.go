@@ -151,10 +151,8 @@ var operators = map[string]struct {
 	}},
 	"$mergeObjects": {-1, func(name string, v []any) any {
 		out := bson.D{}
-		for _, d := range each[bson.D](name, slices.DeleteFunc(v, nullish)) {
-			for _, e := range d {
-				out = put(out, e.Key, e.Value)
-			}
+		for _, e := range slices.Concat(each[bson.D](name, slices.DeleteFunc(v, nullish))...) {
+			out = put(out, e.Key, e.Value)
 		}
 		return out
 	}},
@@ -221,13 +219,14 @@ func arithmetic(name string, vals []any) any {
 		if d, ok := v.(bson.DateTime); ok && !mul {
 			v, dates = int64(d), dates+1
 		}
-		x, isNum := number(v)
-		i, isInt := integer(v)
 		if nullish(v) {
 			return nil
-		} else if !isNum || dates > 1 {
+		} else if rank(v) != 2 || dates > 1 {
 			panic(notModelled("%s of a %s", name, typeName(v)))
-		} else if mul {
+		}
+		x, _ := exact(v).Float64()
+		i, isInt := integer(v)
+		if mul {
 			acc.Mul(acc, big.NewInt(i))
 			f *= x
 		} else {

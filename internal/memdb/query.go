@@ -107,7 +107,7 @@ func project(d bson.D, spec bson.D, c vars) bson.D {
 	for _, e := range spec {
 		head, rest, dotted := strings.Cut(e.Key, ".")
 		sub, _ := e.Value.(bson.D)
-		_, isNum := number(e.Value)
+		isNum := rank(e.Value) == 2
 		op := ""
 		if len(sub) == 1 && !dotted {
 			op = sub[0].Key

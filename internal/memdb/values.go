@@ -82,19 +82,9 @@ func integer(v any) (int64, bool) {
 	return 0, false
 }
 
-// number is v as a double, if it is a number.
-func number(v any) (float64, bool) {
-	if i, ok := integer(v); ok {
-		return float64(i), true
-	}
-	f, ok := v.(float64)
-	return f, ok
-}
-
 // truthy is a condition's value: false, null, missing and zero are false.
 func truthy(v any) bool {
-	n, isNum := number(v)
-	return !nullish(v) && v != false && (!isNum || n != 0)
+	return !nullish(v) && v != false && (rank(v) != 2 || exact(v).Sign() != 0)
 }
 
 func nullish(v any) bool { return v == nil || v == missing }
