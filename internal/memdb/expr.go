@@ -87,6 +87,9 @@ func operator(name string, arg any, c vars) any {
 		}
 		return eval(args[2], c)
 	case "$ifNull":
+		if len(args) < 2 {
+			panic(notModelled("$ifNull with %d arguments", len(args)))
+		}
 		for _, a := range args[:len(args)-1] {
 			if v := eval(a, c); !nullish(v) {
 				return v
@@ -173,8 +176,12 @@ func each[T any](name string, v []any) []T {
 	return out
 }
 
-// extreme is $min and $max: null if every value is null or missing.
+// extreme is $min and $max of several values: null if every value is
+// null or missing. Of one array, the server's are of its elements.
 func extreme(name string, v []any) any {
+	if len(v) == 1 && typeName(v[0]) == "array" {
+		panic(notModelled("%s of one array", name))
+	}
 	var best any
 	sign := map[string]int{"$min": -1, "$max": 1}[name]
 	for _, x := range v {

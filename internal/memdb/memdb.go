@@ -257,8 +257,8 @@ func stage(docs []bson.D, s bson.E, now time.Time) []bson.D {
 		spec := as[bson.D](s.Value, s.Key)
 		slices.SortStableFunc(docs, func(a, b bson.D) int {
 			for _, k := range spec {
-				if dir, _ := integer(k.Value); dir != 1 && dir != -1 {
-					panic(notModelled("$sort direction %v", k.Value))
+				if dir, _ := integer(k.Value); dir != 1 && dir != -1 || strings.Contains(k.Key, ".") {
+					panic(notModelled("$sort by %s: %v", k.Key, k.Value))
 				} else if c := compare(orNull(get(a, k.Key)), orNull(get(b, k.Key))); c != 0 {
 					return c * int(dir)
 				}

@@ -104,6 +104,7 @@ func project(d bson.D, spec bson.D, c vars) bson.D {
 	keep := map[string][]string{"_id": {""}} // a field's kept subfields ("": whole)
 	last := map[string]int{}                 // $slice: -n
 	var computed, elemMatch bson.D
+	inclusion := false
 	for _, e := range spec {
 		head, rest, dotted := strings.Cut(e.Key, ".")
 		sub, _ := e.Value.(bson.D)
@@ -118,12 +119,15 @@ func project(d bson.D, spec bson.D, c vars) bson.D {
 		case op == "$elemMatch":
 			elemMatch = append(elemMatch, bson.E{Key: e.Key, Value: sub[0].Value})
 		case (isNum || e.Value == true) && truthy(e.Value) && !strings.Contains(rest, "."):
-			keep[head] = append(keep[head], rest)
+			keep[head], inclusion = append(keep[head], rest), true
 		case isNum || e.Value == false || dotted || e.Key == "_id" || op == "$slice":
 			panic(notModelled("projection of %s: %v", e.Key, e.Value))
 		default:
 			computed = append(computed, e)
 		}
+	}
+	if len(last) > 0 && !inclusion && computed == nil && elemMatch == nil {
+		panic(notModelled("$slice without an inclusion: the server keeps every field"))
 	}
 	out := bson.D{}
 	for _, f := range d {
