@@ -33,7 +33,14 @@ func eval(expr any, c vars) any {
 		if !ok {
 			panic(notModelled("variable %s", x))
 		}
-		return walk(v, parts[1:])
+		for _, p := range parts[1:] { // a path through documents
+			if _, isArr := v.(bson.A); isArr {
+				panic(notModelled("path through an array"))
+			}
+			d, _ := v.(bson.D)
+			v = get(d, p)
+		}
+		return v
 	case bson.D:
 		if isOperator(x) {
 			if len(x) != 1 {
@@ -50,21 +57,6 @@ func eval(expr any, c vars) any {
 		return out
 	}
 	return expr
-}
-
-// walk follows a field path through documents; paths through arrays are
-// not modelled.
-func walk(v any, parts []string) any {
-	for _, p := range parts {
-		if _, ok := v.(bson.A); ok {
-			panic(notModelled("path through an array"))
-		} else if d, ok := v.(bson.D); ok {
-			v = get(d, p)
-		} else {
-			return missing
-		}
-	}
-	return v
 }
 
 // operator evaluates an expression operator: those that evaluate their
