@@ -1,8 +1,8 @@
 package memdb
 
 import (
-	"bytes"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,11 +14,11 @@ import (
 // caller takes the events with Next, and may wait on Ready. Safe for
 // concurrent use.
 type Stream struct {
-	pipeline bson.A
-	ready    chan struct{}
-	mu       sync.Mutex
-	events   []bson.D
-	closed   bool
+	filters []bson.D // of the pipeline's $match stages
+	ready   chan struct{}
+	mu      sync.Mutex
+	events  []bson.D
+	closed  bool
 }
 
 // Watch opens a change stream over the collection's writes from now on.
@@ -28,11 +28,12 @@ func (c *Collection) Watch(pipeline any) (s *Stream, err error) {
 	defer guard(&err)
 	s = &Stream{ready: make(chan struct{}, 1)}
 	if pipeline != nil {
-		s.pipeline = array(norm(pipeline), "pipeline")
-	}
-	for _, st := range s.pipeline {
-		if st := stageOf(st); st.Key != "$match" {
-			panic(notModelled("change stream stage %s", st.Key))
+		for _, st := range as[bson.A](norm(pipeline), "pipeline") {
+			if st := stageOf(st); st.Key != "$match" {
+				panic(notModelled("change stream stage %s", st.Key))
+			} else {
+				s.filters = append(s.filters, as[bson.D](st.Value, st.Key))
+			}
 		}
 	}
 	c.streams = append(c.streams, s)
@@ -46,13 +47,10 @@ func (s *Stream) Next() (event bson.Raw, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for len(s.events) > 0 {
-		docs := s.events[:1:1]
+		ev := s.events[0]
 		s.events = s.events[1:]
-		for _, st := range s.pipeline {
-			docs = stage(docs, stageOf(st), 0)
-		}
-		if len(docs) > 0 {
-			return encode(docs[0]), nil
+		if !slices.ContainsFunc(s.filters, func(f bson.D) bool { return !matches(ev, f) }) {
+			return encode(ev), nil
 		}
 	}
 	return nil, nil
@@ -72,37 +70,36 @@ func (s *Stream) Close() {
 // emit gives each open stream the event of a write of doc, in MongoDB's
 // shape: a resume token, the operation, its cluster time and wall time,
 // the full document (insert, replace), the namespace, the document's key,
-// and an update's description.
-func (c *Collection) emit(now time.Time, op string, doc, full, desc bson.D) {
+// and an update's description of its change from before.
+func (c *Collection) emit(now time.Time, op string, doc, before bson.D) {
 	c.seq++
 	ev := bson.D{
 		{Key: "_id", Value: bson.D{{Key: "_data", Value: fmt.Sprintf("%08X%08X", now.Unix(), c.seq)}}},
 		{Key: "operationType", Value: op},
 		{Key: "clusterTime", Value: bson.Timestamp{T: uint32(now.Unix()), I: c.seq}},
 		{Key: "wallTime", Value: bson.NewDateTimeFromTime(now)},
+		{Key: "fullDocument", Value: doc},
+		{Key: "ns", Value: bson.D{{Key: "db", Value: c.DB}, {Key: "coll", Value: c.Name}}},
+		{Key: "documentKey", Value: bson.D{{Key: "_id", Value: get(doc, "_id")}}},
 	}
-	if full != nil {
-		ev = append(ev, bson.E{Key: "fullDocument", Value: full})
+	if op == "update" || op == "delete" {
+		ev = slices.Delete(ev, 4, 5)
 	}
-	ev = append(ev, bson.E{Key: "ns", Value: bson.D{{Key: "db", Value: c.DB}, {Key: "coll", Value: c.Name}}},
-		bson.E{Key: "documentKey", Value: bson.D{{Key: "_id", Value: get(doc, "_id")}}})
-	if desc != nil {
-		ev = append(ev, bson.E{Key: "updateDescription", Value: desc})
+	if op == "update" {
+		ev = append(ev, bson.E{Key: "updateDescription", Value: changes(before, doc)})
 	}
-	open := c.streams[:0]
-	for _, s := range c.streams {
+	c.streams = slices.DeleteFunc(c.streams, func(s *Stream) bool {
 		s.mu.Lock()
+		defer s.mu.Unlock()
 		if !s.closed {
-			open = append(open, s)
 			s.events = append(s.events, ev)
 			select {
 			case s.ready <- struct{}{}:
 			default:
 			}
 		}
-		s.mu.Unlock()
-	}
-	c.streams = open
+		return s.closed
+	})
 }
 
 // changes is an update event's description of an update document's
@@ -111,7 +108,7 @@ func (c *Collection) emit(now time.Time, op string, doc, full, desc bson.D) {
 func changes(before, after bson.D) bson.D {
 	updated, removed := bson.D{}, bson.A{}
 	for _, e := range after {
-		if old := get(before, e.Key); old == missing || !bytes.Equal(encode(bson.D{{Key: e.Key, Value: old}}), encode(bson.D{e})) {
+		if old := get(before, e.Key); old == missing || !same(old, e.Value) {
 			updated = append(updated, e)
 		}
 	}

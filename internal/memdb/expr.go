@@ -1,43 +1,46 @@
 package memdb
 
 import (
+	"maps"
+	"math/big"
+	"slices"
 	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// evalCtx is what an expression reads: $$NOW, the document ($$ROOT, and
-// "$field" paths), and $$this inside $filter and $map.
-type evalCtx struct {
-	now  bson.DateTime
-	root bson.D
-	this []any // the enclosing iterations' elements, innermost last
+// vars are what an expression reads, by name: NOW, REMOVE, ROOT and
+// CURRENT (the document, whose fields "$field" paths read), and this
+// inside $filter and $map.
+type vars map[string]any
+
+func newVars(now bson.DateTime, root bson.D) vars {
+	return vars{"NOW": now, "REMOVE": missing, "ROOT": root, "CURRENT": root}
 }
 
 // eval evaluates an aggregation expression.
-func eval(expr any, c *evalCtx) any {
+func eval(expr any, c vars) any {
 	switch x := expr.(type) {
 	case string:
-		if !strings.HasPrefix(x, "$") {
+		name, isVar := strings.CutPrefix(x, "$$")
+		if !isVar && !strings.HasPrefix(x, "$") {
 			return x
+		} else if !isVar {
+			name = "CURRENT." + x[1:]
 		}
-		parts := strings.Split(x[1:], ".")
-		if !strings.HasPrefix(x, "$$") {
-			return walk(c.root, parts)
+		parts := strings.Split(name, ".")
+		v, ok := c[parts[0]]
+		if !ok {
+			panic(notModelled("variable %s", x))
 		}
-		switch parts[0] {
-		case "$NOW":
-			return walk(c.now, parts[1:])
-		case "$REMOVE":
-			return walk(missing, parts[1:])
-		case "$ROOT", "$CURRENT":
-			return walk(c.root, parts[1:])
-		case "$this":
-			if len(c.this) > 0 {
-				return walk(c.this[len(c.this)-1], parts[1:])
+		for _, p := range parts[1:] { // a path through documents
+			if _, isArr := v.(bson.A); isArr {
+				panic(notModelled("path through an array"))
 			}
+			d, _ := v.(bson.D)
+			v = get(d, p)
 		}
-		panic(notModelled("variable %s", x))
+		return v
 	case bson.D:
 		if isOperator(x) {
 			if len(x) != 1 {
@@ -45,73 +48,40 @@ func eval(expr any, c *evalCtx) any {
 			}
 			return operator(x[0].Key, x[0].Value, c)
 		}
-		out := bson.D{}
-		for _, e := range x {
-			if strings.ContainsAny(e.Key, ".$") {
-				panic(notModelled("object field %q", e.Key))
-			}
-			out = put(out, e.Key, eval(e.Value, c))
-		}
-		return out
+		return setFields(bson.D{}, x, c)
 	case bson.A:
 		out := make(bson.A, len(x))
 		for i, e := range x {
-			if v := eval(e, c); v != missing {
-				out[i] = v
-			} // else null, as an array holds no missing value
+			out[i] = orNull(eval(e, c)) // an array holds no missing value
 		}
 		return out
 	}
 	return expr
 }
 
-// walk follows a field path through documents; paths through arrays are
-// not modelled.
-func walk(v any, parts []string) any {
-	for _, p := range parts {
-		switch x := v.(type) {
-		case bson.D:
-			v = get(x, p)
-		case bson.A:
-			panic(notModelled("path through an array"))
-		default:
-			return missing
-		}
-	}
-	return v
-}
-
-func operator(name string, arg any, c *evalCtx) any {
-	switch name {
-	case "$literal":
-		return arg
-	case "$filter", "$map":
-		return iterate(name, asDoc(arg, name), c)
-	}
+// operator evaluates an expression operator: those that evaluate their
+// arguments only as far as they need them here, the others by their
+// function of the values of their arguments.
+func operator(name string, arg any, c vars) any {
 	args, ok := arg.(bson.A)
 	if !ok {
 		args = bson.A{arg}
 	}
-	vals := func() []any {
-		out := make([]any, len(args))
-		for i, a := range args {
-			out[i] = eval(a, c)
-		}
-		return out
-	}
-	arity := func(want int) {
-		if len(args) != want {
-			panic(notModelled("%s with %d arguments", name, len(args)))
-		}
-	}
 	switch name {
+	case "$literal":
+		return arg
+	case "$filter", "$map":
+		return iterate(name, as[bson.D](arg, name), c)
 	case "$cond":
-		arity(3)
+		checkArity(name, args, 3)
 		if truthy(eval(args[0], c)) {
 			return eval(args[1], c)
 		}
 		return eval(args[2], c)
 	case "$ifNull":
+		if len(args) < 2 {
+			panic(notModelled("$ifNull with %d arguments", len(args)))
+		}
 		for _, a := range args[:len(args)-1] {
 			if v := eval(a, c); !nullish(v) {
 				return v
@@ -125,96 +95,97 @@ func operator(name string, arg any, c *evalCtx) any {
 			}
 		}
 		return name == "$and"
-	case "$not":
-		arity(1)
-		return !truthy(eval(args[0], c))
-	case "$eq", "$ne", "$lt", "$lte", "$gt", "$gte":
-		arity(2)
-		v := vals()
-		return compares(name, compare(v[0], v[1]))
-	case "$type":
-		arity(1)
-		return typeName(eval(args[0], c))
-	case "$add", "$multiply":
-		return arithmetic(name, vals())
-	case "$toLong":
-		arity(1)
-		switch v := eval(args[0], c).(type) {
-		case bson.DateTime:
-			return int64(v)
-		case int32, int64:
-			n, _ := integer(v)
-			return n
-		default:
-			panic(notModelled("$toLong of a %s", typeName(v)))
+	}
+	op, ok := operators[name]
+	if !ok {
+		panic(notModelled("expression operator %s", name))
+	}
+	checkArity(name, args, op.arity)
+	vals := make([]any, len(args))
+	for i, a := range args {
+		vals[i] = eval(a, c)
+	}
+	return op.f(name, vals)
+}
+
+// checkArity refuses an operator given other than want arguments (-1:
+// any number).
+func checkArity(name string, args bson.A, want int) {
+	if want >= 0 && len(args) != want {
+		panic(notModelled("%s with %d arguments", name, len(args)))
+	}
+}
+
+// operators are the expression operators of the values of their
+// arguments, with their number of arguments (-1: any).
+var operators = map[string]struct {
+	arity int
+	f     func(name string, v []any) any
+}{
+	"$eq": {2, comparison}, "$ne": {2, comparison}, "$lt": {2, comparison},
+	"$lte": {2, comparison}, "$gt": {2, comparison}, "$gte": {2, comparison},
+	"$not":  {1, func(_ string, v []any) any { return !truthy(v[0]) }},
+	"$type": {1, func(_ string, v []any) any { return typeName(v[0]) }},
+	"$size": {1, func(name string, v []any) any { return int32(len(as[bson.A](v[0], name))) }},
+	"$in": {2, func(name string, v []any) any {
+		return slices.ContainsFunc(as[bson.A](v[1], name), func(el any) bool { return equal(v[0], el) })
+	}},
+	"$toLong": {1, func(_ string, v []any) any {
+		if d, ok := v[0].(bson.DateTime); ok {
+			return int64(d)
+		} else if i, ok := integer(v[0]); ok {
+			return i
 		}
-	case "$min", "$max":
-		var best any // null if every value is null or missing
-		for _, v := range vals() {
-			if r := compare(v, best); !nullish(v) && (best == nil || (name == "$max" && r > 0) || (name == "$min" && r < 0)) {
-				best = v
-			}
-		}
-		return best
-	case "$concat", "$concatArrays":
-		var s string
-		arr := bson.A{}
-		for _, v := range vals() {
-			switch x := v.(type) {
-			case string:
-				s += x
-			case bson.A:
-				arr = append(arr, x...)
-			}
-			if want := map[string]string{"$concat": "string", "$concatArrays": "array"}[name]; typeName(v) != want {
-				panic(notModelled("%s of a %s", name, typeName(v)))
-			}
-		}
-		if name == "$concat" {
-			return s
-		}
-		return arr
-	case "$size":
-		arity(1)
-		return int32(len(array(eval(args[0], c), name)))
-	case "$in":
-		arity(2)
-		v := vals()
-		for _, el := range array(v[1], name) {
-			if equal(v[0], el) {
-				return true
-			}
-		}
-		return false
-	case "$mergeObjects":
+		panic(notModelled("$toLong of a %s", typeName(v[0])))
+	}},
+	"$add": {-1, arithmetic}, "$multiply": {-1, arithmetic},
+	"$min": {-1, extreme}, "$max": {-1, extreme},
+	"$concat": {-1, func(name string, v []any) any { return strings.Join(each[string](name, v), "") }},
+	"$concatArrays": {-1, func(name string, v []any) any {
+		return append(bson.A{}, slices.Concat(each[bson.A](name, v)...)...)
+	}},
+	"$mergeObjects": {-1, func(name string, v []any) any {
 		out := bson.D{}
-		for _, v := range vals() {
-			if !nullish(v) {
-				for _, e := range asDoc(v, name) {
-					out = put(out, e.Key, e.Value)
-				}
-			}
+		for _, e := range slices.Concat(each[bson.D](name, slices.DeleteFunc(v, nullish))...) {
+			out = put(out, e.Key, e.Value)
 		}
 		return out
-	}
-	panic(notModelled("expression operator %s", name))
+	}},
 }
+
+func comparison(name string, v []any) any { return compares(name, compare(v[0], v[1])) }
 
 func compares(op string, r int) bool {
 	return map[string]bool{"$eq": r == 0, "$ne": r != 0, "$lt": r < 0, "$lte": r <= 0, "$gt": r > 0, "$gte": r >= 0}[op]
 }
 
-// array is v, which an operator needs to be an array.
-func array(v any, op string) bson.A {
-	a, ok := v.(bson.A)
-	if !ok {
-		panic(notModelled("%s of a %s", op, typeName(v)))
+// each is v, whose values name needs to be of type T.
+func each[T any](name string, v []any) []T {
+	out := make([]T, len(v))
+	for i, x := range v {
+		out[i] = as[T](x, name)
 	}
-	return a
+	return out
+}
+
+// extreme is $min and $max of several values: null if every value is
+// null or missing. Of one array, the server's are of its elements.
+func extreme(name string, v []any) any {
+	if len(v) == 1 && typeName(v[0]) == "array" {
+		panic(notModelled("%s of one array", name))
+	}
+	var best any
+	sign := map[string]int{"$min": -1, "$max": 1}[name]
+	for _, x := range v {
+		if !nullish(x) && (best == nil || compare(x, best)*sign > 0) {
+			best = x
+		}
+	}
+	return best
 }
 
 // iterate is $filter and $map, over $$this.
-func iterate(name string, spec bson.D, c *evalCtx) any {
+func iterate(name string, spec bson.D, c vars) any {
 	body := map[string]string{"$filter": "cond", "$map": "in"}[name]
 	for _, e := range spec {
 		if e.Key != "input" && e.Key != body {
@@ -222,9 +193,10 @@ func iterate(name string, spec bson.D, c *evalCtx) any {
 		}
 	}
 	out := bson.A{}
-	for _, el := range array(eval(get(spec, "input"), c), name) {
-		v := eval(get(spec, body), &evalCtx{now: c.now, root: c.root, this: append(c.this[:len(c.this):len(c.this)], el)})
-		if name == "$map" {
+	for _, el := range as[bson.A](eval(get(spec, "input"), c), name) {
+		inner := maps.Clone(c)
+		inner["this"] = el
+		if v := eval(get(spec, body), inner); name == "$map" {
 			out = append(out, v)
 		} else if truthy(v) {
 			out = append(out, el)
@@ -237,49 +209,42 @@ func iterate(name string, spec bson.D, c *evalCtx) any {
 // int64, a double, as the server goes on in doubles; $add of a date and
 // numbers is a date that many milliseconds on. Null or missing makes null.
 func arithmetic(name string, vals []any) any {
-	var date *bson.DateTime
-	acc, wide, isFloat, facc := int64(0), false, false, 0.0
-	if name == "$multiply" {
-		acc, facc = 1, 1
+	mul := name == "$multiply"
+	acc, f, dates, wide, isFloat := big.NewInt(0), 0.0, 0, false, false
+	if mul {
+		acc, f = big.NewInt(1), 1
 	}
 	for _, v := range vals {
+		if d, ok := v.(bson.DateTime); ok && !mul {
+			v, dates = int64(d), dates+1
+		}
 		if nullish(v) {
 			return nil
-		}
-		if d, ok := v.(bson.DateTime); ok && date == nil && name == "$add" {
-			date = &d
-			continue
-		}
-		i, isInt := integer(v)
-		f, isF := v.(float64)
-		if !isInt && !isF {
+		} else if rank(v) != 2 || dates > 1 {
 			panic(notModelled("%s of a %s", name, typeName(v)))
-		} else if isInt {
-			f = float64(i)
+		}
+		x, _ := exact(v).Float64()
+		i, isInt := integer(v)
+		if mul {
+			acc.Mul(acc, big.NewInt(i))
+			f *= x
+		} else {
+			acc.Add(acc, big.NewInt(i))
+			f += x
 		}
 		_, long := v.(int64)
-		wide = wide || long
-		r := acc + i
-		overflow := isF || (i > 0 && r < acc) || (i < 0 && r > acc)
-		if name == "$multiply" {
-			r = acc * i
-			overflow = isF || acc != 0 && (r/acc != i || (acc == -1 && i == -1<<63))
-			facc *= f
-		} else {
-			facc += f
-		}
-		isFloat = isFloat || overflow
-		acc = r
+		wide, isFloat = wide || long, isFloat || !isInt || !acc.IsInt64()
 	}
+	n := acc.Int64()
 	switch {
-	case date != nil && isFloat:
+	case dates > 0 && isFloat:
 		panic(notModelled("$add of a date past int64"))
-	case date != nil:
-		return *date + bson.DateTime(acc)
+	case dates > 0:
+		return bson.DateTime(n)
 	case isFloat:
-		return facc
-	case !wide && acc == int64(int32(acc)):
-		return int32(acc)
+		return f
+	case !wide && n == int64(int32(n)):
+		return int32(n)
 	}
-	return acc
+	return n
 }

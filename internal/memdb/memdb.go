@@ -64,11 +64,8 @@ type Collection struct {
 // mongo.Pipeline, …) into the tree of bson.D, bson.A and scalars that the
 // model evaluates, as the server would receive it.
 func norm(v any) any {
-	raw, err := bson.Marshal(bson.D{{Key: "v", Value: v}})
 	var d bson.D
-	if err == nil {
-		err = bson.Unmarshal(raw, &d)
-	}
+	err := bson.Unmarshal(encode(bson.D{{Key: "v", Value: v}}), &d)
 	if err != nil {
 		panic(notModelled("value %T: %v", v, err))
 	}
@@ -78,16 +75,32 @@ func norm(v any) any {
 func encode(d bson.D) bson.Raw {
 	raw, err := bson.Marshal(d)
 	if err != nil {
-		panic(notModelled("document: %v", err))
+		panic(notModelled("value: %v", err))
 	}
 	return raw
 }
 
-func (c *Collection) matching(filter any) []int {
-	f := asDoc(norm(filter), "filter")
+func encodeAll(docs []bson.D) []bson.Raw {
+	out := make([]bson.Raw, len(docs))
+	for i, d := range docs {
+		out[i] = encode(d)
+	}
+	return out
+}
+
+// same reports whether a and b are the same BSON, byte by byte: of the
+// same types (1 is not 1.0) and, in documents, the same field order.
+func same(a, b any) bool {
+	return bytes.Equal(encode(bson.D{{Key: "v", Value: a}}), encode(bson.D{{Key: "v", Value: b}}))
+}
+
+// matching are the indexes of the documents filter matches, the first
+// most of them (-1: all).
+func (c *Collection) matching(filter any, most int) []int {
+	f := as[bson.D](norm(filter), "filter")
 	var out []int
 	for i, d := range c.docs {
-		if matches(d, f) {
+		if len(out) != most && matches(d, f) {
 			out = append(out, i)
 		}
 	}
@@ -95,19 +108,13 @@ func (c *Collection) matching(filter any) []int {
 }
 
 // Docs returns the documents, in insertion order.
-func (c *Collection) Docs() []bson.Raw {
-	out := make([]bson.Raw, len(c.docs))
-	for i, d := range c.docs {
-		out[i] = encode(d)
-	}
-	return out
-}
+func (c *Collection) Docs() []bson.Raw { return encodeAll(c.docs) }
 
 // InsertOne inserts doc, which has an _id; a document with the same _id
 // gives a duplicate key error, as mongo.IsDuplicateKeyError recognises it.
 func (c *Collection) InsertOne(now time.Time, doc any) (err error) {
 	defer guard(&err)
-	d := asDoc(norm(doc), "document")
+	d := as[bson.D](norm(doc), "document")
 	id := get(d, "_id")
 	if id == missing {
 		panic(notModelled("insert without _id"))
@@ -118,7 +125,7 @@ func (c *Collection) InsertOne(now time.Time, doc any) (err error) {
 		return mongo.WriteException{WriteErrors: []mongo.WriteError{{Code: 11000, Message: fmt.Sprintf("E11000 duplicate key error: _id %v", id)}}}
 	}
 	c.docs = append(c.docs, d)
-	c.emit(now, "insert", d, d, nil)
+	c.emit(now, "insert", d, nil)
 	return nil
 }
 
@@ -133,7 +140,7 @@ type FindOneAndUpdateOptions struct {
 // ($set, …) or a pipeline.
 func (c *Collection) FindOneAndUpdate(now time.Time, filter, update any, o FindOneAndUpdateOptions) (doc bson.Raw, err error) {
 	defer guard(&err)
-	hits := c.matching(filter)
+	hits := c.matching(filter, 1)
 	if len(hits) == 0 {
 		return nil, mongo.ErrNoDocuments
 	}
@@ -143,7 +150,7 @@ func (c *Collection) FindOneAndUpdate(now time.Time, filter, update any, o FindO
 		out = c.docs[hits[0]]
 	}
 	if o.Projection != nil {
-		out = project(out, asDoc(norm(o.Projection), "projection"), bson.NewDateTimeFromTime(now))
+		out = stage([]bson.D{out}, bson.E{Key: "$project", Value: norm(o.Projection)}, now)[0]
 	}
 	return encode(out), nil
 }
@@ -151,18 +158,17 @@ func (c *Collection) FindOneAndUpdate(now time.Time, filter, update any, o FindO
 // UpdateOne updates the first document filter matches: it reports how
 // many matched and how many changed (0 when the update left it as it was).
 func (c *Collection) UpdateOne(now time.Time, filter, update any) (matched, modified int, err error) {
-	defer guard(&err)
-	hits := c.matching(filter)
-	return c.updateAll(now, hits[:min(1, len(hits))], update)
+	return c.updateAll(now, filter, update, 1)
 }
 
 // UpdateMany updates every document filter matches.
 func (c *Collection) UpdateMany(now time.Time, filter, update any) (matched, modified int, err error) {
-	defer guard(&err)
-	return c.updateAll(now, c.matching(filter), update)
+	return c.updateAll(now, filter, update, -1)
 }
 
-func (c *Collection) updateAll(now time.Time, hits []int, update any) (matched, modified int, err error) {
+func (c *Collection) updateAll(now time.Time, filter, update any, most int) (matched, modified int, err error) {
+	defer guard(&err)
+	hits := c.matching(filter, most)
 	for _, i := range hits {
 		if c.update(now, i, update) {
 			modified++
@@ -176,36 +182,29 @@ func (c *Collection) updateAll(now time.Time, hits []int, update any) (matched, 
 // always reports it, and later ones when the diff is larger than the
 // document); an update document's, an update with its changed fields.
 func (c *Collection) update(now time.Time, i int, update any) bool {
-	before, u := c.docs[i], norm(update)
-	t := bson.NewDateTimeFromTime(now)
-	var after bson.D
-	switch u := u.(type) {
+	before, after, op := c.docs[i], c.docs[i], "replace"
+	switch u := norm(update).(type) {
 	case bson.A:
-		after = slices.Clone(before)
 		for _, s := range u {
 			st := stageOf(s)
 			if st.Key == "$match" || st.Key == "$sort" {
 				panic(notModelled("update stage %s", st.Key))
 			}
-			after = stage([]bson.D{after}, st, t)[0]
+			after = stage([]bson.D{after}, st, now)[0]
 		}
 	case bson.D:
-		after = applyOperators(before, u, t)
+		after, op = applyOperators(before, u, bson.NewDateTimeFromTime(now)), "update"
 	default:
 		panic(notModelled("update of type %T", update))
 	}
-	if id := get(before, "_id"); get(after, "_id") == missing || !equal(get(after, "_id"), id) {
+	if !equal(get(after, "_id"), get(before, "_id")) {
 		panic(notModelled("an update that changes _id"))
 	}
-	if bytes.Equal(encode(before), encode(after)) {
+	if same(before, after) {
 		return false
 	}
 	c.docs[i] = after
-	if _, pipeline := u.(bson.A); pipeline {
-		c.emit(now, "replace", after, after, nil)
-	} else {
-		c.emit(now, "update", after, nil, changes(before, after))
-	}
+	c.emit(now, op, after, before)
 	return true
 }
 
@@ -213,41 +212,32 @@ func (c *Collection) update(now time.Time, i int, update any) bool {
 // whether there was one.
 func (c *Collection) DeleteOne(now time.Time, filter any) (deleted bool, err error) {
 	defer guard(&err)
-	hits := c.matching(filter)
-	if len(hits) == 0 {
-		return false, nil
+	hits := c.matching(filter, 1)
+	for _, i := range hits {
+		c.emit(now, "delete", c.docs[i], nil)
+		c.docs = slices.Delete(c.docs, i, i+1)
 	}
-	d := c.docs[hits[0]]
-	c.docs = slices.Delete(c.docs, hits[0], hits[0]+1)
-	c.emit(now, "delete", d, nil, nil)
-	return true, nil
+	return len(hits) > 0, nil
 }
 
 // Find returns the documents filter matches, in insertion order, with
 // projection applied (nil: whole).
 func (c *Collection) Find(now time.Time, filter, projection any) (docs []bson.Raw, err error) {
-	defer guard(&err)
-	for _, i := range c.matching(filter) {
-		d := c.docs[i]
-		if projection != nil {
-			d = project(d, asDoc(norm(projection), "projection"), bson.NewDateTimeFromTime(now))
-		}
-		docs = append(docs, encode(d))
+	pipeline := bson.A{bson.D{{Key: "$match", Value: filter}}}
+	if projection != nil {
+		pipeline = append(pipeline, bson.D{{Key: "$project", Value: projection}})
 	}
-	return docs, nil
+	return c.Aggregate(now, pipeline)
 }
 
 // Aggregate runs pipeline over the collection's documents.
 func (c *Collection) Aggregate(now time.Time, pipeline any) (docs []bson.Raw, err error) {
 	defer guard(&err)
 	cur := slices.Clone(c.docs)
-	for _, s := range array(norm(pipeline), "pipeline") {
-		cur = stage(cur, stageOf(s), bson.NewDateTimeFromTime(now))
+	for _, s := range as[bson.A](norm(pipeline), "pipeline") {
+		cur = stage(cur, stageOf(s), now)
 	}
-	for _, d := range cur {
-		docs = append(docs, encode(d))
-	}
-	return docs, nil
+	return encodeAll(cur), nil
 }
 
 func stageOf(s any) bson.E {
@@ -259,16 +249,16 @@ func stageOf(s any) bson.E {
 }
 
 // stage applies a stage of an aggregation or of an update's pipeline.
-func stage(docs []bson.D, s bson.E, now bson.DateTime) []bson.D {
-	spec, _ := s.Value.(bson.D)
+func stage(docs []bson.D, s bson.E, now time.Time) []bson.D {
 	switch s.Key {
 	case "$match":
-		return slices.DeleteFunc(docs, func(d bson.D) bool { return !matches(d, asDoc(s.Value, s.Key)) })
+		return slices.DeleteFunc(docs, func(d bson.D) bool { return !matches(d, as[bson.D](s.Value, s.Key)) })
 	case "$sort":
+		spec := as[bson.D](s.Value, s.Key)
 		slices.SortStableFunc(docs, func(a, b bson.D) int {
 			for _, k := range spec {
-				if dir, _ := integer(k.Value); dir != 1 && dir != -1 {
-					panic(notModelled("$sort direction %v", k.Value))
+				if dir, _ := integer(k.Value); dir != 1 && dir != -1 || strings.Contains(k.Key, ".") {
+					panic(notModelled("$sort by %s: %v", k.Key, k.Value))
 				} else if c := compare(orNull(get(a, k.Key)), orNull(get(b, k.Key))); c != 0 {
 					return c * int(dir)
 				}
@@ -279,14 +269,14 @@ func stage(docs []bson.D, s bson.E, now bson.DateTime) []bson.D {
 	}
 	out := make([]bson.D, len(docs))
 	for i, d := range docs {
-		c := &evalCtx{now: now, root: d}
+		c := newVars(bson.NewDateTimeFromTime(now), d)
 		switch s.Key {
 		case "$set":
-			out[i] = setFields(d, asDoc(s.Value, s.Key), c)
+			out[i] = setFields(d, as[bson.D](s.Value, s.Key), c)
 		case "$replaceWith":
-			out[i] = asDoc(eval(s.Value, c), s.Key)
+			out[i] = as[bson.D](eval(s.Value, c), s.Key)
 		case "$project":
-			out[i] = project(d, asDoc(s.Value, s.Key), now)
+			out[i] = project(d, as[bson.D](s.Value, s.Key), c)
 		default:
 			panic(notModelled("stage %s", s.Key))
 		}
@@ -294,7 +284,8 @@ func stage(docs []bson.D, s bson.E, now bson.DateTime) []bson.D {
 	return out
 }
 
-// orNull: a sort sees a missing field as null.
+// orNull: a sort sees a missing field as null, an array a missing
+// element.
 func orNull(v any) any {
 	if v == missing {
 		return nil
@@ -302,10 +293,11 @@ func orNull(v any) any {
 	return v
 }
 
-// setFields is $set: every expression is evaluated on the document as the
-// stage found it; an existing field keeps its place, a new one is appended,
-// and a missing value ($$REMOVE) removes the field.
-func setFields(d bson.D, spec bson.D, c *evalCtx) bson.D {
+// setFields is $set, and an expression object's fields set on an empty
+// document: every expression is evaluated on the document as the stage
+// found it; an existing field keeps its place, a new one is appended, and
+// a missing value ($$REMOVE) removes the field.
+func setFields(d bson.D, spec bson.D, c vars) bson.D {
 	out := slices.Clone(d)
 	for _, e := range spec {
 		sub, literal := e.Value.(bson.D)
@@ -328,73 +320,66 @@ func setFields(d bson.D, spec bson.D, c *evalCtx) bson.D {
 func put(d bson.D, k string, v any) bson.D {
 	i := slices.IndexFunc(d, func(e bson.E) bool { return e.Key == k })
 	switch {
-	case v == missing && i >= 0:
-		return slices.Delete(d, i, i+1)
+	case i < 0 && v != missing:
+		return append(d, bson.E{Key: k, Value: v})
+	case i < 0:
+		return d
 	case v == missing:
-		return d
-	case i >= 0:
-		d[i].Value = v
-		return d
+		return slices.Delete(d, i, i+1)
 	}
-	return append(d, bson.E{Key: k, Value: v})
+	d[i].Value = v
+	return d
+}
+
+// updateOperators are the operators of an update document: each gives a
+// field's new value from its old one and the operator's argument.
+var updateOperators = map[string]func(old, arg any, now bson.DateTime) any{
+	"$set":   func(_, arg any, _ bson.DateTime) any { return arg },
+	"$unset": func(_, _ any, _ bson.DateTime) any { return missing },
+	"$currentDate": func(_, arg any, now bson.DateTime) any {
+		if arg != true {
+			panic(notModelled("$currentDate %v", arg))
+		}
+		return now
+	},
+	"$pull": func(old, arg any, _ bson.DateTime) any {
+		q := as[bson.D](arg, "$pull")
+		if isOperator(q) {
+			panic(notModelled("$pull condition %v", q))
+		} else if old == missing {
+			return missing
+		}
+		return slices.DeleteFunc(slices.Clone(as[bson.A](old, "$pull from")), func(el any) bool {
+			d, ok := el.(bson.D)
+			return ok && matches(d, q)
+		})
+	},
 }
 
 // applyOperators applies an update document. The server applies the
 // fields in lexicographic order of their names (MongoDB 5.0 on): that is
 // the order in which new fields are appended.
 func applyOperators(d bson.D, u bson.D, now bson.DateTime) bson.D {
-	var changes []bson.E // field, {op: arg}
+	type change struct {
+		field, op string
+		arg       any
+	}
+	var changes []change
 	for _, o := range u {
-		for _, f := range asDoc(o.Value, o.Key) {
-			changes = append(changes, bson.E{Key: f.Key, Value: bson.E{Key: o.Key, Value: f.Value}})
+		for _, f := range as[bson.D](o.Value, o.Key) {
+			changes = append(changes, change{f.Key, o.Key, f.Value})
 		}
 	}
-	slices.SortStableFunc(changes, func(a, b bson.E) int { return strings.Compare(a.Key, b.Key) })
+	slices.SortStableFunc(changes, func(a, b change) int { return strings.Compare(a.field, b.field) })
 	out := slices.Clone(d)
 	for i, ch := range changes {
-		op, arg := ch.Value.(bson.E).Key, ch.Value.(bson.E).Value
-		if strings.Contains(ch.Key, ".") || ch.Key == "_id" || i > 0 && changes[i-1].Key == ch.Key {
-			panic(notModelled("%s of %q", op, ch.Key))
+		apply, ok := updateOperators[ch.op]
+		if !ok || strings.Contains(ch.field, ".") || ch.field == "_id" || i > 0 && changes[i-1].field == ch.field {
+			panic(notModelled("%s of %q", ch.op, ch.field))
 		}
-		switch op {
-		case "$set":
-			out = put(out, ch.Key, arg)
-		case "$unset":
-			out = put(out, ch.Key, missing)
-		case "$currentDate":
-			if arg != true {
-				panic(notModelled("$currentDate %v", arg))
-			}
-			out = put(out, ch.Key, now)
-		case "$pull":
-			if arr, ok := get(out, ch.Key).(bson.A); ok {
-				q := asDoc(arg, "$pull")
-				if isOperator(q) {
-					panic(notModelled("$pull condition %v", q))
-				}
-				kept := bson.A{}
-				for _, el := range arr {
-					if doc, ok := el.(bson.D); !ok || !matches(doc, q) {
-						kept = append(kept, el)
-					}
-				}
-				out = put(out, ch.Key, kept)
-			} else if get(out, ch.Key) != missing {
-				panic(notModelled("$pull from a %s", typeName(get(out, ch.Key))))
-			}
-		default:
-			panic(notModelled("update operator %s", op))
-		}
+		out = put(out, ch.field, apply(get(out, ch.field), ch.arg, now))
 	}
 	return out
-}
-
-func asDoc(v any, what string) bson.D {
-	d, ok := v.(bson.D)
-	if !ok {
-		panic(notModelled("%s of %T", what, v))
-	}
-	return d
 }
 
 func isOperator(d bson.D) bool { return len(d) > 0 && strings.HasPrefix(d[0].Key, "$") }

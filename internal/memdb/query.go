@@ -11,24 +11,19 @@ import (
 // matches reports whether document d matches the query filter.
 func matches(d bson.D, filter bson.D) bool {
 	for _, e := range filter {
-		switch {
+		spec, ok := e.Value.(bson.D)
+		if !ok || !isOperator(spec) {
+			spec = bson.D{{Key: "$eq", Value: e.Value}}
+		}
+		switch leaves := pathValues(d, strings.Split(e.Key, ".")); {
 		case e.Key == "$or":
-			if !slices.ContainsFunc(array(e.Value, e.Key), func(s any) bool { return matches(d, asDoc(s, e.Key)) }) {
+			if !slices.ContainsFunc(as[bson.A](e.Value, e.Key), func(s any) bool { return matches(d, as[bson.D](s, e.Key)) }) {
 				return false
 			}
 		case strings.HasPrefix(e.Key, "$"):
 			panic(notModelled("query operator %s", e.Key))
-		default:
-			spec, ok := e.Value.(bson.D)
-			if !ok || !isOperator(spec) {
-				spec = bson.D{{Key: "$eq", Value: e.Value}}
-			}
-			leaves := pathValues(d, strings.Split(e.Key, "."))
-			for _, o := range spec {
-				if !matchOp(leaves, o) {
-					return false
-				}
-			}
+		case slices.ContainsFunc(spec, func(o bson.E) bool { return !matchOp(leaves, o) }):
+			return false
 		}
 	}
 	return true
@@ -64,44 +59,36 @@ func pathValues(v any, parts []string) []any {
 // matchOp reports whether one of the values a path reaches satisfies a
 // query operator; an array satisfies it also by one of its elements.
 func matchOp(leaves []any, o bson.E) bool {
-	var candidates []any
-	for _, l := range leaves {
-		candidates = append(candidates, l)
-		if a, ok := l.(bson.A); ok {
-			candidates = append(candidates, a...)
-		}
-	}
-	eq := func(want any) bool {
-		if nullish(want) {
-			panic(notModelled("a query for null"))
-		}
-		return slices.ContainsFunc(candidates, func(c any) bool { return equal(c, want) })
-	}
 	switch o.Key {
-	case "$eq":
-		return eq(o.Value)
 	case "$in":
-		return slices.ContainsFunc(array(o.Value, o.Key), eq)
+		return slices.ContainsFunc(as[bson.A](o.Value, o.Key), func(v any) bool { return matchOp(leaves, bson.E{Key: "$eq", Value: v}) })
 	case "$exists":
 		return truthy(o.Value) == (len(leaves) > 0)
-	case "$gt", "$gte", "$lt", "$lte":
-		if nullish(o.Value) {
-			panic(notModelled("%s null", o.Key))
-		}
-		// Type-bracketed: a string range never matches a number.
-		return slices.ContainsFunc(candidates, func(c any) bool {
-			return rank(c) == rank(o.Value) && compares(o.Key, compare(c, o.Value))
-		})
 	case "$elemMatch":
 		return slices.ContainsFunc(leaves, func(l any) bool { return firstMatch(l, o.Value) >= 0 })
+	case "$eq", "$gt", "$gte", "$lt", "$lte":
+		if nullish(o.Value) {
+			panic(notModelled("a query for null"))
+		}
+	default:
+		panic(notModelled("query operator %s", o.Key))
 	}
-	panic(notModelled("query operator %s", o.Key))
+	for _, l := range leaves {
+		elems, _ := l.(bson.A)
+		// Type-bracketed: a string range never matches a number.
+		if slices.ContainsFunc(append(bson.A{l}, elems...), func(v any) bool {
+			return rank(v) == rank(o.Value) && compares(o.Key, compare(v, o.Value))
+		}) {
+			return true
+		}
+	}
+	return false
 }
 
 // firstMatch is the index of the first document of array a that query q
 // ($elemMatch's) matches, or -1.
 func firstMatch(a, q any) int {
-	f := asDoc(q, "$elemMatch")
+	f := as[bson.D](q, "$elemMatch")
 	if isOperator(f) {
 		panic(notModelled("$elemMatch of operators on the elements"))
 	}
@@ -110,53 +97,52 @@ func firstMatch(a, q any) int {
 }
 
 // project applies an inclusion projection, of a find or a $project stage:
-// _id, the included fields in the document's order, then the computed
-// ones in the projection's order; {$slice: -n} in place, $elemMatch's
-// first matching element last.
-func project(d bson.D, spec bson.D, now bson.DateTime) bson.D {
-	nested := map[string][]string{}
+// _id, the included fields in the document's order (an array of
+// {$slice: -n} by its last n elements), then the computed ones in the
+// projection's order, then an $elemMatch's first matching element.
+func project(d bson.D, spec bson.D, c vars) bson.D {
+	keep := map[string][]string{"_id": {""}} // a field's kept subfields ("": whole)
+	last := map[string]int{}                 // $slice: -n
 	var computed, elemMatch bson.D
+	inclusion := false
 	for _, e := range spec {
 		head, rest, dotted := strings.Cut(e.Key, ".")
 		sub, _ := e.Value.(bson.D)
-		switch _, isNum := number(e.Value); {
-		case len(sub) == 1 && (sub[0].Key == "$slice" || sub[0].Key == "$elemMatch") && !dotted:
-			if sub[0].Key == "$elemMatch" {
-				elemMatch = append(elemMatch, bson.E{Key: e.Key, Value: sub[0].Value})
-			} else if n, ok := integer(sub[0].Value); !ok || n >= 0 {
-				panic(notModelled("$slice %v", sub[0].Value))
-			}
+		isNum := rank(e.Value) == 2
+		op := ""
+		if len(sub) == 1 && !dotted {
+			op = sub[0].Key
+		}
+		switch n, _ := integer(get(sub, "$slice")); {
+		case op == "$slice" && n < 0:
+			keep[head], last[head] = []string{""}, int(-n)
+		case op == "$elemMatch":
+			elemMatch = append(elemMatch, bson.E{Key: e.Key, Value: sub[0].Value})
 		case (isNum || e.Value == true) && truthy(e.Value) && !strings.Contains(rest, "."):
-			nested[head] = append(nested[head], rest)
-		case isNum || e.Value == false || dotted || e.Key == "_id":
+			keep[head], inclusion = append(keep[head], rest), true
+		case isNum || e.Value == false || dotted || e.Key == "_id" || op == "$slice":
 			panic(notModelled("projection of %s: %v", e.Key, e.Value))
 		default:
 			computed = append(computed, e)
 		}
 	}
+	if len(last) > 0 && !inclusion && computed == nil && elemMatch == nil {
+		panic(notModelled("$slice without an inclusion: the server keeps every field"))
+	}
 	out := bson.D{}
 	for _, f := range d {
-		paths, included := nested[f.Key]
+		paths, kept := keep[f.Key]
 		v := f.Value
-		if sl, ok := get(spec, f.Key).(bson.D); ok && sl[0].Key == "$slice" {
-			if a, ok := v.(bson.A); ok {
-				n, _ := integer(sl[0].Value)
-				v = a[max(0, len(a)+int(n)):]
-			}
-			paths, included = []string{""}, true
+		if a, ok := v.(bson.A); ok && last[f.Key] > 0 {
+			v = a[max(0, len(a)-last[f.Key]):]
 		}
-		switch {
-		case f.Key == "_id" || included && slices.Contains(paths, ""):
-		case included:
+		if kept && !slices.Contains(paths, "") {
 			v = projectPaths(v, paths)
-		default:
-			continue
 		}
-		if v != missing {
+		if kept && v != missing {
 			out = append(out, bson.E{Key: f.Key, Value: v})
 		}
 	}
-	c := &evalCtx{now: now, root: d}
 	for _, e := range computed {
 		out = put(out, e.Key, eval(e.Value, c))
 	}

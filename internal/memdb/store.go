@@ -43,14 +43,14 @@ func (s *Store) Do(ctx context.Context, coll string, op func(c *Collection, now 
 		return err
 	}
 	s.mu.Lock()
-	c := s.colls[coll]
-	if c == nil {
-		c = &Collection{DB: s.db, Name: coll}
-		s.colls[coll] = c
+	if s.colls[coll] == nil {
+		s.colls[coll] = &Collection{DB: s.db, Name: coll}
 	}
-	err = op(c, s.now())
+	err = op(s.colls[coll], s.now())
 	s.mu.Unlock()
-	if d := s.Faults.delayed(); d > 0 {
+	var d time.Duration
+	s.Faults.set(func() { d = s.Faults.delay })
+	if d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
@@ -119,12 +119,6 @@ func (f *Faults) before() (lose bool, err error) {
 		return true, nil
 	}
 	return false, nil
-}
-
-func (f *Faults) delayed() time.Duration {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.delay
 }
 
 // ErrPartitioned is wrapped by the server selection error of an operation

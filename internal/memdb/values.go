@@ -17,36 +17,36 @@ type missingT struct{}
 
 var missing = missingT{}
 
-// rank is the value's place in MongoDB's comparison order of BSON types
-// (missing, null, numbers, string, object, array, bool, date); values of
-// different ranks compare by rank. The statements use no other type.
-func rank(v any) int {
-	switch v.(type) {
-	case missingT:
-		return 0
-	case nil:
-		return 1
-	case int32, int64, float64:
-		return 2
-	case string:
-		return 3
-	case bson.D:
-		return 4
-	case bson.A:
-		return 5
-	case bool:
-		return 8
-	case bson.DateTime:
-		return 9
-	}
-	panic(notModelled("value of type %T", v))
+// bsonTypes are the Go types of the values the model evaluates (the
+// statements use no other): each one's BSON type as $type names it, and
+// its rank, its place in MongoDB's comparison order of types; values of
+// different ranks compare by rank.
+var bsonTypes = map[string]bsonTypeT{"memdb.missingT": {"missing", 0}, "<nil>": {"null", 1}, "int32": {"int", 2}, "int64": {"long", 2}, "float64": {"double", 2},
+	"string": {"string", 3}, "bson.D": {"object", 4}, "bson.A": {"array", 5}, "bool": {"bool", 8}, "bson.DateTime": {"date", 9}}
+
+type bsonTypeT struct {
+	name string
+	rank int
 }
+
+func bsonType(v any) bsonTypeT {
+	t, ok := bsonTypes[fmt.Sprintf("%T", v)]
+	if !ok {
+		panic(notModelled("value of type %T", v))
+	}
+	return t
+}
+
+// typeName is $type's answer.
+func typeName(v any) string { return bsonType(v).name }
+
+func rank(v any) int { return bsonType(v).rank }
 
 // compare orders two values as MongoDB does, strings byte by byte (the
 // simple collation), numbers exactly (an int64 beyond 2^53 is not rounded
 // to a double).
 func compare(a, b any) int {
-	if c := cmp.Compare(rank(a), rank(b)); c != 0 {
+	if c := cmp.Compare(rank(a), rank(b)); c != 0 || rank(a) < 2 {
 		return c
 	}
 	switch x := a.(type) {
@@ -56,8 +56,6 @@ func compare(a, b any) int {
 		return strings.Compare(x, b.(string))
 	case bson.DateTime:
 		return cmp.Compare(x, b.(bson.DateTime))
-	case missingT, nil:
-		return 0
 	}
 	panic(notModelled("comparison of %T", a))
 }
@@ -84,35 +82,18 @@ func integer(v any) (int64, bool) {
 	return 0, false
 }
 
-// number is v as a double, if it is a number.
-func number(v any) (float64, bool) {
-	if i, ok := integer(v); ok {
-		return float64(i), true
-	}
-	f, ok := v.(float64)
-	return f, ok
-}
-
-var typeNames = map[string]string{"memdb.missingT": "missing", "<nil>": "null", "int32": "int", "int64": "long",
-	"float64": "double", "string": "string", "bson.D": "object", "bson.A": "array", "bool": "bool", "bson.DateTime": "date"}
-
-// typeName is $type's answer.
-func typeName(v any) string {
-	if name, ok := typeNames[fmt.Sprintf("%T", v)]; ok {
-		return name
-	}
-	panic(notModelled("$type of %T", v))
-}
-
 // truthy is a condition's value: false, null, missing and zero are false.
 func truthy(v any) bool {
-	if n, ok := number(v); ok {
-		return n != 0
-	}
-	if b, ok := v.(bool); ok {
-		return b
-	}
-	return !nullish(v)
+	return !nullish(v) && v != false && (rank(v) != 2 || exact(v).Sign() != 0)
 }
 
 func nullish(v any) bool { return v == nil || v == missing }
+
+// as is v, which what needs to be a T.
+func as[T any](v any, what string) T {
+	t, ok := v.(T)
+	if !ok {
+		panic(notModelled("%s of a %T", what, v))
+	}
+	return t
+}
