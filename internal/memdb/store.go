@@ -17,10 +17,16 @@ import (
 // there reads the bubble's clock and waits on the bubble's timers.
 type Store struct {
 	Faults Faults
-	db     string
-	now    func() time.Time
-	mu     sync.Mutex
-	colls  map[string]*Collection
+	*data
+}
+
+// data is a database's collections and clock, shared by the Stores that
+// Client returns.
+type data struct {
+	db    string
+	now   func() time.Time
+	mu    sync.Mutex
+	colls map[string]*Collection
 }
 
 // NewStore returns an empty database named db, whose $$NOW is now() (nil:
@@ -29,8 +35,14 @@ func NewStore(db string, now func() time.Time) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{db: db, now: now, colls: map[string]*Collection{}}
+	return &Store{data: &data{db: db, now: now, colls: map[string]*Collection{}}}
 }
+
+// Client returns another client's way to s's database: the same
+// collections and clock, through a network of its own (Faults, zero at
+// first), as two processes reach one server, each over its own
+// connections.
+func (s *Store) Client() *Store { return &Store{data: s.data} }
 
 // Do runs op on the collection named coll (created empty if new), alone
 // and at the store's clock, through the faults: as a client would see it,

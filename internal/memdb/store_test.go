@@ -162,3 +162,22 @@ func TestUnmodelledStatementIsRefusedByName(t *testing.T) {
 		t.Fatalf("got %v, want ErrNotModelled", err)
 	}
 }
+
+func TestClientsShareTheDatabaseButNotTheirNetwork(t *testing.T) {
+	s := NewStore("db", nil)
+	other := s.Client()
+	if err := insert(t.Context(), s, "a"); err != nil {
+		t.Fatal(err)
+	}
+	other.Faults.Partition()
+	if err := insert(t.Context(), other, "b"); !errors.Is(err, ErrPartitioned) {
+		t.Fatalf("insert through the partitioned client: got %v, want ErrPartitioned", err)
+	}
+	if err := insert(t.Context(), s, "c"); err != nil {
+		t.Fatalf("insert through the other client, not partitioned: %v", err)
+	}
+	other.Faults.Heal()
+	if got := ids(t, other); len(got) != 2 || got[0] != "a" || got[1] != "c" {
+		t.Fatalf("documents through the other client %v, want [a c]", got)
+	}
+}
