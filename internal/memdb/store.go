@@ -27,6 +27,7 @@ type data struct {
 	now   func() time.Time
 	mu    sync.Mutex
 	colls map[string]*Collection
+	ops   int64 // operations applied, under mu
 }
 
 // NewStore returns an empty database named db, whose $$NOW is now() (nil:
@@ -61,6 +62,7 @@ func (s *Store) Do(ctx context.Context, coll string, op func(c *Collection, now 
 		s.colls[coll] = c
 	}
 	err = op(c, s.now())
+	s.ops++
 	s.mu.Unlock()
 	if d := s.Faults.delayed(); d > 0 {
 		t := time.NewTimer(d)
@@ -75,6 +77,14 @@ func (s *Store) Do(ctx context.Context, coll string, op func(c *Collection, now 
 		return lostReply(io.ErrUnexpectedEOF)
 	}
 	return err
+}
+
+// Ops returns the number of operations applied to the database so far,
+// through every client.
+func (s *Store) Ops() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ops
 }
 
 // Faults are a network's faults between a client and a Store, set by

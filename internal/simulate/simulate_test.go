@@ -141,6 +141,7 @@ type result struct {
 	kills, drops                        int64
 	delays, lostReplies, refusals, cuts int64
 	fenced, losses, errs                int64
+	ops                                 int64 // operations the store applied
 	reports                             []string
 	simulated, wall                     time.Duration
 }
@@ -157,8 +158,8 @@ func (r *result) String() string {
 		r.kills+r.drops+r.delays+r.lostReplies+r.refusals+r.cuts, r.kills, r.drops, r.delays, r.lostReplies, r.refusals, r.cuts)
 	var b strings.Builder
 	b.WriteString(soakcheck.Summary(&r.per, r.cfg.slots, r.cfg.giveUp(), faults))
-	fmt.Fprintf(&b, "\n  also: %d writes accepted, %d refused after a loss, %d losses reported, %d errors; %v simulated in %v (seed %d)",
-		r.writes, r.fenced, r.losses, r.errs, r.simulated.Round(time.Millisecond), r.wall.Round(time.Millisecond), r.cfg.seed)
+	fmt.Fprintf(&b, "\n  also: %d writes accepted, %d refused after a loss, %d losses reported, %d errors, %d operations applied by the store; %v simulated in %v (seed %d)",
+		r.writes, r.fenced, r.losses, r.errs, r.ops, r.simulated.Round(time.Millisecond), r.wall.Round(time.Millisecond), r.cfg.seed)
 	return b.String()
 }
 
@@ -265,6 +266,7 @@ func run(t *testing.T, cfg config) *result {
 			cancel()
 		}
 		r.simulated = time.Since(start)
+		r.ops = s.store.Ops()
 		r.per, r.writes, r.reports = s.board.End()
 		r.entries = 0
 		for _, c := range r.per {
@@ -309,7 +311,7 @@ func (s *sim) spawn(nth int) error {
 }
 
 func (s *sim) connect(p *proc) (*generation, error) {
-	opts := []mongolock.Option{mongolock.WithExpiry(p.lease.expiry), mongolock.WithBusyWaitSleep(10*time.Millisecond, 200*time.Millisecond), mongolock.WithOwner(p.id)}
+	opts := []mongolock.Option{mongolock.WithExpiry(p.lease.expiry), mongolock.WithOwner(p.id)}
 	if p.lease.cadence != 0 {
 		opts = append(opts, mongolock.WithExtensionCadence(p.lease.cadence))
 	}
