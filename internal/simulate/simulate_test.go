@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -23,8 +25,9 @@ import (
 
 // The defaults are make test's small form; make simulate sets -simulate.n.
 var (
-	flagN        = flag.Int("simulate.n", 3000, "stop once this many critical sections have been entered")
-	flagSeed     = flag.Uint64("simulate.seed", 0, "the seed of every random choice (0: one from the clock, printed)")
+	flagN        = flag.Int("simulate.n", 3000, "stop once this many critical sections have been entered, in all worlds together")
+	flagSeed     = flag.Uint64("simulate.seed", 0, "the seed of every random choice (0: one from the clock, printed); world i has seed+i")
+	flagWorlds   = flag.Int("simulate.worlds", runtime.GOMAXPROCS(0), "independent simulations run side by side, one per core, each with its own store, processes and clock")
 	flagD        = flag.Duration("simulate.d", time.Hour, "stop after this much simulated time, if -simulate.n has not been reached")
 	flagP        = flag.Int("simulate.p", 4, "processes")
 	flagG        = flag.Int("simulate.g", 4, "goroutines per process, besides its long holder")
@@ -47,6 +50,7 @@ const (
 // within it.
 type config struct {
 	seed                 uint64
+	worlds               int           // side by side; world i has seed+i and n/worlds
 	n                    int           // critical sections to enter
 	d                    time.Duration // simulated time at most
 	procs, goroutines    int
@@ -99,7 +103,7 @@ func defaultConfig(t *testing.T) config {
 		seed = uint64(time.Now().UnixNano())
 	}
 	return config{
-		seed: seed, n: *flagN, d: *flagD, procs: *flagP, goroutines: *flagG,
+		seed: seed, worlds: max(1, *flagWorlds), n: *flagN, d: *flagD, procs: *flagP, goroutines: *flagG,
 		names: [numKinds]int{mutex: 4, semaphore: 1, rwlock: 2, election: 2}, slots: 3,
 		expiries: expiries, hold: 5 * time.Millisecond, longHold: 3 * time.Second,
 		faultEvery: 50 * time.Millisecond, dropEvery: time.Second, killEvery: 4 * time.Second,
@@ -112,8 +116,15 @@ func (c config) replay() string {
 	for _, l := range c.expiries {
 		exp = append(exp, l.String())
 	}
-	return fmt.Sprintf("go test -run 'TestSimulate$' ./internal/simulate -v -simulate.seed=%d -simulate.n=%d -simulate.d=%v -simulate.p=%d -simulate.g=%d -simulate.expiries=%s",
-		c.seed, c.n, c.d, c.procs, c.goroutines, strings.Join(exp, ","))
+	return fmt.Sprintf("go test -run 'TestSimulate$' ./internal/simulate -v -simulate.seed=%d -simulate.worlds=%d -simulate.n=%d -simulate.d=%v -simulate.p=%d -simulate.g=%d -simulate.expiries=%s",
+		c.seed, c.worlds, c.n, c.d, c.procs, c.goroutines, strings.Join(exp, ","))
+}
+
+// world returns the config of world i of c: a simulation of its own.
+func (c config) world(i int) config {
+	w := c
+	w.seed, w.worlds, w.n = c.seed+uint64(i), 1, (c.n+c.worlds-1)/c.worlds
+	return w
 }
 
 // TestSimulate runs the soak's checks over the in-memory store in
@@ -122,14 +133,37 @@ func (c config) replay() string {
 // with the command that replays the seed.
 func TestSimulate(t *testing.T) {
 	cfg := defaultConfig(t)
-	fmt.Printf("simulate: seed %d: %s\n", cfg.seed, cfg.replay())
-	r := run(t, cfg)
-	fmt.Println(r)
-	if r.violations() > 0 {
-		t.Errorf("violations, seed %d; replay: %s\nthe first said:\n  %s", cfg.seed, cfg.replay(), strings.Join(r.reports, "\n  "))
+	fmt.Printf("simulate: seed %d (%d worlds side by side, seeds %d to %d): %s\n", cfg.seed, cfg.worlds, cfg.seed, cfg.seed+uint64(cfg.worlds)-1, cfg.replay())
+	// The simulation allocates much and keeps little: collect less often.
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	start := time.Now()
+	results := make([]*result, cfg.worlds)
+	t.Run("worlds", func(t *testing.T) {
+		for i := range cfg.worlds {
+			w := cfg.world(i)
+			t.Run(fmt.Sprint(w.seed), func(t *testing.T) {
+				t.Parallel()
+				r := run(t, w)
+				results[i] = r
+				if r.violations() > 0 {
+					t.Errorf("violations in world %d; replay it alone: %s\nthe first said:\n  %s", w.seed, w.replay(), strings.Join(r.reports, "\n  "))
+				}
+				if r.entries < int64(w.n) {
+					t.Errorf("%d critical sections entered in %v of simulated time, want %d; replay: %s", r.entries, w.d, w.n, w.replay())
+				}
+			})
+		}
+	})
+	total := &result{cfg: cfg}
+	for _, r := range results {
+		if r != nil {
+			total.add(r)
+		}
 	}
-	if r.entries < int64(cfg.n) {
-		t.Errorf("%d critical sections entered in %v of simulated time, want %d (seed %d)", r.entries, cfg.d, cfg.n, cfg.seed)
+	total.wall = time.Since(start)
+	fmt.Println(total)
+	if t.Failed() {
+		t.Errorf("seed %d; replay: %s", cfg.seed, cfg.replay())
 	}
 }
 
@@ -146,6 +180,41 @@ type result struct {
 	simulated, wall                     time.Duration
 }
 
+// add adds o, a world's result, to r.
+func (r *result) add(o *result) {
+	for kd := range numKinds {
+		a, b := &r.per[kd], &o.per[kd]
+		a.Trials += b.Trials
+		a.WriteTrials += b.WriteTrials
+		a.Upgrades += b.Upgrades
+		a.Peak = max(a.Peak, b.Peak)
+		a.Killed += b.Killed
+		a.Dropped += b.Dropped
+		a.MaxWait, a.MaxWaitW, a.MaxUnfin = max(a.MaxWait, b.MaxWait), max(a.MaxWaitW, b.MaxWaitW), max(a.MaxUnfin, b.MaxUnfin)
+		a.GaveUp += b.GaveUp
+		a.Overlap += b.Overlap
+		a.OutOfOrder += b.OutOfOrder
+		a.Displaced += b.Displaced
+		a.Unsignalled += b.Unsignalled
+		a.Vanished += b.Vanished
+		a.LeftInside += b.LeftInside
+	}
+	r.entries += o.entries
+	r.writes += o.writes
+	r.kills += o.kills
+	r.drops += o.drops
+	r.delays += o.delays
+	r.lostReplies += o.lostReplies
+	r.refusals += o.refusals
+	r.cuts += o.cuts
+	r.fenced += o.fenced
+	r.losses += o.losses
+	r.errs += o.errs
+	r.ops += o.ops
+	r.simulated += o.simulated
+	r.reports = append(r.reports, o.reports...)
+}
+
 func (r *result) violations() (n int64) {
 	for _, c := range r.per {
 		n += c.Violations()
@@ -158,8 +227,8 @@ func (r *result) String() string {
 		r.kills+r.drops+r.delays+r.lostReplies+r.refusals+r.cuts, r.kills, r.drops, r.delays, r.lostReplies, r.refusals, r.cuts)
 	var b strings.Builder
 	b.WriteString(soakcheck.Summary(&r.per, r.cfg.slots, r.cfg.giveUp(), faults))
-	fmt.Fprintf(&b, "\n  also: %d writes accepted, %d refused after a loss, %d losses reported, %d errors, %d operations applied by the store; %v simulated in %v (seed %d)",
-		r.writes, r.fenced, r.losses, r.errs, r.ops, r.simulated.Round(time.Millisecond), r.wall.Round(time.Millisecond), r.cfg.seed)
+	fmt.Fprintf(&b, "\n  also: %d writes accepted, %d refused after a loss, %d losses reported, %d errors, %d operations applied by the store; %v simulated in %v of wall time (seed %d, %d worlds)",
+		r.writes, r.fenced, r.losses, r.errs, r.ops, r.simulated.Round(time.Millisecond), r.wall.Round(time.Millisecond), r.cfg.seed, r.cfg.worlds)
 	return b.String()
 }
 
