@@ -25,10 +25,10 @@ import (
 
 // The defaults are make test's small form; make simulate sets -simulate.n.
 var (
-	flagN        = flag.Int("simulate.n", 3000, "stop once this many critical sections have been entered, in all worlds together")
+	flagN        = flag.Int("simulate.n", defaultN, "stop once this many critical sections have been entered, in all worlds together")
 	flagSeed     = flag.Uint64("simulate.seed", 0, "the seed of every random choice (0: one from the clock, printed); world i has seed+i")
 	flagWorlds   = flag.Int("simulate.worlds", runtime.GOMAXPROCS(0), "independent simulations run side by side, one per core, each with its own store, processes and clock")
-	flagD        = flag.Duration("simulate.d", time.Hour, "stop after this much simulated time, if -simulate.n has not been reached")
+	flagD        = flag.Duration("simulate.d", 6*time.Hour, "stop after this much simulated time, if -simulate.n has not been reached")
 	flagP        = flag.Int("simulate.p", 4, "processes")
 	flagG        = flag.Int("simulate.g", 4, "goroutines per process, besides its long holder")
 	flagExpiries = flag.String("simulate.expiries", "1s/50ms,20s,3s", "lease expiries[/extension cadence], comma-separated: process i has the (i mod count)-th")
@@ -58,8 +58,8 @@ type config struct {
 	slots                int // a semaphore's
 	expiries             []lease
 	hold, longHold       time.Duration
-	faultEvery           time.Duration // a network fault on a process's client
-	dropEvery, killEvery time.Duration // a client closed under a holder; a process dying
+	faultEvery           time.Duration // a network fault on a process's client (0: none)
+	dropEvery, killEvery time.Duration // a client closed under a holder; a process dying (0: none)
 	sabotage             bool          // work after release: the checks must see it
 }
 
@@ -416,10 +416,16 @@ func (s *sim) chaos(stop context.CancelFunc) {
 	rng := rand.New(rand.NewPCG(s.cfg.seed, 1<<32))
 	var hits [numKinds]int64
 	now := time.Now()
-	nextDrop, nextKill := now.Add(s.jitter(rng, s.cfg.dropEvery)), now.Add(s.jitter(rng, s.cfg.killEvery))
+	next := func(every time.Duration) time.Time {
+		if every <= 0 {
+			return time.Time{} // never
+		}
+		return now.Add(s.jitter(rng, every))
+	}
+	nextFault, nextDrop, nextKill := next(s.cfg.faultEvery), next(s.cfg.dropEvery), next(s.cfg.killEvery)
 	deadline, _ := s.ctx.Deadline()
 	for {
-		sleep(s.ctx, s.jitter(rng, s.cfg.faultEvery))
+		sleep(s.ctx, 10*time.Millisecond) // the count is read this often
 		if s.ctx.Err() != nil {
 			return
 		}
@@ -427,18 +433,20 @@ func (s *sim) chaos(stop context.CancelFunc) {
 			stop()
 			return
 		}
+		now = time.Now()
 		s.mu.Lock()
 		procs := slices.Clone(s.procs)
 		s.mu.Unlock()
-		p := procs[rng.IntN(len(procs))]
-		s.fault(rng, p)
-		now := time.Now()
-		if s.cfg.dropEvery > 0 && now.After(nextDrop) {
-			nextDrop = now.Add(s.jitter(rng, s.cfg.dropEvery))
+		if !nextFault.IsZero() && !now.Before(nextFault) {
+			nextFault = next(s.cfg.faultEvery)
+			s.fault(rng, procs[rng.IntN(len(procs))])
+		}
+		if !nextDrop.IsZero() && !now.Before(nextDrop) {
+			nextDrop = next(s.cfg.dropEvery)
 			procs[rng.IntN(len(procs))].dropDue.Store(true)
 		}
-		if s.cfg.killEvery > 0 && now.After(nextKill) {
-			nextKill = now.Add(s.jitter(rng, s.cfg.killEvery))
+		if !nextKill.IsZero() && !now.Before(nextKill) {
+			nextKill = next(s.cfg.killEvery)
 			var candidates []*proc
 			for _, p := range procs {
 				if deadline.Sub(now) > 2*p.lease.expiry {
@@ -860,4 +868,21 @@ func sleep(ctx context.Context, d time.Duration) {
 // dur is a random duration in [0, d).
 func dur(rng *rand.Rand, d time.Duration) time.Duration {
 	return time.Duration(rng.Int64N(int64(d)))
+}
+
+// A holder that goes on working after its release is what the checks
+// exist to catch: with half of the critical sections run after Release,
+// the board must count overlaps of every kind.
+func TestSimulateSeesWorkAfterRelease(t *testing.T) {
+	cfg := defaultConfig(t)
+	cfg.worlds, cfg.n, cfg.sabotage = 1, 1000, true
+	cfg.dropEvery, cfg.killEvery, cfg.faultEvery = 0, 0, 0 // the sabotage alone
+	t.Logf("seed %d", cfg.seed)
+	r := run(t, cfg)
+	t.Log(r)
+	for kd := range numKinds {
+		if r.per[kd].Overlap == 0 {
+			t.Errorf("%v: no overlap seen in %d trials of work after release (seed %d)", kd, r.per[kd].Trials, cfg.seed)
+		}
+	}
 }
