@@ -314,6 +314,7 @@ func run(t *testing.T, cfg config) *result {
 		ctx, stop := context.WithTimeout(context.Background(), cfg.d)
 		defer stop()
 		s := &sim{cfg: cfg, store: memdb.NewStore("mongolock_simulate", nil), board: soakcheck.NewBoard(cfg.slots), ctx: ctx}
+		s.board.Explain = s.explain
 		for nth := range cfg.procs {
 			if err := s.spawn(nth); err != nil {
 				t.Fatal(err)
@@ -742,7 +743,8 @@ func (s *sim) trial(p *proc, rng *rand.Rand, long bool, g *generation) bool {
 func (s *sim) section(p *proc, rng *rand.Rand, t target, floor int64, waited time.Duration, h *mongolock.Handle, lead *mongolock.Leadership, g *generation) (dropped bool) {
 	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
 	defer cancel()
-	sec := soakcheck.Section{Kind: t.kind, Name: t.name(), Tok: h.FencingToken(), Proc: p.id, Write: t.write, Upgrade: t.upgrade}
+	sec := soakcheck.Section{Kind: t.kind, Name: t.name(), Tok: h.FencingToken(), Proc: p.id, Write: t.write, Upgrade: t.upgrade,
+		Note: fmt.Sprintf("expiry %v, acquired at %s after %v, lease end %s%s", p.lease, clock(h.AcquiredAt()), waited, clock(h.LeaseEnd()), map[bool]string{true: ", upgraded"}[t.upgrade])}
 	if closed(h.Lost()) {
 		s.board.Waited(t.kind, t.write, waited) // lost before it began
 		return false
@@ -846,6 +848,27 @@ func (s *sim) vanished(ctx context.Context, p *proc, sec soakcheck.Section, h *m
 	}
 	return false
 }
+
+// explain returns the lock documents of name as the store has them now,
+// and the simulated time.
+func (s *sim) explain(name string) string {
+	var docs []string
+	for _, coll := range []string{mongolock.DefaultCollection, mongolock.DefaultCollection + "_semaphores"} {
+		_ = s.store.Do(context.Background(), coll, func(c *memdb.Collection, _ time.Time) error {
+			for _, d := range c.Docs() {
+				if d.Lookup("_id").StringValue() == name {
+					docs = append(docs, d.String())
+				}
+			}
+			return nil
+		})
+	}
+	return fmt.Sprintf("at %s the store had: %s", clock(time.Now()), strings.Join(docs, "; "))
+}
+
+// clock is t in the simulation's clock, which starts at midnight
+// 2000-01-01 UTC.
+func clock(t time.Time) string { return t.UTC().Format("15:04:05.000") }
 
 func closed(ch <-chan struct{}) bool {
 	select {

@@ -40,6 +40,12 @@ type Board struct {
 	writes  int64
 	reports []string // the violations, as said, the first few
 	total   int64    // entries, every kind
+
+	// Explain, if set, returns what to add to the report of an overlap or
+	// an out-of-order token on the resource of a lock name (the lock's
+	// document as the store has it, say). It is called with the Board's
+	// mutex held, at the instant of the entry.
+	Explain func(name string) string
 }
 
 type resource struct {
@@ -54,10 +60,15 @@ type holder struct {
 	proc  string
 	write bool // an rwlock's writer
 	dead  bool
+	note  string
 }
 
 func (h *holder) String() string {
-	return fmt.Sprintf("%d of %s%s", h.tok, h.proc, role(h.write))
+	s := fmt.Sprintf("%d of %s%s", h.tok, h.proc, role(h.write))
+	if h.note != "" {
+		s += " (" + h.note + ")"
+	}
+	return s
 }
 
 func role(write bool) string {
@@ -79,12 +90,13 @@ type Section struct {
 	Name    string
 	Tok     int64
 	Proc    string
-	Write   bool // an rwlock's writer
-	Upgrade bool // a writer that Upgrade made one
+	Write   bool   // an rwlock's writer
+	Upgrade bool   // a writer that Upgrade made one
+	Note    string // said with the holder in reports
 }
 
 func (s Section) who() string {
-	return fmt.Sprintf("token %d of %s%s", s.Tok, s.Proc, role(s.Write))
+	return "token " + (&holder{tok: s.Tok, proc: s.Proc, write: s.Write, note: s.Note}).String()
 }
 
 func (b *Board) resource(kd Kind, name string) *resource {
@@ -136,7 +148,13 @@ func (b *Board) Enter(s Section, floor int64, waited time.Duration) bool {
 		return false
 	}
 	r, c := b.resource(s.Kind, s.Name), &b.per[s.Kind]
-	me := &holder{tok: s.Tok, proc: s.Proc, write: s.Write}
+	me := &holder{tok: s.Tok, proc: s.Proc, write: s.Write, note: s.Note}
+	before := c.Violations()
+	defer func() {
+		if c.Violations() > before && b.Explain != nil && len(b.reports) < 20 {
+			b.reports = append(b.reports, "  "+b.Explain(s.Name))
+		}
+	}()
 	c.Trials++
 	b.total++
 	b.writes++
