@@ -744,7 +744,18 @@ func (s *sim) section(p *proc, rng *rand.Rand, t target, floor int64, waited tim
 	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
 	defer cancel()
 	sec := soakcheck.Section{Kind: t.kind, Name: t.name(), Tok: h.FencingToken(), Proc: p.id, Write: t.write, Upgrade: t.upgrade,
-		Note: fmt.Sprintf("expiry %v, acquired at %s after %v, lease end %s%s", p.lease, clock(h.AcquiredAt()), waited, clock(h.LeaseEnd()), map[bool]string{true: ", upgraded"}[t.upgrade])}
+		Note: fmt.Sprintf("expiry %v, acquired at %s after %v, lease end %s%s%s", p.lease, clock(h.AcquiredAt()), waited, clock(h.LeaseEnd()),
+			map[bool]string{true: ", upgraded"}[t.upgrade], map[bool]string{true: ", long"}[t.long])}
+	var phase atomic.Pointer[string]
+	at := func(what string) { what += " since " + clock(time.Now()); phase.Store(&what) }
+	at("entering")
+	sec.State = func() string {
+		told := "not told of a loss"
+		if closed(h.Lost()) {
+			told = "told of a loss"
+		}
+		return fmt.Sprintf("%s, %s, lease end %s, client cut off %v", *phase.Load(), told, clock(h.LeaseEnd()), g.ctx.Err() != nil)
+	}
 	if closed(h.Lost()) {
 		s.board.Waited(t.kind, t.write, waited) // lost before it began
 		return false
@@ -764,8 +775,10 @@ func (s *sim) section(p *proc, rng *rand.Rand, t target, floor int64, waited tim
 	for i := 0; i < writes || time.Now().Before(end); i++ {
 		if p.dropDue.CompareAndSwap(true, false) {
 			dropped = true
+			at("closing its client")
 			s.drop(p, t, h, g)
 		}
+		at("pausing")
 		select {
 		case <-time.After(dur(rng, pause+1)):
 		case <-h.Lost():
@@ -774,9 +787,11 @@ func (s *sim) section(p *proc, rng *rand.Rand, t target, floor int64, waited tim
 		if closed(h.Lost()) || ctx.Err() != nil {
 			break // stop work at once: the next holder may come in soon
 		}
+		at("checking the lock")
 		if lead != nil && i == 0 && s.leaderDisplaced(ctx, p, sec, lead, g) || t.long && s.vanished(ctx, p, sec, h, g) {
 			break
 		}
+		at("writing")
 		if !s.board.Write(sec) {
 			if closed(h.Lost()) {
 				s.fenced.Add(1)
@@ -787,6 +802,7 @@ func (s *sim) section(p *proc, rng *rand.Rand, t target, floor int64, waited tim
 			break
 		}
 	}
+	at("exiting")
 	if (!displaced || !t.kind.Single()) && !s.board.Exit(sec) && !displaced {
 		s.board.Violation(t.kind, "displaced", "token %d of %s: at exit, someone else was inside", sec.Tok, p.id)
 	}

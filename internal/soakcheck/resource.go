@@ -61,12 +61,16 @@ type holder struct {
 	write bool // an rwlock's writer
 	dead  bool
 	note  string
+	state func() string
 }
 
 func (h *holder) String() string {
 	s := fmt.Sprintf("%d of %s%s", h.tok, h.proc, role(h.write))
 	if h.note != "" {
 		s += " (" + h.note + ")"
+	}
+	if h.state != nil {
+		s += " [now: " + h.state() + "]"
 	}
 	return s
 }
@@ -90,9 +94,10 @@ type Section struct {
 	Name    string
 	Tok     int64
 	Proc    string
-	Write   bool   // an rwlock's writer
-	Upgrade bool   // a writer that Upgrade made one
-	Note    string // said with the holder in reports
+	Write   bool          // an rwlock's writer
+	Upgrade bool          // a writer that Upgrade made one
+	Note    string        // said with the holder in reports
+	State   func() string // if set, what the holder is doing, said with it in reports
 }
 
 func (s Section) who() string {
@@ -148,7 +153,7 @@ func (b *Board) Enter(s Section, floor int64, waited time.Duration) bool {
 		return false
 	}
 	r, c := b.resource(s.Kind, s.Name), &b.per[s.Kind]
-	me := &holder{tok: s.Tok, proc: s.Proc, write: s.Write, note: s.Note}
+	me := &holder{tok: s.Tok, proc: s.Proc, write: s.Write, note: s.Note, state: s.State}
 	before := c.Violations()
 	defer func() {
 		if c.Violations() > before && b.Explain != nil && len(b.reports) < 20 {
