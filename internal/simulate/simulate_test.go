@@ -788,7 +788,7 @@ func (s *sim) section(p *proc, rng *rand.Rand, t target, floor int64, waited tim
 			break // stop work at once: the next holder may come in soon
 		}
 		at("checking the lock")
-		if lead != nil && i == 0 && s.leaderDisplaced(ctx, p, sec, lead, g) || t.long && s.vanished(ctx, p, sec, h, g) {
+		if i == 0 && s.check(ctx, p, sec, h, lead, g, t) || i > 0 && t.long && s.check(ctx, p, sec, h, nil, g, t) {
 			break
 		}
 		at("writing")
@@ -807,6 +807,19 @@ func (s *sim) section(p *proc, rng *rand.Rand, t target, floor int64, waited tim
 		s.board.Violation(t.kind, "displaced", "token %d of %s: at exit, someone else was inside", sec.Tok, p.id)
 	}
 	return dropped
+}
+
+// check runs a holder's checks of the lock's own document before a write:
+// a leader's (lead, before its first) and a long holder's. It reports
+// whether it counted a violation. Their calls end with h (its Context),
+// as an application's work under a lock does: a holder told of its loss
+// while it waits for a reply stops at once, rather than staying inside
+// until the reply comes, after the next holder came in.
+func (s *sim) check(ctx context.Context, p *proc, sec soakcheck.Section, h *mongolock.Handle, lead *mongolock.Leadership, g *generation, t target) bool {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(h.Context(), cancel)()
+	return lead != nil && s.leaderDisplaced(ctx, p, sec, lead, g) || t.long && s.vanished(ctx, p, sec, h, g)
 }
 
 // leaderDisplaced proclaims a value of this term and reads the leader
@@ -924,4 +937,45 @@ func TestSimulateSeesWorkAfterRelease(t *testing.T) {
 			t.Errorf("%v: no overlap seen in %d trials of work after release (seed %d)", kd, r.per[kd].Trials, cfg.seed)
 		}
 	}
+}
+
+// A holder's checks inside its critical section (a long holder's Inspect,
+// a leader's Proclaim and Leader) end when it is told of its loss, however
+// slow the replies: a holder that waits past its loss for a reply is
+// still inside when the next one enters. Seed 100's world (make simulate)
+// met it: a long semaphore holder waiting for a delayed Inspect reply was
+// inside while three others held the slots.
+func TestSimulatedHolderStopsCheckingAtItsLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := defaultConfig(t)
+		s := &sim{cfg: cfg, store: memdb.NewStore("mongolock_simulate", nil), board: soakcheck.NewBoard(cfg.slots), ctx: t.Context()}
+		p := &proc{id: "p1", lease: lease{expiry: time.Second}}
+		p.ctx, p.cancel = context.WithCancel(s.ctx)
+		g, err := s.connect(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = g.locks.Close(context.Background()) })
+		tgt := target{kind: semaphore, long: true}
+		h, err := g.locks.Semaphore(tgt.name(), cfg.slots).Acquire(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sec := soakcheck.Section{Kind: semaphore, Name: tgt.name(), Tok: h.FencingToken(), Proc: p.id}
+		g.client.Faults.Delay(3 * time.Second) // every reply, the extensions' too
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.check(context.Background(), p, sec, h, nil, g, tgt)
+		}()
+		<-h.Lost()
+		synctest.Wait()
+		select {
+		case <-done:
+		default:
+			t.Fatal("the holder was still waiting for its check's reply after it was told of its loss")
+		}
+		g.client.Faults.Delay(0)
+		_ = h.Release(context.Background())
+	})
 }
