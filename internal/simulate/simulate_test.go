@@ -788,8 +788,8 @@ func (s *sim) section(p *proc, rng *rand.Rand, t target, floor int64, waited tim
 			break // stop work at once: the next holder may come in soon
 		}
 		at("checking the lock")
-		if i == 0 && s.check(ctx, p, sec, h, lead, g, t) || i > 0 && t.long && s.check(ctx, p, sec, h, nil, g, t) {
-			break
+		if i == 0 && s.check(ctx, p, sec, h, lead, g, t) || i > 0 && t.long && s.check(ctx, p, sec, h, nil, g, t) || closed(h.Lost()) {
+			break // a violation counted, or told of a loss meanwhile
 		}
 		at("writing")
 		if !s.board.Write(sec) {
