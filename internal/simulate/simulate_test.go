@@ -337,6 +337,7 @@ func run(t *testing.T, cfg config) *result {
 		}
 		r.simulated = time.Since(start)
 		r.ops = s.store.Ops()
+		lingerAfterClose()
 		r.per, r.writes, r.reports = s.board.End()
 		r.entries = 0
 		for _, c := range r.per {
@@ -899,6 +900,12 @@ func (s *sim) explain(name string) string {
 // 2000-01-01 UTC.
 func clock(t time.Time) string { return t.UTC().Format("15:04:05.000") }
 
+// lingerAfterClose lets the goroutines that closed Providers leave behind
+// end: idle senders and change streams linger for up to a second after
+// Close. The bubble's clock moves only while its first goroutine is alive,
+// so that one waits for them.
+func lingerAfterClose() { time.Sleep(2 * time.Second) }
+
 func closed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
@@ -955,7 +962,6 @@ func TestSimulatedHolderStopsCheckingAtItsLoss(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = g.locks.Close(context.Background()) })
 		tgt := target{kind: semaphore, long: true}
 		h, err := g.locks.Semaphore(tgt.name(), cfg.slots).Acquire(t.Context())
 		if err != nil {
@@ -977,5 +983,9 @@ func TestSimulatedHolderStopsCheckingAtItsLoss(t *testing.T) {
 		}
 		g.client.Faults.Delay(0)
 		_ = h.Release(context.Background())
+		if err := g.locks.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+		lingerAfterClose()
 	})
 }
