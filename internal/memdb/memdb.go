@@ -20,6 +20,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -62,8 +63,113 @@ type Collection struct {
 
 // norm turns a statement's part (bson.D, bson.Raw, bson.A,
 // mongo.Pipeline, …) into the tree of bson.D, bson.A and scalars that the
-// model evaluates, as the server would receive it.
+// model evaluates, as the server would receive it. The library's
+// statements are trees of bson.D, bson.A and a few scalars: those are
+// copied as the driver would encode them and decode them back, and
+// anything else goes through the encoder (the round trip costs most of a
+// simulation's time).
 func norm(v any) any {
+	switch v := v.(type) {
+	case nil, string, bool, int32, int64, float64, bson.DateTime:
+		return v
+	case int:
+		if v >= math.MinInt32 && v <= math.MaxInt32 {
+			return int32(v)
+		}
+		return int64(v)
+	case time.Time:
+		return bson.NewDateTimeFromTime(v)
+	case bson.D:
+		if v == nil {
+			break
+		}
+		out := make(bson.D, len(v))
+		for i, e := range v {
+			out[i] = bson.E{Key: e.Key, Value: norm(e.Value)}
+		}
+		return out
+	case bson.A:
+		if v == nil {
+			break
+		}
+		out := make(bson.A, len(v))
+		for i, e := range v {
+			out[i] = norm(e)
+		}
+		return out
+	case bson.Raw:
+		if d, ok := rawDoc(v); ok {
+			return d
+		}
+	case mongo.Pipeline:
+		if v == nil {
+			break
+		}
+		out := make(bson.A, len(v))
+		for i, e := range v {
+			out[i] = norm(e)
+		}
+		return out
+	}
+	return encoded(v)
+}
+
+// rawDoc decodes the document raw as bson.Unmarshal would into a bson.D,
+// if it holds only documents, arrays and the scalars norm copies; ok is
+// false otherwise.
+func rawDoc(raw bson.Raw) (d bson.D, ok bool) {
+	elems, err := raw.Elements()
+	if err != nil {
+		return nil, false
+	}
+	d = make(bson.D, 0, len(elems))
+	for _, e := range elems {
+		v, ok := rawValue(e.Value())
+		if !ok {
+			return nil, false
+		}
+		d = append(d, bson.E{Key: e.Key(), Value: v})
+	}
+	return d, true
+}
+
+func rawValue(rv bson.RawValue) (any, bool) {
+	switch rv.Type {
+	case bson.TypeEmbeddedDocument:
+		return rawDoc(rv.Document())
+	case bson.TypeArray:
+		vals, err := rv.Array().Values()
+		if err != nil {
+			return nil, false
+		}
+		a := make(bson.A, len(vals))
+		for i, v := range vals {
+			var ok bool
+			if a[i], ok = rawValue(v); !ok {
+				return nil, false
+			}
+		}
+		return a, true
+	case bson.TypeString:
+		return rv.StringValue(), true
+	case bson.TypeInt32:
+		return rv.Int32(), true
+	case bson.TypeInt64:
+		return rv.Int64(), true
+	case bson.TypeDouble:
+		return rv.Double(), true
+	case bson.TypeBoolean:
+		return rv.Boolean(), true
+	case bson.TypeNull:
+		return nil, true
+	case bson.TypeDateTime:
+		return bson.DateTime(rv.DateTime()), true
+	}
+	return nil, false
+}
+
+// encoded is v encoded as the driver does, and decoded back.
+func encoded(v any) any {
 	var d bson.D
 	err := bson.Unmarshal(encode(bson.D{{Key: "v", Value: v}}), &d)
 	if err != nil {

@@ -17,10 +17,17 @@ import (
 // there reads the bubble's clock and waits on the bubble's timers.
 type Store struct {
 	Faults Faults
-	db     string
-	now    func() time.Time
-	mu     sync.Mutex
-	colls  map[string]*Collection
+	*data
+}
+
+// data is a database's collections and clock, shared by the Stores that
+// Client returns.
+type data struct {
+	db    string
+	now   func() time.Time
+	mu    sync.Mutex
+	colls map[string]*Collection
+	ops   int64 // operations applied, under mu
 }
 
 // NewStore returns an empty database named db, whose $$NOW is now() (nil:
@@ -29,8 +36,14 @@ func NewStore(db string, now func() time.Time) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{db: db, now: now, colls: map[string]*Collection{}}
+	return &Store{data: &data{db: db, now: now, colls: map[string]*Collection{}}}
 }
+
+// Client returns another client's way to s's database: the same
+// collections and clock, through a network of its own (Faults, zero at
+// first), as two processes reach one server, each over its own
+// connections.
+func (s *Store) Client() *Store { return &Store{data: s.data} }
 
 // Do runs op on the collection named coll (created empty if new), alone
 // and at the store's clock, through the faults: as a client would see it,
@@ -47,6 +60,7 @@ func (s *Store) Do(ctx context.Context, coll string, op func(c *Collection, now 
 		s.colls[coll] = &Collection{DB: s.db, Name: coll}
 	}
 	err = op(s.colls[coll], s.now())
+	s.ops++
 	s.mu.Unlock()
 	var d time.Duration
 	s.Faults.set(func() { d = s.Faults.delay })
@@ -63,6 +77,14 @@ func (s *Store) Do(ctx context.Context, coll string, op func(c *Collection, now 
 		return lostReply(io.ErrUnexpectedEOF)
 	}
 	return err
+}
+
+// Ops returns the number of operations applied to the database so far,
+// through every client.
+func (s *Store) Ops() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ops
 }
 
 // Faults are a network's faults between a client and a Store, set by

@@ -3,6 +3,7 @@ package memdb
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -160,5 +161,44 @@ func TestUnmodelledStatementIsRefusedByName(t *testing.T) {
 	_, err := c.Find(time.Now(), bson.D{{Key: "x", Value: bson.D{{Key: "$regex", Value: "^a"}}}}, nil)
 	if !errors.Is(err, ErrNotModelled) {
 		t.Fatalf("got %v, want ErrNotModelled", err)
+	}
+}
+
+func TestClientsShareTheDatabaseButNotTheirNetwork(t *testing.T) {
+	s := NewStore("db", nil)
+	other := s.Client()
+	if err := insert(t.Context(), s, "a"); err != nil {
+		t.Fatal(err)
+	}
+	other.Faults.Partition()
+	if err := insert(t.Context(), other, "b"); !errors.Is(err, ErrPartitioned) {
+		t.Fatalf("insert through the partitioned client: got %v, want ErrPartitioned", err)
+	}
+	if err := insert(t.Context(), s, "c"); err != nil {
+		t.Fatalf("insert through the other client, not partitioned: %v", err)
+	}
+	other.Faults.Heal()
+	if got := ids(t, other); len(got) != 2 || got[0] != "a" || got[1] != "c" {
+		t.Fatalf("documents through the other client %v, want [a c]", got)
+	}
+}
+
+// norm's copy of a statement is what the driver's encoding and decoding
+// make of it, value for value and type for type.
+func TestNormIsTheDriversRoundTrip(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 678901234, time.UTC)
+	for _, v := range []any{
+		nil, "s", true, int32(-3), int64(1 << 40), 1.5, bson.DateTime(12), now, 7, -7, 1 << 31, -(1 << 31), -(1 << 31) - 1,
+		bson.D{}, bson.A{}, bson.D(nil), bson.A(nil), mongo.Pipeline(nil), mongo.Pipeline{},
+		bson.D{{Key: "a", Value: bson.A{1, "x", bson.D{{Key: "b", Value: now}}, nil, bson.A{}}}, {Key: "c", Value: []string{"y"}}},
+		mongo.Pipeline{{{Key: "$set", Value: bson.D{{Key: "n", Value: bson.D{{Key: "$add", Value: bson.A{"$n", 1}}}}}}}},
+		bson.M{"m": 1}, time.Second, []bson.D{{{Key: "k", Value: uint32(3)}}}, bson.Raw(encode(bson.D{{Key: "r", Value: 1}})),
+		bson.Raw(encode(bson.D{{Key: "r", Value: bson.A{int64(1), 2.5, "s", false, nil, bson.DateTime(3), bson.D{}, bson.A{}, bson.D{{Key: "x", Value: bson.A{bson.D{}}}}}}})),
+		bson.Raw(encode(bson.D{{Key: "o", Value: bson.NewObjectID()}, {Key: "u", Value: bson.Undefined{}}})), bson.Raw(encode(bson.D{})),
+	} {
+		got, want := norm(v), encoded(v)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("norm(%#v) = %#v, want %#v", v, got, want)
+		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/soakcheck"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
@@ -53,24 +54,18 @@ type generation struct {
 	locks  *mongolock.Provider
 }
 
-// A kind is a primitive the soak exercises.
-type kind int
+// A kind is a primitive the soak exercises (soakcheck.Kind).
+type kind = soakcheck.Kind
 
 const (
-	mutex     kind = iota // Provider.Lock
-	semaphore             // Provider.Semaphore
-	rwlock                // Provider.RWLock
-	election              // Provider.Election: a leadership is checked as a mutex's hold
-	numKinds
+	mutex     = soakcheck.Mutex
+	semaphore = soakcheck.Semaphore
+	rwlock    = soakcheck.RWLock
+	election  = soakcheck.Election
+	numKinds  = soakcheck.NumKinds
 )
 
-var kindNames = [numKinds]string{"mutex", "semaphore", "rwlock", "election"}
-
-func (kd kind) String() string { return kindNames[kd] }
-
-// single reports whether kd has one holder at a time, kept in the
-// resource's inside field; the others' holders are a list.
-func (kd kind) single() bool { return kd == mutex || kd == election }
+var kindNames = soakcheck.KindNames
 
 // A target is what one trial acquires: name k of a kind, for writing (an
 // RWLock's writer), with a loop of Try calls or with the waiting call, for
@@ -269,7 +264,7 @@ func (c *child) leastDropped() uint32 {
 		}
 	}
 	var bits uint32
-	for _, kd := range leastHit(dropped, c.names) {
+	for _, kd := range soakcheck.LeastHit(dropped, c.names) {
 		bits |= 1 << kd
 	}
 	return bits
@@ -311,7 +306,7 @@ func (c *child) violation(t target, field string, format string, args ...any) {
 func (c *child) pick(long bool) target {
 	ks := c.kinds()
 	if long {
-		ks = slices.DeleteFunc(ks, func(kd kind) bool { return kd.single() })
+		ks = slices.DeleteFunc(ks, func(kd kind) bool { return kd.Single() })
 		return target{kind: ks[rand.IntN(len(ks))], long: true}
 	}
 	kd := ks[rand.IntN(len(ks))]
@@ -492,7 +487,7 @@ func (c *child) section(t target, floor int64, waited time.Duration, h *mongoloc
 		c.violation(t, vOutOfOrder, "token %d acquired after token %d had entered", tok, floor)
 	}
 	var entered bool
-	if t.kind.single() {
+	if t.kind.Single() {
 		entered = c.enterSingle(ctx, t, tok, waited)
 	} else {
 		entered = c.enterShared(ctx, t, tok, waited)
@@ -505,7 +500,7 @@ func (c *child) section(t target, floor int64, waited time.Duration, h *mongoloc
 	// an election or an rwlock only with a token at least the last one
 	// entered (of a writer, for a reader).
 	mine := bson.D{{Key: "_id", Value: t.name()}, {Key: fInside + ".tok", Value: tok}, {Key: fLast, Value: bson.D{{Key: "$lte", Value: tok}}}}
-	if !t.kind.single() {
+	if !t.kind.Single() {
 		mine = bson.D{{Key: "_id", Value: t.name()}, {Key: fHolders + ".tok", Value: tok}}
 		if t.kind == rwlock {
 			mine = append(mine, bson.E{Key: t.fence(), Value: bson.D{{Key: "$lte", Value: tok}}})
@@ -557,10 +552,10 @@ func (c *child) section(t target, floor int64, waited time.Duration, h *mongoloc
 	// Exit, unless a mutex's or an election's holder displaced already
 	// (counted once); a semaphore's or rwlock's takes itself out of the
 	// holders still.
-	if !displaced || !t.kind.single() {
+	if !displaced || !t.kind.Single() {
 		filter := bson.D{{Key: "_id", Value: t.name()}, {Key: fInside + ".tok", Value: tok}}
 		exit := bson.D{{Key: "$unset", Value: bson.D{{Key: fInside, Value: ""}}}}
-		if !t.kind.single() {
+		if !t.kind.Single() {
 			filter = bson.D{{Key: "_id", Value: t.name()}, {Key: fHolders + ".tok", Value: tok}}
 			exit = bson.D{{Key: "$pull", Value: bson.D{{Key: fHolders, Value: bson.D{{Key: "tok", Value: tok}}}}}}
 		}
@@ -860,7 +855,7 @@ func (c *child) enterShared(ctx context.Context, t target, tok int64, waited tim
 func markDead(ctx context.Context, res *mongo.Collection, kd kind, filter bson.D, procs bson.A) (int64, error) {
 	in := bson.D{{Key: "$in", Value: procs}}
 	var update bson.D
-	if kd.single() {
+	if kd.Single() {
 		filter = append(filter, bson.E{Key: fInside + ".proc", Value: in}, bson.E{Key: fInside + ".dead", Value: bson.D{{Key: "$ne", Value: true}}})
 		update = bson.D{{Key: "$set", Value: bson.D{{Key: fInside + ".dead", Value: true}}}}
 	} else {

@@ -22,6 +22,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/soakcheck"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
@@ -54,31 +55,7 @@ type TTLIndex struct {
 }
 
 // Counts are one kind's trials, faults and violations.
-type Counts struct {
-	Trials      int64 // critical sections entered: acquisitions
-	WriteTrials int64 // of an rwlock's trials, the writers'
-	Upgrades    int64 // of an rwlock's writers' trials, those that upgraded
-	Peak        int64 // a semaphore's or rwlock's: the most holders inside at once
-	Killed      int64 // holders inside a SIGKILLed child process
-	Dropped     int64 // holders whose client was closed under them
-
-	MaxWait  time.Duration // the longest wait of an acquisition that got its handle
-	MaxWaitW time.Duration // an rwlock's: of a writer's
-	MaxUnfin time.Duration // the longest wait of one that never did (gave up, or the run ended)
-	GaveUp   int64         // acquisitions that gave up
-
-	Overlap     int64 // an entrant found a conflicting live holder inside (n of them, for a semaphore)
-	OutOfOrder  int64 // an entrant's token was not greater than one it must outrank
-	Displaced   int64 // a holder's write or exit found that someone had entered who must not have
-	Unsignalled int64 // a dropped client's handle did not report its loss in time
-	Vanished    int64 // a holder not told of a loss was no longer shown holding by the lock's document
-	LeftInside  int64 // a live holder still inside after every child ended
-}
-
-// Violations is the number of broken guarantees seen; it must be 0.
-func (c *Counts) Violations() int64 {
-	return c.Overlap + c.OutOfOrder + c.Displaced + c.Unsignalled + c.Vanished + c.LeftInside
-}
+type Counts = soakcheck.Counts
 
 // Trials is the number of critical sections entered, of every kind.
 func (r *Result) Trials() (n int64) {
@@ -108,29 +85,9 @@ func (r *Result) Violations() (n int64) {
 }
 
 func (r *Result) String() string {
-	m, s, rw, el := &r.Per[mutex], &r.Per[semaphore], &r.Per[rwlock], &r.Per[election]
 	var b strings.Builder
-	fmt.Fprintf(&b, "trials: mutex %d, semaphore %d, rwlock %d (%d writers, %d by upgrade), election %d; violations: mutex %d, semaphore %d, rwlock %d, election %d;"+
-		" faults injected %d (%d SIGKILLs of a child process, %d clients closed under a held handle)",
-		m.Trials, s.Trials, rw.Trials, rw.WriteTrials, rw.Upgrades, el.Trials, m.Violations(), s.Violations(), rw.Violations(), el.Violations(),
-		r.Faults(), r.Kills, r.Drops())
-	for kd := range numKinds {
-		c := &r.Per[kd]
-		fmt.Fprintf(&b, "\n  %-10s overlaps %d, out-of-order tokens %d, displaced holders %d, unsignalled losses %d, vanished holders %d, left inside %d;"+
-			" holders killed %d, clients closed under a holder %d",
-			kd.String()+":", c.Overlap, c.OutOfOrder, c.Displaced, c.Unsignalled, c.Vanished, c.LeftInside, c.Killed, c.Dropped)
-		switch kd {
-		case semaphore:
-			fmt.Fprintf(&b, "; at most %d of %d slots inside at once", c.Peak, r.N)
-		case rwlock:
-			fmt.Fprintf(&b, "; at most %d holders inside at once", c.Peak)
-		}
-		fmt.Fprintf(&b, "; longest wait for a handle %v", c.MaxWait.Round(time.Millisecond))
-		if kd == rwlock {
-			fmt.Fprintf(&b, " (a writer's %v)", c.MaxWaitW.Round(time.Millisecond))
-		}
-		fmt.Fprintf(&b, ", without one %v (%d gave up after %v)", c.MaxUnfin.Round(time.Millisecond), c.GaveUp, r.GiveUp)
-	}
+	b.WriteString(soakcheck.Summary(&r.Per, r.N, r.GiveUp, fmt.Sprintf("faults injected %d (%d SIGKILLs of a child process, %d clients closed under a held handle)",
+		r.Faults(), r.Kills, r.Drops())))
 	b.WriteString("\n  TTL indexes on expiresAt at the end:")
 	for i, ix := range r.TTL {
 		if i > 0 {
@@ -306,7 +263,7 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 		for k := range cfg.names[kd] {
 			doc := bson.D{{Key: "_id", Value: lockName(kd, k)}, {Key: fKind, Value: kd.String()},
 				{Key: fLast, Value: int64(0)}, {Key: fEntries, Value: 0}, {Key: fWrites, Value: 0}}
-			if !kd.single() {
+			if !kd.Single() {
 				doc = append(doc, bson.E{Key: fHolders, Value: bson.A{}}, bson.E{Key: fPeak, Value: 0},
 					bson.E{Key: fLastWriter, Value: int64(0)}, bson.E{Key: fWEntries, Value: 0}, bson.E{Key: fUEntries, Value: 0})
 			}
@@ -690,7 +647,7 @@ func sweepOnce(ctx context.Context, coll *mongo.Collection, expired mongo.Pipeli
 // again; else any.
 func pickVictim(ctx context.Context, resources *mongo.Collection, candidates []*proc, names [numKinds]int, hits [numKinds]int64) (*proc, error) {
 	var fewest, every bson.A
-	for _, kd := range leastHit(hits, names) {
+	for _, kd := range soakcheck.LeastHit(hits, names) {
 		fewest = append(fewest, kd.String())
 	}
 	for kd := range numKinds {
@@ -733,21 +690,6 @@ func pickVictim(ctx context.Context, resources *mongo.Collection, candidates []*
 		}
 	}
 	return candidates[rand.IntN(len(candidates))], nil
-}
-
-// leastHit returns the kinds with names whose count is the least.
-func leastHit(counts [numKinds]int64, names [numKinds]int) []kind {
-	var least []kind
-	for kd := range numKinds {
-		switch {
-		case names[kd] == 0:
-		case len(least) == 0 || counts[kd] < counts[least[0]]:
-			least = []kind{kd}
-		case counts[kd] == counts[least[0]]:
-			least = append(least, kd)
-		}
-	}
-	return least
 }
 
 func num(v any) int64 {

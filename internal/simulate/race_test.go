@@ -1,0 +1,7 @@
+//go:build race
+
+package simulate
+
+// defaultN is -simulate.n's default: make test's small form, smaller
+// under the race detector, which slows the simulation about fivefold.
+const defaultN = 1000
