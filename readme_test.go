@@ -33,8 +33,8 @@ func docFiles(t *testing.T) []string {
 }
 
 // Every Go snippet in the README and in docs/ is code that compiles and
-// runs: an Example function (of this package, of mongolocktest or of
-// otelmongolock) or part
+// runs: an Example function (of this package, of mongolocktest, of
+// otelmongolock or of gocronmongolock) or part
 // of a program under examples/. Lines
 // are compared without their indentation, and without the examples' lines
 // that only prepare the checked output (marked "for the checked output").
@@ -58,6 +58,7 @@ func TestReadmeSnippetsAreCompiledCode(t *testing.T) {
 	add("example_test.go")
 	add("mongolocktest/example_test.go")
 	add("otelmongolock/example_test.go")
+	add("gocronmongolock/example_test.go")
 	require.NoError(t, filepath.WalkDir("examples", func(path string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".go") {
 			add(path)

@@ -16,7 +16,7 @@
 // The clock is time.Now. Inside a testing/synctest bubble it is the
 // bubble's fake clock: a Store and its Providers made in a bubble run
 // there, so a test can let a lease run out in microseconds of real time
-// (TestLeaseRunsOutInSimulatedTime in this package's tests):
+// (the package's simulatedTime example shows a whole test):
 //
 //	synctest.Test(t, func(t *testing.T) {
 //		ctx := t.Context()

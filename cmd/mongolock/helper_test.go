@@ -39,6 +39,7 @@ func helperCmd(t *testing.T, mode string, args ...string) []string {
 //     DIR/term, and it exits with 128+N, or beats on with ignore-term.
 //   - started FILE: writes "TIME TOKEN" to FILE.
 //   - env FILE CODE: writes "NAME TOKEN" to FILE and exits with CODE.
+//   - migrate DIR TARGET: a migration tool (migrateHelper).
 func helper(args []string) int {
 	token := os.Getenv("MONGOLOCK_FENCING_TOKEN")
 	switch args[0] {
@@ -59,6 +60,8 @@ func helper(args []string) int {
 		return hold(args[1], len(args) > 2 && args[2] == "ignore-term", token)
 	case "started":
 		return helperFail(writeWhole(args[1], fmt.Sprintf("%d %s", time.Now().UnixNano(), token)))
+	case "migrate":
+		return helperFail(migrateHelper(args[1], args[2], token))
 	case "env":
 		code, err := strconv.Atoi(args[2])
 		if err != nil {
