@@ -45,7 +45,7 @@ func run(version, out string, dirs []string) error {
 		return fmt.Errorf("-version %q is not a canonical semantic version", version)
 	}
 	if out == "" || len(dirs) == 0 {
-		return errors.New("usage: modproxy -version vX.Y.Z -out DIR MODULEDIR...")
+		return errors.New("usage: modproxy -version vX.Y.Z -out DIR MODULEDIR [MODULEDIR ...]")
 	}
 	for _, dir := range dirs {
 		if err := add(out, dir, version); err != nil {
