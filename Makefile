@@ -3,6 +3,11 @@ GO          ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 ACTIONLINT  ?= $(GO) run github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
 TESTFLAGS   ?=
+# GoReleaser is a large program (minutes to build on two cores): built once
+# per version into a cache directory that CI keeps too, rather than by go run.
+GORELEASER_VERSION ?= v2.15.1
+TOOLS              ?= $(HOME)/.cache/mongolock-tools
+GORELEASER         ?= $(TOOLS)/goreleaser-$(GORELEASER_VERSION)/goreleaser
 
 # The tests find their server themselves (internal/testdb): MONGOLOCK_TEST_URI
 # if set (their own variable: never MONGODB_URI, which may name real data).
@@ -30,9 +35,12 @@ test: testdb
 
 # Besides the code (the root module's, otelmongolock's, the OpenTelemetry
 # instrumentation, and gocronmongolock's, the gocron adapters: modules of
-# their own so that their modules stay out of an application's graph): the CI workflow (actionlint), and the
-# module graph an application that imports mongolock gets (scripts/modgraph).
-lint:
+# their own so that their modules stay out of an application's graph): the
+# workflows (actionlint), the module graph an application that imports
+# mongolock gets (scripts/modgraph), the release: GoReleaser's configuration
+# (goreleaser check), and the offline install of the next release prepared
+# from this tree (scripts/release-check, RELEASING.md).
+lint: $(filter $(TOOLS)/%,$(GORELEASER))
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 	cd otelmongolock && $(GO) vet ./... && $(STATICCHECK) ./...
@@ -40,8 +48,11 @@ lint:
 	cd bench && $(GO) vet ./...
 	cd examples/wiring && $(GO) vet ./...
 	cd internal/testdb/container && $(GO) vet ./...
+	cd internal/modproxy && $(GO) vet ./... && $(STATICCHECK) ./...
 	$(ACTIONLINT) -color=false
 	./scripts/modgraph
+	$(GORELEASER) check
+	./scripts/release-check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-ed: $$out"; exit 1; fi
 
 # The README's "see it work" command: worker processes contend for one lock.
@@ -111,6 +122,10 @@ SIMULATEFLAGS ?=
 
 simulate:
 	$(GO) test -count=1 -timeout 30m -run 'TestSimulate$$' -v ./internal/simulate -simulate.n=$(SIMULATE_N) $(SIMULATEFLAGS)
+
+$(TOOLS)/goreleaser-%/goreleaser:
+	@echo "building goreleaser $* into $(@D) (once)"
+	GOBIN=$(@D) $(GO) install github.com/goreleaser/goreleaser/v2@$*
 
 testdb:
 	@if [ -z "$$MONGOLOCK_TEST_URI" ] && [ -n "$$MONGODB_URI" ]; then \

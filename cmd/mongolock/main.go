@@ -361,5 +361,5 @@ func moduleVersion() string {
 	if !ok {
 		return "(unknown)"
 	}
-	return versionOf(bi, release)
+	return versionOf(bi, release, tagged)
 }

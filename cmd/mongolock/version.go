@@ -4,14 +4,21 @@ import "runtime/debug"
 
 // release is the newest release in CHANGELOG.md, as its tag ("v1.2.0"), or
 // "" while the changelog has only its Unreleased section. A release updates
-// both; a test fails when they disagree.
+// both (scripts/release-prepare); a test fails when they disagree.
 const release = ""
 
+// tagged is the tag of the release build that made this binary, set by the
+// linker (.goreleaser.yaml: -X main.tagged={{.Tag}}); "" in any other build.
+// The build information alone cannot say it: a build may carry no VCS
+// stamp, or see a tree that the release's own outputs made dirty.
+var tagged string
+
 // versionOf is the version of the binary bi describes, built from the
-// given release or after it: a release's tag when installed with go install
-// ...@version; built from a checkout, the release it follows (release+dev
-// after a release, "unreleased" before the first) and the commit, if known.
-func versionOf(bi *debug.BuildInfo, release string) string {
+// given release or after it: the tag of a release build (tagged) or of go
+// install ...@version; built from a checkout, the release it follows
+// (release+dev after a release, "unreleased" before the first) and the
+// commit, if known.
+func versionOf(bi *debug.BuildInfo, release, tagged string) string {
 	var rev, dirty string
 	for _, s := range bi.Settings {
 		switch {
@@ -26,6 +33,8 @@ func versionOf(bi *debug.BuildInfo, release string) string {
 	}
 	v := bi.Main.Version
 	switch {
+	case tagged != "":
+		return tagged + rev + dirty
 	case rev == "" && v != "" && v != "(devel)":
 		// From the module proxy: the go command stamped the version asked for.
 		return v

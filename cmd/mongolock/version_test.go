@@ -2,6 +2,8 @@ package main
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime/debug"
 	"strings"
@@ -76,23 +78,53 @@ func TestVersionOfEachBuild(t *testing.T) {
 	}
 	const rev = "0123456789abcdef0123456789abcdef01234567"
 	for _, c := range []struct {
-		bi            *debug.BuildInfo
-		release, want string
+		bi                    *debug.BuildInfo
+		release, tagged, want string
 	}{
 		// go install github.com/mongolock/mongolock/cmd/mongolock@v0.3.0
-		{build("v0.3.0"), "v0.3.0", "v0.3.0"},
-		{build("v0.3.0"), "", "v0.3.0"},
+		{build("v0.3.0"), "v0.3.0", "", "v0.3.0"},
+		{build("v0.3.0"), "", "", "v0.3.0"},
 		// From a checkout, before the first release and after one.
-		{build("(devel)"), "", "unreleased"},
-		{build("(devel)", "vcs.revision", rev, "vcs.modified", "true"), "", "unreleased 0123456789ab+dirty"},
-		{build("v0.0.0-20261126105515-0123456789ab", "vcs.revision", rev, "vcs.modified", "false"), "", "unreleased 0123456789ab"},
-		{build("(devel)", "vcs.revision", rev), "v0.3.0", "v0.3.0+dev 0123456789ab"},
-		{build("v0.3.1-0.20261126105515-0123456789ab", "vcs.revision", rev), "v0.3.0", "v0.3.0+dev 0123456789ab"},
-		{build("v0.3.0", "vcs.revision", rev), "v0.3.0", "v0.3.0 0123456789ab"},
-		{build("v0.3.0+dirty", "vcs.revision", rev, "vcs.modified", "true"), "v0.3.0", "v0.3.0+dev 0123456789ab+dirty"},
+		{build("(devel)"), "", "", "unreleased"},
+		{build("(devel)", "vcs.revision", rev, "vcs.modified", "true"), "", "", "unreleased 0123456789ab+dirty"},
+		{build("v0.0.0-20261126105515-0123456789ab", "vcs.revision", rev, "vcs.modified", "false"), "", "", "unreleased 0123456789ab"},
+		{build("(devel)", "vcs.revision", rev), "v0.3.0", "", "v0.3.0+dev 0123456789ab"},
+		{build("v0.3.1-0.20261126105515-0123456789ab", "vcs.revision", rev), "v0.3.0", "", "v0.3.0+dev 0123456789ab"},
+		{build("v0.3.0", "vcs.revision", rev), "v0.3.0", "", "v0.3.0 0123456789ab"},
+		{build("v0.3.0+dirty", "vcs.revision", rev, "vcs.modified", "true"), "v0.3.0", "", "v0.3.0+dev 0123456789ab+dirty"},
+		// The release build (GoReleaser), with the VCS stamp or without.
+		{build("v0.3.0", "vcs.revision", rev, "vcs.modified", "false"), "v0.3.0", "v0.3.0", "v0.3.0 0123456789ab"},
+		{build("(devel)"), "v0.3.0", "v0.3.0", "v0.3.0"},
+		{build("v0.3.0+dirty", "vcs.revision", rev, "vcs.modified", "true"), "v0.3.0", "v0.3.0", "v0.3.0 0123456789ab+dirty"},
 	} {
-		if got := versionOf(c.bi, c.release); got != c.want {
-			t.Errorf("versionOf(%s %v, release %q) = %q, want %q", c.bi.Main.Version, c.bi.Settings, c.release, got, c.want)
+		if got := versionOf(c.bi, c.release, c.tagged); got != c.want {
+			t.Errorf("versionOf(%s %v, release %q, tagged %q) = %q, want %q", c.bi.Main.Version, c.bi.Settings, c.release, c.tagged, got, c.want)
 		}
+	}
+}
+
+// The release build (.goreleaser.yaml) sets, from the tag, the variable that
+// mongolock --version prints: built with its -X flag, the binary names the
+// tag whatever the changelog says.
+func TestReleaseBuildPrintsItsTag(t *testing.T) {
+	b, err := os.ReadFile("../../.goreleaser.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`-X (main\.\w+)=\{\{ *\.Tag *\}\}`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal(".goreleaser.yaml: no ldflags -X main.NAME={{ .Tag }}")
+	}
+	bin := filepath.Join(t.TempDir(), "mongolock")
+	build := exec.Command("go", "build", "-o", bin, "-ldflags", "-X "+string(m[1])+"=v9.8.7", ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := strings.Fields(string(out)); len(f) < 2 || f[1] != "v9.8.7" {
+		t.Errorf("mongolock --version of a release build of v9.8.7: %q", out)
 	}
 }
