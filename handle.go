@@ -21,9 +21,9 @@ import (
 // with the cause ErrLockLost, before the server would let anyone else take
 // the lock, so work that must not run unprotected can stop in time. A
 // lease that ended while the machine was suspended (a laptop asleep, a
-// paused VM) is lost as soon as the holder resumes and reads Context, its
-// Err or Done, or Lost, or makes a fenced write, and within a quarter of
-// a second otherwise.
+// paused VM) is lost as soon as the holder resumes and asks Context's Err
+// or Done, or Lost, or makes a fenced write, and within a quarter of a
+// second otherwise.
 //
 // A Handle is safe for concurrent use. Call Release when done: a Handle
 // that becomes unreachable while it holds its lock is released when the
@@ -146,14 +146,10 @@ func (h *Handle) LeaseEnd() time.Time {
 // Context returns a context that is done when the lock is lost or released.
 // On loss, context.Cause returns ErrLockLost; on release, context.Canceled.
 // A Release whose round trip outlasts the lease signals the loss at the
-// lease's end, as if it had not been called. Context, and the context's
-// Err and Done, first look whether the machine was suspended since the
-// last look: after a suspension that ended the lease, the context they
-// return or answer for is done already.
-func (h *Handle) Context() context.Context {
-	h.lock.p.lookForSuspension()
-	return leaseContext{h.ctx, h.lock.p}
-}
+// lease's end, as if it had not been called. The context's Err and Done
+// first look whether the machine was suspended since the last look: after
+// a suspension that ended the lease, the first answer says done.
+func (h *Handle) Context() context.Context { return leaseContext{h.ctx, h.lock.p} }
 
 // leaseContext is a Handle's context, which looks for a suspension
 // whenever it is asked whether it is done. Everything else, Value (and so

@@ -23,10 +23,10 @@ import (
 // stands while real time passes, nothing counts as suspended; where there
 // is no boot clock, the wall clock alone decides.
 //
-// The provider looks when a handle's Context or Lost is read (and when its
-// Context's Err or Done is), before a fenced write, before each
-// acquisition or extension is sent and when its reply comes, and every
-// watchEvery while it keeps leases. A look costs a time.Now and an atomic
+// The provider looks when a handle's Lost, or its Context's Err or Done,
+// is called, at a Release, before a fenced write, before each acquisition
+// or extension is sent and when its reply comes, and every watchEvery
+// while it keeps leases. A look costs a time.Now and an atomic
 // load; the boot clock is read only when the wall clock has moved ahead.
 
 // watchEvery is how often a provider that keeps leases looks for a

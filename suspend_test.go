@@ -7,12 +7,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/testdb"
+	"github.com/mongolock/mongolock/mongolocktest"
 )
 
 // A machine suspended past a lease (a laptop asleep, a paused VM): on
@@ -166,4 +168,31 @@ func TestTheBootClockMovesWithTheMonotonicClockWhileNothingIsSuspended(t *testin
 	require.NoError(t, h.Context().Err())
 	after, _ := mongolock.LeaseDeadline(h)
 	require.Equal(t, before, after)
+}
+
+// In a testing/synctest bubble (mongolocktest's simulated time), real time
+// passes while the bubble's clock stands: that is no suspension, since the
+// bubble's wall clock stands with it.
+func TestRealTimePassingInASynctestBubbleIsNoSuspension(t *testing.T) {
+	if _, _, ok := mongolock.BootClock(); !ok {
+		t.Skip("this platform has no boot clock to tell real time in a bubble by")
+	}
+	synctest.Test(t, func(t *testing.T) {
+		p, err := mongolocktest.NewStore().NewProvider(mongolock.WithExpiry(time.Second))
+		require.NoError(t, err)
+		h, err := p.Lock("bubbled").Acquire(t.Context())
+		require.NoError(t, err)
+		before, _ := mongolock.LeaseDeadline(h)
+		for b0, _, _ := mongolock.BootClock(); ; { // 20 ms of real time, none of the bubble's
+			if b, _, _ := mongolock.BootClock(); b-b0 > 20*time.Millisecond {
+				break
+			}
+		}
+		require.NoError(t, h.Context().Err())
+		after, _ := mongolock.LeaseDeadline(h)
+		require.Equal(t, before, after)
+		require.NoError(t, h.Release(t.Context()))
+		require.NoError(t, p.Close(t.Context()))
+		time.Sleep(time.Second) // simulated: the idle senders end, as the bubble requires
+	})
 }
