@@ -171,8 +171,8 @@ func (c leaseContext) Err() error {
 }
 
 // Lost returns a channel that is closed when the lock is lost. It is never
-// closed by a normal Release. Like Context, it first looks whether the
-// machine was suspended.
+// closed by a normal Release. Like the Context's Err and Done, it first
+// looks whether the machine was suspended.
 func (h *Handle) Lost() <-chan struct{} {
 	h.lock.p.lookForSuspension()
 	return h.lost
