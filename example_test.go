@@ -215,6 +215,54 @@ func ExampleHandle_FencingToken() {
 	// second token greater than first: true
 }
 
+// A worker that checks its lock before each step, and passes the
+// handle's context to each write. If the machine was suspended past the
+// lease (a laptop asleep, a paused VM), the first check after it resumes
+// finds the lock lost, and a fenced write would be refused unsent: the
+// worker stops before it writes as a holder it no longer is.
+func ExampleHandle_Context() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, disconnect := exampleDatabase(ctx, "reports") // (for the checked output)
+	defer disconnect()                                // (for the checked output)
+
+	locks, err := mongolock.NewProvider(db)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = locks.Close(ctx) }()
+	h, err := locks.Lock("nightly-report").Acquire(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	reports := db.Collection("reports")
+	work := h.Context()
+	steps := 0
+	for part := range 3 {
+		// Done at once if the lease has ended, also while the machine
+		// was suspended.
+		if work.Err() != nil {
+			fmt.Println("stopped:", context.Cause(work))
+			break
+		}
+		_, err := mongolock.FencedUpdateOne(work, reports, h,
+			bson.D{{Key: "_id", Value: "nightly"}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "part", Value: part}}}},
+			options.UpdateOne().SetUpsert(true))
+		if err != nil { // ErrLockLost, ErrFenced, or the server's
+			fmt.Println("stopped:", err)
+			break
+		}
+		steps++
+	}
+	fmt.Println("steps done:", steps)
+	if err := h.Release(ctx); err != nil {
+		log.Fatal(err) // a loss, reported again
+	}
+	// Output:
+	// steps done: 3
+}
+
 func ExampleProvider_Locks() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

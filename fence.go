@@ -58,6 +58,10 @@ type TokenSource interface {
 //
 // ctx may carry a session (mongo.NewSessionContext, the callback of
 // Session.WithTransaction): both round trips run in it.
+//
+// With a handle whose lease ended while the machine was suspended, it sends
+// nothing and returns an error wrapping ErrLockLost (looking for a
+// suspension first: the first write after the machine resumes is refused).
 func FencedUpdateOne(ctx context.Context, coll *mongo.Collection, h TokenSource, filter, update any,
 	opts ...options.Lister[options.UpdateOneOptions]) (*mongo.UpdateResult, error) {
 	var o options.UpdateOneOptions
@@ -161,6 +165,11 @@ func fence(coll *mongo.Collection, h TokenSource, filter, update any, upsert boo
 	token := h.FencingToken()
 	if token <= 0 {
 		return nil, invalidf("mongolock: fenced write: fencing token %d: not an acquisition's", token)
+	}
+	if a, ok := h.(interface{ leaseEndedAsleep() error }); ok {
+		if err := a.leaseEndedAsleep(); err != nil { // its owner has just resumed: nothing sent
+			return nil, fmt.Errorf("mongolock: fenced write with token %d: not sent: %w", token, err)
+		}
 	}
 	raw, err := marshalDoc(filter)
 	if err != nil {

@@ -19,7 +19,11 @@ import (
 // Loss (the lease could not be extended in time, or someone else took the
 // lock over, or its document was deleted) closes Lost and cancels Context
 // with the cause ErrLockLost, before the server would let anyone else take
-// the lock, so work that must not run unprotected can stop in time.
+// the lock, so work that must not run unprotected can stop in time. A
+// lease that ended while the machine was suspended (a laptop asleep, a
+// paused VM) is lost as soon as the holder resumes and asks Context's Err
+// or Done, or Lost, or makes a fenced write, and within a quarter of a
+// second otherwise.
 //
 // A Handle is safe for concurrent use. Call Release when done: a Handle
 // that becomes unreachable while it holds its lock is released when the
@@ -47,6 +51,9 @@ type acquisition struct {
 	// unfreed: lost at the local deadline, while the server may still hold
 	// the lock for it (until serverEnd); Release frees it then.
 	unfreed atomic.Bool
+	// slept: lost because its lease ended while the machine was
+	// suspended; its fenced writes are refused unsent.
+	slept atomic.Bool
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -123,15 +130,15 @@ func (h *Handle) AcquiredAt() time.Time { return h.acquiredAt }
 // default the host name and process id), as Inspect shows it.
 func (h *Handle) Owner() string { return h.lock.p.opts.owner }
 
-// LeaseEnd returns until when, by this machine's clock, the lease is known
-// to last: the time the last acquisition or extension that the server
+// LeaseEnd returns until when, by this machine's wall clock, the lease is
+// known to last: the time the last acquisition or extension that the server
 // confirmed was sent, plus the expiry, but no later than WithHoldAtMost's
 // bound after the acquisition was sent. The server's lease ends at that or
 // later. After a release or a loss it stays what it was last.
 func (h *Handle) LeaseEnd() time.Time {
 	end := time.Unix(0, h.confirmed.Load()).Add(h.lock.p.opts.expiry)
 	if !h.capAt.IsZero() && h.capAt.Before(end) {
-		return h.capAt
+		return h.capAt.Round(0) // by the wall clock, which counts suspended time
 	}
 	return end
 }
@@ -139,12 +146,48 @@ func (h *Handle) LeaseEnd() time.Time {
 // Context returns a context that is done when the lock is lost or released.
 // On loss, context.Cause returns ErrLockLost; on release, context.Canceled.
 // A Release whose round trip outlasts the lease signals the loss at the
-// lease's end, as if it had not been called.
-func (h *Handle) Context() context.Context { return h.ctx }
+// lease's end, as if it had not been called. The context's Err and Done
+// first look whether the machine was suspended since the last look: after
+// a suspension that ended the lease, the first answer says done.
+func (h *Handle) Context() context.Context { return leaseContext{h.ctx, h.lock.p} }
+
+// leaseContext is a Handle's context, which looks for a suspension
+// whenever it is asked whether it is done. Everything else, Value (and so
+// context.Cause, and the cancellation of contexts derived from it) among
+// it, is the handle's cancelable context's.
+type leaseContext struct {
+	context.Context
+	p *Provider
+}
+
+func (c leaseContext) Done() <-chan struct{} {
+	c.p.lookForSuspension()
+	return c.Context.Done()
+}
+
+func (c leaseContext) Err() error {
+	c.p.lookForSuspension()
+	return c.Context.Err()
+}
 
 // Lost returns a channel that is closed when the lock is lost. It is never
-// closed by a normal Release.
-func (h *Handle) Lost() <-chan struct{} { return h.lost }
+// closed by a normal Release. Like the Context's Err and Done, it first
+// looks whether the machine was suspended.
+func (h *Handle) Lost() <-chan struct{} {
+	h.lock.p.lookForSuspension()
+	return h.lost
+}
+
+// leaseEndedAsleep returns why h was lost if its lease ended while the
+// machine was suspended, looking for a suspension first; nil otherwise. A
+// fenced write asks before it is sent.
+func (h *acquisition) leaseEndedAsleep() error {
+	h.lock.p.lookForSuspension()
+	if h.slept.Load() {
+		return h.lossError()
+	}
+	return nil
+}
 
 // Release releases the lock, if it is still held, in one owner-checked round
 // trip bounded by ctx: others can take it at once, and its fencing token is
@@ -191,6 +234,7 @@ func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (e
 	if ctx == nil {
 		return h.lock.errorf("release", errNilContext)
 	}
+	h.lock.p.lookForSuspension() // a lease that ended while suspended is reported lost
 	if h.released.Swap(true) {
 		return nil
 	}
@@ -253,7 +297,7 @@ func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (e
 // another process's turn has come, the round trip only releases, and w goes
 // on waiting. It returns the round trip's error.
 func (h *acquisition) handOver(ctx context.Context, w *waiter) error {
-	lockID, sent := newLockID(), time.Now()
+	lockID, sent := newLockID(), w.lock.p.now()
 	doc, err := w.lock.acquireRoundTrip(ctx, attempt{id: lockID, releasing: h.lockID, mode: handOverMode})
 	var next *Handle
 	if err == nil && doc.LockID == lockID {
@@ -313,19 +357,24 @@ func (h *acquisition) unhold() {
 }
 
 // leaseOver signals loss when the local lease ran out (lastErr: the last
-// extension's error, if any; capped: it reached WithHoldAtMost's bound).
+// extension's error, if any; capped: it reached WithHoldAtMost's bound;
+// slept: the machine was suspended for that long while it was kept, and
+// would have held but for that).
 // The lock stays held on the server until the lease it last confirmed has
 // ended there: the safety margin is the holder's time to stop, and nobody
 // else may get in before. Then, in case a late extension did reach the
 // server, the lock is freed in the background; a Release of the lost
 // handle (its work has stopped) frees it at once.
-func (h *acquisition) leaseOver(lastErr error, capped bool) {
+func (h *acquisition) leaseOver(lastErr error, capped bool, slept time.Duration) {
 	// Counted as background work before Lost closes, so that whoever wakes
 	// on Lost and waits for the background work waits for it.
 	h.unfreed.Store(true)
 	h.lock.releaseInBackground(h.lockID, delayed(afterNoReply, time.Until(h.serverEnd())), h.lock.p.opts.atLeast, false)
 	why := fmt.Errorf("%w: its lease ran out before an extension succeeded", ErrLockLost)
-	if capped {
+	if slept > 0 {
+		h.slept.Store(true)
+		why = fmt.Errorf("%w: its lease ran out while this machine was suspended (for %v)", ErrLockLost, slept.Round(time.Millisecond))
+	} else if capped {
 		why = fmt.Errorf("%w: it was held as long as it may be (WithHoldAtMost: %v after its acquisition)", ErrLockLost, h.lock.p.opts.atMost)
 	} else if lastErr != nil {
 		why = fmt.Errorf("%w (last error: %w)", why, lastErr)
@@ -341,7 +390,7 @@ func (h *acquisition) leaseOver(lastErr error, capped bool) {
 func (h *acquisition) serverEnd() time.Time {
 	end := time.Unix(0, h.replied.Load()).Add(h.lock.p.opts.expiry)
 	if !h.boundAt.IsZero() && h.boundAt.Before(end) {
-		return h.boundAt
+		return h.boundAt.Round(0) // by the wall clock, which counts suspended time
 	}
 	return end
 }

@@ -27,7 +27,10 @@ import (
 // deadline, however long a round trip takes, so the loss is signalled before
 // anyone else can take the lock. Transient errors are retried until the
 // deadline; a handle that an extension did not match (someone else holds the
-// lock, or its document was deleted) is lost at once.
+// lock, or its document was deleted) is lost at once. The monotonic clock
+// stands while the machine is suspended: a suspension that a look finds
+// (suspend.go) moves every deadline earlier by its length, and a lease
+// confirmed by a reply that came after one counts from that much earlier.
 
 // maxBatch bounds how many handles one extension round trip covers.
 const maxBatch = 500
@@ -37,32 +40,97 @@ type leases struct {
 	mu    sync.Mutex
 	held  map[*acquisition]*lease
 	timer *time.Timer // the next tick, while handles are held
+	watch *time.Timer // the next look for a suspension, while handles are held
 }
 
 type lease struct {
-	deadline time.Time   // the client's end of the lease
-	cap      time.Time   // WithHoldAtMost's client end of the lease; zero: none
-	loss     *time.Timer // fires at deadline
-	busy     bool        // an extension is on its way
-	missed   bool        // a tick came while it was: extend again at once
-	lastErr  error       // the last failed extension's error
+	deadline time.Time     // the client's end of the lease
+	cap      time.Time     // WithHoldAtMost's client end of the lease; zero: none
+	loss     *time.Timer   // fires at deadline
+	busy     bool          // an extension is on its way
+	missed   bool          // a tick came while it was: extend again at once
+	lastErr  error         // the last failed extension's error
+	slept    time.Duration // suspended time by which deadline came earlier
 }
 
-// keep starts keeping h's lease, acquired by a request sent at sent.
+// keep starts keeping h's lease, acquired by a request sent at sent (by
+// now, after a look for a suspension). A lease that a suspension during
+// the round trip ended is lost before keep returns.
 func (p *Provider) keep(h *acquisition, sent time.Time) {
 	ls, o := &p.leases, p.opts
+	p.lookForSuspension()
 	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	l := &lease{}
+	l := &lease{slept: p.susp.since(sent)}
 	if !h.capAt.IsZero() {
-		l.cap = h.capAt.Add(-o.safetyMargin())
+		l.cap = h.capAt.Add(-o.safetyMargin() - l.slept)
 	}
-	l.deadline = l.until(o, sent)
+	l.deadline = l.until(o, sent.Add(-l.slept))
 	l.loss = time.AfterFunc(time.Until(l.deadline), func() { p.expire(h) })
 	ls.held[h] = l
 	if ls.timer == nil {
 		ls.timer = time.AfterFunc(o.cadence, p.tick)
 	}
+	if ls.watch == nil {
+		ls.watch = time.AfterFunc(watchEvery, p.watch)
+	}
+	ended := !time.Now().Before(l.deadline)
+	ls.mu.Unlock()
+	if ended {
+		p.expire(h)
+	}
+}
+
+// now is time.Now for a request that a lease will count from: it looks
+// for a suspension first, so that one found later came after it.
+func (p *Provider) now() time.Time {
+	p.lookForSuspension()
+	return time.Now()
+}
+
+// lookForSuspension looks at the clocks (suspend.go): if the machine was
+// suspended since the last look, every kept lease's deadline moves earlier
+// by the suspension, and the handles whose leases it ended are lost now.
+func (p *Provider) lookForSuspension() {
+	if !p.susp.ahead() {
+		return
+	}
+	ls := &p.leases
+	ls.mu.Lock()
+	d := p.susp.find()
+	var ended []*acquisition
+	if d > 0 {
+		now := time.Now()
+		for h, l := range ls.held {
+			l.deadline, l.slept = l.deadline.Add(-d), l.slept+d
+			if !l.cap.IsZero() {
+				l.cap = l.cap.Add(-d)
+			}
+			if now.Before(l.deadline) {
+				l.loss.Reset(l.deadline.Sub(now))
+			} else {
+				ended = append(ended, h)
+			}
+		}
+	}
+	ls.mu.Unlock()
+	for _, h := range ended {
+		p.expire(h)
+	}
+}
+
+// watch looks for a suspension, and again after watchEvery while any
+// lease is kept: the timer's own wait stands with the monotonic clock,
+// so it comes within watchEvery after the machine resumes.
+func (p *Provider) watch() {
+	p.lookForSuspension()
+	ls := &p.leases
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if len(ls.held) == 0 || ls.watch == nil {
+		ls.watch = nil
+		return
+	}
+	ls.watch.Reset(watchEvery)
 }
 
 // until is the client's end of l once an acquisition or extension sent at
@@ -123,21 +191,32 @@ func (p *Provider) drop(h *acquisition) *lease {
 		ls.timer.Stop()
 		ls.timer = nil
 	}
+	if len(ls.held) == 0 && ls.watch != nil { // nor to watch
+		ls.watch.Stop()
+		ls.watch = nil
+	}
 	return l
 }
 
-// expire runs when h's loss timer fires: unless an extension moved the
-// deadline meanwhile, the lease ran out.
+// expire runs when h's loss timer fires, or a suspension moved its
+// deadline past: unless an extension moved the deadline meanwhile, the
+// lease ran out (while the machine was suspended, if it would still run
+// but for the suspension).
 func (p *Provider) expire(h *acquisition) {
 	p.leases.mu.Lock()
 	l := p.leases.held[h]
-	if l == nil || time.Now().Before(l.deadline) {
+	now := time.Now()
+	if l == nil || now.Before(l.deadline) {
 		p.leases.mu.Unlock()
 		return
 	}
 	p.drop(h)
 	p.leases.mu.Unlock()
-	h.leaseOver(l.lastErr, l.deadline.Equal(l.cap))
+	var slept time.Duration
+	if now.Before(l.deadline.Add(l.slept)) {
+		slept = l.slept
+	}
+	h.leaseOver(l.lastErr, l.deadline.Equal(l.cap), slept)
 }
 
 // delayed is schedule with its first try wait d (at least 0) rather than
@@ -166,7 +245,7 @@ func (p *Provider) extend(hs []*acquisition) {
 			}
 		}
 		ls.mu.Unlock()
-		sent := time.Now()
+		sent := p.now()
 		ctx, cancel := context.WithDeadline(context.Background(), latest)
 		ctx = p.tel.startExtension(ctx, hs)
 		lost, err := p.extendLeases(ctx, hs)
@@ -189,7 +268,9 @@ func (p *Provider) extend(hs []*acquisition) {
 			}
 		}
 		var again []*acquisition
+		p.lookForSuspension()
 		ls.mu.Lock()
+		slept := p.susp.since(sent) // while the round trip was on its way
 		for _, h := range hs {
 			l := ls.held[h]
 			switch {
@@ -198,8 +279,8 @@ func (p *Provider) extend(hs []*acquisition) {
 				l.lastErr = err
 				again = append(again, h)
 			default:
-				l.lastErr = nil
-				l.deadline = l.until(o, sent)
+				l.lastErr, l.slept = nil, slept
+				l.deadline = l.until(o, sent.Add(-slept))
 				h.confirmed.Store(sent.UnixNano())
 				h.replied.Store(replied.UnixNano())
 				l.loss.Reset(time.Until(l.deadline))

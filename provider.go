@@ -31,7 +31,8 @@ type Provider struct {
 	campaign     [attemptModes]acquireParts
 	extendUpdate bson.A
 
-	leases leases // the leases of its handles
+	leases leases       // the leases of its handles
+	susp   *suspensions // the machine's suspended time, which shortens them
 	tel    telemetry
 
 	senders chan func() // hands a round trip to an idle sender; unbuffered
@@ -76,6 +77,7 @@ func newProvider(o config, locks, slots space) *Provider {
 		opts:         o,
 		extendUpdate: extendUpdate(o.expiry, o.atMost),
 		leases:       leases{held: make(map[*acquisition]*lease)},
+		susp:         newSuspensions(systemClocks{}, o.expiry),
 		tel:          newTelemetry(o.telemetryConfig),
 		senders:      make(chan func()),
 		done:         make(chan struct{}),

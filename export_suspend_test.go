@@ -1,0 +1,62 @@
+package mongolock
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Clocks are a provider's clocks that count suspended time, moved by a
+// test while the monotonic clock goes on as before.
+type Clocks struct {
+	jump, step atomic.Int64
+	noBoot     bool
+}
+
+// FakeClocks makes p read clocks that a test moves: the machine's, with
+// Suspend and StepWall added; boot false: as on a platform without a boot
+// clock, where the wall clock alone witnesses suspended time. Call it
+// before p is used.
+func FakeClocks(p *Provider, boot bool) *Clocks {
+	c := &Clocks{noBoot: !boot}
+	p.susp = newSuspensions(c, p.opts.expiry)
+	return c
+}
+
+// Suspend moves the clocks that count suspended time d ahead of the
+// monotonic clock, as a suspension of d does.
+func (c *Clocks) Suspend(d time.Duration) { c.jump.Add(int64(d)) }
+
+// StepWall steps the wall clock alone by d, as NTP may.
+func (c *Clocks) StepWall(d time.Duration) { c.step.Add(int64(d)) }
+
+func (c *Clocks) read() (time.Time, time.Time) {
+	mono, wall := systemClocks{}.read()
+	return mono, wall.Add(time.Duration(c.jump.Load() + c.step.Load()))
+}
+
+func (c *Clocks) boot() (time.Duration, bool) {
+	if c.noBoot {
+		return 0, false
+	}
+	b, ok := systemClocks{}.boot()
+	return b + time.Duration(c.jump.Load()), ok
+}
+
+// BootClock reads this machine's clock that counts suspended time, where
+// the platform has one, and time.Now from the same moment.
+func BootClock() (time.Duration, time.Time, bool) {
+	b, ok := systemClocks{}.boot()
+	return b, time.Now(), ok
+}
+
+// LeaseDeadline is when, by the monotonic clock, h's lease ends for its
+// provider; false if it is not kept.
+func LeaseDeadline(h *Handle) (time.Time, bool) {
+	ls := &h.lock.p.leases
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if l := ls.held[h.acquisition]; l != nil {
+		return l.deadline, true
+	}
+	return time.Time{}, false
+}
