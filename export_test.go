@@ -189,11 +189,11 @@ func init() {
 func TelemetryCycle(ctx context.Context, l *Lock) {
 	a := &acquisition{lock: l}
 	a.token.Store(1)
-	_, _ = l.p.tel.traceAcquire(ctx, l, opAcquireTrace, func(ctx context.Context, call *acquireCall) (*Handle, error) {
-		call.attempted(ctx, nil)
-		l.p.tel.acquired(l)
-		return &Handle{a}, nil
-	})
+	actx, call := l.p.tel.startAcquire(ctx, l, opAcquireTrace)
+	call.attempted(actx, nil)
+	l.p.tel.acquired(l)
+	h, err := &Handle{a}, error(nil)
+	call.end(actx, &h, &err)
 	ctx = l.p.tel.startRelease(ctx, a, opReleaseTrace)
 	l.p.tel.unheld(l)
 	l.p.tel.endRelease(ctx, a, opReleaseTrace, "released", nil)

@@ -72,9 +72,7 @@ func newHandle(l *Lock, lockID string, doc reply, sent time.Time) *Handle {
 	a := &acquisition{lock: l, lockID: lockID, acquiredAt: doc.AcquiredAt,
 		lost: make(chan struct{}), unkept: make(chan struct{})}
 	a.token.Store(doc.FencingToken)
-	if d, ok := l.kind.(slotDriver); ok {
-		a.mode.Store(uint32(d.rw))
-	}
+	a.mode.Store(uint32(l.kind.describe().mode))
 	a.confirmed.Store(sent.UnixNano())
 	now := time.Now()
 	a.replied.Store(now.UnixNano())

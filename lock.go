@@ -47,6 +47,31 @@ type kindDriver interface {
 	unclaimed() bool
 	// holds reports whether WithHoldAtLeast and WithHoldAtMost apply.
 	holds() bool
+	// describe says what the kind is, for inspection, telemetry and a
+	// composite's order.
+	describe() kindInfo
+}
+
+// kindInfo is what a kind says of itself.
+type kindInfo struct {
+	kind  Kind
+	mode  rwMode // an RWLock's; 0 for the other kinds
+	slots int    // a semaphore's; 0 for the other kinds
+}
+
+// modeNames name an RWLock's modes: in telemetry, and as a composite's part.
+var modeNames = map[rwMode]struct{ mode, part string }{
+	readMode:    {"read", "reader"},
+	writeMode:   {"write", "writer"},
+	upgradeMode: {"upgradeable", "upgradeable reader"},
+}
+
+// part names the kind in a composite's order and its errors.
+func (k kindInfo) part() string {
+	if k.kind == KindRWLock {
+		return "RWLock " + modeNames[k.mode].part
+	}
+	return string(k.kind)
 }
 
 // attempt is what one acquisition round trip sends.
@@ -80,11 +105,13 @@ func newLockID() string { return strings.ReplaceAll(uuid.NewString(), "-", "") }
 // waits), or another error if the attempt failed (the server, the network,
 // or ctx). ctx bounds only the round trip; the Handle lives until released
 // or lost. A refused TryAcquire leaves no trace: it claims no turn.
-func (l *Lock) TryAcquire(ctx context.Context) (*Handle, error) {
+func (l *Lock) TryAcquire(ctx context.Context) (h *Handle, err error) {
 	if ctx == nil {
 		return nil, l.errorf("try acquire", errNilContext)
 	}
-	return l.p.tel.traceAcquire(ctx, l, opTryAcquireTrace, l.tryAcquire)
+	ctx, call := l.p.tel.startAcquire(ctx, l, opTryAcquireTrace)
+	defer call.end(ctx, &h, &err)
+	return l.tryAcquire(ctx, &call)
 }
 
 // tryAcquire is TryAcquire's attempt, counted by call.
@@ -135,11 +162,13 @@ func (l *Lock) tryAcquire(ctx context.Context, call *acquireCall) (*Handle, erro
 // told from an outage. A call that returns an error, whatever ended it,
 // leaves the line without disturbing the others, and withdraws its
 // process's claim if it may have made one: the next in line claims again.
-func (l *Lock) Acquire(ctx context.Context) (*Handle, error) {
+func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
 	if ctx == nil {
 		return nil, l.errorf("acquire", errNilContext)
 	}
-	return l.p.tel.traceAcquire(ctx, l, opAcquireTrace, l.acquire)
+	ctx, call := l.p.tel.startAcquire(ctx, l, opAcquireTrace)
+	defer call.end(ctx, &h, &err)
+	return l.acquire(ctx, &call)
 }
 
 // acquire is Acquire's wait, its attempts counted by call.
@@ -553,6 +582,13 @@ func (mutexDriver) holders(names bson.A) (bson.D, bson.D) { return holdersQuery(
 func (mutexDriver) limit() (int, bool) { return 1, true }
 
 func (mutexDriver) unclaimed() bool { return true }
+
+func (d mutexDriver) describe() kindInfo {
+	if d.value != nil {
+		return kindInfo{kind: KindElection}
+	}
+	return kindInfo{kind: KindLock}
+}
 
 // holds: a lock's, not an election's: a leader that resigns steps aside at
 // once, and one that leads is not bounded.

@@ -47,6 +47,27 @@ import (
 //
 // Mutual exclusion rests on expiresAt alone, judged by the server's $$NOW.
 
+// Kind is what a name of a Provider's collections is.
+type Kind string
+
+// The kinds. A semaphore or an RWLock lives apart from locks and
+// elections: one of each may share a name.
+const (
+	KindLock      Kind = "lock"      // a Lock's, or DistributedLock.MongoDB's
+	KindElection  Kind = "election"  // an Election's: a lock whose last mongolock acquisition carried a value
+	KindSemaphore Kind = "semaphore" // a Semaphore's
+	KindRWLock    Kind = "rwlock"    // an RWLock's
+)
+
+// rwMode is what an RWLock's acquisition holds.
+type rwMode byte
+
+const (
+	readMode    rwMode = 'r'
+	writeMode   rwMode = 'w'
+	upgradeMode rwMode = 'u' // an upgradeable reader's
+)
+
 // reply is what the engine reads of an acquisition's reply, the document
 // after the update, of any kind.
 type reply struct {

@@ -59,15 +59,6 @@ func (p *Provider) RWLock(name string) *RWLock {
 	return &RWLock{r: mode(readMode), w: mode(writeMode), u: mode(upgradeMode)}
 }
 
-// rwMode is what an RWLock's acquisition holds.
-type rwMode byte
-
-const (
-	readMode    rwMode = 'r'
-	writeMode   rwMode = 'w'
-	upgradeMode rwMode = 'u' // an upgradeable reader's
-)
-
 // Name returns the lock's name, exactly as given.
 func (rw *RWLock) Name() string { return rw.r.name }
 
@@ -237,7 +228,7 @@ func (h *Handle) Downgrade(ctx context.Context) error {
 	}
 	defer h.changing.Store(false)
 	to := readMode
-	if l.kind.(slotDriver).rw == upgradeMode {
+	if l.kind.describe().mode == upgradeMode {
 		to = upgradeMode
 	}
 	h.mode.Store(uint32(to)) // a reader from now on, whatever the round trip does

@@ -182,3 +182,10 @@ func (d slotDriver) limit() (int, bool) {
 func (slotDriver) unclaimed() bool { return false }
 
 func (slotDriver) holds() bool { return false }
+
+func (d slotDriver) describe() kindInfo {
+	if d.rw != 0 {
+		return kindInfo{kind: KindRWLock, mode: d.rw}
+	}
+	return kindInfo{kind: KindSemaphore, slots: d.n}
+}

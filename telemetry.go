@@ -311,27 +311,8 @@ func newTelemetry(c telemetryConfig) telemetry {
 
 // info says which lock l is.
 func (l *Lock) info() TraceLock {
-	sp := l.space()
-	i := TraceLock{Name: shortName(l.name), Database: sp.db, Collection: sp.name}
-	switch d := l.kind.(type) {
-	case mutexDriver:
-		i.Kind = KindLock
-		if d.value != nil {
-			i.Kind = KindElection
-		}
-	case slotDriver:
-		switch d.rw {
-		case readMode:
-			i.Kind, i.Mode = KindRWLock, "read"
-		case writeMode:
-			i.Kind, i.Mode = KindRWLock, "write"
-		case upgradeMode:
-			i.Kind, i.Mode = KindRWLock, "upgradeable"
-		default:
-			i.Kind, i.Slots = KindSemaphore, d.n
-		}
-	}
-	return i
+	sp, d := l.space(), l.kind.describe()
+	return TraceLock{Name: shortName(l.name), Kind: d.kind, Mode: modeNames[d.mode].mode, Slots: d.slots, Database: sp.db, Collection: sp.name}
 }
 
 // result is how a call that returned err ended; ok names its success.
@@ -381,19 +362,18 @@ type acquireCall struct {
 	handedOver bool // the handle was handed over by a release of this process
 }
 
-// traceAcquire runs acquire, the body of l's Acquire or TryAcquire (op),
-// and tells the hooks.
-func (t *telemetry) traceAcquire(ctx context.Context, l *Lock, op string,
-	acquire func(context.Context, *acquireCall) (*Handle, error)) (h *Handle, err error) {
+// startAcquire tells the hooks that l's Acquire or TryAcquire (op) begins,
+// and returns its context and the call that counts its attempts; the call
+// ends with end.
+func (t *telemetry) startAcquire(ctx context.Context, l *Lock, op string) (context.Context, acquireCall) {
 	call := acquireCall{t: t, l: l, op: op}
 	if tr := t.trace; tr != nil {
 		call.start = time.Now()
 		if tr.AcquireStart != nil {
 			ctx = tr.AcquireStart(ctx, AcquireStartInfo{Lock: l.info(), Operation: op})
 		}
-		defer func() { call.end(ctx, h, err) }()
 	}
-	return acquire(ctx, &call)
+	return ctx, call
 }
 
 // attempted counts an attempt that returned err. A transient error is
@@ -408,13 +388,13 @@ func (c *acquireCall) attempted(ctx context.Context, err error) {
 	}
 }
 
-// end tells the hooks that the call returned h or err.
-func (c *acquireCall) end(ctx context.Context, h *Handle, err error) {
-	if tr := c.t.trace; tr.AcquireDone != nil {
+// end tells the hooks that the call returned *h or *err.
+func (c *acquireCall) end(ctx context.Context, h **Handle, err *error) {
+	if tr := c.t.trace; tr != nil && tr.AcquireDone != nil {
 		info := AcquireDoneInfo{Lock: c.l.info(), Operation: c.op, Attempts: c.attempts, Waited: time.Since(c.start),
-			HandedOver: c.handedOver, TraceResult: result(err, "acquired")}
-		if h != nil {
-			info.FencingToken = h.token.Load()
+			HandedOver: c.handedOver, TraceResult: result(*err, "acquired")}
+		if *h != nil {
+			info.FencingToken = (*h).token.Load()
 		}
 		tr.AcquireDone(ctx, info)
 	}
