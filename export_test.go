@@ -215,3 +215,13 @@ func StatementRoundTrips(ctx context.Context, l *Lock, statement string) error {
 	_, _, err = l.space().store.updateOne(ctx, filter, update)
 	return err
 }
+
+// waiters returns how many Acquire calls wait in line for name.
+func (qs *queues) waiters(name string) int {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if q := qs.byName[name]; q != nil {
+		return len(q.waiters)
+	}
+	return 0
+}

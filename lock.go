@@ -74,14 +74,6 @@ func (k kindInfo) part() string {
 	return string(k.kind)
 }
 
-// attempt is what one acquisition round trip sends.
-type attempt struct {
-	id        string // the fresh lockId or holder id
-	releasing string // a hand-over's releasing holder; "" otherwise
-	waitToken int64  // the token its line saw when it began to wait, which claims are made with
-	mode      attemptMode
-}
-
 // Name returns the lock's name, exactly as given.
 func (l *Lock) Name() string { return l.name }
 
@@ -593,3 +585,22 @@ func (d mutexDriver) describe() kindInfo {
 // holds: a lock's, not an election's: a leader that resigns steps aside at
 // once, and one that leads is not bounded.
 func (d mutexDriver) holds() bool { return d.value == nil }
+
+// errorf wraps err with the operation and the lock's name, shortened
+// without splitting a character: names may be megabytes long.
+func (l *Lock) errorf(op string, err error) error {
+	return &Error{Op: op, Name: shortName(l.name), Err: err}
+}
+
+// gaveUp is the error of op (Acquire, Upgrade) when ctx ended: with the
+// last transient error, or as contention if the lock was held by someone
+// else.
+func (l *Lock) gaveUp(op string, ctx context.Context, lastErr error, contended bool) error {
+	switch {
+	case lastErr != nil:
+		return l.errorf(op, fmt.Errorf("%w (last error: %w)", ctx.Err(), lastErr))
+	case contended:
+		return l.errorf(op, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err()))
+	}
+	return l.errorf(op, ctx.Err()) // no attempt came back in time
+}

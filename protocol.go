@@ -125,6 +125,14 @@ const (
 	attemptModes
 )
 
+// attempt is what one acquisition round trip sends.
+type attempt struct {
+	id        string // the fresh lockId or holder id
+	releasing string // a hand-over's releasing holder; "" otherwise
+	waitToken int64  // the token its line saw when it began to wait, which claims are made with
+	mode      attemptMode
+}
+
 // 2. Acquire: findOneAndUpdate({_id: name}, pipeline, returnDocument: after).
 // 3. Hand over: the same with the filter {_id: name, lockId: releasing}, so
 // that one round trip releases a handle and acquires for the next waiter of

@@ -235,16 +235,6 @@ func (qs *queues) wakeHead(name string) {
 	}
 }
 
-// waiting returns how many Acquire calls wait in line for name.
-func (qs *queues) waiters(name string) int {
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	if q := qs.byName[name]; q != nil {
-		return len(q.waiters)
-	}
-	return 0
-}
-
 // offer returns the head of name's line, marked as being handed the lock,
 // or nil if nobody waits or the head has a hand-over under way or untaken.
 func (qs *queues) offer(name string) *waiter {
