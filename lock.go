@@ -179,7 +179,7 @@ func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err e
 	if err := p.ensureCollection(ctx, lc); errors.Is(err, ErrCollation) {
 		return nil, l.errorf("acquire", err)
 	}
-	w := qs.join(l)
+	w := qs.join(l, false)
 	// asked: an attempt was sent, which may have claimed; watching: counted as
 	// a waiter for release events; contended: held by someone else.
 	var asked, watching, contended bool

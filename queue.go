@@ -26,9 +26,10 @@ type queue struct {
 type waiter struct {
 	// wake has room for one signal: "you are the head now", "the lock was
 	// released", or "a hand-over to you ended". A signal is never lost.
-	wake chan struct{}
-	lock *Lock
-	q    *queue // its line; nil once it left
+	wake    chan struct{}
+	lock    *Lock
+	q       *queue // its line; nil once it left
+	upgrade bool   // an Upgrade's: first in line, and never handed a lock
 
 	// A hand-over, guarded by queues.mu: one under way, or one done whose
 	// handle the waiter has not taken yet. Either stops another.
@@ -101,15 +102,22 @@ func (qs *queues) drop(name string, q *queue) {
 	}
 }
 
-// join appends a waiter for l. The head is signalled at once.
-func (qs *queues) join(l *Lock) *waiter {
+// join appends a waiter for l; an Upgrade's (upgrade) goes first, as its
+// handle holds the name already: no Acquire of its process can get in
+// before it. The head is signalled at once.
+func (qs *queues) join(l *Lock, upgrade bool) *waiter {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	w := &waiter{wake: make(chan struct{}, 1), lock: l, q: qs.get(l.name)}
+	w := &waiter{wake: make(chan struct{}, 1), lock: l, q: qs.get(l.name), upgrade: upgrade}
 	if len(w.q.waiters) == 0 {
 		w.q.pace.begin() // a new wait
 	}
-	if w.q.waiters = append(w.q.waiters, w); len(w.q.waiters) == 1 {
+	if upgrade {
+		w.q.waiters = slices.Insert(w.q.waiters, 0, w)
+	} else {
+		w.q.waiters = append(w.q.waiters, w)
+	}
+	if w.q.waiters[0] == w {
 		w.signal()
 	}
 	return w
@@ -236,12 +244,13 @@ func (qs *queues) wakeHead(name string) {
 }
 
 // offer returns the head of name's line, marked as being handed the lock,
-// or nil if nobody waits or the head has a hand-over under way or untaken.
+// or nil if nobody waits, the head is an Upgrade, or it has a hand-over
+// under way or untaken.
 func (qs *queues) offer(name string) *waiter {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	q := qs.byName[name]
-	if q == nil || len(q.waiters) == 0 || q.waiters[0].offered || q.waiters[0].handedOver != nil {
+	if q == nil || len(q.waiters) == 0 || q.waiters[0].upgrade || q.waiters[0].offered || q.waiters[0].handedOver != nil {
 		return nil
 	}
 	q.waiters[0].offered = true

@@ -92,7 +92,9 @@ var errReleased = errors.New("the handle was released")
 // in. New readers are refused from its first round trip on; it waits until
 // the other readers have released (or lost) the lock, polling as a
 // claimant of the next turn does, at least as often as the longest sleep
-// (WithBusyWaitSleep). Then h is the writer: the same handle, its lease
+// (WithBusyWaitSleep). It waits first in its process's line, before the
+// Acquire calls there: a release in its process, or a release event where
+// the server has change streams, wakes it at once. Then h is the writer: the same handle, its lease
 // going on, with a new fencing token, greater than every earlier token of
 // the lock. If no other reader holds, that takes one round trip.
 //
@@ -123,6 +125,17 @@ func (h *Handle) Upgrade(ctx context.Context) error {
 		return l.errorf(op, ErrClosed)
 	}
 	defer p.calls.Done()
+	// It waits first in its process's line: a release there, or a release
+	// event, wakes it to poll at once.
+	lc := l.space()
+	w := lc.queues.join(l, true)
+	defer lc.queues.leave(w) // never handed a lock: nothing untaken
+	watching := false
+	defer func() {
+		if watching {
+			lc.notify.leave()
+		}
+	}()
 	var marked string // the tag of the last poll seen holding readers off
 	var lastErr error // the last transient error
 	giveUp := func(err error) error {
@@ -132,6 +145,10 @@ func (h *Handle) Upgrade(ctx context.Context) error {
 		return err
 	}
 	for start := time.Now(); ; {
+		select {
+		case <-w.wake: // what woke it is seen by this poll
+		default:
+		}
 		tag := newLockID()
 		token, err := h.upgradePoll(ctx, tag)
 		switch {
@@ -142,6 +159,10 @@ func (h *Handle) Upgrade(ctx context.Context) error {
 			return nil
 		case err == nil:
 			marked, lastErr = tag, nil
+			if !watching {
+				watching = true
+				lc.notify.join(lc.store, lc.queues.wakeHead, &lc.bg)
+			}
 		case isNoMatch(err):
 			return h.noHolder(op)
 		case ctx.Err() != nil || endedByDeadline(ctx, err): // cut short by ctx: it tells nothing
@@ -152,6 +173,7 @@ func (h *Handle) Upgrade(ctx context.Context) error {
 		}
 		o := p.opts
 		select {
+		case <-w.wake:
 		case <-time.After(min(max(o.sleepMin, time.Since(start)/2), o.claimantSleep())):
 		case <-ctx.Done():
 			return giveUp(l.gaveUp(op, ctx, lastErr, marked != "" && lastErr == nil))
