@@ -41,6 +41,9 @@ var (
 	ErrInvalidArgument = errors.New("mongolock: invalid argument")
 )
 
+// ErrClosed reports that the lock's Provider was closed.
+var ErrClosed = errors.New("mongolock: provider closed")
+
 // An invalid is an ErrInvalidArgument that says which argument and why.
 type invalid string
 

@@ -192,11 +192,10 @@ func TelemetryCycle(ctx context.Context, l *Lock) {
 	actx, call := l.p.tel.startAcquire(ctx, l, opAcquireTrace)
 	call.attempted(actx, nil)
 	l.p.tel.acquired(l)
-	h, err := &Handle{a}, error(nil)
-	call.end(actx, &h, &err)
-	ctx = l.p.tel.startRelease(ctx, a, opReleaseTrace)
+	call.end(actx, &Handle{a}, nil)
+	ctx = l.p.tel.startHolderWrite(ctx, a, opReleaseTrace)
 	l.p.tel.unheld(l)
-	l.p.tel.endRelease(ctx, a, opReleaseTrace, "released", nil)
+	l.p.tel.endHolderWrite(ctx, a, opReleaseTrace, "released", nil)
 }
 
 // StatementRoundTrips sends one of l's acquisition statements (statement:

@@ -192,8 +192,8 @@ func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (e
 	if h.released.Swap(true) {
 		return nil
 	}
-	ctx = h.lock.p.tel.startRelease(ctx, h, opReleaseTrace)
-	defer func() { h.lock.p.tel.endRelease(ctx, h, opReleaseTrace, "released", err) }()
+	ctx = h.lock.p.tel.startHolderWrite(ctx, h, opReleaseTrace)
+	defer func() { h.lock.p.tel.endHolderWrite(ctx, h, opReleaseTrace, "released", err) }()
 	// Stop extending before releasing, but signal the loss if the lease runs
 	// out before the round trip ends: a release stuck behind a partition
 	// must not leave work running under a live Context. Local waiters are

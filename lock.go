@@ -66,6 +66,12 @@ var modeNames = map[rwMode]struct{ mode, part string }{
 	upgradeMode: {"upgradeable", "upgradeable reader"},
 }
 
+// info says which lock l is.
+func (l *Lock) info() TraceLock {
+	sp, d := l.space(), l.kind.describe()
+	return TraceLock{Name: shortName(l.name), Kind: d.kind, Mode: modeNames[d.mode].mode, Slots: d.slots, Database: sp.db, Collection: sp.name}
+}
+
 // part names the kind in a composite's order and its errors.
 func (k kindInfo) part() string {
 	if k.kind == KindRWLock {
@@ -97,13 +103,14 @@ func newLockID() string { return strings.ReplaceAll(uuid.NewString(), "-", "") }
 // waits), or another error if the attempt failed (the server, the network,
 // or ctx). ctx bounds only the round trip; the Handle lives until released
 // or lost. A refused TryAcquire leaves no trace: it claims no turn.
-func (l *Lock) TryAcquire(ctx context.Context) (h *Handle, err error) {
+func (l *Lock) TryAcquire(ctx context.Context) (*Handle, error) {
 	if ctx == nil {
 		return nil, l.errorf("try acquire", errNilContext)
 	}
 	ctx, call := l.p.tel.startAcquire(ctx, l, opTryAcquireTrace)
-	defer call.end(ctx, &h, &err)
-	return l.tryAcquire(ctx, &call)
+	h, err := l.tryAcquire(ctx, &call)
+	call.end(ctx, h, err)
+	return h, err
 }
 
 // tryAcquire is TryAcquire's attempt, counted by call.
@@ -154,13 +161,14 @@ func (l *Lock) tryAcquire(ctx context.Context, call *acquireCall) (*Handle, erro
 // told from an outage. A call that returns an error, whatever ended it,
 // leaves the line without disturbing the others, and withdraws its
 // process's claim if it may have made one: the next in line claims again.
-func (l *Lock) Acquire(ctx context.Context) (h *Handle, err error) {
+func (l *Lock) Acquire(ctx context.Context) (*Handle, error) {
 	if ctx == nil {
 		return nil, l.errorf("acquire", errNilContext)
 	}
 	ctx, call := l.p.tel.startAcquire(ctx, l, opAcquireTrace)
-	defer call.end(ctx, &h, &err)
-	return l.acquire(ctx, &call)
+	h, err := l.acquire(ctx, &call)
+	call.end(ctx, h, err)
+	return h, err
 }
 
 // acquire is Acquire's wait, its attempts counted by call.
