@@ -17,6 +17,7 @@ import (
 // queue is the line of one lock name.
 type queue struct {
 	waiters   []*waiter // waiters[0] is the head
+	upgrades  []*waiter // Upgrade calls: woken with the head, never its turn
 	held      int       // handles of this process that hold the name
 	exclusive int       // of which exclusive ones (a lock's, an RWLock's writer's)
 	pace      pacer     // when the head attempts next
@@ -29,7 +30,7 @@ type waiter struct {
 	wake    chan struct{}
 	lock    *Lock
 	q       *queue // its line; nil once it left
-	upgrade bool   // an Upgrade's: first in line, and never handed a lock
+	upgrade bool   // an Upgrade's: beside the line, woken with its head
 
 	// A hand-over, guarded by queues.mu: one under way, or one done whose
 	// handle the waiter has not taken yet. Either stops another.
@@ -83,7 +84,7 @@ func (qs *queues) get(name string) *queue {
 // remembers its pace. The memory is swept of old paces whenever it has
 // doubled since the last sweep.
 func (qs *queues) drop(name string, q *queue) {
-	if len(q.waiters) > 0 || q.held > 0 {
+	if len(q.waiters) > 0 || len(q.upgrades) > 0 || q.held > 0 {
 		return
 	}
 	delete(qs.byName, name)
@@ -102,22 +103,24 @@ func (qs *queues) drop(name string, q *queue) {
 	}
 }
 
-// join appends a waiter for l; an Upgrade's (upgrade) goes first, as its
-// handle holds the name already: no Acquire of its process can get in
-// before it. The head is signalled at once.
+// join appends a waiter for l. The head is signalled at once. An
+// Upgrade's (upgrade) waits beside the line instead: its handle holds the
+// name already, so it takes no turn, and the line's head goes on asking
+// (a writer of its process claims the lock meanwhile); what wakes the head
+// wakes it too, and it is never handed a lock.
 func (qs *queues) join(l *Lock, upgrade bool) *waiter {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	w := &waiter{wake: make(chan struct{}, 1), lock: l, q: qs.get(l.name), upgrade: upgrade}
+	if upgrade {
+		w.q.upgrades = append(w.q.upgrades, w)
+		w.signal()
+		return w
+	}
 	if len(w.q.waiters) == 0 {
 		w.q.pace.begin() // a new wait
 	}
-	if upgrade {
-		w.q.waiters = slices.Insert(w.q.waiters, 0, w)
-	} else {
-		w.q.waiters = append(w.q.waiters, w)
-	}
-	if w.q.waiters[0] == w {
+	if w.q.waiters = append(w.q.waiters, w); len(w.q.waiters) == 1 {
 		w.signal()
 	}
 	return w
@@ -128,10 +131,15 @@ func (qs *queues) join(l *Lock, upgrade bool) *waiter {
 func (qs *queues) leave(w *waiter) (untaken *Handle) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	q, i := w.q, slices.Index(w.q.waiters, w)
-	q.waiters = slices.Delete(q.waiters, i, i+1)
-	if i == 0 && len(q.waiters) > 0 {
-		q.waiters[0].signal()
+	q := w.q
+	if w.upgrade {
+		q.upgrades = slices.DeleteFunc(q.upgrades, func(u *waiter) bool { return u == w })
+	} else {
+		i := slices.Index(q.waiters, w)
+		q.waiters = slices.Delete(q.waiters, i, i+1)
+		if i == 0 && len(q.waiters) > 0 {
+			q.waiters[0].signal()
+		}
 	}
 	qs.drop(w.lock.name, q)
 	untaken, w.handedOver, w.q = w.handedOver, nil, nil
@@ -238,19 +246,23 @@ func (qs *queues) setExclusive(a *acquisition, exclusive bool) {
 func (qs *queues) wakeHead(name string) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	if q := qs.byName[name]; q != nil && len(q.waiters) > 0 {
-		q.waiters[0].signal()
+	if q := qs.byName[name]; q != nil {
+		if len(q.waiters) > 0 {
+			q.waiters[0].signal()
+		}
+		for _, w := range q.upgrades {
+			w.signal()
+		}
 	}
 }
 
 // offer returns the head of name's line, marked as being handed the lock,
-// or nil if nobody waits, the head is an Upgrade, or it has a hand-over
-// under way or untaken.
+// or nil if nobody waits or the head has a hand-over under way or untaken.
 func (qs *queues) offer(name string) *waiter {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	q := qs.byName[name]
-	if q == nil || len(q.waiters) == 0 || q.waiters[0].upgrade || q.waiters[0].offered || q.waiters[0].handedOver != nil {
+	if q == nil || len(q.waiters) == 0 || q.waiters[0].offered || q.waiters[0].handedOver != nil {
 		return nil
 	}
 	q.waiters[0].offered = true

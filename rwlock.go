@@ -92,9 +92,9 @@ var errReleased = errors.New("the handle was released")
 // in. New readers are refused from its first round trip on; it waits until
 // the other readers have released (or lost) the lock, polling as a
 // claimant of the next turn does, at least as often as the longest sleep
-// (WithBusyWaitSleep). It waits first in its process's line, before the
-// Acquire calls there: a release in its process, or a release event where
-// the server has change streams, wakes it at once. Then h is the writer: the same handle, its lease
+// (WithBusyWaitSleep). It waits beside its process's line: what wakes the
+// line's head (a release in its process, or a release event where the
+// server has change streams) wakes it at once. Then h is the writer: the same handle, its lease
 // going on, with a new fencing token, greater than every earlier token of
 // the lock. If no other reader holds, that takes one round trip.
 //
@@ -125,7 +125,7 @@ func (h *Handle) Upgrade(ctx context.Context) error {
 		return l.errorf(op, ErrClosed)
 	}
 	defer p.calls.Done()
-	// It waits first in its process's line: a release there, or a release
+	// It waits beside its process's line: a release there, or a release
 	// event, wakes it to poll at once.
 	lc := l.space()
 	w := lc.queues.join(l, true)
