@@ -42,21 +42,8 @@ func (l *Lock) compositeKey() (partKey, error) {
 	if l == nil {
 		return partKey{}, invalid("nil *Lock")
 	}
-	kind := "lock"
-	if d, ok := l.kind.(slotDriver); ok {
-		switch d.rw {
-		case readMode:
-			kind = "RWLock reader"
-		case writeMode:
-			kind = "RWLock writer"
-		case upgradeMode:
-			kind = "RWLock upgradeable reader"
-		default:
-			kind = "semaphore"
-		}
-	}
 	sp := l.space()
-	return partKey{db: sp.db, coll: sp.name, name: l.name, kind: kind}, nil
+	return partKey{db: sp.db, coll: sp.name, name: l.name, kind: l.kind.describe().part()}, nil
 }
 
 func (s *Semaphore) compositeKey() (partKey, error) {

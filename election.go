@@ -104,8 +104,8 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) (err error) {
 	case h.released.Load():
 		return fail(errResigned)
 	}
-	ctx = h.lock.p.tel.startRelease(ctx, h, opProclaimTrace)
-	defer func() { h.lock.p.tel.endRelease(ctx, h, opProclaimTrace, "proclaimed", err) }()
+	ctx = h.lock.p.tel.startHolderWrite(ctx, h, opProclaimTrace)
+	defer func() { h.lock.p.tel.endHolderWrite(ctx, h, opProclaimTrace, "proclaimed", err) }()
 	if err := cmp.Or(checkValue(value), h.lossError()); err != nil {
 		return fail(err)
 	}

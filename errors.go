@@ -41,6 +41,9 @@ var (
 	ErrInvalidArgument = errors.New("mongolock: invalid argument")
 )
 
+// ErrClosed reports that the lock's Provider was closed.
+var ErrClosed = errors.New("mongolock: provider closed")
+
 // An invalid is an ErrInvalidArgument that says which argument and why.
 type invalid string
 
@@ -203,12 +206,6 @@ const (
 	opClose        = "close"
 )
 
-// errorf wraps err with the operation and the lock's name, shortened
-// without splitting a character: names may be megabytes long.
-func (l *Lock) errorf(op string, err error) error {
-	return &Error{Op: op, Name: shortName(l.name), Err: err}
-}
-
 // shortName shortens name past 64 bytes, without splitting a character:
 // names may be megabytes long.
 func shortName(name string) string {
@@ -216,17 +213,4 @@ func shortName(name string) string {
 		return strings.ToValidUTF8(name[:61], "") + "..."
 	}
 	return name
-}
-
-// gaveUp is the error of op (Acquire, Upgrade) when ctx ended: with the
-// last transient error, or as contention if the lock was held by someone
-// else.
-func (l *Lock) gaveUp(op string, ctx context.Context, lastErr error, contended bool) error {
-	switch {
-	case lastErr != nil:
-		return l.errorf(op, fmt.Errorf("%w (last error: %w)", ctx.Err(), lastErr))
-	case contended:
-		return l.errorf(op, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err()))
-	}
-	return l.errorf(op, ctx.Err()) // no attempt came back in time
 }

@@ -189,14 +189,13 @@ func init() {
 func TelemetryCycle(ctx context.Context, l *Lock) {
 	a := &acquisition{lock: l}
 	a.token.Store(1)
-	_, _ = l.p.tel.traceAcquire(ctx, l, opAcquireTrace, func(ctx context.Context, call *acquireCall) (*Handle, error) {
-		call.attempted(ctx, nil)
-		l.p.tel.acquired(l)
-		return &Handle{a}, nil
-	})
-	ctx = l.p.tel.startRelease(ctx, a, opReleaseTrace)
+	actx, call := l.p.tel.startAcquire(ctx, l, opAcquireTrace)
+	call.attempted(actx, nil)
+	l.p.tel.acquired(l)
+	call.end(actx, &Handle{a}, nil)
+	ctx = l.p.tel.startHolderWrite(ctx, a, opReleaseTrace)
 	l.p.tel.unheld(l)
-	l.p.tel.endRelease(ctx, a, opReleaseTrace, "released", nil)
+	l.p.tel.endHolderWrite(ctx, a, opReleaseTrace, "released", nil)
 }
 
 // StatementRoundTrips sends one of l's acquisition statements (statement:
@@ -214,4 +213,14 @@ func StatementRoundTrips(ctx context.Context, l *Lock, statement string) error {
 	filter, update := l.kind.release(l.name, id, l.p.opts.atLeast)
 	_, _, err = l.space().store.updateOne(ctx, filter, update)
 	return err
+}
+
+// waiters returns how many Acquire calls wait in line for name.
+func (qs *queues) waiters(name string) int {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if q := qs.byName[name]; q != nil {
+		return len(q.waiters)
+	}
+	return 0
 }

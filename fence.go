@@ -64,16 +64,9 @@ type TokenSource interface {
 // suspension first: the first write after the machine resumes is refused).
 func FencedUpdateOne(ctx context.Context, coll *mongo.Collection, h TokenSource, filter, update any,
 	opts ...options.Lister[options.UpdateOneOptions]) (*mongo.UpdateResult, error) {
-	var o options.UpdateOneOptions
-	for _, l := range opts {
-		if l == nil {
-			continue
-		}
-		for _, set := range l.List() {
-			if err := set(&o); err != nil {
-				return nil, err
-			}
-		}
+	o, err := listed(opts)
+	if err != nil {
+		return nil, err
 	}
 	fenced, err := fence(coll, h, filter, update, o.Upsert != nil && *o.Upsert)
 	if err != nil {
@@ -105,16 +98,9 @@ func FencedUpdateOne(ctx context.Context, coll *mongo.Collection, h TokenSource,
 // mongo.ErrNoDocuments.
 func FencedFindOneAndUpdate(ctx context.Context, coll *mongo.Collection, h TokenSource, filter, update any,
 	opts ...options.Lister[options.FindOneAndUpdateOptions]) *mongo.SingleResult {
-	var o options.FindOneAndUpdateOptions
-	for _, l := range opts {
-		if l == nil {
-			continue
-		}
-		for _, set := range l.List() {
-			if err := set(&o); err != nil {
-				return errResult(err)
-			}
-		}
+	o, err := listed(opts)
+	if err != nil {
+		return errResult(err)
 	}
 	fenced, err := fence(coll, h, filter, update, o.Upsert != nil && *o.Upsert)
 	if err != nil {
@@ -142,6 +128,22 @@ func FencedFindOneAndUpdate(ctx context.Context, coll *mongo.Collection, h Token
 			return res
 		}
 	}
+}
+
+// listed is the options that opts set (nil ones skipped).
+func listed[T any](opts []options.Lister[T]) (T, error) {
+	var o T
+	for _, l := range opts {
+		if l == nil {
+			continue
+		}
+		for _, set := range l.List() {
+			if err := set(&o); err != nil {
+				return o, err
+			}
+		}
+	}
+	return o, nil
 }
 
 // errResult is a SingleResult whose Err (and Decode) is err.
@@ -179,10 +181,7 @@ func fence(coll *mongo.Collection, h TokenSource, filter, update any, upsert boo
 		return nil, invalidf("mongolock: fenced write: an upsert's filter needs an equality on _id")
 	}
 	w := &fencedWrite{coll: coll, token: token, userFilter: raw}
-	w.filter = bson.D{{Key: "$and", Value: bson.A{raw, bson.D{{Key: "$or", Value: bson.A{
-		bson.D{{Key: FenceField, Value: bson.D{{Key: "$exists", Value: false}}}},
-		bson.D{{Key: FenceField, Value: bson.D{{Key: "$lte", Value: token}}}},
-	}}}}}}
+	w.filter = obj("$and", bson.A{raw, obj("$or", bson.A{obj(FenceField, obj("$exists", false)), obj(FenceField, obj("$lte", token))})})
 	w.update, err = fenceUpdate(update, token)
 	return w, err
 }
@@ -225,8 +224,7 @@ func fenceUpdate(update any, token int64) (any, error) {
 			}
 			out = append(out, raw)
 		}
-		return append(out, bson.D{{Key: "$set", Value: bson.D{{Key: FenceField,
-			Value: bson.D{{Key: "$max", Value: bson.A{"$" + FenceField, token}}}}}}}), nil
+		return append(out, set(FenceField, obj("$max", bson.A{"$" + FenceField, token}))), nil
 	}
 	raw, err := marshalDoc(update)
 	if err != nil {

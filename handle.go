@@ -79,9 +79,7 @@ func newHandle(l *Lock, lockID string, doc reply, sent time.Time) *Handle {
 	a := &acquisition{lock: l, lockID: lockID, acquiredAt: doc.AcquiredAt,
 		lost: make(chan struct{}), unkept: make(chan struct{})}
 	a.token.Store(doc.FencingToken)
-	if d, ok := l.kind.(slotDriver); ok {
-		a.mode.Store(uint32(d.rw))
-	}
+	a.mode.Store(uint32(l.kind.describe().mode))
 	a.confirmed.Store(sent.UnixNano())
 	now := time.Now()
 	a.replied.Store(now.UnixNano())
@@ -238,8 +236,8 @@ func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (e
 	if h.released.Swap(true) {
 		return nil
 	}
-	ctx = h.lock.p.tel.startRelease(ctx, h, opReleaseTrace)
-	defer func() { h.lock.p.tel.endRelease(ctx, h, opReleaseTrace, "released", err) }()
+	ctx = h.lock.p.tel.startHolderWrite(ctx, h, opReleaseTrace)
+	defer func() { h.lock.p.tel.endHolderWrite(ctx, h, opReleaseTrace, "released", err) }()
 	// Stop extending before releasing, but signal the loss if the lease runs
 	// out before the round trip ends: a release stuck behind a partition
 	// must not leave work running under a live Context. Local waiters are

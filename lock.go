@@ -47,14 +47,37 @@ type kindDriver interface {
 	unclaimed() bool
 	// holds reports whether WithHoldAtLeast and WithHoldAtMost apply.
 	holds() bool
+	// describe says what the kind is, for inspection, telemetry and a
+	// composite's order.
+	describe() kindInfo
 }
 
-// attempt is what one acquisition round trip sends.
-type attempt struct {
-	id        string // the fresh lockId or holder id
-	releasing string // a hand-over's releasing holder; "" otherwise
-	waitToken int64  // the token its line saw when it began to wait, which claims are made with
-	mode      attemptMode
+// kindInfo is what a kind says of itself.
+type kindInfo struct {
+	kind  Kind
+	mode  rwMode // an RWLock's; 0 for the other kinds
+	slots int    // a semaphore's; 0 for the other kinds
+}
+
+// modeNames name an RWLock's modes: in telemetry, and as a composite's part.
+var modeNames = map[rwMode]struct{ mode, part string }{
+	readMode:    {"read", "reader"},
+	writeMode:   {"write", "writer"},
+	upgradeMode: {"upgradeable", "upgradeable reader"},
+}
+
+// info says which lock l is.
+func (l *Lock) info() TraceLock {
+	sp, d := l.space(), l.kind.describe()
+	return TraceLock{Name: shortName(l.name), Kind: d.kind, Mode: modeNames[d.mode].mode, Slots: d.slots, Database: sp.db, Collection: sp.name}
+}
+
+// part names the kind in a composite's order and its errors.
+func (k kindInfo) part() string {
+	if k.kind == KindRWLock {
+		return "RWLock " + modeNames[k.mode].part
+	}
+	return string(k.kind)
 }
 
 // Name returns the lock's name, exactly as given.
@@ -84,7 +107,10 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Handle, error) {
 	if ctx == nil {
 		return nil, l.errorf("try acquire", errNilContext)
 	}
-	return l.p.tel.traceAcquire(ctx, l, opTryAcquireTrace, l.tryAcquire)
+	ctx, call := l.p.tel.startAcquire(ctx, l, opTryAcquireTrace)
+	h, err := l.tryAcquire(ctx, &call)
+	call.end(ctx, h, err)
+	return h, err
 }
 
 // tryAcquire is TryAcquire's attempt, counted by call.
@@ -139,7 +165,10 @@ func (l *Lock) Acquire(ctx context.Context) (*Handle, error) {
 	if ctx == nil {
 		return nil, l.errorf("acquire", errNilContext)
 	}
-	return l.p.tel.traceAcquire(ctx, l, opAcquireTrace, l.acquire)
+	ctx, call := l.p.tel.startAcquire(ctx, l, opAcquireTrace)
+	h, err := l.acquire(ctx, &call)
+	call.end(ctx, h, err)
+	return h, err
 }
 
 // acquire is Acquire's wait, its attempts counted by call.
@@ -158,7 +187,7 @@ func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err e
 	if err := p.ensureCollection(ctx, lc); errors.Is(err, ErrCollation) {
 		return nil, l.errorf("acquire", err)
 	}
-	w := qs.join(l)
+	w := qs.join(l, false)
 	// asked: an attempt was sent, which may have claimed; watching: counted as
 	// a waiter for release events; contended: held by someone else.
 	var asked, watching, contended bool
@@ -554,6 +583,32 @@ func (mutexDriver) limit() (int, bool) { return 1, true }
 
 func (mutexDriver) unclaimed() bool { return true }
 
+func (d mutexDriver) describe() kindInfo {
+	if d.value != nil {
+		return kindInfo{kind: KindElection}
+	}
+	return kindInfo{kind: KindLock}
+}
+
 // holds: a lock's, not an election's: a leader that resigns steps aside at
 // once, and one that leads is not bounded.
 func (d mutexDriver) holds() bool { return d.value == nil }
+
+// errorf wraps err with the operation and the lock's name, shortened
+// without splitting a character: names may be megabytes long.
+func (l *Lock) errorf(op string, err error) error {
+	return &Error{Op: op, Name: shortName(l.name), Err: err}
+}
+
+// gaveUp is the error of op (Acquire, Upgrade) when ctx ended: with the
+// last transient error, or as contention if the lock was held by someone
+// else.
+func (l *Lock) gaveUp(op string, ctx context.Context, lastErr error, contended bool) error {
+	switch {
+	case lastErr != nil:
+		return l.errorf(op, fmt.Errorf("%w (last error: %w)", ctx.Err(), lastErr))
+	case contended:
+		return l.errorf(op, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err()))
+	}
+	return l.errorf(op, ctx.Err()) // no attempt came back in time
+}

@@ -2,6 +2,7 @@ package mongolock
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -270,4 +271,49 @@ func (o config) standbySleep() time.Duration {
 		return min(o.standby, maxDerived)
 	}
 	return min(o.sleepMax, maxDerived/16) * 16
+}
+
+// WithTrace sets hooks the provider calls on its operations' events;
+// NewProvider copies them, so changing t later changes nothing. Given more
+// than once, every Trace's hooks are called, in the order given, and the
+// context an earlier start hook returns is passed to the later ones. A nil
+// Trace is an error.
+func WithTrace(t *Trace) Option {
+	return func(o *config) {
+		if t == nil {
+			o.nilTrace = true
+			return
+		}
+		o.trace = o.trace.then(t)
+	}
+}
+
+// telemetryConfig is what WithTrace and WithLogger set.
+type telemetryConfig struct {
+	trace    *Trace
+	nilTrace bool
+	logger   *slog.Logger
+}
+
+func defaultTelemetryConfig() telemetryConfig {
+	return telemetryConfig{logger: slog.New(slog.DiscardHandler)}
+}
+
+func (c telemetryConfig) check() error {
+	switch {
+	case c.nilTrace:
+		return invalid("WithTrace(nil): pass hooks, or leave the option out")
+	case c.logger == nil:
+		return invalid("WithLogger(nil): pass a logger, or leave the option out to log nothing")
+	}
+	return nil
+}
+
+// WithLogger sets where the provider logs: losses and handles dropped while
+// held (Warn), acquisitions released in the background because nobody got
+// their handle, and failures to create the TTL index (Info), and transient
+// errors that are retried (Debug). Default: it logs nothing. A nil logger is
+// an error.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *config) { o.logger = l }
 }

@@ -47,6 +47,27 @@ import (
 //
 // Mutual exclusion rests on expiresAt alone, judged by the server's $$NOW.
 
+// Kind is what a name of a Provider's collections is.
+type Kind string
+
+// The kinds. A semaphore or an RWLock lives apart from locks and
+// elections: one of each may share a name.
+const (
+	KindLock      Kind = "lock"      // a Lock's, or DistributedLock.MongoDB's
+	KindElection  Kind = "election"  // an Election's: a lock whose last mongolock acquisition carried a value
+	KindSemaphore Kind = "semaphore" // a Semaphore's
+	KindRWLock    Kind = "rwlock"    // an RWLock's
+)
+
+// rwMode is what an RWLock's acquisition holds.
+type rwMode byte
+
+const (
+	readMode    rwMode = 'r'
+	writeMode   rwMode = 'w'
+	upgradeMode rwMode = 'u' // an upgradeable reader's
+)
+
 // reply is what the engine reads of an acquisition's reply, the document
 // after the update, of any kind.
 type reply struct {
@@ -90,7 +111,7 @@ var epoch = bson.NewDateTimeFromTime(time.Unix(0, 0))
 // name are not the reason: MongoDB retries the loser itself, an equality
 // match on _id; FerretDB fails it with code 1.)
 func createDoc(name string) bson.D {
-	return bson.D{{Key: "_id", Value: name}, {Key: "expiresAt", Value: epoch}}
+	return obj("_id", name, "expiresAt", epoch)
 }
 
 // attemptMode says what a refused acquisition does.
@@ -103,6 +124,14 @@ const (
 	unclaimedMode                    // Acquire, first: only a lock nobody waits for; no match otherwise
 	attemptModes
 )
+
+// attempt is what one acquisition round trip sends.
+type attempt struct {
+	id        string // the fresh lockId or holder id
+	releasing string // a hand-over's releasing holder; "" otherwise
+	waitToken int64  // the token its line saw when it began to wait, which claims are made with
+	mode      attemptMode
+}
 
 // 2. Acquire: findOneAndUpdate({_id: name}, pipeline, returnDocument: after).
 // 3. Hand over: the same with the filter {_id: name, lockId: releasing}, so
@@ -128,22 +157,18 @@ const (
 // once (acquireParts). Each condition is written once, in a scratch field:
 // the server reads a statement a fraction of the size.
 func acquirePipeline(lockID string, waitToken int64, value *string, parts acquireParts) bson.A {
-	attempt := bson.D{{Key: "lockId", Value: lockID}, {Key: "since", Value: waitToken}}
+	attempt := obj("lockId", lockID, "since", waitToken)
 	if value != nil {
 		attempt = append(attempt, bson.E{Key: "value", Value: literal(*value)})
 	}
-	stages := bson.A{bson.D{{Key: "$set", Value: bson.D{
-		{Key: "_attempt", Value: attempt},
-		{Key: "_mine", Value: parts.mine},
-		{Key: "_free", Value: parts.free},
-	}}}}
+	stages := bson.A{set("_attempt", attempt, "_mine", parts.mine, "_free", parts.free)}
 	for _, s := range parts.stages {
 		stages = append(stages, s)
 	}
 	return stages
 }
 
-func acquireFilter(name string) bson.D { return bson.D{{Key: "_id", Value: name}} }
+func acquireFilter(name string) bson.D { return obj("_id", name) }
 
 var acquireOptions = options.FindOneAndUpdate().SetReturnDocument(options.After)
 
@@ -177,25 +202,16 @@ func unclaimedPipeline(proc, owner string, expiry time.Duration, lockID string, 
 		unclaimed = append(unclaimed, op("$eq", op("$type", "$value"), "missing"))
 	}
 	acquired := op("$mergeObjects", "$$ROOT", acquiredFields(proc, owner, expiry, lockID, v, op("$eq", "$lastProcess", proc)))
-	return bson.A{bson.D{{Key: "$replaceWith", Value: cond(op("$and", unclaimed...), acquired, "$$ROOT")}}}
+	return bson.A{obj("$replaceWith", cond(op("$and", unclaimed...), acquired, "$$ROOT"))}
 }
 
 // acquiredFields are the fields an acquisition of process proc for owner
 // writes, and their values: lockID and value the attempt's, mine whether
 // the last acquisition was this process's.
 func acquiredFields(proc, owner string, expiry time.Duration, lockID, value, mine any) bson.D {
-	return bson.D{
-		{Key: "lockId", Value: lockID},
-		{Key: "acquiredAt", Value: "$$NOW"},
-		{Key: "expiresAt", Value: op("$add", "$$NOW", expiry.Milliseconds())},
-		{Key: "fencingToken", Value: nextToken},
-		{Key: "owner", Value: literal(owner)},
-		{Key: "value", Value: value},
-		{Key: "lastProcess", Value: proc},
-		{Key: "lastLockId", Value: lockID},
-		{Key: "processStreak", Value: cond(mine, op("$add", ifNull("$processStreak", 0), 1), 1)},
-		{Key: "lastWrite", Value: wroteAcquire},
-	}
+	return obj("lockId", lockID, "acquiredAt", "$$NOW", "expiresAt", op("$add", "$$NOW", expiry.Milliseconds()),
+		"fencingToken", nextToken, "owner", literal(owner), "value", value, "lastProcess", proc, "lastLockId", lockID,
+		"processStreak", cond(mine, op("$add", ifNull("$processStreak", 0), 1), 1), "lastWrite", wroteAcquire)
 }
 
 // newAcquireParts encodes the constant parts of the acquisitions of process
@@ -243,16 +259,13 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time
 	free = op("$and", available, not(op("$and", claimLive, op("$ne", "$waitingProcess", proc), keptOut)))
 	waitingProcess, waitingSince, waitingUntil := any("$waitingProcess"), any("$waitingSince"), any("$waitingUntil")
 	nextProcess, nextSince, nextUntil := any("$nextProcess"), any("$nextSince"), any("$nextUntil")
-	scratch := bson.D{{Key: "_attempt", Value: "$$REMOVE"}, {Key: "_mine", Value: "$$REMOVE"}, {Key: "_free", Value: "$$REMOVE"}}
+	scratch := obj("_attempt", "$$REMOVE", "_mine", "$$REMOVE", "_free", "$$REMOVE")
 	// Whether this process's claim is met (_met), whether it is next
 	// (_nextMine) and whether the next is live (_nextLive), written once for
 	// the fields that read them.
 	const claimMet, nextMine, nextLive = "$_met", "$_nextMine", "$_nextLive"
-	places := bson.D{
-		{Key: "_met", Value: op("$eq", "$waitingProcess", proc)},
-		{Key: "_nextMine", Value: op("$eq", "$nextProcess", proc)},
-		{Key: "_nextLive", Value: op("$gt", ifNull("$nextUntil", epoch), now)},
-	}
+	places := obj("_met", op("$eq", "$waitingProcess", proc), "_nextMine", op("$eq", "$nextProcess", proc),
+		"_nextLive", op("$gt", ifNull("$nextUntil", epoch), now))
 	for _, f := range places {
 		scratch = append(scratch, bson.E{Key: f.Key, Value: "$$REMOVE"})
 	}
@@ -267,10 +280,8 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time
 		may := op("$and", not(isFree),
 			op("$or", op("$eq", op("$type", "$lockId"), "missing"), op("$eq", "$lockId", "$lastLockId")))
 		places = append(places, bson.E{Key: "_claims", Value: op("$and", may, not(isMine), claimTaken(proc, token, claim))})
-		stages = append(stages,
-			bson.D{{Key: "$set", Value: places}},
-			bson.D{{Key: "$set", Value: bson.D{{Key: "_nexts", Value: op("$and", may, not(claims),
-				op("$ne", "$waitingProcess", proc), placeTaken("next", proc, token, next))}}}})
+		stages = append(stages, obj("$set", places),
+			set("_nexts", op("$and", may, not(claims), op("$ne", "$waitingProcess", proc), placeTaken("next", proc, token, next))))
 		waitingProcess = cond(claims, proc, "$waitingProcess")
 		waitingSince = cond(claims, token, "$waitingSince")
 		waitingUntil = cond(claims, op("$add", now, claim.Milliseconds()), "$waitingUntil")
@@ -283,7 +294,7 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time
 		scratch = append(scratch, bson.E{Key: "_claims", Value: "$$REMOVE"}, bson.E{Key: "_nexts", Value: "$$REMOVE"})
 	}
 	if mode != waitMode {
-		stages = append(stages, bson.D{{Key: "$set", Value: places}})
+		stages = append(stages, obj("$set", places))
 	}
 	// Acquired: this process's claim, if any, is fulfilled, and the next
 	// claims in its place while it lasts; or this process was next.
@@ -308,16 +319,14 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time
 		}
 		fields = append(fields, bson.E{Key: f.Key, Value: cond(isFree, f.Value, refused)})
 	}
-	fields = append(fields, bson.D{
-		{Key: "waitingProcess", Value: cond(isFree, promoted("waitingProcess", "$nextProcess"), waitingProcess)},
-		{Key: "waitingSince", Value: cond(isFree, promoted("waitingSince", "$nextSince"), waitingSince)},
-		{Key: "waitingUntil", Value: cond(isFree, promoted("waitingUntil", op("$add", now, claim.Milliseconds())), waitingUntil)},
-		{Key: "nextProcess", Value: cond(isFree, unlessMet("nextProcess"), nextProcess)},
-		{Key: "nextSince", Value: cond(isFree, unlessMet("nextSince"), nextSince)},
-		{Key: "nextUntil", Value: cond(isFree, unlessMet("nextUntil"), nextUntil)},
-	}...)
-	write := bson.D{{Key: "$set", Value: append(fields, scratch...)}}
-	return mine, free, append(stages, write)
+	fields = append(fields, obj(
+		"waitingProcess", cond(isFree, promoted("waitingProcess", "$nextProcess"), waitingProcess),
+		"waitingSince", cond(isFree, promoted("waitingSince", "$nextSince"), waitingSince),
+		"waitingUntil", cond(isFree, promoted("waitingUntil", op("$add", now, claim.Milliseconds())), waitingUntil),
+		"nextProcess", cond(isFree, unlessMet("nextProcess"), nextProcess),
+		"nextSince", cond(isFree, unlessMet("nextSince"), nextSince),
+		"nextUntil", cond(isFree, unlessMet("nextUntil"), nextUntil))...)
+	return mine, free, append(stages, obj("$set", append(fields, scratch...)))
 }
 
 // claimToken is the token a claim is made with: the one its line saw when
@@ -353,10 +362,7 @@ func placeTaken(place, proc string, token bson.D, lifetime time.Duration) bson.D
 // cleared and the lease ends now, but the document stays, and with it the
 // fencing token for the next holder to outrank. A plain update: the server
 // does less than for a pipeline.
-var releaseUpdate = mustMarshal(bson.D{
-	{Key: "$unset", Value: bson.D{{Key: "lockId", Value: ""}}},
-	{Key: "$currentDate", Value: bson.D{{Key: "expiresAt", Value: true}}},
-})
+var releaseUpdate = mustMarshal(obj("$unset", obj("lockId", ""), "$currentDate", obj("expiresAt", true)))
 
 // 4a. Release, holding the lock until atLeast after its acquisition
 // (WithHoldAtLeast): updateOne({_id, lockId}, holdReleaseUpdate). The lease
@@ -369,12 +375,8 @@ var releaseUpdate = mustMarshal(bson.D{
 func holdReleaseUpdate(atLeast time.Duration) bson.A {
 	end := op("$add", "$acquiredAt", atLeast.Milliseconds())
 	holds, held := op("$gt", end, "$$NOW"), op("$concat", bson.A{"$lockId", heldSuffix})
-	return bson.A{bson.D{{Key: "$set", Value: bson.D{
-		{Key: "lockId", Value: cond(holds, held, "$$REMOVE")},
-		{Key: "lastLockId", Value: cond(holds, held, "$lastLockId")},
-		{Key: "expiresAt", Value: op("$max", "$$NOW", end)},
-		{Key: "lastWrite", Value: wroteRelease},
-	}}}}
+	return bson.A{set("lockId", cond(holds, held, "$$REMOVE"), "lastLockId", cond(holds, held, "$lastLockId"),
+		"expiresAt", op("$max", "$$NOW", end), "lastWrite", wroteRelease)}
 }
 
 // heldSuffix marks the lockId of a released acquisition held until its
@@ -384,7 +386,7 @@ const heldSuffix = ":held"
 // ownerFilter matches the document only while lockID holds it: extension and
 // release can never touch someone else's acquisition.
 func ownerFilter(name, lockID string) bson.D {
-	return bson.D{{Key: "_id", Value: name}, {Key: "lockId", Value: lockID}}
+	return obj("_id", name, "lockId", lockID)
 }
 
 // 5. Extend leases, one or a batch: updateMany(extendFilter, extendUpdate).
@@ -397,28 +399,24 @@ func extendUpdate(expiry, atMost time.Duration) bson.A {
 	if atMost > 0 {
 		until = op("$min", until, op("$add", "$acquiredAt", atMost.Milliseconds()))
 	}
-	return bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: until}, {Key: "lastWrite", Value: wroteExtend}}}}}
+	return bson.A{set("expiresAt", until, "lastWrite", wroteExtend)}
 }
 
 func extendFilter(names, lockIDs bson.A) bson.D {
-	return bson.D{
-		{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}},
-		{Key: "lockId", Value: bson.D{{Key: "$in", Value: lockIDs}}},
-	}
+	return obj("_id", obj("$in", names), "lockId", obj("$in", lockIDs))
 }
 
 // 6. After a batch that matched fewer documents than it had handles: read
 // their holders to find the lost ones.
 func holdersQuery(names bson.A) (filter, projection bson.D) {
-	return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}}}, bson.D{{Key: "lockId", Value: 1}}
+	return obj("_id", obj("$in", names)), obj("lockId", 1)
 }
 
 // 7. Withdraw a claim: updateOne(withdrawFilter, withdrawUpdate), when an
 // Acquire gives up and no other of its process waits for the lock: its
 // process's claim, and its place as next (a lock's).
 func withdrawFilter(name, proc string) bson.D {
-	return bson.D{{Key: "_id", Value: name}, {Key: "$or", Value: bson.A{
-		bson.D{{Key: "waitingProcess", Value: proc}}, bson.D{{Key: "nextProcess", Value: proc}}}}}
+	return obj("_id", name, "$or", bson.A{obj("waitingProcess", proc), obj("nextProcess", proc)})
 }
 
 func withdrawUpdate(proc string) bson.A {
@@ -429,7 +427,7 @@ func withdrawUpdate(proc string) bson.A {
 		}
 	}
 	fields = append(fields, bson.E{Key: "lastWrite", Value: wroteClaim}) // the filter found one to withdraw
-	return bson.A{bson.D{{Key: "$set", Value: fields}}}
+	return bson.A{obj("$set", fields)}
 }
 
 // TTLIndexName is the name of the TTL index on expiresAt, which the library
@@ -444,10 +442,7 @@ const TTLIndexName = "expiresAt_ttl"
 const ttlGraceSeconds = 3600
 
 func ttlIndex() mongo.IndexModel {
-	return mongo.IndexModel{
-		Keys:    bson.D{{Key: "expiresAt", Value: 1}},
-		Options: options.Index().SetName(TTLIndexName).SetExpireAfterSeconds(ttlGraceSeconds),
-	}
+	return mongo.IndexModel{Keys: obj("expiresAt", 1), Options: options.Index().SetName(TTLIndexName).SetExpireAfterSeconds(ttlGraceSeconds)}
 }
 
 // If createIndex finds the index with other options (IndexOptionsConflict),
@@ -456,10 +451,7 @@ func ttlIndex() mongo.IndexModel {
 const indexOptionsConflict = 85
 
 func raiseTTL(coll string) bson.D {
-	return bson.D{{Key: "collMod", Value: coll}, {Key: "index", Value: bson.D{
-		{Key: "name", Value: TTLIndexName},
-		{Key: "expireAfterSeconds", Value: int32(ttlGraceSeconds)},
-	}}}
+	return obj("collMod", coll, "index", obj("name", TTLIndexName, "expireAfterSeconds", int32(ttlGraceSeconds)))
 }
 
 // lastWrite is what the last write of a pipeline did to a document: it is
@@ -483,16 +475,11 @@ const (
 // a replace event of a document whose last write was a release and that no
 // lockId holds, or a delete (DistributedLock.MongoDB's release, the TTL
 // monitor). Acquisitions, extensions and claims do not match.
-var releaseEvents = mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "$or", Value: bson.A{
-	bson.D{{Key: "operationType", Value: "delete"}},
-	bson.D{{Key: "updateDescription.removedFields", Value: "lockId"}},
-	bson.D{{Key: "updateDescription.updatedFields.releasedAt", Value: bson.D{{Key: "$exists", Value: true}}}},
-	bson.D{
-		{Key: "operationType", Value: "replace"},
-		{Key: "fullDocument.lastWrite", Value: wroteRelease},
-		{Key: "fullDocument.lockId", Value: bson.D{{Key: "$exists", Value: false}}},
-	},
-}}}}}}
+var releaseEvents = mongo.Pipeline{obj("$match", obj("$or", bson.A{
+	obj("operationType", "delete"), obj("updateDescription.removedFields", "lockId"),
+	obj("updateDescription.updatedFields.releasedAt", obj("$exists", true)),
+	obj("operationType", "replace", "fullDocument.lastWrite", wroteRelease, "fullDocument.lockId", obj("$exists", false)),
+}))}
 
 // 10. Inspect: aggregate([{$match: filter}, {$project: …}]): each lock's
 // state, judged by the server's clock ($$NOW). owner and value count only
@@ -502,22 +489,11 @@ var releaseEvents = mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "$or", V
 func inspectPipeline(match bson.D) mongo.Pipeline {
 	now := "$$NOW"
 	held := op("$and", op("$ne", op("$type", "$lockId"), "missing"), op("$gt", ifNull("$expiresAt", epoch), now))
-	return mongo.Pipeline{
-		{{Key: "$match", Value: match}},
-		{{Key: "$project", Value: bson.D{
-			{Key: "kind", Value: cond(op("$eq", op("$type", "$value"), "missing"), string(KindLock), string(KindElection))},
-			{Key: "held", Value: held},
-			{Key: "lockId", Value: 1},
-			{Key: "mongolock", Value: op("$eq", "$lockId", "$lastLockId")},
-			{Key: "owner", Value: 1},
-			{Key: "value", Value: 1},
-			{Key: "acquiredAt", Value: 1},
-			{Key: "expiresAt", Value: 1},
-			{Key: "fencingToken", Value: 1},
-			{Key: "waiting", Value: op("$gt", ifNull("$waitingUntil", epoch), now)},
-			{Key: "now", Value: now},
-		}}},
-	}
+	return mongo.Pipeline{obj("$match", match), obj("$project", obj(
+		"kind", cond(op("$eq", op("$type", "$value"), "missing"), string(KindLock), string(KindElection)),
+		"held", held, "lockId", 1, "mongolock", op("$eq", "$lockId", "$lastLockId"),
+		"owner", 1, "value", 1, "acquiredAt", 1, "expiresAt", 1, "fencingToken", 1,
+		"waiting", op("$gt", ifNull("$waitingUntil", epoch), now), "now", now))}
 }
 
 // 11. List: the same, with {$match: prefixFilter(prefix)} and then
@@ -530,7 +506,7 @@ func listPipeline(prefix string) mongo.Pipeline {
 
 // sortedByName inserts {$sort: {_id: 1}} after an inspection's $match.
 func sortedByName(inspect mongo.Pipeline) mongo.Pipeline {
-	return slices.Insert(inspect, 1, bson.D{{Key: "$sort", Value: bson.D{{Key: "_id", Value: 1}}}})
+	return slices.Insert(inspect, 1, obj("$sort", obj("_id", 1)))
 }
 
 // listBatchSize bounds how many locks one reply of a listing carries.
@@ -540,7 +516,7 @@ const listBatchSize = 1000
 // from prefix up to the least string above all of them, in byte order. A
 // range, not a pattern: nothing to escape, and it uses the _id index.
 func prefixFilter(prefix string) bson.D {
-	r := bson.D{{Key: "$gte", Value: prefix}}
+	r := obj("$gte", prefix)
 	end := []byte(prefix)
 	for len(end) > 0 && end[len(end)-1] == 0xff {
 		end = end[:len(end)-1]
@@ -549,7 +525,7 @@ func prefixFilter(prefix string) bson.D {
 		end[len(end)-1]++
 		r = append(r, bson.E{Key: "$lt", Value: string(end)})
 	}
-	return bson.D{{Key: "_id", Value: r}}
+	return obj("_id", r)
 }
 
 // 12. Force release: updateOne(forceReleaseFilter, forceReleaseUpdate),
@@ -564,16 +540,13 @@ func prefixFilter(prefix string) bson.D {
 // a filter's $expr on a collection with an index on expiresAt (the TTL
 // index).
 func forceReleaseFilter(name string) bson.D {
-	return bson.D{{Key: "_id", Value: name}, {Key: "lockId", Value: bson.D{{Key: "$exists", Value: true}}}}
+	return obj("_id", name, "lockId", obj("$exists", true))
 }
 
 var forceReleaseUpdate = func() bson.A {
 	live := op("$gt", ifNull("$expiresAt", epoch), "$$NOW")
-	return bson.A{bson.D{{Key: "$set", Value: bson.D{
-		{Key: "lockId", Value: cond(live, "$$REMOVE", "$lockId")},
-		{Key: "expiresAt", Value: cond(live, "$$NOW", "$expiresAt")},
-		{Key: "lastWrite", Value: cond(live, wroteRelease, "$lastWrite")},
-	}}}}
+	return bson.A{set("lockId", cond(live, "$$REMOVE", "$lockId"), "expiresAt", cond(live, "$$NOW", "$expiresAt"),
+		"lastWrite", cond(live, wroteRelease, "$lastWrite"))}
 }()
 
 // op is an aggregation operator: {name: arg} for one argument, {name: [args]}
@@ -584,6 +557,19 @@ func op(name string, args ...any) bson.D {
 	}
 	return bson.D{{Key: name, Value: bson.A(args)}}
 }
+
+// obj is the document of keys and values in turn: obj("a", 1, "b", 2) is
+// {a: 1, b: 2}.
+func obj(kv ...any) bson.D {
+	d := make(bson.D, 0, len(kv)/2)
+	for i := 0; i < len(kv); i += 2 {
+		d = append(d, bson.E{Key: kv[i].(string), Value: kv[i+1]})
+	}
+	return d
+}
+
+// set is the pipeline stage {$set: obj(kv...)}.
+func set(kv ...any) bson.D { return obj("$set", obj(kv...)) }
 
 // not is {$not: [x]}: the array form, which every server accepts.
 func not(x any) bson.D { return bson.D{{Key: "$not", Value: bson.A{x}}} }
@@ -606,7 +592,7 @@ func mustMarshal(doc bson.D) bson.Raw {
 // 13. Proclaim: updateOne({_id, lockId}, proclaimUpdate), a leader's new
 // value. Owner-checked: a stale leader's proclaim matches nothing.
 func proclaimUpdate(value string) bson.D {
-	return bson.D{{Key: "$set", Value: bson.D{{Key: "value", Value: value}}}}
+	return set("value", value)
 }
 
 // 14. Where the server has change streams, while an election is observed:
@@ -615,17 +601,13 @@ func proclaimUpdate(value string) bson.D {
 // as a replace event, by the last write's mark. Extensions and claims on
 // turns do not match.
 func leaderEvents(name string) mongo.Pipeline {
-	exists := bson.D{{Key: "$exists", Value: true}}
-	return mongo.Pipeline{{{Key: "$match", Value: bson.D{
-		{Key: "documentKey._id", Value: name},
-		{Key: "$or", Value: bson.A{
-			bson.D{{Key: "operationType", Value: bson.D{{Key: "$in", Value: bson.A{"insert", "delete"}}}}},
-			bson.D{{Key: "operationType", Value: "replace"}, {Key: "fullDocument.lastWrite", Value: bson.D{{Key: "$in", Value: bson.A{wroteAcquire, wroteRelease}}}}},
-			bson.D{{Key: "updateDescription.updatedFields.lockId", Value: exists}},
-			bson.D{{Key: "updateDescription.updatedFields.value", Value: exists}},
-			bson.D{{Key: "updateDescription.removedFields", Value: bson.D{{Key: "$in", Value: bson.A{"lockId", "value"}}}}},
-		}},
-	}}}}
+	exists := obj("$exists", true)
+	return mongo.Pipeline{obj("$match", obj("documentKey._id", name, "$or", bson.A{
+		obj("operationType", obj("$in", bson.A{"insert", "delete"})),
+		obj("operationType", "replace", "fullDocument.lastWrite", obj("$in", bson.A{wroteAcquire, wroteRelease})),
+		obj("updateDescription.updatedFields.lockId", exists), obj("updateDescription.updatedFields.value", exists),
+		obj("updateDescription.removedFields", obj("$in", bson.A{"lockId", "value"})),
+	}))}
 }
 
 // Semaphores. A semaphore of n slots is one document in the collection
@@ -672,16 +654,15 @@ var liveHolders = filterOf(ifNull("$holders", bson.A{}), op("$gt", "$$this.expir
 
 // filterOf is the elements $$this of the array input for which cond holds.
 func filterOf(input, cond any) bson.D {
-	return bson.D{{Key: "$filter", Value: bson.D{{Key: "input", Value: input}, {Key: "cond", Value: cond}}}}
+	return obj("$filter", obj("input", input, "cond", cond))
 }
 
 // liveStage sets _live to liveHolders.
-var liveStage = bson.D{{Key: "$set", Value: bson.D{{Key: "_live", Value: liveHolders}}}}
+var liveStage = set("_live", liveHolders)
 
 // 15. Create a semaphore: insertOne, as a lock's.
 func createSemDoc(name string, n int) bson.D {
-	return bson.D{{Key: "_id", Value: name}, {Key: "kind", Value: "semaphore"}, {Key: "n", Value: n},
-		{Key: "holders", Value: bson.A{}}, {Key: "expiresAt", Value: epoch}}
+	return obj("_id", name, "kind", "semaphore", "n", n, "holders", bson.A{}, "expiresAt", epoch)
 }
 
 // 16. Acquire a slot, or hand one over: findOneAndUpdate({_id: name},
@@ -703,11 +684,11 @@ func createSemDoc(name string, n int) bson.D {
 func slotPipeline(a slotAttempt) bson.A {
 	const now, live, acq = "$$NOW", "$_live", "$_acquired"
 	until := op("$add", now, a.expiry.Milliseconds())
-	holder := bson.D{{Key: "id", Value: a.id}, {Key: "owner", Value: literal(a.owner)}}
+	holder := obj("id", a.id, "owner", literal(a.owner))
 	if a.rw != 0 {
 		holder = append(holder, bson.E{Key: "mode", Value: string(a.rw)})
 	}
-	holder = append(holder, bson.E{Key: "acquiredAt", Value: now}, bson.E{Key: "expiresAt", Value: until}, bson.E{Key: "token", Value: nextToken})
+	holder = append(holder, obj("acquiredAt", now, "expiresAt", until, "token", nextToken)...)
 	claimLive := op("$gt", ifNull("$waitingUntil", epoch), now)
 	other := op("$and", claimLive, op("$ne", "$waitingProcess", a.proc)) // another process's live claim
 	size := op("$size", live)
@@ -731,11 +712,7 @@ func slotPipeline(a slotAttempt) bson.A {
 	}
 	mine := op("$eq", "$waitingProcess", a.proc)
 	keep := func(field string) any { return cond(acq, cond(mine, "$$REMOVE", "$"+field), "$"+field) }
-	claims := bson.D{
-		{Key: "waitingProcess", Value: keep("waitingProcess")},
-		{Key: "waitingSince", Value: keep("waitingSince")},
-		{Key: "waitingUntil", Value: keep("waitingUntil")},
-	}
+	claims := obj("waitingProcess", keep("waitingProcess"), "waitingSince", keep("waitingSince"), "waitingUntil", keep("waitingUntil"))
 	if a.rw != 0 {
 		claims = append(claims, bson.E{Key: "waitingMode", Value: keep("waitingMode")})
 	}
@@ -747,7 +724,7 @@ func slotPipeline(a slotAttempt) bson.A {
 		if a.rw == 0 {
 			claiming = op("$and", not(acq), ofKind, agreed, claimTaken(a.proc, token, a.claim))
 		}
-		claimStage = bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "_claims", Value: claiming}}}}}
+		claimStage = bson.A{set("_claims", claiming)}
 		values := []any{a.proc, token, op("$add", now, a.claim.Milliseconds()), string(a.rw)}
 		for i := range claims {
 			claims[i].Value = cond("$_claims", values[i], claims[i].Value)
@@ -755,25 +732,22 @@ func slotPipeline(a slotAttempt) bson.A {
 		claims = append(claims, bson.E{Key: "_claims", Value: "$$REMOVE"})
 		refusedWrite = cond("$_claims", wroteClaim, "$lastWrite")
 	}
-	set := bson.D{
-		{Key: "holders", Value: cond(acq, op("$concatArrays", live, bson.A{holder}), "$holders")},
-		{Key: "fencingToken", Value: cond(acq, nextToken, "$fencingToken")},
-		{Key: "expiresAt", Value: cond(acq, op("$max", ifNull("$expiresAt", epoch), until), "$expiresAt")},
-	}
+	write := obj("holders", cond(acq, op("$concatArrays", live, bson.A{holder}), "$holders"),
+		"fencingToken", cond(acq, nextToken, "$fencingToken"),
+		"expiresAt", cond(acq, op("$max", ifNull("$expiresAt", epoch), until), "$expiresAt"))
 	if a.rw == 0 {
-		set = append(set, bson.E{Key: "n", Value: cond(acq, a.n, "$n")})
+		write = append(write, bson.E{Key: "n", Value: cond(acq, a.n, "$n")})
 	}
-	set = append(set, claims...)
+	write = append(write, claims...)
 	var stages bson.A
 	if a.mode == handOverMode {
-		stages = bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "holders", Value: filterOf(ifNull("$holders", bson.A{}), op("$ne", "$$this.id", a.releasing))}}}}}
-		set = append(set, bson.E{Key: "releasedAt", Value: cond(acq, ifNull("$releasedAt", "$$REMOVE"), now)})
+		stages = bson.A{set("holders", filterOf(ifNull("$holders", bson.A{}), op("$ne", "$$this.id", a.releasing)))}
+		write = append(write, bson.E{Key: "releasedAt", Value: cond(acq, ifNull("$releasedAt", "$$REMOVE"), now)})
 		refusedWrite = wroteRelease
 	}
-	set = append(set, bson.E{Key: "lastWrite", Value: cond(acq, wroteAcquire, refusedWrite)})
-	set = append(set, bson.E{Key: "_live", Value: "$$REMOVE"}, bson.E{Key: "_acquired", Value: "$$REMOVE"})
-	stages = append(stages, liveStage, bson.D{{Key: "$set", Value: bson.D{{Key: "_acquired", Value: op("$and", ofKind, acquired)}}}})
-	return append(append(stages, claimStage...), bson.D{{Key: "$set", Value: set}})
+	write = append(write, obj("lastWrite", cond(acq, wroteAcquire, refusedWrite), "_live", "$$REMOVE", "_acquired", "$$REMOVE")...)
+	stages = append(stages, liveStage, set("_acquired", op("$and", ofKind, acquired)))
+	return append(append(stages, claimStage...), obj("$set", write))
 }
 
 // slotKind is the kind of the documents whose slots are taken in mode rw:
@@ -791,7 +765,7 @@ func slotKind(rw rwMode) string {
 var (
 	slotReplyFields = bson.D{
 		{Key: "kind", Value: 1}, {Key: "n", Value: 1}, {Key: "fencingToken", Value: 1}, {Key: "waitingProcess", Value: 1},
-		{Key: "holders", Value: bson.D{{Key: "$slice", Value: -1}}},
+		{Key: "holders", Value: obj("$slice", -1)},
 	}
 	slotReplyOptions = options.FindOneAndUpdate().SetReturnDocument(options.After).SetProjection(slotReplyFields)
 )
@@ -810,7 +784,7 @@ type slotAttempt struct {
 // semHolderFilter matches the semaphore only while id holds a slot of it:
 // owner-checked, as ownerFilter.
 func semHolderFilter(name, id string) bson.D {
-	return bson.D{{Key: "_id", Value: name}, {Key: "holders.id", Value: id}}
+	return obj("_id", name, "holders.id", id)
 }
 
 // 17. Release a slot: updateOne(semHolderFilter, semReleaseUpdate). The
@@ -818,10 +792,7 @@ func semHolderFilter(name, id string) bson.D {
 // document at most ttlGraceSeconds after the released lease would have
 // ended. releasedAt is what release events look for.
 func semReleaseUpdate(id string) bson.D {
-	return bson.D{
-		{Key: "$pull", Value: bson.D{{Key: "holders", Value: bson.D{{Key: "id", Value: id}}}}},
-		{Key: "$currentDate", Value: bson.D{{Key: "releasedAt", Value: true}}},
-	}
+	return obj("$pull", obj("holders", obj("id", id)), "$currentDate", obj("releasedAt", true))
 }
 
 // 18. Extend slots' leases, one or a batch across semaphores:
@@ -830,29 +801,20 @@ func semReleaseUpdate(id string) bson.D {
 // with a shorter expiry must not pull it below another holder's lease, or
 // the TTL monitor could delete a held document.
 func semExtendFilter(names, ids bson.A) bson.D {
-	return bson.D{
-		{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}},
-		{Key: "holders.id", Value: bson.D{{Key: "$in", Value: ids}}},
-	}
+	return obj("_id", obj("$in", names), "holders.id", obj("$in", ids))
 }
 
 func semExtendUpdate(ids bson.A, expiry time.Duration) bson.A {
 	until := op("$add", "$$NOW", expiry.Milliseconds())
-	return bson.A{bson.D{{Key: "$set", Value: bson.D{
-		{Key: "holders", Value: bson.D{{Key: "$map", Value: bson.D{
-			{Key: "input", Value: "$holders"},
-			{Key: "in", Value: cond(op("$in", "$$this.id", ids),
-				op("$mergeObjects", "$$this", bson.D{{Key: "expiresAt", Value: until}}), "$$this")},
-		}}}},
-		{Key: "expiresAt", Value: op("$max", ifNull("$expiresAt", epoch), until)},
-		{Key: "lastWrite", Value: wroteExtend},
-	}}}}
+	extended := cond(op("$in", "$$this.id", ids), op("$mergeObjects", "$$this", obj("expiresAt", until)), "$$this")
+	return bson.A{set("holders", obj("$map", obj("input", "$holders", "in", extended)),
+		"expiresAt", op("$max", ifNull("$expiresAt", epoch), until), "lastWrite", wroteExtend)}
 }
 
 // 19. After a batch of slots that may have matched fewer holders than it
 // had handles: read their holders to find the lost ones.
 func semHoldersQuery(names bson.A) (filter, projection bson.D) {
-	return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}}}, bson.D{{Key: "holders.id", Value: 1}}
+	return obj("_id", obj("$in", names)), obj("holders.id", 1)
 }
 
 // Reader-writer locks. An RWLock is one document in the semaphores'
@@ -879,8 +841,7 @@ func semHoldersQuery(names bson.A) (filter, projection bson.D) {
 
 // 20. Create an RWLock: insertOne, as a lock's.
 func createRWDoc(name string) bson.D {
-	return bson.D{{Key: "_id", Value: name}, {Key: "kind", Value: "rwlock"},
-		{Key: "holders", Value: bson.A{}}, {Key: "expiresAt", Value: epoch}}
+	return obj("_id", name, "kind", "rwlock", "holders", bson.A{}, "expiresAt", epoch)
 }
 
 // 21. Inspect a semaphore or an RWLock: aggregate([{$match: filter},
@@ -889,20 +850,11 @@ func createRWDoc(name string) bson.D {
 // server's clock.
 func semInspectPipeline(match bson.D) mongo.Pipeline {
 	claimLive := op("$gt", ifNull("$waitingUntil", epoch), "$$NOW")
-	return mongo.Pipeline{
-		{{Key: "$match", Value: match}},
-		{{Key: "$project", Value: bson.D{
-			{Key: "kind", Value: 1},
-			{Key: "n", Value: 1},
-			{Key: "holders", Value: liveHolders},
-			{Key: "fencingToken", Value: 1},
-			{Key: "waiting", Value: claimLive},
-			{Key: "writerWaiting", Value: op("$or",
-				op("$and", claimLive, op("$eq", "$waitingMode", "w")),
-				op("$gt", op("$size", filterOf(liveHolders, op("$gt", ifNull("$$this.upgradingUntil", epoch), "$$NOW"))), 0))},
-			{Key: "now", Value: "$$NOW"},
-		}}},
-	}
+	upgrading := filterOf(liveHolders, op("$gt", ifNull("$$this.upgradingUntil", epoch), "$$NOW"))
+	return mongo.Pipeline{obj("$match", match), obj("$project", obj(
+		"kind", 1, "n", 1, "holders", liveHolders, "fencingToken", 1, "waiting", claimLive,
+		"writerWaiting", op("$or", op("$and", claimLive, op("$eq", "$waitingMode", "w")), op("$gt", op("$size", upgrading), 0)),
+		"now", "$$NOW"))}
 }
 
 // 22. List semaphores and RWLocks: the same, with {$match:
@@ -920,7 +872,7 @@ func semListPipeline(prefix string) mongo.Pipeline {
 // crashed holder's stays in the list) is left as it is, and the reply's
 // modified count says whether a holder was ended.
 func semForceReleaseFilter(name string) bson.D {
-	return bson.D{{Key: "_id", Value: name}, {Key: "holders.0", Value: bson.D{{Key: "$exists", Value: true}}}}
+	return obj("_id", name, "holders.0", obj("$exists", true))
 }
 
 var semForceReleaseUpdate = semForceReleaseOf(liveHolders, bson.A{})
@@ -935,11 +887,8 @@ func semForceReleaseHolderUpdate(id string) bson.A {
 // release does, if ending is not empty; else it changes nothing.
 func semForceReleaseOf(ending, after any) bson.A {
 	ends := op("$gt", op("$size", ending), 0)
-	return bson.A{bson.D{{Key: "$set", Value: bson.D{
-		{Key: "holders", Value: cond(ends, after, "$holders")},
-		{Key: "releasedAt", Value: cond(ends, "$$NOW", "$releasedAt")},
-		{Key: "lastWrite", Value: cond(ends, wroteRelease, "$lastWrite")},
-	}}}}
+	return bson.A{set("holders", cond(ends, after, "$holders"), "releasedAt", cond(ends, "$$NOW", "$releasedAt"),
+		"lastWrite", cond(ends, wroteRelease, "$lastWrite"))}
 }
 
 // 24. Upgrade an upgradeable reader, polling: findOneAndUpdate(
@@ -954,42 +903,33 @@ func upgradePipeline(id, tag string, claim time.Duration) bson.A {
 	const now = "$$NOW"
 	others := filterOf("$_live", op("$ne", "$$this.id", id))
 	mine := filterOf("$_live", op("$and", op("$eq", "$$this.id", id), op("$eq", "$$this.mode", "u")))
-	decide := bson.D{
-		{Key: "_alone", Value: op("$eq", op("$size", others), 0)},
-		{Key: "_mine", Value: op("$gt", op("$size", mine), 0)},
-	}
+	decide := set("_alone", op("$eq", op("$size", others), 0), "_mine", op("$gt", op("$size", mine), 0))
 	upgraded := op("$and", "$_mine", "$_alone")
 	holder := cond(op("$and", "$_mine", op("$eq", "$$this.id", id)),
 		cond("$_alone", rewrittenHolder(writeMode, nextToken, tag, "$$REMOVE"),
 			rewrittenHolder(upgradeMode, "$$this.token", tag, op("$add", now, claim.Milliseconds()))),
 		"$$this")
-	return bson.A{liveStage, bson.D{{Key: "$set", Value: decide}}, bson.D{{Key: "$set", Value: bson.D{
-		{Key: "holders", Value: mapHolders(holder)},
-		{Key: "fencingToken", Value: cond(upgraded, nextToken, "$fencingToken")},
-		{Key: "lastWrite", Value: cond("$_mine", cond("$_alone", wroteAcquire, wroteClaim), "$lastWrite")},
-		{Key: "_live", Value: "$$REMOVE"}, {Key: "_alone", Value: "$$REMOVE"}, {Key: "_mine", Value: "$$REMOVE"},
-	}}}}
+	return bson.A{liveStage, decide, set("holders", mapHolders(holder), "fencingToken", cond(upgraded, nextToken, "$fencingToken"),
+		"lastWrite", cond("$_mine", cond("$_alone", wroteAcquire, wroteClaim), "$lastWrite"),
+		"_live", "$$REMOVE", "_alone", "$$REMOVE", "_mine", "$$REMOVE")}
 }
 
 // upgradeReplyFields return, of the document after an upgrade's poll, only
 // id's holder.
 func upgradeReplyFields(id string) bson.D {
-	return bson.D{{Key: "holders", Value: bson.D{{Key: "$elemMatch", Value: bson.D{{Key: "id", Value: id}}}}}}
+	return obj("holders", obj("$elemMatch", obj("id", id)))
 }
 
 // rewrittenHolder is the holder $$this in mode, with token, and an
 // upgrade's tag and upgradingUntil ($$REMOVE: none).
 func rewrittenHolder(mode rwMode, token, tag, until any) bson.D {
-	return bson.D{
-		{Key: "id", Value: "$$this.id"}, {Key: "owner", Value: "$$this.owner"}, {Key: "mode", Value: string(mode)},
-		{Key: "acquiredAt", Value: "$$this.acquiredAt"}, {Key: "expiresAt", Value: "$$this.expiresAt"}, {Key: "token", Value: token},
-		{Key: "upgrade", Value: tag}, {Key: "upgradingUntil", Value: until},
-	}
+	return obj("id", "$$this.id", "owner", "$$this.owner", "mode", string(mode), "acquiredAt", "$$this.acquiredAt",
+		"expiresAt", "$$this.expiresAt", "token", token, "upgrade", tag, "upgradingUntil", until)
 }
 
 // mapHolders is the holders, each $$this replaced with in.
 func mapHolders(in any) bson.D {
-	return bson.D{{Key: "$map", Value: bson.D{{Key: "input", Value: ifNull("$holders", bson.A{})}, {Key: "in", Value: in}}}}
+	return obj("$map", obj("input", ifNull("$holders", bson.A{}), "in", in))
 }
 
 // 25. Undo an upgrade's poll, when its Upgrade gives up:
@@ -998,8 +938,7 @@ func mapHolders(in any) bson.D {
 // a later poll's is tagged otherwise. releasedAt is stamped, as a
 // release's: readers may enter again.
 func upgradeTagFilter(name, id, tag string) bson.D {
-	return bson.D{{Key: "_id", Value: name}, {Key: "holders", Value: bson.D{{Key: "$elemMatch", Value: bson.D{
-		{Key: "id", Value: id}, {Key: "upgrade", Value: tag}}}}}}
+	return obj("_id", name, "holders", obj("$elemMatch", obj("id", id, "upgrade", tag)))
 }
 
 // 26. Downgrade a writer: updateOne(semHolderFilter(name, id),
@@ -1008,5 +947,5 @@ func upgradeTagFilter(name, id, tag string) bson.D {
 // (releasedAt, as a release stamps it).
 func holderModeUpdate(id string, mode rwMode) bson.A {
 	in := cond(op("$eq", "$$this.id", id), rewrittenHolder(mode, "$$this.token", "$$REMOVE", "$$REMOVE"), "$$this")
-	return bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "holders", Value: mapHolders(in)}, {Key: "releasedAt", Value: "$$NOW"}, {Key: "lastWrite", Value: wroteRelease}}}}}
+	return bson.A{set("holders", mapHolders(in), "releasedAt", "$$NOW", "lastWrite", wroteRelease)}
 }

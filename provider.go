@@ -47,6 +47,9 @@ type Provider struct {
 	closeErr error         // its outcome; set before drained closes
 }
 
+// semSuffix names the semaphores' collection after the locks'.
+const semSuffix = "_semaphores"
+
 // NewProvider returns a Provider for locks in db. It validates every option
 // and returns an error naming the bad one; it does no I/O. A nil db is an
 // error.
@@ -211,9 +214,6 @@ func sender(jobs <-chan func(), job func()) {
 		}
 	}
 }
-
-// ErrClosed reports that the lock's Provider was closed.
-var ErrClosed = errors.New("mongolock: provider closed")
 
 // Close releases every lock that this provider's handles hold, makes its
 // Acquire and TryAcquire calls in flight return ErrClosed, and waits for its

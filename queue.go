@@ -17,6 +17,7 @@ import (
 // queue is the line of one lock name.
 type queue struct {
 	waiters   []*waiter // waiters[0] is the head
+	upgrades  []*waiter // Upgrade calls: woken with the head, never its turn
 	held      int       // handles of this process that hold the name
 	exclusive int       // of which exclusive ones (a lock's, an RWLock's writer's)
 	pace      pacer     // when the head attempts next
@@ -26,9 +27,10 @@ type queue struct {
 type waiter struct {
 	// wake has room for one signal: "you are the head now", "the lock was
 	// released", or "a hand-over to you ended". A signal is never lost.
-	wake chan struct{}
-	lock *Lock
-	q    *queue // its line; nil once it left
+	wake    chan struct{}
+	lock    *Lock
+	q       *queue // its line; nil once it left
+	upgrade bool   // an Upgrade's: beside the line, woken with its head
 
 	// A hand-over, guarded by queues.mu: one under way, or one done whose
 	// handle the waiter has not taken yet. Either stops another.
@@ -82,7 +84,7 @@ func (qs *queues) get(name string) *queue {
 // remembers its pace. The memory is swept of old paces whenever it has
 // doubled since the last sweep.
 func (qs *queues) drop(name string, q *queue) {
-	if len(q.waiters) > 0 || q.held > 0 {
+	if len(q.waiters) > 0 || len(q.upgrades) > 0 || q.held > 0 {
 		return
 	}
 	delete(qs.byName, name)
@@ -101,11 +103,20 @@ func (qs *queues) drop(name string, q *queue) {
 	}
 }
 
-// join appends a waiter for l. The head is signalled at once.
-func (qs *queues) join(l *Lock) *waiter {
+// join appends a waiter for l. The head is signalled at once. An
+// Upgrade's (upgrade) waits beside the line instead: its handle holds the
+// name already, so it takes no turn, and the line's head goes on asking
+// (a writer of its process claims the lock meanwhile); what wakes the head
+// wakes it too, and it is never handed a lock.
+func (qs *queues) join(l *Lock, upgrade bool) *waiter {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	w := &waiter{wake: make(chan struct{}, 1), lock: l, q: qs.get(l.name)}
+	w := &waiter{wake: make(chan struct{}, 1), lock: l, q: qs.get(l.name), upgrade: upgrade}
+	if upgrade {
+		w.q.upgrades = append(w.q.upgrades, w)
+		w.signal()
+		return w
+	}
 	if len(w.q.waiters) == 0 {
 		w.q.pace.begin() // a new wait
 	}
@@ -120,10 +131,15 @@ func (qs *queues) join(l *Lock) *waiter {
 func (qs *queues) leave(w *waiter) (untaken *Handle) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	q, i := w.q, slices.Index(w.q.waiters, w)
-	q.waiters = slices.Delete(q.waiters, i, i+1)
-	if i == 0 && len(q.waiters) > 0 {
-		q.waiters[0].signal()
+	q := w.q
+	if w.upgrade {
+		q.upgrades = slices.DeleteFunc(q.upgrades, func(u *waiter) bool { return u == w })
+	} else {
+		i := slices.Index(q.waiters, w)
+		q.waiters = slices.Delete(q.waiters, i, i+1)
+		if i == 0 && len(q.waiters) > 0 {
+			q.waiters[0].signal()
+		}
 	}
 	qs.drop(w.lock.name, q)
 	untaken, w.handedOver, w.q = w.handedOver, nil, nil
@@ -230,19 +246,14 @@ func (qs *queues) setExclusive(a *acquisition, exclusive bool) {
 func (qs *queues) wakeHead(name string) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	if q := qs.byName[name]; q != nil && len(q.waiters) > 0 {
-		q.waiters[0].signal()
-	}
-}
-
-// waiting returns how many Acquire calls wait in line for name.
-func (qs *queues) waiters(name string) int {
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
 	if q := qs.byName[name]; q != nil {
-		return len(q.waiters)
+		if len(q.waiters) > 0 {
+			q.waiters[0].signal()
+		}
+		for _, w := range q.upgrades {
+			w.signal()
+		}
 	}
-	return 0
 }
 
 // offer returns the head of name's line, marked as being handed the lock,

@@ -59,15 +59,6 @@ func (p *Provider) RWLock(name string) *RWLock {
 	return &RWLock{r: mode(readMode), w: mode(writeMode), u: mode(upgradeMode)}
 }
 
-// rwMode is what an RWLock's acquisition holds.
-type rwMode byte
-
-const (
-	readMode    rwMode = 'r'
-	writeMode   rwMode = 'w'
-	upgradeMode rwMode = 'u' // an upgradeable reader's
-)
-
 // Name returns the lock's name, exactly as given.
 func (rw *RWLock) Name() string { return rw.r.name }
 
@@ -101,7 +92,9 @@ var errReleased = errors.New("the handle was released")
 // in. New readers are refused from its first round trip on; it waits until
 // the other readers have released (or lost) the lock, polling as a
 // claimant of the next turn does, at least as often as the longest sleep
-// (WithBusyWaitSleep). Then h is the writer: the same handle, its lease
+// (WithBusyWaitSleep). It waits beside its process's line: what wakes the
+// line's head (a release in its process, or a release event where the
+// server has change streams) wakes it at once. Then h is the writer: the same handle, its lease
 // going on, with a new fencing token, greater than every earlier token of
 // the lock. If no other reader holds, that takes one round trip.
 //
@@ -132,6 +125,17 @@ func (h *Handle) Upgrade(ctx context.Context) error {
 		return l.errorf(op, ErrClosed)
 	}
 	defer p.calls.Done()
+	// It waits beside its process's line: a release there, or a release
+	// event, wakes it to poll at once.
+	lc := l.space()
+	w := lc.queues.join(l, true)
+	defer lc.queues.leave(w) // never handed a lock: nothing untaken
+	watching := false
+	defer func() {
+		if watching {
+			lc.notify.leave()
+		}
+	}()
 	var marked string // the tag of the last poll seen holding readers off
 	var lastErr error // the last transient error
 	giveUp := func(err error) error {
@@ -141,6 +145,10 @@ func (h *Handle) Upgrade(ctx context.Context) error {
 		return err
 	}
 	for start := time.Now(); ; {
+		select {
+		case <-w.wake: // what woke it is seen by this poll
+		default:
+		}
 		tag := newLockID()
 		token, err := h.upgradePoll(ctx, tag)
 		switch {
@@ -151,6 +159,10 @@ func (h *Handle) Upgrade(ctx context.Context) error {
 			return nil
 		case err == nil:
 			marked, lastErr = tag, nil
+			if !watching {
+				watching = true
+				lc.notify.join(lc.store, lc.queues.wakeHead, &lc.bg)
+			}
 		case isNoMatch(err):
 			return h.noHolder(op)
 		case ctx.Err() != nil || endedByDeadline(ctx, err): // cut short by ctx: it tells nothing
@@ -161,6 +173,7 @@ func (h *Handle) Upgrade(ctx context.Context) error {
 		}
 		o := p.opts
 		select {
+		case <-w.wake:
 		case <-time.After(min(max(o.sleepMin, time.Since(start)/2), o.claimantSleep())):
 		case <-ctx.Done():
 			return giveUp(l.gaveUp(op, ctx, lastErr, marked != "" && lastErr == nil))
@@ -237,7 +250,7 @@ func (h *Handle) Downgrade(ctx context.Context) error {
 	}
 	defer h.changing.Store(false)
 	to := readMode
-	if l.kind.(slotDriver).rw == upgradeMode {
+	if l.kind.describe().mode == upgradeMode {
 		to = upgradeMode
 	}
 	h.mode.Store(uint32(to)) // a reader from now on, whatever the round trip does

@@ -890,3 +890,28 @@ func TestRWLockUpgradesUnderContention(t *testing.T) {
 	require.Equal(t, int64(2*procs*rounds), version.Load())
 	require.Zero(t, holderCount(t, semColl(db), name))
 }
+
+// An upgrade waits in its process's line: the release of a reader of its
+// own process wakes it at once, whatever its sleep. Its sleeps here are a
+// minute long, longer than its ctx.
+func TestRWLockUpgradeWakesWhenAReaderOfItsProcessReleases(t *testing.T) {
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, 30*time.Second)
+	const name = "ledger"
+	rw := newProvider(t, db, mongolock.WithBusyWaitSleep(time.Minute, 2*time.Minute)).RWLock(name)
+	u, err := rw.Upgradeable().TryAcquire(ctx)
+	require.NoError(t, err)
+	releaseAtCleanup(t, u)
+	r, err := rw.Reader().TryAcquire(ctx)
+	require.NoError(t, err, "a reader of the same process beside the upgradeable reader")
+	releaseAtCleanup(t, r)
+
+	uctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	upgraded := upgradeInBackground(uctx, u)
+	awaitUpgradeWaiting(t, ctx, rw)
+	require.NoError(t, r.Release(ctx))
+	require.NoError(t, <-upgraded, "the upgrade, once the reader of its process left")
+	live, writers := liveModes(t, semColl(db), name)
+	require.Equal(t, [2]int{0, 1}, [2]int{live, writers}, "live readers, writers after the upgrade")
+}

@@ -16,9 +16,6 @@ import (
 // owner-checked release, fencing tokens that increase per semaphore), only
 // its statements differ (protocol.go, 15 to 19).
 
-// semSuffix names the semaphores' collection after the locks'.
-const semSuffix = "_semaphores"
-
 // errSemaphoreSize reports that a semaphore's slots are held with another n.
 var errSemaphoreSize error = mismatch("the semaphore is held with another number of slots")
 
@@ -182,3 +179,10 @@ func (d slotDriver) limit() (int, bool) {
 func (slotDriver) unclaimed() bool { return false }
 
 func (slotDriver) holds() bool { return false }
+
+func (d slotDriver) describe() kindInfo {
+	if d.rw != 0 {
+		return kindInfo{kind: KindRWLock, mode: d.rw}
+	}
+	return kindInfo{kind: KindSemaphore, slots: d.n}
+}

@@ -189,40 +189,25 @@ type IndexInfo struct {
 	Err                  error
 }
 
-// WithTrace sets hooks the provider calls on its operations' events;
-// NewProvider copies them, so changing t later changes nothing. Given more
-// than once, every Trace's hooks are called, in the order given, and the
-// context an earlier start hook returns is passed to the later ones. A nil
-// Trace is an error.
-func WithTrace(t *Trace) Option {
-	return func(o *config) {
-		if t == nil {
-			o.nilTrace = true
-			return
-		}
-		o.trace = o.trace.join(t)
-	}
-}
-
-// join returns hooks that call t's, then u's; t may be nil.
-func (t *Trace) join(u *Trace) *Trace {
+// then returns hooks that call t's, then u's; t may be nil.
+func (t *Trace) then(u *Trace) *Trace {
 	if t == nil {
 		c := *u
 		return &c
 	}
 	return &Trace{
-		AcquireStart: joinStart(t.AcquireStart, u.AcquireStart), AcquireAttempt: joinCtx(t.AcquireAttempt, u.AcquireAttempt),
-		AcquireDone:  joinCtx(t.AcquireDone, u.AcquireDone),
-		ReleaseStart: joinStart(t.ReleaseStart, u.ReleaseStart), HandOver: joinCtx(t.HandOver, u.HandOver),
-		ReleaseDone: joinCtx(t.ReleaseDone, u.ReleaseDone),
-		Acquired:    join(t.Acquired, u.Acquired), Unheld: join(t.Unheld, u.Unheld), Lost: join(t.Lost, u.Lost),
-		ExtendStart: joinStart(t.ExtendStart, u.ExtendStart), ExtendDone: joinCtx(t.ExtendDone, u.ExtendDone),
-		OrphanReleased: join(t.OrphanReleased, u.OrphanReleased), Abandoned: join(t.Abandoned, u.Abandoned),
-		IndexFailed: join(t.IndexFailed, u.IndexFailed),
+		AcquireStart: chainStart(t.AcquireStart, u.AcquireStart), AcquireAttempt: chainCtx(t.AcquireAttempt, u.AcquireAttempt),
+		AcquireDone:  chainCtx(t.AcquireDone, u.AcquireDone),
+		ReleaseStart: chainStart(t.ReleaseStart, u.ReleaseStart), HandOver: chainCtx(t.HandOver, u.HandOver),
+		ReleaseDone: chainCtx(t.ReleaseDone, u.ReleaseDone),
+		Acquired:    chain(t.Acquired, u.Acquired), Unheld: chain(t.Unheld, u.Unheld), Lost: chain(t.Lost, u.Lost),
+		ExtendStart: chainStart(t.ExtendStart, u.ExtendStart), ExtendDone: chainCtx(t.ExtendDone, u.ExtendDone),
+		OrphanReleased: chain(t.OrphanReleased, u.OrphanReleased), Abandoned: chain(t.Abandoned, u.Abandoned),
+		IndexFailed: chain(t.IndexFailed, u.IndexFailed),
 	}
 }
 
-func join[I any](f, g func(I)) func(I) {
+func chain[I any](f, g func(I)) func(I) {
 	switch {
 	case f == nil:
 		return g
@@ -232,7 +217,7 @@ func join[I any](f, g func(I)) func(I) {
 	return func(i I) { f(i); g(i) }
 }
 
-func joinCtx[I any](f, g func(context.Context, I)) func(context.Context, I) {
+func chainCtx[I any](f, g func(context.Context, I)) func(context.Context, I) {
 	switch {
 	case f == nil:
 		return g
@@ -242,7 +227,7 @@ func joinCtx[I any](f, g func(context.Context, I)) func(context.Context, I) {
 	return func(ctx context.Context, i I) { f(ctx, i); g(ctx, i) }
 }
 
-func joinStart[I any](f, g func(context.Context, I) context.Context) func(context.Context, I) context.Context {
+func chainStart[I any](f, g func(context.Context, I) context.Context) func(context.Context, I) context.Context {
 	switch {
 	case f == nil:
 		return g
@@ -269,36 +254,6 @@ const (
 	opProclaimTrace   = "proclaim"
 )
 
-// telemetryConfig is what WithTrace and WithLogger set.
-type telemetryConfig struct {
-	trace    *Trace
-	nilTrace bool
-	logger   *slog.Logger
-}
-
-func defaultTelemetryConfig() telemetryConfig {
-	return telemetryConfig{logger: slog.New(slog.DiscardHandler)}
-}
-
-func (c telemetryConfig) check() error {
-	switch {
-	case c.nilTrace:
-		return invalid("WithTrace(nil): pass hooks, or leave the option out")
-	case c.logger == nil:
-		return invalid("WithLogger(nil): pass a logger, or leave the option out to log nothing")
-	}
-	return nil
-}
-
-// WithLogger sets where the provider logs: losses and handles dropped while
-// held (Warn), acquisitions released in the background because nobody got
-// their handle, and failures to create the TTL index (Info), and transient
-// errors that are retried (Debug). Default: it logs nothing. A nil logger is
-// an error.
-func WithLogger(l *slog.Logger) Option {
-	return func(o *config) { o.logger = l }
-}
-
 // telemetry is a provider's hooks (nil: none) and logger.
 type telemetry struct {
 	trace *Trace
@@ -307,31 +262,6 @@ type telemetry struct {
 
 func newTelemetry(c telemetryConfig) telemetry {
 	return telemetry{trace: c.trace, log: c.logger}
-}
-
-// info says which lock l is.
-func (l *Lock) info() TraceLock {
-	sp := l.space()
-	i := TraceLock{Name: shortName(l.name), Database: sp.db, Collection: sp.name}
-	switch d := l.kind.(type) {
-	case mutexDriver:
-		i.Kind = KindLock
-		if d.value != nil {
-			i.Kind = KindElection
-		}
-	case slotDriver:
-		switch d.rw {
-		case readMode:
-			i.Kind, i.Mode = KindRWLock, "read"
-		case writeMode:
-			i.Kind, i.Mode = KindRWLock, "write"
-		case upgradeMode:
-			i.Kind, i.Mode = KindRWLock, "upgradeable"
-		default:
-			i.Kind, i.Slots = KindSemaphore, d.n
-		}
-	}
-	return i
 }
 
 // result is how a call that returned err ended; ok names its success.
@@ -381,19 +311,18 @@ type acquireCall struct {
 	handedOver bool // the handle was handed over by a release of this process
 }
 
-// traceAcquire runs acquire, the body of l's Acquire or TryAcquire (op),
-// and tells the hooks.
-func (t *telemetry) traceAcquire(ctx context.Context, l *Lock, op string,
-	acquire func(context.Context, *acquireCall) (*Handle, error)) (h *Handle, err error) {
+// startAcquire tells the hooks that l's Acquire or TryAcquire (op) begins,
+// and returns its context and the call that counts its attempts; the call
+// ends with end.
+func (t *telemetry) startAcquire(ctx context.Context, l *Lock, op string) (context.Context, acquireCall) {
 	call := acquireCall{t: t, l: l, op: op}
 	if tr := t.trace; tr != nil {
 		call.start = time.Now()
 		if tr.AcquireStart != nil {
 			ctx = tr.AcquireStart(ctx, AcquireStartInfo{Lock: l.info(), Operation: op})
 		}
-		defer func() { call.end(ctx, h, err) }()
 	}
-	return acquire(ctx, &call)
+	return ctx, call
 }
 
 // attempted counts an attempt that returned err. A transient error is
@@ -410,7 +339,7 @@ func (c *acquireCall) attempted(ctx context.Context, err error) {
 
 // end tells the hooks that the call returned h or err.
 func (c *acquireCall) end(ctx context.Context, h *Handle, err error) {
-	if tr := c.t.trace; tr.AcquireDone != nil {
+	if tr := c.t.trace; tr != nil && tr.AcquireDone != nil {
 		info := AcquireDoneInfo{Lock: c.l.info(), Operation: c.op, Attempts: c.attempts, Waited: time.Since(c.start),
 			HandedOver: c.handedOver, TraceResult: result(err, "acquired")}
 		if h != nil {
@@ -420,18 +349,19 @@ func (c *acquireCall) end(ctx context.Context, h *Handle, err error) {
 	}
 }
 
-// startRelease tells the hooks that h's Release or Proclaim (op) begins,
-// and returns its context.
-func (t *telemetry) startRelease(ctx context.Context, h *acquisition, op string) context.Context {
+// startHolderWrite tells the hooks that a write of h's holder, its Release
+// or Proclaim (op), begins (ReleaseStart reports both), and returns its
+// context.
+func (t *telemetry) startHolderWrite(ctx context.Context, h *acquisition, op string) context.Context {
 	if tr := t.trace; tr != nil && tr.ReleaseStart != nil {
 		return tr.ReleaseStart(ctx, ReleaseStartInfo{Lock: h.lock.info(), Operation: op, FencingToken: h.token.Load()})
 	}
 	return ctx
 }
 
-// endRelease tells the hooks that h's Release or Proclaim (op; ok names its
-// success) returned err.
-func (t *telemetry) endRelease(ctx context.Context, h *acquisition, op, ok string, err error) {
+// endHolderWrite tells the hooks (ReleaseDone) that h's Release or Proclaim
+// (op; ok names its success) returned err.
+func (t *telemetry) endHolderWrite(ctx context.Context, h *acquisition, op, ok string, err error) {
 	if tr := t.trace; tr != nil && tr.ReleaseDone != nil {
 		tr.ReleaseDone(ctx, ReleaseDoneInfo{Lock: h.lock.info(), Operation: op, FencingToken: h.token.Load(), TraceResult: result(err, ok)})
 	}
