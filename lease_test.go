@@ -39,15 +39,20 @@ func TestALossByFailingExtensionsKeepsTheLockUntilTheConfirmedLeaseEnds(t *testi
 	require.False(t, closedNow(h.Lost()), "lost before the connection was restored")
 
 	var next *mongolock.Handle
+	refusals, since := 0, time.Now()
 	for next == nil {
 		h2, err := rival.Lock(name).TryAcquire(ctx)
 		switch {
 		case err == nil:
 			next = releaseAtCleanup(t, h2)
 		case errors.Is(err, mongolock.ErrNotAcquired):
+			refusals++
 			time.Sleep(5 * time.Millisecond) // polling pace
 		default:
-			require.NoError(t, err, "the rival")
+			// What held the lock, should the rival never get in: the
+			// holder's state and the lock's document as the server has it.
+			require.NoError(t, err, "the rival, after %d refusals in %v; the holder lost: %v, its lease end %v; the lock's document: %v",
+				refusals, time.Since(since), closedNow(h.Lost()), h.LeaseEnd(), rawLockDoc(t, lockColl(db), name))
 		}
 	}
 	require.True(t, closedNow(h.Lost()), "the rival got in before the holder was lost")
