@@ -2,9 +2,9 @@ package memdb
 
 import (
 	"cmp"
-	"fmt"
 	"math"
 	"math/big"
+	"reflect"
 	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -21,8 +21,10 @@ var missing = missingT{}
 // statements use no other): each one's BSON type as $type names it, and
 // its rank, its place in MongoDB's comparison order of types; values of
 // different ranks compare by rank.
-var bsonTypes = map[string]bsonTypeT{"memdb.missingT": {"missing", 0}, "<nil>": {"null", 1}, "int32": {"int", 2}, "int64": {"long", 2}, "float64": {"double", 2},
-	"string": {"string", 3}, "bson.D": {"object", 4}, "bson.A": {"array", 5}, "bool": {"bool", 8}, "bson.DateTime": {"date", 9}}
+var bsonTypes = map[reflect.Type]bsonTypeT{reflect.TypeFor[missingT](): {"missing", 0}, nil: {"null", 1},
+	reflect.TypeFor[int32](): {"int", 2}, reflect.TypeFor[int64](): {"long", 2}, reflect.TypeFor[float64](): {"double", 2},
+	reflect.TypeFor[string](): {"string", 3}, reflect.TypeFor[bson.D](): {"object", 4}, reflect.TypeFor[bson.A](): {"array", 5},
+	reflect.TypeFor[bool](): {"bool", 8}, reflect.TypeFor[bson.DateTime](): {"date", 9}}
 
 type bsonTypeT struct {
 	name string
@@ -30,7 +32,7 @@ type bsonTypeT struct {
 }
 
 func bsonType(v any) bsonTypeT {
-	t, ok := bsonTypes[fmt.Sprintf("%T", v)]
+	t, ok := bsonTypes[reflect.TypeOf(v)]
 	if !ok {
 		panic(notModelled("value of type %T", v))
 	}
