@@ -17,7 +17,6 @@
 package memdb
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -197,7 +196,18 @@ func encodeAll(docs []bson.D) []bson.Raw {
 // same reports whether a and b are the same BSON, byte by byte: of the
 // same types (1 is not 1.0) and, in documents, the same field order.
 func same(a, b any) bool {
-	return bytes.Equal(encode(bson.D{{Key: "v", Value: a}}), encode(bson.D{{Key: "v", Value: b}}))
+	switch x := a.(type) {
+	case bson.D:
+		y, ok := b.(bson.D)
+		return ok && slices.EqualFunc(x, y, func(e, f bson.E) bool { return e.Key == f.Key && same(e.Value, f.Value) })
+	case bson.A:
+		y, ok := b.(bson.A)
+		return ok && slices.EqualFunc(x, y, same)
+	case float64: // -0 is not 0 byte by byte
+		y, ok := b.(float64)
+		return ok && math.Float64bits(x) == math.Float64bits(y)
+	}
+	return bsonType(a) == bsonType(b) && a == b // the model's other types are comparable
 }
 
 // matching are the indexes of the documents filter matches, the first
