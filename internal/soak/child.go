@@ -530,7 +530,7 @@ func (c *child) section(t target, floor int64, waited time.Duration, h *mongoloc
 			break // stop work at once: the next holder may come in soon
 		}
 		// A violation of either check was counted: stop, and exit.
-		if lead != nil && i == 0 && c.leaderDisplaced(ctx, t, lead, g) || t.long && c.vanished(ctx, t, h, g) {
+		if c.check(ctx, t, h, i == 0, lead, g) {
 			break
 		}
 		res, err := c.res.UpdateOne(ctx, mine, bson.D{{Key: "$inc", Value: bson.D{{Key: fWrites, Value: 1}}}})
@@ -595,6 +595,13 @@ func (t target) fence() string {
 		return fLast
 	}
 	return fLastWriter
+}
+
+// check runs a holder's checks of the lock's own document before a write:
+// a leader's (lead, before its first: first) and a long holder's. It
+// reports whether it counted a violation.
+func (c *child) check(ctx context.Context, t target, h *mongolock.Handle, first bool, lead *mongolock.Leadership, g *generation) bool {
+	return lead != nil && first && c.leaderDisplaced(ctx, t, lead, g) || t.long && c.vanished(ctx, t, h, g)
 }
 
 // leaderDisplaced proclaims a value of this term and reads the leader
