@@ -241,9 +241,8 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 }
 
 // watch signals changed on each change of the election's document, while
-// a change stream runs (streaming). It reopens, every longest busy-wait
-// sleep, a stream that ended after it opened or broke with a transient
-// error, and gives up on a server that refuses to open one.
+// a change stream runs (streaming). It reopens a stream that ended, and
+// gives up on a server that refuses to open one, as streamRetry says.
 func (e *Election) watch(ctx context.Context, changed chan<- struct{}, streaming *atomic.Bool) {
 	p := e.lock.p
 	signal := func(string) {
@@ -252,24 +251,29 @@ func (e *Election) watch(ctx context.Context, changed chan<- struct{}, streaming
 		default: // a signal is pending already
 		}
 	}
+	var retry streamRetry
 	for {
-		opened := false
+		var opened time.Time
 		err := watchNames(ctx, p.locks.store, leaderEvents(e.lock.name), func() {
-			opened = true
+			opened = time.Now()
 			streaming.Store(true)
 			signal("") // a change before the stream opened is read now
 		}, signal)
 		if streaming.Swap(false) {
 			signal("") // read now, and poll at the shorter period from then on
 		}
-		// Only a refusal to open one is final; a stream that opened and
-		// ended (history lost, an invalidate) is reopened.
-		if ctx.Err() != nil || !opened && !isTransient(err) {
+		if ctx.Err() != nil {
 			return
 		}
+		wait, final := retry.ended(opened, err)
+		if final {
+			return
+		}
+		t := time.NewTimer(wait)
 		select {
-		case <-time.After(p.opts.sleepMax):
+		case <-t.C:
 		case <-ctx.Done():
+			t.Stop()
 			return
 		}
 	}

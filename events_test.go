@@ -16,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/mongolock/mongolock/internal/memdb"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
@@ -450,4 +451,68 @@ func TestReleaseStreamThatEndsAfterOpeningIsReopenedAndARefusalIsRemembered(t *t
 	r.mu.Lock()
 	require.True(t, r.none)
 	r.mu.Unlock()
+}
+
+// A release stream that could not open for a transient error (a server
+// stepping down) is not remembered as refused: the next waiter opens it
+// again, no sooner than notifyRetry after the failure, as an election
+// observer does (streamRetry).
+func TestReleaseStreamThatFailedToOpenTransientlyIsRetriedAfterNotifyRetry(t *testing.T) {
+	steppingDown := mongo.CommandError{Code: 91, Name: "ShutdownInProgress", Message: "the server is shutting down"}
+	require.True(t, isTransient(steppingDown))
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	calls := 0
+	n := &notifier{source: func(context.Context, store, func(), func(string)) error {
+		calls++
+		return steppingDown
+	}}
+	before := time.Now()
+	n.join(nil, func(string) {}, &bg)
+	n.leave()
+	bg.Wait()
+	n.join(nil, func(string) {}, &bg) // within notifyRetry: not reopened
+	n.leave()
+	bg.Wait()
+	require.Equal(t, 1, calls, "reopened at once after a transient failure to open")
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	require.False(t, n.none, "a transient failure to open was remembered as a refusal")
+	require.False(t, n.retryAt.Before(before.Add(notifyRetry)), "the next open is allowed sooner than notifyRetry after the failure")
+}
+
+// An election observer reopens its change stream as the notifier does
+// (streamRetry): one that could not open for a transient error (a server
+// stepping down) is opened again notifyRetry later, not after the longest
+// busy-wait sleep, which is the observer's polling period and here an
+// hour. Its first read is refused too: only the stream's reopening, and
+// the read it triggers, can show the leader.
+func TestObserverReopensItsStreamAfterATransientRefusalAsTheNotifierDoes(t *testing.T) {
+	store := memdb.NewStore("mongolock_observe", nil)
+	obs := store.Client() // the observer's own network, whose faults the test sets
+	observer, err := newMemProvider(obs, "mongolock_observe", []Option{WithBusyWaitSleep(time.Hour, time.Hour)})
+	require.NoError(t, err)
+	other, err := newMemProvider(store.Client(), "mongolock_observe", nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	defer func() {
+		require.NoError(t, observer.Close(context.Background()))
+		require.NoError(t, other.Close(context.Background()))
+	}()
+	l, err := other.Election("observed").Campaign(ctx, "a")
+	require.NoError(t, err)
+	defer func() { require.NoError(t, l.Resign(ctx)) }()
+	// The observer's collection is set up: what Observe sends next is the
+	// stream's open and the first read, both refused.
+	_, err = observer.Election("observed").Leader(ctx)
+	require.NoError(t, err)
+	obs.Faults.Refuse(2)
+	observed := observer.Election("observed").Observe(ctx)
+	select {
+	case got := <-observed:
+		require.Equal(t, l.FencingToken(), got.FencingToken)
+	case <-time.After(10 * notifyRetry):
+		t.Fatalf("no state observed %v after the stream's open and the first read were refused", 10*notifyRetry)
+	}
 }

@@ -27,9 +27,9 @@ import (
 // collection is remembered as having none, and waiters keep polling,
 // silently. Only that refusal is remembered: a stream that opened and
 // ended later, whatever the error (the network, a failover, an event over
-// 16 MB, history lost, an invalidate), is reopened by the next waiter, no
-// sooner than notifyRetry after it ended, doubling while streams keep
-// ending within notifyRetryMax of opening.
+// 16 MB, history lost, an invalidate), or that could not open for a
+// transient error, is reopened by the next waiter, as streamRetry says.
+// Election observers reopen theirs by the same policy.
 
 // notifyLinger is how long a collection's change stream stays open after
 // its last waiter.
@@ -41,6 +41,31 @@ const (
 	notifyRetry    = time.Second
 	notifyRetryMax = time.Minute
 )
+
+// streamRetry is the policy for reopening a change stream that ended, a
+// collection's release events' (notifier) and an election observer's
+// (Election.watch): a refusal to open one that retrying cannot fix is
+// final; after any other end, the next open comes no sooner than
+// notifyRetry after it, doubling while streams keep ending (or failing to
+// open) within notifyRetryMax of opening, up to notifyRetryMax. The zero
+// value is ready; it is not safe for concurrent use.
+type streamRetry struct {
+	next time.Duration // the wait after the next end; 0: notifyRetry
+}
+
+// ended records the end of a stream: opened is when it opened (the zero
+// time: it never did), err why it ended. It returns how long to wait
+// before the next open, or final if none is to be tried.
+func (r *streamRetry) ended(opened time.Time, err error) (wait time.Duration, final bool) {
+	if opened.IsZero() && err != nil && !isTransient(err) {
+		return 0, true
+	}
+	if r.next == 0 || !opened.IsZero() && time.Since(opened) >= notifyRetryMax {
+		r.next = notifyRetry
+	}
+	wait, r.next = r.next, min(2*r.next, notifyRetryMax)
+	return wait, false
+}
 
 // releaseSource delivers the names of released locks until ctx ends,
 // calling ready once it sees every release from then on. It returns an
@@ -69,8 +94,8 @@ type notifier struct {
 	mu      sync.Mutex
 	source  releaseSource // change streams (watchReleases), or a test's
 	none    bool          // the source was refused: poll only, do not ask again
-	retryAt time.Time     // an open source ended: none started before then
-	retry   time.Duration // the next wait after an end; 0: notifyRetry
+	retryAt time.Time     // a source ended: none started before then
+	retry   streamRetry   // when the next source may start
 	waiters int
 	run     *sourceRun  // the running source, if any
 	linger  *time.Timer // pending stop after the last waiter
@@ -108,20 +133,13 @@ func (n *notifier) join(st store, wake func(name string), bg *sync.WaitGroup) {
 		}, wake)
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		// Polling never stopped; only the wake-ups end here.
-		switch {
-		case ctx.Err() != nil: // stopped after the last waiter
-		case !run.open:
-			// Refused: remembered unless retrying can fix it.
-			n.none = n.none || err != nil && !isTransient(err)
-		default:
-			// It opened, then ended: the next waiter reopens it, after a
-			// wait that grows while streams end soon after opening.
-			if n.retry == 0 || time.Since(opened) >= notifyRetryMax {
-				n.retry = notifyRetry
-			}
-			n.retryAt = time.Now().Add(n.retry)
-			n.retry = min(2*n.retry, notifyRetryMax)
+		// Polling never stopped; only the wake-ups end here. Unless it was
+		// stopped after the last waiter, the next waiter reopens it when
+		// the policy lets it.
+		if ctx.Err() == nil {
+			wait, final := n.retry.ended(opened, err)
+			n.none = n.none || final
+			n.retryAt = time.Now().Add(wait)
 		}
 		if n.run == run {
 			n.run = nil

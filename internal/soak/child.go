@@ -530,8 +530,8 @@ func (c *child) section(t target, floor int64, waited time.Duration, h *mongoloc
 			break // stop work at once: the next holder may come in soon
 		}
 		// A violation of either check was counted: stop, and exit.
-		if lead != nil && i == 0 && c.leaderDisplaced(ctx, t, lead, g) || t.long && c.vanished(ctx, t, h, g) {
-			break
+		if c.check(ctx, t, h, i == 0, lead, g) || closed(h.Lost()) {
+			break // a violation counted, or told of a loss meanwhile
 		}
 		res, err := c.res.UpdateOne(ctx, mine, bson.D{{Key: "$inc", Value: bson.D{{Key: fWrites, Value: 1}}}})
 		if err != nil {
@@ -597,6 +597,20 @@ func (t target) fence() string {
 	return fLastWriter
 }
 
+// check runs a holder's checks of the lock's own document before a write:
+// a leader's (lead, before its first: first) and a long holder's. It
+// reports whether it counted a violation. Their calls end with h (its
+// Context), as an application's work under a lock does: a holder told of
+// its loss while it waits for a reply stops at once, rather than staying
+// inside its resource until the reply comes, after the next holder came
+// in. The section's writes, its exit among them, keep the section's ctx.
+func (c *child) check(ctx context.Context, t target, h *mongolock.Handle, first bool, lead *mongolock.Leadership, g *generation) bool {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(h.Context(), cancel)()
+	return lead != nil && first && c.leaderDisplaced(ctx, t, lead, g) || t.long && c.vanished(ctx, t, h, g)
+}
+
 // leaderDisplaced proclaims a value of this term and reads the leader
 // back: until the leadership is lost, the server must show this leader
 // with that value. It reports a violation: someone else leads, or nobody,
@@ -605,15 +619,15 @@ func (c *child) leaderDisplaced(ctx context.Context, t target, l *mongolock.Lead
 	tok := l.FencingToken()
 	value := fmt.Sprintf("%s/%d", c.id, tok)
 	if err := l.Proclaim(ctx, value); err != nil {
-		if !errors.Is(err, mongolock.ErrLockLost) && c.gen.Load() == g {
+		if !errors.Is(err, mongolock.ErrLockLost) && l.Context().Err() == nil && c.gen.Load() == g {
 			c.count(sErrors)
 			fmt.Fprintf(os.Stderr, "%s: proclaim: %v\n", c.id, err)
 		}
-		return false // a loss, signalled by Proclaim: the write stops at Lost
+		return false // a loss, signalled by Proclaim or by the end of the check: the write stops at Lost
 	}
 	ld, err := g.locks.Election(t.name()).Leader(ctx)
 	switch {
-	case closed(l.Lost()): // lost meanwhile (Lost is read after the reply): someone else may lead
+	case l.Context().Err() != nil: // lost meanwhile (read after the reply; it ends the check too): someone else may lead
 		return false
 	case errors.Is(err, mongolock.ErrNoLeader):
 		c.violation(t, vDisplaced, "token %d of %s leads, but the election has no leader", tok, c.id)
@@ -656,7 +670,7 @@ func (c *child) vanished(ctx context.Context, t target, h *mongolock.Handle, g *
 		held = append(held, in.FencingToken)
 	}
 	switch {
-	case closed(h.Lost()): // lost meanwhile: the caller stops
+	case h.Context().Err() != nil: // lost meanwhile (it ends the check too): the caller stops
 		return false
 	case err != nil && !errors.Is(err, mongolock.ErrNoLock):
 		if c.gen.Load() == g {
