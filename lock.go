@@ -40,6 +40,8 @@ type kindDriver interface {
 	// query that tells its lost handles when it matched too few.
 	extend(p *Provider, names, ids bson.A) (filter bson.D, update any)
 	holders(names bson.A) (filter, projection bson.D)
+	// heldBy reads one document of holders' reply into held: its holders' ids.
+	heldBy(doc bson.Raw, held map[string]bool) error
 	// limit is how many handles of one process may hold the name at once
 	// (0: any number); an exclusive handle keeps every other out.
 	limit() (n int, exclusive bool)
@@ -578,6 +580,13 @@ func (mutexDriver) extend(p *Provider, names, ids bson.A) (bson.D, any) {
 }
 
 func (mutexDriver) holders(names bson.A) (bson.D, bson.D) { return holdersQuery(names) }
+
+func (mutexDriver) heldBy(raw bson.Raw, held map[string]bool) error {
+	var doc reply
+	err := bson.Unmarshal(raw, &doc)
+	held[doc.LockID] = true
+	return err
+}
 
 func (mutexDriver) limit() (int, bool) { return 1, true }
 

@@ -163,6 +163,15 @@ func (slotDriver) extend(p *Provider, names, ids bson.A) (bson.D, any) {
 
 func (slotDriver) holders(names bson.A) (bson.D, bson.D) { return semHoldersQuery(names) }
 
+func (slotDriver) heldBy(raw bson.Raw, held map[string]bool) error {
+	var doc semDoc
+	err := bson.Unmarshal(raw, &doc)
+	for _, h := range doc.Holders {
+		held[h.ID] = true
+	}
+	return err
+}
+
 // limit: a semaphore's process holds at most n slots; an RWLock's writer
 // keeps every other holder out. A writer whose process reads still asks the
 // database, to claim the lock and hold other processes' readers off.
