@@ -532,30 +532,28 @@ func (l *Lock) withdrawNow(ctx context.Context) error {
 	return err
 }
 
-// mutexDriver is the lock's kind, and an election's (value: the value its
-// campaign holds the lock with).
-type mutexDriver struct {
-	value *string
+// lockDriver is a lock's kind; electionDriver shares its documents.
+type lockDriver struct{}
+
+func (lockDriver) space(p *Provider) *space { return &p.locks }
+
+func (lockDriver) create(name string) bson.D { return createDoc(name) }
+
+func (lockDriver) acquire(ctx context.Context, p *Provider, name string, a attempt) (reply, error) {
+	return acquireMutex(ctx, p, name, a, nil, p.acquire[a.mode], turnLength)
 }
 
-func (mutexDriver) space(p *Provider) *space { return &p.locks }
-
-func (mutexDriver) create(name string) bson.D { return createDoc(name) }
-
-func (d mutexDriver) acquire(ctx context.Context, p *Provider, name string, a attempt) (doc reply, err error) {
+// acquireMutex sends one acquisition of a lock's document, held with value (nil: a lock's).
+func acquireMutex(ctx context.Context, p *Provider, name string, a attempt, value *string, parts acquireParts, turn int) (doc reply, err error) {
 	filter := acquireFilter(name)
 	if a.releasing != "" {
 		filter = ownerFilter(name, a.releasing)
 	}
-	parts, turn := p.acquire[a.mode], turnLength
-	if d.value != nil {
-		parts, turn = p.campaign[a.mode], electionTurn
-	}
 	var update bson.A
 	if a.mode == unclaimedMode {
-		update = unclaimedPipeline(p.locks.process, p.opts.owner, p.opts.expiry, a.id, d.value)
+		update = unclaimedPipeline(p.locks.process, p.opts.owner, p.opts.expiry, a.id, value)
 	} else {
-		update = acquirePipeline(a.id, a.waitToken, d.value, parts)
+		update = acquirePipeline(a.id, a.waitToken, value, parts)
 	}
 	raw, err := p.locks.store.findOneAndUpdate(ctx, filter, update, nil)
 	if err == nil {
@@ -568,40 +566,33 @@ func (d mutexDriver) acquire(ctx context.Context, p *Provider, name string, a at
 	return doc, err
 }
 
-func (mutexDriver) release(name, id string, hold time.Duration) (bson.D, any) {
+func (lockDriver) release(name, id string, hold time.Duration) (bson.D, any) {
 	if hold > 0 {
 		return ownerFilter(name, id), holdReleaseUpdate(hold)
 	}
 	return ownerFilter(name, id), releaseUpdate
 }
 
-func (mutexDriver) extend(p *Provider, names, ids bson.A) (bson.D, any) {
+func (lockDriver) extend(p *Provider, names, ids bson.A) (bson.D, any) {
 	return extendFilter(names, ids), p.extendUpdate
 }
 
-func (mutexDriver) holders(names bson.A) (bson.D, bson.D) { return holdersQuery(names) }
+func (lockDriver) holders(names bson.A) (bson.D, bson.D) { return holdersQuery(names) }
 
-func (mutexDriver) heldBy(raw bson.Raw, held map[string]bool) error {
+func (lockDriver) heldBy(raw bson.Raw, held map[string]bool) error {
 	var doc reply
 	err := bson.Unmarshal(raw, &doc)
 	held[doc.LockID] = true
 	return err
 }
 
-func (mutexDriver) limit() (int, bool) { return 1, true }
+func (lockDriver) limit() (int, bool) { return 1, true }
 
-func (mutexDriver) unclaimed() bool { return true }
+func (lockDriver) unclaimed() bool { return true }
 
-func (d mutexDriver) describe() kindInfo {
-	if d.value != nil {
-		return kindInfo{kind: KindElection}
-	}
-	return kindInfo{kind: KindLock}
-}
+func (lockDriver) describe() kindInfo { return kindInfo{kind: KindLock} }
 
-// holds: a lock's, not an election's: a leader that resigns steps aside at
-// once, and one that leads is not bounded.
-func (d mutexDriver) holds() bool { return d.value == nil }
+func (lockDriver) holds() bool { return true }
 
 // errorf wraps err with the operation and the lock's name, shortened
 // without splitting a character: names may be megabytes long.
