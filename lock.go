@@ -19,7 +19,7 @@ import (
 type Lock struct {
 	p    *Provider
 	name string
-	kind kindDriver // what it is: a lock, an election's, a semaphore's slot, an RWLock's mode
+	kind kindDriver // what it is: a lock, an election's, a semaphore's slot, a reader-writer lock's mode
 }
 
 // A kindDriver is one kind of lock. Lock is the engine: it acquires, waits,
@@ -57,11 +57,11 @@ type kindDriver interface {
 // kindInfo is what a kind says of itself.
 type kindInfo struct {
 	kind  Kind
-	mode  rwMode // an RWLock's; 0 for the other kinds
+	mode  rwMode // a reader-writer lock's; 0 for the other kinds
 	slots int    // a semaphore's; 0 for the other kinds
 }
 
-// modeNames name an RWLock's modes: in telemetry, and as a composite's part.
+// modeNames name a reader-writer lock's modes: in telemetry, and as a composite's part.
 var modeNames = map[rwMode]struct{ mode, part string }{
 	readMode:    {"read", "reader"},
 	writeMode:   {"write", "writer"},
@@ -152,8 +152,8 @@ func (l *Lock) tryAcquire(ctx context.Context, call *acquireCall) (*Handle, erro
 // and name) waits in line behind that handle, so a goroutine that asks
 // again while it holds waits until its ctx ends. Pass the Handle, or its
 // Context, to the code that needs the lock held instead. (A semaphore's
-// second Acquire takes another slot if one is free; readers of an RWLock
-// share, but not with a writer of their own process that waits.)
+// second Acquire takes another slot if one is free; readers of a reader-writer
+// lock share, but not with a writer of their own process that waits.)
 //
 // Transient server and network errors are retried; an error that retrying
 // cannot fix (a name the server cannot store, missing permission) is
@@ -532,7 +532,7 @@ func (l *Lock) withdrawNow(ctx context.Context) error {
 	return err
 }
 
-// lockDriver is a lock's kind; electionDriver shares its documents.
+// lockDriver is a lock's kind; an election's shares its documents.
 type lockDriver struct{}
 
 func (lockDriver) space(p *Provider) *space { return &p.locks }
@@ -600,7 +600,7 @@ func (l *Lock) errorf(op string, err error) error {
 	return &Error{Op: op, Name: shortName(l.name), Err: err}
 }
 
-// gaveUp is the error of op (Acquire, Upgrade) when ctx ended: with the
+// gaveUp is the error of op (Acquire, or an upgrade's) when ctx ended: with the
 // last transient error, or as contention if the lock was held by someone
 // else.
 func (l *Lock) gaveUp(op string, ctx context.Context, lastErr error, contended bool) error {

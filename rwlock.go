@@ -55,7 +55,7 @@ type RWLock struct {
 
 // RWLock returns the reader-writer lock called name.
 func (p *Provider) RWLock(name string) *RWLock {
-	mode := func(rw rwMode) *Lock { return &Lock{p: p, name: name, kind: slotDriver{n: 1, rw: rw}} }
+	mode := func(rw rwMode) *Lock { return &Lock{p: p, name: name, kind: rwDriver{semDriver{1}, rw}} }
 	return &RWLock{r: mode(readMode), w: mode(writeMode), u: mode(upgradeMode)}
 }
 
@@ -311,3 +311,23 @@ func (h *acquisition) noHolder(op string) error {
 	}
 	return h.lock.errorf(op, cmp.Or(h.lossError(), ErrLockLost))
 }
+
+// rwDriver is an RWLock's kind in one mode: a semaphore's of one slot, in
+// a document of its own kind.
+type rwDriver struct {
+	semDriver
+	mode rwMode
+}
+
+func (rwDriver) create(name string) bson.D { return createRWDoc(name) }
+
+func (d rwDriver) acquire(ctx context.Context, p *Provider, name string, a attempt) (reply, error) {
+	return acquireSlot(ctx, p, name, a, 1, d.mode)
+}
+
+// limit: readers share, an upgradeable reader with them; a writer keeps
+// every other holder out. A writer whose process reads still asks the
+// database, to claim the lock and hold other processes' readers off.
+func (d rwDriver) limit() (int, bool) { return 0, d.mode == writeMode }
+
+func (d rwDriver) describe() kindInfo { return kindInfo{kind: KindRWLock, mode: d.mode} }
