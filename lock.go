@@ -56,31 +56,21 @@ type kindDriver interface {
 
 // kindInfo is what a kind says of itself.
 type kindInfo struct {
-	kind  Kind
-	mode  rwMode // a reader-writer lock's; 0 for the other kinds
-	slots int    // a semaphore's; 0 for the other kinds
-}
-
-// modeNames name a reader-writer lock's modes: in telemetry, and as a composite's part.
-var modeNames = map[rwMode]struct{ mode, part string }{
-	readMode:    {"read", "reader"},
-	writeMode:   {"write", "writer"},
-	upgradeMode: {"upgradeable", "upgradeable reader"},
+	kind     Kind
+	mode     rwMode // a reader-writer lock's; 0 for the other kinds
+	modeName string // mode's name in telemetry
+	modePart string // the kind's name in a composite's order and its errors, if not kind's
+	slots    int    // a semaphore's; 0 for the other kinds
 }
 
 // info says which lock l is.
 func (l *Lock) info() TraceLock {
 	sp, d := l.space(), l.kind.describe()
-	return TraceLock{Name: shortName(l.name), Kind: d.kind, Mode: modeNames[d.mode].mode, Slots: d.slots, Database: sp.db, Collection: sp.name}
+	return TraceLock{Name: shortName(l.name), Kind: d.kind, Mode: d.modeName, Slots: d.slots, Database: sp.db, Collection: sp.name}
 }
 
 // part names the kind in a composite's order and its errors.
-func (k kindInfo) part() string {
-	if k.kind == KindRWLock {
-		return "RWLock " + modeNames[k.mode].part
-	}
-	return string(k.kind)
-}
+func (k kindInfo) part() string { return cmp.Or(k.modePart, string(k.kind)) }
 
 // Name returns the lock's name, exactly as given.
 func (l *Lock) Name() string { return l.name }

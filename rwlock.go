@@ -330,4 +330,14 @@ func (d rwDriver) acquire(ctx context.Context, p *Provider, name string, a attem
 // database, to claim the lock and hold other processes' readers off.
 func (d rwDriver) limit() (int, bool) { return 0, d.mode == writeMode }
 
-func (d rwDriver) describe() kindInfo { return kindInfo{kind: KindRWLock, mode: d.mode} }
+func (d rwDriver) describe() kindInfo {
+	n := modeNames[d.mode]
+	return kindInfo{kind: KindRWLock, mode: d.mode, modeName: n.mode, modePart: "RWLock " + n.part}
+}
+
+// modeNames name the modes: in telemetry, and as a composite's part.
+var modeNames = map[rwMode]struct{ mode, part string }{
+	readMode:    {"read", "reader"},
+	writeMode:   {"write", "writer"},
+	upgradeMode: {"upgradeable", "upgradeable reader"},
+}
