@@ -77,7 +77,7 @@ type Leader struct {
 // the provider's Close, it returns ErrClosed. A value longer than
 // MaxValueLen, or an error that retrying cannot fix, is returned at once.
 func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
-	l := &Lock{p: e.lock.p, name: e.lock.name, kind: mutexDriver{value: &value}}
+	l := &Lock{p: e.lock.p, name: e.lock.name, kind: electionDriver{value: value}}
 	if err := checkValue(value); err != nil {
 		return nil, l.errorf("campaign", err)
 	}
@@ -327,3 +327,20 @@ func renamed(op string, err error) error {
 	}
 	return err
 }
+
+// electionDriver is an election's kind: a lock's, held by a campaign with
+// its value, in terms.
+type electionDriver struct {
+	lockDriver
+	value string
+}
+
+func (d electionDriver) acquire(ctx context.Context, p *Provider, name string, a attempt) (reply, error) {
+	return acquireMutex(ctx, p, name, a, &d.value, p.campaign[a.mode], electionTurn)
+}
+
+func (electionDriver) describe() kindInfo { return kindInfo{kind: KindElection} }
+
+// holds: a leader that resigns steps aside at once, and one that leads is
+// not bounded.
+func (electionDriver) holds() bool { return false }

@@ -22,7 +22,7 @@ func WaitBackground(p *Provider) { p.bg.Wait() }
 // LockWithValue is p's lock called name whose acquisitions carry value (as
 // an election's do).
 func LockWithValue(p *Provider, name, value string) *Lock {
-	return &Lock{p: p, name: name, kind: mutexDriver{value: &value}}
+	return &Lock{p: p, name: name, kind: electionDriver{value: value}}
 }
 
 // Locals is how many collections of live clients this process keeps

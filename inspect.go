@@ -355,23 +355,6 @@ type SemaphoreInfo struct {
 	ServerTime time.Time
 }
 
-// RWLockInfo is the state of an RWLock as the server saw it at ServerTime.
-type RWLockInfo struct {
-	Name string
-	// Holders are those whose lease had not ended at ServerTime, in the
-	// order they acquired: readers, or one writer; empty when the lock is
-	// free.
-	Holders []HolderInfo
-	// FencingToken is the last acquisition's token: the greatest issued.
-	FencingToken int64
-	// WriterWaiting reports whether a writer waiting in Acquire claims the
-	// lock, or an upgradeable reader's Upgrade waits for the other readers
-	// to leave: while one does, new readers are refused.
-	WriterWaiting bool
-	// ServerTime is the server's clock when it was read.
-	ServerTime time.Time
-}
-
 // Inspect returns the semaphore's state in one round trip, judged by the
 // server's clock: a holder whose lease has ended is not listed, though it
 // was never released. It returns an error wrapping ErrNoLock if the
@@ -381,14 +364,6 @@ type RWLockInfo struct {
 func (s *Semaphore) Inspect(ctx context.Context) (SemaphoreInfo, error) {
 	d, err := s.lock.inspectSlots(ctx)
 	return SemaphoreInfo{Name: d.Name, N: d.N, Holders: d.holders(false), FencingToken: d.FencingToken, ServerTime: d.Now}, err
-}
-
-// Inspect returns the lock's state in one round trip, judged by the
-// server's clock: a holder whose lease has ended is not listed. Errors are
-// as Semaphore.Inspect's: ErrNoLock if the lock has no document.
-func (rw *RWLock) Inspect(ctx context.Context) (RWLockInfo, error) {
-	d, err := rw.w.inspectSlots(ctx)
-	return RWLockInfo{Name: d.Name, Holders: d.holders(true), FencingToken: d.FencingToken, WriterWaiting: d.WriterWaiting, ServerTime: d.Now}, err
 }
 
 // slotsDoc is what semInspectPipeline returns.

@@ -329,16 +329,8 @@ func (p *Provider) extendLeases(ctx context.Context, hs []*acquisition) ([]*acqu
 	}
 	held := make(map[string]bool, len(hs))
 	for _, raw := range docs {
-		var doc struct {
-			LockID  string      `bson:"lockId"`
-			Holders []semHolder `bson:"holders"`
-		}
-		if err := bson.Unmarshal(raw, &doc); err != nil {
+		if err := kind.heldBy(raw, held); err != nil {
 			return nil, err
-		}
-		held[doc.LockID] = true
-		for _, h := range doc.Holders {
-			held[h.ID] = true
 		}
 	}
 	return slices.DeleteFunc(slices.Clone(hs), func(h *acquisition) bool { return held[h.lockID] }), nil

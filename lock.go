@@ -19,7 +19,7 @@ import (
 type Lock struct {
 	p    *Provider
 	name string
-	kind kindDriver // what it is: a lock, an election's, a semaphore's slot, an RWLock's mode
+	kind kindDriver // what it is: a lock, an election's, a semaphore's slot, a reader-writer lock's mode
 }
 
 // A kindDriver is one kind of lock. Lock is the engine: it acquires, waits,
@@ -40,6 +40,8 @@ type kindDriver interface {
 	// query that tells its lost handles when it matched too few.
 	extend(p *Provider, names, ids bson.A) (filter bson.D, update any)
 	holders(names bson.A) (filter, projection bson.D)
+	// heldBy reads one document of holders' reply into held: its holders' ids.
+	heldBy(doc bson.Raw, held map[string]bool) error
 	// limit is how many handles of one process may hold the name at once
 	// (0: any number); an exclusive handle keeps every other out.
 	limit() (n int, exclusive bool)
@@ -54,31 +56,21 @@ type kindDriver interface {
 
 // kindInfo is what a kind says of itself.
 type kindInfo struct {
-	kind  Kind
-	mode  rwMode // an RWLock's; 0 for the other kinds
-	slots int    // a semaphore's; 0 for the other kinds
-}
-
-// modeNames name an RWLock's modes: in telemetry, and as a composite's part.
-var modeNames = map[rwMode]struct{ mode, part string }{
-	readMode:    {"read", "reader"},
-	writeMode:   {"write", "writer"},
-	upgradeMode: {"upgradeable", "upgradeable reader"},
+	kind     Kind
+	mode     rwMode // a reader-writer lock's; 0 for the other kinds
+	modeName string // mode's name in telemetry
+	modePart string // the kind's name in a composite's order and its errors, if not kind's
+	slots    int    // a semaphore's; 0 for the other kinds
 }
 
 // info says which lock l is.
 func (l *Lock) info() TraceLock {
 	sp, d := l.space(), l.kind.describe()
-	return TraceLock{Name: shortName(l.name), Kind: d.kind, Mode: modeNames[d.mode].mode, Slots: d.slots, Database: sp.db, Collection: sp.name}
+	return TraceLock{Name: shortName(l.name), Kind: d.kind, Mode: d.modeName, Slots: d.slots, Database: sp.db, Collection: sp.name}
 }
 
 // part names the kind in a composite's order and its errors.
-func (k kindInfo) part() string {
-	if k.kind == KindRWLock {
-		return "RWLock " + modeNames[k.mode].part
-	}
-	return string(k.kind)
-}
+func (k kindInfo) part() string { return cmp.Or(k.modePart, string(k.kind)) }
 
 // Name returns the lock's name, exactly as given.
 func (l *Lock) Name() string { return l.name }
@@ -150,8 +142,8 @@ func (l *Lock) tryAcquire(ctx context.Context, call *acquireCall) (*Handle, erro
 // and name) waits in line behind that handle, so a goroutine that asks
 // again while it holds waits until its ctx ends. Pass the Handle, or its
 // Context, to the code that needs the lock held instead. (A semaphore's
-// second Acquire takes another slot if one is free; readers of an RWLock
-// share, but not with a writer of their own process that waits.)
+// second Acquire takes another slot if one is free; readers of a reader-writer
+// lock share, but not with a writer of their own process that waits.)
 //
 // Transient server and network errors are retried; an error that retrying
 // cannot fix (a name the server cannot store, missing permission) is
@@ -530,30 +522,28 @@ func (l *Lock) withdrawNow(ctx context.Context) error {
 	return err
 }
 
-// mutexDriver is the lock's kind, and an election's (value: the value its
-// campaign holds the lock with).
-type mutexDriver struct {
-	value *string
+// lockDriver is a lock's kind; an election's shares its documents.
+type lockDriver struct{}
+
+func (lockDriver) space(p *Provider) *space { return &p.locks }
+
+func (lockDriver) create(name string) bson.D { return createDoc(name) }
+
+func (lockDriver) acquire(ctx context.Context, p *Provider, name string, a attempt) (reply, error) {
+	return acquireMutex(ctx, p, name, a, nil, p.acquire[a.mode], turnLength)
 }
 
-func (mutexDriver) space(p *Provider) *space { return &p.locks }
-
-func (mutexDriver) create(name string) bson.D { return createDoc(name) }
-
-func (d mutexDriver) acquire(ctx context.Context, p *Provider, name string, a attempt) (doc reply, err error) {
+// acquireMutex sends one acquisition of a lock's document, held with value (nil: a lock's).
+func acquireMutex(ctx context.Context, p *Provider, name string, a attempt, value *string, parts acquireParts, turn int) (doc reply, err error) {
 	filter := acquireFilter(name)
 	if a.releasing != "" {
 		filter = ownerFilter(name, a.releasing)
 	}
-	parts, turn := p.acquire[a.mode], turnLength
-	if d.value != nil {
-		parts, turn = p.campaign[a.mode], electionTurn
-	}
 	var update bson.A
 	if a.mode == unclaimedMode {
-		update = unclaimedPipeline(p.locks.process, p.opts.owner, p.opts.expiry, a.id, d.value)
+		update = unclaimedPipeline(p.locks.process, p.opts.owner, p.opts.expiry, a.id, value)
 	} else {
-		update = acquirePipeline(a.id, a.waitToken, d.value, parts)
+		update = acquirePipeline(a.id, a.waitToken, value, parts)
 	}
 	raw, err := p.locks.store.findOneAndUpdate(ctx, filter, update, nil)
 	if err == nil {
@@ -566,33 +556,33 @@ func (d mutexDriver) acquire(ctx context.Context, p *Provider, name string, a at
 	return doc, err
 }
 
-func (mutexDriver) release(name, id string, hold time.Duration) (bson.D, any) {
+func (lockDriver) release(name, id string, hold time.Duration) (bson.D, any) {
 	if hold > 0 {
 		return ownerFilter(name, id), holdReleaseUpdate(hold)
 	}
 	return ownerFilter(name, id), releaseUpdate
 }
 
-func (mutexDriver) extend(p *Provider, names, ids bson.A) (bson.D, any) {
+func (lockDriver) extend(p *Provider, names, ids bson.A) (bson.D, any) {
 	return extendFilter(names, ids), p.extendUpdate
 }
 
-func (mutexDriver) holders(names bson.A) (bson.D, bson.D) { return holdersQuery(names) }
+func (lockDriver) holders(names bson.A) (bson.D, bson.D) { return holdersQuery(names) }
 
-func (mutexDriver) limit() (int, bool) { return 1, true }
-
-func (mutexDriver) unclaimed() bool { return true }
-
-func (d mutexDriver) describe() kindInfo {
-	if d.value != nil {
-		return kindInfo{kind: KindElection}
-	}
-	return kindInfo{kind: KindLock}
+func (lockDriver) heldBy(raw bson.Raw, held map[string]bool) error {
+	var doc reply
+	err := bson.Unmarshal(raw, &doc)
+	held[doc.LockID] = true
+	return err
 }
 
-// holds: a lock's, not an election's: a leader that resigns steps aside at
-// once, and one that leads is not bounded.
-func (d mutexDriver) holds() bool { return d.value == nil }
+func (lockDriver) limit() (int, bool) { return 1, true }
+
+func (lockDriver) unclaimed() bool { return true }
+
+func (lockDriver) describe() kindInfo { return kindInfo{kind: KindLock} }
+
+func (lockDriver) holds() bool { return true }
 
 // errorf wraps err with the operation and the lock's name, shortened
 // without splitting a character: names may be megabytes long.
@@ -600,7 +590,7 @@ func (l *Lock) errorf(op string, err error) error {
 	return &Error{Op: op, Name: shortName(l.name), Err: err}
 }
 
-// gaveUp is the error of op (Acquire, Upgrade) when ctx ended: with the
+// gaveUp is the error of op (Acquire, or an upgrade's) when ctx ended: with the
 // last transient error, or as contention if the lock was held by someone
 // else.
 func (l *Lock) gaveUp(op string, ctx context.Context, lastErr error, contended bool) error {

@@ -106,7 +106,7 @@ func New(db *mongo.Database, name string, opts ...Option) (*Lock, error) {
 // the document's _id exactly as given (case-sensitive, not hashed). Locks
 // with the same name, collection and database exclude each other, in this
 // process and in any other, whichever Provider minted them.
-func (p *Provider) Lock(name string) *Lock { return &Lock{p: p, name: name, kind: mutexDriver{}} }
+func (p *Provider) Lock(name string) *Lock { return &Lock{p: p, name: name, kind: lockDriver{}} }
 
 // A space is a collection of lock documents (its store, its database's
 // name and its own), and what this process keeps for it.

@@ -55,7 +55,7 @@ type RWLock struct {
 
 // RWLock returns the reader-writer lock called name.
 func (p *Provider) RWLock(name string) *RWLock {
-	mode := func(rw rwMode) *Lock { return &Lock{p: p, name: name, kind: slotDriver{n: 1, rw: rw}} }
+	mode := func(rw rwMode) *Lock { return &Lock{p: p, name: name, kind: rwDriver{semDriver{1}, rw}} }
 	return &RWLock{r: mode(readMode), w: mode(writeMode), u: mode(upgradeMode)}
 }
 
@@ -310,4 +310,59 @@ func (h *acquisition) noHolder(op string) error {
 		h.markLost(lossTakenOver, fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost))
 	}
 	return h.lock.errorf(op, cmp.Or(h.lossError(), ErrLockLost))
+}
+
+// RWLockInfo is the state of an RWLock as the server saw it at ServerTime.
+type RWLockInfo struct {
+	Name string
+	// Holders are those whose lease had not ended at ServerTime, in the
+	// order they acquired: readers, or one writer; empty when the lock is
+	// free.
+	Holders []HolderInfo
+	// FencingToken is the last acquisition's token: the greatest issued.
+	FencingToken int64
+	// WriterWaiting reports whether a writer waiting in Acquire claims the
+	// lock, or an upgradeable reader's Upgrade waits for the other readers
+	// to leave: while one does, new readers are refused.
+	WriterWaiting bool
+	// ServerTime is the server's clock when it was read.
+	ServerTime time.Time
+}
+
+// Inspect returns the lock's state in one round trip, judged by the
+// server's clock: a holder whose lease has ended is not listed. Errors are
+// as Semaphore.Inspect's: ErrNoLock if the lock has no document.
+func (rw *RWLock) Inspect(ctx context.Context) (RWLockInfo, error) {
+	d, err := rw.w.inspectSlots(ctx)
+	return RWLockInfo{Name: d.Name, Holders: d.holders(true), FencingToken: d.FencingToken, WriterWaiting: d.WriterWaiting, ServerTime: d.Now}, err
+}
+
+// rwDriver is an RWLock's kind in one mode: a semaphore's of one slot, in
+// a document of its own kind.
+type rwDriver struct {
+	semDriver
+	mode rwMode
+}
+
+func (rwDriver) create(name string) bson.D { return createRWDoc(name) }
+
+func (d rwDriver) acquire(ctx context.Context, p *Provider, name string, a attempt) (reply, error) {
+	return acquireSlot(ctx, p, name, a, 1, d.mode)
+}
+
+// limit: readers share, an upgradeable reader with them; a writer keeps
+// every other holder out. A writer whose process reads still asks the
+// database, to claim the lock and hold other processes' readers off.
+func (d rwDriver) limit() (int, bool) { return 0, d.mode == writeMode }
+
+func (d rwDriver) describe() kindInfo {
+	n := modeNames[d.mode]
+	return kindInfo{kind: KindRWLock, mode: d.mode, modeName: n.mode, modePart: "RWLock " + n.part}
+}
+
+// modeNames name the modes: in telemetry, and as a composite's part.
+var modeNames = map[rwMode]struct{ mode, part string }{
+	readMode:    {"read", "reader"},
+	writeMode:   {"write", "writer"},
+	upgradeMode: {"upgradeable", "upgradeable reader"},
 }

@@ -52,7 +52,7 @@ type Semaphore struct {
 // as Lock's are. An n below 1 or above MaxSemaphoreSlots makes every
 // acquisition fail with ErrInvalidArgument, before anything is sent.
 func (p *Provider) Semaphore(name string, n int) *Semaphore {
-	s := &Semaphore{lock: &Lock{p: p, name: name, kind: slotDriver{n: n}}}
+	s := &Semaphore{lock: &Lock{p: p, name: name, kind: semDriver{n}}}
 	if n < 1 || n > MaxSemaphoreSlots {
 		s.err = invalidf("semaphore of %d slots: need 1 <= n <= %d", n, MaxSemaphoreSlots)
 	}
@@ -107,32 +107,31 @@ func (s *Semaphore) check(ctx context.Context) error {
 	return s.err
 }
 
-// slotDriver is the kind of a Semaphore's slots and of an RWLock's modes:
-// their documents list the holders.
-type slotDriver struct {
-	n  int    // a semaphore's slots; 1 for an RWLock
-	rw rwMode // an RWLock's mode; 0 for a semaphore
+// semDriver is a Semaphore's kind: its documents list the holders. A
+// reader-writer lock's share them.
+type semDriver struct {
+	n int
 }
 
-func (slotDriver) space(p *Provider) *space { return &p.slots }
+func (semDriver) space(p *Provider) *space { return &p.slots }
 
-func (d slotDriver) create(name string) bson.D {
-	if d.rw != 0 {
-		return createRWDoc(name)
-	}
-	return createSemDoc(name, d.n)
+func (d semDriver) create(name string) bson.D { return createSemDoc(name, d.n) }
+
+func (d semDriver) acquire(ctx context.Context, p *Provider, name string, a attempt) (reply, error) {
+	return acquireSlot(ctx, p, name, a, d.n, 0)
 }
 
-// acquire sends one acquisition of a slot, or a hand-over from the holder
-// releasing (slotPipeline), and returns its reply as a lock's: LockID is the newest
-// holder's, a.id if it took a slot.
-func (d slotDriver) acquire(ctx context.Context, p *Provider, name string, a attempt) (reply, error) {
+// acquireSlot sends one acquisition of one of n slots in mode rw (0: a
+// semaphore's), or a hand-over from the holder releasing (slotPipeline), and
+// returns its reply as a lock's: LockID is the newest holder's, a.id if it
+// took a slot.
+func acquireSlot(ctx context.Context, p *Provider, name string, a attempt, n int, rw rwMode) (reply, error) {
 	filter := acquireFilter(name)
 	if a.releasing != "" {
 		filter = semHolderFilter(name, a.releasing)
 	}
 	sa := slotAttempt{id: a.id, releasing: a.releasing, waitToken: a.waitToken, proc: p.slots.process, owner: p.opts.owner,
-		n: d.n, rw: d.rw, mode: a.mode, expiry: p.opts.expiry, claim: p.opts.claimLifetime()}
+		n: n, rw: rw, mode: a.mode, expiry: p.opts.expiry, claim: p.opts.claimLifetime()}
 	var doc semDoc
 	raw, err := p.slots.store.findOneAndUpdate(ctx, filter, slotPipeline(sa), slotReplyFields)
 	if err == nil {
@@ -144,45 +143,39 @@ func (d slotDriver) acquire(ctx context.Context, p *Provider, name string, a att
 	}
 	switch {
 	case err != nil:
-	case doc.Kind != slotKind(d.rw):
+	case doc.Kind != slotKind(rw):
 		r.wrong = fmt.Errorf("%w (a %s's)", errOtherKind, doc.Kind)
-	case d.rw == 0 && doc.N != d.n:
-		r.wrong = fmt.Errorf("%w: it has %d slots, not %d", errSemaphoreSize, doc.N, d.n)
+	case rw == 0 && doc.N != n:
+		r.wrong = fmt.Errorf("%w: it has %d slots, not %d", errSemaphoreSize, doc.N, n)
 	}
 	return r, err
 }
 
 // release: slots do not hold (holds); hold is always 0.
-func (slotDriver) release(name, id string, _ time.Duration) (bson.D, any) {
+func (semDriver) release(name, id string, _ time.Duration) (bson.D, any) {
 	return semHolderFilter(name, id), semReleaseUpdate(id)
 }
 
-func (slotDriver) extend(p *Provider, names, ids bson.A) (bson.D, any) {
+func (semDriver) extend(p *Provider, names, ids bson.A) (bson.D, any) {
 	return semExtendFilter(names, ids), semExtendUpdate(ids, p.opts.expiry)
 }
 
-func (slotDriver) holders(names bson.A) (bson.D, bson.D) { return semHoldersQuery(names) }
+func (semDriver) holders(names bson.A) (bson.D, bson.D) { return semHoldersQuery(names) }
 
-// limit: a semaphore's process holds at most n slots; an RWLock's writer
-// keeps every other holder out. A writer whose process reads still asks the
-// database, to claim the lock and hold other processes' readers off.
-func (d slotDriver) limit() (int, bool) {
-	switch d.rw {
-	case readMode, upgradeMode: // an upgradeable reader shares with readers
-		return 0, false
-	case writeMode:
-		return 0, true
+func (semDriver) heldBy(raw bson.Raw, held map[string]bool) error {
+	var doc semDoc
+	err := bson.Unmarshal(raw, &doc)
+	for _, h := range doc.Holders {
+		held[h.ID] = true
 	}
-	return d.n, false
+	return err
 }
 
-func (slotDriver) unclaimed() bool { return false }
+// limit: a semaphore's process holds at most n slots.
+func (d semDriver) limit() (int, bool) { return d.n, false }
 
-func (slotDriver) holds() bool { return false }
+func (semDriver) unclaimed() bool { return false }
 
-func (d slotDriver) describe() kindInfo {
-	if d.rw != 0 {
-		return kindInfo{kind: KindRWLock, mode: d.rw}
-	}
-	return kindInfo{kind: KindSemaphore, slots: d.n}
-}
+func (semDriver) holds() bool { return false }
+
+func (d semDriver) describe() kindInfo { return kindInfo{kind: KindSemaphore, slots: d.n} }
