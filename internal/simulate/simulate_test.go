@@ -427,7 +427,7 @@ func (s *sim) chaos(stop context.CancelFunc) {
 	nextFault, nextDrop, nextKill := next(s.cfg.faultEvery), next(s.cfg.dropEvery), next(s.cfg.killEvery)
 	deadline, _ := s.ctx.Deadline()
 	for {
-		sleep(s.ctx, 10*time.Millisecond) // the count is read this often
+		soakcheck.Sleep(s.ctx, 10*time.Millisecond) // the count is read this often
 		if s.ctx.Err() != nil {
 			return
 		}
@@ -498,7 +498,7 @@ func (s *sim) fault(rng *rand.Rand, p *proc) {
 // later runs f after d, or at the end of the run.
 func (s *sim) later(d time.Duration, f func()) {
 	s.wg.Go(func() {
-		sleep(s.ctx, d)
+		soakcheck.Sleep(s.ctx, d)
 		f()
 	})
 }
@@ -654,7 +654,7 @@ func (s *sim) acquire(ctx context.Context, rng *rand.Rand, p *proc, g *generatio
 			if !errors.Is(err, mongolock.ErrNotAcquired) {
 				return h, err
 			}
-			sleep(ctx, 10*time.Millisecond+dur(rng, 20*time.Millisecond))
+			soakcheck.Sleep(ctx, 10*time.Millisecond+dur(rng, 20*time.Millisecond))
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("%w: %w", err, ctx.Err())
 			}
@@ -715,7 +715,7 @@ func (s *sim) trial(p *proc, rng *rand.Rand, long bool, g *generation) bool {
 			if s.errLogged.Add(1) <= 3 {
 				fmt.Fprintf(os.Stderr, "simulate: %s: acquire %s: %v\n", p.id, t.name(), err)
 			}
-			sleep(p.ctx, 20*time.Millisecond)
+			soakcheck.Sleep(p.ctx, 20*time.Millisecond)
 			return true
 		}
 		dropped := s.section(p, rng, t, floor, waited, h, lead, g)
@@ -723,7 +723,7 @@ func (s *sim) trial(p *proc, rng *rand.Rand, long bool, g *generation) bool {
 		err = h.Release(rctx)
 		rcancel()
 		switch {
-		case closed(h.Lost()):
+		case soakcheck.Closed(h.Lost()):
 			s.losses.Add(1)
 		case err != nil && !dropped && p.gen.Load() == g && !p.dead.Load():
 			s.errs.Add(1)
@@ -752,12 +752,12 @@ func (s *sim) section(p *proc, rng *rand.Rand, t target, floor int64, waited tim
 	at("entering")
 	sec.State = func() string {
 		told := "not told of a loss"
-		if closed(h.Lost()) {
+		if soakcheck.Closed(h.Lost()) {
 			told = "told of a loss"
 		}
 		return fmt.Sprintf("%s, %s, lease end %s, client cut off %v", *phase.Load(), told, clock(h.LeaseEnd()), g.ctx.Err() != nil)
 	}
-	if closed(h.Lost()) {
+	if soakcheck.Closed(h.Lost()) {
 		s.board.Waited(t.kind, t.write, waited) // lost before it began
 		return false
 	}
@@ -785,16 +785,16 @@ func (s *sim) section(p *proc, rng *rand.Rand, t target, floor int64, waited tim
 		case <-h.Lost():
 		case <-ctx.Done():
 		}
-		if closed(h.Lost()) || ctx.Err() != nil {
+		if soakcheck.Closed(h.Lost()) || ctx.Err() != nil {
 			break // stop work at once: the next holder may come in soon
 		}
 		at("checking the lock")
-		if i == 0 && s.check(ctx, p, sec, h, lead, g, t) || i > 0 && t.long && s.check(ctx, p, sec, h, nil, g, t) || closed(h.Lost()) {
+		if i == 0 && s.check(ctx, p, sec, h, lead, g, t) || i > 0 && t.long && s.check(ctx, p, sec, h, nil, g, t) || soakcheck.Closed(h.Lost()) {
 			break // a violation counted, or told of a loss meanwhile
 		}
 		at("writing")
 		if !s.board.Write(sec) {
-			if closed(h.Lost()) {
+			if soakcheck.Closed(h.Lost()) {
 				s.fenced.Add(1)
 			} else {
 				displaced = true
@@ -833,7 +833,7 @@ func (s *sim) leaderDisplaced(ctx context.Context, p *proc, sec soakcheck.Sectio
 	}
 	ld, err := g.locks.Election(sec.Name).Leader(ctx)
 	switch {
-	case closed(l.Lost()) || p.dead.Load():
+	case soakcheck.Closed(l.Lost()) || p.dead.Load():
 		return false
 	case errors.Is(err, mongolock.ErrNoLeader):
 		s.board.Violation(election, "displaced", "token %d of %s leads, but the election has no leader", sec.Tok, p.id)
@@ -868,7 +868,7 @@ func (s *sim) vanished(ctx context.Context, p *proc, sec soakcheck.Section, h *m
 		held = append(held, in.FencingToken)
 	}
 	switch {
-	case closed(h.Lost()) || p.dead.Load():
+	case soakcheck.Closed(h.Lost()) || p.dead.Load():
 		return false
 	case err != nil && !errors.Is(err, mongolock.ErrNoLock):
 		return false
@@ -905,24 +905,6 @@ func clock(t time.Time) string { return t.UTC().Format("15:04:05.000") }
 // Close. The bubble's clock moves only while its first goroutine is alive,
 // so that one waits for them.
 func lingerAfterClose() { time.Sleep(2 * time.Second) }
-
-func closed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}
 
 // dur is a random duration in [0, d).
 func dur(rng *rand.Rand, d time.Duration) time.Duration {

@@ -350,7 +350,7 @@ func (c *child) acquire(ctx context.Context, g *generation, t target) (*mongoloc
 		if !errors.Is(err, mongolock.ErrNotAcquired) {
 			return upgraded(ctx, t, h, err)
 		}
-		sleep(ctx, 10*time.Millisecond+rand.N(20*time.Millisecond))
+		soakcheck.Sleep(ctx, 10*time.Millisecond+rand.N(20*time.Millisecond))
 		if ctx.Err() != nil {
 			return nil, nil, fmt.Errorf("%w: %w", err, ctx.Err())
 		}
@@ -413,14 +413,14 @@ func (c *child) work(ctx context.Context, long bool) {
 					fmt.Fprintf(os.Stderr, "%s: acquire %s: %v\n", c.id, t.name(), err)
 				}
 			}
-			sleep(ctx, 20*time.Millisecond)
+			soakcheck.Sleep(ctx, 20*time.Millisecond)
 			continue
 		}
 		dropped := c.section(t, floor, waited, h, lead, g)
 		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err = h.Release(rctx)
 		rcancel()
-		if closed(h.Lost()) {
+		if soakcheck.Closed(h.Lost()) {
 			c.count(sLosses)
 		} else if err != nil && !dropped && c.gen.Load() == g {
 			c.count(sErrors)
@@ -474,7 +474,7 @@ func (c *child) section(t target, floor int64, waited time.Duration, h *mongoloc
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tok := h.FencingToken()
-	if closed(h.Lost()) {
+	if soakcheck.Closed(h.Lost()) {
 		// Lost before it began: nothing to protect, but it did wait.
 		c.update(c.res, t.name(), bson.D{{Key: "$max", Value: bson.D{{Key: t.waitField(), Value: waited.Nanoseconds()}}}}, false)
 		return false
@@ -526,11 +526,11 @@ func (c *child) section(t target, floor int64, waited time.Duration, h *mongoloc
 		case <-time.After(rand.N(pause + 1)):
 		case <-h.Lost():
 		}
-		if closed(h.Lost()) {
+		if soakcheck.Closed(h.Lost()) {
 			break // stop work at once: the next holder may come in soon
 		}
 		// A violation of either check was counted: stop, and exit.
-		if c.check(ctx, t, h, i == 0, lead, g) || closed(h.Lost()) {
+		if c.check(ctx, t, h, i == 0, lead, g) || soakcheck.Closed(h.Lost()) {
 			break // a violation counted, or told of a loss meanwhile
 		}
 		res, err := c.res.UpdateOne(ctx, mine, bson.D{{Key: "$inc", Value: bson.D{{Key: fWrites, Value: 1}}}})
@@ -539,7 +539,7 @@ func (c *child) section(t target, floor int64, waited time.Duration, h *mongoloc
 			continue
 		}
 		if res.MatchedCount == 0 {
-			if closed(h.Lost()) {
+			if soakcheck.Closed(h.Lost()) {
 				c.count(sFenced)
 			} else {
 				displaced = true
@@ -949,23 +949,5 @@ func (c *child) drop(t target, h *mongolock.Handle, g *generation) {
 	case <-h.Lost():
 	case <-time.After(2 * c.expiry):
 		c.violation(t, vUnsignalled, "token %d of %s: no loss signalled %v after its client was closed", h.FencingToken(), c.id, 2*c.expiry)
-	}
-}
-
-func closed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
 	}
 }

@@ -12,6 +12,7 @@
 package soakcheck
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -108,4 +109,24 @@ func LeastHit(counts [NumKinds]int64, names [NumKinds]int) []Kind {
 		}
 	}
 	return least
+}
+
+// Closed reports whether ch is closed, without waiting.
+func Closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// Sleep waits for d, or until ctx ends.
+func Sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
