@@ -88,29 +88,28 @@ func norm(v any) any {
 		}
 		return out
 	case bson.A:
-		if v == nil {
-			break
+		if v != nil {
+			return normEach(v)
 		}
-		out := make(bson.A, len(v))
-		for i, e := range v {
-			out[i] = norm(e)
-		}
-		return out
 	case bson.Raw:
 		if d, ok := rawDoc(v); ok {
 			return d
 		}
 	case mongo.Pipeline:
-		if v == nil {
-			break
+		if v != nil {
+			return normEach(v)
 		}
-		out := make(bson.A, len(v))
-		for i, e := range v {
-			out[i] = norm(e)
-		}
-		return out
 	}
 	return encoded(v)
+}
+
+// normEach is the array of norm of each element of v.
+func normEach[S ~[]E, E any](v S) bson.A {
+	out := make(bson.A, len(v))
+	for i, e := range v {
+		out[i] = norm(e)
+	}
+	return out
 }
 
 // rawDoc decodes the document raw as bson.Unmarshal would into a bson.D,
