@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -64,6 +65,27 @@ func TestSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the soak runs 15 s")
 	}
+	// Which kind a child holds when its drop falls due is chance, and under
+	// make test's load a run may have few drops: up to three runs, each
+	// with no violation, until every kind has had a client closed under a
+	// holder in one of them.
+	var dropped [numKinds]bool
+	for run := 0; run < 3 && slices.Contains(dropped[:], false); run++ {
+		r := checkSoak(t)
+		for kd := range numKinds {
+			dropped[kd] = dropped[kd] || r.Per[kd].Dropped > 0
+		}
+	}
+	for kd := range numKinds {
+		if !dropped[kd] {
+			t.Errorf("%v: no client closed under a holder in 3 runs; want some", kd)
+		}
+	}
+}
+
+// checkSoak runs TestSoak's soak once and checks what every run must show.
+func checkSoak(t *testing.T) *Result {
+	t.Helper()
 	r, children := runSoak(t, "-d", "12s", "-p", "3", "-g", "3", "-k", "4", "-ks", "1", "-n", "3", "-kr", "2", "-ke", "2",
 		"-expiries", "1s/50ms,6s/2.5s", "-kill-every", "4s", "-drop-every", "1s")
 	if r.Violations() != 0 || r.ChildFailures != 0 {
@@ -80,9 +102,6 @@ func TestSoak(t *testing.T) {
 		// measure, not this test's.
 		if c.Trials < 8 {
 			t.Errorf("%v: only %d trials in 12 s", kd, c.Trials)
-		}
-		if c.Dropped == 0 {
-			t.Errorf("%v: no client closed under a holder; want some", kd)
 		}
 		if c.MaxWait <= 0 {
 			t.Errorf("%v: no longest wait recorded", kd)
@@ -108,6 +127,7 @@ func TestSoak(t *testing.T) {
 	if r.Writes < r.Trials() {
 		t.Errorf("%d writes accepted for %d trials: every trial writes at least once", r.Writes, r.Trials())
 	}
+	return r
 }
 
 // The checks must see broken locks: children that go on working after
