@@ -227,12 +227,12 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time
 	mine = op("$eq", "$lastProcess", proc)
 	claimLive := future("$waitingUntil")
 	available := any(past("$expiresAt"))
-	lockID, expiresAt := any("$lockId"), any("$expiresAt") // refused: as they were
-	lastWrite := any("$lastWrite")
+	refused := map[string]any{} // what a refusal writes of the acquisition's fields; the others stay
 	if mode == handOverMode {
-		// The filter found the releasing lockId holding the lock.
+		// The filter found the releasing lockId holding the lock. Refused,
+		// it is released.
 		available = true
-		lockID, expiresAt, lastWrite = "$$REMOVE", now, wroteRelease // refused: released
+		refused = map[string]any{"lockId": "$$REMOVE", "expiresAt": now, "lastWrite": wroteRelease}
 	}
 	streak := ifNull("$processStreak", 0)
 	// Another process's live claim keeps a free lock for the claimant: it
@@ -280,7 +280,7 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time
 		nextProcess = cond(claims, keep("nextProcess"), cond(nexts, proc, "$nextProcess"))
 		nextSince = cond(claims, keep("nextSince"), cond(nexts, token, "$nextSince"))
 		nextUntil = cond(claims, keep("nextUntil"), cond(nexts, op("$add", now, next.Milliseconds()), "$nextUntil"))
-		lastWrite = cond(op("$or", claims, nexts), wroteClaim, "$lastWrite")
+		refused["lastWrite"] = cond(op("$or", claims, nexts), wroteClaim, "$lastWrite")
 		scratch = append(scratch, bson.E{Key: "_claims", Value: "$$REMOVE"}, bson.E{Key: "_nexts", Value: "$$REMOVE"})
 	}
 	if mode != waitMode {
@@ -298,16 +298,11 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time
 	var fields bson.D
 	value := cond(op("$eq", op("$type", "$_attempt.value"), "missing"), "$$REMOVE", "$_attempt.value")
 	for _, f := range acquiredFields(proc, owner, expiry, "$_attempt.lockId", value, isMine) {
-		refused := any("$" + f.Key)
-		switch f.Key {
-		case "lockId":
-			refused = lockID
-		case "expiresAt":
-			refused = expiresAt
-		case "lastWrite":
-			refused = lastWrite
+		r, ok := refused[f.Key]
+		if !ok {
+			r = "$" + f.Key
 		}
-		fields = append(fields, bson.E{Key: f.Key, Value: cond(isFree, f.Value, refused)})
+		fields = append(fields, bson.E{Key: f.Key, Value: cond(isFree, f.Value, r)})
 	}
 	fields = append(fields, obj(
 		"waitingProcess", cond(isFree, promoted("waitingProcess", "$nextProcess"), waitingProcess),
