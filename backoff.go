@@ -155,7 +155,7 @@ func (w *pacer) refused(o config, proc string, doc reply, now time.Time, trip ti
 	long := now.Sub(w.heldFrom) >= o.sleepMax
 	if doc.LastProcess == w.holder && doc.ProcessStreak > w.streak && !w.streakAt.IsZero() {
 		w.per = now.Sub(w.streakAt) / time.Duration(doc.ProcessStreak-w.streak)
-		w.passing = w.passing || doc.WaitingProcess == proc || doc.NextProcess == proc
+		w.passing = w.passing || doc.placed(proc)
 	}
 	if doc.LastProcess != w.holder || doc.ProcessStreak != w.streak {
 		w.holder, w.streak, w.streakAt = doc.LastProcess, doc.ProcessStreak, now

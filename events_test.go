@@ -183,7 +183,8 @@ func TestReleaseEventFiltersPassEveryReleaseShapeAndNothingElse(t *testing.T) {
 		}
 		a := slotAttempt{id: id, releasing: releasing, waitToken: any, proc: proc, owner: owner, n: n, rw: rw, mode: mode, expiry: expiry, claim: claim}
 		return func(coll *mongo.Collection) error {
-			return coll.FindOneAndUpdate(ctx, filter, slotPipeline(a), slotReplyOptions).Err()
+			opts := options.FindOneAndUpdate().SetReturnDocument(options.After).SetProjection(slotReplyFields)
+			return coll.FindOneAndUpdate(ctx, filter, slotPipeline(a), opts).Err()
 		}
 	}
 	const S, R = "S", "R"

@@ -102,7 +102,8 @@ func FencedFindOneAndUpdate(ctx context.Context, coll *mongo.Collection, h Token
 	if err != nil {
 		return errResult(err)
 	}
-	fenced, err := fence(coll, h, filter, update, o.Upsert != nil && *o.Upsert)
+	upsert := o.Upsert != nil && *o.Upsert
+	fenced, err := fence(coll, h, filter, update, upsert)
 	if err != nil {
 		return errResult(err)
 	}
@@ -114,12 +115,9 @@ func FencedFindOneAndUpdate(ctx context.Context, coll *mongo.Collection, h Token
 			if again, err := fenced.duplicate(ctx, tries, err); !again {
 				return errResult(err)
 			}
-		case errors.Is(err, mongo.ErrNoDocuments):
-			// An upsert that returns the document before the update
-			// also reports no document: then it did insert.
-			if o.Upsert != nil && *o.Upsert {
-				return res
-			}
+		// An upsert that returns the document before the update also
+		// reports no document: then it did insert.
+		case errors.Is(err, mongo.ErrNoDocuments) && !upsert:
 			if err := fenced.noMatch(ctx); err != nil {
 				return errResult(err)
 			}
@@ -264,11 +262,7 @@ func fenceUpdate(update any, token int64) (any, error) {
 func pipelineStages(update any) ([]any, bool) {
 	switch u := update.(type) {
 	case mongo.Pipeline:
-		s := make([]any, len(u))
-		for i := range u {
-			s[i] = u[i]
-		}
-		return s, true
+		return pipelineStages([]bson.D(u))
 	case bson.A:
 		return u, true
 	case []bson.D:
@@ -314,16 +308,14 @@ func writesFence(stage bson.Raw) bool {
 			if d, ok := e.Value().DocumentOK(); ok && touches(d, false) {
 				return true
 			}
-		case "$unset":
-			if s, ok := e.Value().StringValueOK(); ok && isFence(s) {
-				return true
-			}
+		case "$unset": // a field, or an array of them
+			vals := []bson.RawValue{e.Value()}
 			if a, ok := e.Value().ArrayOK(); ok {
-				vals, _ := a.Values()
-				for _, v := range vals {
-					if s, ok := v.StringValueOK(); ok && isFence(s) {
-						return true
-					}
+				vals, _ = a.Values()
+			}
+			for _, v := range vals {
+				if s, ok := v.StringValueOK(); ok && isFence(s) {
+					return true
 				}
 			}
 		}

@@ -147,13 +147,16 @@ func TestFencedUpdateOfTheFenceFieldOrAReplacementIsErrInvalidArgument(t *testin
 	ctx := boundedCtx(t, 30*time.Second)
 	coll := fencedColl(t)
 	for name, up := range map[string]any{
-		"replacement":    bson.D{{Key: "writer", Value: "x"}},
-		"$set of fence":  bson.D{{Key: "$set", Value: bson.D{{Key: mongolock.FenceField, Value: 1}}}},
-		"$unset":         bson.D{{Key: "$unset", Value: bson.D{{Key: mongolock.FenceField, Value: ""}}}},
-		"$rename to":     bson.D{{Key: "$rename", Value: bson.D{{Key: "a", Value: mongolock.FenceField}}}},
-		"pipeline $set":  mongo.Pipeline{{{Key: "$set", Value: bson.D{{Key: mongolock.FenceField, Value: 99}}}}},
-		"empty":          bson.D{},
-		"not a document": bson.D{{Key: "$set", Value: 1}},
+		"replacement":                bson.D{{Key: "writer", Value: "x"}},
+		"$set of fence":              bson.D{{Key: "$set", Value: bson.D{{Key: mongolock.FenceField, Value: 1}}}},
+		"$unset":                     bson.D{{Key: "$unset", Value: bson.D{{Key: mongolock.FenceField, Value: ""}}}},
+		"$rename to":                 bson.D{{Key: "$rename", Value: bson.D{{Key: "a", Value: mongolock.FenceField}}}},
+		"pipeline $set":              mongo.Pipeline{{{Key: "$set", Value: bson.D{{Key: mongolock.FenceField, Value: 99}}}}},
+		"empty":                      bson.D{},
+		"not a document":             bson.D{{Key: "$set", Value: 1}},
+		"pipeline $unset":            []bson.D{{{Key: "$unset", Value: mongolock.FenceField}}},
+		"pipeline $unset of several": bson.A{bson.D{{Key: "$unset", Value: bson.A{"a", mongolock.FenceField + ".x"}}}},
+		"pipeline $addFields":        []any{bson.D{{Key: "$addFields", Value: bson.D{{Key: mongolock.FenceField, Value: 1}}}}},
 	} {
 		_, err := mongolock.FencedUpdateOne(ctx, coll, token(1), byID("r"), up, upsert)
 		require.ErrorIs(t, err, mongolock.ErrInvalidArgument, name)
@@ -162,6 +165,9 @@ func TestFencedUpdateOfTheFenceFieldOrAReplacementIsErrInvalidArgument(t *testin
 	}
 	_, err := mongolock.FencedUpdateOne(ctx, coll, token(0), byID("r"), setWriter("x"))
 	require.ErrorIs(t, err, mongolock.ErrInvalidArgument, "token 0")
+	unsetOthers := mongo.Pipeline{{{Key: "$unset", Value: bson.A{"a", "b"}}}, {{Key: "$unset", Value: "c"}}}
+	_, err = mongolock.FencedUpdateOne(ctx, coll, token(1), byID("r"), unsetOthers, upsert)
+	require.NoError(t, err, "a pipeline's $unset of other fields")
 }
 
 func TestFencedFindOneAndUpdateTellsRefusalFromNoDocuments(t *testing.T) {

@@ -19,11 +19,7 @@ import (
 
 func init() {
 	backend.NewProvider = func(s *memdb.Store, db string, opts any) (any, error) {
-		p, err := newMemProvider(s, db, opts.([]Option))
-		if err != nil {
-			return nil, err
-		}
-		return p, nil
+		return newMemProvider(s, db, opts.([]Option)) // a nil *Provider on an error
 	}
 	backend.Lose = func(h any) bool {
 		hh, ok := h.(*Handle)

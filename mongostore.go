@@ -80,15 +80,15 @@ func (c mongoStore) findOneAndUpdate(ctx context.Context, filter, update, projec
 }
 
 func (c mongoStore) updateOne(ctx context.Context, filter, update any) (int64, int64, error) {
-	res, err := c.coll.UpdateOne(ctx, filter, update)
-	if err != nil {
-		return 0, 0, err
-	}
-	return res.MatchedCount, res.ModifiedCount, nil
+	return updateCounts(c.coll.UpdateOne(ctx, filter, update))
 }
 
 func (c mongoStore) updateMany(ctx context.Context, filter, update any) (int64, int64, error) {
-	res, err := c.coll.UpdateMany(ctx, filter, update)
+	return updateCounts(c.coll.UpdateMany(ctx, filter, update))
+}
+
+// updateCounts are what the store reads of an update's reply.
+func updateCounts(res *mongo.UpdateResult, err error) (matched, modified int64, _ error) {
 	if err != nil {
 		return 0, 0, err
 	}

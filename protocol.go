@@ -161,11 +161,7 @@ func acquirePipeline(lockID string, waitToken int64, value *string, parts acquir
 	if value != nil {
 		attempt = append(attempt, bson.E{Key: "value", Value: literal(*value)})
 	}
-	stages := bson.A{set("_attempt", attempt, "_mine", parts.mine, "_free", parts.free)}
-	for _, s := range parts.stages {
-		stages = append(stages, s)
-	}
-	return stages
+	return append(bson.A{set("_attempt", attempt, "_mine", parts.mine, "_free", parts.free)}, parts.stages...)
 }
 
 func acquireFilter(name string) bson.D { return obj("_id", name) }
@@ -173,10 +169,10 @@ func acquireFilter(name string) bson.D { return obj("_id", name) }
 var acquireOptions = options.FindOneAndUpdate().SetReturnDocument(options.After)
 
 // acquireParts are the constant parts of an acquisition's pipeline, encoded:
-// the first stage's expressions, and the stages after it.
+// the first stage's expressions, and the stages after it (bson.Raw).
 type acquireParts struct {
 	mine, free bson.Raw
-	stages     []bson.Raw
+	stages     bson.A
 }
 
 // 2a. Acquire a lock nobody waits for: findOneAndUpdate({_id: name},
@@ -189,12 +185,7 @@ type acquireParts struct {
 // of the time of (2). Otherwise it leaves the document as it was, and the
 // Acquire sends (2) at once.
 func unclaimedPipeline(proc, owner string, expiry time.Duration, lockID string, value *string) bson.A {
-	const now = "$$NOW"
-	unclaimed := bson.A{
-		op("$lte", ifNull("$expiresAt", epoch), now),
-		op("$lte", ifNull("$waitingUntil", epoch), now),
-		op("$lte", ifNull("$nextUntil", epoch), now),
-	}
+	unclaimed := bson.A{past("$expiresAt"), past("$waitingUntil"), past("$nextUntil")}
 	var v any = "$$REMOVE" // omitted from the object: the value stays missing
 	if value != nil {
 		v = literal(*value)
@@ -234,15 +225,14 @@ func newAcquireParts(proc, owner string, mode attemptMode, expiry, claim, next t
 func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time.Duration, turn int) (mine, free bson.D, stages []bson.D) {
 	const isFree, isMine, now = "$_free", "$_mine", "$$NOW"
 	mine = op("$eq", "$lastProcess", proc)
-	expired := op("$lte", ifNull("$expiresAt", epoch), now)
-	claimLive := op("$gt", ifNull("$waitingUntil", epoch), now)
-	available := any(expired)
-	lockID, expiresAt := any("$lockId"), any("$expiresAt") // refused: as they were
-	lastWrite := any("$lastWrite")
+	claimLive := future("$waitingUntil")
+	available := any(past("$expiresAt"))
+	refused := map[string]any{} // what a refusal writes of the acquisition's fields; the others stay
 	if mode == handOverMode {
-		// The filter found the releasing lockId holding the lock.
+		// The filter found the releasing lockId holding the lock. Refused,
+		// it is released.
 		available = true
-		lockID, expiresAt, lastWrite = "$$REMOVE", now, wroteRelease // refused: released
+		refused = map[string]any{"lockId": "$$REMOVE", "expiresAt": now, "lastWrite": wroteRelease}
 	}
 	streak := ifNull("$processStreak", 0)
 	// Another process's live claim keeps a free lock for the claimant: it
@@ -265,7 +255,7 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time
 	// the fields that read them.
 	const claimMet, nextMine, nextLive = "$_met", "$_nextMine", "$_nextLive"
 	places := obj("_met", op("$eq", "$waitingProcess", proc), "_nextMine", op("$eq", "$nextProcess", proc),
-		"_nextLive", op("$gt", ifNull("$nextUntil", epoch), now))
+		"_nextLive", future("$nextUntil"))
 	for _, f := range places {
 		scratch = append(scratch, bson.E{Key: f.Key, Value: "$$REMOVE"})
 	}
@@ -290,7 +280,7 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time
 		nextProcess = cond(claims, keep("nextProcess"), cond(nexts, proc, "$nextProcess"))
 		nextSince = cond(claims, keep("nextSince"), cond(nexts, token, "$nextSince"))
 		nextUntil = cond(claims, keep("nextUntil"), cond(nexts, op("$add", now, next.Milliseconds()), "$nextUntil"))
-		lastWrite = cond(op("$or", claims, nexts), wroteClaim, "$lastWrite")
+		refused["lastWrite"] = cond(op("$or", claims, nexts), wroteClaim, "$lastWrite")
 		scratch = append(scratch, bson.E{Key: "_claims", Value: "$$REMOVE"}, bson.E{Key: "_nexts", Value: "$$REMOVE"})
 	}
 	if mode != waitMode {
@@ -308,16 +298,11 @@ func acquireExprs(proc, owner string, mode attemptMode, expiry, claim, next time
 	var fields bson.D
 	value := cond(op("$eq", op("$type", "$_attempt.value"), "missing"), "$$REMOVE", "$_attempt.value")
 	for _, f := range acquiredFields(proc, owner, expiry, "$_attempt.lockId", value, isMine) {
-		refused := any("$" + f.Key)
-		switch f.Key {
-		case "lockId":
-			refused = lockID
-		case "expiresAt":
-			refused = expiresAt
-		case "lastWrite":
-			refused = lastWrite
+		r, ok := refused[f.Key]
+		if !ok {
+			r = "$" + f.Key
 		}
-		fields = append(fields, bson.E{Key: f.Key, Value: cond(isFree, f.Value, refused)})
+		fields = append(fields, bson.E{Key: f.Key, Value: cond(isFree, f.Value, r)})
 	}
 	fields = append(fields, obj(
 		"waitingProcess", cond(isFree, promoted("waitingProcess", "$nextProcess"), waitingProcess),
@@ -353,7 +338,7 @@ func placeTaken(place, proc string, token bson.D, lifetime time.Duration) bson.D
 	process, waitedSince, until := "$"+place+"Process", "$"+place+"Since", "$"+place+"Until"
 	mine := op("$eq", process, proc)
 	return op("$or",
-		not(op("$gt", ifNull(until, epoch), now)),
+		not(future(until)),
 		op("$and", mine, op("$lt", until, op("$add", now, (lifetime/2).Milliseconds()))),
 		op("$and", not(mine), op("$lt", token, ifNull(waitedSince, int64(math.MaxInt64)))))
 }
@@ -488,12 +473,12 @@ var releaseEvents = mongo.Pipeline{obj("$match", obj("$or", bson.A{
 // makes it an election's: a plain lock's acquisition removes it.
 func inspectPipeline(match bson.D) mongo.Pipeline {
 	now := "$$NOW"
-	held := op("$and", op("$ne", op("$type", "$lockId"), "missing"), op("$gt", ifNull("$expiresAt", epoch), now))
+	held := op("$and", op("$ne", op("$type", "$lockId"), "missing"), future("$expiresAt"))
 	return mongo.Pipeline{obj("$match", match), obj("$project", obj(
 		"kind", cond(op("$eq", op("$type", "$value"), "missing"), string(KindLock), string(KindElection)),
 		"held", held, "lockId", 1, "mongolock", op("$eq", "$lockId", "$lastLockId"),
 		"owner", 1, "value", 1, "acquiredAt", 1, "expiresAt", 1, "fencingToken", 1,
-		"waiting", op("$gt", ifNull("$waitingUntil", epoch), now), "now", now))}
+		"waiting", future("$waitingUntil"), "now", now))}
 }
 
 // 11. List: the same, with {$match: prefixFilter(prefix)} and then
@@ -544,7 +529,7 @@ func forceReleaseFilter(name string) bson.D {
 }
 
 var forceReleaseUpdate = func() bson.A {
-	live := op("$gt", ifNull("$expiresAt", epoch), "$$NOW")
+	live := future("$expiresAt")
 	return bson.A{set("lockId", cond(live, "$$REMOVE", "$lockId"), "expiresAt", cond(live, "$$NOW", "$expiresAt"),
 		"lastWrite", cond(live, wroteRelease, "$lastWrite"))}
 }()
@@ -580,6 +565,11 @@ func cond(c, then, otherwise any) bson.D { return op("$cond", c, then, otherwise
 func literal(s string) bson.D { return bson.D{{Key: "$literal", Value: s}} }
 
 func ifNull(field string, otherwise any) bson.D { return op("$ifNull", field, otherwise) }
+
+// future is whether the time in field (missing: the epoch) is still to
+// come by the server's clock; past, whether it has come.
+func future(field string) bson.D { return op("$gt", ifNull(field, epoch), "$$NOW") }
+func past(field string) bson.D   { return op("$lte", ifNull(field, epoch), "$$NOW") }
 
 func mustMarshal(doc bson.D) bson.Raw {
 	raw, err := bson.Marshal(doc)
@@ -689,7 +679,7 @@ func slotPipeline(a slotAttempt) bson.A {
 		holder = append(holder, bson.E{Key: "mode", Value: string(a.rw)})
 	}
 	holder = append(holder, obj("acquiredAt", now, "expiresAt", until, "token", nextToken)...)
-	claimLive := op("$gt", ifNull("$waitingUntil", epoch), now)
+	claimLive := future("$waitingUntil")
 	other := op("$and", claimLive, op("$ne", "$waitingProcess", a.proc)) // another process's live claim
 	size := op("$size", live)
 	ofKind := op("$eq", "$kind", slotKind(a.rw))
@@ -697,8 +687,7 @@ func slotPipeline(a slotAttempt) bson.A {
 	switch a.rw {
 	case readMode: // no live writer nor a waiting upgrade, and no writer's claim, even of this process
 		sharing := op("$or", op("$eq", "$$this.mode", "r"), op("$eq", "$$this.mode", "u"))
-		upgrading := op("$gt", ifNull("$$this.upgradingUntil", epoch), now)
-		writers := filterOf(live, op("$or", not(sharing), upgrading))
+		writers := filterOf(live, op("$or", not(sharing), future("$$this.upgradingUntil")))
 		acquired = op("$and", op("$eq", op("$size", writers), 0), not(op("$and", claimLive, op("$eq", "$waitingMode", "w"))))
 	case upgradeMode: // only live readers, and no writer's claim, nor another process's upgradeable reader's
 		others := filterOf(live, op("$ne", "$$this.mode", "r"))
@@ -759,16 +748,10 @@ func slotKind(rw rwMode) string {
 	return "semaphore"
 }
 
-// slotReplyOptions return, of the document after a slot's acquisition, only
+// slotReplyFields return, of the document after a slot's acquisition, only
 // what the client reads: the newest holder (this acquisition's, if it took
 // a slot), not the whole list.
-var (
-	slotReplyFields = bson.D{
-		{Key: "kind", Value: 1}, {Key: "n", Value: 1}, {Key: "fencingToken", Value: 1}, {Key: "waitingProcess", Value: 1},
-		{Key: "holders", Value: obj("$slice", -1)},
-	}
-	slotReplyOptions = options.FindOneAndUpdate().SetReturnDocument(options.After).SetProjection(slotReplyFields)
-)
+var slotReplyFields = obj("kind", 1, "n", 1, "fencingToken", 1, "waitingProcess", 1, "holders", obj("$slice", -1))
 
 // slotAttempt is what slotPipeline needs of one attempt.
 type slotAttempt struct {
@@ -849,8 +832,8 @@ func createRWDoc(name string) bson.D {
 // holders are the live ones, as an acquisition judges them: by the
 // server's clock.
 func semInspectPipeline(match bson.D) mongo.Pipeline {
-	claimLive := op("$gt", ifNull("$waitingUntil", epoch), "$$NOW")
-	upgrading := filterOf(liveHolders, op("$gt", ifNull("$$this.upgradingUntil", epoch), "$$NOW"))
+	claimLive := future("$waitingUntil")
+	upgrading := filterOf(liveHolders, future("$$this.upgradingUntil"))
 	return mongo.Pipeline{obj("$match", match), obj("$project", obj(
 		"kind", 1, "n", 1, "holders", liveHolders, "fencingToken", 1, "waiting", claimLive,
 		"writerWaiting", op("$or", op("$and", claimLive, op("$eq", "$waitingMode", "w")), op("$gt", op("$size", upgrading), 0)),

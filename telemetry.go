@@ -1,6 +1,7 @@
 package mongolock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -254,14 +255,14 @@ const (
 	opProclaimTrace   = "proclaim"
 )
 
-// telemetry is a provider's hooks (nil: none) and logger.
+// telemetry is a provider's hooks and logger.
 type telemetry struct {
-	trace *Trace
+	trace *Trace // never nil: without WithTrace, every hook is nil
 	log   *slog.Logger
 }
 
 func newTelemetry(c telemetryConfig) telemetry {
-	return telemetry{trace: c.trace, log: c.logger}
+	return telemetry{trace: cmp.Or(c.trace, &Trace{}), log: c.logger}
 }
 
 // result is how a call that returned err ended; ok names its success.
@@ -316,11 +317,11 @@ type acquireCall struct {
 // ends with end.
 func (t *telemetry) startAcquire(ctx context.Context, l *Lock, op string) (context.Context, acquireCall) {
 	call := acquireCall{t: t, l: l, op: op}
-	if tr := t.trace; tr != nil {
+	if t.trace.AcquireDone != nil {
 		call.start = time.Now()
-		if tr.AcquireStart != nil {
-			ctx = tr.AcquireStart(ctx, AcquireStartInfo{Lock: l.info(), Operation: op})
-		}
+	}
+	if hook := t.trace.AcquireStart; hook != nil {
+		ctx = hook(ctx, AcquireStartInfo{Lock: l.info(), Operation: op})
 	}
 	return ctx, call
 }
@@ -329,8 +330,8 @@ func (t *telemetry) startAcquire(ctx context.Context, l *Lock, op string) (conte
 // logged (Debug).
 func (c *acquireCall) attempted(ctx context.Context, err error) {
 	c.attempts++
-	if tr := c.t.trace; tr != nil && tr.AcquireAttempt != nil {
-		tr.AcquireAttempt(ctx, AttemptInfo{Lock: c.l.info(), Operation: c.op, Attempt: c.attempts, TraceResult: result(err, "acquired")})
+	if hook := c.t.trace.AcquireAttempt; hook != nil {
+		hook(ctx, AttemptInfo{Lock: c.l.info(), Operation: c.op, Attempt: c.attempts, TraceResult: result(err, "acquired")})
 	}
 	if err != nil && c.t.log.Enabled(ctx, slog.LevelDebug) && isTransient(err) {
 		c.t.log.DebugContext(ctx, "mongolock: acquisition attempt failed; retrying", "lock", shortName(c.l.name), "error", err)
@@ -339,13 +340,13 @@ func (c *acquireCall) attempted(ctx context.Context, err error) {
 
 // end tells the hooks that the call returned h or err.
 func (c *acquireCall) end(ctx context.Context, h *Handle, err error) {
-	if tr := c.t.trace; tr != nil && tr.AcquireDone != nil {
+	if hook := c.t.trace.AcquireDone; hook != nil {
 		info := AcquireDoneInfo{Lock: c.l.info(), Operation: c.op, Attempts: c.attempts, Waited: time.Since(c.start),
 			HandedOver: c.handedOver, TraceResult: result(err, "acquired")}
 		if h != nil {
 			info.FencingToken = h.token.Load()
 		}
-		tr.AcquireDone(ctx, info)
+		hook(ctx, info)
 	}
 }
 
@@ -353,8 +354,8 @@ func (c *acquireCall) end(ctx context.Context, h *Handle, err error) {
 // or Proclaim (op), begins (ReleaseStart reports both), and returns its
 // context.
 func (t *telemetry) startHolderWrite(ctx context.Context, h *acquisition, op string) context.Context {
-	if tr := t.trace; tr != nil && tr.ReleaseStart != nil {
-		return tr.ReleaseStart(ctx, ReleaseStartInfo{Lock: h.lock.info(), Operation: op, FencingToken: h.token.Load()})
+	if hook := t.trace.ReleaseStart; hook != nil {
+		return hook(ctx, ReleaseStartInfo{Lock: h.lock.info(), Operation: op, FencingToken: h.token.Load()})
 	}
 	return ctx
 }
@@ -362,37 +363,36 @@ func (t *telemetry) startHolderWrite(ctx context.Context, h *acquisition, op str
 // endHolderWrite tells the hooks (ReleaseDone) that h's Release or Proclaim
 // (op; ok names its success) returned err.
 func (t *telemetry) endHolderWrite(ctx context.Context, h *acquisition, op, ok string, err error) {
-	if tr := t.trace; tr != nil && tr.ReleaseDone != nil {
-		tr.ReleaseDone(ctx, ReleaseDoneInfo{Lock: h.lock.info(), Operation: op, FencingToken: h.token.Load(), TraceResult: result(err, ok)})
+	if hook := t.trace.ReleaseDone; hook != nil {
+		hook(ctx, ReleaseDoneInfo{Lock: h.lock.info(), Operation: op, FencingToken: h.token.Load(), TraceResult: result(err, ok)})
 	}
 }
 
 // handOver tells the hooks that a Release of l offered it to an Acquire
 // of this process, which got it if ok.
 func (t *telemetry) handOver(ctx context.Context, l *Lock, ok bool) {
-	if tr := t.trace; tr != nil && tr.HandOver != nil {
-		tr.HandOver(ctx, HandOverInfo{Lock: l.info(), HandedOver: ok})
+	if hook := t.trace.HandOver; hook != nil {
+		hook(ctx, HandOverInfo{Lock: l.info(), HandedOver: ok})
 	}
 }
 
 // acquired tells the hooks that a handle of l was made.
-func (t *telemetry) acquired(l *Lock) {
-	if tr := t.trace; tr != nil && tr.Acquired != nil {
-		tr.Acquired(l.info())
-	}
-}
+func (t *telemetry) acquired(l *Lock) { lockEvent(t.trace.Acquired, l) }
 
 // unheld tells the hooks that a handle of l no longer holds.
-func (t *telemetry) unheld(l *Lock) {
-	if tr := t.trace; tr != nil && tr.Unheld != nil {
-		tr.Unheld(l.info())
+func (t *telemetry) unheld(l *Lock) { lockEvent(t.trace.Unheld, l) }
+
+// lockEvent calls hook, if set, with l's TraceLock.
+func lockEvent(hook func(TraceLock), l *Lock) {
+	if hook != nil {
+		hook(l.info())
 	}
 }
 
 // countLoss tells the hooks about the loss of h, for reason (why).
 func (t *telemetry) countLoss(h *acquisition, reason lossReason, why error) {
-	if tr := t.trace; tr != nil && tr.Lost != nil {
-		tr.Lost(LossInfo{Lock: h.lock.info(), FencingToken: h.token.Load(), Reason: string(reason), Err: why})
+	if hook := t.trace.Lost; hook != nil {
+		hook(LossInfo{Lock: h.lock.info(), FencingToken: h.token.Load(), Reason: string(reason), Err: why})
 	}
 }
 
@@ -404,9 +404,9 @@ func (t *telemetry) logLoss(h *acquisition, reason lossReason, why error) {
 // startExtension tells the hooks that one extension round trip of hs, all
 // of one collection, begins, and returns its context.
 func (t *telemetry) startExtension(ctx context.Context, hs []*acquisition) context.Context {
-	if tr := t.trace; tr != nil && tr.ExtendStart != nil {
+	if hook := t.trace.ExtendStart; hook != nil {
 		sp := hs[0].lock.space()
-		return tr.ExtendStart(ctx, ExtendStartInfo{Database: sp.db, Collection: sp.name, Handles: len(hs)})
+		return hook(ctx, ExtendStartInfo{Database: sp.db, Collection: sp.name, Handles: len(hs)})
 	}
 	return ctx
 }
@@ -415,7 +415,7 @@ func (t *telemetry) startExtension(ctx context.Context, hs []*acquisition) conte
 // not match lost, or failed with err. A transient error, retried, is
 // logged (Debug).
 func (t *telemetry) endExtension(ctx context.Context, hs, lost []*acquisition, err error, sent time.Time) {
-	if tr := t.trace; tr != nil && tr.ExtendDone != nil {
+	if hook := t.trace.ExtendDone; hook != nil {
 		sp := hs[0].lock.space()
 		info := ExtendDoneInfo{Database: sp.db, Collection: sp.name, Handles: len(hs),
 			Matched: len(hs) - len(lost), Lost: len(lost), Took: time.Since(sent), TraceResult: result(err, "extended")}
@@ -425,7 +425,7 @@ func (t *telemetry) endExtension(ctx context.Context, hs, lost []*acquisition, e
 		if isClosed(err) {
 			info.Lost = len(hs)
 		}
-		tr.ExtendDone(ctx, info)
+		hook(ctx, info)
 	}
 	if err != nil && t.log.Enabled(ctx, slog.LevelDebug) && isTransient(err) {
 		t.log.DebugContext(ctx, "mongolock: extension failed; retrying", "handles", len(hs), "error", err)
@@ -435,9 +435,7 @@ func (t *telemetry) endExtension(ctx context.Context, hs, lost []*acquisition, e
 // orphanReleased tells the hooks, and logs (Info), that an acquisition of
 // l that nobody got a handle for was released.
 func (t *telemetry) orphanReleased(l *Lock) {
-	if tr := t.trace; tr != nil && tr.OrphanReleased != nil {
-		tr.OrphanReleased(l.info())
-	}
+	lockEvent(t.trace.OrphanReleased, l)
 	t.log.Info("mongolock: released an acquisition nobody got a handle for", "lock", shortName(l.name))
 }
 
@@ -450,8 +448,8 @@ func (t *telemetry) retrying(l *Lock, err error) {
 // abandoned tells the hooks, and logs (Warn), that h's Handle became
 // unreachable while it held its lock.
 func (t *telemetry) abandoned(h *acquisition) {
-	if tr := t.trace; tr != nil && tr.Abandoned != nil {
-		tr.Abandoned(HandleInfo{Lock: h.lock.info(), FencingToken: h.token.Load()})
+	if hook := t.trace.Abandoned; hook != nil {
+		hook(HandleInfo{Lock: h.lock.info(), FencingToken: h.token.Load()})
 	}
 	t.log.Warn("mongolock: a Handle became unreachable while holding its lock; releasing it (call Release when done)",
 		"lock", shortName(h.lock.name), "fencingToken", h.token.Load())
@@ -463,8 +461,8 @@ func (t *telemetry) indexFailed(db, coll string, err error) {
 	if err == nil {
 		return
 	}
-	if tr := t.trace; tr != nil && tr.IndexFailed != nil {
-		tr.IndexFailed(IndexInfo{Database: db, Collection: coll, Index: TTLIndexName, Err: err})
+	if hook := t.trace.IndexFailed; hook != nil {
+		hook(IndexInfo{Database: db, Collection: coll, Index: TTLIndexName, Err: err})
 	}
 	t.log.Info("mongolock: could not create the TTL index; idle lock documents stay in the collection",
 		"collection", coll, "index", TTLIndexName, "error", err)

@@ -65,10 +65,7 @@ func NewStore() *Store {
 // mongolock.NewProvider returns for them.
 func (s *Store) NewProvider(opts ...mongolock.Option) (*mongolock.Provider, error) {
 	p, err := backend.NewProvider(s.db, dbName, opts)
-	if err != nil {
-		return nil, err
-	}
-	return p.(*mongolock.Provider), nil
+	return p.(*mongolock.Provider), err
 }
 
 // Partition cuts every Provider of s off from it until Heal, as a network

@@ -16,7 +16,8 @@ var (
 	// NewProvider validates opts (a []mongolock.Option) as
 	// mongolock.NewProvider does, and returns a *mongolock.Provider whose
 	// engine is the one that runs over MongoDB, its statements applied to
-	// s, a database named db in process memory.
+	// s, a database named db in process memory; on an error, a nil
+	// *mongolock.Provider.
 	NewProvider func(s *memdb.Store, db string, opts any) (any, error)
 	// Lose ends h's acquisition, h a *mongolock.Handle of such a provider,
 	// as a force release of its holder does through the store, and
