@@ -50,12 +50,6 @@ const envURI = "MONGOLOCK_TEST_URI"
 // create and drop (internal/testdb.Prefix): -db must begin with it.
 const testPrefix = "mongolock_test_"
 
-// Workload F's settings: a short expiry, so that three cadences pass quickly.
-const (
-	holdExpiry   = 3 * time.Second
-	holdCadences = 3
-)
-
 func main() {
 	var (
 		dur    = flag.Duration("d", 10*time.Second, "how long each of workloads A–E, I and J runs, per implementation")
@@ -370,12 +364,6 @@ func run(ctx context.Context, dur, gDur, hDur time.Duration, selected map[string
 		return fmt.Errorf("VIOLATION: %d acquisitions broke their resource's rule (workloads I, J); see the report", n)
 	}
 	return nil
-}
-
-// settle gives the server and the runtime a moment between runs.
-func settle() {
-	runtime.GC()
-	time.Sleep(300 * time.Millisecond)
 }
 
 // serverURI is MONGOLOCK_TEST_URI if set, else the local test server,

@@ -39,12 +39,6 @@ var workloads = []workload{
 	{id: "E", title: "32 workers on distinct names (throughput)", procs: 1, workers: 32, rounds: 5},
 }
 
-// env is where the workloads run: one server, one database.
-type env struct {
-	uri string
-	db  string
-}
-
 // collection names the collection of one run, so that runs share no state.
 func collection(workloadID, implName string) string {
 	return "bench_" + workloadID + "_" + implName
