@@ -123,7 +123,7 @@ func main() {
 	if err := profiled(*prof, func() error {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 		defer stop()
-		return run(ctx, *dur, *gDur, *hDur, selected, *holdN, *kRound, *outDir, *dbName)
+		return runAll(ctx, *dur, *gDur, *hDur, selected, *holdN, *kRound, *outDir, *dbName)
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -236,7 +236,9 @@ func checkDBName(name string) error {
 	return nil
 }
 
-func run(ctx context.Context, dur, gDur, hDur time.Duration, selected map[string]bool, holdN, kRounds int, outDir, dbName string) error {
+// runAll runs the selected workloads on the server, in database dbName
+// (dropped before and after), and writes the report to outDir.
+func runAll(ctx context.Context, dur, gDur, hDur time.Duration, selected map[string]bool, holdN, kRounds int, outDir, dbName string) error {
 	if err := checkDBName(dbName); err != nil {
 		return err
 	}

@@ -42,13 +42,13 @@ type commands struct {
 	OpsPerSec    float64        `json:"commandsPerSecond"`
 }
 
-// countCommands is ops, sent over window.
-func countCommands(ops map[string]int, window time.Duration) commands {
+// countCommands is ops, sent over d.
+func countCommands(ops map[string]int, d time.Duration) commands {
 	c := commands{OpsByCommand: ops}
 	for _, n := range ops {
 		c.Ops += n
 	}
-	c.OpsPerSec = float64(c.Ops) / window.Seconds()
+	c.OpsPerSec = float64(c.Ops) / d.Seconds()
 	return c
 }
 
