@@ -9,13 +9,6 @@ import (
 	"strings"
 )
 
-// A command is one of mongolock's subcommands.
-type command struct {
-	name, synopsis, help string
-	flags                *flag.FlagSet
-	run                  func(args []string) error
-}
-
 // cli is what one invocation reads and writes.
 type cli struct {
 	stdin          io.Reader
@@ -25,6 +18,13 @@ type cli struct {
 	// fromEnv holds, per flag set, the flags the environment set;
 	// FlagSet.Visit sees only those the command line set.
 	fromEnv map[*flag.FlagSet]map[string]bool
+}
+
+// A command is one of mongolock's subcommands.
+type command struct {
+	name, synopsis, help string
+	flags                *flag.FlagSet
+	run                  func(args []string) error
 }
 
 // flagSets are the commands' flag sets.
