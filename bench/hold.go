@@ -13,6 +13,12 @@ import (
 // holdTitle describes workload F.
 const holdTitle = "1 process holding N locks for three extension cadences"
 
+// Workload F's settings: a short expiry, so that three cadences pass quickly.
+const (
+	holdExpiry   = 3 * time.Second
+	holdCadences = 3
+)
+
 // holdResult is what workload F measured for one implementation and N.
 type holdResult struct {
 	Impl                 string         `json:"impl"`

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -49,12 +50,6 @@ const envURI = "MONGOLOCK_TEST_URI"
 // testPrefix begins the name of every database the tests and the benchmark
 // create and drop (internal/testdb.Prefix): -db must begin with it.
 const testPrefix = "mongolock_test_"
-
-// Workload F's settings: a short expiry, so that three cadences pass quickly.
-const (
-	holdExpiry   = 3 * time.Second
-	holdCadences = 3
-)
 
 func main() {
 	var (
@@ -128,7 +123,7 @@ func main() {
 	if err := profiled(*prof, func() error {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 		defer stop()
-		return run(ctx, *dur, *gDur, *hDur, selected, *holdN, *kRound, *outDir, *dbName)
+		return runAll(ctx, *dur, *gDur, *hDur, selected, *holdN, *kRound, *outDir, *dbName)
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -147,6 +142,33 @@ func rerender(path, dir string) error {
 	}
 	rep.Targets = evaluate(rep)
 	return rep.write(os.Stdout, dir)
+}
+
+// write prints the markdown report to w and writes results.md, results.json
+// and plot.png to dir.
+func (r *report) write(w io.Writer, dir string) error {
+	md := r.markdown()
+	if _, err := io.WriteString(w, md); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	if err := r.plot(filepath.Join(dir, "plot.png")); err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	fmt.Fprintf(w, "\nwrote %s, %s, %s\n", filepath.Join(dir, "results.md"), filepath.Join(dir, "results.json"), filepath.Join(dir, "plot.png"))
+	return nil
 }
 
 // profiled runs f, writing a CPU profile of it to path unless path is "".
@@ -214,7 +236,9 @@ func checkDBName(name string) error {
 	return nil
 }
 
-func run(ctx context.Context, dur, gDur, hDur time.Duration, selected map[string]bool, holdN, kRounds int, outDir, dbName string) error {
+// runAll runs the selected workloads on the server, in database dbName
+// (dropped before and after), and writes the report to outDir.
+func runAll(ctx context.Context, dur, gDur, hDur time.Duration, selected map[string]bool, holdN, kRounds int, outDir, dbName string) error {
 	if err := checkDBName(dbName); err != nil {
 		return err
 	}
@@ -370,12 +394,6 @@ func run(ctx context.Context, dur, gDur, hDur time.Duration, selected map[string
 		return fmt.Errorf("VIOLATION: %d acquisitions broke their resource's rule (workloads I, J); see the report", n)
 	}
 	return nil
-}
-
-// settle gives the server and the runtime a moment between runs.
-func settle() {
-	runtime.GC()
-	time.Sleep(300 * time.Millisecond)
 }
 
 // serverURI is MONGOLOCK_TEST_URI if set, else the local test server,

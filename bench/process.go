@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"maps"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -41,14 +42,20 @@ type commands struct {
 	OpsPerSec    float64        `json:"commandsPerSecond"`
 }
 
-// countCommands is ops, sent over window.
-func countCommands(ops map[string]int, window time.Duration) commands {
+// countCommands is ops, sent over d.
+func countCommands(ops map[string]int, d time.Duration) commands {
 	c := commands{OpsByCommand: ops}
 	for _, n := range ops {
 		c.Ops += n
 	}
-	c.OpsPerSec = float64(c.Ops) / window.Seconds()
+	c.OpsPerSec = float64(c.Ops) / d.Seconds()
 	return c
+}
+
+// env is where the workloads run: one server, one database.
+type env struct {
+	uri string
+	db  string
 }
 
 // A process is what the issue calls a process: a client of its own, with its
@@ -126,4 +133,10 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// settle gives the server and the runtime a moment between runs.
+func settle() {
+	runtime.GC()
+	time.Sleep(300 * time.Millisecond)
 }

@@ -1,12 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 )
 
@@ -116,33 +112,6 @@ func (r *report) serialBound(csMS float64) float64 {
 		return 0
 	}
 	return 1000 / (csMS + a.CycleP50MS)
-}
-
-// write prints the markdown report to w and writes results.md, results.json
-// and plot.png to dir.
-func (r *report) write(w io.Writer, dir string) error {
-	md := r.markdown()
-	if _, err := io.WriteString(w, md); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(md), 0o644); err != nil {
-		return err
-	}
-	js, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(js, '\n'), 0o644); err != nil {
-		return err
-	}
-	if err := r.plot(filepath.Join(dir, "plot.png")); err != nil {
-		return fmt.Errorf("plot: %w", err)
-	}
-	fmt.Fprintf(w, "\nwrote %s, %s, %s\n", filepath.Join(dir, "results.md"), filepath.Join(dir, "results.json"), filepath.Join(dir, "plot.png"))
-	return nil
 }
 
 func (r *report) markdown() string {

@@ -39,12 +39,6 @@ var workloads = []workload{
 	{id: "E", title: "32 workers on distinct names (throughput)", procs: 1, workers: 32, rounds: 5},
 }
 
-// env is where the workloads run: one server, one database.
-type env struct {
-	uri string
-	db  string
-}
-
 // collection names the collection of one run, so that runs share no state.
 func collection(workloadID, implName string) string {
 	return "bench_" + workloadID + "_" + implName
@@ -209,8 +203,8 @@ func (w *window) add(o window) {
 }
 
 // runWorkload runs w for every implementation for d each, in w.rounds
-// interleaved slices, and summarizes each.
-func runWorkload(ctx context.Context, e env, ims []impl, w workload, d time.Duration, each func(im impl, r result)) error {
+// interleaved slices, and hands each one's summary to record.
+func runWorkload(ctx context.Context, e env, ims []impl, w workload, d time.Duration, record func(im impl, r result)) error {
 	rounds := max(w.rounds, 1)
 	acc := make([]window, len(ims))
 	for round := range rounds {
@@ -229,7 +223,7 @@ func runWorkload(ctx context.Context, e env, ims []impl, w workload, d time.Dura
 		if r.Acquisitions > 0 {
 			r.ClientCPUPerAcqUS = float64(acc[i].cpu) / float64(time.Microsecond) / float64(r.Acquisitions)
 		}
-		each(im, r)
+		record(im, r)
 	}
 	return nil
 }

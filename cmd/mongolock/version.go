@@ -47,3 +47,12 @@ func versionOf(bi *debug.BuildInfo, release, tagged string) string {
 		return release + "+dev" + rev + dirty
 	}
 }
+
+// moduleVersion is the version this binary was built from (versionOf).
+func moduleVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	return versionOf(bi, release, tagged)
+}

@@ -130,6 +130,20 @@ const (
 	sKilled = "killed" // the ids of the SIGKILLed children
 )
 
+// num is a counter of a resource document, whichever number type BSON
+// decoded it as.
+func num(v any) int64 {
+	switch n := v.(type) {
+	case int32:
+		return int64(n)
+	case int64:
+		return n
+	case float64:
+		return int64(n)
+	}
+	return 0
+}
+
 func runChild(args []string) error {
 	fs := flag.NewFlagSet("soak child", flag.ContinueOnError)
 	c := &child{}

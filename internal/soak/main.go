@@ -109,9 +109,6 @@ import (
 	"os"
 )
 
-// childEnv marks a child process.
-const childEnv = "MONGOLOCK_SOAK_CHILD"
-
 func main() {
 	var err error
 	if os.Getenv(childEnv) == "1" {

@@ -230,11 +230,14 @@ func runParent(args []string, stdout, stderr io.Writer) (*Result, error) {
 		fmt.Fprintf(stdout, "%s is not set: using %s\n", testdb.EnvURI, s.Name())
 		cfg.uri = s.URI
 	}
-	return soak(cfg, stdout, stderr)
+	return runChildren(cfg, stdout, stderr)
 }
 
-// A proc is a running child process.
-type proc struct {
+// childEnv marks a child process.
+const childEnv = "MONGOLOCK_SOAK_CHILD"
+
+// A childProc is a running child process.
+type childProc struct {
 	id     string
 	nth    int // which of the -p processes it is: a replacement takes its victim's
 	expiry time.Duration
@@ -244,7 +247,9 @@ type proc struct {
 	err    error         // its exit, once done
 }
 
-func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
+// runChildren runs cfg.procs children for cfg.dur, killing and replacing them
+// as cfg asks, and then reads what they recorded.
+func runChildren(cfg config, stdout, stderr io.Writer) (*Result, error) {
 	ctx := context.Background()
 	client, err := mongo.Connect(options.Client().ApplyURI(cfg.uri))
 	if err != nil {
@@ -308,8 +313,8 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 	var (
 		outMu   sync.Mutex // one child's line at a time
 		seq     int
-		running []*proc
-		all     []*proc
+		running []*childProc
+		all     []*childProc
 	)
 	spawn := func(nth int) error {
 		seq++
@@ -331,7 +336,7 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 		if err := cmd.Start(); err != nil {
 			return err
 		}
-		p := &proc{id: id, nth: nth, expiry: cfg.lease(nth).expiry, cmd: cmd, stdin: stdin, done: make(chan struct{})}
+		p := &childProc{id: id, nth: nth, expiry: cfg.lease(nth).expiry, cmd: cmd, stdin: stdin, done: make(chan struct{})}
 		go func() {
 			p.err = cmd.Wait()
 			_ = stdin.Close()
@@ -380,7 +385,7 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 				break
 			}
 			time.Sleep(time.Until(next))
-			var candidates []*proc
+			var candidates []*childProc
 			for _, p := range running {
 				if time.Until(until) > 2*p.expiry {
 					candidates = append(candidates, p)
@@ -393,7 +398,7 @@ func soak(cfg config, stdout, stderr io.Writer) (*Result, error) {
 			if err != nil {
 				return nil, err
 			}
-			running = slices.DeleteFunc(running, func(p *proc) bool { return p == victim })
+			running = slices.DeleteFunc(running, func(p *childProc) bool { return p == victim })
 			if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				return nil, fmt.Errorf("kill %s: %w", victim.id, err)
 			}
@@ -645,7 +650,7 @@ func sweepOnce(ctx context.Context, coll *mongo.Collection, expired mongo.Pipeli
 // live holder inside a resource of a kind whose holders were killed least
 // so far, watched for up to half a second; then of any kind, for as long
 // again; else any.
-func pickVictim(ctx context.Context, resources *mongo.Collection, candidates []*proc, names [numKinds]int, hits [numKinds]int64) (*proc, error) {
+func pickVictim(ctx context.Context, resources *mongo.Collection, candidates []*childProc, names [numKinds]int, hits [numKinds]int64) (*childProc, error) {
 	var fewest, every bson.A
 	for _, kd := range soakcheck.LeastHit(hits, names) {
 		fewest = append(fewest, kd.String())
@@ -673,14 +678,14 @@ func pickVictim(ctx context.Context, resources *mongo.Collection, candidates []*
 		if err := cur.All(ctx, &docs); err != nil {
 			return nil, err
 		}
-		var inside []*proc
+		var inside []*childProc
 		for _, d := range docs {
 			procs := d.Holders
 			if d.Inside != nil {
 				procs = append(procs, *d.Inside)
 			}
 			for _, h := range procs {
-				if i := slices.IndexFunc(candidates, func(p *proc) bool { return p.id == h.Proc }); i >= 0 {
+				if i := slices.IndexFunc(candidates, func(p *childProc) bool { return p.id == h.Proc }); i >= 0 {
 					inside = append(inside, candidates[i])
 				}
 			}
@@ -690,18 +695,6 @@ func pickVictim(ctx context.Context, resources *mongo.Collection, candidates []*
 		}
 	}
 	return candidates[rand.IntN(len(candidates))], nil
-}
-
-func num(v any) int64 {
-	switch n := v.(type) {
-	case int32:
-		return int64(n)
-	case int64:
-		return n
-	case float64:
-		return int64(n)
-	}
-	return 0
 }
 
 // lineWriter passes a child's output on whole lines at a time, so that

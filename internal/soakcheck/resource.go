@@ -50,12 +50,13 @@ type Board struct {
 
 type resource struct {
 	kind        Kind
-	last, lastW int64     // the greatest token entered; an rwlock's greatest writer's
-	inside      *holder   // a mutex's or an election's
-	holders     []*holder // a semaphore's or an rwlock's
+	last, lastW int64       // the greatest token entered; an rwlock's greatest writer's
+	inside      *occupant   // a mutex's or an election's
+	holders     []*occupant // a semaphore's or an rwlock's
 }
 
-type holder struct {
+// An occupant is a holder inside a resource, as its entry recorded it.
+type occupant struct {
 	tok   int64
 	proc  string
 	write bool // an rwlock's writer
@@ -64,7 +65,7 @@ type holder struct {
 	state func() string
 }
 
-func (h *holder) String() string {
+func (h *occupant) String() string {
 	s := fmt.Sprintf("%d of %s%s", h.tok, h.proc, role(h.write))
 	if h.note != "" {
 		s += " (" + h.note + ")"
@@ -101,7 +102,7 @@ type Section struct {
 }
 
 func (s Section) who() string {
-	return "token " + (&holder{tok: s.Tok, proc: s.Proc, write: s.Write, note: s.Note}).String()
+	return "token " + (&occupant{tok: s.Tok, proc: s.Proc, write: s.Write, note: s.Note}).String()
 }
 
 func (b *Board) resource(kd Kind, name string) *resource {
@@ -153,7 +154,7 @@ func (b *Board) Enter(s Section, floor int64, waited time.Duration) bool {
 		return false
 	}
 	r, c := b.resource(s.Kind, s.Name), &b.per[s.Kind]
-	me := &holder{tok: s.Tok, proc: s.Proc, write: s.Write, note: s.Note, state: s.State}
+	me := &occupant{tok: s.Tok, proc: s.Proc, write: s.Write, note: s.Note, state: s.State}
 	before := c.Violations()
 	defer func() {
 		if c.Violations() > before && b.Explain != nil && len(b.reports) < 20 {
@@ -216,7 +217,7 @@ func (b *Board) Enter(s Section, floor int64, waited time.Duration) bool {
 
 // mine returns s's holder in its resource, if it is inside and its token
 // still outranks what it had to.
-func (r *resource) mine(s Section) *holder {
+func (r *resource) mine(s Section) *occupant {
 	if s.Kind.Single() {
 		if r.inside != nil && r.inside.tok == s.Tok && r.last <= s.Tok {
 			return r.inside
@@ -227,7 +228,7 @@ func (r *resource) mine(s Section) *holder {
 	if s.Write {
 		fence = r.last
 	}
-	i := slices.IndexFunc(r.holders, func(h *holder) bool { return h.tok == s.Tok })
+	i := slices.IndexFunc(r.holders, func(h *occupant) bool { return h.tok == s.Tok })
 	if i < 0 || s.Kind == RWLock && fence > s.Tok {
 		return nil
 	}
@@ -268,7 +269,7 @@ func (b *Board) Exit(s Section) bool {
 		return true
 	}
 	n := len(r.holders)
-	r.holders = slices.DeleteFunc(r.holders, func(h *holder) bool { return h.tok == s.Tok })
+	r.holders = slices.DeleteFunc(r.holders, func(h *occupant) bool { return h.tok == s.Tok })
 	return len(r.holders) < n
 }
 
@@ -319,7 +320,7 @@ func (b *Board) Kill(proc string) (inside [NumKinds]int64) {
 			n++
 		}
 		before := len(r.holders)
-		r.holders = slices.DeleteFunc(r.holders, func(h *holder) bool { return h.proc == proc })
+		r.holders = slices.DeleteFunc(r.holders, func(h *occupant) bool { return h.proc == proc })
 		n += int64(before - len(r.holders))
 		b.per[r.kind].Killed += n
 		inside[r.kind] += n
