@@ -5,11 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 // A Lock is a named distributed lock. It holds no state of its own: every
@@ -63,14 +62,23 @@ type kindInfo struct {
 	slots    int    // a semaphore's; 0 for the other kinds
 }
 
-// info says which lock l is.
-func (l *Lock) info() TraceLock {
-	sp, d := l.space(), l.kind.describe()
-	return TraceLock{Name: shortName(l.name), Kind: d.kind, Mode: d.modeName, Slots: d.slots, Database: sp.db, Collection: sp.name}
-}
-
 // part names the kind in a composite's order and its errors.
 func (k kindInfo) part() string { return cmp.Or(k.modePart, string(k.kind)) }
+
+// New returns the lock called name in db; see NewProvider for the options.
+func New(db *mongo.Database, name string, opts ...Option) (*Lock, error) {
+	p, err := NewProvider(db, opts...)
+	if err != nil {
+		return nil, &Error{Op: "new", Name: shortName(name), Err: errors.Unwrap(err)}
+	}
+	return p.Lock(name), nil
+}
+
+// Lock returns the lock called name. Names are arbitrary strings, used as
+// the document's _id exactly as given (case-sensitive, not hashed). Locks
+// with the same name, collection and database exclude each other, in this
+// process and in any other, whichever Provider minted them.
+func (p *Provider) Lock(name string) *Lock { return &Lock{p: p, name: name, kind: lockDriver{}} }
 
 // Name returns the lock's name, exactly as given.
 func (l *Lock) Name() string { return l.name }
@@ -86,8 +94,6 @@ const (
 	// will get a handle for, or of a failed Release.
 	cleanupTimeout = 5 * time.Second
 )
-
-func newLockID() string { return strings.ReplaceAll(uuid.NewString(), "-", "") }
 
 // TryAcquire makes one attempt to take the lock. It returns a Handle if the
 // lock was free, ErrNotAcquired if someone else holds it (or this process
@@ -335,7 +341,7 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, waitToken int64) (
 	if err := l.p.ensureCollection(ctx, l.space()); err != nil {
 		return nil, reply{}, err
 	}
-	l.ensureIndex()
+	l.p.ensureIndex(l.space())
 	for tries := 1; ; tries++ {
 		// A fresh lockId per round trip: a cleanup of one can never free
 		// another.
