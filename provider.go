@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"weak"
 
@@ -115,6 +116,19 @@ type collState struct {
 	bg        sync.WaitGroup // the release source
 	queues    queues
 	notify    notifier
+}
+
+// collationCheck is whether one collection's default collation was checked
+// (ensureCollection, in collation.go): the outcome of the first check that
+// decided, for the life of the process. A check that failed (the network,
+// the server, ctx) decides nothing: the next call checks again.
+type collationCheck struct {
+	passed atomic.Bool // decided, and not refused: the fast path
+
+	mu      sync.Mutex
+	decided bool
+	refused error         // when decided: the refusal, or nil
+	running chan struct{} // closed when the check in flight ends
 }
 
 // collKey identifies a collection of one client, or of one database in
