@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -18,19 +16,6 @@ import (
 // collection; it is not retried. Create the collection without a
 // collation (or with {locale: "simple"}), or use another (WithCollection).
 var ErrCollation = errors.New("mongolock: the lock collection has a non-simple default collation")
-
-// collationCheck is whether one collection's default collation was checked:
-// the outcome of the first check that decided, for the life of the process.
-// A check that failed (the network, the server, ctx) decides nothing: the
-// next call checks again.
-type collationCheck struct {
-	passed atomic.Bool // decided, and not refused: the fast path
-
-	mu      sync.Mutex
-	decided bool
-	refused error         // when decided: the refusal, or nil
-	running chan struct{} // closed when the check in flight ends
-}
 
 // ensureCollection makes sure that sp's collection may take lock
 // statements: its default collation is checked, once per process (one

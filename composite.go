@@ -32,10 +32,13 @@ type Part interface {
 // partKey orders a Composite's parts: by database, collection, name, and
 // kind or mode. Parts that share a database, collection and name share a
 // document, and a Composite holds at most one of them.
-type partKey struct{ db, coll, name, kind string }
+type partKey struct {
+	db, coll, name string
+	kind           kindInfo
+}
 
 func (k partKey) compare(o partKey) int {
-	return cmp.Or(cmp.Compare(k.db, o.db), cmp.Compare(k.coll, o.coll), cmp.Compare(k.name, o.name), cmp.Compare(k.kind, o.kind))
+	return cmp.Or(cmp.Compare(k.db, o.db), cmp.Compare(k.coll, o.coll), cmp.Compare(k.name, o.name), cmp.Compare(k.kind.part(), o.kind.part()))
 }
 
 func (l *Lock) compositeKey() (partKey, error) {
@@ -43,7 +46,7 @@ func (l *Lock) compositeKey() (partKey, error) {
 		return partKey{}, invalid("nil *Lock")
 	}
 	sp := l.space()
-	return partKey{db: sp.db, coll: sp.name, name: l.name, kind: l.kind.describe().part()}, nil
+	return partKey{db: sp.db, coll: sp.name, name: l.name, kind: l.kind.describe()}, nil
 }
 
 func (s *Semaphore) compositeKey() (partKey, error) {
@@ -108,26 +111,16 @@ func NewComposite(parts ...Part) (*Composite, error) {
 	return c, nil
 }
 
-// rwModeWithArticle is an RWLock's part kind as "a reader", "an
-// upgradeable reader" or "a writer".
-func rwModeWithArticle(kind string) string {
-	mode := strings.TrimPrefix(kind, "RWLock ")
-	if strings.HasPrefix(mode, "u") {
-		return "an " + mode
-	}
-	return "a " + mode
-}
-
 // samePart says why a composite cannot hold parts of these kinds of one lock.
-func samePart(a, b string) error {
+func samePart(a, b kindInfo) error {
 	switch {
-	case a == b:
-		return invalidf("the %s is a part twice", a)
-	case strings.HasPrefix(a, "RWLock") && strings.HasPrefix(b, "RWLock"):
+	case a.kind == b.kind && a.mode == b.mode:
+		return invalidf("the %s is a part twice", a.part())
+	case a.mode != 0 && b.mode != 0:
 		// Sorted by kind, b is the mode that can do what a can.
-		return invalidf("%s and %s of one RWLock: hold the %s alone", rwModeWithArticle(a), rwModeWithArticle(b), strings.TrimPrefix(b, "RWLock "))
+		return invalidf("%s and %s of one RWLock: hold the %s alone", modeNames[a.mode].a, modeNames[b.mode].a, modeNames[b.mode].part)
 	}
-	return fmt.Errorf("%w (%s and %s of one name)", errOtherKind, a, b)
+	return fmt.Errorf("%w (%s and %s of one name)", errOtherKind, a.part(), b.part())
 }
 
 // Acquire waits until it holds every part or ctx ends. It acquires the

@@ -2,7 +2,9 @@ package mongolock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -51,6 +53,28 @@ type lease struct {
 	missed   bool          // a tick came while it was: extend again at once
 	lastErr  error         // the last failed extension's error
 	slept    time.Duration // suspended time by which deadline came earlier
+}
+
+func newLeases() leases { return leases{held: make(map[*acquisition]*lease)} }
+
+// releaseKept releases, at once, every handle whose lease p keeps (Close),
+// and returns the errors of the releases that failed; a lock already lost
+// is not an error here.
+func (p *Provider) releaseKept(ctx context.Context) error {
+	p.leases.mu.Lock()
+	held := slices.Collect(maps.Keys(p.leases.held))
+	p.leases.mu.Unlock()
+	errs := make([]error, len(held))
+	var wg sync.WaitGroup
+	for i, h := range held {
+		wg.Go(func() {
+			if err := h.release(ctx); !errors.Is(err, ErrLockLost) {
+				errs[i] = err
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // keep starts keeping h's lease, acquired by a request sent at sent (by

@@ -5,10 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -63,12 +61,6 @@ type kindInfo struct {
 	slots    int    // a semaphore's; 0 for the other kinds
 }
 
-// info says which lock l is.
-func (l *Lock) info() TraceLock {
-	sp, d := l.space(), l.kind.describe()
-	return TraceLock{Name: shortName(l.name), Kind: d.kind, Mode: d.modeName, Slots: d.slots, Database: sp.db, Collection: sp.name}
-}
-
 // part names the kind in a composite's order and its errors.
 func (k kindInfo) part() string { return cmp.Or(k.modePart, string(k.kind)) }
 
@@ -86,8 +78,6 @@ const (
 	// will get a handle for, or of a failed Release.
 	cleanupTimeout = 5 * time.Second
 )
-
-func newLockID() string { return strings.ReplaceAll(uuid.NewString(), "-", "") }
 
 // TryAcquire makes one attempt to take the lock. It returns a Handle if the
 // lock was free, ErrNotAcquired if someone else holds it (or this process
@@ -335,7 +325,7 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, waitToken int64) (
 	if err := l.p.ensureCollection(ctx, l.space()); err != nil {
 		return nil, reply{}, err
 	}
-	l.ensureIndex()
+	l.p.ensureIndex(l.space())
 	for tries := 1; ; tries++ {
 		// A fresh lockId per round trip: a cleanup of one can never free
 		// another.
@@ -521,68 +511,6 @@ func (l *Lock) withdrawNow(ctx context.Context) error {
 	lc.queues.wakeHead(l.name)
 	return err
 }
-
-// lockDriver is a lock's kind; an election's shares its documents.
-type lockDriver struct{}
-
-func (lockDriver) space(p *Provider) *space { return &p.locks }
-
-func (lockDriver) create(name string) bson.D { return createDoc(name) }
-
-func (lockDriver) acquire(ctx context.Context, p *Provider, name string, a attempt) (reply, error) {
-	return acquireMutex(ctx, p, name, a, nil, p.acquire[a.mode], turnLength)
-}
-
-// acquireMutex sends one acquisition of a lock's document, held with value (nil: a lock's).
-func acquireMutex(ctx context.Context, p *Provider, name string, a attempt, value *string, parts acquireParts, turn int) (doc reply, err error) {
-	filter := acquireFilter(name)
-	if a.releasing != "" {
-		filter = ownerFilter(name, a.releasing)
-	}
-	var update bson.A
-	if a.mode == unclaimedMode {
-		update = unclaimedPipeline(p.locks.process, p.opts.owner, p.opts.expiry, a.id, value)
-	} else {
-		update = acquirePipeline(a.id, a.waitToken, value, parts)
-	}
-	raw, err := p.locks.store.findOneAndUpdate(ctx, filter, update, nil)
-	if err == nil {
-		err = bson.Unmarshal(raw, &doc)
-	}
-	if a.mode == unclaimedMode && err == nil && doc.LockID != a.id {
-		err = errUnclaimedRefused
-	}
-	doc.turn = turn
-	return doc, err
-}
-
-func (lockDriver) release(name, id string, hold time.Duration) (bson.D, any) {
-	if hold > 0 {
-		return ownerFilter(name, id), holdReleaseUpdate(hold)
-	}
-	return ownerFilter(name, id), releaseUpdate
-}
-
-func (lockDriver) extend(p *Provider, names, ids bson.A) (bson.D, any) {
-	return extendFilter(names, ids), p.extendUpdate
-}
-
-func (lockDriver) holders(names bson.A) (bson.D, bson.D) { return holdersQuery(names) }
-
-func (lockDriver) heldBy(raw bson.Raw, held map[string]bool) error {
-	var doc reply
-	err := bson.Unmarshal(raw, &doc)
-	held[doc.LockID] = true
-	return err
-}
-
-func (lockDriver) limit() (int, bool) { return 1, true }
-
-func (lockDriver) unclaimed() bool { return true }
-
-func (lockDriver) describe() kindInfo { return kindInfo{kind: KindLock} }
-
-func (lockDriver) holds() bool { return true }
 
 // errorf wraps err with the operation and the lock's name, shortened
 // without splitting a character: names may be megabytes long.

@@ -288,17 +288,7 @@ func WithTrace(t *Trace) Option {
 	}
 }
 
-// telemetryConfig is what WithTrace and WithLogger set.
-type telemetryConfig struct {
-	trace    *Trace
-	nilTrace bool
-	logger   *slog.Logger
-}
-
-func defaultTelemetryConfig() telemetryConfig {
-	return telemetryConfig{logger: slog.New(slog.DiscardHandler)}
-}
-
+// check validates what WithTrace and WithLogger set.
 func (c telemetryConfig) check() error {
 	switch {
 	case c.nilTrace:

@@ -2,14 +2,14 @@ package mongolock
 
 import (
 	"context"
-	"errors"
-	"maps"
 	"runtime"
-	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"weak"
 
+	"github.com/google/uuid"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
@@ -79,7 +79,7 @@ func newProvider(o config, locks, slots space) *Provider {
 		slots:        slots,
 		opts:         o,
 		extendUpdate: extendUpdate(o.expiry, o.atMost),
-		leases:       leases{held: make(map[*acquisition]*lease)},
+		leases:       newLeases(),
 		susp:         newSuspensions(systemClocks{}, o.expiry),
 		tel:          newTelemetry(o.telemetryConfig),
 		senders:      make(chan func()),
@@ -92,21 +92,6 @@ func newProvider(o config, locks, slots space) *Provider {
 	}
 	return p
 }
-
-// New returns the lock called name in db; see NewProvider for the options.
-func New(db *mongo.Database, name string, opts ...Option) (*Lock, error) {
-	p, err := NewProvider(db, opts...)
-	if err != nil {
-		return nil, &Error{Op: "new", Name: shortName(name), Err: errors.Unwrap(err)}
-	}
-	return p.Lock(name), nil
-}
-
-// Lock returns the lock called name. Names are arbitrary strings, used as
-// the document's _id exactly as given (case-sensitive, not hashed). Locks
-// with the same name, collection and database exclude each other, in this
-// process and in any other, whichever Provider minted them.
-func (p *Provider) Lock(name string) *Lock { return &Lock{p: p, name: name, kind: lockDriver{}} }
 
 // A space is a collection of lock documents (its store, its database's
 // name and its own), and what this process keeps for it.
@@ -133,6 +118,19 @@ type collState struct {
 	notify    notifier
 }
 
+// collationCheck is whether one collection's default collation was checked
+// (ensureCollection, in collation.go): the outcome of the first check that
+// decided, for the life of the process. A check that failed (the network,
+// the server, ctx) decides nothing: the next call checks again.
+type collationCheck struct {
+	passed atomic.Bool // decided, and not refused: the fast path
+
+	mu      sync.Mutex
+	decided bool
+	refused error         // when decided: the refusal, or nil
+	running chan struct{} // closed when the check in flight ends
+}
+
 // collKey identifies a collection of one client, or of one database in
 // process memory. The client or the database is held weakly, so that the
 // registry does not keep disconnected clients, or dropped databases,
@@ -148,6 +146,9 @@ var collStates sync.Map // collKey -> *collState
 func collStateFor(db *mongo.Database, coll string) *collState {
 	return collStateOf(collKey{client: weak.Make(db.Client()), db: db.Name(), coll: coll}, db.Client())
 }
+
+// newLockID is a fresh lockId, or a process's id in lock documents.
+func newLockID() string { return strings.ReplaceAll(uuid.NewString(), "-", "") }
 
 // collStateOf returns the state of k, forgotten with owner, what k holds
 // weakly.
@@ -255,21 +256,9 @@ func (p *Provider) Close(ctx context.Context) error {
 // for the background work.
 func (p *Provider) shutdown(ctx context.Context) error {
 	p.calls.Wait()
-	p.leases.mu.Lock()
-	held := slices.Collect(maps.Keys(p.leases.held))
-	p.leases.mu.Unlock()
-	errs := make([]error, len(held))
-	var wg sync.WaitGroup
-	for i, h := range held {
-		wg.Go(func() {
-			if err := h.release(ctx); !errors.Is(err, ErrLockLost) {
-				errs[i] = err
-			}
-		})
-	}
-	wg.Wait()
+	err := p.releaseKept(ctx)
 	p.bg.Wait()
-	return errors.Join(errs...)
+	return err
 }
 
 // enter counts a call in flight, or reports that the provider is closed.

@@ -360,9 +360,10 @@ func (d rwDriver) describe() kindInfo {
 	return kindInfo{kind: KindRWLock, mode: d.mode, modeName: n.mode, modePart: "RWLock " + n.part}
 }
 
-// modeNames name the modes: in telemetry, and as a composite's part.
-var modeNames = map[rwMode]struct{ mode, part string }{
-	readMode:    {"read", "reader"},
-	writeMode:   {"write", "writer"},
-	upgradeMode: {"upgradeable", "upgradeable reader"},
+// modeNames name the modes: in telemetry, and as a composite's part, alone
+// and with its article.
+var modeNames = map[rwMode]struct{ mode, part, a string }{
+	readMode:    {"read", "reader", "a reader"},
+	writeMode:   {"write", "writer", "a writer"},
+	upgradeMode: {"upgradeable", "upgradeable reader", "an upgradeable reader"},
 }

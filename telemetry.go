@@ -467,3 +467,20 @@ func (t *telemetry) indexFailed(db, coll string, err error) {
 	t.log.Info("mongolock: could not create the TTL index; idle lock documents stay in the collection",
 		"collection", coll, "index", TTLIndexName, "error", err)
 }
+
+// telemetryConfig is what WithTrace and WithLogger set.
+type telemetryConfig struct {
+	trace    *Trace
+	nilTrace bool
+	logger   *slog.Logger
+}
+
+func defaultTelemetryConfig() telemetryConfig {
+	return telemetryConfig{logger: slog.New(slog.DiscardHandler)}
+}
+
+// info says which lock l is.
+func (l *Lock) info() TraceLock {
+	sp, d := l.space(), l.kind.describe()
+	return TraceLock{Name: shortName(l.name), Kind: d.kind, Mode: d.modeName, Slots: d.slots, Database: sp.db, Collection: sp.name}
+}

@@ -1,0 +1,294 @@
+package mongolock
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// A Handle's life. newHandle begins it: the lease kept with the
+// provider's others (lease.go), the name held in its process's line
+// (queue.go). It ends by a release, which may hand the lock over to the
+// next in line in the same round trip, or by a loss; Context and Lost
+// signal either.
+
+// newHandle makes the handle of the acquisition lockID of l, whose request
+// was sent at sent and whose reply is doc.
+func newHandle(l *Lock, lockID string, doc reply, sent time.Time) *Handle {
+	a := &acquisition{lock: l, lockID: lockID, acquiredAt: doc.AcquiredAt,
+		lost: make(chan struct{}), unkept: make(chan struct{})}
+	a.token.Store(doc.FencingToken)
+	a.mode.Store(uint32(l.kind.describe().mode))
+	a.confirmed.Store(sent.UnixNano())
+	now := time.Now()
+	a.replied.Store(now.UnixNano())
+	if o := l.p.opts; o.atMostSet {
+		// The server's bound, acquiredAt + atMost, is no earlier: its
+		// $$NOW came after sent; and no later than boundAt: it came
+		// before the reply.
+		a.capAt = sent.Add(o.atMost.Truncate(time.Millisecond))
+		a.boundAt = now.Add(o.atMost)
+	}
+	a.ctx, a.cancel = context.WithCancelCause(context.Background())
+	l.space().queues.hold(a, time.Now())
+	l.p.tel.acquired(l)
+	l.p.keep(a, sent)
+	h := &Handle{a}
+	runtime.AddCleanup(h, (*acquisition).abandoned, a)
+	return h
+}
+
+// abandoned runs once a's Handle is unreachable: if a still holds the lock,
+// nobody can release it any more, so it is released now.
+func (a *acquisition) abandoned() {
+	if a.released.Load() || a.lossError() != nil {
+		return
+	}
+	a.lock.p.tel.abandoned(a)
+	a.lock.p.background(cleanupTimeout, func(ctx context.Context) { _ = a.release(ctx) })
+}
+
+// Context returns a context that is done when the lock is lost or released.
+// On loss, context.Cause returns ErrLockLost; on release, context.Canceled.
+// A Release whose round trip outlasts the lease signals the loss at the
+// lease's end, as if it had not been called. The context's Err and Done
+// first look whether the machine was suspended since the last look: after
+// a suspension that ended the lease, the first answer says done.
+func (h *Handle) Context() context.Context { return leaseContext{h.ctx, h.lock.p} }
+
+// leaseContext is a Handle's context, which looks for a suspension
+// whenever it is asked whether it is done. Everything else, Value (and so
+// context.Cause, and the cancellation of contexts derived from it) among
+// it, is the handle's cancelable context's.
+type leaseContext struct {
+	context.Context
+	p *Provider
+}
+
+func (c leaseContext) Done() <-chan struct{} {
+	c.p.lookForSuspension()
+	return c.Context.Done()
+}
+
+func (c leaseContext) Err() error {
+	c.p.lookForSuspension()
+	return c.Context.Err()
+}
+
+// Lost returns a channel that is closed when the lock is lost. It is never
+// closed by a normal Release. Like the Context's Err and Done, it first
+// looks whether the machine was suspended.
+func (h *Handle) Lost() <-chan struct{} {
+	h.lock.p.lookForSuspension()
+	return h.lost
+}
+
+// leaseEndedAsleep returns why h was lost if its lease ended while the
+// machine was suspended, looking for a suspension first; nil otherwise. A
+// fenced write asks before it is sent.
+func (h *acquisition) leaseEndedAsleep() error {
+	h.lock.p.lookForSuspension()
+	if h.slept.Load() {
+		return h.lossError()
+	}
+	return nil
+}
+
+// Release releases the lock, if it is still held, in one owner-checked round
+// trip bounded by ctx: others can take it at once, and its fencing token is
+// kept for the next holder to outrank. The handle stops extending the lease
+// before Release returns. If an Acquire of this process waits for the lock,
+// the same round trip hands the lock over to it (a new acquisition, with a
+// higher fencing token), unless another process's turn has come.
+//
+// The first call returns nil if the lock was still held, and an error
+// wrapping ErrLockLost if it had been lost. A handle lost because its lease
+// ran out (extensions kept failing, or WithHoldAtMost's bound) leaves the
+// lock held on the server until that lease has ended there, so that nobody
+// else gets in while its work may still run; Release then frees it at
+// once, owner-checked and in the background, without waiting (call it once
+// the work has stopped). If ctx is done before the
+// round trip, or the round trip fails (ctx ended, network), Release returns
+// that error and frees the lock in the background with a short timeout;
+// failing that, the lock frees itself when its lease expires. Either way
+// the handle is released: its Context is done. Later calls return nil.
+//
+// With WithHoldAtLeast, the same round trip keeps the lock held until the
+// hold ends (by the server's clock) instead of freeing it, and hands it to
+// nobody.
+func (h *Handle) Release(ctx context.Context) error {
+	return h.release(ctx)
+}
+
+// releaseUnused is Release of a handle whose job never ran (a part of a
+// composite call that failed): it frees the lock at once, whatever
+// WithHoldAtLeast says.
+func (h *Handle) releaseUnused(ctx context.Context) error {
+	return h.releaseHolding(ctx, 0)
+}
+
+// release is Release, holding the lock as its provider's WithHoldAtLeast
+// says.
+func (h *acquisition) release(ctx context.Context) error {
+	return h.releaseHolding(ctx, h.lock.p.opts.atLeast)
+}
+
+// releaseHolding is Release, keeping the lock held until hold after its
+// acquisition (0: freeing it at once).
+func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (err error) {
+	if ctx == nil {
+		return h.lock.errorf("release", errNilContext)
+	}
+	h.lock.p.lookForSuspension() // a lease that ended while suspended is reported lost
+	if h.released.Swap(true) {
+		return nil
+	}
+	ctx = h.lock.p.tel.startHolderWrite(ctx, h, opReleaseTrace)
+	defer func() { h.lock.p.tel.endHolderWrite(ctx, h, opReleaseTrace, "released", err) }()
+	// Stop extending before releasing, but signal the loss if the lease runs
+	// out before the round trip ends: a release stuck behind a partition
+	// must not leave work running under a live Context. Local waiters are
+	// woken once the release is decided.
+	p := h.lock.p
+	if l := p.forget(h); l != nil {
+		defer time.AfterFunc(time.Until(l.deadline), func() {
+			h.markLost(lossExpired, fmt.Errorf("%w: its lease ran out before the release's round trip ended", ErrLockLost))
+		}).Stop()
+	}
+	defer h.unhold()
+	if err := h.lossError(); err != nil {
+		if h.unfreed.Swap(false) {
+			// Lost at the local deadline, the lock stays held on the
+			// server until its lease ends there; its owner, done with it,
+			// frees it now, without waiting for the round trip.
+			h.lock.releaseInBackground(h.lockID, afterReply, hold, false)
+		}
+		return h.lock.errorf("release", err)
+	}
+	// A hold is not handed over: the hand-over would be built with the
+	// waiter's options, and the waiter must wait for the hold's end anyway.
+	var w *waiter
+	if hold == 0 {
+		w = h.lock.space().queues.offer(h.lock.name)
+	}
+	if w != nil {
+		err = h.handOver(ctx, w) // sends nothing if ctx is done
+	} else if err = ctx.Err(); err == nil {
+		filter, update := h.lock.kind.release(h.lock.name, h.lockID, hold)
+		matched, _, uerr := h.lock.space().store.updateOne(ctx, filter, update)
+		if err = uerr; err == nil && matched == 0 {
+			err = mongo.ErrNoDocuments
+		}
+	}
+	switch {
+	case err == nil:
+		h.cancel(context.Canceled)
+		return nil
+	case isNoMatch(err):
+		h.markLost(lossTakenOver, fmt.Errorf("%w: at release, the lock was held by someone else or its document was gone", ErrLockLost))
+		return h.lock.errorf("release", h.lossError())
+	default:
+		h.lock.releaseInBackground(h.lockID, undoSchedule(err), hold, false)
+		h.cancel(context.Canceled)
+		if lost := h.lossError(); lost != nil { // the lease ran out meanwhile
+			err = fmt.Errorf("%w (and the release failed: %w)", lost, err)
+		}
+		return h.lock.errorf("release", err)
+	}
+}
+
+// handOver releases h and, in the same round trip, acquires the lock for w
+// with the acquisition pipeline of w's provider, in hand-over mode: if
+// another process's turn has come, the round trip only releases, and w goes
+// on waiting. It returns the round trip's error.
+func (h *acquisition) handOver(ctx context.Context, w *waiter) error {
+	lockID, sent := newLockID(), w.lock.p.now()
+	doc, err := w.lock.acquireRoundTrip(ctx, attempt{id: lockID, releasing: h.lockID, mode: handOverMode})
+	var next *Handle
+	if err == nil && doc.LockID == lockID {
+		next = newHandle(w.lock, lockID, doc, sent)
+	}
+	h.lock.p.tel.handOver(ctx, h.lock, next != nil)
+	if !w.lock.space().queues.deliver(w, next) && next != nil {
+		next.releaseUntaken() // its Acquire ended meanwhile
+	}
+	return err
+}
+
+// releaseUntaken releases, in the background of its provider, a handle
+// handed over to an Acquire that ended before taking it: an orphan, which
+// nobody used, so it is not held.
+func (a *acquisition) releaseUntaken() {
+	p := a.lock.p
+	p.background(cleanupTimeout, func(ctx context.Context) {
+		if a.releaseHolding(ctx, 0) == nil {
+			p.tel.orphanReleased(a.lock)
+		}
+	})
+}
+
+// markLost records why the lock was lost and signals it, once; reason
+// classifies why for telemetry.
+func (h *acquisition) markLost(reason lossReason, why error) {
+	h.lostOnce.Do(func() {
+		h.lostErr = why
+		// Cancel first: whoever wakes on Lost sees the cause already, and
+		// the loss counted (a few microseconds); logging may be slow, so
+		// it comes after the signal.
+		h.cancel(ErrLockLost)
+		h.unhold()
+		h.lock.p.tel.countLoss(h, reason, why)
+		close(h.lost)
+		h.lock.p.tel.logLoss(h, reason, why)
+	})
+}
+
+// unhold tells local waiters, once, that this handle holds the lock no more.
+func (h *acquisition) unhold() {
+	h.unholdOnce.Do(func() {
+		h.lock.space().queues.unhold(h)
+		h.lock.p.tel.unheld(h.lock)
+	})
+}
+
+// leaseOver signals loss when the local lease ran out (lastErr: the last
+// extension's error, if any; capped: it reached WithHoldAtMost's bound;
+// slept: the machine was suspended for that long while it was kept, and
+// would have held but for that).
+// The lock stays held on the server until the lease it last confirmed has
+// ended there: the safety margin is the holder's time to stop, and nobody
+// else may get in before. Then, in case a late extension did reach the
+// server, the lock is freed in the background; a Release of the lost
+// handle (its work has stopped) frees it at once.
+func (h *acquisition) leaseOver(lastErr error, capped bool, slept time.Duration) {
+	// Counted as background work before Lost closes, so that whoever wakes
+	// on Lost and waits for the background work waits for it.
+	h.unfreed.Store(true)
+	h.lock.releaseInBackground(h.lockID, delayed(afterNoReply, time.Until(h.serverEnd())), h.lock.p.opts.atLeast, false)
+	why := fmt.Errorf("%w: its lease ran out before an extension succeeded", ErrLockLost)
+	if slept > 0 {
+		h.slept.Store(true)
+		why = fmt.Errorf("%w: its lease ran out while this machine was suspended (for %v)", ErrLockLost, slept.Round(time.Millisecond))
+	} else if capped {
+		why = fmt.Errorf("%w: it was held as long as it may be (WithHoldAtMost: %v after its acquisition)", ErrLockLost, h.lock.p.opts.atMost)
+	} else if lastErr != nil {
+		why = fmt.Errorf("%w (last error: %w)", why, lastErr)
+	}
+	h.markLost(lossExpired, why)
+}
+
+// serverEnd is when, by this machine's clock, the lease that the server
+// last confirmed has certainly ended there: the reply of the last
+// confirmed acquisition or extension came after the server's $$NOW that
+// its expiresAt counts from, and WithHoldAtMost's bound counts from the
+// acquisition's, whose reply came later still.
+func (h *acquisition) serverEnd() time.Time {
+	end := time.Unix(0, h.replied.Load()).Add(h.lock.p.opts.expiry)
+	if !h.boundAt.IsZero() && h.boundAt.Before(end) {
+		return h.boundAt.Round(0) // by the wall clock, which counts suspended time
+	}
+	return end
+}
