@@ -360,7 +360,7 @@ func onServer(ctx context.Context, coll *mongo.Collection, cmd bson.D) outcome {
 	return o
 }
 
-func onModel(c *memdb.Collection, now bson.DateTime, cmd bson.D) (outcome, error) {
+func onModel(c *memdb.Table, now bson.DateTime, cmd bson.D) (outcome, error) {
 	at := now.Time()
 	arg := cmd[0].Value
 	field := func(k string) any { return cmdField(cmd, k) }
@@ -458,7 +458,7 @@ func currentDateFields(cmd bson.D) []string {
 func compareCases(t testing.TB, ctx context.Context, coll *mongo.Collection, cases []diffCase) {
 	require.NoError(t, coll.Drop(ctx))
 	var all []any
-	model := &memdb.Collection{}
+	model := &memdb.Table{}
 	for _, dc := range cases {
 		for _, d := range dc.docs {
 			all = append(all, d)

@@ -57,7 +57,7 @@ func types(evs []bson.Raw) []string {
 // nothing else.
 func TestMemdbEventsAreMongoDBsAndReleaseEventsPassExactlyTheReleases(t *testing.T) {
 	now := bson.DateTime(1_790_000_000_000)
-	c := &memdb.Collection{DB: "db", Name: "locks"}
+	c := &memdb.Table{DB: "db", Name: "locks"}
 	all, err := c.Watch(nil)
 	require.NoError(t, err)
 	releases, err := c.Watch(releaseEvents)
@@ -126,7 +126,7 @@ func TestMemdbEventsAreMongoDBsAndReleaseEventsPassExactlyTheReleases(t *testing
 // whole holders array and releasedAt, which the watch statement passes.
 func TestMemdbSemaphoreReleaseEventPassesReleaseEvents(t *testing.T) {
 	now := bson.DateTime(1_790_000_000_000)
-	c := &memdb.Collection{}
+	c := &memdb.Table{}
 	holders := bson.A{bson.D{{Key: "id", Value: goldenHolding}}, bson.D{{Key: "id", Value: "other"}}}
 	require.NoError(t, c.InsertOne(now.Time(), bson.D{{Key: "_id", Value: "reports"}, {Key: "kind", Value: "semaphore"}, {Key: "holders", Value: holders}}))
 	releases, err := c.Watch(releaseEvents)

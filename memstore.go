@@ -3,7 +3,6 @@ package mongolock
 import (
 	"context"
 	"time"
-	"weak"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -35,12 +34,12 @@ func newMemProvider(s *memdb.Store, db string, opts []Option) (*Provider, error)
 // memSpace is the collection coll of s, whose state is kept per s as a
 // database's is per client.
 func memSpace(s *memdb.Store, db, coll string) space {
-	return space{memStore{s, coll}, db, coll, collStateOf(collKey{mem: weak.Make(s), db: db, coll: coll}, s)}
+	return space{memStore{s, coll}, db, coll, collStateOf(s, db, coll)}
 }
 
 // do runs op as one round trip. A ctx that has ended sends nothing, as the
 // driver does not.
-func (m memStore) do(ctx context.Context, op func(c *memdb.Collection, now time.Time) error) error {
+func (m memStore) do(ctx context.Context, op func(c *memdb.Table, now time.Time) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -48,7 +47,7 @@ func (m memStore) do(ctx context.Context, op func(c *memdb.Collection, now time.
 }
 
 func (m memStore) findOneAndUpdate(ctx context.Context, filter, update, projection any) (doc bson.Raw, err error) {
-	err = m.do(ctx, func(c *memdb.Collection, now time.Time) (err error) {
+	err = m.do(ctx, func(c *memdb.Table, now time.Time) (err error) {
 		doc, err = c.FindOneAndUpdate(now, filter, update, memdb.FindOneAndUpdateOptions{After: true, Projection: projection})
 		return err
 	})
@@ -56,7 +55,7 @@ func (m memStore) findOneAndUpdate(ctx context.Context, filter, update, projecti
 }
 
 func (m memStore) updateOne(ctx context.Context, filter, update any) (matched, modified int64, err error) {
-	err = m.do(ctx, func(c *memdb.Collection, now time.Time) error {
+	err = m.do(ctx, func(c *memdb.Table, now time.Time) error {
 		n, k, err := c.UpdateOne(now, filter, update)
 		matched, modified = int64(n), int64(k)
 		return err
@@ -65,7 +64,7 @@ func (m memStore) updateOne(ctx context.Context, filter, update any) (matched, m
 }
 
 func (m memStore) updateMany(ctx context.Context, filter, update any) (matched, modified int64, err error) {
-	err = m.do(ctx, func(c *memdb.Collection, now time.Time) error {
+	err = m.do(ctx, func(c *memdb.Table, now time.Time) error {
 		n, k, err := c.UpdateMany(now, filter, update)
 		matched, modified = int64(n), int64(k)
 		return err
@@ -74,11 +73,11 @@ func (m memStore) updateMany(ctx context.Context, filter, update any) (matched, 
 }
 
 func (m memStore) insertOne(ctx context.Context, doc any) error {
-	return m.do(ctx, func(c *memdb.Collection, now time.Time) error { return c.InsertOne(now, doc) })
+	return m.do(ctx, func(c *memdb.Table, now time.Time) error { return c.InsertOne(now, doc) })
 }
 
 func (m memStore) find(ctx context.Context, filter, projection any) (docs []bson.Raw, err error) {
-	err = m.do(ctx, func(c *memdb.Collection, now time.Time) (err error) {
+	err = m.do(ctx, func(c *memdb.Table, now time.Time) (err error) {
 		docs, err = c.Find(now, filter, projection)
 		return err
 	})
@@ -90,7 +89,7 @@ func (m memStore) find(ctx context.Context, filter, projection any) (docs []bson
 // nothing.
 func (m memStore) aggregate(ctx context.Context, pipeline any, _ int32, each func(bson.Raw) bool) error {
 	var docs []bson.Raw
-	err := m.do(ctx, func(c *memdb.Collection, now time.Time) (err error) {
+	err := m.do(ctx, func(c *memdb.Table, now time.Time) (err error) {
 		docs, err = c.Aggregate(now, pipeline)
 		return err
 	})
@@ -120,14 +119,14 @@ func (memStore) collMod(context.Context, bson.D) error { return nil }
 // listCollections reports no options: the model compares strings byte by
 // byte, the simple collation.
 func (m memStore) listCollections(ctx context.Context) ([]bson.Raw, error) {
-	return nil, m.do(ctx, func(*memdb.Collection, time.Time) error { return nil })
+	return nil, m.do(ctx, func(*memdb.Table, time.Time) error { return nil })
 }
 
 // watch opens a change stream of the collection in one round trip, then
 // delivers its events as they come, in this goroutine, until ctx ends.
 func (m memStore) watch(ctx context.Context, pipeline mongo.Pipeline, ready func(), event func(bson.RawValue)) error {
 	var s *memdb.Stream
-	err := m.do(ctx, func(c *memdb.Collection, _ time.Time) (err error) {
+	err := m.do(ctx, func(c *memdb.Table, _ time.Time) (err error) {
 		s, err = c.Watch(pipeline)
 		return err
 	})

@@ -12,8 +12,6 @@ import (
 	"github.com/google/uuid"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-
-	"github.com/mongolock/mongolock/internal/memdb"
 )
 
 // A Provider mints named locks that share options and a collection. It is
@@ -132,27 +130,27 @@ type collationCheck struct {
 }
 
 // collKey identifies a collection of one client, or of one database in
-// process memory. The client or the database is held weakly, so that the
-// registry does not keep disconnected clients, or dropped databases,
-// alive.
+// process memory. The client or the database is held weakly (owner is a
+// weak.Pointer of either), so that the registry does not keep disconnected
+// clients, or dropped databases, alive.
 type collKey struct {
-	client   weak.Pointer[mongo.Client]
-	mem      weak.Pointer[memdb.Store]
+	owner    any
 	db, coll string
 }
 
 var collStates sync.Map // collKey -> *collState
 
 func collStateFor(db *mongo.Database, coll string) *collState {
-	return collStateOf(collKey{client: weak.Make(db.Client()), db: db.Name(), coll: coll}, db.Client())
+	return collStateOf(db.Client(), db.Name(), coll)
 }
 
 // newLockID is a fresh lockId, or a process's id in lock documents.
 func newLockID() string { return strings.ReplaceAll(uuid.NewString(), "-", "") }
 
-// collStateOf returns the state of k, forgotten with owner, what k holds
-// weakly.
-func collStateOf[T any](k collKey, owner *T) *collState {
+// collStateOf returns the state of collection coll of database db of
+// owner (a client, or a database in process memory), forgotten with owner.
+func collStateOf[T any](owner *T, db, coll string) *collState {
+	k := collKey{owner: weak.Make(owner), db: db, coll: coll}
 	if c, ok := collStates.Load(k); ok {
 		return c.(*collState)
 	}

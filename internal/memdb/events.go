@@ -24,7 +24,7 @@ type Stream struct {
 // Watch opens a change stream over the collection's writes from now on.
 // pipeline is $match stages over the events (nil: every event), as
 // mongo.Collection.Watch takes them.
-func (c *Collection) Watch(pipeline any) (s *Stream, err error) {
+func (c *Table) Watch(pipeline any) (s *Stream, err error) {
 	defer guard(&err)
 	s = &Stream{ready: make(chan struct{}, 1)}
 	if pipeline != nil {
@@ -71,7 +71,7 @@ func (s *Stream) Close() {
 // shape: a resume token, the operation, its cluster time and wall time,
 // the full document (insert, replace), the namespace, the document's key,
 // and an update's description of its change from before.
-func (c *Collection) emit(now time.Time, op string, doc, before bson.D) {
+func (c *Table) emit(now time.Time, op string, doc, before bson.D) {
 	c.seq++
 	ev := bson.D{
 		{Key: "_id", Value: bson.D{{Key: "_data", Value: fmt.Sprintf("%08X%08X", now.Unix(), c.seq)}}},

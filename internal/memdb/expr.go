@@ -140,13 +140,13 @@ var operators = map[string]struct {
 	}},
 	"$add": {-1, arithmetic}, "$multiply": {-1, arithmetic},
 	"$min": {-1, extreme}, "$max": {-1, extreme},
-	"$concat": {-1, func(name string, v []any) any { return strings.Join(each[string](name, v), "") }},
+	"$concat": {-1, func(name string, v []any) any { return strings.Join(allAs[string](name, v), "") }},
 	"$concatArrays": {-1, func(name string, v []any) any {
-		return append(bson.A{}, slices.Concat(each[bson.A](name, v)...)...)
+		return append(bson.A{}, slices.Concat(allAs[bson.A](name, v)...)...)
 	}},
 	"$mergeObjects": {-1, func(name string, v []any) any {
 		out := bson.D{}
-		for _, e := range slices.Concat(each[bson.D](name, slices.DeleteFunc(v, nullish))...) {
+		for _, e := range slices.Concat(allAs[bson.D](name, slices.DeleteFunc(v, nullish))...) {
 			out = put(out, e.Key, e.Value)
 		}
 		return out
@@ -159,8 +159,8 @@ func compares(op string, r int) bool {
 	return map[string]bool{"$eq": r == 0, "$ne": r != 0, "$lt": r < 0, "$lte": r <= 0, "$gt": r > 0, "$gte": r >= 0}[op]
 }
 
-// each is v, whose values name needs to be of type T.
-func each[T any](name string, v []any) []T {
+// allAs is v, whose values name needs to be of type T.
+func allAs[T any](name string, v []any) []T {
 	out := make([]T, len(v))
 	for i, x := range v {
 		out[i] = as[T](x, name)

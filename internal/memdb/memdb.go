@@ -50,10 +50,10 @@ func guard(err *error) {
 	}
 }
 
-// Collection is one collection's documents, in insertion order (the order
+// Table is one collection's documents, in insertion order (the order
 // a find without a sort returns them), and its open change streams. It is
 // not safe for concurrent use: a Store is.
-type Collection struct {
+type Table struct {
 	DB, Name string // the namespace its change events name
 	docs     []bson.D
 	streams  []*Stream
@@ -211,7 +211,7 @@ func same(a, b any) bool {
 
 // matching are the indexes of the documents filter matches, the first
 // most of them (-1: all).
-func (c *Collection) matching(filter any, most int) []int {
+func (c *Table) matching(filter any, most int) []int {
 	f := as[bson.D](norm(filter), "filter")
 	var out []int
 	for i, d := range c.docs {
@@ -223,11 +223,11 @@ func (c *Collection) matching(filter any, most int) []int {
 }
 
 // Docs returns the documents, in insertion order.
-func (c *Collection) Docs() []bson.Raw { return encodeAll(c.docs) }
+func (c *Table) Docs() []bson.Raw { return encodeAll(c.docs) }
 
 // InsertOne inserts doc, which has an _id; a document with the same _id
 // gives a duplicate key error, as mongo.IsDuplicateKeyError recognises it.
-func (c *Collection) InsertOne(now time.Time, doc any) (err error) {
+func (c *Table) InsertOne(now time.Time, doc any) (err error) {
 	defer guard(&err)
 	d := as[bson.D](norm(doc), "document")
 	id := get(d, "_id")
@@ -253,7 +253,7 @@ type FindOneAndUpdateOptions struct {
 // FindOneAndUpdate updates the first document filter matches, and returns
 // it (mongo.ErrNoDocuments if none). update is an update document
 // ($set, …) or a pipeline.
-func (c *Collection) FindOneAndUpdate(now time.Time, filter, update any, o FindOneAndUpdateOptions) (doc bson.Raw, err error) {
+func (c *Table) FindOneAndUpdate(now time.Time, filter, update any, o FindOneAndUpdateOptions) (doc bson.Raw, err error) {
 	defer guard(&err)
 	hits := c.matching(filter, 1)
 	if len(hits) == 0 {
@@ -272,16 +272,16 @@ func (c *Collection) FindOneAndUpdate(now time.Time, filter, update any, o FindO
 
 // UpdateOne updates the first document filter matches: it reports how
 // many matched and how many changed (0 when the update left it as it was).
-func (c *Collection) UpdateOne(now time.Time, filter, update any) (matched, modified int, err error) {
+func (c *Table) UpdateOne(now time.Time, filter, update any) (matched, modified int, err error) {
 	return c.updateAll(now, filter, update, 1)
 }
 
 // UpdateMany updates every document filter matches.
-func (c *Collection) UpdateMany(now time.Time, filter, update any) (matched, modified int, err error) {
+func (c *Table) UpdateMany(now time.Time, filter, update any) (matched, modified int, err error) {
 	return c.updateAll(now, filter, update, -1)
 }
 
-func (c *Collection) updateAll(now time.Time, filter, update any, most int) (matched, modified int, err error) {
+func (c *Table) updateAll(now time.Time, filter, update any, most int) (matched, modified int, err error) {
 	defer guard(&err)
 	hits := c.matching(filter, most)
 	for _, i := range hits {
@@ -296,7 +296,7 @@ func (c *Collection) updateAll(now time.Time, filter, update any, most int) (mat
 // it. A change is an event: a pipeline's, a replace (as MongoDB 4.4
 // always reports it, and later ones when the diff is larger than the
 // document); an update document's, an update with its changed fields.
-func (c *Collection) update(now time.Time, i int, update any) bool {
+func (c *Table) update(now time.Time, i int, update any) bool {
 	before, after, op := c.docs[i], c.docs[i], "replace"
 	switch u := norm(update).(type) {
 	case bson.A:
@@ -325,7 +325,7 @@ func (c *Collection) update(now time.Time, i int, update any) bool {
 
 // DeleteOne deletes the first document filter matches, and reports
 // whether there was one.
-func (c *Collection) DeleteOne(now time.Time, filter any) (deleted bool, err error) {
+func (c *Table) DeleteOne(now time.Time, filter any) (deleted bool, err error) {
 	defer guard(&err)
 	hits := c.matching(filter, 1)
 	for _, i := range hits {
@@ -337,7 +337,7 @@ func (c *Collection) DeleteOne(now time.Time, filter any) (deleted bool, err err
 
 // Find returns the documents filter matches, in insertion order, with
 // projection applied (nil: whole).
-func (c *Collection) Find(now time.Time, filter, projection any) (docs []bson.Raw, err error) {
+func (c *Table) Find(now time.Time, filter, projection any) (docs []bson.Raw, err error) {
 	pipeline := bson.A{bson.D{{Key: "$match", Value: filter}}}
 	if projection != nil {
 		pipeline = append(pipeline, bson.D{{Key: "$project", Value: projection}})
@@ -346,7 +346,7 @@ func (c *Collection) Find(now time.Time, filter, projection any) (docs []bson.Ra
 }
 
 // Aggregate runs pipeline over the collection's documents.
-func (c *Collection) Aggregate(now time.Time, pipeline any) (docs []bson.Raw, err error) {
+func (c *Table) Aggregate(now time.Time, pipeline any) (docs []bson.Raw, err error) {
 	defer guard(&err)
 	cur := slices.Clone(c.docs)
 	for _, s := range as[bson.A](norm(pipeline), "pipeline") {

@@ -24,7 +24,7 @@ func TestShapesWhoseAnswerTheModelWouldGuessAreRefused(t *testing.T) {
 		"$ifNull of nothing": project(bson.D{{Key: "m", Value: bson.D{{Key: "$ifNull", Value: bson.A{}}}}}),
 	} {
 		t.Run(name, func(t *testing.T) {
-			var c Collection
+			var c Table
 			for i, k := range []int32{2, 1} {
 				doc := bson.D{{Key: "_id", Value: int32(i)}, {Key: "arr", Value: bson.A{k, int32(3)}}, {Key: "sub", Value: bson.D{{Key: "k", Value: k}}}, {Key: "x", Value: "y"}}
 				if err := c.InsertOne(time.Now(), doc); err != nil {

@@ -26,7 +26,7 @@ type data struct {
 	db    string
 	now   func() time.Time
 	mu    sync.Mutex
-	colls map[string]*Collection
+	colls map[string]*Table
 	ops   int64 // operations applied, under mu
 }
 
@@ -36,7 +36,7 @@ func NewStore(db string, now func() time.Time) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{data: &data{db: db, now: now, colls: map[string]*Collection{}}}
+	return &Store{data: &data{db: db, now: now, colls: map[string]*Table{}}}
 }
 
 // Client returns another client's way to s's database: the same
@@ -48,16 +48,16 @@ func (s *Store) Client() *Store { return &Store{data: s.data} }
 // Do runs op on the collection named coll (created empty if new), alone
 // and at the store's clock, through the faults: as a client would see it,
 // the operation may be refused, unreachable, or applied and its reply
-// delayed or lost. A Stream op opens (Collection.Watch) is read outside
+// delayed or lost. A Stream op opens (Table.Watch) is read outside
 // Do.
-func (s *Store) Do(ctx context.Context, coll string, op func(c *Collection, now time.Time) error) error {
+func (s *Store) Do(ctx context.Context, coll string, op func(c *Table, now time.Time) error) error {
 	lose, err := s.Faults.before()
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
 	if s.colls[coll] == nil {
-		s.colls[coll] = &Collection{DB: s.db, Name: coll}
+		s.colls[coll] = &Table{DB: s.db, Name: coll}
 	}
 	err = op(s.colls[coll], s.now())
 	s.ops++

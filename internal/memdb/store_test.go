@@ -15,7 +15,7 @@ import (
 )
 
 func insert(ctx context.Context, s *Store, id string) error {
-	return s.Do(ctx, "locks", func(c *Collection, now time.Time) error {
+	return s.Do(ctx, "locks", func(c *Table, now time.Time) error {
 		return c.InsertOne(now, bson.D{{Key: "_id", Value: id}})
 	})
 }
@@ -23,7 +23,7 @@ func insert(ctx context.Context, s *Store, id string) error {
 func ids(t *testing.T, s *Store) []string {
 	t.Helper()
 	var out []string
-	if err := s.Do(t.Context(), "locks", func(c *Collection, _ time.Time) error {
+	if err := s.Do(t.Context(), "locks", func(c *Table, _ time.Time) error {
 		for _, d := range c.Docs() {
 			out = append(out, d.Lookup("_id").StringValue())
 		}
@@ -105,7 +105,7 @@ func TestStoreClockIsTheBubblesAndEventsCarryIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := NewStore("db", nil)
 		var st *Stream
-		if err := s.Do(t.Context(), "locks", func(c *Collection, _ time.Time) (err error) {
+		if err := s.Do(t.Context(), "locks", func(c *Table, _ time.Time) (err error) {
 			st, err = c.Watch(nil)
 			return err
 		}); err != nil {
@@ -154,7 +154,7 @@ func TestStoreIsSafeForConcurrentUse(t *testing.T) {
 }
 
 func TestUnmodelledStatementIsRefusedByName(t *testing.T) {
-	var c Collection
+	var c Table
 	if err := c.InsertOne(time.Now(), bson.D{{Key: "_id", Value: "a"}, {Key: "x", Value: "abc"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -884,7 +884,7 @@ func (s *sim) vanished(ctx context.Context, p *proc, sec soakcheck.Section, h *m
 func (s *sim) explain(name string) string {
 	var docs []string
 	for _, coll := range []string{mongolock.DefaultCollection, mongolock.DefaultCollection + "_semaphores"} {
-		_ = s.store.Do(context.Background(), coll, func(c *memdb.Collection, _ time.Time) error {
+		_ = s.store.Do(context.Background(), coll, func(c *memdb.Table, _ time.Time) error {
 			for _, d := range c.Docs() {
 				if d.Lookup("_id").StringValue() == name {
 					docs = append(docs, d.String())
