@@ -180,10 +180,8 @@ func (w *pacer) refused(o config, proc string, doc reply, now time.Time, trip ti
 		w.standby = 0
 		return max(min(max(w.hold, now.Sub(w.heldFrom))/2, o.claimantSleep()), w.trip)
 	case doc.turn == 0 && doc.WaitingProcess == proc:
-		// A slot's claimant that has seen no holder leave yet: after half
-		// as long as the newest holder has held, from the minimum sleep.
 		w.standby = 0
-		return min(max(now.Sub(w.heldFrom)/2, o.sleepMin), o.claimantSleep())
+		return o.slotClaimantSleep(now.Sub(w.heldFrom))
 	case doc.WaitingProcess == proc:
 		w.standby = 0
 		d := o.claimantSleep()
@@ -223,6 +221,14 @@ func (w *pacer) refused(o config, proc string, doc reply, now time.Time, trip ti
 	// waiter that comes while the lock is still free takes the claimant's
 	// turn.
 	return min(max(after(left+2), o.sleepMin), b.next(w.failures))
+}
+
+// slotClaimantSleep is the sleep of a slot's claimant that has seen no
+// holder leave yet, or of an Upgrade waiting for the other readers to go:
+// after half as long as the holders it waits for were seen holding, from
+// the minimum sleep up to the claimant's.
+func (o config) slotClaimantSleep(seen time.Duration) time.Duration {
+	return min(max(seen/2, o.sleepMin), o.claimantSleep())
 }
 
 // failed returns the sleep after an attempt that failed with a transient

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -516,4 +517,59 @@ func TestObserverReopensItsStreamAfterATransientRefusalAsTheNotifierDoes(t *test
 	case <-time.After(10 * notifyRetry):
 		t.Fatalf("no state observed %v after the stream's open and the first read were refused", 10*notifyRetry)
 	}
+}
+
+// An Upgrade waiting for another process's reader, where release events
+// arrive (the in-memory store reports changes as MongoDB's change streams
+// do), is paced as a watching claimant: it polls about every
+// watchingClaimantSleep, not at the claimant's sleep, and the reader's
+// release wakes it at once.
+func TestUpgradeWhileReleaseEventsArriveIsPacedAsAWatchingClaimant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const db, name = "mongolock_upgrade_pace", "ledger"
+		store := memdb.NewStore(db, nil)
+		readers, err := newMemProvider(store.Client(), db, nil)
+		require.NoError(t, err)
+		upgrader, err := newMemProvider(store.Client(), db, nil)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		r, err := readers.RWLock(name).Reader().TryAcquire(ctx)
+		require.NoError(t, err)
+		u, err := upgrader.RWLock(name).Upgradeable().TryAcquire(ctx)
+		require.NoError(t, err)
+		upgraded := make(chan error, 1)
+		go func() { upgraded <- u.Upgrade(ctx) }()
+
+		// Its first poll marks the readers off and opens the stream.
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		require.True(t, upgrader.RWLock(name).Reader().space().notify.isOpen(), "release events arrive")
+		const window = 20 * time.Second
+		before := store.Ops()
+		time.Sleep(window)
+		synctest.Wait()
+		o := upgrader.opts
+		// The polls, and the two providers' lease extensions in the window.
+		ops, most := store.Ops()-before, int64(window/o.watchingClaimantSleep())+2*int64(window/(o.expiry/3))+2
+		if ops > most {
+			t.Errorf("%d operations in %v while the upgrade waits, want at most %d (its claimant's sleep would be %v, a watching claimant's is %v)",
+				ops, window, most, o.claimantSleep(), o.watchingClaimantSleep())
+		}
+		select {
+		case err := <-upgraded:
+			t.Fatalf("the upgrade returned %v while a reader of another process holds", err)
+		default:
+		}
+
+		require.NoError(t, r.Release(ctx))
+		released := time.Now()
+		require.NoError(t, <-upgraded)
+		require.Less(t, time.Since(released), o.watchingClaimantSleep()/2, "the reader's release event wakes the upgrade")
+		require.NoError(t, u.Release(ctx))
+		require.NoError(t, readers.Close(ctx))
+		require.NoError(t, upgrader.Close(ctx))
+		// The release stream stops notifyLinger after its last waiter left.
+		time.Sleep(notifyLinger + senderIdle)
+	})
 }

@@ -171,10 +171,15 @@ func (h *Handle) Upgrade(ctx context.Context) error {
 		default:
 			return giveUp(l.errorf(op, err))
 		}
-		o := p.opts
+		// Paced as a slot's claimant; while release events arrive, one
+		// wakes it, and it looks as a watching claimant does.
+		sleep := p.opts.slotClaimantSleep(time.Since(start))
+		if lc.notify.isOpen() {
+			sleep = p.opts.watchingClaimantSleep()
+		}
 		select {
 		case <-w.wake:
-		case <-time.After(min(max(o.sleepMin, time.Since(start)/2), o.claimantSleep())):
+		case <-time.After(sleep):
 		case <-ctx.Done():
 			return giveUp(l.gaveUp(op, ctx, lastErr, marked != "" && lastErr == nil))
 		case <-h.ctx.Done(): // released or lost: nothing left to undo
