@@ -166,6 +166,24 @@ func (n *notifier) leave() {
 	})
 }
 
+// stopIdle stops the source now if no waiter is counted, rather than
+// notifyLinger after the last one: a Provider that closes leaves nothing
+// running for waiters that are gone. Another Provider's next waiter opens
+// it again.
+func (n *notifier) stopIdle() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.waiters > 0 || n.run == nil {
+		return
+	}
+	if n.linger != nil {
+		n.linger.Stop()
+		n.linger = nil
+	}
+	n.run.stop()
+	n.run = nil
+}
+
 // isOpen reports whether release events are arriving: the source runs and
 // is ready.
 func (n *notifier) isOpen() bool {

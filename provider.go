@@ -190,7 +190,7 @@ func (p *Provider) sendAsync(job func()) {
 	select {
 	case p.senders <- counted:
 	default:
-		go sender(p.senders, counted)
+		go sender(p.senders, p.done, counted)
 	}
 }
 
@@ -198,8 +198,9 @@ func (p *Provider) sendAsync(job func()) {
 const senderIdle = 100 * time.Millisecond
 
 // sender runs job, then the jobs it receives, until it has been idle for
-// senderIdle.
-func sender(jobs <-chan func(), job func()) {
+// senderIdle or its provider is closed (done): a closed provider's senders
+// end with its last round trip.
+func sender(jobs <-chan func(), done <-chan struct{}, job func()) {
 	idle := time.NewTimer(senderIdle)
 	defer idle.Stop()
 	for {
@@ -209,6 +210,8 @@ func sender(jobs <-chan func(), job func()) {
 		select {
 		case job = <-jobs:
 		case <-idle.C:
+			return
+		case <-done:
 			return
 		}
 	}
@@ -256,6 +259,8 @@ func (p *Provider) shutdown(ctx context.Context) error {
 	p.calls.Wait()
 	err := p.releaseKept(ctx)
 	p.bg.Wait()
+	p.locks.notify.stopIdle()
+	p.slots.notify.stopIdle()
 	return err
 }
 
