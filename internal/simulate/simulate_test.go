@@ -620,56 +620,8 @@ func (s *sim) pick(rng *rand.Rand, long bool) target {
 // acquire takes t with g's provider, waiting until ctx ends; an
 // election's leadership is returned too.
 func (s *sim) acquire(ctx context.Context, rng *rand.Rand, p *proc, g *generation, t target) (*mongolock.Handle, *mongolock.Leadership, error) {
-	var try, wait func(context.Context) (*mongolock.Handle, error)
-	switch t.kind {
-	case election:
-		l, err := g.locks.Election(t.name()).Campaign(ctx, p.id)
-		if err != nil {
-			return nil, nil, err
-		}
-		return l.Handle, l, nil
-	case mutex:
-		l := g.locks.Lock(t.name())
-		try, wait = l.TryAcquire, l.Acquire
-	case semaphore:
-		sem := g.locks.Semaphore(t.name(), s.cfg.slots)
-		try, wait = sem.TryAcquire, sem.Acquire
-	case rwlock:
-		rw := g.locks.RWLock(t.name())
-		l := rw.Reader()
-		switch {
-		case t.upgrade:
-			l = rw.Upgradeable()
-		case t.write:
-			l = rw.Writer()
-		}
-		try, wait = l.TryAcquire, l.Acquire
-	}
-	h, err := func() (*mongolock.Handle, error) {
-		if !t.try {
-			return wait(ctx)
-		}
-		for {
-			h, err := try(ctx)
-			if !errors.Is(err, mongolock.ErrNotAcquired) {
-				return h, err
-			}
-			soakcheck.Sleep(ctx, 10*time.Millisecond+dur(rng, 20*time.Millisecond))
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("%w: %w", err, ctx.Err())
-			}
-		}
-	}()
-	if err != nil || !t.upgrade {
-		return h, nil, err
-	}
-	if err := h.Upgrade(ctx); err != nil {
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = h.Release(rctx)
-		return nil, nil, err
-	}
-	return h, nil, nil
+	tr := soakcheck.Trial{Kind: t.kind, Name: t.name(), Write: t.write, Upgrade: t.upgrade, Try: t.try}
+	return soakcheck.Acquire(ctx, g.locks, tr, p.id, s.cfg.slots, func() time.Duration { return 10*time.Millisecond + dur(rng, 20*time.Millisecond) })
 }
 
 // work acquires random targets and runs critical sections until p dies or

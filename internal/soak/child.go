@@ -331,59 +331,8 @@ func (c *child) pick(long bool) target {
 // acquire takes t with g's provider, waiting until ctx ends; an election's
 // leadership is returned too.
 func (c *child) acquire(ctx context.Context, g *generation, t target) (*mongolock.Handle, *mongolock.Leadership, error) {
-	var try, wait func(context.Context) (*mongolock.Handle, error)
-	switch t.kind {
-	case election:
-		l, err := g.locks.Election(t.name()).Campaign(ctx, c.id)
-		if err != nil {
-			return nil, nil, err
-		}
-		return l.Handle, l, nil
-	case mutex:
-		l := g.locks.Lock(t.name())
-		try, wait = l.TryAcquire, l.Acquire
-	case semaphore:
-		s := g.locks.Semaphore(t.name(), c.n)
-		try, wait = s.TryAcquire, s.Acquire
-	case rwlock:
-		l := g.locks.RWLock(t.name()).Reader()
-		switch {
-		case t.upgrade:
-			l = g.locks.RWLock(t.name()).Upgradeable()
-		case t.write:
-			l = g.locks.RWLock(t.name()).Writer()
-		}
-		try, wait = l.TryAcquire, l.Acquire
-	}
-	if !t.try {
-		h, err := wait(ctx)
-		return upgraded(ctx, t, h, err)
-	}
-	for {
-		h, err := try(ctx)
-		if !errors.Is(err, mongolock.ErrNotAcquired) {
-			return upgraded(ctx, t, h, err)
-		}
-		soakcheck.Sleep(ctx, 10*time.Millisecond+rand.N(20*time.Millisecond))
-		if ctx.Err() != nil {
-			return nil, nil, fmt.Errorf("%w: %w", err, ctx.Err())
-		}
-	}
-}
-
-// upgraded makes h, just acquired for t, the writer if t upgrades; if the
-// upgrade fails, h is released and the upgrade's error returned.
-func upgraded(ctx context.Context, t target, h *mongolock.Handle, err error) (*mongolock.Handle, *mongolock.Leadership, error) {
-	if err != nil || !t.upgrade {
-		return h, nil, err
-	}
-	if err := h.Upgrade(ctx); err != nil {
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = h.Release(rctx)
-		return nil, nil, err
-	}
-	return h, nil, nil
+	tr := soakcheck.Trial{Kind: t.kind, Name: t.name(), Write: t.write, Upgrade: t.upgrade, Try: t.try}
+	return soakcheck.Acquire(ctx, g.locks, tr, c.id, c.n, func() time.Duration { return 10*time.Millisecond + rand.N(20*time.Millisecond) })
 }
 
 // work acquires random targets and runs critical sections until ctx ends.

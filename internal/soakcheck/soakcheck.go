@@ -1,8 +1,9 @@
 // Package soakcheck is what the soak (internal/soak, against a server) and
 // the simulation (internal/simulate, over the in-memory store in simulated
-// time) share: the kinds they exercise, the counts of trials, faults and
-// violations per kind and the summary lines that print them, and the
-// rules of the fenced resource that every critical section writes to.
+// time) share: the kinds they exercise, how a trial acquires, the counts
+// of trials, faults and violations per kind and the summary lines that
+// print them, and the rules of the fenced resource that every critical
+// section writes to.
 //
 // The soak keeps its fenced resources on the server, one document per
 // name, and states the rules as the filters of its updates, so that
