@@ -159,10 +159,7 @@ func (n *notifier) leave() {
 	n.linger = time.AfterFunc(notifyLinger, func() {
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		if n.waiters == 0 && n.run == run {
-			run.stop()
-			n.run, n.linger = nil, nil
-		}
+		n.stopIdleLocked(run)
 	})
 }
 
@@ -173,15 +170,20 @@ func (n *notifier) leave() {
 func (n *notifier) stopIdle() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.waiters > 0 || n.run == nil {
+	n.stopIdleLocked(n.run)
+}
+
+// stopIdleLocked stops run if it is still the source and no waiter is
+// counted; n.mu is held.
+func (n *notifier) stopIdleLocked(run *sourceRun) {
+	if n.waiters > 0 || run == nil || n.run != run {
 		return
 	}
 	if n.linger != nil {
-		n.linger.Stop()
-		n.linger = nil
+		n.linger.Stop() // false when called by the linger itself
 	}
-	n.run.stop()
-	n.run = nil
+	run.stop()
+	n.run, n.linger = nil, nil
 }
 
 // isOpen reports whether release events are arriving: the source runs and
