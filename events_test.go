@@ -376,12 +376,12 @@ func TestReleaseStreamThatEndsAfterOpeningIsReopenedAndARefusalIsRemembered(t *t
 	defer bg.Wait()
 	wake := func(string) {}
 	ended := make(chan time.Time, 4) // when each run was about to end
-	started := make(chan int, 4)
+	started := make(chan int, 4)     // each run, once ready
 	runs := 0
 	n := &notifier{source: func(ctx context.Context, _ store, ready func(), _ func(string)) error {
 		runs++
-		started <- runs
 		ready()
+		started <- runs
 		if runs <= 2 {
 			ended <- time.Now()
 			return historyLost // open, and at once ended
@@ -389,6 +389,13 @@ func TestReleaseStreamThatEndsAfterOpeningIsReopenedAndARefusalIsRemembered(t *t
 		<-ctx.Done()
 		return nil
 	}}
+	defer func() { // a failed check must not leave bg.Wait waiting for a run
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.run != nil {
+			n.run.stop()
+		}
+	}()
 	// runEnded waits for the run to end and be forgotten.
 	runEnded := func() time.Time {
 		at := <-ended
