@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Composite locks.
@@ -260,19 +261,24 @@ type CompositeHandle struct {
 
 // compositeState is what a CompositeHandle's parts signal to. It never
 // refers to the Handles, so that a CompositeHandle its owner dropped
-// becomes unreachable, and its Handles are released.
+// becomes unreachable, and its Handles are released; only to their
+// acquisitions, which its looks look at.
 type compositeState struct {
+	parts     []*acquisition
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
+	lctx      leaseContext // ctx, looking at the parts when asked: what Context returns
 	lost      chan struct{}
 	lostOnce  sync.Once
 	releasing atomic.Bool // Release was called
 }
 
 func newCompositeHandle(handles []*Handle) *CompositeHandle {
-	s := &compositeState{lost: make(chan struct{})}
+	s := &compositeState{lost: make(chan struct{}), parts: make([]*acquisition, len(handles))}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
-	for _, h := range handles {
+	s.lctx = leaseContext{s.ctx, s}
+	for i, h := range handles {
+		s.parts[i] = h.acquisition
 		// No goroutine watches the parts: each part's Context runs this
 		// once it is done.
 		hctx := h.Context()
@@ -295,6 +301,22 @@ func (s *compositeState) markLost() {
 	})
 }
 
+// look looks at each part's lease, as the part's own look does, reading
+// the clocks once per provider, and signals a part's loss it finds at
+// once, rather than when the part's Context runs its AfterFunc.
+func (s *compositeState) look() {
+	var p *Provider
+	var now time.Time
+	for _, a := range s.parts {
+		if a.lock.p != p {
+			p, now = a.lock.p, a.lock.p.lookForSuspension()
+		}
+		if a.lookAt(now); a.lossError() != nil {
+			s.markLost()
+		}
+	}
+}
+
 // Handles returns the handles of the parts, in the order the parts were
 // given to NewComposite: each part's FencingToken, for the resource it
 // guards, is its Handle's. Release the CompositeHandle rather than its
@@ -304,11 +326,18 @@ func (h *CompositeHandle) Handles() []*Handle { return slices.Clone(h.handles) }
 // Context returns a context that is done when a part is lost or released
 // (by Release, by the part's own Release, or by its Provider's Close). On
 // loss, context.Cause returns ErrLockLost; on release, context.Canceled.
-func (h *CompositeHandle) Context() context.Context { return h.ctx }
+// Its Err and Done first look at every part's lease, as a Handle's
+// Context's do: once a part's local deadline has passed, the first answer
+// says done.
+func (h *CompositeHandle) Context() context.Context { return &h.lctx }
 
 // Lost returns a channel that is closed when any part is lost. It is never
-// closed by a normal Release.
-func (h *CompositeHandle) Lost() <-chan struct{} { return h.lost }
+// closed by a normal Release. Like the Context's Err and Done, it first
+// looks at every part's lease.
+func (h *CompositeHandle) Lost() <-chan struct{} {
+	h.look()
+	return h.lost
+}
 
 // Release releases every part, each as its Handle's Release does, within
 // ctx. The first call returns nil if every part was still held, and

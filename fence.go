@@ -59,9 +59,11 @@ type TokenSource interface {
 // ctx may carry a session (mongo.NewSessionContext, the callback of
 // Session.WithTransaction): both round trips run in it.
 //
-// With a handle whose lease ended while the machine was suspended, it sends
-// nothing and returns an error wrapping ErrLockLost (looking for a
-// suspension first: the first write after the machine resumes is refused).
+// With a handle known lost, or whose lease's local deadline has passed
+// (its process stopped past it, the machine suspended), it sends nothing
+// and returns an error wrapping ErrLockLost: it looks at the lease first,
+// as the handle's Context's Err does, so that the first write after the
+// holder runs again is refused.
 func FencedUpdateOne(ctx context.Context, coll *mongo.Collection, h TokenSource, filter, update any,
 	opts ...options.Lister[options.UpdateOneOptions]) (*mongo.UpdateResult, error) {
 	o, err := listed(opts)
@@ -166,8 +168,8 @@ func fence(coll *mongo.Collection, h TokenSource, filter, update any, upsert boo
 	if token <= 0 {
 		return nil, invalidf("mongolock: fenced write: fencing token %d: not an acquisition's", token)
 	}
-	if a, ok := h.(interface{ leaseEndedAsleep() error }); ok {
-		if err := a.leaseEndedAsleep(); err != nil { // its owner has just resumed: nothing sent
+	if a, ok := h.(interface{ knownLost() error }); ok {
+		if err := a.knownLost(); err != nil { // lost, or its deadline passed: nothing sent
 			return nil, fmt.Errorf("mongolock: fenced write with token %d: not sent: %w", token, err)
 		}
 	}
