@@ -51,13 +51,14 @@ func guard(err *error) {
 }
 
 // Table is one collection's documents, in insertion order (the order
-// a find without a sort returns them), and its open change streams. It is
-// not safe for concurrent use: a Store is.
+// a find without a sort returns them); its change events go to its
+// database's history, which its change streams read. It is not safe for
+// concurrent use: a Store is.
 type Table struct {
 	DB, Name string // the namespace its change events name
 	docs     []bson.D
-	streams  []*Stream
-	seq      uint32 // events so far
+	hist     *history // where its change events go; nil: one of its own, made on first use
+	seq      uint32   // events so far
 }
 
 // norm turns a statement's part (bson.D, bson.Raw, bson.A,
