@@ -490,6 +490,124 @@ func TestReleaseStreamThatFailedToOpenTransientlyIsRetriedAfterNotifyRetry(t *te
 	require.False(t, n.retryAt.Before(before.Add(notifyRetry)), "the next open is allowed sooner than notifyRetry after the failure")
 }
 
+// burst writes n documents to another collection of store in one
+// operation, which no read of a change stream comes between, and waits
+// for every goroutine to take it in.
+func burst(t *testing.T, store *memdb.Store, n int) {
+	t.Helper()
+	require.NoError(t, store.Do(t.Context(), "mongolock_burst", func(c *memdb.Table, now time.Time) error {
+		for i := range n {
+			if err := c.InsertOne(now, bson.D{{Key: "_id", Value: fmt.Sprintf("%d.%d", now.UnixNano(), i)}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	synctest.Wait()
+}
+
+// closeAll closes providers, whatever state a failed check left them in.
+func closeAll(providers ...*Provider) {
+	for _, p := range providers {
+		_ = p.Close(context.Background())
+	}
+}
+
+// A waiter's release stream that falls behind the server's capped history
+// (ChangeStreamHistoryLost, after writes to any collection of the
+// deployment) is reopened while the waiter waits, notifyRetry after it
+// ended, as a stream that ended otherwise is; a release that the lost
+// stream never delivered is found by the waiter's polls within its sleep
+// as a watching claimant. Nothing stays open after the providers close.
+func TestReleaseStreamThatLostItsHistoryIsReopenedAndTheWaiterStillGetsTheLock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const db, name, history = "mongolock_history", "ledger", 8
+		store := memdb.NewStore(db, nil, memdb.WithHistory(history))
+		holder, err := newMemProvider(store.Client(), db, nil)
+		require.NoError(t, err)
+		waiter, err := newMemProvider(store.Client(), db, nil)
+		require.NoError(t, err)
+		defer closeAll(holder, waiter) // if a check fails
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		h, err := holder.Lock(name).Acquire(ctx)
+		require.NoError(t, err)
+		type result struct {
+			h   *Handle
+			err error
+		}
+		acquired := make(chan result, 1)
+		go func() {
+			w, err := waiter.Lock(name).Acquire(ctx)
+			acquired <- result{w, err}
+		}()
+		synctest.Wait()
+		events := &waiter.Lock(name).space().notify
+		require.True(t, events.isOpen(), "no release stream while a waiter waits")
+
+		burst(t, store, history+1)
+		require.False(t, events.isOpen(), "a stream behind the history still runs")
+		time.Sleep(notifyRetry)
+		synctest.Wait()
+		require.True(t, events.isOpen(), "the stream was not reopened %v after it lost its history, while its waiter waits", notifyRetry)
+
+		burst(t, store, history+1)
+		require.False(t, events.isOpen(), "a stream behind the history still runs")
+		released := time.Now()
+		require.NoError(t, h.Release(ctx))
+		w := <-acquired
+		require.NoError(t, w.err)
+		require.LessOrEqual(t, time.Since(released), waiter.opts.watchingClaimantSleep(),
+			"the waiter missed the free lock for longer than its sleep as a watching claimant")
+		require.NoError(t, w.h.Release(ctx))
+		require.NoError(t, holder.Close(ctx))
+		require.NoError(t, waiter.Close(ctx))
+		synctest.Wait()
+		require.Zero(t, store.Cursors(), "change streams open after every provider closed")
+	})
+}
+
+// An election observer's stream that falls behind the history is
+// reopened as the notifier's is: a change made while it was down is seen
+// when it reopens, not after the observer's polling period (an hour).
+func TestObserverReopensItsStreamAfterItLostItsHistory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const db, name, history = "mongolock_history", "leader", 8
+		store := memdb.NewStore(db, nil, memdb.WithHistory(history))
+		observer, err := newMemProvider(store.Client(), db, []Option{WithBusyWaitSleep(time.Hour, time.Hour)})
+		require.NoError(t, err)
+		leader, err := newMemProvider(store.Client(), db, nil)
+		require.NoError(t, err)
+		defer closeAll(observer, leader) // if a check fails
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		l, err := leader.Election(name).Campaign(ctx, "a")
+		require.NoError(t, err)
+		observing, stop := context.WithCancel(ctx)
+		defer stop()
+		observed := observer.Election(name).Observe(observing)
+		require.Equal(t, "a", (<-observed).Value)
+		synctest.Wait()
+		opens := store.Cursors()
+
+		burst(t, store, history+1)
+		require.Less(t, store.Cursors(), opens, "the observer's stream still runs behind the history")
+		require.NoError(t, l.Proclaim(ctx, "b"))
+		changed := time.Now()
+		require.Equal(t, "b", (<-observed).Value)
+		require.LessOrEqual(t, time.Since(changed), notifyRetry, "a change while the stream was down was seen later than its reopening")
+		synctest.Wait()
+		require.Equal(t, opens, store.Cursors(), "the observer's stream was not reopened")
+
+		stop()
+		require.NoError(t, l.Resign(ctx))
+		require.NoError(t, observer.Close(ctx))
+		require.NoError(t, leader.Close(ctx))
+		synctest.Wait()
+		require.Zero(t, store.Cursors(), "change streams open after every provider closed")
+	})
+}
+
 // An election observer reopens its change stream as the notifier does
 // (streamRetry): one that could not open for a transient error (a server
 // stepping down) is opened again notifyRetry later, not after the longest
