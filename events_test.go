@@ -567,6 +567,46 @@ func TestReleaseStreamThatLostItsHistoryIsReopenedAndTheWaiterStillGetsTheLock(t
 	})
 }
 
+// The state kept per client and collection is forgotten with the client
+// also after its waiters had release events: nothing of it keeps the
+// client's store once nobody waits.
+func TestStateOfAClientWhoseWaitersHadReleaseEventsIsForgottenWithIt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	baseline := Locals()
+	for range 3 {
+		func() {
+			store := memdb.NewStore("mongolock_forget", nil)
+			holder, err := newMemProvider(store.Client(), "mongolock_forget", nil)
+			require.NoError(t, err)
+			waiter, err := newMemProvider(store.Client(), "mongolock_forget", nil)
+			require.NoError(t, err)
+			defer closeAll(holder, waiter)
+			h, err := holder.Lock("ledger").Acquire(ctx)
+			require.NoError(t, err)
+			acquired := make(chan error, 1)
+			go func() {
+				w, err := waiter.Lock("ledger").Acquire(ctx)
+				if err == nil {
+					err = w.Release(ctx)
+				}
+				acquired <- err
+			}()
+			for !waiter.Lock("ledger").space().notify.isOpen() {
+				require.NoError(t, ctx.Err(), "no release events while a waiter waits")
+				time.Sleep(time.Millisecond)
+			}
+			require.NoError(t, h.Release(ctx))
+			require.NoError(t, <-acquired)
+		}()
+	}
+	for Locals() > baseline {
+		require.NoError(t, ctx.Err(), "the state of gone clients is kept")
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // An election observer's stream that falls behind the history is
 // reopened as the notifier's is: a change made while it was down is seen
 // when it reopens, not after the observer's polling period (an hour).

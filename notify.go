@@ -102,8 +102,8 @@ type notifier struct {
 	run     *sourceRun  // the running source, if any
 	linger  *time.Timer // pending stop after the last waiter
 	reopen  *time.Timer // pending start of a source that ended under waiters
-	// What a source runs with, as the first waiter gave it (the same for
-	// every waiter of a collection):
+	// What a source runs with, as the waiters give it (the same for every
+	// waiter of a collection), while there are waiters:
 	st   store
 	wake func(name string)
 	bg   *sync.WaitGroup
@@ -185,6 +185,9 @@ func (n *notifier) leave() {
 		n.reopen.Stop()
 		n.reopen = nil
 	}
+	// The state of a collection is kept per client while the client is
+	// reachable: it must not keep the client reachable itself.
+	n.st = nil
 	if n.run == nil {
 		return
 	}
