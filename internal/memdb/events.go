@@ -69,8 +69,7 @@ func (c *Table) history() *history {
 // the cap, and wakes coll's streams, and the others once half the history
 // has passed them: a getMore scans the whole oplog, and a stream whose
 // reader keeps reading does not fall behind for its collection's being
-// quiet. A stream unread for the cursor timeout is killed here, as
-// MongoDB's cursor monitor kills it.
+// quiet.
 func (h *history) add(coll *Table, ev bson.D) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -80,33 +79,32 @@ func (h *history) add(coll *Table, ev bson.D) {
 		h.ring[h.next%uint64(h.size)] = entry{coll, ev}
 	}
 	h.next++
+	h.sweep()
+	for _, s := range h.streams {
+		if s.coll == coll || h.next-s.pos >= uint64(h.size+1)/2 {
+			s.wake()
+		}
+	}
+}
+
+// open returns the number of open cursors.
+func (h *history) open() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sweep()
+	return len(h.streams)
+}
+
+// sweep kills the cursors left unread for the cursor timeout, as MongoDB's
+// cursor monitor does, and forgets the streams that ended; h.mu is held.
+func (h *history) sweep() {
 	now := h.now()
 	h.streams = slices.DeleteFunc(h.streams, func(s *Stream) bool {
 		if s.idle(now) {
 			s.end(cursorNotFound(s.id))
 		}
-		if s.err == nil && (s.coll == coll || h.next-s.pos >= uint64(h.size+1)/2) {
-			s.wake()
-		}
 		return s.err != nil
 	})
-}
-
-// open returns the number of open cursors, after killing the idle ones.
-func (h *history) open() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	now := h.now()
-	n := 0
-	for _, s := range h.streams {
-		if s.idle(now) {
-			s.end(cursorNotFound(s.id))
-		}
-		if s.err == nil {
-			n++
-		}
-	}
-	return n
 }
 
 // Stream is a change stream of one collection: the events of its writes
@@ -232,7 +230,7 @@ func (s *Stream) idle(now time.Time) bool {
 }
 
 // end ends s with err, and wakes a Wait for it; h.mu is held. The history
-// forgets it at its next event.
+// forgets it at its next sweep.
 func (s *Stream) end(err error) {
 	s.err = err
 	s.wake()
@@ -246,8 +244,8 @@ func (s *Stream) wake() {
 }
 
 // historyLost is the error of a change stream whose next event is no
-// longer in the oplog, as MongoDB returns it (the driver, which resumes
-// after a getMore's CappedPositionLost, gets it from the resume).
+// longer in the oplog, as MongoDB returns it; it is not resumable, so the
+// Go driver returns it to the caller.
 var historyLost error = mongo.CommandError{Code: 286, Name: "ChangeStreamHistoryLost",
 	Labels:  []string{"NonResumableChangeStreamError"},
 	Message: "memdb: Resume of change stream was not possible, as the resume point may no longer be in the oplog."}
