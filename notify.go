@@ -134,6 +134,10 @@ func (n *notifier) startLocked() {
 	if n.run != nil || n.none || time.Now().Before(n.retryAt) {
 		return
 	}
+	if n.reopen != nil {
+		n.reopen.Stop()
+		n.reopen = nil
+	}
 	source, st, wake := n.source, n.st, n.wake
 	ctx, stop := context.WithCancel(context.Background())
 	run := &sourceRun{stop: stop}
@@ -161,14 +165,17 @@ func (n *notifier) startLocked() {
 		n.none = n.none || final
 		n.retryAt = time.Now().Add(wait)
 		if !final && n.waiters > 0 {
-			n.reopen = time.AfterFunc(wait, func() {
+			var reopen *time.Timer
+			reopen = time.AfterFunc(wait, func() {
 				n.mu.Lock()
 				defer n.mu.Unlock()
-				n.reopen = nil
-				if n.waiters > 0 {
-					n.startLocked()
+				if n.reopen != reopen {
+					return // stopped by the last waiter's leaving, or a join started it
 				}
+				n.reopen = nil
+				n.startLocked()
 			})
+			n.reopen = reopen
 		}
 	})
 }
@@ -187,7 +194,7 @@ func (n *notifier) leave() {
 	}
 	// The state of a collection is kept per client while the client is
 	// reachable: it must not keep the client reachable itself.
-	n.st = nil
+	n.st, n.wake, n.bg = nil, nil, nil
 	if n.run == nil {
 		return
 	}
