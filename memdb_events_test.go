@@ -2,6 +2,7 @@ package mongolock
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -49,93 +50,123 @@ func types(evs []bson.Raw) []string {
 	return out
 }
 
+// eventForms are the forms of the model's change events, by the MongoDB
+// versions that report them so.
+var eventForms = []memdb.Events{memdb.Events8, memdb.Events44}
+
+// forEachEventForm runs test once per form of the model's change events.
+func forEachEventForm(t *testing.T, test func(t *testing.T, form memdb.Events)) {
+	for _, form := range eventForms {
+		t.Run("MongoDB "+form.String(), func(t *testing.T) { test(t, form) })
+	}
+}
+
 // TestMemdbEventsAreMongoDBsAndReleaseEventsPassExactlyTheReleases: the
 // library's statements, run on the model, produce the change events
-// MongoDB does (a pipeline update as 4.4's replace, an update document as
-// 5.0's update with its description, none for a write that changed
-// nothing), and the watch statement's $match passes the releases and
-// nothing else.
+// MongoDB does (an update document's as an update with its description;
+// a pipeline's as 4.4's replace, or as 8.0's update with the diff, or its
+// replace where the diff would be as large as the document; none for a
+// write that changed nothing), and the watch statement's $match passes
+// the releases and nothing else.
 func TestMemdbEventsAreMongoDBsAndReleaseEventsPassExactlyTheReleases(t *testing.T) {
-	now := bson.DateTime(1_790_000_000_000)
-	c := &memdb.Table{DB: "db", Name: "locks"}
-	all, err := c.Watch(nil)
-	require.NoError(t, err)
-	releases, err := c.Watch(releaseEvents)
-	require.NoError(t, err)
-	run := func(file string) outcome {
-		o, err := onModel(c, now, goldenAt(t, file, now))
+	forEachEventForm(t, func(t *testing.T, form memdb.Events) {
+		now := bson.DateTime(1_790_000_000_000)
+		c := &memdb.Table{DB: "db", Name: "locks", Events: form}
+		all, err := c.Watch(nil)
 		require.NoError(t, err)
-		require.Empty(t, o.err, file)
-		return o
-	}
-	held := bson.D{{Key: "_id", Value: "reports"}, {Key: "lockId", Value: goldenHolding},
-		{Key: "expiresAt", Value: now + 30_000}, {Key: "fencingToken", Value: int64(7)}}
-	require.NoError(t, c.InsertOne(now.Time(), held))
-	require.Equal(t, 1, run("5-extend").modified)  // pipeline: replace, lastWrite extend
-	require.Equal(t, 1, run("4-release").modified) // classic: update, lockId removed
-	require.Equal(t, 0, run("4-release").matched)  // nothing matched: no event
-	matched, modified, err := c.UpdateOne(now.Time(), bson.D{{Key: "_id", Value: "reports"}}, bson.D{{Key: "$unset", Value: bson.D{{Key: "lockId", Value: ""}}}})
-	require.NoError(t, err)
-	require.Equal(t, [2]int{1, 0}, [2]int{matched, modified}) // changed nothing: no event
-	require.Len(t, run("2-acquire").docs, 1)                  // pipeline: replace, lastWrite acquire
-	require.Equal(t, 1, run("12-force-release").modified)     // pipeline: replace, lastWrite release
-	deleted, err := c.DeleteOne(now.Time(), bson.D{{Key: "_id", Value: "reports"}})
-	require.NoError(t, err)
-	require.True(t, deleted)
-
-	evs := drain(t, all)
-	require.Equal(t, []string{"insert", "replace", "update", "replace", "replace", "delete"}, types(evs))
-	for _, ev := range evs {
-		keys, err := ev.Elements()
+		releases, err := c.Watch(releaseEvents)
 		require.NoError(t, err)
-		var names []string
-		for _, k := range keys {
-			names = append(names, k.Key())
+		run := func(file string) outcome {
+			o, err := onModel(c, now, goldenAt(t, file, now))
+			require.NoError(t, err)
+			require.Empty(t, o.err, file)
+			return o
 		}
-		want := []string{"_id", "operationType", "clusterTime", "wallTime", "fullDocument", "ns", "documentKey"}
-		switch types([]bson.Raw{ev})[0] {
-		case "update":
-			want = slices.Concat(slices.Delete(want, 4, 5), []string{"updateDescription"})
-		case "delete":
-			want = slices.Delete(want, 4, 5)
-		}
-		require.Equal(t, want, names, ev.String())
-		require.Equal(t, "reports", ev.Lookup("documentKey", "_id").StringValue())
-		require.Equal(t, int64(now), ev.Lookup("wallTime").DateTime())
-	}
-	require.Equal(t, held, func() (d bson.D) {
-		require.NoError(t, bson.Unmarshal(evs[0].Lookup("fullDocument").Document(), &d))
-		return d
-	}())
-	require.Equal(t, "extend", evs[1].Lookup("fullDocument", "lastWrite").StringValue())
-	require.Equal(t, now+30_000, bson.DateTime(evs[1].Lookup("fullDocument", "expiresAt").Time().UnixMilli()))
-	update := evs[2].Lookup("updateDescription").Document()
-	require.Equal(t, `{"updatedFields": {"expiresAt": {"$date":{"$numberLong":"1790000000000"}}},"removedFields": ["lockId"],"truncatedArrays": []}`, update.String())
-	require.Equal(t, "acquire", evs[3].Lookup("fullDocument", "lastWrite").StringValue())
-	require.Equal(t, "release", evs[4].Lookup("fullDocument", "lastWrite").StringValue())
-	_, hasLockID := evs[4].Lookup("fullDocument").Document().Lookup("lockId").StringValueOK()
-	require.False(t, hasLockID)
+		held := bson.D{{Key: "_id", Value: "reports"}, {Key: "lockId", Value: goldenHolding},
+			{Key: "expiresAt", Value: now + 30_000}, {Key: "fencingToken", Value: int64(7)}}
+		require.NoError(t, c.InsertOne(now.Time(), held))
+		require.Equal(t, 1, run("5-extend").modified)  // pipeline: lastWrite extend
+		require.Equal(t, 1, run("4-release").modified) // classic: update, lockId removed
+		require.Equal(t, 0, run("4-release").matched)  // nothing matched: no event
+		matched, modified, err := c.UpdateOne(now.Time(), bson.D{{Key: "_id", Value: "reports"}}, bson.D{{Key: "$unset", Value: bson.D{{Key: "lockId", Value: ""}}}})
+		require.NoError(t, err)
+		require.Equal(t, [2]int{1, 0}, [2]int{matched, modified}) // changed nothing: no event
+		require.Len(t, run("2-acquire").docs, 1)                  // pipeline: lastWrite acquire
+		require.Equal(t, 1, run("12-force-release").modified)     // pipeline: lastWrite release
+		deleted, err := c.DeleteOne(now.Time(), bson.D{{Key: "_id", Value: "reports"}})
+		require.NoError(t, err)
+		require.True(t, deleted)
 
-	got := drain(t, releases)
-	require.Equal(t, []string{"update", "replace", "delete"}, types(got))
-	require.Equal(t, []bson.Raw{evs[2], evs[4], evs[5]}, got)
+		evs := drain(t, all)
+		// On 8.0 the extension and the force release are diffs smaller
+		// than the document, the acquisition, which writes most of its
+		// fields anew, is not.
+		wantTypes := map[memdb.Events][]string{
+			memdb.Events44: {"insert", "replace", "update", "replace", "replace", "delete"},
+			memdb.Events8:  {"insert", "update", "update", "replace", "update", "delete"},
+		}[form]
+		require.Equal(t, wantTypes, types(evs))
+		for _, ev := range evs {
+			keys, err := ev.Elements()
+			require.NoError(t, err)
+			var names []string
+			for _, k := range keys {
+				names = append(names, k.Key())
+			}
+			want := []string{"_id", "operationType", "clusterTime", "wallTime", "fullDocument", "ns", "documentKey"}
+			switch types([]bson.Raw{ev})[0] {
+			case "update":
+				want = slices.Concat(slices.Delete(want, 4, 5), []string{"updateDescription"})
+			case "delete":
+				want = slices.Delete(want, 4, 5)
+			}
+			require.Equal(t, want, names, ev.String())
+			require.Equal(t, "reports", ev.Lookup("documentKey", "_id").StringValue())
+			require.Equal(t, int64(now), ev.Lookup("wallTime").DateTime())
+		}
+		require.Equal(t, held, func() (d bson.D) {
+			require.NoError(t, bson.Unmarshal(evs[0].Lookup("fullDocument").Document(), &d))
+			return d
+		}())
+		description := func(ev bson.Raw) string { return ev.Lookup("updateDescription").Document().String() }
+		release := `{"updatedFields": {"expiresAt": {"$date":{"$numberLong":"1790000000000"}}},"removedFields": ["lockId"]}`
+		if form == memdb.Events44 {
+			require.Equal(t, "extend", evs[1].Lookup("fullDocument", "lastWrite").StringValue())
+			require.Equal(t, now+30_000, bson.DateTime(evs[1].Lookup("fullDocument", "expiresAt").Time().UnixMilli()))
+			require.Equal(t, "release", evs[4].Lookup("fullDocument", "lastWrite").StringValue())
+			_, hasLockID := evs[4].Lookup("fullDocument").Document().Lookup("lockId").StringValueOK()
+			require.False(t, hasLockID)
+		} else {
+			// The extension's expiresAt is the one it had: only lastWrite changed.
+			require.Equal(t, `{"updatedFields": {"lastWrite": "extend"},"removedFields": [],"truncatedArrays": []}`, description(evs[1]))
+			require.Equal(t, `{"updatedFields": {"expiresAt": {"$date":{"$numberLong":"1790000000000"}},"lastWrite": "release"},"removedFields": ["lockId"],"truncatedArrays": []}`, description(evs[4]))
+			release = strings.TrimSuffix(release, "}") + `,"truncatedArrays": []}`
+		}
+		require.Equal(t, release, description(evs[2]))
+		require.Equal(t, "acquire", evs[3].Lookup("fullDocument", "lastWrite").StringValue())
+
+		got := drain(t, releases)
+		require.Equal(t, []bson.Raw{evs[2], evs[4], evs[5]}, got)
+	})
 }
 
 // TestMemdbSemaphoreReleaseEventPassesReleaseEvents: a slot's release, an
 // update document ($pull, $currentDate), is an update event with the
 // whole holders array and releasedAt, which the watch statement passes.
 func TestMemdbSemaphoreReleaseEventPassesReleaseEvents(t *testing.T) {
-	now := bson.DateTime(1_790_000_000_000)
-	c := &memdb.Table{}
-	holders := bson.A{bson.D{{Key: "id", Value: goldenHolding}}, bson.D{{Key: "id", Value: "other"}}}
-	require.NoError(t, c.InsertOne(now.Time(), bson.D{{Key: "_id", Value: "reports"}, {Key: "kind", Value: "semaphore"}, {Key: "holders", Value: holders}}))
-	releases, err := c.Watch(releaseEvents)
-	require.NoError(t, err)
-	o, err := onModel(c, now, goldenAt(t, "17-semaphore-release", now))
-	require.NoError(t, err)
-	require.Equal(t, 1, o.modified)
-	got := drain(t, releases)
-	require.Len(t, got, 1)
-	require.Equal(t, `{"holders": [{"id": "other"}],"releasedAt": {"$date":{"$numberLong":"1790000000000"}}}`,
-		got[0].Lookup("updateDescription", "updatedFields").Document().String())
+	forEachEventForm(t, func(t *testing.T, form memdb.Events) {
+		now := bson.DateTime(1_790_000_000_000)
+		c := &memdb.Table{Events: form}
+		holders := bson.A{bson.D{{Key: "id", Value: goldenHolding}}, bson.D{{Key: "id", Value: "other"}}}
+		require.NoError(t, c.InsertOne(now.Time(), bson.D{{Key: "_id", Value: "reports"}, {Key: "kind", Value: "semaphore"}, {Key: "holders", Value: holders}}))
+		releases, err := c.Watch(releaseEvents)
+		require.NoError(t, err)
+		o, err := onModel(c, now, goldenAt(t, "17-semaphore-release", now))
+		require.NoError(t, err)
+		require.Equal(t, 1, o.modified)
+		got := drain(t, releases)
+		require.Len(t, got, 1)
+		require.Equal(t, `{"holders": [{"id": "other"}],"releasedAt": {"$date":{"$numberLong":"1790000000000"}}}`,
+			got[0].Lookup("updateDescription", "updatedFields").Document().String())
+	})
 }

@@ -2,7 +2,8 @@
 // uses one: documents keyed by _id; the operations, query operators,
 // update operators, pipeline stages and aggregation expressions of the
 // library's statements, evaluated as MongoDB documents them; the change
-// events each write produces; and, in a Store, the faults of a network
+// events each write produces, as MongoDB 8.0 reports them or as 4.4 does
+// (Events); and, in a Store, the faults of a network
 // between a client and the server. $$NOW is an argument of every
 // operation: the store's clock, to the millisecond.
 //
@@ -55,6 +56,7 @@ func guard(err *error) {
 // not safe for concurrent use: a Store is.
 type Table struct {
 	DB, Name string // the namespace its change events name
+	Events   Events // the form of its updates' change events
 	docs     []bson.D
 	streams  []*Stream
 	seq      uint32 // events so far
@@ -255,12 +257,13 @@ type FindOneAndUpdateOptions struct {
 // ($set, …) or a pipeline.
 func (c *Table) FindOneAndUpdate(now time.Time, filter, update any, o FindOneAndUpdateOptions) (doc bson.Raw, err error) {
 	defer guard(&err)
+	u := parseUpdate(update)
 	hits := c.matching(filter, 1)
 	if len(hits) == 0 {
 		return nil, mongo.ErrNoDocuments
 	}
 	out := c.docs[hits[0]]
-	c.update(now, hits[0], update)
+	c.update(now, hits[0], u)
 	if o.After {
 		out = c.docs[hits[0]]
 	}
@@ -283,21 +286,19 @@ func (c *Table) UpdateMany(now time.Time, filter, update any) (matched, modified
 
 func (c *Table) updateAll(now time.Time, filter, update any, most int) (matched, modified int, err error) {
 	defer guard(&err)
+	u := parseUpdate(update)
 	hits := c.matching(filter, most)
 	for _, i := range hits {
-		if c.update(now, i, update) {
+		if c.update(now, i, u) {
 			modified++
 		}
 	}
 	return len(hits), modified, nil
 }
 
-// update applies update to document i, and reports whether it changed
-// it. A change is an event: a pipeline's, a replace (as MongoDB 4.4
-// always reports it, and later ones when the diff is larger than the
-// document); an update document's, an update with its changed fields.
-func (c *Table) update(now time.Time, i int, update any) bool {
-	before, after, op := c.docs[i], c.docs[i], "replace"
+// parseUpdate is update as the model applies it (norm): an update
+// document, or a pipeline of the stages an update takes.
+func parseUpdate(update any) any {
 	switch u := norm(update).(type) {
 	case bson.A:
 		for _, s := range u {
@@ -305,21 +306,45 @@ func (c *Table) update(now time.Time, i int, update any) bool {
 			if st.Key == "$match" || st.Key == "$sort" {
 				panic(notModelled("update stage %s", st.Key))
 			}
-			after = stage([]bson.D{after}, st, now)[0]
+		}
+		return u
+	case bson.D:
+		return u
+	}
+	panic(notModelled("update of type %T", update))
+}
+
+// update applies update (parseUpdate's) to document i, and reports
+// whether it changed it: a pipeline, if the document is another; an
+// update document, if it wrote a field (a $currentDate field always,
+// changed or not, as the server does). A change is an event, in the
+// table's form of events.
+func (c *Table) update(now time.Time, i int, update any) bool {
+	before, after := c.docs[i], c.docs[i]
+	var written []string
+	switch u := update.(type) {
+	case bson.A:
+		for _, s := range u {
+			after = stage([]bson.D{after}, stageOf(s), now)[0]
 		}
 	case bson.D:
-		after, op = applyOperators(before, u, bson.NewDateTimeFromTime(now)), "update"
-	default:
-		panic(notModelled("update of type %T", update))
+		after, written = applyOperators(before, u, bson.NewDateTimeFromTime(now))
 	}
 	if !equal(get(after, "_id"), get(before, "_id")) {
 		panic(notModelled("an update that changes _id"))
 	}
-	if same(before, after) {
+	var op string
+	var desc bson.D
+	switch _, pipeline := update.(bson.A); {
+	case pipeline && same(before, after), !pipeline && len(written) == 0:
 		return false
+	case pipeline:
+		op, desc = c.Events.pipelineEvent(before, after)
+	default:
+		op, desc = c.Events.operatorsEvent(before, after, written)
 	}
 	c.docs[i] = after
-	c.emit(now, op, after, before)
+	c.emit(now, op, after, desc)
 	return true
 }
 
@@ -473,8 +498,11 @@ var updateOperators = map[string]func(old, arg any, now bson.DateTime) any{
 
 // applyOperators applies an update document. The server applies the
 // fields in lexicographic order of their names (MongoDB 5.0 on): that is
-// the order in which new fields are appended.
-func applyOperators(d bson.D, u bson.D, now bson.DateTime) bson.D {
+// the order in which new fields are appended, and in which written lists
+// the fields it logs: each one whose value it changed, created or
+// removed, and each $currentDate field, changed or not (its operator
+// never reports a no-op: current_date_node.cpp).
+func applyOperators(d bson.D, u bson.D, now bson.DateTime) (out bson.D, written []string) {
 	type change struct {
 		field, op string
 		arg       any
@@ -486,15 +514,20 @@ func applyOperators(d bson.D, u bson.D, now bson.DateTime) bson.D {
 		}
 	}
 	slices.SortStableFunc(changes, func(a, b change) int { return strings.Compare(a.field, b.field) })
-	out := slices.Clone(d)
+	out = slices.Clone(d)
 	for i, ch := range changes {
 		apply, ok := updateOperators[ch.op]
 		if !ok || strings.Contains(ch.field, ".") || ch.field == "_id" || i > 0 && changes[i-1].field == ch.field {
 			panic(notModelled("%s of %q", ch.op, ch.field))
 		}
-		out = put(out, ch.field, apply(get(out, ch.field), ch.arg, now))
+		old := get(out, ch.field)
+		v := apply(old, ch.arg, now)
+		if ch.op == "$currentDate" || !same(old, v) {
+			written = append(written, ch.field)
+		}
+		out = put(out, ch.field, v)
 	}
-	return out
+	return out, written
 }
 
 func isOperator(d bson.D) bool { return len(d) > 0 && strings.HasPrefix(d[0].Key, "$") }
