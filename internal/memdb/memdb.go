@@ -3,9 +3,9 @@
 // update operators, pipeline stages and aggregation expressions of the
 // library's statements, evaluated as MongoDB documents them; the change
 // events each write produces, as MongoDB 8.0 reports them or as 4.4 does
-// (Events); and, in a Store, the faults of a network
-// between a client and the server. $$NOW is an argument of every
-// operation: the store's clock, to the millisecond.
+// (Events); and, in a Store, the faults of a network between a client and
+// the server. $$NOW is an argument of every operation: the store's clock,
+// to the millisecond.
 //
 // It models that subset and nothing more: a statement that uses anything
 // else is answered with an error that names what is not modelled, never
@@ -13,8 +13,10 @@
 // statement the library sends on the test server and on this model and
 // requires the same documents and replies. Not modelled: indexes other
 // than _id's (a TTL monitor's deletions are the caller's DeleteOne, at
-// the time it chooses), server errors of invalid statements, and the
-// driver (its retries, its server selection, its sessions).
+// the time it chooses), the server's errors of invalid statements (but
+// for a $map or a $filter without an argument it needs, refused with
+// MongoDB's code and message), and the driver (its retries, its server
+// selection, its sessions).
 package memdb
 
 import (
@@ -41,13 +43,34 @@ func notModelled(format string, args ...any) unmodelled {
 	return unmodelled{fmt.Sprintf(format, args...)}
 }
 
-func guard(err *error) {
-	if r := recover(); r != nil {
-		u, ok := r.(unmodelled)
-		if !ok {
-			panic(r)
+// refusal is panicked with where the server refuses a statement: its
+// error's code and message.
+type refusal struct {
+	code int32
+	msg  string
+}
+
+// guard recovers the model's panics into err: an error wrapping
+// ErrNotModelled, or a refusal as a command's error.
+func guard(err *error) { recovered(recover(), err, false) }
+
+// guardWrite is guard of a write command (update), whose refusal is a
+// write error.
+func guardWrite(err *error) { recovered(recover(), err, true) }
+
+func recovered(r any, err *error, write bool) {
+	switch r := r.(type) {
+	case nil:
+	case unmodelled:
+		*err = fmt.Errorf("%w: %s", ErrNotModelled, r.what)
+	case refusal:
+		if write {
+			*err = mongo.WriteException{WriteErrors: []mongo.WriteError{{Code: int(r.code), Message: r.msg}}}
+		} else {
+			*err = mongo.CommandError{Code: r.code, Name: fmt.Sprintf("Location%d", r.code), Message: r.msg}
 		}
-		*err = fmt.Errorf("%w: %s", ErrNotModelled, u.what)
+	default:
+		panic(r)
 	}
 }
 
@@ -258,6 +281,11 @@ type FindOneAndUpdateOptions struct {
 func (c *Table) FindOneAndUpdate(now time.Time, filter, update any, o FindOneAndUpdateOptions) (doc bson.Raw, err error) {
 	defer guard(&err)
 	u := parseUpdate(update)
+	var projection bson.E
+	if o.Projection != nil {
+		projection = bson.E{Key: "$project", Value: norm(o.Projection)}
+		parseStage(projection)
+	}
 	hits := c.matching(filter, 1)
 	if len(hits) == 0 {
 		return nil, mongo.ErrNoDocuments
@@ -268,7 +296,7 @@ func (c *Table) FindOneAndUpdate(now time.Time, filter, update any, o FindOneAnd
 		out = c.docs[hits[0]]
 	}
 	if o.Projection != nil {
-		out = stage([]bson.D{out}, bson.E{Key: "$project", Value: norm(o.Projection)}, now)[0]
+		out = stage([]bson.D{out}, projection, now)[0]
 	}
 	return encode(out), nil
 }
@@ -285,7 +313,7 @@ func (c *Table) UpdateMany(now time.Time, filter, update any) (matched, modified
 }
 
 func (c *Table) updateAll(now time.Time, filter, update any, most int) (matched, modified int, err error) {
-	defer guard(&err)
+	defer guardWrite(&err)
 	u := parseUpdate(update)
 	hits := c.matching(filter, most)
 	for _, i := range hits {
@@ -296,8 +324,9 @@ func (c *Table) updateAll(now time.Time, filter, update any, most int) (matched,
 	return len(hits), modified, nil
 }
 
-// parseUpdate is update as the model applies it (norm): an update
-// document, or a pipeline of the stages an update takes.
+// parseUpdate is update as the model applies it (norm), refused as the
+// server refuses it before it reads a document: a pipeline of the stages
+// an update takes and of expressions it parses.
 func parseUpdate(update any) any {
 	switch u := norm(update).(type) {
 	case bson.A:
@@ -306,6 +335,7 @@ func parseUpdate(update any) any {
 			if st.Key == "$match" || st.Key == "$sort" {
 				panic(notModelled("update stage %s", st.Key))
 			}
+			parseStage(st)
 		}
 		return u
 	case bson.D:
@@ -373,8 +403,12 @@ func (c *Table) Find(now time.Time, filter, projection any) (docs []bson.Raw, er
 // Aggregate runs pipeline over the collection's documents.
 func (c *Table) Aggregate(now time.Time, pipeline any) (docs []bson.Raw, err error) {
 	defer guard(&err)
+	stages := as[bson.A](norm(pipeline), "pipeline")
+	for _, s := range stages {
+		parseStage(stageOf(s))
+	}
 	cur := slices.Clone(c.docs)
-	for _, s := range as[bson.A](norm(pipeline), "pipeline") {
+	for _, s := range stages {
 		cur = stage(cur, stageOf(s), now)
 	}
 	return encodeAll(cur), nil
