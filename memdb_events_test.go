@@ -1,6 +1,8 @@
 package mongolock
 
 import (
+	"bytes"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -168,5 +170,100 @@ func TestMemdbSemaphoreReleaseEventPassesReleaseEvents(t *testing.T) {
 		require.Len(t, got, 1)
 		require.Equal(t, `{"holders": [{"id": "other"}],"releasedAt": {"$date":{"$numberLong":"1790000000000"}}}`,
 			got[0].Lookup("updateDescription", "updatedFields").Document().String())
+	})
+}
+
+// releaseStatement says whether statement file's write of a document,
+// which left it as after, released a holder: what release events are
+// for. A release, a force release, a slot's release, an undone upgrade
+// and a downgrade always do; a hand-over that was refused (its last write
+// a release); a release holding the lock only once its hold is over.
+// Nothing else does: acquisitions, extensions, claims, withdrawals,
+// proclaims, upgrades' polls.
+func releaseStatement(file string, after bson.D) bool {
+	switch file {
+	case "4-release", "12-force-release", "12-force-release-holder", "17-semaphore-release",
+		"23-semaphore-force-release", "23-semaphore-force-release-holder", "25-rwlock-undo-upgrade", "26-rwlock-downgrade":
+		return true
+	case "4a-release-holding":
+		_, held := field(after, "lockId")
+		return !held
+	}
+	if strings.HasSuffix(file, "hand-over") || strings.HasSuffix(file, "hand-over-with-value") {
+		lastWrite, _ := field(after, "lastWrite")
+		return lastWrite == wroteRelease
+	}
+	return false
+}
+
+// TestReleaseEventsPassEveryReleaseOfTheModelAndNothingElse: every
+// statement the library sends, over the differential test's states, run
+// on the model in each form of its change events: each event of a release
+// passes the watch's $match (releaseEvents), and no other. Each state is
+// met twice: as drawn, and as a release in the same millisecond leaves
+// it (releasedAt stamped with this $$NOW, the last write a release), where
+// a pipeline's diff does not list a stamp it writes again. Among the
+// releases are slots' that leave other holders.
+func TestReleaseEventsPassEveryReleaseOfTheModelAndNothingElse(t *testing.T) {
+	forEachEventForm(t, func(t *testing.T, form memdb.Events) {
+		c := randChooser{rand.New(rand.NewPCG(33, 8))}
+		now := bson.DateTime(1_790_000_000_000)
+		var releases, updates, leaving int // release events, updates among them, slots' that leave holders
+		for _, g := range goldenStatements(t) {
+			for i := range 24 {
+				dc := newCase(c, i, g, now)
+				for _, again := range []bool{false, true} {
+					table := &memdb.Table{DB: "db", Name: "locks", Events: form}
+					before := map[string]bson.D{}
+					for _, d := range dc.docs {
+						if again {
+							d = slices.Clone(d)
+							for _, e := range []bson.E{{Key: "releasedAt", Value: now}, {Key: "lastWrite", Value: wroteRelease}} {
+								if i := slices.IndexFunc(d, func(f bson.E) bool { return f.Key == e.Key }); i >= 0 {
+									d[i] = e
+								} else {
+									d = append(d, e)
+								}
+							}
+						}
+						before[d[0].Value.(string)] = d
+						require.NoError(t, table.InsertOne(now.Time(), d))
+					}
+					all, err := table.Watch(nil)
+					require.NoError(t, err)
+					passed, err := table.Watch(releaseEvents)
+					require.NoError(t, err)
+					o, err := onModel(table, now, dc.cmd)
+					require.NoError(t, err, dc.file)
+					after := map[string]bson.D{}
+					for _, raw := range table.Docs() {
+						var d bson.D
+						require.NoError(t, bson.Unmarshal(raw, &d))
+						after[d[0].Value.(string)] = d
+					}
+					passing := drain(t, passed)
+					for _, ev := range drain(t, all) {
+						id := ev.Lookup("documentKey", "_id").StringValue()
+						want := releaseStatement(dc.file, after[id])
+						if got := slices.ContainsFunc(passing, func(r bson.Raw) bool { return bytes.Equal(r, ev) }); got != want {
+							t.Errorf("%s (again: %v): passed %v, want %v\nstate: %v\nafter: %v\nevent: %v\nreply: %v", dc.file, again, got, want, before[id], after[id], ev, o)
+						} else if want {
+							releases++
+							if ev.Lookup("operationType").StringValue() == "update" {
+								updates++
+							}
+							if holders, ok := field(after[id], "holders"); ok && len(holders.(bson.A)) > 0 {
+								leaving++
+							}
+						}
+					}
+				}
+			}
+		}
+		t.Logf("%d release events, %d of them updates, %d of slots that leave holders", releases, updates, leaving)
+		require.Positive(t, leaving, "no release of a slot that leaves other holders was met")
+		if form == memdb.Events8 {
+			require.Positive(t, updates, "no release was an update event")
+		}
 	})
 }
