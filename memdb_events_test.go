@@ -267,3 +267,41 @@ func TestReleaseEventsPassEveryReleaseOfTheModelAndNothingElse(t *testing.T) {
 		}
 	})
 }
+
+// TestReleasesOfSlotsWithinOneMillisecondEachPassReleaseEvents: a slot's
+// release by an update document, then two by a pipeline (force releases
+// of one holder), all at one $$NOW, of a semaphore whose other holder
+// stays: each is an event the watch's $match passes, in both forms.
+func TestReleasesOfSlotsWithinOneMillisecondEachPassReleaseEvents(t *testing.T) {
+	forEachEventForm(t, func(t *testing.T, form memdb.Events) {
+		now := bson.DateTime(1_790_000_000_000)
+		c := &memdb.Table{DB: "db", Name: "locks_semaphores", Events: form}
+		holders := bson.A{}
+		for _, id := range []string{"h1", "h2", "h3", "h4"} {
+			holders = append(holders, bson.D{{Key: "id", Value: id}, {Key: "owner", Value: "host/1"},
+				{Key: "acquiredAt", Value: now - 1000}, {Key: "expiresAt", Value: now + 30_000}, {Key: "token", Value: int64(7)}})
+		}
+		require.NoError(t, c.InsertOne(now.Time(), bson.D{{Key: "_id", Value: "reports"}, {Key: "kind", Value: "semaphore"}, {Key: "n", Value: int32(4)},
+			{Key: "holders", Value: holders}, {Key: "fencingToken", Value: int64(7)}, {Key: "expiresAt", Value: now + 30_000}, {Key: "lastWrite", Value: wroteAcquire}}))
+		releases, err := c.Watch(releaseEvents)
+		require.NoError(t, err)
+		for _, r := range []struct{ file, id string }{
+			{"17-semaphore-release", "h1"}, {"23-semaphore-force-release-holder", "h2"}, {"23-semaphore-force-release-holder", "h3"},
+		} {
+			cmd := substitute(goldenAt(t, r.file, now), func(v any) any {
+				if v == goldenHolding {
+					return r.id
+				}
+				return v
+			}).(bson.D)
+			o, err := onModel(c, now, cmd)
+			require.NoError(t, err)
+			require.Equal(t, 1, o.modified, "%s of %s", r.file, r.id)
+			require.Len(t, drain(t, releases), 1, "%s of %s within the millisecond of the release before", r.file, r.id)
+		}
+		var d bson.D
+		require.NoError(t, bson.Unmarshal(c.Docs()[0], &d))
+		left, _ := field(d, "holders")
+		require.Len(t, left, 1, "h4 holds")
+	})
+}
