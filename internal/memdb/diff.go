@@ -22,8 +22,8 @@ const (
 	// wrote, whole; for a pipeline, the diff the server computes of the
 	// document before and after (an embedded document's and an array's
 	// changes as dotted paths, "holders.2.expiresAt", and an array that
-	// shrank in truncatedArrays), or, where that diff would be as large as
-	// the document, a replace event with the document after.
+	// shrank in truncatedArrays), or, where the server finds no diff
+	// smaller than the document, a replace event with the document after.
 	Events8 Events = iota
 	// Events44 is MongoDB 4.4's: a pipeline update is always a replace
 	// event; an update document's is an update event listing each
@@ -97,11 +97,12 @@ func (e Events) pipelineEvent(before, after bson.D) (op string, desc bson.D) {
 	if d == nil {
 		return "replace", nil
 	}
-	var desc8 description
-	d.describe("", &desc8)
-	return "update", e.description(desc8.updated, desc8.removed, desc8.truncated)
+	var delta description
+	d.describe("", &delta)
+	return "update", e.description(delta.updated, delta.removed, delta.truncated)
 }
 
+// description is an update event's updateDescription in form e.
 func (e Events) description(updated bson.D, removed, truncated bson.A) bson.D {
 	desc := bson.D{{Key: "updatedFields", Value: updated}, {Key: "removedFields", Value: removed}}
 	if e == Events8 {
