@@ -35,8 +35,8 @@
 //
 // Where it differs from a server: the Store has no TTL monitor (released
 // documents stay, which only Locks shows), and it is one database with
-// change streams, reached without a network unless Partition says
-// otherwise.
+// change streams (reporting changes as MongoDB 8.0 does), reached without
+// a network unless Partition says otherwise.
 package mongolocktest
 
 import (

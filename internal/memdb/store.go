@@ -23,11 +23,12 @@ type Store struct {
 // data is a database's collections and clock, shared by the Stores that
 // Client returns.
 type data struct {
-	db    string
-	now   func() time.Time
-	mu    sync.Mutex
-	colls map[string]*Table
-	ops   int64 // operations applied, under mu
+	db     string
+	now    func() time.Time
+	mu     sync.Mutex
+	colls  map[string]*Table
+	ops    int64  // operations applied, under mu
+	events Events // its tables' form of events, under mu
 }
 
 // NewStore returns an empty database named db, whose $$NOW is now() (nil:
@@ -37,6 +38,18 @@ func NewStore(db string, now func() time.Time) *Store {
 		now = time.Now
 	}
 	return &Store{data: &data{db: db, now: now, colls: map[string]*Table{}}}
+}
+
+// SetEvents sets the form of the change events of the database's updates,
+// in every collection, from now on: MongoDB 8.0's (Events8, a new Store's)
+// or 4.4's (Events44).
+func (s *Store) SetEvents(e Events) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = e
+	for _, c := range s.colls {
+		c.Events = e
+	}
 }
 
 // Client returns another client's way to s's database: the same
@@ -57,7 +70,7 @@ func (s *Store) Do(ctx context.Context, coll string, op func(c *Table, now time.
 	}
 	s.mu.Lock()
 	if s.colls[coll] == nil {
-		s.colls[coll] = &Table{DB: s.db, Name: coll}
+		s.colls[coll] = &Table{DB: s.db, Name: coll, Events: s.events}
 	}
 	err = op(s.colls[coll], s.now())
 	s.ops++
