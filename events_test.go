@@ -35,7 +35,7 @@ import (
 //   - replace: {operationType: "replace", documentKey: {_id}, fullDocument}:
 //     the document after the write, and nothing of what changed. An update
 //     with a pipeline is reported so on 4.4 always, and from 5.0 when its
-//     diff would be larger than the document.
+//     diff would be no smaller than the document.
 //
 // A classic update ($set, $unset, $pull, $currentDate) is reported as an
 // update, in the 4.4 or the 5.0 form; a pipeline update as a 5.0 update or
@@ -655,7 +655,12 @@ func TestObserverReopensItsStreamAfterItLostItsHistory(t *testing.T) {
 // hour. Its first read is refused too: only the stream's reopening, and
 // the read it triggers, can show the leader.
 func TestObserverReopensItsStreamAfterATransientRefusalAsTheNotifierDoes(t *testing.T) {
+	forEachEventForm(t, testObserverReopensItsStream)
+}
+
+func testObserverReopensItsStream(t *testing.T, form memdb.Events) {
 	store := memdb.NewStore("mongolock_observe", nil)
+	store.SetEvents(form)
 	obs := store.Client() // the observer's own network, whose faults the test sets
 	observer, err := newMemProvider(obs, "mongolock_observe", []Option{WithBusyWaitSleep(time.Hour, time.Hour)})
 	require.NoError(t, err)
@@ -690,51 +695,56 @@ func TestObserverReopensItsStreamAfterATransientRefusalAsTheNotifierDoes(t *test
 // watchingClaimantSleep, not at the claimant's sleep, and the reader's
 // release wakes it at once.
 func TestUpgradeWhileReleaseEventsArriveIsPacedAsAWatchingClaimant(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const db, name = "mongolock_upgrade_pace", "ledger"
-		store := memdb.NewStore(db, nil)
-		readers, err := newMemProvider(store.Client(), db, nil)
-		require.NoError(t, err)
-		upgrader, err := newMemProvider(store.Client(), db, nil)
-		require.NoError(t, err)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		r, err := readers.RWLock(name).Reader().TryAcquire(ctx)
-		require.NoError(t, err)
-		u, err := upgrader.RWLock(name).Upgradeable().TryAcquire(ctx)
-		require.NoError(t, err)
-		upgraded := make(chan error, 1)
-		go func() { upgraded <- u.Upgrade(ctx) }()
-
-		// Its first poll marks the readers off and opens the stream.
-		time.Sleep(2 * time.Second)
-		synctest.Wait()
-		require.True(t, upgrader.RWLock(name).Reader().space().notify.isOpen(), "release events arrive")
-		const window = 20 * time.Second
-		before := store.Ops()
-		time.Sleep(window)
-		synctest.Wait()
-		o := upgrader.opts
-		// The polls, and the two providers' lease extensions in the window.
-		ops, most := store.Ops()-before, int64(window/o.watchingClaimantSleep())+2*int64(window/(o.expiry/3))+2
-		if ops > most {
-			t.Errorf("%d operations in %v while the upgrade waits, want at most %d (its claimant's sleep would be %v, a watching claimant's is %v)",
-				ops, window, most, o.claimantSleep(), o.watchingClaimantSleep())
-		}
-		select {
-		case err := <-upgraded:
-			t.Fatalf("the upgrade returned %v while a reader of another process holds", err)
-		default:
-		}
-
-		require.NoError(t, r.Release(ctx))
-		released := time.Now()
-		require.NoError(t, <-upgraded)
-		require.Less(t, time.Since(released), o.watchingClaimantSleep()/2, "the reader's release event wakes the upgrade")
-		require.NoError(t, u.Release(ctx))
-		// Nothing either provider started outlives its Close: the bubble
-		// would report a goroutine left blocked.
-		require.NoError(t, readers.Close(ctx))
-		require.NoError(t, upgrader.Close(ctx))
+	forEachEventForm(t, func(t *testing.T, form memdb.Events) {
+		synctest.Test(t, func(t *testing.T) { testUpgradePace(t, form) })
 	})
+}
+
+func testUpgradePace(t *testing.T, form memdb.Events) {
+	const db, name = "mongolock_upgrade_pace", "ledger"
+	store := memdb.NewStore(db, nil)
+	store.SetEvents(form)
+	readers, err := newMemProvider(store.Client(), db, nil)
+	require.NoError(t, err)
+	upgrader, err := newMemProvider(store.Client(), db, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := readers.RWLock(name).Reader().TryAcquire(ctx)
+	require.NoError(t, err)
+	u, err := upgrader.RWLock(name).Upgradeable().TryAcquire(ctx)
+	require.NoError(t, err)
+	upgraded := make(chan error, 1)
+	go func() { upgraded <- u.Upgrade(ctx) }()
+
+	// Its first poll marks the readers off and opens the stream.
+	time.Sleep(2 * time.Second)
+	synctest.Wait()
+	require.True(t, upgrader.RWLock(name).Reader().space().notify.isOpen(), "release events arrive")
+	const window = 20 * time.Second
+	before := store.Ops()
+	time.Sleep(window)
+	synctest.Wait()
+	o := upgrader.opts
+	// The polls, and the two providers' lease extensions in the window.
+	ops, most := store.Ops()-before, int64(window/o.watchingClaimantSleep())+2*int64(window/(o.expiry/3))+2
+	if ops > most {
+		t.Errorf("%d operations in %v while the upgrade waits, want at most %d (its claimant's sleep would be %v, a watching claimant's is %v)",
+			ops, window, most, o.claimantSleep(), o.watchingClaimantSleep())
+	}
+	select {
+	case err := <-upgraded:
+		t.Fatalf("the upgrade returned %v while a reader of another process holds", err)
+	default:
+	}
+
+	require.NoError(t, r.Release(ctx))
+	released := time.Now()
+	require.NoError(t, <-upgraded)
+	require.Less(t, time.Since(released), o.watchingClaimantSleep()/2, "the reader's release event wakes the upgrade")
+	require.NoError(t, u.Release(ctx))
+	// Nothing either provider started outlives its Close: the bubble
+	// would report a goroutine left blocked.
+	require.NoError(t, readers.Close(ctx))
+	require.NoError(t, upgrader.Close(ctx))
 }

@@ -256,44 +256,10 @@ func cursorNotFound(id int64) error {
 	return mongo.CommandError{Code: 43, Name: "CursorNotFound", Message: fmt.Sprintf("memdb: cursor id %d not found", id)}
 }
 
-// emit adds to the history the event of a write of doc, in MongoDB's
-// shape: a resume token, the operation, its cluster time and wall time,
-// the full document (insert, replace), the namespace, the document's key,
-// and an update's description of its change from before.
-func (c *Table) emit(now time.Time, op string, doc, before bson.D) {
+// emit adds to the history the event of a write of doc (changeEvent);
+// desc is an update's description of its change.
+func (c *Table) emit(now time.Time, op string, doc, desc bson.D) {
 	c.seq++
-	ev := bson.D{
-		{Key: "_id", Value: bson.D{{Key: "_data", Value: fmt.Sprintf("%08X%08X", now.Unix(), c.seq)}}},
-		{Key: "operationType", Value: op},
-		{Key: "clusterTime", Value: bson.Timestamp{T: uint32(now.Unix()), I: c.seq}},
-		{Key: "wallTime", Value: bson.NewDateTimeFromTime(now)},
-		{Key: "fullDocument", Value: doc},
-		{Key: "ns", Value: bson.D{{Key: "db", Value: c.DB}, {Key: "coll", Value: c.Name}}},
-		{Key: "documentKey", Value: bson.D{{Key: "_id", Value: get(doc, "_id")}}},
-	}
-	if op == "update" || op == "delete" {
-		ev = slices.Delete(ev, 4, 5)
-	}
-	if op == "update" {
-		ev = append(ev, bson.E{Key: "updateDescription", Value: changes(before, doc)})
-	}
+	ev := c.changeEvent(now, c.seq, op, doc, desc)
 	c.history().add(c, ev)
-}
-
-// changes is an update event's description of an update document's
-// write, as MongoDB 5.0 on reports it: the top-level fields it set or
-// changed (an array changed by $pull, whole), and those it removed.
-func changes(before, after bson.D) bson.D {
-	updated, removed := bson.D{}, bson.A{}
-	for _, e := range after {
-		if old := get(before, e.Key); old == missing || !same(old, e.Value) {
-			updated = append(updated, e)
-		}
-	}
-	for _, e := range before {
-		if get(after, e.Key) == missing {
-			removed = append(removed, e.Key)
-		}
-	}
-	return bson.D{{Key: "updatedFields", Value: updated}, {Key: "removedFields", Value: removed}, {Key: "truncatedArrays", Value: bson.A{}}}
 }

@@ -23,12 +23,13 @@ type Store struct {
 // data is a database's collections, clock and change history, shared by
 // the Stores that Client returns.
 type data struct {
-	db    string
-	now   func() time.Time
-	mu    sync.Mutex
-	colls map[string]*Table
-	ops   int64 // operations applied, under mu
-	hist  *history
+	db     string
+	now    func() time.Time
+	mu     sync.Mutex
+	colls  map[string]*Table
+	ops    int64  // operations applied, under mu
+	events Events // its tables' form of events, under mu
+	hist   *history
 }
 
 // NewStore returns an empty database named db, whose $$NOW is now() (nil:
@@ -79,6 +80,18 @@ func (s *Store) Cursors() int {
 	return s.hist.open()
 }
 
+// SetEvents sets the form of the change events of the database's updates,
+// in every collection, from now on: MongoDB 8.0's (Events8, a new Store's)
+// or 4.4's (Events44).
+func (s *Store) SetEvents(e Events) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = e
+	for _, c := range s.colls {
+		c.Events = e
+	}
+}
+
 // Client returns another client's way to s's database: the same
 // collections and clock, through a network of its own (Faults, zero at
 // first), as two processes reach one server, each over its own
@@ -97,7 +110,7 @@ func (s *Store) Do(ctx context.Context, coll string, op func(c *Table, now time.
 	}
 	s.mu.Lock()
 	if s.colls[coll] == nil {
-		s.colls[coll] = &Table{DB: s.db, Name: coll, hist: s.hist}
+		s.colls[coll] = &Table{DB: s.db, Name: coll, Events: s.events, hist: s.hist}
 	}
 	err = op(s.colls[coll], s.now())
 	s.ops++
