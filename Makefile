@@ -12,7 +12,7 @@ GORELEASER         ?= $(TOOLS)/goreleaser-$(GORELEASER_VERSION)/goreleaser
 # The tests find their server themselves (internal/testdb): MONGOLOCK_TEST_URI
 # if set (their own variable: never MONGODB_URI, which may name real data).
 # `make test` also sets MONGOLOCK_TEST_REQUIRED=1, which tells them that a
-# missing server is a failure and that they may start one: a mongo:7.0
+# missing server is a failure and that they may start one: a mongo:8.0
 # container (internal/testdb/container, a module of its own) where a Docker
 # daemon answers, else the local FerretDB test server, which `make` starts up
 # front (installing it into ~/.cache/mongolock-testdb on first use) so that
@@ -131,7 +131,7 @@ testdb:
 	@if [ -z "$$MONGOLOCK_TEST_URI" ] && [ -n "$$MONGODB_URI" ]; then \
 		echo "MONGODB_URI is ignored: the tests take their server from MONGOLOCK_TEST_URI"; fi
 	@if [ -n "$$MONGOLOCK_TEST_URI" ]; then echo "using MONGOLOCK_TEST_URI"; \
-	elif docker info >/dev/null 2>&1; then echo "using Docker (a mongo:7.0 container per test process)"; \
+	elif docker info >/dev/null 2>&1; then echo "using Docker (a mongo:8.0 container per test process)"; \
 	else ./scripts/testdb start; fi
 
 testdb-stop:

@@ -163,10 +163,11 @@ func (c *Composite) TryAcquire(ctx context.Context) (*CompositeHandle, error) {
 
 // Do acquires every part (waiting, as Acquire), runs fn, and releases them,
 // also when fn panics. fn's ctx ends when ctx ends or a part is lost; its
-// cause is then ErrLockLost. Do returns fn's error; if a part was lost
-// while fn ran, the error also satisfies errors.Is(err, ErrLockLost). If
-// the parts cannot be acquired, fn does not run and Do returns Acquire's
-// error. A nil fn is an error, returned before anything is acquired.
+// cause is then ErrLockLost. Do returns fn's error as Lock.Do does: as fn
+// returned it, unless a part was lost while fn ran or a release failed
+// (then errors.Is(err, ErrLockLost) holds after a loss). If the parts
+// cannot be acquired, fn does not run and Do returns Acquire's error, as
+// its own. A nil fn is an error, returned before anything is acquired.
 func (c *Composite) Do(ctx context.Context, fn func(ctx context.Context) error) error {
 	switch {
 	case ctx == nil:
@@ -176,7 +177,7 @@ func (c *Composite) Do(ctx context.Context, fn func(ctx context.Context) error) 
 	}
 	h, err := c.Acquire(ctx)
 	if err != nil {
-		return err
+		return renamed("do", err)
 	}
 	return do(ctx, h, fn)
 }
@@ -340,8 +341,9 @@ func (h *CompositeHandle) Lost() <-chan struct{} {
 }
 
 // Release releases every part, each as its Handle's Release does, within
-// ctx. The first call returns nil if every part was still held, and
-// otherwise the parts' errors joined: errors.Is(err, ErrLockLost) holds if
+// ctx. The first call returns nil if every part was still held, otherwise
+// the error of the part that was not, or if several were not, an *Error
+// of the composite that joins theirs: errors.Is(err, ErrLockLost) holds if
 // a part had been lost. A part whose release fails is freed in the
 // background. Either way every part is released and Context is done. Later
 // calls return nil.
@@ -358,7 +360,14 @@ func (h *CompositeHandle) Release(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	err := errors.Join(errs...)
+	var err error
+	switch len(errs) {
+	case 0:
+	case 1:
+		err = errs[0] // the part's
+	default:
+		err = compositeError("release", h.handles, errors.Join(errs...))
+	}
 	if errors.Is(err, ErrLockLost) {
 		h.markLost()
 	}

@@ -320,15 +320,6 @@ func checkValue(value string) error {
 	return nil
 }
 
-// renamed returns err with its operation renamed op, if it is an *Error: an
-// election's call reports itself rather than the lock's call beneath it.
-func renamed(op string, err error) error {
-	if e, ok := err.(*Error); ok {
-		e.Op = op
-	}
-	return err
-}
-
 // electionDriver is an election's kind: a lock's, held by a campaign with
 // its value, in terms.
 type electionDriver struct {

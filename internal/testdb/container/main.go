@@ -25,7 +25,7 @@ import (
 )
 
 func main() {
-	image := flag.String("image", "mongo:7.0", "the MongoDB image")
+	image := flag.String("image", "mongo:8.0", "the MongoDB image")
 	flag.Parse()
 	if err := run(*image); err != nil {
 		fmt.Fprintln(os.Stderr, "container:", err)
