@@ -594,6 +594,13 @@ func errorCases() []errorCase {
 				clocks.Suspend(3 * time.Second)
 				return f.write(e.ctx, e.coll, h, byID("doc"), setWriter("w"), false)
 			}},
+			errorCase{call: f.call, path: "a lease whose deadline passed while its process was stopped", op: f.op, name: "f", is: lost, run: func(t *testing.T, e *errorEnv) error {
+				p := e.provider(t, e.net, mongolock.WithExpiry(2*time.Second))
+				clocks := mongolock.FakeClocks(p, false)
+				h := e.hold(t, p.Lock("f"))
+				clocks.Stop(3 * time.Second)
+				return f.write(e.ctx, e.coll, h, byID("doc"), setWriter("w"), false)
+			}},
 			errorCase{call: f.call, path: "a document of a higher token", op: f.op, name: "f", is: []error{mongolock.ErrFenced}, server: true, run: func(t *testing.T, e *errorEnv) error {
 				old, next := staleAndNext(t, e)
 				require.NoError(t, fencedCalls[0].write(e.ctx, e.coll, next, byID("doc"), setWriter("next"), true))
