@@ -574,6 +574,21 @@ func errorCases() []errorCase {
 		return err
 	})...)
 	for _, f := range fencedCalls {
+		for _, end := range []struct {
+			path string
+			move func(c *mongolock.Clocks, d time.Duration)
+		}{
+			{"a lease that ended while the machine was suspended", (*mongolock.Clocks).Suspend},
+			{"a lease whose deadline passed while its process was stopped", (*mongolock.Clocks).Stop},
+		} {
+			cases = append(cases, errorCase{call: f.call, path: end.path, op: f.op, name: "f", is: lost, run: func(t *testing.T, e *errorEnv) error {
+				p := e.provider(t, e.net, mongolock.WithExpiry(2*time.Second))
+				clocks := mongolock.FakeClocks(p, false)
+				h := e.hold(t, p.Lock("f"))
+				end.move(clocks, 3*time.Second)
+				return f.write(e.ctx, e.coll, h, byID("doc"), setWriter("w"), false)
+			}})
+		}
 		cases = append(cases,
 			errorCase{call: f.call, path: "a nil collection", op: f.op, name: "f", is: inv, run: func(t *testing.T, e *errorEnv) error {
 				return f.write(e.ctx, nil, e.hold(t, e.p.Lock("f")), byID("doc"), setWriter("w"), false)
@@ -586,20 +601,6 @@ func errorCases() []errorCase {
 			}},
 			errorCase{call: f.call, path: "a token source that is no acquisition", op: f.op, is: inv, run: func(t *testing.T, e *errorEnv) error {
 				return f.write(e.ctx, e.coll, tokenOnly(0), byID("doc"), setWriter("w"), false)
-			}},
-			errorCase{call: f.call, path: "a lease that ended while the machine was suspended", op: f.op, name: "f", is: lost, run: func(t *testing.T, e *errorEnv) error {
-				p := e.provider(t, e.net, mongolock.WithExpiry(2*time.Second))
-				clocks := mongolock.FakeClocks(p, false)
-				h := e.hold(t, p.Lock("f"))
-				clocks.Suspend(3 * time.Second)
-				return f.write(e.ctx, e.coll, h, byID("doc"), setWriter("w"), false)
-			}},
-			errorCase{call: f.call, path: "a lease whose deadline passed while its process was stopped", op: f.op, name: "f", is: lost, run: func(t *testing.T, e *errorEnv) error {
-				p := e.provider(t, e.net, mongolock.WithExpiry(2*time.Second))
-				clocks := mongolock.FakeClocks(p, false)
-				h := e.hold(t, p.Lock("f"))
-				clocks.Stop(3 * time.Second)
-				return f.write(e.ctx, e.coll, h, byID("doc"), setWriter("w"), false)
 			}},
 			errorCase{call: f.call, path: "a document of a higher token", op: f.op, name: "f", is: []error{mongolock.ErrFenced}, server: true, run: func(t *testing.T, e *errorEnv) error {
 				old, next := staleAndNext(t, e)
