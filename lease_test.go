@@ -1,8 +1,11 @@
 package mongolock_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -60,4 +63,56 @@ func TestALossByFailingExtensionsKeepsTheLockUntilTheConfirmedLeaseEnds(t *testi
 		next.AcquiredAt(), expiresAt.Sub(next.AcquiredAt()), expiresAt)
 	require.Greater(t, next.FencingToken(), h.FencingToken())
 	t.Logf("the rival got in %v after the confirmed lease's end", next.AcquiredAt().Sub(expiresAt))
+}
+
+// memExpiry is the lease of the scenarios over the model: the default
+// cadence is a third of it and the safety margin a tenth (100ms).
+const memExpiry = time.Second
+
+// No false loss: extensions slower than the cadence yet fast enough for
+// the lease keep the lock, extended, and refused to a rival, for as long
+// as the holder holds it. A lease is kept when an extension's round trip
+// (sent every cadence, one at a time, or at once after a slow one)
+// returns before the client's deadline, the last successful send plus
+// expiry minus the safety margin: round trips below (expiry - margin) / 2
+// (450ms here) keep it indefinitely; longer ones end in a loss, signalled
+// in time. The replies are slow from the acquisition on, or only from
+// later: the first extension of a lease counts from its acquisition's
+// send.
+func TestSlowExtensionsBelowTheLeaseKeepTheLock(t *testing.T) {
+	const hold = 30 * memExpiry
+	for _, rt := range []time.Duration{90 * time.Millisecond, 360 * time.Millisecond, 440 * time.Millisecond} {
+		for _, from := range []string{"the acquisition", "later"} {
+			t.Run(fmt.Sprintf("round trips of %v from %s", rt, from), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					ctx := t.Context()
+					d := newMemDB(t)
+					holder, net := d.process(mongolock.WithExpiry(memExpiry))
+					rival, _ := d.process(mongolock.WithExpiry(memExpiry))
+					const name = "slow"
+					if from == "the acquisition" {
+						net.Delay(rt)
+					}
+					h, err := holder.Lock(name).TryAcquire(ctx)
+					require.NoError(t, err)
+					releaseAtCleanup(t, h)
+					net.Delay(rt)
+					extensions, last := 0, d.expiresAt(name)
+					for end := time.Now().Add(hold); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+						require.False(t, closedNow(h.Lost()), "lost after %d extensions: %v", extensions, context.Cause(h.Context()))
+						_, err := rival.Lock(name).TryAcquire(ctx)
+						require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the rival's attempt while the lock is held")
+						if exp := d.expiresAt(name); exp.After(last) {
+							extensions, last = extensions+1, exp
+						}
+					}
+					// Every cadence, or every round trip where that is longer.
+					require.GreaterOrEqual(t, extensions, int(hold/max(memExpiry/3, rt))-2, "extended too rarely")
+					net.Delay(0)
+					require.NoError(t, h.Release(ctx))
+					t.Logf("%d extensions in %v", extensions, hold)
+				})
+			})
+		}
+	}
 }
