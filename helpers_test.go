@@ -465,6 +465,26 @@ func (d *memDB) process(opts ...mongolock.Option) (*mongolock.Provider, *memdb.F
 	return prov, &client.Faults
 }
 
+// holderAndRival returns two processes of d with opts: a holder, with the
+// network whose faults the test sets, and a rival.
+func (d *memDB) holderAndRival(opts ...mongolock.Option) (holder *mongolock.Provider, net *memdb.Faults, rival *mongolock.Provider) {
+	d.t.Helper()
+	holder, net = d.process(opts...)
+	rival, _ = d.process(opts...)
+	return holder, net, rival
+}
+
+// tryAcquireMany takes n locks named prefix-0 to prefix-(n-1) through p,
+// each released when the test ends if it has not been.
+func (d *memDB) tryAcquireMany(p *mongolock.Provider, prefix string, n int) []*mongolock.Handle {
+	d.t.Helper()
+	handles := make([]*mongolock.Handle, n)
+	for i := range handles {
+		handles[i] = releaseAtCleanup(d.t, mustTryAcquire(d.t, d.t.Context(), p.Lock(fmt.Sprintf("%s-%d", prefix, i))))
+	}
+	return handles
+}
+
 // doc returns the document of name in the collection coll as it is now,
 // read past every client's faults; nil if there is none.
 func (d *memDB) doc(coll, name string) bson.Raw {
