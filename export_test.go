@@ -224,3 +224,7 @@ func (qs *queues) waiters(name string) int {
 	}
 	return 0
 }
+
+// Abandon runs what the garbage collector's cleanup runs once h is
+// unreachable, in the caller's goroutine.
+func Abandon(h *Handle) { h.abandoned() }

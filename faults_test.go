@@ -1,10 +1,13 @@
 package mongolock_test
 
-// Fault injection: a TCP proxy the test controls (internal/faultproxy)
-// between a holder's driver and the server adds latency, drops bytes (a
-// partition), or resets connections, while a rival on a direct connection
-// tries to take the lock. Each scenario runs many trials, asserts the
-// guarantee in every one, and logs its figures: trials, faults injected,
+// Fault injection on the wire: a TCP proxy the test controls
+// (internal/faultproxy) between a holder's driver and the server adds
+// latency, drops bytes (a partition), or resets connections, while a rival
+// on a direct connection tries to take the lock. What the library decides
+// under each fault is tested over the model, each fault at chosen instants
+// (lease_test.go, release_test.go); here a few trials of each show the
+// same with the real driver's errors and timeouts. Each asserts the
+// guarantee in every trial and logs its figures: trials, faults injected,
 // violations (always 0, or the test fails), and how long before the rival
 // could acquire the holder was told of the loss.
 
@@ -171,33 +174,6 @@ func raceLoss(ctx context.Context, coll *mongo.Collection, name string,
 	return r, nil
 }
 
-// The holder's client is disconnected, so its next extension fails. It
-// must signal the loss before the server lets another client in: the instant
-// Lost closes comes before the instant a successful rival attempt was sent
-// (raceLoss, as for the partitioned holder below).
-func TestLostIsSignalledBeforeAnotherClientCanAcquireWhenDisconnected(t *testing.T) {
-	db := testdb.Database(t)
-	coll := db.Collection(mongolock.DefaultCollection)
-	rival := newProvider(t, db, mongolock.WithExpiry(faultExpiry))
-	ctx := boundedCtx(t, time.Minute)
-	for run := range 5 {
-		c := testdb.NewClient(t)
-		holder := newProvider(t, c.Database(db.Name()), mongolock.WithExpiry(faultExpiry))
-		phase := time.Duration(rand.Int64N(int64(2 * faultExpiry / 3)))
-		name := fmt.Sprint("disconnected-", run)
-		r, err := raceLoss(ctx, coll, name, holder.Lock(name).TryAcquire, rival.Lock(name).TryAcquire, phase, func() {
-			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-			require.NoError(t, c.Disconnect(dctx))
-		})
-		require.NoError(t, err)
-		require.Empty(t, r.violation)
-		mongolock.WaitBackground(holder)
-		t.Logf("run %d: loss signalled %v after the disconnect, %v before the rival's winning attempt was sent (safety margin %v)",
-			run, r.cutToLost, r.margin, mongolock.SafetyMargin(holder))
-	}
-}
-
 // runTrials runs trials 0..n-1 on workers goroutines and returns the
 // results in order; a trial's error fails the test.
 func runTrials[R any](t *testing.T, n, workers int, trial func(i int) (R, error)) []R {
@@ -346,14 +322,14 @@ func lossTrials(t *testing.T, n, workers int, fault string, cut func(px *faultpr
 // byte is dropped). Its Lost must close before a client on a direct
 // connection can acquire, in every trial.
 func TestFaultPartitionedHolderIsToldBeforeARivalAcquires(t *testing.T) {
-	lossTrials(t, 56, 8, "blackhole", func(px *faultproxy.Proxy) { px.Blackhole() })
+	lossTrials(t, 4, 4, "blackhole", func(px *faultproxy.Proxy) { px.Blackhole() })
 }
 
 // Extensions slower than the whole remaining lease
 // (a second each way) must end in a loss signalled before a rival can
 // acquire.
 func TestFaultExtensionsSlowerThanTheLeaseSignalLossInTime(t *testing.T) {
-	lossTrials(t, 56, 8, "latency 1s+1s", func(px *faultproxy.Proxy) { px.SetLatency(time.Second, time.Second) })
+	lossTrials(t, 4, 4, "latency 1s+1s", func(px *faultproxy.Proxy) { px.SetLatency(time.Second, time.Second) })
 }
 
 // holdUnderLatency holds a lock through a proxy with the given latency for
@@ -415,27 +391,22 @@ func holdUnderLatency(ctx context.Context, coll *mongo.Collection, uri, dbName s
 	return extensions, nil
 }
 
-// No false loss: with latency below the safety margin, and with
-// extensions slower than the cadence yet fast enough for the lease,
-// the lock is kept, extended, and refused to a rival throughout.
-//
-// A lease is kept when an extension's round trip (sent every cadence, one
-// at a time) returns before the client's deadline, the last successful
-// send plus expiry minus the safety margin: round trips up to (expiry -
-// margin) / 2 keep the lease indefinitely. The round trips here are 90ms
-// (below the 100ms margin) and 360ms (above the 333ms cadence, below 450ms).
+// No false loss: with latency below the safety margin, the lock is kept,
+// extended, and refused to a rival throughout. Round trips up to the
+// bound, (expiry - margin) / 2, are TestSlowExtensionsBelowTheLeaseKeepTheLock's,
+// over the model: on the wire, whether one near the bound stays below it
+// is up to the machine's load.
 func TestFaultSlowExtensionsBelowTheLeaseKeepTheLock(t *testing.T) {
 	db := testdb.Database(t)
 	coll := db.Collection(mongolock.DefaultCollection)
 	rival := newProvider(t, db, mongolock.WithExpiry(faultExpiry))
 	uri := testdb.Info(t).URI
 	ctx := boundedCtx(t, time.Minute)
-	const hold = 4 * faultExpiry
+	const hold = 3 * faultExpiry
 	cases := []struct{ up, down time.Duration }{
-		{45 * time.Millisecond, 45 * time.Millisecond},   // below the safety margin
-		{180 * time.Millisecond, 180 * time.Millisecond}, // above the cadence
+		{45 * time.Millisecond, 45 * time.Millisecond}, // below the safety margin
 	}
-	const perCase = 4
+	const perCase = 2
 	exts := runTrials(t, len(cases)*perCase, len(cases)*perCase, func(i int) (int, error) {
 		c := cases[i%len(cases)]
 		return holdUnderLatency(ctx, coll, uri, db.Name(), rival, fmt.Sprintf("slow-%d", i), c.up, c.down, hold,
@@ -444,7 +415,7 @@ func TestFaultSlowExtensionsBelowTheLeaseKeepTheLock(t *testing.T) {
 	for ci, c := range cases {
 		total := 0
 		for i := ci; i < len(exts); i += len(cases) {
-			require.GreaterOrEqual(t, exts[i], 4, "holder %d (latency %v+%v) extended too rarely", i, c.up, c.down)
+			require.GreaterOrEqual(t, exts[i], 3, "holder %d (latency %v+%v) extended too rarely", i, c.up, c.down)
 			total += exts[i]
 		}
 		t.Logf("latency %v+%v (expiry %v, cadence %v, safety margin %v): %d holders for %v each, %d extensions seen, 0 losses, 0 rival acquisitions",
@@ -474,9 +445,12 @@ const (
 // (an attempt that may have succeeded is released in the background), a
 // lock released without error is free at once, and
 // there are never two holders: the rival is refused while the holder has a
-// handle, and fencing tokens strictly increase.
+// handle, and fencing tokens strictly increase. Over the model, lost
+// replies and refusals meet each operation in turn; a reset on the wire
+// may also leave a request on its way, applied after its caller saw the
+// error, which the model cannot do.
 func TestFaultResetsDuringAcquireAndReleaseLeaveNoOrphansAndNeverTwoHolders(t *testing.T) {
-	const workers, perWorker = 8, 12 // 96 trials: a third each of Acquire, TryAcquire and Release
+	const workers, perWorker = 4, 3 // 12 trials: a third each of Acquire, TryAcquire and Release
 	db := testdb.Database(t)
 	rival := newProvider(t, db, mongolock.WithExpiry(resetExpiry))
 	uri := testdb.Info(t).URI
@@ -720,117 +694,11 @@ func replaceNextReply(p *mongolock.Provider) (arm func(err error)) {
 	return func(err error) { next.Store(&err) }
 }
 
-// An acquisition applied on the server whose caller sees a write concern
-// error (the write reached the primary, not the requested replicas) is
-// released in the background at once: the lock does not stay held, for a
-// whole expiry, by an acquisition nobody has a handle for. A waiting
-// Acquire retries and gets the lock; a hand-over that failed this way
-// leaves the lock to the waiter soon.
-func TestWriteConcernErrorsOnAppliedAcquisitionsLeaveNoOrphan(t *testing.T) {
-	const (
-		expiry = 30 * time.Second
-		bound  = 3 * time.Second // far below the expiry
-	)
-	e := newLockEnv(t, mongolock.WithExpiry(expiry), mongolock.WithBusyWaitSleep(5*time.Millisecond, 20*time.Millisecond))
-	ctx := boundedCtx(t, time.Minute)
-	arm := replaceNextReply(e.p)
-	token := func(t *testing.T, name string) int64 {
-		return rawLockDoc(t, e.coll, name).Lookup("fencingToken").Int64()
-	}
-	// freeSoon checks that another client gets name well within the
-	// expiry, and releases it.
-	freeSoon := func(t *testing.T, name string) {
-		t.Helper()
-		pollUntil(t, bound, name+" free again after the error", func() bool {
-			h, err := e.other.Lock(name).TryAcquire(ctx)
-			return err == nil && h.Release(ctx) == nil
-		})
-	}
-	// heldBy checks that h holds its lock on the server, and releases it.
-	heldBy := func(t *testing.T, h *mongolock.Handle) {
-		t.Helper()
-		_, err := e.other.Lock(h.Name()).TryAcquire(ctx)
-		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a handle that does not hold its lock")
-		require.NoError(t, h.Release(ctx))
-	}
-	for _, c := range []struct {
-		label     string
-		err       error
-		transient bool // Acquire retries it
-	}{
-		{"write concern error 64", wce(64), true},
-		{"write concern error 100", wce(100), false},
-		{"CommandError 79", mongo.CommandError{Code: 79, Name: "UnknownReplWriteConcern"}, false},
-		// MongoDB's InternalError is returned, not waited out; FerretDB's
-		// while its PostgreSQL starts is retried.
-		{"CommandError 1 from MongoDB", mongo.CommandError{Code: 1, Name: "InternalError", Message: "an internal error of the server"}, false},
-		{"CommandError 1 from FerretDB while PostgreSQL starts", mongo.CommandError{Code: 1, Name: "InternalError", Message: "the database system is starting up"}, true},
-	} {
-		// TryAcquire returns the error; the acquisition it made is freed.
-		t.Run(c.label+"/TryAcquire", func(t *testing.T) {
-			name := t.Name()
-			require.NoError(t, mustTryAcquire(t, ctx, e.p.Lock(name)).Release(ctx)) // the document exists
-			before := token(t, name)
-			arm(c.err)
-			h, err := e.p.Lock(name).TryAcquire(ctx)
-			releaseAtCleanup(t, h)
-			require.Error(t, err)
-			require.Greater(t, token(t, name), before, "the acquisition was not applied: the test tests nothing")
-			freeSoon(t, name)
-		})
-		// Acquire retries a transient error and returns a handle that
-		// holds the lock, or returns the error; either way the lock is
-		// free once released.
-		t.Run(c.label+"/Acquire", func(t *testing.T) {
-			name := t.Name()
-			require.NoError(t, mustTryAcquire(t, ctx, e.p.Lock(name)).Release(ctx))
-			before := token(t, name)
-			arm(c.err)
-			actx, cancel := context.WithTimeout(ctx, bound)
-			h, err := e.p.Lock(name).Acquire(actx)
-			cancel()
-			releaseAtCleanup(t, h)
-			require.Greater(t, token(t, name), before)
-			if c.transient {
-				require.NoError(t, err, "a transient error")
-				heldBy(t, h)
-			} else {
-				require.Error(t, err)
-				require.NotErrorIs(t, err, context.DeadlineExceeded, "returned only when ctx ended")
-			}
-			freeSoon(t, name)
-		})
-		// A hand-over to a local waiter: Release returns the error, and
-		// the waiter gets the lock soon.
-		t.Run(c.label+"/hand-over", func(t *testing.T) {
-			name := t.Name()
-			h := mustAcquire(t, ctx, e.p.Lock(name))
-			got := make(chan *mongolock.Handle, 1)
-			go func() {
-				actx, cancel := context.WithTimeout(ctx, bound)
-				defer cancel()
-				w, err := e.p.Lock(name).Acquire(actx)
-				assert(t, err == nil, "the waiter: %v", err)
-				got <- w
-			}()
-			awaitQueueLen(t, e.p, name, 1)
-			before := token(t, name)
-			arm(c.err)
-			require.Error(t, h.Release(ctx))
-			require.Greater(t, token(t, name), before, "the hand-over was not applied: the test tests nothing")
-			if w := <-got; w != nil {
-				heldBy(t, w)
-			}
-			freeSoon(t, name)
-		})
-	}
-}
-
 // A background release that meets transient errors (here its connections
 // are reset as each try is sent) tries again until it gets through, well
 // before the orphan's lease would have ended, and then stops. After a
 // reply, a try that matches nothing is the last.
-func TestOrphanReleaseRetriesTransientErrorsAndStopsOnAReply(t *testing.T) {
+func TestFaultOrphanReleaseRetriesTransientErrorsAndStopsOnAReply(t *testing.T) {
 	const (
 		expiry = 30 * time.Second
 		bound  = 5 * time.Second // far below the expiry
@@ -884,73 +752,16 @@ func TestOrphanReleaseRetriesTransientErrorsAndStopsOnAReply(t *testing.T) {
 	require.NoError(t, held.Release(ctx), "the cleanup freed someone else's lock")
 }
 
-// A Release stuck behind a partition keeps the loss signal armed: the
-// handle's Context ends with ErrLockLost, and Lost closes, before another
-// client can take the lock.
-func TestAReleaseStuckBehindAPartitionSignalsTheLossInTime(t *testing.T) {
-	const name = "stuck-release"
-	db := testdb.Database(t)
-	ctx := boundedCtx(t, time.Minute)
-	rival := newProvider(t, db, mongolock.WithExpiry(faultExpiry))
-	px, pdb := proxied(t, db)
-	holder := newProvider(t, pdb, mongolock.WithExpiry(faultExpiry))
-	h := mustTryAcquire(t, ctx, holder.Lock(name))
-	lostAt := make(chan time.Time, 1)
-	go func() {
-		select {
-		case <-h.Lost():
-			lostAt <- time.Now()
-		case <-ctx.Done():
-		}
-	}()
-
-	px.Blackhole()
-	cutAt := time.Now()
-	released := make(chan error, 1)
-	go func() {
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		released <- h.Release(rctx)
-	}()
-	var sentAt time.Time
-	for sentAt.IsZero() {
-		sent := time.Now()
-		h2, err := rival.Lock(name).TryAcquire(ctx)
-		switch {
-		case err == nil:
-			sentAt = sent
-			require.NoError(t, h2.Release(ctx))
-		case errors.Is(err, mongolock.ErrNotAcquired):
-			time.Sleep(5 * time.Millisecond) // polling pace
-		default:
-			require.NoError(t, err, "the rival")
-		}
-	}
-	select {
-	case at := <-lostAt:
-		require.True(t, at.Before(sentAt), "Lost closed %v after the cut, the rival's winning attempt was sent %v after it",
-			at.Sub(cutAt), sentAt.Sub(cutAt))
-		t.Logf("Lost closed %v after the cut, %v before the rival's winning attempt was sent", at.Sub(cutAt), sentAt.Sub(at))
-	case <-time.After(5 * time.Second):
-		require.FailNow(t, "Lost never closed", "the rival's winning attempt was sent %v after the cut", sentAt.Sub(cutAt))
-	}
-	require.ErrorIs(t, context.Cause(h.Context()), mongolock.ErrLockLost)
-	px.Reset() // ends the stuck round trip
-	require.NoError(t, px.Restore())
-	err := <-released
-	t.Logf("Release returned %v", err)
-	require.ErrorIs(t, err, mongolock.ErrLockLost, "the lease ran out during the release")
-}
-
 // A Release whose ctx ends in the middle of a hand-over to a local waiter
 // (slow round trips through the proxy) leaves the lock neither held by an
 // acquisition nobody has a handle for nor lost: the waiter gets it, and
-// holds it, or the lock is free again soon.
-func TestAReleaseCutShortDuringAHandOverLeavesNoOrphan(t *testing.T) {
+// holds it, or the lock is free again soon. Here, unlike over the model,
+// the request cut short may still reach the server after Release returned.
+func TestFaultReleaseCutShortDuringAHandOverLeavesNoOrphan(t *testing.T) {
 	const (
 		expiry = 30 * time.Second
 		bound  = 5 * time.Second // far below the expiry
-		trials = 16
+		trials = 8
 	)
 	db := testdb.Database(t)
 	ctx := boundedCtx(t, 2*time.Minute)

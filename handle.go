@@ -65,8 +65,9 @@ type acquisition struct {
 
 	released   atomic.Bool // Release was called
 	lostOnce   sync.Once
-	lostErr    error     // why the lock was lost, wrapping ErrLockLost; set before lost closes
-	unholdOnce sync.Once // tells the local line, once, that this handle no longer holds
+	lostErr    error       // why the lock was lost, wrapping ErrLockLost; set before isLost
+	isLost     atomic.Bool // set as lost closes; lossError reads it where lost may not be read
+	unholdOnce sync.Once   // tells the local line, once, that this handle no longer holds
 
 	// Guarded by the local lines' mutex (queues.mu): whether it holds its
 	// name in the local line, and exclusively (an RWLock's writer's).
@@ -109,12 +110,12 @@ func (h *Handle) LeaseEnd() time.Time {
 	return end
 }
 
-// lossError returns why the lock was lost, or nil.
+// lossError returns why the lock was lost, or nil. It touches no channel:
+// the garbage collector's cleanup (abandoned) asks it outside the
+// testing/synctest bubble, if any, that the handle was made in.
 func (h *acquisition) lossError() error {
-	select {
-	case <-h.lost:
+	if h.isLost.Load() {
 		return h.lostErr
-	default:
-		return nil
 	}
+	return nil
 }

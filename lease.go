@@ -20,7 +20,9 @@ import (
 // extended is extended then, maxBatch handles per round trip. So a process
 // holding N locks sends about ceil(N/maxBatch) round trips per cadence, and
 // no goroutine waits between ticks. A new lease is first extended at the
-// next tick: within one cadence.
+// next tick, within one cadence, or at once if its acquisition's round trip
+// was so slow that an extension as slow, sent at that tick, could come
+// back too late.
 //
 // Each handle's lease is measured on the client's monotonic clock from when
 // its last successful acquire or extend was *sent*: the server computed its
@@ -108,9 +110,17 @@ func (p *Provider) keep(h *acquisition, sent time.Time) {
 		ls.watch = time.AfterFunc(watchEvery, p.watch)
 	}
 	ended := !now.Before(l.deadline)
+	// The deadline counts from the send, the first tick from now: if an
+	// extension sent at that tick, as slow as this round trip was, could
+	// come back after the deadline, the lease is extended at once.
+	soon := !ended && l.deadline.Sub(now) < o.cadence+now.Sub(sent)
+	l.busy = soon
 	ls.mu.Unlock()
-	if ended {
+	switch {
+	case ended:
 		p.expire(h)
+	case soon:
+		go p.extend([]*acquisition{h})
 	}
 }
 

@@ -241,6 +241,7 @@ func (h *acquisition) markLost(reason lossReason, why error) {
 		h.cancel(ErrLockLost)
 		h.unhold()
 		h.lock.p.tel.countLoss(h, reason, why)
+		h.isLost.Store(true)
 		close(h.lost)
 		h.lock.p.tel.logLoss(h, reason, why)
 	})

@@ -100,13 +100,17 @@ func (s *Store) Client() *Store { return &Store{data: s.data} }
 
 // Do runs op on the collection named coll (created empty if new), alone
 // and at the store's clock, through the faults: as a client would see it,
-// the operation may be refused, unreachable, or applied and its reply
-// delayed or lost. A Stream op opens (Table.Watch) is read outside
+// the operation may be refused, unreachable, dropped, or applied and its
+// reply delayed or lost. A Stream op opens (Table.Watch) is read outside
 // Do: each read is an operation of the database, alone as op is.
 func (s *Store) Do(ctx context.Context, coll string, op func(c *Table, now time.Time) error) error {
-	lose, err := s.Faults.before()
-	if err != nil {
+	lose, hole, err := s.Faults.before()
+	switch {
+	case err != nil:
 		return err
+	case hole:
+		<-ctx.Done()
+		return lostReply(ctx.Err())
 	}
 	s.mu.Lock()
 	if s.colls[coll] == nil {
@@ -144,11 +148,24 @@ func (s *Store) Ops() int64 {
 // explicit calls, so that a test says which operation meets which. The
 // zero value is a network without faults; safe for concurrent use.
 type Faults struct {
-	mu          sync.Mutex
-	delay       time.Duration
-	lose        int
-	refuse      int
-	partitioned bool
+	mu           sync.Mutex
+	delay        time.Duration
+	lose         int
+	refuse       int
+	refuseWith   error // the refusals' error; nil: ShutdownInProgress
+	partitioned  bool
+	blackholed   bool
+	disconnected bool
+	sent         int64 // operations that met the faults so far
+}
+
+// Sent returns how many operations the client has sent through the
+// network so far, whatever became of them: refused, dropped, unreachable
+// or applied.
+func (f *Faults) Sent() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sent
 }
 
 // Delay delays every reply from now on by d (0: none). The operation is
@@ -162,15 +179,32 @@ func (f *Faults) LoseReplies(n int) { f.set(func() { f.lose = n }) }
 
 // Refuse refuses the next n operations, unapplied, with the transient
 // server error ShutdownInProgress (91), as a stepping-down server does.
-func (f *Faults) Refuse(n int) { f.set(func() { f.refuse = n }) }
+func (f *Faults) Refuse(n int) { f.RefuseWith(n, nil) }
+
+// RefuseWith refuses the next n operations, unapplied, with err (nil:
+// Refuse's): a refusal the caller must not retry as it is, such as a
+// statement too large for the server.
+func (f *Faults) RefuseWith(n int, err error) { f.set(func() { f.refuse, f.refuseWith = n, err }) }
 
 // Partition makes every operation fail, unapplied, until Heal, as the
 // driver's server selection fails when no server is reachable (it does
 // after its timeout; here at once).
 func (f *Faults) Partition() { f.set(func() { f.partitioned = true }) }
 
-// Heal ends a partition.
-func (f *Faults) Heal() { f.set(func() { f.partitioned = false }) }
+// Blackhole drops every operation from now on until Heal, as a network
+// that drops the bytes of a connection it keeps open: the request never
+// reaches the server, no reply comes, and the operation fails with a
+// network error when its context ends (never, without a deadline). An
+// operation dropped stays dropped after Heal.
+func (f *Faults) Blackhole() { f.set(func() { f.blackholed = true }) }
+
+// Heal ends a partition or a blackhole.
+func (f *Faults) Heal() { f.set(func() { f.partitioned, f.blackholed = false, false }) }
+
+// Disconnect closes the client for good, as Client.Disconnect does: every
+// operation from now on fails at once, unsent, with
+// mongo.ErrClientDisconnected. Heal does not undo it.
+func (f *Faults) Disconnect() { f.set(func() { f.disconnected = true }) }
 
 func (f *Faults) set(change func()) {
 	f.mu.Lock()
@@ -179,21 +213,29 @@ func (f *Faults) set(change func()) {
 }
 
 // before is the fate of an operation about to run: refused or
-// unreachable (err), or to be applied and its reply lost.
-func (f *Faults) before() (lose bool, err error) {
+// unreachable (err), dropped (hole), or to be applied and its reply lost.
+func (f *Faults) before() (lose, hole bool, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.sent++
 	switch {
+	case f.disconnected:
+		return false, false, mongo.ErrClientDisconnected
 	case f.partitioned:
-		return false, topology.ServerSelectionError{Wrapped: ErrPartitioned}
+		return false, false, topology.ServerSelectionError{Wrapped: ErrPartitioned}
+	case f.blackholed:
+		return false, true, nil
 	case f.refuse > 0:
 		f.refuse--
-		return false, mongo.CommandError{Code: 91, Name: "ShutdownInProgress", Message: "memdb: the server is shutting down"}
+		if f.refuseWith != nil {
+			return false, false, f.refuseWith
+		}
+		return false, false, mongo.CommandError{Code: 91, Name: "ShutdownInProgress", Message: "memdb: the server is shutting down"}
 	case f.lose > 0:
 		f.lose--
-		return true, nil
+		return true, false, nil
 	}
-	return false, nil
+	return false, false, nil
 }
 
 // ErrPartitioned is wrapped by the server selection error of an operation

@@ -78,6 +78,71 @@ func TestPartitionFailsEveryOperationUntilHealed(t *testing.T) {
 	}
 }
 
+func TestRefusalWithAnErrorIsThatErrorAndNotApplied(t *testing.T) {
+	s := NewStore("db", nil)
+	tooLarge := mongo.CommandError{Code: 10334, Name: "BSONObjectTooLarge"}
+	s.Faults.RefuseWith(2, tooLarge)
+	for range 2 {
+		var ce mongo.CommandError
+		if err := insert(t.Context(), s, "a"); !errors.As(err, &ce) || ce.Code != tooLarge.Code {
+			t.Fatalf("refused: got %v, want %v", err, tooLarge)
+		}
+	}
+	if err := insert(t.Context(), s, "b"); err != nil {
+		t.Fatalf("after the refusals: %v", err)
+	}
+	s.Faults.Refuse(1)
+	var ce mongo.CommandError
+	if err := insert(t.Context(), s, "c"); !errors.As(err, &ce) || ce.Code != 91 {
+		t.Fatalf("Refuse after RefuseWith: got %v, want ShutdownInProgress (91)", err)
+	}
+	if got := ids(t, s); !reflect.DeepEqual(got, []string{"b"}) {
+		t.Fatalf("documents %v, want [b]: refused writes are not applied", got)
+	}
+	if n := s.Faults.Sent(); n != 5 {
+		t.Fatalf("%d operations sent, want 5: the refused ones count", n)
+	}
+}
+
+func TestBlackholedOperationIsNeverAppliedAndFailsWhenItsContextEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewStore("db", nil)
+		s.Faults.Blackhole()
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		failed := make(chan error)
+		go func() { failed <- insert(ctx, s, "a") }()
+		time.Sleep(time.Second)
+		s.Faults.Heal() // a dropped request stays dropped
+		if err := insert(t.Context(), s, "b"); err != nil {
+			t.Fatalf("healed: %v", err)
+		}
+		err := <-failed
+		if !mongo.IsNetworkError(err) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("blackholed: got %v, want a network error of the deadline", err)
+		}
+		if waited := time.Since(start); waited != time.Minute {
+			t.Fatalf("the blackholed operation failed after %v, want at its deadline, 1m", waited)
+		}
+		if got := ids(t, s); !reflect.DeepEqual(got, []string{"b"}) {
+			t.Fatalf("documents %v, want [b]: the blackholed write never reached the database", got)
+		}
+	})
+}
+
+func TestDisconnectedClientFailsEveryOperationForGood(t *testing.T) {
+	s := NewStore("db", nil)
+	s.Faults.Disconnect()
+	s.Faults.Heal()
+	if err := insert(t.Context(), s, "a"); !errors.Is(err, mongo.ErrClientDisconnected) {
+		t.Fatalf("disconnected: got %v, want mongo.ErrClientDisconnected", err)
+	}
+	if got := ids(t, s.Client()); len(got) != 0 {
+		t.Fatalf("documents %v, want none", got)
+	}
+}
+
 func TestDelayedReplyArrivesAfterTheDelayAndIsLostWhenTheContextEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := NewStore("db", nil)
