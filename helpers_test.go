@@ -22,6 +22,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/backend"
+	"github.com/mongolock/mongolock/internal/memdb"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
@@ -419,4 +421,71 @@ var hostileNames = []struct{ label, name string }{
 	{"100 KB", strings.Repeat("a", 100<<10)},
 	{"100 KB, last byte differs", strings.Repeat("a", 100<<10-1) + "b"},
 	{"100 KB of invalid UTF-8", strings.Repeat("\xff", 100<<10)},
+}
+
+// Processes over a database in process memory.
+
+// memDB is a database in process memory (internal/memdb), for a test that
+// runs in a testing/synctest bubble: its $$NOW and every timer of the
+// library read the bubble's clock, so leases run out in simulated time.
+// Its providers reach it through clients of their own, as processes reach
+// a server, each through a network whose faults the test sets.
+type memDB struct {
+	t     *testing.T
+	store *memdb.Store
+}
+
+// memDBName is the name of a memDB's database.
+const memDBName = "mongolock_test_memory"
+
+func newMemDB(t *testing.T) *memDB {
+	// The last cleanup: the bubble ends only once every goroutine has
+	// ended, and a closed provider's idle senders, and round trips the
+	// test abandoned, end within this of its clock.
+	t.Cleanup(func() { time.Sleep(time.Minute) })
+	return &memDB{t: t, store: memdb.NewStore(memDBName, nil)}
+}
+
+// process returns a provider with opts over a client of its own to d, and
+// that client's network, whose faults the test sets. The provider is closed
+// when the test ends.
+func (d *memDB) process(opts ...mongolock.Option) (*mongolock.Provider, *memdb.Faults) {
+	d.t.Helper()
+	client := d.store.Client()
+	p, err := backend.NewProvider(client, memDBName, opts)
+	require.NoError(d.t, err)
+	prov := p.(*mongolock.Provider)
+	d.t.Cleanup(func() {
+		// Under a fault the releases of what it still holds may fail:
+		// the test has said what it expects of them.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = prov.Close(ctx)
+	})
+	return prov, &client.Faults
+}
+
+// doc returns the document of name in the collection coll as it is now,
+// read past every client's faults; nil if there is none.
+func (d *memDB) doc(coll, name string) bson.Raw {
+	d.t.Helper()
+	var docs []bson.Raw
+	err := d.store.Do(context.Background(), coll, func(c *memdb.Table, now time.Time) (err error) {
+		docs, err = c.Find(now, bson.D{{Key: "_id", Value: name}}, nil)
+		return err
+	})
+	require.NoError(d.t, err)
+	if len(docs) == 0 {
+		return nil
+	}
+	return docs[0]
+}
+
+// expiresAt returns the end of the lease of name's lock that the database
+// holds: its document's expiresAt.
+func (d *memDB) expiresAt(name string) time.Time {
+	d.t.Helper()
+	doc := d.doc(mongolock.DefaultCollection, name)
+	require.NotNil(d.t, doc, "the document of %q", name)
+	return doc.Lookup("expiresAt").Time()
 }

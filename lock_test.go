@@ -18,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 	"unicode/utf8"
 
@@ -2554,43 +2555,57 @@ func TestProvidersAndClientsLeaveNothingBehind(t *testing.T) {
 }
 
 // A Handle dropped while it holds its lock is released once the garbage
-// collector finds it unreachable, with a warning to WithLogger's logger
-// (without it, nothing is logged, not even through slog.Default): the lock
-// is not kept (extended for ever) for nobody.
+// collector finds it unreachable (at its provider's next extension tick),
+// with a warning to WithLogger's logger (without it, nothing is logged,
+// not even through slog.Default): the lock is not kept (extended for ever)
+// for nobody. In a testing/synctest bubble too, though the collector's
+// cleanups run outside it.
 func TestAnAbandonedHandleIsReleasedWithAWarning(t *testing.T) {
-	ctx := boundedCtx(t, time.Minute)
-	var logs, defaults syncbuf.Buffer
-	prev := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&defaults, nil)))
-	t.Cleanup(func() { slog.SetDefault(prev) })
-	e := newLockEnv(t, mongolock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		var logs, defaults syncbuf.Buffer
+		prev := slog.Default()
+		slog.SetDefault(slog.New(slog.NewTextHandler(&defaults, nil)))
+		t.Cleanup(func() { slog.SetDefault(prev) })
+		db := newMemDB(t)
+		logged, _ := db.process(mongolock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+		quiet, _ := db.process()
+		other, _ := db.process()
 
-	kept := mustTryAcquire(t, ctx, e.p.Lock("kept"))
-	for _, p := range []*mongolock.Provider{e.p, newProvider(t, e.db)} {
-		func() {
-			h, err := p.Lock("dropped").TryAcquire(ctx)
-			require.NoError(t, err)
-			require.NotZero(t, h.FencingToken())
-		}()
-		pollUntil(t, 30*time.Second, "the dropped handle's lock free for another client", func() bool {
-			runtime.GC()
-			h, err := e.other.Lock("dropped").TryAcquire(ctx)
-			if err == nil {
-				require.NoError(t, h.Release(ctx))
+		kept := mustTryAcquire(t, ctx, logged.Lock("kept"))
+		for _, p := range []*mongolock.Provider{logged, quiet} {
+			func() {
+				h, err := p.Lock("dropped").TryAcquire(ctx)
+				require.NoError(t, err)
+				require.NotZero(t, h.FencingToken())
+			}()
+			// The collector's cleanup runs when it runs, outside the
+			// bubble: collect, and let simulated time pass, until the
+			// lock is free.
+			for start := time.Now(); ; {
+				runtime.GC()
+				time.Sleep(time.Second)
+				h, err := other.Lock("dropped").TryAcquire(ctx)
+				if err == nil {
+					require.NoError(t, h.Release(ctx))
+					break
+				}
+				require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+				require.Less(t, time.Since(start), 10*time.Minute, "the dropped handle's lock is still held")
 			}
-			return err == nil
-		})
-	}
-	require.Equal(t, 1, strings.Count(logs.String(), "a Handle became unreachable while holding its lock"))
-	require.Contains(t, logs.String(), "lock=dropped")
-	require.Empty(t, defaults.String())
+		}
+		require.Equal(t, 1, strings.Count(logs.String(), "a Handle became unreachable while holding its lock"))
+		require.Contains(t, logs.String(), "lock=dropped")
+		require.Empty(t, defaults.String())
 
-	// A handle still referenced is not touched by the collector.
-	runtime.GC()
-	_, err := e.other.Lock("kept").TryAcquire(ctx)
-	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
-	require.NoError(t, kept.Release(ctx))
-	require.NotContains(t, logs.String(), "lock=kept")
+		// A handle still referenced is not touched by the collector.
+		runtime.GC()
+		time.Sleep(time.Minute)
+		_, err := other.Lock("kept").TryAcquire(ctx)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+		require.NoError(t, kept.Release(ctx))
+		require.NotContains(t, logs.String(), "lock=kept")
+	})
 }
 
 // Every acquisition records its owner (WithOwner, by default host/pid) and

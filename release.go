@@ -41,9 +41,15 @@ func newHandle(l *Lock, lockID string, doc reply, sent time.Time) *Handle {
 	return h
 }
 
-// abandoned runs once a's Handle is unreachable: if a still holds the lock,
-// nobody can release it any more, so it is released now.
-func (a *acquisition) abandoned() {
+// abandoned runs once a's Handle is unreachable, in the runtime's cleanup
+// goroutine: outside the testing/synctest bubble the provider may run in,
+// where touching a's channels or timers is a fatal error. So it only marks
+// a, and the next tick of its provider's leases abandons it.
+func (a *acquisition) abandoned() { a.dropped.Store(true) }
+
+// abandon releases a, whose Handle is unreachable, if it still holds the
+// lock: nobody can release it any more.
+func (a *acquisition) abandon() {
 	if a.released.Load() || a.lossError() != nil {
 		return
 	}
