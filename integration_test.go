@@ -21,6 +21,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -562,7 +563,8 @@ func TestTryAcquireGetsAFreeLockWhileOtherProcessesWait(t *testing.T) {
 }
 
 // While a lock is held for long by one process, only the claimant polls
-// faster than the configured sleep; the other waiting processes back off.
+// faster than the configured sleep; the other waiting processes back off,
+// whether release events arrive or not.
 func TestWhileALockIsHeldOnlyTheClaimantPollsOften(t *testing.T) {
 	type acquire func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error)
 	const name = "standby"
@@ -600,50 +602,61 @@ func TestWhileALockIsHeldOnlyTheClaimantPollsOften(t *testing.T) {
 				return p.RWLock(name).Writer().Acquire(ctx)
 			}},
 	} {
-		t.Run(c.kind, func(t *testing.T) {
-			const waiters, hold = 4, 2 * time.Second
-			ctx := boundedCtx(t, time.Minute)
-			db := testdb.Database(t)
-			holderP := newProvider(t, ownClient(t, db, nil))
-			held := make([]*mongolock.Handle, c.holds)
-			for i := range held {
-				var err error
-				held[i], err = c.hold(holderP, ctx)
-				require.NoError(t, err)
-			}
-
-			counts := make([]*commandCounter, waiters)
-			wctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			var wg sync.WaitGroup
-			for i := range waiters {
-				counts[i] = &commandCounter{}
-				p := newProvider(t, ownClient(t, db, counts[i]), mongolock.WithBusyWaitSleep(10*time.Millisecond, 100*time.Millisecond))
-				wg.Go(func() {
-					h, err := c.wait(p, wctx)
-					if err == nil {
-						_ = h.Release(ctx)
+		for _, events := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/release-events=%v", c.kind, events), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					const waiters, hold, standby = 4, 10 * time.Second, time.Second
+					ctx := t.Context()
+					db := newMemDB(t)
+					holderP, _ := db.process()
+					held := make([]*mongolock.Handle, c.holds)
+					for i := range held {
+						var err error
+						held[i], err = c.hold(holderP, ctx)
+						require.NoError(t, err)
 					}
+
+					attempts := make([]atomic.Int64, waiters)
+					wctx, cancel := context.WithCancel(ctx)
+					var wg sync.WaitGroup
+					for i := range waiters {
+						p, _ := db.process(mongolock.WithBusyWaitSleep(10*time.Millisecond, 100*time.Millisecond), mongolock.WithStandbySleep(standby))
+						mongolock.SetSendHook(p, func() { attempts[i].Add(1) })
+						if !events {
+							mongolock.PollOnly(p)
+						}
+						wg.Go(func() {
+							h, err := c.wait(p, wctx)
+							if err == nil {
+								_ = h.Release(ctx)
+							}
+						})
+					}
+					time.Sleep(hold) // it is held for this long: what it costs is counted
+					cancel()
+					wg.Wait()
+					for _, h := range held {
+						require.NoError(t, h.Release(ctx))
+					}
+					// The claimant looks at least every 100 ms (the longest
+					// sleep, where release events arrive), every 17 ms (a
+					// sixth of it) where they do not; the others back off
+					// from the shortest sleep, quadrupling, to the standby
+					// sleep (less a fifth, its jitter).
+					var often int
+					for i := range attempts {
+						n := attempts[i].Load()
+						t.Logf("waiting process %d: %d attempts in %v", i, n, hold)
+						if n >= int64(hold/(100*time.Millisecond))-5 {
+							often++
+						} else {
+							require.LessOrEqual(t, n, int64(hold/(standby*4/5))+6, "process %d, not the claimant, did not back off to the standby sleep", i)
+						}
+					}
+					require.Equal(t, 1, often, "processes that polled often while it was held")
 				})
-			}
-			time.Sleep(hold) // it is held for this long: what it costs is counted
-			cancel()
-			wg.Wait()
-			for _, h := range held {
-				require.NoError(t, h.Release(ctx))
-			}
-			var often int
-			for i, c := range counts {
-				n := c.started.Load()
-				t.Logf("waiting process %d: %d attempts in %v", i, n, hold)
-				// The configured sleep is 10-100 ms: 20 attempts in 2 s is above
-				// what backing off to 800 ms allows, and far below the claimant's.
-				if n > 20 {
-					often++
-				}
-			}
-			require.Equal(t, 1, often, "processes that polled often while it was held")
-		})
+			})
+		}
 	}
 }
 
