@@ -206,61 +206,64 @@ func TestFencingTokensStrictlyIncreaseAcrossProvidersOnSeparateClients(t *testin
 // bounded streak must still give every process at least 1/(2P) of the
 // acquisitions.
 func TestContendingProcessesEachGetAFairShare(t *testing.T) {
-	const procs, perProc = 3, 4
-	ctx := boundedCtx(t, time.Minute)
-	db := testdb.Database(t)
-	var (
-		counts  [procs]atomic.Int64
-		inside  atomic.Int32
-		overlap atomic.Bool
-		wg      sync.WaitGroup
-		errs    = make(chan error, procs*perProc)
-	)
-	end := time.Now().Add(3 * time.Second)
-	for p := range procs {
-		prov := newProvider(t, ownClient(t, db, nil))
-		l := prov.Lock("fair")
-		for range perProc {
-			wg.Go(func() {
-				for time.Now().Before(end) {
-					actx, cancel := context.WithDeadline(ctx, end)
-					h, err := l.Acquire(actx)
-					cancel()
-					if err != nil {
-						if !errors.Is(err, context.DeadlineExceeded) {
-							errs <- err
+	synctest.Test(t, func(t *testing.T) {
+		const procs, perProc = 3, 4
+		ctx := t.Context()
+		db := newMemDB(t)
+		var (
+			counts  [procs]atomic.Int64
+			inside  atomic.Int32
+			overlap atomic.Bool
+			wg      sync.WaitGroup
+			errs    = make(chan error, procs*perProc)
+		)
+		end := time.Now().Add(3 * time.Second)
+		for p := range procs {
+			prov, network := db.process()
+			network.Delay(time.Millisecond / 2) // each round trip's
+			l := prov.Lock("fair")
+			for range perProc {
+				wg.Go(func() {
+					for time.Now().Before(end) {
+						actx, cancel := context.WithDeadline(ctx, end)
+						h, err := l.Acquire(actx)
+						cancel()
+						if err != nil {
+							if !errors.Is(err, context.DeadlineExceeded) {
+								errs <- err
+							}
+							return
 						}
-						return
+						if inside.Add(1) > 1 {
+							overlap.Store(true)
+						}
+						counts[p].Add(1)
+						time.Sleep(time.Millisecond) // the critical section
+						inside.Add(-1)
+						if err := h.Release(ctx); err != nil {
+							errs <- err
+							return
+						}
 					}
-					if inside.Add(1) > 1 {
-						overlap.Store(true)
-					}
-					counts[p].Add(1)
-					time.Sleep(time.Millisecond) // the critical section
-					inside.Add(-1)
-					if err := h.Release(ctx); err != nil {
-						errs <- err
-						return
-					}
-				}
-			})
+				})
+			}
 		}
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-	require.False(t, overlap.Load(), "two holders at once")
-	var total int64
-	for p := range procs {
-		total += counts[p].Load()
-	}
-	for p := range procs {
-		t.Logf("process %d: %d of %d acquisitions", p, counts[p].Load(), total)
-		require.GreaterOrEqual(t, counts[p].Load()*2*procs, total, "process %d got less than 1/(2P)", p)
-	}
-	require.Greater(t, total, int64(3*procs), "too few acquisitions to judge")
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		require.False(t, overlap.Load(), "two holders at once")
+		var total int64
+		for p := range procs {
+			total += counts[p].Load()
+		}
+		for p := range procs {
+			t.Logf("process %d: %d of %d acquisitions", p, counts[p].Load(), total)
+			require.GreaterOrEqual(t, counts[p].Load()*2*procs, total, "process %d got less than 1/(2P)", p)
+		}
+		require.Greater(t, total, int64(3*procs), "too few acquisitions to judge")
+	})
 }
 
 // turnFields is the document's turn state.
