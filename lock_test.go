@@ -21,6 +21,7 @@ import (
 	"testing/synctest"
 	"time"
 	"unicode/utf8"
+	"weak"
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -32,6 +33,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/backend"
+	"github.com/mongolock/mongolock/internal/memdb"
 	"github.com/mongolock/mongolock/internal/syncbuf"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
@@ -2493,65 +2496,103 @@ func TestCloseBoundedByItsContext(t *testing.T) {
 
 // Providers made per request and clients made per tenant leave nothing
 // behind: the state kept per collection of a client goes with the client,
-// and a provider holds no memory once its handles are released.
+// and a provider holds no memory once its handles are released. On the
+// real clock: what is measured is memory, and real time lets the
+// providers' idle senders end.
 func TestProvidersAndClientsLeaveNothingBehind(t *testing.T) {
-	ctx := boundedCtx(t, 2*time.Minute)
-	db := testdb.Database(t)
-	held := mustTryAcquire(t, ctx, newProvider(t, db).Lock("leader"))
-	defer func() { require.NoError(t, held.Release(ctx)) }()
+	ctx := boundedCtx(t, time.Minute)
+	store := memdb.NewStore(memDBName, nil)
+	newProvider := func(client *memdb.Store) *mongolock.Provider {
+		p, err := backend.NewProvider(client, memDBName, []mongolock.Option(nil))
+		require.NoError(t, err)
+		return p.(*mongolock.Provider)
+	}
+	leader := newProvider(store.Client())
+	held := mustTryAcquire(t, ctx, leader.Lock("leader"))
+	client := store.Client()
 
-	heap := func() uint64 {
+	// A provider per call, as New makes one, while the leader's lock of
+	// the same collection stays held. Each provider, and each handle
+	// (whose cleanup refers to it until it has run), is collected.
+	perCall := func(n int) []weak.Pointer[mongolock.Provider] {
+		var gone []weak.Pointer[mongolock.Provider]
+		for range n {
+			p := newProvider(client)
+			h, err := p.Lock("per-request").Acquire(ctx)
+			require.NoError(t, err)
+			require.NoError(t, h.Release(ctx))
+			gone = append(gone, weak.Make(p))
+		}
+		return gone
+	}
+	heap := func(gone []weak.Pointer[mongolock.Provider]) uint64 {
+		pollUntil(t, 30*time.Second, "the providers made per call collected", func() bool {
+			runtime.GC()
+			return !slices.ContainsFunc(gone, func(w weak.Pointer[mongolock.Provider]) bool { return w.Value() != nil })
+		})
 		runtime.GC()
 		var m runtime.MemStats
 		runtime.ReadMemStats(&m)
 		return m.HeapAlloc
 	}
-	// Warm up, then measure a provider per call while the leader's lock
-	// of the same collection stays held.
-	perCall := func(n int) {
-		for range n {
-			l, err := mongolock.New(db, "per-request")
-			require.NoError(t, err)
-			h, err := l.Acquire(ctx)
-			require.NoError(t, err)
-			require.NoError(t, h.Release(ctx))
-		}
-	}
 	// A leak grows the heap in every round; what the rest of the process
-	// (the driver's pools, earlier tests' background work) allocates
-	// meanwhile does not: one round of three under the bound passes.
-	perCall(100)
-	const calls = 2000
+	// allocates meanwhile does not: one round of three under the bound
+	// passes.
+	before := heap(perCall(100))
+	const calls = 300
 	var perCallGrowth []int64
 	for range 3 {
-		before := heap()
-		perCall(calls)
-		grown := int64(heap()) - int64(before)
+		after := heap(perCall(calls))
+		grown := int64(after) - int64(before)
 		t.Logf("heap grew by %d bytes over %d calls (%d per call)", grown, calls, grown/calls)
 		if perCallGrowth = append(perCallGrowth, grown/calls); grown/calls < 256 {
 			break
 		}
+		before = after
 	}
-	require.Less(t, slices.Min(perCallGrowth), int64(256), "bytes kept per New+Acquire+Release, in each of three rounds")
+	require.Less(t, slices.Min(perCallGrowth), int64(256), "bytes kept per provider+Acquire+Release, in each of three rounds")
 
 	// Clients that come and go.
+	forgetClients(t, func(int) (*mongolock.Provider, func()) { return newProvider(store.Client()), func() {} })
+	require.NoError(t, held.Release(ctx))
+	require.NoError(t, leader.Close(ctx))
+}
+
+// forgetClients makes 20 providers on clients of their own with
+// provider(i), each of which takes and releases a lock of its own and
+// closes, then disconnects its client: the state kept per collection of
+// those clients is forgotten once they are collected, and their
+// goroutines end.
+func forgetClients(t *testing.T, provider func(i int) (p *mongolock.Provider, disconnect func())) {
+	t.Helper()
+	ctx := boundedCtx(t, time.Minute)
 	baseline, goroutines := mongolock.Locals(), runtime.NumGoroutine()
 	for i := range 20 {
-		c, err := mongo.Connect(options.Client().ApplyURI(testdb.Info(t).URI))
-		require.NoError(t, err)
-		p, err := mongolock.NewProvider(c.Database(db.Name()))
-		require.NoError(t, err)
+		p, disconnect := provider(i)
 		h, err := p.Lock(fmt.Sprint("tenant-", i)).TryAcquire(ctx)
 		require.NoError(t, err)
 		require.NoError(t, h.Release(ctx))
 		require.NoError(t, p.Close(ctx))
-		require.NoError(t, c.Disconnect(ctx))
+		disconnect()
 	}
 	pollUntil(t, 30*time.Second, "the state of gone clients forgotten", func() bool {
 		runtime.GC()
 		return mongolock.Locals() <= baseline
 	})
 	pollUntil(t, 30*time.Second, "goroutines back to where they were", func() bool { return runtime.NumGoroutine() <= goroutines })
+}
+
+// The state kept per collection of a driver's client goes with the
+// client, once it is disconnected.
+func TestTheStateOfGoneDriverClientsIsForgotten(t *testing.T) {
+	db := testdb.Database(t)
+	forgetClients(t, func(int) (*mongolock.Provider, func()) {
+		c, err := mongo.Connect(options.Client().ApplyURI(testdb.Info(t).URI))
+		require.NoError(t, err)
+		p, err := mongolock.NewProvider(c.Database(db.Name()))
+		require.NoError(t, err)
+		return p, func() { require.NoError(t, c.Disconnect(t.Context())) }
+	})
 }
 
 // A Handle dropped while it holds its lock is released once the garbage
