@@ -461,10 +461,21 @@ func TestHostileNamesAreLocksOfTheirOwnOrAClearError(t *testing.T) {
 		require.Equal(t, n.name, raw.Lookup("_id").StringValue(), "%s: _id as stored", n.label)
 	}
 
-	// Held past several expiries: the extensions matched every name.
-	held := time.NewTimer(4 * expiry)
-	defer held.Stop()
-	<-held.C
+	// Extended twice: the extensions matched every name, each time.
+	for range 2 {
+		since := map[string]time.Time{}
+		for name := range handles {
+			since[name] = rawLockDoc(t, e.coll, name).Lookup("expiresAt").Time()
+		}
+		pollUntil(t, 10*expiry, "an extension of every name", func() bool {
+			for name, at := range since {
+				if !rawLockDoc(t, e.coll, name).Lookup("expiresAt").Time().After(at) {
+					return false
+				}
+			}
+			return true
+		})
+	}
 	for _, n := range hostileNames {
 		if h := handles[n.name]; h != nil {
 			require.False(t, closedNow(h.Lost()), "%s: lost while held: an extension did not match it", n.label)
@@ -472,18 +483,25 @@ func TestHostileNamesAreLocksOfTheirOwnOrAClearError(t *testing.T) {
 	}
 
 	// Nobody else gets any of them: not with one attempt, and not by
-	// waiting (which writes the name into the line of waiting processes).
+	// waiting (which writes the name into the line of waiting processes),
+	// all names waited for at once.
+	waited := map[string]<-chan error{}
 	for _, n := range hostileNames {
 		if handles[n.name] == nil {
 			continue
 		}
 		_, err := e.other.Lock(n.name).TryAcquire(ctx)
 		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "%s: a second holder", n.label)
-		wctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond) // room for one round trip on a loaded machine
-		_, err = e.other.Lock(n.name).Acquire(wctx)
-		cancel()
-		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "%s: a second holder, waiting", n.label)
-		require.ErrorIs(t, err, context.DeadlineExceeded, n.label)
+		wctx, cancel := context.WithTimeout(ctx, time.Second) // room for a round trip of each on a loaded machine
+		defer cancel()
+		waited[n.name] = acquireInBackground(wctx, e.other.Lock(n.name))
+	}
+	for _, n := range hostileNames {
+		if w := waited[n.name]; w != nil {
+			err := <-w
+			require.ErrorIs(t, err, mongolock.ErrNotAcquired, "%s: a second holder, waiting", n.label)
+			require.ErrorIs(t, err, context.DeadlineExceeded, n.label)
+		}
 	}
 
 	// Released, each is free for the next holder, and only it: the next
