@@ -1787,7 +1787,7 @@ func TestDoWithANilFunctionIsAnError(t *testing.T) {
 // connection has found nothing to release.
 func TestCancelledAttemptsLeaveNoOrphanedAcquisition(t *testing.T) {
 	const (
-		trials       = 500
+		trials       = 100
 		cleanupBound = 3 * time.Second // far below the 30s lease
 	)
 	opts := []mongolock.Option{mongolock.WithExpiry(30 * time.Second), mongolock.WithBusyWaitSleep(time.Millisecond, 2*time.Millisecond)}
@@ -1877,6 +1877,62 @@ func TestCancelledAttemptsLeaveNoOrphanedAcquisition(t *testing.T) {
 		"%d orphans were still held when another client first tried, for up to %v",
 		trials, shortest, longest, time.Since(start), handles, failed, orphaned, heldWhenLooked, longestHeld)
 	require.NotZero(t, orphaned, "no attempt was cut short after the server acted: the test did not test the cleanup of orphaned acquisitions")
+}
+
+// An attempt applied on the server whose caller stopped waiting for it (its
+// ctx ended) is released by the library: once its late reply is in, or,
+// where no reply ever comes, once the library stops waiting for one. The
+// lock is free long before its lease would end. (The request overtaken on
+// the wire by its cleanup: TestCancelledAttemptsLeaveNoOrphanedAcquisition.)
+func TestAnAttemptAppliedAfterItsCallerGaveUpIsReleased(t *testing.T) {
+	for _, c := range []struct {
+		what  string
+		reply time.Duration // how long its reply takes
+	}{
+		{"reply late", 100 * time.Millisecond},
+		{"reply never", time.Hour},
+	} {
+		for _, try := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/try=%v", c.what, try), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					const expiry = 30 * time.Second
+					ctx := t.Context()
+					db := newMemDB(t)
+					p, network := db.process(mongolock.WithExpiry(expiry))
+					rival, _ := db.process()
+					h := mustTryAcquire(t, ctx, p.Lock("orphan")) // the document exists: one statement per attempt
+					require.NoError(t, h.Release(ctx))
+					token := func() int64 { return db.doc(mongolock.DefaultCollection, "orphan").Lookup("fencingToken").Int64() }
+					before := token()
+
+					network.Delay(c.reply)
+					actx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+					defer cancel()
+					var err error
+					if try {
+						_, err = p.Lock("orphan").TryAcquire(actx)
+					} else {
+						_, err = p.Lock("orphan").Acquire(actx)
+					}
+					require.ErrorIs(t, err, context.DeadlineExceeded)
+					require.Greater(t, token(), before, "the attempt was applied")
+					gaveUp := time.Now()
+					network.Delay(0)
+
+					var got *mongolock.Handle
+					pollUntil(t, expiry/2, "the orphaned acquisition released", func() bool {
+						got, err = rival.Lock("orphan").TryAcquire(ctx)
+						if err != nil {
+							require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+						}
+						return err == nil
+					})
+					t.Logf("released %v after the caller gave up", time.Since(gaveUp))
+					require.NoError(t, got.Release(ctx))
+				})
+			})
+		}
+	}
 }
 
 // Fencing tokens: per name, every acquisition's token is greater than every
