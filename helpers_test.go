@@ -480,12 +480,3 @@ func (d *memDB) doc(coll, name string) bson.Raw {
 	}
 	return docs[0]
 }
-
-// expiresAt returns the end of the lease of name's lock that the database
-// holds: its document's expiresAt.
-func (d *memDB) expiresAt(name string) time.Time {
-	d.t.Helper()
-	doc := d.doc(mongolock.DefaultCollection, name)
-	require.NotNil(d.t, doc, "the document of %q", name)
-	return doc.Lookup("expiresAt").Time()
-}
