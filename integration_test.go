@@ -784,14 +784,16 @@ func TestLockHeldByDotnetProtocolIsNotAcquiredByMongolockUntilDotnetReleases(t *
 	}
 
 	// Acquire times out with ErrNotAcquired: the lock was held by someone
-	// else the whole time. Many short waits, so that the deadline falls at
-	// every point of an attempt: before, during, and between round trips.
+	// else the whole time. Short waits, so that the deadline falls at
+	// several points of an attempt: before, during, and between round trips
+	// (every point, over the model:
+	// TestAnAcquireOfAHeldLockEndedByItsDeadlineAnywhereIsErrNotAcquired).
 	// Each wait leaves ample room for a first round trip (on a loaded
 	// machine the driver does not even send a request that cannot finish in
 	// time, and then nothing is known about the lock), and holds many.
 	wait := 100*time.Millisecond + 3*rtt
 	var misreported []string
-	for i := range 40 {
+	for i := range 12 {
 		actx, acancel := context.WithTimeout(ctx, wait)
 		h, err = l.Acquire(actx)
 		acancel()
@@ -1029,7 +1031,7 @@ func TestMongolockTokensOutrankEveryEarlierTokenWhileContendingWithDotnetRelease
 	const (
 		mongolockers = 6
 		dotnets      = 4
-		duration     = 6 * time.Second
+		duration     = 2 * time.Second
 	)
 	ctx := boundedCtx(t, time.Minute)
 	db := testdb.Database(t)

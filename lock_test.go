@@ -247,6 +247,35 @@ func TestAcquireTimesOutOnHeldLockWithDeadlineExceededAndErrNotAcquired(t *testi
 	require.NoError(t, holder.Release(ctx))
 }
 
+// An Acquire of a lock held the whole time returns ErrNotAcquired with
+// DeadlineExceeded wherever in its attempts the deadline falls, once a
+// reply has shown the lock held: during a round trip, or in a sleep
+// between two. The deadlines step through a quarter of a round trip at a
+// time.
+func TestAnAcquireOfAHeldLockEndedByItsDeadlineAnywhereIsErrNotAcquired(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const trip = 4 * time.Millisecond
+		ctx := t.Context()
+		db := newMemDB(t)
+		holder, _ := db.process()
+		h := mustTryAcquire(t, ctx, holder.Lock("held"))
+		p, network := db.process(mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
+		network.Delay(trip)
+		// The provider's first call reads the collection's collation first.
+		_, err := p.Lock("held").TryAcquire(ctx)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+		for wait := trip + time.Millisecond; wait < 20*trip; wait += trip / 4 {
+			actx, cancel := context.WithTimeout(ctx, wait)
+			got, err := p.Lock("held").Acquire(actx)
+			cancel()
+			require.Nil(t, got)
+			require.ErrorIs(t, err, context.DeadlineExceeded, "deadline %v", wait)
+			require.ErrorIs(t, err, mongolock.ErrNotAcquired, "deadline %v", wait)
+		}
+		require.NoError(t, h.Release(ctx))
+	})
+}
+
 func TestAcquireReturnsPromptlyWhenCancelledWhileWaiting(t *testing.T) {
 	ctx := boundedCtx(t, 20*time.Second)
 	db := testdb.Database(t)
