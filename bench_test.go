@@ -14,6 +14,7 @@ import (
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/dotnet"
 	"github.com/mongolock/mongolock/internal/testdb"
+	"github.com/mongolock/mongolock/mongolocktest"
 )
 
 // Benchmarks of the client's hot path against the bound, side by side on
@@ -223,6 +224,45 @@ func BenchmarkAcquireTelemetry(b *testing.B) {
 		b.Run("server/"+s.name, func(b *testing.B) {
 			b.ReportAllocs()
 			acquireRelease(ctx, b, db, s.opts...)
+		})
+	}
+}
+
+// BenchmarkHandleContextErr: what a worker pays to ask whether its lock is
+// still held, h.Context().Err() of a held handle, which looks at the
+// clocks before it answers; "composite" the same of a CompositeHandle of
+// two locks. No I/O: the handles are held over the in-memory store, and
+// their leases are not extended within the benchmark's time.
+func BenchmarkHandleContextErr(b *testing.B) {
+	ctx := context.Background()
+	p, err := mongolocktest.NewProvider(mongolock.WithExpiry(time.Hour))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = p.Close(ctx) }()
+	h, err := p.Lock("bench").TryAcquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := mongolock.NewComposite(p.Lock("bench-1"), p.Lock("bench-2"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ch, err := c.TryAcquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, s := range []struct {
+		name string
+		ctx  func() context.Context
+	}{{"handle", h.Context}, {"composite", ch.Context}} {
+		b.Run(s.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := s.ctx().Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }

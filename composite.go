@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Composite locks.
@@ -162,10 +163,11 @@ func (c *Composite) TryAcquire(ctx context.Context) (*CompositeHandle, error) {
 
 // Do acquires every part (waiting, as Acquire), runs fn, and releases them,
 // also when fn panics. fn's ctx ends when ctx ends or a part is lost; its
-// cause is then ErrLockLost. Do returns fn's error; if a part was lost
-// while fn ran, the error also satisfies errors.Is(err, ErrLockLost). If
-// the parts cannot be acquired, fn does not run and Do returns Acquire's
-// error. A nil fn is an error, returned before anything is acquired.
+// cause is then ErrLockLost. Do returns fn's error as Lock.Do does: as fn
+// returned it, unless a part was lost while fn ran or a release failed
+// (then errors.Is(err, ErrLockLost) holds after a loss). If the parts
+// cannot be acquired, fn does not run and Do returns Acquire's error, as
+// its own. A nil fn is an error, returned before anything is acquired.
 func (c *Composite) Do(ctx context.Context, fn func(ctx context.Context) error) error {
 	switch {
 	case ctx == nil:
@@ -175,7 +177,7 @@ func (c *Composite) Do(ctx context.Context, fn func(ctx context.Context) error) 
 	}
 	h, err := c.Acquire(ctx)
 	if err != nil {
-		return err
+		return renamed("do", err)
 	}
 	return do(ctx, h, fn)
 }
@@ -260,19 +262,24 @@ type CompositeHandle struct {
 
 // compositeState is what a CompositeHandle's parts signal to. It never
 // refers to the Handles, so that a CompositeHandle its owner dropped
-// becomes unreachable, and its Handles are released.
+// becomes unreachable, and its Handles are released; only to their
+// acquisitions, which its looks look at.
 type compositeState struct {
+	parts     []*acquisition
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
+	lctx      leaseContext // ctx, looking at the parts when asked: what Context returns
 	lost      chan struct{}
 	lostOnce  sync.Once
 	releasing atomic.Bool // Release was called
 }
 
 func newCompositeHandle(handles []*Handle) *CompositeHandle {
-	s := &compositeState{lost: make(chan struct{})}
+	s := &compositeState{lost: make(chan struct{}), parts: make([]*acquisition, len(handles))}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
-	for _, h := range handles {
+	s.lctx = leaseContext{s.ctx, s}
+	for i, h := range handles {
+		s.parts[i] = h.acquisition
 		// No goroutine watches the parts: each part's Context runs this
 		// once it is done.
 		hctx := h.Context()
@@ -295,6 +302,22 @@ func (s *compositeState) markLost() {
 	})
 }
 
+// look looks at each part's lease, as the part's own look does, reading
+// the clocks once per provider, and signals a part's loss it finds at
+// once, rather than when the part's Context runs its AfterFunc.
+func (s *compositeState) look() {
+	var p *Provider
+	var now time.Time
+	for _, a := range s.parts {
+		if a.lock.p != p {
+			p, now = a.lock.p, a.lock.p.lookForSuspension()
+		}
+		if a.lookAt(now); a.lossError() != nil {
+			s.markLost()
+		}
+	}
+}
+
 // Handles returns the handles of the parts, in the order the parts were
 // given to NewComposite: each part's FencingToken, for the resource it
 // guards, is its Handle's. Release the CompositeHandle rather than its
@@ -304,15 +327,23 @@ func (h *CompositeHandle) Handles() []*Handle { return slices.Clone(h.handles) }
 // Context returns a context that is done when a part is lost or released
 // (by Release, by the part's own Release, or by its Provider's Close). On
 // loss, context.Cause returns ErrLockLost; on release, context.Canceled.
-func (h *CompositeHandle) Context() context.Context { return h.ctx }
+// Its Err and Done first look at every part's lease, as a Handle's
+// Context's do: once a part's local deadline has passed, the first answer
+// says done.
+func (h *CompositeHandle) Context() context.Context { return &h.lctx }
 
 // Lost returns a channel that is closed when any part is lost. It is never
-// closed by a normal Release.
-func (h *CompositeHandle) Lost() <-chan struct{} { return h.lost }
+// closed by a normal Release. Like the Context's Err and Done, it first
+// looks at every part's lease.
+func (h *CompositeHandle) Lost() <-chan struct{} {
+	h.look()
+	return h.lost
+}
 
 // Release releases every part, each as its Handle's Release does, within
-// ctx. The first call returns nil if every part was still held, and
-// otherwise the parts' errors joined: errors.Is(err, ErrLockLost) holds if
+// ctx. The first call returns nil if every part was still held, otherwise
+// the error of the part that was not, or if several were not, an *Error
+// of the composite that joins theirs: errors.Is(err, ErrLockLost) holds if
 // a part had been lost. A part whose release fails is freed in the
 // background. Either way every part is released and Context is done. Later
 // calls return nil.
@@ -329,7 +360,14 @@ func (h *CompositeHandle) Release(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	err := errors.Join(errs...)
+	var err error
+	switch len(errs) {
+	case 0:
+	case 1:
+		err = errs[0] // the part's
+	default:
+		err = compositeError("release", h.handles, errors.Join(errs...))
+	}
 	if errors.Is(err, ErrLockLost) {
 		h.markLost()
 	}

@@ -92,9 +92,10 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 // bounded by ctx. If leadership was lost (even if not noticed yet: someone
 // else leads, or the election's document was deleted), it writes nothing,
 // signals the loss (Lost, Context) and returns an error wrapping
-// ErrLockLost. After Resign, or with a value longer than MaxValueLen, it
-// returns an error and sends nothing. A failed round trip returns its
-// error: the value may or may not have been written.
+// ErrLockLost; a leadership known lost, or whose lease's local deadline
+// has passed, sends nothing. After Resign, or with a value longer than
+// MaxValueLen, it returns an error and sends nothing. A failed round trip
+// returns its error: the value may or may not have been written.
 func (l *Leadership) Proclaim(ctx context.Context, value string) (err error) {
 	h := l.acquisition
 	fail := func(err error) error { return h.lock.errorf("proclaim", err) }
@@ -106,7 +107,7 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) (err error) {
 	}
 	ctx = h.lock.p.tel.startHolderWrite(ctx, h, opProclaimTrace)
 	defer func() { h.lock.p.tel.endHolderWrite(ctx, h, opProclaimTrace, "proclaimed", err) }()
-	if err := cmp.Or(checkValue(value), h.lossError()); err != nil {
+	if err := cmp.Or(checkValue(value), h.knownLost()); err != nil {
 		return fail(err)
 	}
 	matched, _, err := h.lock.p.locks.store.updateOne(ctx, ownerFilter(h.lock.name, h.lockID), proclaimUpdate(value))
@@ -317,15 +318,6 @@ func checkValue(value string) error {
 		return invalidf("a value of %d bytes: at most MaxValueLen (%d) are allowed", len(value), MaxValueLen)
 	}
 	return nil
-}
-
-// renamed returns err with its operation renamed op, if it is an *Error: an
-// election's call reports itself rather than the lock's call beneath it.
-func renamed(op string, err error) error {
-	if e, ok := err.(*Error); ok {
-		e.Op = op
-	}
-	return err
 }
 
 // electionDriver is an election's kind: a lock's, held by a campaign with

@@ -177,23 +177,55 @@ var errNilContext error = invalid("nil context.Context")
 
 var errNilFunction error = invalid("nil function")
 
-// Error is the error type of every failed operation: the operation, the
-// lock's name (shortened past 64 bytes), and the cause, which errors.Is and
-// errors.As see through.
+// Error is the error type of every failed call: every error that a
+// function or method of this package returns is an *Error (errors.As
+// finds it, and so does a type assertion), as is every error a Locks
+// iteration yields. It names the call (Op) and its lock (Name), and wraps
+// the cause, which errors.Is and errors.As see through: ErrNotAcquired,
+// ErrLockLost, ErrClosed, ErrMismatch, ErrInvalidArgument, ErrNoLock,
+// ErrNoLeader, ErrFenced, ErrCollation, ctx's error, or the server's or
+// the network's.
+//
+// Three errors are not the library's, and are passed on as they are: the
+// error fn returned to Do, when Do has nothing to add to it (with a loss
+// or a failed release, Do returns an *Error that wraps both); a Handle's
+// or a CompositeHandle's Context cause (ErrLockLost itself, or
+// context.Canceled); and FencedFindOneAndUpdate's mongo.ErrNoDocuments,
+// which reports no match as FindOneAndUpdate does.
 type Error struct {
-	Op   string // "new", "new provider", "new composite", "close", "acquire", "try acquire", "do", "release", "upgrade", "downgrade", "inspect", "list", "force release", "campaign", "proclaim", "resign", "leader", "run"
-	Name string // the lock's name, a listing's prefix, or a composite's names; none for "new provider", "new composite" and "close"
+	// Op names the call: "new", "new provider", "new composite", "close",
+	// "acquire", "try acquire", "do", "release", "upgrade", "downgrade",
+	// "inspect", "list", "force release", "force release holder",
+	// "campaign", "proclaim", "resign", "leader", "run", "fenced update
+	// one", "fenced find one and update".
+	Op string
+	// Name is the lock's name, a listing's prefix, or a composite's names
+	// (but a composite's Acquire or TryAcquire that a part failed, and
+	// the Release of a composite of which one part failed, name that
+	// part); a fenced write's is its token source's, if that has one (a
+	// Handle, a Leadership). None for "new provider", "new composite" and
+	// "close".
+	Name string
 	Err  error
 }
 
+// msgPrefix begins each of the package's messages.
+const msgPrefix = "mongolock: "
+
 // Error returns the message: the operation, the name quoted (as names may be
-// empty or blank) where the operation has one, and the cause.
+// empty or blank) where the operation has one, and the cause. The package's
+// prefix is said once: not again before the cause, nor before a sentinel
+// the cause wraps, nor before each of several joined errors.
 func (e *Error) Error() string {
-	cause := strings.TrimPrefix(e.Err.Error(), "mongolock: ")
-	if e.Op == opNewProvider || e.Op == opNewComposite || e.Op == opClose {
-		return fmt.Sprintf("mongolock: %s: %s", e.Op, cause)
+	lines := strings.Split(e.Err.Error(), "\n")
+	for i, l := range lines {
+		lines[i] = strings.ReplaceAll(strings.TrimPrefix(l, msgPrefix), ": "+msgPrefix, ": ")
 	}
-	return fmt.Sprintf("mongolock: %s %q: %s", e.Op, e.Name, cause)
+	cause := strings.Join(lines, "\n")
+	if e.Op == opNewProvider || e.Op == opNewComposite || e.Op == opClose || e.Name == "" && isFencedOp(e.Op) {
+		return fmt.Sprintf("%s%s: %s", msgPrefix, e.Op, cause)
+	}
+	return fmt.Sprintf("%s%s %q: %s", msgPrefix, e.Op, e.Name, cause)
 }
 
 // Unwrap returns the cause.
@@ -205,6 +237,20 @@ const (
 	opNewComposite = "new composite"
 	opClose        = "close"
 )
+
+// renamed returns err as the error of op, if it is an *Error: a call
+// reports itself rather than the call beneath it (an election's, its
+// lock's; a Do, its Acquire's or Release's). It copies: the error beneath
+// was already told to the Trace hooks.
+func renamed(op string, err error) error {
+	e, ok := err.(*Error)
+	if !ok {
+		return err
+	}
+	r := *e
+	r.Op = op
+	return &r
+}
 
 // shortName shortens name past 64 bytes, without splitting a character:
 // names may be megabytes long.

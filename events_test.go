@@ -35,7 +35,7 @@ import (
 //   - replace: {operationType: "replace", documentKey: {_id}, fullDocument}:
 //     the document after the write, and nothing of what changed. An update
 //     with a pipeline is reported so on 4.4 always, and from 5.0 when its
-//     diff would be larger than the document.
+//     diff would be no smaller than the document.
 //
 // A classic update ($set, $unset, $pull, $currentDate) is reported as an
 // update, in the 4.4 or the 5.0 form; a pipeline update as a 5.0 update or
@@ -490,6 +490,164 @@ func TestReleaseStreamThatFailedToOpenTransientlyIsRetriedAfterNotifyRetry(t *te
 	require.False(t, n.retryAt.Before(before.Add(notifyRetry)), "the next open is allowed sooner than notifyRetry after the failure")
 }
 
+// burst writes n documents to another collection of store in one
+// operation, which no read of a change stream comes between, and waits
+// for every goroutine to take it in.
+func burst(t *testing.T, store *memdb.Store, n int) {
+	t.Helper()
+	require.NoError(t, store.Do(t.Context(), "mongolock_burst", func(c *memdb.Table, now time.Time) error {
+		for i := range n {
+			if err := c.InsertOne(now, bson.D{{Key: "_id", Value: fmt.Sprintf("%d.%d", now.UnixNano(), i)}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	synctest.Wait()
+}
+
+// closeAll closes providers, whatever state a failed check left them in.
+func closeAll(providers ...*Provider) {
+	for _, p := range providers {
+		_ = p.Close(context.Background())
+	}
+}
+
+// A waiter's release stream that falls behind the server's capped history
+// (ChangeStreamHistoryLost, after writes to any collection of the
+// deployment) is reopened while the waiter waits, notifyRetry after it
+// ended, as a stream that ended otherwise is; a release that the lost
+// stream never delivered is found by the waiter's polls within its sleep
+// as a watching claimant. Nothing stays open after the providers close.
+func TestReleaseStreamThatLostItsHistoryIsReopenedAndTheWaiterStillGetsTheLock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const db, name, history = "mongolock_history", "ledger", 8
+		store := memdb.NewStore(db, nil, memdb.WithHistory(history))
+		holder, err := newMemProvider(store.Client(), db, nil)
+		require.NoError(t, err)
+		waiter, err := newMemProvider(store.Client(), db, nil)
+		require.NoError(t, err)
+		defer closeAll(holder, waiter) // if a check fails
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		h, err := holder.Lock(name).Acquire(ctx)
+		require.NoError(t, err)
+		type result struct {
+			h   *Handle
+			err error
+		}
+		acquired := make(chan result, 1)
+		go func() {
+			w, err := waiter.Lock(name).Acquire(ctx)
+			acquired <- result{w, err}
+		}()
+		synctest.Wait()
+		events := &waiter.Lock(name).space().notify
+		require.True(t, events.isOpen(), "no release stream while a waiter waits")
+
+		burst(t, store, history+1)
+		require.False(t, events.isOpen(), "a stream behind the history still runs")
+		time.Sleep(notifyRetry)
+		synctest.Wait()
+		require.True(t, events.isOpen(), "the stream was not reopened %v after it lost its history, while its waiter waits", notifyRetry)
+
+		burst(t, store, history+1)
+		require.False(t, events.isOpen(), "a stream behind the history still runs")
+		released := time.Now()
+		require.NoError(t, h.Release(ctx))
+		w := <-acquired
+		require.NoError(t, w.err)
+		require.LessOrEqual(t, time.Since(released), waiter.opts.watchingClaimantSleep(),
+			"the waiter missed the free lock for longer than its sleep as a watching claimant")
+		require.NoError(t, w.h.Release(ctx))
+		require.NoError(t, holder.Close(ctx))
+		require.NoError(t, waiter.Close(ctx))
+		synctest.Wait()
+		require.Zero(t, store.Cursors(), "change streams open after every provider closed")
+	})
+}
+
+// The state kept per client and collection is forgotten with the client
+// also after its waiters had release events: nothing of it keeps the
+// client's store once nobody waits.
+func TestStateOfAClientWhoseWaitersHadReleaseEventsIsForgottenWithIt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	baseline := Locals()
+	for range 3 {
+		func() {
+			store := memdb.NewStore("mongolock_forget", nil)
+			holder, err := newMemProvider(store.Client(), "mongolock_forget", nil)
+			require.NoError(t, err)
+			waiter, err := newMemProvider(store.Client(), "mongolock_forget", nil)
+			require.NoError(t, err)
+			defer closeAll(holder, waiter)
+			h, err := holder.Lock("ledger").Acquire(ctx)
+			require.NoError(t, err)
+			acquired := make(chan error, 1)
+			go func() {
+				w, err := waiter.Lock("ledger").Acquire(ctx)
+				if err == nil {
+					err = w.Release(ctx)
+				}
+				acquired <- err
+			}()
+			for !waiter.Lock("ledger").space().notify.isOpen() {
+				require.NoError(t, ctx.Err(), "no release events while a waiter waits")
+				time.Sleep(time.Millisecond)
+			}
+			require.NoError(t, h.Release(ctx))
+			require.NoError(t, <-acquired)
+		}()
+	}
+	for Locals() > baseline {
+		require.NoError(t, ctx.Err(), "the state of gone clients is kept")
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// An election observer's stream that falls behind the history is
+// reopened as the notifier's is: a change made while it was down is seen
+// when it reopens, not after the observer's polling period (an hour).
+func TestObserverReopensItsStreamAfterItLostItsHistory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const db, name, history = "mongolock_history", "leader", 8
+		store := memdb.NewStore(db, nil, memdb.WithHistory(history))
+		observer, err := newMemProvider(store.Client(), db, []Option{WithBusyWaitSleep(time.Hour, time.Hour)})
+		require.NoError(t, err)
+		leader, err := newMemProvider(store.Client(), db, nil)
+		require.NoError(t, err)
+		defer closeAll(observer, leader) // if a check fails
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		l, err := leader.Election(name).Campaign(ctx, "a")
+		require.NoError(t, err)
+		observing, stop := context.WithCancel(ctx)
+		defer stop()
+		observed := observer.Election(name).Observe(observing)
+		require.Equal(t, "a", (<-observed).Value)
+		synctest.Wait()
+		opens := store.Cursors()
+
+		burst(t, store, history+1)
+		require.Less(t, store.Cursors(), opens, "the observer's stream still runs behind the history")
+		require.NoError(t, l.Proclaim(ctx, "b"))
+		changed := time.Now()
+		require.Equal(t, "b", (<-observed).Value)
+		require.LessOrEqual(t, time.Since(changed), notifyRetry, "a change while the stream was down was seen later than its reopening")
+		synctest.Wait()
+		require.Equal(t, opens, store.Cursors(), "the observer's stream was not reopened")
+
+		stop()
+		require.NoError(t, l.Resign(ctx))
+		require.NoError(t, observer.Close(ctx))
+		require.NoError(t, leader.Close(ctx))
+		synctest.Wait()
+		require.Zero(t, store.Cursors(), "change streams open after every provider closed")
+	})
+}
+
 // An election observer reopens its change stream as the notifier does
 // (streamRetry): one that could not open for a transient error (a server
 // stepping down) is opened again notifyRetry later, not after the longest
@@ -497,7 +655,12 @@ func TestReleaseStreamThatFailedToOpenTransientlyIsRetriedAfterNotifyRetry(t *te
 // hour. Its first read is refused too: only the stream's reopening, and
 // the read it triggers, can show the leader.
 func TestObserverReopensItsStreamAfterATransientRefusalAsTheNotifierDoes(t *testing.T) {
+	forEachEventForm(t, testObserverReopensItsStream)
+}
+
+func testObserverReopensItsStream(t *testing.T, form memdb.Events) {
 	store := memdb.NewStore("mongolock_observe", nil)
+	store.SetEvents(form)
 	obs := store.Client() // the observer's own network, whose faults the test sets
 	observer, err := newMemProvider(obs, "mongolock_observe", []Option{WithBusyWaitSleep(time.Hour, time.Hour)})
 	require.NoError(t, err)
@@ -532,51 +695,56 @@ func TestObserverReopensItsStreamAfterATransientRefusalAsTheNotifierDoes(t *test
 // watchingClaimantSleep, not at the claimant's sleep, and the reader's
 // release wakes it at once.
 func TestUpgradeWhileReleaseEventsArriveIsPacedAsAWatchingClaimant(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const db, name = "mongolock_upgrade_pace", "ledger"
-		store := memdb.NewStore(db, nil)
-		readers, err := newMemProvider(store.Client(), db, nil)
-		require.NoError(t, err)
-		upgrader, err := newMemProvider(store.Client(), db, nil)
-		require.NoError(t, err)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		r, err := readers.RWLock(name).Reader().TryAcquire(ctx)
-		require.NoError(t, err)
-		u, err := upgrader.RWLock(name).Upgradeable().TryAcquire(ctx)
-		require.NoError(t, err)
-		upgraded := make(chan error, 1)
-		go func() { upgraded <- u.Upgrade(ctx) }()
-
-		// Its first poll marks the readers off and opens the stream.
-		time.Sleep(2 * time.Second)
-		synctest.Wait()
-		require.True(t, upgrader.RWLock(name).Reader().space().notify.isOpen(), "release events arrive")
-		const window = 20 * time.Second
-		before := store.Ops()
-		time.Sleep(window)
-		synctest.Wait()
-		o := upgrader.opts
-		// The polls, and the two providers' lease extensions in the window.
-		ops, most := store.Ops()-before, int64(window/o.watchingClaimantSleep())+2*int64(window/(o.expiry/3))+2
-		if ops > most {
-			t.Errorf("%d operations in %v while the upgrade waits, want at most %d (its claimant's sleep would be %v, a watching claimant's is %v)",
-				ops, window, most, o.claimantSleep(), o.watchingClaimantSleep())
-		}
-		select {
-		case err := <-upgraded:
-			t.Fatalf("the upgrade returned %v while a reader of another process holds", err)
-		default:
-		}
-
-		require.NoError(t, r.Release(ctx))
-		released := time.Now()
-		require.NoError(t, <-upgraded)
-		require.Less(t, time.Since(released), o.watchingClaimantSleep()/2, "the reader's release event wakes the upgrade")
-		require.NoError(t, u.Release(ctx))
-		// Nothing either provider started outlives its Close: the bubble
-		// would report a goroutine left blocked.
-		require.NoError(t, readers.Close(ctx))
-		require.NoError(t, upgrader.Close(ctx))
+	forEachEventForm(t, func(t *testing.T, form memdb.Events) {
+		synctest.Test(t, func(t *testing.T) { testUpgradePace(t, form) })
 	})
+}
+
+func testUpgradePace(t *testing.T, form memdb.Events) {
+	const db, name = "mongolock_upgrade_pace", "ledger"
+	store := memdb.NewStore(db, nil)
+	store.SetEvents(form)
+	readers, err := newMemProvider(store.Client(), db, nil)
+	require.NoError(t, err)
+	upgrader, err := newMemProvider(store.Client(), db, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := readers.RWLock(name).Reader().TryAcquire(ctx)
+	require.NoError(t, err)
+	u, err := upgrader.RWLock(name).Upgradeable().TryAcquire(ctx)
+	require.NoError(t, err)
+	upgraded := make(chan error, 1)
+	go func() { upgraded <- u.Upgrade(ctx) }()
+
+	// Its first poll marks the readers off and opens the stream.
+	time.Sleep(2 * time.Second)
+	synctest.Wait()
+	require.True(t, upgrader.RWLock(name).Reader().space().notify.isOpen(), "release events arrive")
+	const window = 20 * time.Second
+	before := store.Ops()
+	time.Sleep(window)
+	synctest.Wait()
+	o := upgrader.opts
+	// The polls, and the two providers' lease extensions in the window.
+	ops, most := store.Ops()-before, int64(window/o.watchingClaimantSleep())+2*int64(window/(o.expiry/3))+2
+	if ops > most {
+		t.Errorf("%d operations in %v while the upgrade waits, want at most %d (its claimant's sleep would be %v, a watching claimant's is %v)",
+			ops, window, most, o.claimantSleep(), o.watchingClaimantSleep())
+	}
+	select {
+	case err := <-upgraded:
+		t.Fatalf("the upgrade returned %v while a reader of another process holds", err)
+	default:
+	}
+
+	require.NoError(t, r.Release(ctx))
+	released := time.Now()
+	require.NoError(t, <-upgraded)
+	require.Less(t, time.Since(released), o.watchingClaimantSleep()/2, "the reader's release event wakes the upgrade")
+	require.NoError(t, u.Release(ctx))
+	// Nothing either provider started outlives its Close: the bubble
+	// would report a goroutine left blocked.
+	require.NoError(t, readers.Close(ctx))
+	require.NoError(t, upgrader.Close(ctx))
 }

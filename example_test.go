@@ -216,10 +216,11 @@ func ExampleHandle_FencingToken() {
 }
 
 // A worker that checks its lock before each step, and passes the
-// handle's context to each write. If the machine was suspended past the
-// lease (a laptop asleep, a paused VM), the first check after it resumes
-// finds the lock lost, and a fenced write would be refused unsent: the
-// worker stops before it writes as a holder it no longer is.
+// handle's context to each write. If its process was stopped past the
+// lease (a long GC pause, SIGSTOP), or the machine suspended (a laptop
+// asleep, a paused VM), the first check after it runs again finds the
+// lock lost, and a fenced write would be refused unsent: the worker stops
+// before it writes as a holder it no longer is.
 func ExampleHandle_Context() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -8,8 +8,8 @@ import (
 // Clocks are a provider's clocks that count suspended time, moved by a
 // test while the monotonic clock goes on as before.
 type Clocks struct {
-	jump, step atomic.Int64
-	noBoot     bool
+	jump, step, stop atomic.Int64
+	noBoot           bool
 }
 
 // FakeClocks makes p read clocks that a test moves: the machine's, with
@@ -29,9 +29,17 @@ func (c *Clocks) Suspend(d time.Duration) { c.jump.Add(int64(d)) }
 // StepWall steps the wall clock alone by d, as NTP may.
 func (c *Clocks) StepWall(d time.Duration) { c.step.Add(int64(d)) }
 
+// Stop moves every clock d ahead, the monotonic one too, as a process
+// stopped for d (SIGSTOP, a frozen cgroup, a long GC pause) finds them
+// when it runs again: nothing was suspended, and none of its timers has
+// run for that time (they run by the machine's clock, or the bubble's,
+// which Stop leaves where it was).
+func (c *Clocks) Stop(d time.Duration) { c.stop.Add(int64(d)) }
+
 func (c *Clocks) read() (time.Time, time.Time) {
 	mono, wall := systemClocks{}.read()
-	return mono, wall.Add(time.Duration(c.jump.Load() + c.step.Load()))
+	stop := time.Duration(c.stop.Load())
+	return mono.Add(stop), wall.Add(time.Duration(c.jump.Load()+c.step.Load()) + stop)
 }
 
 func (c *Clocks) boot() (time.Duration, bool) {
@@ -39,7 +47,7 @@ func (c *Clocks) boot() (time.Duration, bool) {
 		return 0, false
 	}
 	b, ok := systemClocks{}.boot()
-	return b + time.Duration(c.jump.Load()), ok
+	return b + time.Duration(c.jump.Load()+c.stop.Load()), ok
 }
 
 // BootClock reads this machine's clock that counts suspended time, where

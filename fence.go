@@ -37,7 +37,10 @@ type TokenSource interface {
 // h.FencingToken(); the update also sets FenceField to that token (it
 // never lowers it). Filter and token check are one atomic round trip:
 // a holder that lost its lock without knowing it (paused past its lease)
-// cannot overwrite what a later holder wrote.
+// cannot overwrite what a later holder wrote. Its errors are *Error, of
+// "fenced update one", naming h's lock if h is a *Handle or a *Leadership;
+// the driver's among them are seen through (errors.As,
+// mongo.IsDuplicateKeyError).
 //
 // update is an operator update (a document of $set, $inc, ...) or an
 // update pipeline (mongo.Pipeline, bson.A, []bson.D or []any); a replacement
@@ -59,11 +62,14 @@ type TokenSource interface {
 // ctx may carry a session (mongo.NewSessionContext, the callback of
 // Session.WithTransaction): both round trips run in it.
 //
-// With a handle whose lease ended while the machine was suspended, it sends
-// nothing and returns an error wrapping ErrLockLost (looking for a
-// suspension first: the first write after the machine resumes is refused).
+// With a handle known lost, or whose lease's local deadline has passed
+// (its process stopped past it, the machine suspended), it sends nothing
+// and returns an error wrapping ErrLockLost: it looks at the lease first,
+// as the handle's Context's Err does, so that the first write after the
+// holder runs again is refused.
 func FencedUpdateOne(ctx context.Context, coll *mongo.Collection, h TokenSource, filter, update any,
-	opts ...options.Lister[options.UpdateOneOptions]) (*mongo.UpdateResult, error) {
+	opts ...options.Lister[options.UpdateOneOptions]) (_ *mongo.UpdateResult, err error) {
+	defer func() { err = fenceError(opFencedUpdateOne, h, err) }()
 	o, err := listed(opts)
 	if err != nil {
 		return nil, err
@@ -95,9 +101,16 @@ func FencedUpdateOne(ctx context.Context, coll *mongo.Collection, h TokenSource,
 // update, upsert and sessions. When nothing matched, the result's Err is
 // an error wrapping ErrFenced if the document filter matches carries a
 // higher token (read in a second round trip, only then), else
-// mongo.ErrNoDocuments.
+// mongo.ErrNoDocuments itself, as FindOneAndUpdate reports no match. Its
+// other errors are *Error, of "fenced find one and update", as
+// FencedUpdateOne's.
 func FencedFindOneAndUpdate(ctx context.Context, coll *mongo.Collection, h TokenSource, filter, update any,
-	opts ...options.Lister[options.FindOneAndUpdateOptions]) *mongo.SingleResult {
+	opts ...options.Lister[options.FindOneAndUpdateOptions]) (res *mongo.SingleResult) {
+	defer func() {
+		if err := res.Err(); err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
+			res = errResult(fenceError(opFencedFindOneAndUpdate, h, err))
+		}
+	}()
 	o, err := listed(opts)
 	if err != nil {
 		return errResult(err)
@@ -166,8 +179,8 @@ func fence(coll *mongo.Collection, h TokenSource, filter, update any, upsert boo
 	if token <= 0 {
 		return nil, invalidf("mongolock: fenced write: fencing token %d: not an acquisition's", token)
 	}
-	if a, ok := h.(interface{ leaseEndedAsleep() error }); ok {
-		if err := a.leaseEndedAsleep(); err != nil { // its owner has just resumed: nothing sent
+	if a, ok := h.(interface{ knownLost() error }); ok {
+		if err := a.knownLost(); err != nil { // lost, or its deadline passed: nothing sent
 			return nil, fmt.Errorf("mongolock: fenced write with token %d: not sent: %w", token, err)
 		}
 	}
@@ -355,4 +368,34 @@ func (w *fencedWrite) duplicate(ctx context.Context, tries int, err error) (agai
 		return true, nil
 	}
 	return false, err
+}
+
+// The fenced writes' operations (Error.Op).
+const (
+	opFencedUpdateOne        = "fenced update one"
+	opFencedFindOneAndUpdate = "fenced find one and update"
+)
+
+// isFencedOp reports whether op is a fenced write's, whose token source
+// may have no name.
+func isFencedOp(op string) bool { return op == opFencedUpdateOne || op == opFencedFindOneAndUpdate }
+
+// fenceError is err, if any, as the error of the fenced write op with
+// the token source h: every error of a fenced write is made here.
+func fenceError(op string, h TokenSource, err error) error {
+	if err == nil {
+		return nil
+	}
+	var name string
+	switch s := h.(type) {
+	case *Handle:
+		if s != nil && s.acquisition != nil {
+			name = shortName(s.Name())
+		}
+	case *Leadership:
+		if s != nil && s.Handle != nil && s.acquisition != nil {
+			name = shortName(s.Name())
+		}
+	}
+	return &Error{Op: op, Name: name, Err: err}
 }

@@ -5,16 +5,22 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/drivertest"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/xoptions"
 
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/testdb"
+	"github.com/mongolock/mongolock/mongolocktest"
 )
 
 // token is a fixed fencing token, for tests of the write itself.
@@ -247,14 +253,15 @@ func TestConcurrentFencedWritersEndWithTheHighestTokensData(t *testing.T) {
 	}
 }
 
-// The failure fencing exists for: a holder paused past its lease (its
-// connection cut), a rival acquires and writes, the holder resumes and
-// writes with its old token: refused, and the document keeps the rival's
-// data.
-func TestFencedWriteOfAHolderPausedPastItsLeaseIsErrFenced(t *testing.T) {
+// A holder paused past its lease (its connection cut), a rival acquires
+// and writes, the holder resumes and writes with its old token: it knows
+// its lease ran out, so nothing is sent (ErrLockLost), and the document
+// keeps the rival's data.
+func TestFencedWriteOfAHolderPausedPastItsLeaseIsNotSent(t *testing.T) {
 	ctx := boundedCtx(t, 60*time.Second)
 	db := testdb.Database(t)
-	px, holderDB := proxied(t, db)
+	count := &commandCounter{}
+	px, holderDB := proxied(t, db, options.Client().SetMonitor(count.monitor()))
 	holderP := newProvider(t, holderDB, mongolock.WithExpiry(time.Second))
 	rivalP := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(time.Second))
 	holderColl, rivalColl := holderDB.Collection("resources"), db.Collection("resources")
@@ -271,14 +278,42 @@ func TestFencedWriteOfAHolderPausedPastItsLeaseIsErrFenced(t *testing.T) {
 
 	px.Reset() // the holder resumes, on fresh connections
 	require.NoError(t, px.Restore())
-	require.ErrorIs(t, resumed(ctx, func() error {
-		_, err := mongolock.FencedUpdateOne(ctx, holderColl, h, byID("ledger"), setWriter("stale holder"))
-		return err
-	}), mongolock.ErrFenced)
-	require.ErrorIs(t, resumed(ctx, func() error {
-		return mongolock.FencedFindOneAndUpdate(ctx, holderColl, h, byID("ledger"), setWriter("stale holder")).Err()
-	}), mongolock.ErrFenced)
+	sent := count.named("update") + count.named("findAndModify")
+	_, err = mongolock.FencedUpdateOne(ctx, holderColl, h, byID("ledger"), setWriter("stale holder"))
+	require.ErrorIs(t, err, mongolock.ErrLockLost)
+	require.ErrorIs(t, mongolock.FencedFindOneAndUpdate(ctx, holderColl, h, byID("ledger"), setWriter("stale holder")).Err(), mongolock.ErrLockLost)
+	require.Equal(t, sent, count.named("update")+count.named("findAndModify"), "the resumed holder's fenced writes were sent")
 	require.Equal(t, fencedDoc{ID: "ledger", Writer: "rival", N: 2, Fence: rival.FencingToken()}, readFenced(t, rivalColl, "ledger"))
+}
+
+// The failure fencing exists for: a holder that lost its lock and does
+// not know it yet (its lock force-released, a rival acquired and wrote
+// before the holder's next extension): its fenced write is sent, the
+// token check refuses it (ErrFenced), and the document keeps the rival's
+// data.
+func TestFencedWriteOfAHolderThatDoesNotKnowItLostIsErrFenced(t *testing.T) {
+	ctx := boundedCtx(t, 60*time.Second)
+	db := testdb.Database(t)
+	holderP := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(time.Minute)) // no extension in the test's time
+	rivalP := newProvider(t, ownClient(t, db, nil))
+	coll := db.Collection("resources")
+
+	h := releaseAtCleanup(t, mustAcquire(t, ctx, holderP.Lock("ledger")))
+	_, err := mongolock.FencedUpdateOne(ctx, coll, h, byID("ledger"), setWriter("holder"), upsert)
+	require.NoError(t, err)
+
+	released, err := rivalP.ForceRelease(ctx, "ledger")
+	require.NoError(t, err)
+	require.True(t, released)
+	rival := releaseAtCleanup(t, mustAcquire(t, ctx, rivalP.Lock("ledger")))
+	_, err = mongolock.FencedUpdateOne(ctx, coll, rival, byID("ledger"), setWriter("rival"))
+	require.NoError(t, err)
+
+	require.NoError(t, h.Context().Err(), "the holder knows of its loss already")
+	_, err = mongolock.FencedUpdateOne(ctx, coll, h, byID("ledger"), setWriter("stale holder"))
+	require.ErrorIs(t, err, mongolock.ErrFenced)
+	require.ErrorIs(t, mongolock.FencedFindOneAndUpdate(ctx, coll, h, byID("ledger"), setWriter("stale holder")).Err(), mongolock.ErrFenced)
+	require.Equal(t, fencedDoc{ID: "ledger", Writer: "rival", N: 2, Fence: rival.FencingToken()}, readFenced(t, coll, "ledger"))
 }
 
 // What the token fences, per kind.
@@ -396,17 +431,71 @@ func TestFencedWritesRunInTheSessionCtxCarries(t *testing.T) {
 	require.Equal(t, "five", readFenced(t, coll, "r").Writer)
 }
 
-// resumed runs a write of a holder whose connections were just cut, again
-// while it fails on their ends (a reset socket, the pool cleared by the
-// holder's own extension failing there), as the driver's retryable writes
-// would on a replica set; a standalone server gets no such retry.
-func resumed(ctx context.Context, write func() error) error {
-	for {
-		err := write()
-		var le mongo.LabeledError
-		if err == nil || ctx.Err() != nil ||
-			!(mongo.IsNetworkError(err) || errors.As(err, &le) && le.HasErrorLabel("TransientTransactionError")) {
-			return err
-		}
+// scriptedColl is a collection of a client that reaches no server: the
+// driver's mock deployment answers each command with the next of the
+// replies the test adds, and sent counts the commands it was sent.
+func scriptedColl(t *testing.T) (coll *mongo.Collection, replies *drivertest.MockDeployment, sent *atomic.Int64) {
+	t.Helper()
+	sent = &atomic.Int64{}
+	replies = drivertest.NewMockDeployment()
+	o := options.Client().SetMonitor(&event.CommandMonitor{Started: func(context.Context, *event.CommandStartedEvent) { sent.Add(1) }})
+	require.NoError(t, xoptions.SetInternalClientOptions(o, "deployment", replies))
+	c, err := mongo.Connect(o)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+	return c.Database("app").Collection("resources"), replies, sent
+}
+
+// A fenced write with a handle known lost, or whose lease's local deadline
+// has passed though no timer has said so yet, is refused before anything
+// is sent, with an error wrapping ErrLockLost: the token check would
+// refuse it only where a later holder wrote, and nothing of a known loss
+// should leave the process.
+func TestAFencedWriteOfAHandleKnownLostIsNotSent(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lose func(t *testing.T, store *mongolocktest.Store, clocks *mongolock.Clocks, h *mongolock.Handle)
+	}{
+		{"stopped past its lease, not asked yet", func(_ *testing.T, _ *mongolocktest.Store, clocks *mongolock.Clocks, _ *mongolock.Handle) {
+			clocks.Stop(stoppedFor)
+		}},
+		{"its lease ran out, and Err said so", func(t *testing.T, store *mongolocktest.Store, _ *mongolock.Clocks, h *mongolock.Handle) {
+			store.Partition()
+			defer store.Heal()
+			time.Sleep(stoppedExpiry)
+			require.ErrorIs(t, h.Context().Err(), context.Canceled)
+		}},
+		{"taken over", func(_ *testing.T, _ *mongolocktest.Store, _ *mongolock.Clocks, h *mongolock.Handle) {
+			mongolocktest.Lose(h)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := t.Context()
+				store := mongolocktest.NewStore()
+				p, err := store.NewProvider(mongolock.WithExpiry(stoppedExpiry))
+				require.NoError(t, err)
+				clocks := mongolock.FakeClocks(p, false)
+				defer func() {
+					require.NoError(t, p.Close(context.Background()))
+					time.Sleep(time.Second) // simulated: the idle senders end
+				}()
+				coll, replies, sent := scriptedColl(t)
+				h := mustTryAcquire(t, ctx, p.Lock("ledger"))
+				replies.AddResponses(bson.D{{Key: "ok", Value: 1}, {Key: "n", Value: 1}, {Key: "nModified", Value: 1}})
+				_, err = mongolock.FencedUpdateOne(ctx, coll, h, byID("ledger"), setWriter("holder"))
+				require.NoError(t, err)
+				require.Equal(t, int64(1), sent.Load(), "the holder's write was sent")
+
+				tc.lose(t, store, clocks, h)
+				_, err = mongolock.FencedUpdateOne(ctx, coll, h, byID("ledger"), setWriter("lost holder"))
+				ferr := mongolock.FencedFindOneAndUpdate(ctx, coll, h, byID("ledger"), setWriter("lost holder")).Err()
+				require.Equal(t, int64(1), sent.Load(), "a lost holder's fenced write was sent")
+				require.ErrorIs(t, err, mongolock.ErrLockLost)
+				require.ErrorIs(t, ferr, mongolock.ErrLockLost)
+				require.ErrorIs(t, h.Context().Err(), context.Canceled)
+				require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
+			})
+		})
 	}
 }

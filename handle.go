@@ -15,10 +15,13 @@ import (
 // Loss (the lease could not be extended in time, or someone else took the
 // lock over, or its document was deleted) closes Lost and cancels Context
 // with the cause ErrLockLost, before the server would let anyone else take
-// the lock, so work that must not run unprotected can stop in time. A
-// lease that ended while the machine was suspended (a laptop asleep, a
-// paused VM) is lost as soon as the holder resumes and asks Context's Err
-// or Done, or Lost, or makes a fenced write, and within a quarter of a
+// the lock, so work that must not run unprotected can stop in time. Once
+// the lease's local deadline has passed, the first look reports the loss:
+// Context's Err or Done, Lost, Release, or a fenced write (refused
+// unsent), also when no timer has run since (a process stopped or starved
+// of CPU past it runs again with its timers overdue). A lease that ended
+// while the machine was suspended (a laptop asleep, a paused VM) is lost
+// as soon as the holder resumes and looks, and within a quarter of a
 // second otherwise.
 //
 // A Handle is safe for concurrent use. Call Release when done: a Handle
@@ -45,15 +48,18 @@ type acquisition struct {
 	// bound measured from the acquisition's reply (zero: none).
 	replied atomic.Int64 // unix nanos
 	boundAt time.Time
+	// deadline: the local end of the lease while it is kept (lease.go),
+	// in nanoseconds of its provider's monotonic clock since its clocks'
+	// start, for looks to read without a lock; math.MaxInt64 once it is
+	// not kept.
+	deadline atomic.Int64
 	// unfreed: lost at the local deadline, while the server may still hold
 	// the lock for it (until serverEnd); Release frees it then.
 	unfreed atomic.Bool
-	// slept: lost because its lease ended while the machine was
-	// suspended; its fenced writes are refused unsent.
-	slept atomic.Bool
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	lctx   leaseContext // ctx, looking at the lease when asked: what Context returns
 	lost   chan struct{}
 
 	unkept chan struct{} // closed when the lease is no longer extended

@@ -202,7 +202,7 @@ func (p *Provider) listBatchSize() int32 {
 // has no document. After an error, the lock's holder may have been ended,
 // and not the semaphore's.
 func (p *Provider) ForceRelease(ctx context.Context, name string) (bool, error) {
-	return p.forceRelease(ctx, name, false,
+	return p.forceRelease(ctx, "force release", name, false,
 		forceUpdate{&p.locks, forceReleaseFilter(name), forceReleaseUpdate},
 		forceUpdate{&p.slots, semForceReleaseFilter(name), semForceReleaseUpdate})
 }
@@ -212,12 +212,13 @@ func (p *Provider) ForceRelease(ctx context.Context, name string) (bool, error) 
 // slot, an RWLock's reader or writer. The other holders keep theirs. It
 // is ForceRelease otherwise, in one round trip, or two for a semaphore's
 // or an RWLock's holder. It reports whether id held name: false if its
-// lease had ended, even unreleased.
+// lease had ended, even unreleased. An empty id is ErrInvalidArgument.
 func (p *Provider) ForceReleaseHolder(ctx context.Context, name, id string) (bool, error) {
+	const op = "force release holder"
 	if id == "" {
-		return false, p.Lock(name).errorf("force release", errors.New("an empty holder id: HolderInfo.ID names one"))
+		return false, p.Lock(name).errorf(op, invalid("an empty holder id: HolderInfo.ID names one"))
 	}
-	return p.forceRelease(ctx, name, true,
+	return p.forceRelease(ctx, op, name, true,
 		forceUpdate{&p.locks, ownerFilter(name, id), forceReleaseUpdate},
 		forceUpdate{&p.slots, semHolderFilter(name, id), semForceReleaseHolderUpdate(id)})
 }
@@ -232,10 +233,10 @@ type forceUpdate struct {
 // forceRelease sends each statement in turn, and reports whether any
 // ended a holder (changed its document: a document whose holders' leases
 // have all ended is left as it is); if one, it stops at the first that
-// did.
-func (p *Provider) forceRelease(ctx context.Context, name string, one bool, stmts ...forceUpdate) (bool, error) {
+// did. Its errors are op's.
+func (p *Provider) forceRelease(ctx context.Context, op, name string, one bool, stmts ...forceUpdate) (bool, error) {
 	if ctx == nil {
-		return false, p.Lock(name).errorf("force release", errNilContext)
+		return false, p.Lock(name).errorf(op, errNilContext)
 	}
 	ended := false
 	for _, u := range stmts {
@@ -251,7 +252,7 @@ func (p *Provider) forceRelease(ctx context.Context, name string, one bool, stmt
 		case err != nil && u.sp == &p.slots && isUnauthorized(err):
 			continue // as in infos: no semaphores to release
 		case err != nil:
-			return false, p.Lock(name).errorf("force release", err)
+			return false, p.Lock(name).errorf(op, err)
 		}
 		ended = ended || modified > 0
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -33,6 +34,14 @@ import (
 // stands while the machine is suspended: a suspension that a look finds
 // (suspend.go) moves every deadline earlier by its length, and a lease
 // confirmed by a reply that came after one counts from that much earlier.
+//
+// The timer is not the only one to tell: a process stopped, or starved
+// of CPU, past a deadline runs again with the timer overdue, not yet run.
+// So each look on behalf of a handle's owner (its Context's Err and Done,
+// Lost, Release, a fenced write) compares the monotonic time with the
+// handle's deadline, which it reads without a lock, and a deadline passed
+// is the loss at once. Leases are measured by the monotonic clock of the
+// provider's clocks (suspend.go), which a test moves.
 
 // maxBatch bounds how many handles one extension round trip covers.
 const maxBatch = 500
@@ -88,8 +97,9 @@ func (p *Provider) keep(h *acquisition, sent time.Time) {
 	if !h.capAt.IsZero() {
 		l.cap = h.capAt.Add(-o.safetyMargin() - l.slept)
 	}
-	l.deadline = l.until(o, sent.Add(-l.slept))
-	l.loss = time.AfterFunc(time.Until(l.deadline), func() { p.expire(h) })
+	p.setDeadline(h, l, l.until(o, sent.Add(-l.slept)))
+	now := p.susp.now()
+	l.loss = time.AfterFunc(l.deadline.Sub(now), func() { p.expire(h) })
 	ls.held[h] = l
 	if ls.timer == nil {
 		ls.timer = time.AfterFunc(o.cadence, p.tick)
@@ -97,35 +107,51 @@ func (p *Provider) keep(h *acquisition, sent time.Time) {
 	if ls.watch == nil {
 		ls.watch = time.AfterFunc(watchEvery, p.watch)
 	}
-	ended := !time.Now().Before(l.deadline)
+	ended := !now.Before(l.deadline)
 	ls.mu.Unlock()
 	if ended {
 		p.expire(h)
 	}
 }
 
-// now is time.Now for a request that a lease will count from: it looks
-// for a suspension first, so that one found later came after it.
+// now is the monotonic time for a request that a lease will count from:
+// it looks for a suspension first, so that one found later came after it.
 func (p *Provider) now() time.Time {
 	p.lookForSuspension()
-	return time.Now()
+	return p.susp.now()
+}
+
+// look is a look on behalf of h's owner: for a suspension, and at h's
+// deadline, which, passed, is h's loss now, whether or not its timer has
+// run.
+func (h *acquisition) look() { h.lookAt(h.lock.p.lookForSuspension()) }
+
+// lookAt is look at h's deadline, by now, what a look for a suspension
+// read.
+func (h *acquisition) lookAt(now time.Time) {
+	if p := h.lock.p; now.Sub(p.susp.monoAt) >= time.Duration(h.deadline.Load()) {
+		p.expire(h)
+	}
 }
 
 // lookForSuspension looks at the clocks (suspend.go): if the machine was
 // suspended since the last look, every kept lease's deadline moves earlier
 // by the suspension, and the handles whose leases it ended are lost now.
-func (p *Provider) lookForSuspension() {
-	if !p.susp.ahead() {
-		return
+// It returns the monotonic time it read first.
+func (p *Provider) lookForSuspension() time.Time {
+	mono, ahead := p.susp.ahead()
+	if !ahead {
+		return mono
 	}
 	ls := &p.leases
 	ls.mu.Lock()
 	d := p.susp.find()
 	var ended []*acquisition
 	if d > 0 {
-		now := time.Now()
+		now := p.susp.now()
 		for h, l := range ls.held {
-			l.deadline, l.slept = l.deadline.Add(-d), l.slept+d
+			p.setDeadline(h, l, l.deadline.Add(-d))
+			l.slept += d
 			if !l.cap.IsZero() {
 				l.cap = l.cap.Add(-d)
 			}
@@ -140,6 +166,14 @@ func (p *Provider) lookForSuspension() {
 	for _, h := range ended {
 		p.expire(h)
 	}
+	return mono
+}
+
+// setDeadline moves the deadline of l, h's lease, to d; looks read it
+// from h without a lock. leases.mu is held.
+func (p *Provider) setDeadline(h *acquisition, l *lease, d time.Time) {
+	l.deadline = d
+	h.deadline.Store(int64(d.Sub(p.susp.monoAt)))
 }
 
 // watch looks for a suspension, and again after watchEvery while any
@@ -217,6 +251,7 @@ func (p *Provider) drop(h *acquisition) *lease {
 	l := ls.held[h]
 	if l != nil {
 		l.loss.Stop()
+		h.deadline.Store(math.MaxInt64) // nothing for a look to find
 		delete(ls.held, h)
 		close(h.unkept)
 	}
@@ -238,7 +273,7 @@ func (p *Provider) drop(h *acquisition) *lease {
 func (p *Provider) expire(h *acquisition) {
 	p.leases.mu.Lock()
 	l := p.leases.held[h]
-	now := time.Now()
+	now := p.susp.now()
 	if l == nil || now.Before(l.deadline) {
 		p.leases.mu.Unlock()
 		return
@@ -279,7 +314,7 @@ func (p *Provider) extend(hs []*acquisition) {
 		}
 		ls.mu.Unlock()
 		sent := p.now()
-		ctx, cancel := context.WithDeadline(context.Background(), latest)
+		ctx, cancel := context.WithTimeout(context.Background(), latest.Sub(sent))
 		ctx = p.tel.startExtension(ctx, hs)
 		lost, err := p.extendLeases(ctx, hs)
 		replied := time.Now()
@@ -304,6 +339,7 @@ func (p *Provider) extend(hs []*acquisition) {
 		p.lookForSuspension()
 		ls.mu.Lock()
 		slept := p.susp.since(sent) // while the round trip was on its way
+		now := p.susp.now()
 		for _, h := range hs {
 			l := ls.held[h]
 			switch {
@@ -313,13 +349,13 @@ func (p *Provider) extend(hs []*acquisition) {
 				again = append(again, h)
 			default:
 				l.lastErr, l.slept = nil, slept
-				l.deadline = l.until(o, sent.Add(-slept))
+				p.setDeadline(h, l, l.until(o, sent.Add(-slept)))
 				h.confirmed.Store(sent.UnixNano())
 				h.replied.Store(replied.UnixNano())
-				l.loss.Reset(time.Until(l.deadline))
+				l.loss.Reset(l.deadline.Sub(now))
 				// A tick came while this was on its way: extend again now
 				// if an extension at the next tick could come back too late.
-				l.busy = l.missed && time.Until(l.deadline) < o.cadence+time.Since(sent)
+				l.busy = l.missed && l.deadline.Sub(now) < o.cadence+now.Sub(sent)
 				if l.missed = false; l.busy {
 					again = append(again, h)
 				}

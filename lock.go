@@ -269,9 +269,11 @@ func (l *Lock) leaveLine(w *waiter, withdraw, watching bool) {
 
 // Do acquires the lock (waiting, as Acquire), runs fn, and releases the lock,
 // also when fn panics. fn's ctx ends when ctx ends or the lock is lost; its
-// cause is then ErrLockLost. Do returns fn's error; if the lock was lost
-// while fn ran, the error also satisfies errors.Is(err, ErrLockLost). If the
-// lock cannot be acquired, fn does not run and Do returns Acquire's error. A
+// cause is then ErrLockLost. Do returns fn's error as fn returned it; but if
+// the lock was lost while fn ran, or the release failed, it returns an
+// *Error of "do" that wraps the release's error and fn's, if any, so that
+// errors.Is(err, ErrLockLost) holds after a loss. If the lock cannot be
+// acquired, fn does not run and Do returns Acquire's error, as its own. A
 // nil fn is an error, returned before anything is acquired. With
 // WithHoldAtLeast, the release keeps the lock held until the hold ends.
 func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) (err error) {
@@ -283,7 +285,7 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) (err 
 	}
 	h, err := l.Acquire(ctx)
 	if err != nil {
-		return err
+		return renamed("do", err)
 	}
 	return do(ctx, h, fn)
 }
@@ -296,8 +298,9 @@ type holding interface {
 }
 
 // do runs fn with a ctx that ends when ctx ends or h is lost (cause
-// ErrLockLost), then releases h, also when fn panics. It returns fn's error
-// joined with Release's.
+// ErrLockLost), then releases h, also when fn panics. It returns fn's
+// error as it is if the release succeeded, else Release's error as Do's,
+// its cause joined with fn's error.
 func do(ctx context.Context, h holding, fn func(ctx context.Context) error) (err error) {
 	defer func() {
 		// Release even when ctx is already over: the caller is done with
@@ -305,13 +308,26 @@ func do(ctx context.Context, h holding, fn func(ctx context.Context) error) (err
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 		if rerr := h.Release(rctx); rerr != nil {
-			err = errors.Join(err, rerr)
+			err = doError(err, rerr)
 		}
 	}()
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer context.AfterFunc(h.Context(), func() { cancel(context.Cause(h.Context())) })()
 	return fn(fctx)
+}
+
+// doError is Do's error when fn returned fnErr and the release failed
+// with rerr, an *Error.
+func doError(fnErr, rerr error) error {
+	e, ok := renamed("do", rerr).(*Error)
+	switch {
+	case !ok: // not a Release's
+		return errors.Join(fnErr, rerr)
+	case fnErr != nil:
+		e.Err = errors.Join(fnErr, e.Err)
+	}
+	return e
 }
 
 // attempt is one acquisition attempt, claiming with waitToken (Acquire):

@@ -123,7 +123,11 @@ func (m memStore) listCollections(ctx context.Context) ([]bson.Raw, error) {
 }
 
 // watch opens a change stream of the collection in one round trip, then
-// delivers its events as they come, in this goroutine, until ctx ends.
+// delivers its events as they come, in this goroutine, until ctx ends or
+// a read fails (history lost, the cursor killed), with the error the
+// driver would return. It reads as the driver's getMores do: it waits for
+// events within a read, so the stream is never idle while it runs, and a
+// stream whose reply was lost, which nobody reads, times out.
 func (m memStore) watch(ctx context.Context, pipeline mongo.Pipeline, ready func(), event func(bson.RawValue)) error {
 	var s *memdb.Stream
 	err := m.do(ctx, func(c *memdb.Table, _ time.Time) (err error) {
@@ -144,10 +148,8 @@ func (m memStore) watch(ctx context.Context, pipeline mongo.Pipeline, ready func
 			event(ev.Lookup("documentKey", "_id"))
 			continue
 		}
-		select {
-		case <-s.Ready():
-		case <-ctx.Done():
-			return nil
+		if s.Wait(ctx) != nil {
+			return nil // ctx ended
 		}
 	}
 }

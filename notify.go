@@ -27,9 +27,11 @@ import (
 // collection is remembered as having none, and waiters keep polling,
 // silently. Only that refusal is remembered: a stream that opened and
 // ended later, whatever the error (the network, a failover, an event over
-// 16 MB, history lost, an invalidate), or that could not open for a
-// transient error, is reopened by the next waiter, as streamRetry says.
-// Election observers reopen theirs by the same policy.
+// 16 MB, history lost, its cursor killed, an invalidate), or that could
+// not open for a transient error, is opened again as streamRetry says,
+// for the waiters still waiting then or the next to come; a release it
+// missed meanwhile is found by their polls. Election observers reopen
+// theirs by the same policy.
 
 // notifyLinger is how long a collection's change stream stays open after
 // its last waiter.
@@ -99,6 +101,12 @@ type notifier struct {
 	waiters int
 	run     *sourceRun  // the running source, if any
 	linger  *time.Timer // pending stop after the last waiter
+	reopen  *time.Timer // pending start of a source that ended under waiters
+	// What a source runs with, as the waiters give it (the same for every
+	// waiter of a collection), while there are waiters:
+	st   store
+	wake func(name string)
+	bg   *sync.WaitGroup
 }
 
 // sourceRun is one run of a release source.
@@ -116,14 +124,25 @@ func (n *notifier) join(st store, wake func(name string), bg *sync.WaitGroup) {
 		n.linger.Stop()
 		n.linger = nil
 	}
+	n.st, n.wake, n.bg = st, wake, bg
+	n.startLocked()
+}
+
+// startLocked starts the source unless it runs already, was refused, or
+// the policy says to wait; n.mu is held.
+func (n *notifier) startLocked() {
 	if n.run != nil || n.none || time.Now().Before(n.retryAt) {
 		return
 	}
-	source := n.source
+	if n.reopen != nil {
+		n.reopen.Stop()
+		n.reopen = nil
+	}
+	source, st, wake := n.source, n.st, n.wake
 	ctx, stop := context.WithCancel(context.Background())
 	run := &sourceRun{stop: stop}
 	n.run = run
-	bg.Go(func() {
+	n.bg.Go(func() {
 		defer stop()
 		var opened time.Time
 		err := source(ctx, st, func() {
@@ -133,16 +152,30 @@ func (n *notifier) join(st store, wake func(name string), bg *sync.WaitGroup) {
 		}, wake)
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		// Polling never stopped; only the wake-ups end here. Unless it was
-		// stopped after the last waiter, the next waiter reopens it when
-		// the policy lets it.
-		if ctx.Err() == nil {
-			wait, final := n.retry.ended(opened, err)
-			n.none = n.none || final
-			n.retryAt = time.Now().Add(wait)
-		}
 		if n.run == run {
 			n.run = nil
+		}
+		// Polling never stopped; only the wake-ups end here. Unless it was
+		// stopped after the last waiter, it is opened again when the
+		// policy lets it, for the waiters still counted then.
+		if ctx.Err() != nil {
+			return
+		}
+		wait, final := n.retry.ended(opened, err)
+		n.none = n.none || final
+		n.retryAt = time.Now().Add(wait)
+		if !final && n.waiters > 0 {
+			var reopen *time.Timer
+			reopen = time.AfterFunc(wait, func() {
+				n.mu.Lock()
+				defer n.mu.Unlock()
+				if n.reopen != reopen {
+					return // stopped by the last waiter's leaving, or a join started it
+				}
+				n.reopen = nil
+				n.startLocked()
+			})
+			n.reopen = reopen
 		}
 	})
 }
@@ -152,7 +185,17 @@ func (n *notifier) leave() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.waiters--
-	if n.waiters > 0 || n.run == nil {
+	if n.waiters > 0 {
+		return
+	}
+	if n.reopen != nil { // nobody is left to wake
+		n.reopen.Stop()
+		n.reopen = nil
+	}
+	// The state of a collection is kept per client while the client is
+	// reachable: it must not keep the client reachable itself.
+	n.st, n.wake, n.bg = nil, nil, nil
+	if n.run == nil {
 		return
 	}
 	run := n.run

@@ -442,8 +442,8 @@ func raiseTTL(coll string) bson.D {
 // lastWrite is what the last write of a pipeline did to a document: it is
 // read only by the change streams' filters (9, 14). MongoDB reports an
 // update with a pipeline as a replace event, carrying only the document
-// after it, on 4.4 always and from 5.0 whenever its diff would be larger
-// than the document: the mark says what that write was. A classic update
+// after it, on 4.4 always and from 5.0 whenever its diff would be no
+// smaller than the document: the mark says what that write was. A classic update
 // (a release's $unset, a proclaim's $set, a slot's $pull) is always
 // reported as an update event, with its changed fields, and writes none.
 const (
@@ -731,7 +731,7 @@ func slotPipeline(a slotAttempt) bson.A {
 	var stages bson.A
 	if a.mode == handOverMode {
 		stages = bson.A{set("holders", filterOf(ifNull("$holders", bson.A{}), op("$ne", "$$this.id", a.releasing)))}
-		write = append(write, bson.E{Key: "releasedAt", Value: cond(acq, ifNull("$releasedAt", "$$REMOVE"), now)})
+		write = append(write, bson.E{Key: "releasedAt", Value: cond(acq, ifNull("$releasedAt", "$$REMOVE"), releaseStamp)})
 		refusedWrite = wroteRelease
 	}
 	write = append(write, obj("lastWrite", cond(acq, wroteAcquire, refusedWrite), "_live", "$$REMOVE", "_acquired", "$$REMOVE")...)
@@ -777,6 +777,15 @@ func semHolderFilter(name, id string) bson.D {
 func semReleaseUpdate(id string) bson.D {
 	return obj("$pull", obj("holders", obj("id", id)), "$currentDate", obj("releasedAt", true))
 }
+
+// releaseStamp is the releasedAt of a slot's release written by a
+// pipeline: the server's time, or a millisecond past the stamp before if
+// that is not earlier. From MongoDB 5.0, a pipeline's update event lists
+// only the fields whose value changed, and release events look for this
+// one (9): a second release within the same millisecond must change it
+// too. A release by an update document (17) lists it in any case: the
+// server logs a $currentDate field, changed or not.
+var releaseStamp = op("$max", "$$NOW", op("$add", "$releasedAt", 1))
 
 // 18. Extend slots' leases, one or a batch across semaphores:
 // updateMany(semExtendFilter, semExtendUpdate). Each listed holder still in
@@ -870,7 +879,7 @@ func semForceReleaseHolderUpdate(id string) bson.A {
 // release does, if ending is not empty; else it changes nothing.
 func semForceReleaseOf(ending, after any) bson.A {
 	ends := op("$gt", op("$size", ending), 0)
-	return bson.A{set("holders", cond(ends, after, "$holders"), "releasedAt", cond(ends, "$$NOW", "$releasedAt"),
+	return bson.A{set("holders", cond(ends, after, "$holders"), "releasedAt", cond(ends, releaseStamp, "$releasedAt"),
 		"lastWrite", cond(ends, wroteRelease, "$lastWrite"))}
 }
 
@@ -930,5 +939,5 @@ func upgradeTagFilter(name, id, tag string) bson.D {
 // (releasedAt, as a release stamps it).
 func holderModeUpdate(id string, mode rwMode) bson.A {
 	in := cond(op("$eq", "$$this.id", id), rewrittenHolder(mode, "$$this.token", "$$REMOVE", "$$REMOVE"), "$$this")
-	return bson.A{set("holders", mapHolders(in), "releasedAt", "$$NOW", "lastWrite", wroteRelease)}
+	return bson.A{set("holders", mapHolders(in), "releasedAt", releaseStamp, "lastWrite", wroteRelease)}
 }

@@ -226,11 +226,11 @@ func sender(jobs <-chan func(), done <-chan struct{}, job func()) {
 // expiry.
 //
 // ctx bounds the releases and the wait; if it ends first, Close returns
-// ctx's error, and what is left goes on in the background (a failed
-// release frees its lock in the background for a few seconds at most).
-// Otherwise it returns the errors of releases that failed, if any (a lock
-// already lost is not an error here). Later calls wait for the first and
-// return its outcome.
+// an error wrapping ctx's, and what is left goes on in the background (a
+// failed release frees its lock in the background for a few seconds at
+// most). Otherwise it returns an error that joins the errors of releases
+// that failed, if any (a lock already lost is not an error here). Later
+// calls wait for the first and return its outcome.
 func (p *Provider) Close(ctx context.Context) error {
 	if ctx == nil {
 		return &Error{Op: opClose, Err: errNilContext}
@@ -241,7 +241,9 @@ func (p *Provider) Close(ctx context.Context) error {
 		p.mu.Unlock()
 		close(p.done)
 		go func() {
-			p.closeErr = p.shutdown(ctx)
+			if err := p.shutdown(ctx); err != nil {
+				p.closeErr = &Error{Op: opClose, Err: err}
+			}
 			close(p.drained)
 		}()
 	})
@@ -249,7 +251,7 @@ func (p *Provider) Close(ctx context.Context) error {
 	case <-p.drained:
 		return p.closeErr
 	case <-ctx.Done():
-		return ctx.Err()
+		return &Error{Op: opClose, Err: ctx.Err()}
 	}
 }
 

@@ -33,6 +33,7 @@ func newHandle(l *Lock, lockID string, doc reply, sent time.Time) *Handle {
 		a.boundAt = now.Add(o.atMost)
 	}
 	a.ctx, a.cancel = context.WithCancelCause(context.Background())
+	a.lctx = leaseContext{a.ctx, a}
 	l.space().queues.hold(a, time.Now())
 	l.p.tel.acquired(l)
 	l.p.keep(a, sent)
@@ -61,46 +62,45 @@ func (a *acquisition) abandon() {
 // On loss, context.Cause returns ErrLockLost; on release, context.Canceled.
 // A Release whose round trip outlasts the lease signals the loss at the
 // lease's end, as if it had not been called. The context's Err and Done
-// first look whether the machine was suspended since the last look: after
-// a suspension that ended the lease, the first answer says done.
-func (h *Handle) Context() context.Context { return leaseContext{h.ctx, h.lock.p} }
+// first look at the lease: once its local deadline has passed (a process
+// stopped past it, a machine suspended), the first answer says done, and
+// Done's channel is closed already.
+func (h *Handle) Context() context.Context { return &h.lctx }
 
-// leaseContext is a Handle's context, which looks for a suspension
-// whenever it is asked whether it is done. Everything else, Value (and so
-// context.Cause, and the cancellation of contexts derived from it) among
-// it, is the handle's cancelable context's.
+// leaseContext is a Handle's or a CompositeHandle's context, which looks
+// at the lease whenever it is asked whether it is done. Everything else,
+// Value (and so context.Cause, and the cancellation of contexts derived
+// from it) among it, is the handle's cancelable context's. Each handle
+// keeps one, so that Context allocates nothing.
 type leaseContext struct {
 	context.Context
-	p *Provider
+	h interface{ look() }
 }
 
 func (c leaseContext) Done() <-chan struct{} {
-	c.p.lookForSuspension()
+	c.h.look()
 	return c.Context.Done()
 }
 
 func (c leaseContext) Err() error {
-	c.p.lookForSuspension()
+	c.h.look()
 	return c.Context.Err()
 }
 
 // Lost returns a channel that is closed when the lock is lost. It is never
 // closed by a normal Release. Like the Context's Err and Done, it first
-// looks whether the machine was suspended.
+// looks at the lease: once its local deadline has passed, the channel it
+// returns is closed.
 func (h *Handle) Lost() <-chan struct{} {
-	h.lock.p.lookForSuspension()
+	h.look()
 	return h.lost
 }
 
-// leaseEndedAsleep returns why h was lost if its lease ended while the
-// machine was suspended, looking for a suspension first; nil otherwise. A
+// knownLost returns why h was lost, looking at its lease first, or nil. A
 // fenced write asks before it is sent.
-func (h *acquisition) leaseEndedAsleep() error {
-	h.lock.p.lookForSuspension()
-	if h.slept.Load() {
-		return h.lossError()
-	}
-	return nil
+func (h *acquisition) knownLost() error {
+	h.look()
+	return h.lossError()
 }
 
 // Release releases the lock, if it is still held, in one owner-checked round
@@ -148,7 +148,7 @@ func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (e
 	if ctx == nil {
 		return h.lock.errorf("release", errNilContext)
 	}
-	h.lock.p.lookForSuspension() // a lease that ended while suspended is reported lost
+	h.look() // a lease whose deadline has passed is reported lost
 	if h.released.Swap(true) {
 		return nil
 	}
@@ -160,7 +160,7 @@ func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (e
 	// woken once the release is decided.
 	p := h.lock.p
 	if l := p.forget(h); l != nil {
-		defer time.AfterFunc(time.Until(l.deadline), func() {
+		defer time.AfterFunc(l.deadline.Sub(p.susp.now()), func() {
 			h.markLost(lossExpired, fmt.Errorf("%w: its lease ran out before the release's round trip ended", ErrLockLost))
 		}).Stop()
 	}
@@ -276,7 +276,6 @@ func (h *acquisition) leaseOver(lastErr error, capped bool, slept time.Duration)
 	h.lock.releaseInBackground(h.lockID, delayed(afterNoReply, time.Until(h.serverEnd())), h.lock.p.opts.atLeast, false)
 	why := fmt.Errorf("%w: its lease ran out before an extension succeeded", ErrLockLost)
 	if slept > 0 {
-		h.slept.Store(true)
 		why = fmt.Errorf("%w: its lease ran out while this machine was suspended (for %v)", ErrLockLost, slept.Round(time.Millisecond))
 	} else if capped {
 		why = fmt.Errorf("%w: it was held as long as it may be (WithHoldAtMost: %v after its acquisition)", ErrLockLost, h.lock.p.opts.atMost)

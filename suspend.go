@@ -28,6 +28,8 @@ import (
 // or extension is sent and when its reply comes, and every watchEvery
 // while it keeps leases. A look costs a time.Now and an atomic
 // load; the boot clock is read only when the wall clock has moved ahead.
+// A look on behalf of a handle's owner also compares the monotonic time
+// it read with the handle's deadline (lease.go), one more atomic load.
 
 // watchEvery is how often a provider that keeps leases looks for a
 // suspension when nothing else makes it look: the longest a resumed
@@ -93,18 +95,25 @@ func (s *suspensions) leads() (mono time.Time, elapsed, wall time.Duration) {
 	return mono, elapsed, w.Sub(s.wallAt) - elapsed
 }
 
-// ahead reports whether the wall clock moved ahead of the monotonic one
-// by minSuspension or more since the last count: then a look under
-// leases.mu (find) tells whether the machine was suspended. A wall clock
-// stepped back is counted from where it now is.
-func (s *suspensions) ahead() bool {
-	_, _, w := s.leads()
+// now returns the monotonic time, by the clocks s reads: what leases are
+// measured by.
+func (s *suspensions) now() time.Time {
+	mono, _ := s.clocks.read()
+	return mono
+}
+
+// ahead returns the monotonic time, and whether the wall clock moved ahead
+// of the monotonic one by minSuspension or more since the last count:
+// then a look under leases.mu (find) tells whether the machine was
+// suspended. A wall clock stepped back is counted from where it now is.
+func (s *suspensions) ahead() (time.Time, bool) {
+	mono, _, w := s.leads()
 	last := s.wallLead.Load()
 	gap := w - time.Duration(last)
 	if gap <= -minSuspension {
 		s.wallLead.CompareAndSwap(last, int64(w))
 	}
-	return gap >= minSuspension
+	return mono, gap >= minSuspension
 }
 
 // find returns how long the machine was suspended since the last count

@@ -53,6 +53,14 @@
 // while the process lives and campaigns again when it is lost. IsLeader
 // answers from what the campaign knows, without a round trip: gocron asks
 // before every run of every job. Only the leader's scheduler runs jobs.
+//
+// # Errors
+//
+// Errors of mongolock's calls come back as mongolock returns them, each a
+// *mongolock.Error: Lock's and Unlock's, and the error that ended a
+// campaign (Close's, and IsLeader's, wrapped). The package's own (a nil
+// argument, a timeout that is not positive, ErrNotLeader, Close's ctx's
+// error) are not mongolock's.
 package gocronmongolock
 
 import (

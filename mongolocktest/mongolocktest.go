@@ -35,8 +35,11 @@
 //
 // Where it differs from a server: the Store has no TTL monitor (released
 // documents stay, which only Locks shows), and it is one database with
-// change streams, reached without a network unless Partition says
-// otherwise.
+// change streams (reporting changes as MongoDB 8.0 does), reached without
+// a network unless Partition says otherwise. Its change streams read a
+// history of its last 1,024 writes, as MongoDB's read the capped oplog: a
+// stream that falls behind it ends, and the Provider opens another, as
+// over MongoDB.
 package mongolocktest
 
 import (

@@ -192,8 +192,8 @@ func forceReleaseHolderEndsOne(e *env) {
 		require.NoError(e.t, err)
 		require.False(e.t, released, "an id that holds nothing")
 		_, err = q.ForceReleaseHolder(e.ctx, name, "")
-		require.Error(e.t, err)
-		requireOp(e.t, err, "force release")
+		require.ErrorIs(e.t, err, mongolock.ErrInvalidArgument)
+		requireOp(e.t, err, "force release holder")
 
 		released, err = q.ForceReleaseHolder(e.ctx, name, info.Holders[0].ID)
 		require.NoError(e.t, err)

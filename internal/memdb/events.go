@@ -1,24 +1,132 @@
 package memdb
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
+// The defaults of a Store's change history (WithHistory,
+// WithCursorTimeout).
+const (
+	// DefaultHistory is how many events a database keeps: small, so that
+	// a model runs in little memory for as long as it runs. MongoDB's
+	// oplog keeps far more (by size or age); a stream that cannot keep up
+	// with that many writes is behind on MongoDB too.
+	DefaultHistory = 1024
+	// DefaultCursorTimeout is how long an unread change stream lives on
+	// MongoDB 8.0 with the Go driver: its cursor belongs to the implicit
+	// session the driver opens for it, and from MongoDB 4.4.8 on, such a
+	// cursor is not killed by cursorTimeoutMillis (10 minutes) but with
+	// its session, which expires after logicalSessionTimeoutMinutes (30)
+	// without use.
+	DefaultCursorTimeout = 30 * time.Minute
+)
+
+// history is a database's change events, as MongoDB's oplog: one for all
+// its collections, capped, each event at a position. Streams read it by
+// position and keep no events of their own, so that an unread stream
+// costs nothing but its cursor, and a cursor left unread is killed.
+type history struct {
+	op      *sync.Mutex // the database's operations', nil for a lone Table: a read is one of them
+	mu      sync.Mutex
+	now     func() time.Time
+	size    int
+	timeout time.Duration
+	ring    []entry // position p at ring[p%size], for p from next-len(ring)
+	next    uint64  // the position of the next event
+	streams []*Stream
+	cursors int64 // cursor ids given
+}
+
+// entry is an event at its position in a history.
+type entry struct {
+	coll *Table
+	ev   bson.D
+}
+
+// newHistory returns an empty history read at the clock now, whose
+// reads are operations of the database that op orders.
+func newHistory(now func() time.Time, op *sync.Mutex) *history {
+	return &history{op: op, now: now, size: DefaultHistory, timeout: DefaultCursorTimeout}
+}
+
+// history returns the history c's events go to: its database's, or one
+// of its own for a Table used alone.
+func (c *Table) history() *history {
+	if c.hist == nil {
+		c.hist = newHistory(time.Now, nil)
+	}
+	return c.hist
+}
+
+// add appends the event ev of a write to coll, dropping the oldest beyond
+// the cap, and wakes coll's streams, and the others once half the history
+// has passed them: a getMore scans the whole oplog, and a stream whose
+// reader keeps reading does not fall behind for its collection's being
+// quiet.
+func (h *history) add(coll *Table, ev bson.D) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.ring) < h.size {
+		h.ring = append(h.ring, entry{coll, ev})
+	} else {
+		h.ring[h.next%uint64(h.size)] = entry{coll, ev}
+	}
+	h.next++
+	h.sweep()
+	for _, s := range h.streams {
+		if s.coll == coll || h.next-s.pos >= uint64(h.size+1)/2 {
+			s.wake()
+		}
+	}
+}
+
+// open returns the number of open cursors.
+func (h *history) open() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sweep()
+	return len(h.streams)
+}
+
+// sweep kills the cursors left unread for the cursor timeout, as MongoDB's
+// cursor monitor does, and forgets the streams that ended; h.mu is held.
+func (h *history) sweep() {
+	now := h.now()
+	h.streams = slices.DeleteFunc(h.streams, func(s *Stream) bool {
+		if s.idle(now) {
+			s.end(cursorNotFound(s.id))
+		}
+		return s.err != nil
+	})
+}
+
 // Stream is a change stream of one collection: the events of its writes
-// since Watch, in order, that pass its pipeline. It has no goroutine: the
-// caller takes the events with Next, and may wait on Ready. Safe for
-// concurrent use.
+// since Watch, in order, that pass its pipeline, read from its database's
+// history (WithHistory) by position, as a change stream's cursor reads
+// MongoDB's oplog. It has no goroutine: the caller takes the events with
+// Next, and waits for more with Wait, as the driver's getMore does with
+// awaitData. A stream that fell behind the history fails with
+// ChangeStreamHistoryLost; one neither read nor waited on for the cursor
+// timeout (WithCursorTimeout) is killed, and fails with CursorNotFound.
+// Safe for concurrent use.
 type Stream struct {
+	h       *history
+	coll    *Table
 	filters []bson.D // of the pipeline's $match stages
 	ready   chan struct{}
-	mu      sync.Mutex
-	events  []bson.D
-	closed  bool
+	id      int64
+	// Under h.mu:
+	pos      uint64    // of the next event to read
+	used     time.Time // when last read, or waited on
+	awaiting int       // calls of Wait under way: a getMore in progress is never idle
+	err      error     // why it ended: its next read's error
 }
 
 // Watch opens a change stream over the collection's writes from now on.
@@ -26,7 +134,8 @@ type Stream struct {
 // mongo.Collection.Watch takes them.
 func (c *Table) Watch(pipeline any) (s *Stream, err error) {
 	defer guard(&err)
-	s = &Stream{ready: make(chan struct{}, 1)}
+	h := c.history()
+	s = &Stream{h: h, coll: c, ready: make(chan struct{}, 1)}
 	if pipeline != nil {
 		for _, st := range as[bson.A](norm(pipeline), "pipeline") {
 			if st := stageOf(st); st.Key != "$match" {
@@ -36,86 +145,121 @@ func (c *Table) Watch(pipeline any) (s *Stream, err error) {
 			}
 		}
 	}
-	c.streams = append(c.streams, s)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cursors++
+	s.id, s.pos, s.used = h.cursors, h.next, h.now()
+	h.streams = append(h.streams, s)
 	return s, nil
 }
 
 // Next returns the next event that passes the pipeline, or nil if there
-// is none yet.
+// is none yet: a getMore, an operation of the database, ordered with its
+// writes. Its error is the server's as the driver returns it:
+// ChangeStreamHistoryLost if events it had not read were dropped from
+// the history, CursorNotFound if it was closed, killed after the cursor
+// timeout, or failed before.
 func (s *Stream) Next() (event bson.Raw, err error) {
 	defer guard(&err)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for len(s.events) > 0 {
-		ev := s.events[0]
-		s.events = s.events[1:]
-		if !slices.ContainsFunc(s.filters, func(f bson.D) bool { return !matches(ev, f) }) {
-			return encode(ev), nil
+	h := s.h
+	if h.op != nil {
+		h.op.Lock()
+		defer h.op.Unlock()
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := h.now()
+	switch {
+	case s.err != nil:
+		return nil, cursorNotFound(s.id) // killed on the server with its error
+	case s.idle(now):
+		s.end(cursorNotFound(s.id))
+		return nil, s.err
+	}
+	s.used = now
+	for ; s.pos < h.next; s.pos++ {
+		if h.next-s.pos > uint64(len(h.ring)) {
+			s.end(historyLost)
+			return nil, s.err
+		}
+		e := h.ring[s.pos%uint64(h.size)]
+		if e.coll == s.coll && !slices.ContainsFunc(s.filters, func(f bson.D) bool { return !matches(e.ev, f) }) {
+			s.pos++
+			return encode(e.ev), nil
 		}
 	}
 	return nil, nil
 }
 
-// Ready receives after events arrived that Next has not taken (once for
-// several).
-func (s *Stream) Ready() <-chan struct{} { return s.ready }
+// Wait returns once events may have arrived that Next has not taken
+// (once for several), or when the stream ends, or with ctx's error when
+// ctx ends. While it waits, the stream is in use, as a cursor is during
+// a getMore with awaitData: never idle.
+func (s *Stream) Wait(ctx context.Context) error {
+	h := s.h
+	h.mu.Lock()
+	s.awaiting++
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		s.awaiting--
+		s.used = h.now()
+		h.mu.Unlock()
+	}()
+	select {
+	case <-s.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
-// Close ends the stream: it receives no more events.
+// Close ends the stream, as the driver's Close kills its cursor.
 func (s *Stream) Close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed, s.events = true, nil
+	s.h.mu.Lock()
+	defer s.h.mu.Unlock()
+	if s.err == nil {
+		s.end(cursorNotFound(s.id))
+	}
 }
 
-// emit gives each open stream the event of a write of doc, in MongoDB's
-// shape: a resume token, the operation, its cluster time and wall time,
-// the full document (insert, replace), the namespace, the document's key,
-// and an update's description of its change from before.
-func (c *Table) emit(now time.Time, op string, doc, before bson.D) {
+// idle reports whether s was left unread for the cursor timeout at now;
+// h.mu is held.
+func (s *Stream) idle(now time.Time) bool {
+	return s.err == nil && s.awaiting == 0 && now.Sub(s.used) >= s.h.timeout
+}
+
+// end ends s with err, and wakes a Wait for it; h.mu is held. The history
+// forgets it at its next sweep.
+func (s *Stream) end(err error) {
+	s.err = err
+	s.wake()
+}
+
+func (s *Stream) wake() {
+	select {
+	case s.ready <- struct{}{}:
+	default: // a wake-up is pending already
+	}
+}
+
+// historyLost is the error of a change stream whose next event is no
+// longer in the oplog, as MongoDB returns it; it is not resumable, so the
+// Go driver returns it to the caller.
+var historyLost error = mongo.CommandError{Code: 286, Name: "ChangeStreamHistoryLost",
+	Labels:  []string{"NonResumableChangeStreamError"},
+	Message: "memdb: Resume of change stream was not possible, as the resume point may no longer be in the oplog."}
+
+// cursorNotFound is a getMore's error for a cursor that does not exist
+// (any more) on the server.
+func cursorNotFound(id int64) error {
+	return mongo.CommandError{Code: 43, Name: "CursorNotFound", Message: fmt.Sprintf("memdb: cursor id %d not found", id)}
+}
+
+// emit adds to the history the event of a write of doc (changeEvent);
+// desc is an update's description of its change.
+func (c *Table) emit(now time.Time, op string, doc, desc bson.D) {
 	c.seq++
-	ev := bson.D{
-		{Key: "_id", Value: bson.D{{Key: "_data", Value: fmt.Sprintf("%08X%08X", now.Unix(), c.seq)}}},
-		{Key: "operationType", Value: op},
-		{Key: "clusterTime", Value: bson.Timestamp{T: uint32(now.Unix()), I: c.seq}},
-		{Key: "wallTime", Value: bson.NewDateTimeFromTime(now)},
-		{Key: "fullDocument", Value: doc},
-		{Key: "ns", Value: bson.D{{Key: "db", Value: c.DB}, {Key: "coll", Value: c.Name}}},
-		{Key: "documentKey", Value: bson.D{{Key: "_id", Value: get(doc, "_id")}}},
-	}
-	if op == "update" || op == "delete" {
-		ev = slices.Delete(ev, 4, 5)
-	}
-	if op == "update" {
-		ev = append(ev, bson.E{Key: "updateDescription", Value: changes(before, doc)})
-	}
-	c.streams = slices.DeleteFunc(c.streams, func(s *Stream) bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if !s.closed {
-			s.events = append(s.events, ev)
-			select {
-			case s.ready <- struct{}{}:
-			default:
-			}
-		}
-		return s.closed
-	})
-}
-
-// changes is an update event's description of an update document's
-// write, as MongoDB 5.0 on reports it: the top-level fields it set or
-// changed (an array changed by $pull, whole), and those it removed.
-func changes(before, after bson.D) bson.D {
-	updated, removed := bson.D{}, bson.A{}
-	for _, e := range after {
-		if old := get(before, e.Key); old == missing || !same(old, e.Value) {
-			updated = append(updated, e)
-		}
-	}
-	for _, e := range before {
-		if get(after, e.Key) == missing {
-			removed = append(removed, e.Key)
-		}
-	}
-	return bson.D{{Key: "updatedFields", Value: updated}, {Key: "removedFields", Value: removed}, {Key: "truncatedArrays", Value: bson.A{}}}
+	ev := c.changeEvent(now, c.seq, op, doc, desc)
+	c.history().add(c, ev)
 }

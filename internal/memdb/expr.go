@@ -1,6 +1,7 @@
 package memdb
 
 import (
+	"fmt"
 	"maps"
 	"math/big"
 	"slices"
@@ -197,7 +198,7 @@ func iterate(name string, spec bson.D, c vars) any {
 		inner := maps.Clone(c)
 		inner["this"] = el
 		if v := eval(get(spec, body), inner); name == "$map" {
-			out = append(out, v)
+			out = append(out, orNull(v)) // an array holds no missing value
 		} else if truthy(v) {
 			out = append(out, el)
 		}
@@ -247,4 +248,52 @@ func arithmetic(name string, vals []any) any {
 		return int32(n)
 	}
 	return n
+}
+
+// parseStage refuses what the server refuses of stage s when it parses
+// the statement, before it reads a document, and so also in a branch it
+// would not take: a $map without input or in, a $filter without input or
+// cond (the code and message of expression.cpp's checks).
+func parseStage(s bson.E) {
+	switch s.Key {
+	case "$set", "$project", "$replaceWith":
+		parseExpr(s.Key, s.Value)
+	}
+}
+
+// required are the arguments each iterating operator cannot do without,
+// in the order the server checks them, with its error's code.
+var required = map[string][]struct {
+	arg  string
+	code int32
+}{
+	"$map":    {{"input", 16880}, {"in", 16882}},
+	"$filter": {{"input", 28648}, {"cond", 28650}},
+}
+
+// parseExpr is parseStage of an expression, or of a part of one, of the
+// stage named stage.
+func parseExpr(stage string, expr any) {
+	switch x := expr.(type) {
+	case bson.D:
+		if len(x) == 1 && x[0].Key == "$literal" {
+			return
+		}
+		if len(x) == 1 {
+			if args, ok := x[0].Value.(bson.D); ok {
+				for _, r := range required[x[0].Key] {
+					if get(args, r.arg) == missing {
+						panic(refusal{r.code, fmt.Sprintf("Invalid %s :: caused by :: Missing '%s' parameter to %s", stage, r.arg, x[0].Key)})
+					}
+				}
+			}
+		}
+		for _, e := range x {
+			parseExpr(stage, e.Value)
+		}
+	case bson.A:
+		for _, e := range x {
+			parseExpr(stage, e)
+		}
+	}
 }

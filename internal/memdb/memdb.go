@@ -2,9 +2,10 @@
 // uses one: documents keyed by _id; the operations, query operators,
 // update operators, pipeline stages and aggregation expressions of the
 // library's statements, evaluated as MongoDB documents them; the change
-// events each write produces; and, in a Store, the faults of a network
-// between a client and the server. $$NOW is an argument of every
-// operation: the store's clock, to the millisecond.
+// events each write produces, as MongoDB 8.0 reports them or as 4.4 does
+// (Events); and, in a Store, the faults of a network between a client and
+// the server. $$NOW is an argument of every operation: the store's clock,
+// to the millisecond.
 //
 // It models that subset and nothing more: a statement that uses anything
 // else is answered with an error that names what is not modelled, never
@@ -12,8 +13,10 @@
 // statement the library sends on the test server and on this model and
 // requires the same documents and replies. Not modelled: indexes other
 // than _id's (a TTL monitor's deletions are the caller's DeleteOne, at
-// the time it chooses), server errors of invalid statements, and the
-// driver (its retries, its server selection, its sessions).
+// the time it chooses), the server's errors of invalid statements (but
+// for a $map or a $filter without an argument it needs, refused with
+// MongoDB's code and message), and the driver (its retries, its server
+// selection, its sessions).
 package memdb
 
 import (
@@ -40,24 +43,47 @@ func notModelled(format string, args ...any) unmodelled {
 	return unmodelled{fmt.Sprintf(format, args...)}
 }
 
-func guard(err *error) {
-	if r := recover(); r != nil {
-		u, ok := r.(unmodelled)
-		if !ok {
-			panic(r)
+// refusal is panicked with where the server refuses a statement: its
+// error's code and message.
+type refusal struct {
+	code int32
+	msg  string
+}
+
+// guard recovers the model's panics into err: an error wrapping
+// ErrNotModelled, or a refusal as a command's error.
+func guard(err *error) { recovered(recover(), err, false) }
+
+// guardWrite is guard of a write command (update), whose refusal is a
+// write error.
+func guardWrite(err *error) { recovered(recover(), err, true) }
+
+func recovered(r any, err *error, write bool) {
+	switch r := r.(type) {
+	case nil:
+	case unmodelled:
+		*err = fmt.Errorf("%w: %s", ErrNotModelled, r.what)
+	case refusal:
+		if write {
+			*err = mongo.WriteException{WriteErrors: []mongo.WriteError{{Code: int(r.code), Message: r.msg}}}
+		} else {
+			*err = mongo.CommandError{Code: r.code, Name: fmt.Sprintf("Location%d", r.code), Message: r.msg}
 		}
-		*err = fmt.Errorf("%w: %s", ErrNotModelled, u.what)
+	default:
+		panic(r)
 	}
 }
 
 // Table is one collection's documents, in insertion order (the order
-// a find without a sort returns them), and its open change streams. It is
-// not safe for concurrent use: a Store is.
+// a find without a sort returns them); its change events go to its
+// database's history, which its change streams read. It is not safe for
+// concurrent use: a Store is.
 type Table struct {
 	DB, Name string // the namespace its change events name
+	Events   Events // the form of its updates' change events
 	docs     []bson.D
-	streams  []*Stream
-	seq      uint32 // events so far
+	hist     *history // where its change events go; nil: one of its own, made on first use
+	seq      uint32   // events so far
 }
 
 // norm turns a statement's part (bson.D, bson.Raw, bson.A,
@@ -255,17 +281,23 @@ type FindOneAndUpdateOptions struct {
 // ($set, …) or a pipeline.
 func (c *Table) FindOneAndUpdate(now time.Time, filter, update any, o FindOneAndUpdateOptions) (doc bson.Raw, err error) {
 	defer guard(&err)
+	u := parseUpdate(update)
+	var projection bson.E
+	if o.Projection != nil {
+		projection = bson.E{Key: "$project", Value: norm(o.Projection)}
+		parseStage(projection)
+	}
 	hits := c.matching(filter, 1)
 	if len(hits) == 0 {
 		return nil, mongo.ErrNoDocuments
 	}
 	out := c.docs[hits[0]]
-	c.update(now, hits[0], update)
+	c.update(now, hits[0], u)
 	if o.After {
 		out = c.docs[hits[0]]
 	}
 	if o.Projection != nil {
-		out = stage([]bson.D{out}, bson.E{Key: "$project", Value: norm(o.Projection)}, now)[0]
+		out = stage([]bson.D{out}, projection, now)[0]
 	}
 	return encode(out), nil
 }
@@ -282,22 +314,21 @@ func (c *Table) UpdateMany(now time.Time, filter, update any) (matched, modified
 }
 
 func (c *Table) updateAll(now time.Time, filter, update any, most int) (matched, modified int, err error) {
-	defer guard(&err)
+	defer guardWrite(&err)
+	u := parseUpdate(update)
 	hits := c.matching(filter, most)
 	for _, i := range hits {
-		if c.update(now, i, update) {
+		if c.update(now, i, u) {
 			modified++
 		}
 	}
 	return len(hits), modified, nil
 }
 
-// update applies update to document i, and reports whether it changed
-// it. A change is an event: a pipeline's, a replace (as MongoDB 4.4
-// always reports it, and later ones when the diff is larger than the
-// document); an update document's, an update with its changed fields.
-func (c *Table) update(now time.Time, i int, update any) bool {
-	before, after, op := c.docs[i], c.docs[i], "replace"
+// parseUpdate is update as the model applies it (norm), refused as the
+// server refuses it before it reads a document: a pipeline of the stages
+// an update takes and of expressions it parses.
+func parseUpdate(update any) any {
 	switch u := norm(update).(type) {
 	case bson.A:
 		for _, s := range u {
@@ -305,21 +336,46 @@ func (c *Table) update(now time.Time, i int, update any) bool {
 			if st.Key == "$match" || st.Key == "$sort" {
 				panic(notModelled("update stage %s", st.Key))
 			}
-			after = stage([]bson.D{after}, st, now)[0]
+			parseStage(st)
+		}
+		return u
+	case bson.D:
+		return u
+	}
+	panic(notModelled("update of type %T", update))
+}
+
+// update applies update (parseUpdate's) to document i, and reports
+// whether it changed it: a pipeline, if the document is another; an
+// update document, if it wrote a field (a $currentDate field always,
+// changed or not, as the server does). A change is an event, in the
+// table's form of events.
+func (c *Table) update(now time.Time, i int, update any) bool {
+	before, after := c.docs[i], c.docs[i]
+	var written []string
+	switch u := update.(type) {
+	case bson.A:
+		for _, s := range u {
+			after = stage([]bson.D{after}, stageOf(s), now)[0]
 		}
 	case bson.D:
-		after, op = applyOperators(before, u, bson.NewDateTimeFromTime(now)), "update"
-	default:
-		panic(notModelled("update of type %T", update))
+		after, written = applyOperators(before, u, bson.NewDateTimeFromTime(now))
 	}
 	if !equal(get(after, "_id"), get(before, "_id")) {
 		panic(notModelled("an update that changes _id"))
 	}
-	if same(before, after) {
+	var op string
+	var desc bson.D
+	switch _, pipeline := update.(bson.A); {
+	case pipeline && same(before, after), !pipeline && len(written) == 0:
 		return false
+	case pipeline:
+		op, desc = c.Events.pipelineEvent(before, after)
+	default:
+		op, desc = c.Events.operatorsEvent(before, after, written)
 	}
 	c.docs[i] = after
-	c.emit(now, op, after, before)
+	c.emit(now, op, after, desc)
 	return true
 }
 
@@ -348,8 +404,12 @@ func (c *Table) Find(now time.Time, filter, projection any) (docs []bson.Raw, er
 // Aggregate runs pipeline over the collection's documents.
 func (c *Table) Aggregate(now time.Time, pipeline any) (docs []bson.Raw, err error) {
 	defer guard(&err)
+	stages := as[bson.A](norm(pipeline), "pipeline")
+	for _, s := range stages {
+		parseStage(stageOf(s))
+	}
 	cur := slices.Clone(c.docs)
-	for _, s := range as[bson.A](norm(pipeline), "pipeline") {
+	for _, s := range stages {
 		cur = stage(cur, stageOf(s), now)
 	}
 	return encodeAll(cur), nil
@@ -473,8 +533,11 @@ var updateOperators = map[string]func(old, arg any, now bson.DateTime) any{
 
 // applyOperators applies an update document. The server applies the
 // fields in lexicographic order of their names (MongoDB 5.0 on): that is
-// the order in which new fields are appended.
-func applyOperators(d bson.D, u bson.D, now bson.DateTime) bson.D {
+// the order in which new fields are appended, and in which written lists
+// the fields it logs: each one whose value it changed, created or
+// removed, and each $currentDate field, changed or not (its operator
+// never reports a no-op: current_date_node.cpp).
+func applyOperators(d bson.D, u bson.D, now bson.DateTime) (out bson.D, written []string) {
 	type change struct {
 		field, op string
 		arg       any
@@ -486,15 +549,20 @@ func applyOperators(d bson.D, u bson.D, now bson.DateTime) bson.D {
 		}
 	}
 	slices.SortStableFunc(changes, func(a, b change) int { return strings.Compare(a.field, b.field) })
-	out := slices.Clone(d)
+	out = slices.Clone(d)
 	for i, ch := range changes {
 		apply, ok := updateOperators[ch.op]
 		if !ok || strings.Contains(ch.field, ".") || ch.field == "_id" || i > 0 && changes[i-1].field == ch.field {
 			panic(notModelled("%s of %q", ch.op, ch.field))
 		}
-		out = put(out, ch.field, apply(get(out, ch.field), ch.arg, now))
+		old := get(out, ch.field)
+		v := apply(old, ch.arg, now)
+		if ch.op == "$currentDate" || !same(old, v) {
+			written = append(written, ch.field)
+		}
+		out = put(out, ch.field, v)
 	}
-	return out
+	return out, written
 }
 
 func isOperator(d bson.D) bool { return len(d) > 0 && strings.HasPrefix(d[0].Key, "$") }

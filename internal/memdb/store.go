@@ -20,23 +20,76 @@ type Store struct {
 	*data
 }
 
-// data is a database's collections and clock, shared by the Stores that
-// Client returns.
+// data is a database's collections, clock and change history, shared by
+// the Stores that Client returns.
 type data struct {
-	db    string
-	now   func() time.Time
-	mu    sync.Mutex
-	colls map[string]*Table
-	ops   int64 // operations applied, under mu
+	db     string
+	now    func() time.Time
+	mu     sync.Mutex
+	colls  map[string]*Table
+	ops    int64  // operations applied, under mu
+	events Events // its tables' form of events, under mu
+	hist   *history
 }
 
 // NewStore returns an empty database named db, whose $$NOW is now() (nil:
-// time.Now).
-func NewStore(db string, now func() time.Time) *Store {
+// time.Now), with opts.
+func NewStore(db string, now func() time.Time, opts ...StoreOption) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{data: &data{db: db, now: now, colls: map[string]*Table{}}}
+	d := &data{db: db, now: now, colls: map[string]*Table{}}
+	d.hist = newHistory(now, &d.mu)
+	for _, o := range opts {
+		o(d.hist)
+	}
+	return &Store{data: d}
+}
+
+// A StoreOption sets how a Store's database keeps its change history.
+type StoreOption func(*history)
+
+// WithHistory sets how many change events the database keeps, of all its
+// collections together, as MongoDB's oplog is one for the replica set and
+// capped: a change stream that has fallen further behind fails on its
+// next read with ChangeStreamHistoryLost. DefaultHistory if not given; n
+// must be at least 1.
+func WithHistory(n int) StoreOption {
+	if n < 1 {
+		panic("memdb: WithHistory needs at least one event")
+	}
+	return func(h *history) { h.size = n }
+}
+
+// WithCursorTimeout sets how long a change stream may go without a read
+// before the database kills its cursor: its next read then fails with
+// CursorNotFound. DefaultCursorTimeout if not given; d must be positive.
+func WithCursorTimeout(d time.Duration) StoreOption {
+	if d <= 0 {
+		panic("memdb: WithCursorTimeout needs a positive duration")
+	}
+	return func(h *history) { h.timeout = d }
+}
+
+// Cursors returns the number of change streams open on the database:
+// opened, and neither closed, failed nor timed out, as serverStatus's
+// metrics.cursor.open counts them.
+func (s *Store) Cursors() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hist.open()
+}
+
+// SetEvents sets the form of the change events of the database's updates,
+// in every collection, from now on: MongoDB 8.0's (Events8, a new Store's)
+// or 4.4's (Events44).
+func (s *Store) SetEvents(e Events) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = e
+	for _, c := range s.colls {
+		c.Events = e
+	}
 }
 
 // Client returns another client's way to s's database: the same
@@ -49,7 +102,7 @@ func (s *Store) Client() *Store { return &Store{data: s.data} }
 // and at the store's clock, through the faults: as a client would see it,
 // the operation may be refused, unreachable, or applied and its reply
 // delayed or lost. A Stream op opens (Table.Watch) is read outside
-// Do.
+// Do: each read is an operation of the database, alone as op is.
 func (s *Store) Do(ctx context.Context, coll string, op func(c *Table, now time.Time) error) error {
 	lose, err := s.Faults.before()
 	if err != nil {
@@ -57,7 +110,7 @@ func (s *Store) Do(ctx context.Context, coll string, op func(c *Table, now time.
 	}
 	s.mu.Lock()
 	if s.colls[coll] == nil {
-		s.colls[coll] = &Table{DB: s.db, Name: coll}
+		s.colls[coll] = &Table{DB: s.db, Name: coll, Events: s.events, hist: s.hist}
 	}
 	err = op(s.colls[coll], s.now())
 	s.ops++

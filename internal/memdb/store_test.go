@@ -111,12 +111,12 @@ func TestStoreClockIsTheBubblesAndEventsCarryIt(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Hour)
+		time.Sleep(DefaultCursorTimeout / 2) // unread for less than the cursor timeout
 		want := time.Now()
 		if err := insert(t.Context(), s, "a"); err != nil {
 			t.Fatal(err)
 		}
-		<-st.Ready()
+		_ = st.Wait(t.Context())
 		ev, err := st.Next()
 		if err != nil || ev == nil {
 			t.Fatalf("event: %v, %v", ev, err)

@@ -55,7 +55,10 @@
 //
 // -simulate.worlds (default: one per core) worlds run side by side, each
 // with its own store, processes and clock, world i with seed+i: one
-// bubble keeps about one core busy.
+// bubble keeps about one core busy. The worlds' stores report change
+// events as MongoDB 8.0 and 4.4 do in turn (-simulate.events): world i's
+// in the (i mod count)-th form, so that the release events' filters meet
+// both a pipeline's update events with their diff and its replace events.
 //
 // What a seed fixes, and what it does not: the seed (printed first, from
 // the clock unless -simulate.seed says) fixes the world's shape and every

@@ -32,6 +32,7 @@ var (
 	flagP        = flag.Int("simulate.p", 4, "processes")
 	flagG        = flag.Int("simulate.g", 4, "goroutines per process, besides its long holder")
 	flagExpiries = flag.String("simulate.expiries", "1s/50ms,20s,3s", "lease expiries[/extension cadence], comma-separated: process i has the (i mod count)-th")
+	flagEvents   = flag.String("simulate.events", "8.0,4.4", "the forms of the store's change events, by the MongoDB version that reports them so (8.0, 4.4), comma-separated: world i has the (i mod count)-th")
 )
 
 type (
@@ -57,6 +58,7 @@ type config struct {
 	names                [numKinds]int
 	slots                int // a semaphore's
 	expiries             []lease
+	events               []memdb.Events // world i's store has the (i mod count)-th
 	hold, longHold       time.Duration
 	faultEvery           time.Duration // a network fault on a process's client (0: none)
 	dropEvery, killEvery time.Duration // a client closed under a holder; a process dying (0: none)
@@ -93,8 +95,26 @@ func parseExpiries(s string) ([]lease, error) {
 	return out, nil
 }
 
+// parseEvents parses -simulate.events.
+func parseEvents(s string) ([]memdb.Events, error) {
+	forms := []memdb.Events{memdb.Events8, memdb.Events44}
+	var out []memdb.Events
+	for part := range strings.SplitSeq(s, ",") {
+		i := slices.IndexFunc(forms, func(e memdb.Events) bool { return e.String() == strings.TrimSpace(part) })
+		if i < 0 {
+			return nil, fmt.Errorf("-simulate.events %q: %q is neither 8.0 nor 4.4", s, part)
+		}
+		out = append(out, forms[i])
+	}
+	return out, nil
+}
+
 func defaultConfig(t *testing.T) config {
 	expiries, err := parseExpiries(*flagExpiries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := parseEvents(*flagEvents)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,25 +125,29 @@ func defaultConfig(t *testing.T) config {
 	return config{
 		seed: seed, worlds: max(1, *flagWorlds), n: *flagN, d: *flagD, procs: *flagP, goroutines: *flagG,
 		names: [numKinds]int{mutex: 4, semaphore: 1, rwlock: 2, election: 2}, slots: 3,
-		expiries: expiries, hold: 5 * time.Millisecond, longHold: 3 * time.Second,
+		expiries: expiries, events: events, hold: 5 * time.Millisecond, longHold: 3 * time.Second,
 		faultEvery: 50 * time.Millisecond, dropEvery: time.Second, killEvery: 4 * time.Second,
 	}
 }
 
 // replay is the command that runs cfg again.
 func (c config) replay() string {
-	var exp []string
+	var exp, events []string
 	for _, l := range c.expiries {
 		exp = append(exp, l.String())
 	}
-	return fmt.Sprintf("go test -run 'TestSimulate$' ./internal/simulate -v -simulate.seed=%d -simulate.worlds=%d -simulate.n=%d -simulate.d=%v -simulate.p=%d -simulate.g=%d -simulate.expiries=%s",
-		c.seed, c.worlds, c.n, c.d, c.procs, c.goroutines, strings.Join(exp, ","))
+	for _, e := range c.events {
+		events = append(events, e.String())
+	}
+	return fmt.Sprintf("go test -run 'TestSimulate$' ./internal/simulate -v -simulate.seed=%d -simulate.worlds=%d -simulate.n=%d -simulate.d=%v -simulate.p=%d -simulate.g=%d -simulate.expiries=%s -simulate.events=%s",
+		c.seed, c.worlds, c.n, c.d, c.procs, c.goroutines, strings.Join(exp, ","), strings.Join(events, ","))
 }
 
 // world returns the config of world i of c: a simulation of its own.
 func (c config) world(i int) config {
 	w := c
 	w.seed, w.worlds, w.n = c.seed+uint64(i), 1, (c.n+c.worlds-1)/c.worlds
+	w.events = c.events[i%len(c.events) : i%len(c.events)+1]
 	return w
 }
 
@@ -227,8 +251,12 @@ func (r *result) String() string {
 		r.kills+r.drops+r.delays+r.lostReplies+r.refusals+r.cuts, r.kills, r.drops, r.delays, r.lostReplies, r.refusals, r.cuts)
 	var b strings.Builder
 	b.WriteString(soakcheck.Summary(&r.per, r.cfg.slots, r.cfg.giveUp(), faults))
-	fmt.Fprintf(&b, "\n  also: %d writes accepted, %d refused after a loss, %d losses reported, %d errors, %d operations applied by the store; %v simulated in %v of wall time (seed %d, %d worlds)",
-		r.writes, r.fenced, r.losses, r.errs, r.ops, r.simulated.Round(time.Millisecond), r.wall.Round(time.Millisecond), r.cfg.seed, r.cfg.worlds)
+	var events []string
+	for _, e := range r.cfg.events[:min(len(r.cfg.events), r.cfg.worlds)] {
+		events = append(events, e.String())
+	}
+	fmt.Fprintf(&b, "\n  also: %d writes accepted, %d refused after a loss, %d losses reported, %d errors, %d operations applied by the store; %v simulated in %v of wall time (seed %d, %d worlds, change events of MongoDB %s)",
+		r.writes, r.fenced, r.losses, r.errs, r.ops, r.simulated.Round(time.Millisecond), r.wall.Round(time.Millisecond), r.cfg.seed, r.cfg.worlds, strings.Join(events, " and "))
 	return b.String()
 }
 
@@ -314,6 +342,7 @@ func run(t *testing.T, cfg config) *result {
 		ctx, stop := context.WithTimeout(context.Background(), cfg.d)
 		defer stop()
 		s := &sim{cfg: cfg, store: memdb.NewStore("mongolock_simulate", nil), board: soakcheck.NewBoard(cfg.slots), ctx: ctx}
+		s.store.SetEvents(cfg.events[0])
 		s.board.Explain = s.explain
 		for nth := range cfg.procs {
 			if err := s.spawn(nth); err != nil {

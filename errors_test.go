@@ -1,0 +1,806 @@
+package mongolock_test
+
+import (
+	"context"
+	"errors"
+	"go/ast"
+	"go/build"
+	"go/doc"
+	"go/parser"
+	gotoken "go/token"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/backend"
+	"github.com/mongolock/mongolock/internal/memdb"
+	"github.com/mongolock/mongolock/internal/testdb"
+	"github.com/mongolock/mongolock/mongolocktest"
+)
+
+// Every error an exported call returns is an *Error of the call's
+// operation and lock, which errors.Is tells by the right sentinel and no
+// other: errorCases walks each call's error paths, over the in-memory
+// store in simulated time (the fenced writes' refusals over the server),
+// and TestEveryCallThatReturnsAnErrorHasErrorCases keeps the table whole.
+
+// errorCase is one error path of one exported call.
+type errorCase struct {
+	call string // as exportedErrorCalls names it: "New", "Lock.Acquire", "mongolocktest.Store.NewProvider"
+	path string // which error
+	// op and name are the *Error's; is, the sentinels (and ctx's errors)
+	// it must match: any other must not.
+	op, name string
+	is       []error
+	// own, if set, is the error the call must return as it is: not the
+	// library's (Do's fn's own error), or what the driver reports
+	// (FencedFindOneAndUpdate's mongo.ErrNoDocuments).
+	own    error
+	server bool // its collection is the test server's, not the offline one
+	run    func(t *testing.T, e *errorEnv) error
+}
+
+// sentinels are every error that errors.Is may tell an *Error by.
+var sentinels = []error{
+	mongolock.ErrMismatch, mongolock.ErrNotAcquired, mongolock.ErrLockLost, mongolock.ErrInvalidArgument,
+	mongolock.ErrClosed, mongolock.ErrCollation, mongolock.ErrFenced, mongolock.ErrNoLeader, mongolock.ErrNoLock,
+	context.Canceled, context.DeadlineExceeded,
+}
+
+// errJob is a job's own error, as Do's fn returns it.
+var errJob = errors.New("the job failed")
+
+// errorEnv is where a case runs: p, the provider whose calls fail, and
+// rival, another process's, over one store in process memory; net is p's
+// network to it, whose faults a case sets; coll is for fenced writes.
+type errorEnv struct {
+	ctx        context.Context
+	store, net *memdb.Store
+	p, rival   *mongolock.Provider
+	coll       *mongo.Collection
+	db         *mongo.Database // a database of a client that reaches no server
+	providers  []*mongolock.Provider
+	handles    []*mongolock.Handle // released by close, lost ones too
+}
+
+func newErrorEnv(t *testing.T, offline *mongo.Database) *errorEnv {
+	store := memdb.NewStore("mongolock_errors", nil)
+	e := &errorEnv{store: store, net: store.Client(), db: offline, coll: offline.Collection("resources")}
+	e.p = e.provider(t, e.net)
+	e.rival = e.provider(t, store.Client())
+	return e
+}
+
+// provider returns a provider over net with opts, closed by close.
+func (e *errorEnv) provider(t *testing.T, net *memdb.Store, opts ...mongolock.Option) *mongolock.Provider {
+	p, err := backend.NewProvider(net, "mongolock_errors", opts)
+	require.NoError(t, err)
+	e.providers = append(e.providers, p.(*mongolock.Provider))
+	return p.(*mongolock.Provider)
+}
+
+// close releases e's handles and closes its providers: in a bubble, their
+// goroutines end, and no handle is left for the garbage collector to
+// release outside it.
+func (e *errorEnv) close() {
+	e.net.Faults.Heal()
+	for _, h := range e.handles {
+		_ = h.Release(context.Background())
+	}
+	for _, p := range e.providers {
+		_ = p.Close(context.Background())
+	}
+}
+
+// within returns a context that ends after d of the bubble's time.
+func (e *errorEnv) within(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(e.ctx, d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// tryAcquirer is a Lock or a Semaphore.
+type tryAcquirer interface {
+	TryAcquire(ctx context.Context) (*mongolock.Handle, error)
+	Name() string
+}
+
+// hold returns a handle of l, which must be free.
+func (e *errorEnv) hold(t *testing.T, l tryAcquirer) *mongolock.Handle {
+	h, err := l.TryAcquire(e.ctx)
+	require.NoError(t, err, "TryAcquire(%q)", l.Name())
+	e.handles = append(e.handles, h)
+	return h
+}
+
+// lost returns a handle of l that has been lost.
+func (e *errorEnv) lost(t *testing.T, l *mongolock.Lock) *mongolock.Handle {
+	h := e.hold(t, l)
+	mongolocktest.Lose(h)
+	return h
+}
+
+// later runs call in a goroutine, and once the bubble is idle (it waits),
+// runs then and returns call's error.
+func later(call func() error, then func()) error {
+	got := make(chan error, 1)
+	go func() { got <- call() }()
+	synctest.Wait()
+	then()
+	return <-got
+}
+
+// doLosing is a Do's fn that ends the lock called name (ForceRelease) and
+// waits until its ctx says so, then returns ret.
+func doLosing(e *errorEnv, name string, ret error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if _, err := e.p.ForceRelease(e.ctx, name); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return ret
+	}
+}
+
+// tokenOnly is a TokenSource that is no acquisition's.
+type tokenOnly int64
+
+func (t tokenOnly) FencingToken() int64 { return int64(t) }
+
+// fencedCalls are the two fenced writes, with their op, as one signature.
+var fencedCalls = []struct {
+	call, op string
+	write    func(ctx context.Context, coll *mongo.Collection, h mongolock.TokenSource, filter, update any, upsert bool) error
+}{
+	{"FencedUpdateOne", "fenced update one", func(ctx context.Context, coll *mongo.Collection, h mongolock.TokenSource, filter, update any, upsert bool) error {
+		_, err := mongolock.FencedUpdateOne(ctx, coll, h, filter, update, options.UpdateOne().SetUpsert(upsert))
+		return err
+	}},
+	{"FencedFindOneAndUpdate", "fenced find one and update", func(ctx context.Context, coll *mongo.Collection, h mongolock.TokenSource, filter, update any, upsert bool) error {
+		return mongolock.FencedFindOneAndUpdate(ctx, coll, h, filter, update, options.FindOneAndUpdate().SetUpsert(upsert)).Err()
+	}},
+}
+
+func errorCases() []errorCase {
+	bad := mongolock.WithExpiry(0)
+	var noCtx context.Context // a nil context: every call refuses it
+	inv := []error{mongolock.ErrInvalidArgument}
+	notAcquiredInTime := []error{mongolock.ErrNotAcquired, context.DeadlineExceeded}
+	lost := []error{mongolock.ErrLockLost}
+	cases := []errorCase{
+		{call: "New", path: "a nil database", op: "new", name: "x", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := mongolock.New(nil, "x")
+			return err
+		}},
+		{call: "New", path: "a bad option", op: "new", name: "x", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := mongolock.New(e.db, "x", bad)
+			return err
+		}},
+		{call: "NewProvider", path: "a nil database", op: "new provider", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := mongolock.NewProvider(nil)
+			return err
+		}},
+		{call: "NewProvider", path: "a bad option", op: "new provider", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := mongolock.NewProvider(e.db, bad)
+			return err
+		}},
+		{call: "mongolocktest.NewProvider", path: "a bad option", op: "new provider", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := mongolocktest.NewProvider(bad)
+			return err
+		}},
+		{call: "mongolocktest.Store.NewProvider", path: "a bad option", op: "new provider", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := mongolocktest.NewStore().NewProvider(bad)
+			return err
+		}},
+
+		{call: "NewComposite", path: "no parts", op: "new composite", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := mongolock.NewComposite()
+			return err
+		}},
+		{call: "NewComposite", path: "a nil part", op: "new composite", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := mongolock.NewComposite(e.p.Lock("a"), nil)
+			return err
+		}},
+		{call: "NewComposite", path: "a part twice", op: "new composite", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := mongolock.NewComposite(e.p.Lock("a"), e.p.Lock("a"))
+			return err
+		}},
+		{call: "NewComposite", path: "a semaphore of no slots", op: "new composite", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := mongolock.NewComposite(e.p.Semaphore("s", 0))
+			return err
+		}},
+		{call: "NewComposite", path: "a Semaphore and an RWLock of one name", op: "new composite", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
+			_, err := mongolock.NewComposite(e.p.Semaphore("s", 2), e.p.RWLock("s").Reader())
+			return err
+		}},
+
+		{call: "Composite.Acquire", path: "a nil context", op: "acquire", name: "a, b", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := composite(t, e).Acquire(noCtx)
+			return err
+		}},
+		{call: "Composite.Acquire", path: "a part held until ctx ends", op: "acquire", name: "b", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Lock("b"))
+			_, err := composite(t, e).Acquire(e.within(t, time.Minute))
+			return err
+		}},
+		{call: "Composite.Acquire", path: "a closed provider", op: "acquire", name: "a", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
+			c := composite(t, e)
+			require.NoError(t, e.p.Close(e.ctx))
+			_, err := c.Acquire(e.ctx)
+			return err
+		}},
+		{call: "Composite.TryAcquire", path: "a nil context", op: "try acquire", name: "a, b", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := composite(t, e).TryAcquire(noCtx)
+			return err
+		}},
+		{call: "Composite.TryAcquire", path: "a part held", op: "try acquire", name: "b", is: []error{mongolock.ErrNotAcquired}, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Lock("b"))
+			_, err := composite(t, e).TryAcquire(e.ctx)
+			return err
+		}},
+		{call: "Composite.Do", path: "a nil context", op: "do", name: "a, b", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return composite(t, e).Do(noCtx, func(context.Context) error { return nil })
+		}},
+		{call: "Composite.Do", path: "a nil function", op: "do", name: "a, b", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return composite(t, e).Do(e.ctx, nil)
+		}},
+		{call: "Composite.Do", path: "a part held until ctx ends", op: "do", name: "b", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Lock("b"))
+			return composite(t, e).Do(e.within(t, time.Minute), func(context.Context) error { return nil })
+		}},
+		{call: "Composite.Do", path: "a part lost while fn ran", op: "do", name: "a", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			return composite(t, e).Do(e.ctx, doLosing(e, "a", nil))
+		}},
+		{call: "Composite.Do", path: "fn's error, and a part lost", op: "do", name: "a", is: []error{errJob, mongolock.ErrLockLost}, run: func(t *testing.T, e *errorEnv) error {
+			return composite(t, e).Do(e.ctx, doLosing(e, "a", errJob))
+		}},
+		{call: "Composite.Do", path: "fn's error alone", own: errJob, run: func(t *testing.T, e *errorEnv) error {
+			return composite(t, e).Do(e.ctx, func(context.Context) error { return errJob })
+		}},
+		{call: "CompositeHandle.Release", path: "a nil context", op: "release", name: "a, b", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			h := holdComposite(t, e)
+			return h.Release(noCtx)
+		}},
+		{call: "CompositeHandle.Release", path: "a part lost", op: "release", name: "a", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			h := holdComposite(t, e)
+			mongolocktest.Lose(h.Handles()[0])
+			return h.Release(e.ctx)
+		}},
+		{call: "CompositeHandle.Release", path: "every part lost", op: "release", name: "a, b", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			h := holdComposite(t, e)
+			for _, part := range h.Handles() {
+				mongolocktest.Lose(part)
+			}
+			return h.Release(e.ctx)
+		}},
+
+		{call: "Election.Campaign", path: "a nil context", op: "campaign", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.Election("e").Campaign(noCtx, "v")
+			return err
+		}},
+		{call: "Election.Campaign", path: "a value too long", op: "campaign", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.Election("e").Campaign(e.ctx, strings.Repeat("v", mongolock.MaxValueLen+1))
+			return err
+		}},
+		{call: "Election.Campaign", path: "a provider that holds", op: "campaign", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			p := e.provider(t, e.net, mongolock.WithHoldAtLeast(time.Second))
+			_, err := p.Election("e").Campaign(e.ctx, "v")
+			return err
+		}},
+		{call: "Election.Campaign", path: "another leads until ctx ends", op: "campaign", name: "e", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Lock("e"))
+			_, err := e.p.Election("e").Campaign(e.within(t, time.Minute), "v")
+			return err
+		}},
+		{call: "Election.Campaign", path: "a closed provider", op: "campaign", name: "e", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
+			require.NoError(t, e.p.Close(e.ctx))
+			_, err := e.p.Election("e").Campaign(e.ctx, "v")
+			return err
+		}},
+		{call: "Election.Leader", path: "nobody leads", op: "leader", name: "e", is: []error{mongolock.ErrNoLeader}, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.Election("e").Leader(e.ctx)
+			return err
+		}},
+		{call: "Election.Run", path: "a nil context", op: "run", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Election("e").Run(noCtx, "v", func(context.Context, *mongolock.Leadership) {})
+		}},
+		{call: "Election.Run", path: "a nil function", op: "run", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Election("e").Run(e.ctx, "v", nil)
+		}},
+		{call: "Election.Run", path: "a value too long", op: "run", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Election("e").Run(e.ctx, strings.Repeat("v", mongolock.MaxValueLen+1), func(context.Context, *mongolock.Leadership) {})
+		}},
+		{call: "Election.Run", path: "another leads until ctx ends", op: "run", name: "e", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Lock("e"))
+			return e.p.Election("e").Run(e.within(t, time.Minute), "v", func(context.Context, *mongolock.Leadership) {})
+		}},
+		{call: "Election.Run", path: "its provider closed", op: "run", name: "e", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Lock("e"))
+			return later(func() error {
+				return e.p.Election("e").Run(e.ctx, "v", func(context.Context, *mongolock.Leadership) {})
+			}, func() { require.NoError(t, e.p.Close(e.ctx)) })
+		}},
+
+		{call: "Handle.Release", path: "a nil context", op: "release", name: "x", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.hold(t, e.p.Lock("x")).Release(noCtx)
+		}},
+		{call: "Handle.Release", path: "lost", op: "release", name: "x", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			return e.lost(t, e.p.Lock("x")).Release(e.ctx)
+		}},
+		{call: "Handle.Release", path: "the server unreachable", op: "release", name: "x", run: func(t *testing.T, e *errorEnv) error {
+			h := e.hold(t, e.p.Lock("x"))
+			e.net.Faults.Partition()
+			return h.Release(e.ctx)
+		}},
+		{call: "Handle.Upgrade", path: "a nil context", op: "upgrade", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.hold(t, e.p.RWLock("rw").Upgradeable()).Upgrade(noCtx)
+		}},
+		{call: "Handle.Upgrade", path: "not an upgradeable reader's", op: "upgrade", name: "x", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
+			return e.hold(t, e.p.Lock("x")).Upgrade(e.ctx)
+		}},
+		{call: "Handle.Upgrade", path: "lost", op: "upgrade", name: "rw", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			return e.lost(t, e.p.RWLock("rw").Upgradeable()).Upgrade(e.ctx)
+		}},
+		{call: "Handle.Upgrade", path: "another reader holds until ctx ends", op: "upgrade", name: "rw", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
+			h := e.hold(t, e.p.RWLock("rw").Upgradeable())
+			e.hold(t, e.rival.RWLock("rw").Reader())
+			return h.Upgrade(e.within(t, time.Minute))
+		}},
+		{call: "Handle.Upgrade", path: "its provider closed while it waits", op: "upgrade", name: "rw", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
+			h := e.hold(t, e.p.RWLock("rw").Upgradeable())
+			e.hold(t, e.rival.RWLock("rw").Reader())
+			return later(func() error { return h.Upgrade(e.ctx) }, func() { require.NoError(t, e.p.Close(e.ctx)) })
+		}},
+		{call: "Handle.Downgrade", path: "a nil context", op: "downgrade", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.hold(t, e.p.RWLock("rw").Writer()).Downgrade(noCtx)
+		}},
+		{call: "Handle.Downgrade", path: "not a writer's", op: "downgrade", name: "rw", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
+			return e.hold(t, e.p.RWLock("rw").Reader()).Downgrade(e.ctx)
+		}},
+		{call: "Handle.Downgrade", path: "lost", op: "downgrade", name: "rw", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			return e.lost(t, e.p.RWLock("rw").Writer()).Downgrade(e.ctx)
+		}},
+		{call: "Handle.Downgrade", path: "released", op: "downgrade", name: "rw", run: func(t *testing.T, e *errorEnv) error {
+			h := e.hold(t, e.p.RWLock("rw").Writer())
+			require.NoError(t, h.Release(e.ctx))
+			return h.Downgrade(e.ctx)
+		}},
+		{call: "Handle.Downgrade", path: "the server unreachable", op: "downgrade", name: "rw", run: func(t *testing.T, e *errorEnv) error {
+			h := e.hold(t, e.p.RWLock("rw").Writer())
+			e.net.Faults.Partition()
+			return h.Downgrade(e.ctx)
+		}},
+
+		{call: "Leadership.Proclaim", path: "a nil context", op: "proclaim", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return lead(t, e).Proclaim(noCtx, "w")
+		}},
+		{call: "Leadership.Proclaim", path: "a value too long", op: "proclaim", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return lead(t, e).Proclaim(e.ctx, strings.Repeat("w", mongolock.MaxValueLen+1))
+		}},
+		{call: "Leadership.Proclaim", path: "resigned", op: "proclaim", name: "e", run: func(t *testing.T, e *errorEnv) error {
+			l := lead(t, e)
+			require.NoError(t, l.Resign(e.ctx))
+			return l.Proclaim(e.ctx, "w")
+		}},
+		{call: "Leadership.Proclaim", path: "lost", op: "proclaim", name: "e", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			l := lead(t, e)
+			mongolocktest.Lose(l.Handle)
+			return l.Proclaim(e.ctx, "w")
+		}},
+		{call: "Leadership.Resign", path: "a nil context", op: "resign", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return lead(t, e).Resign(noCtx)
+		}},
+		{call: "Leadership.Resign", path: "lost", op: "resign", name: "e", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			l := lead(t, e)
+			mongolocktest.Lose(l.Handle)
+			return l.Resign(e.ctx)
+		}},
+
+		{call: "Lock.Acquire", path: "a nil context", op: "acquire", name: "x", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.Lock("x").Acquire(noCtx)
+			return err
+		}},
+		{call: "Lock.Acquire", path: "held until ctx ends", op: "acquire", name: "x", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Lock("x"))
+			_, err := e.p.Lock("x").Acquire(e.within(t, time.Minute))
+			return err
+		}},
+		{call: "Lock.Acquire", path: "the server unreachable until ctx ends", op: "acquire", name: "x", is: []error{context.DeadlineExceeded}, run: func(t *testing.T, e *errorEnv) error {
+			e.net.Faults.Partition()
+			_, err := e.p.Lock("x").Acquire(e.within(t, time.Minute))
+			return err
+		}},
+		{call: "Lock.Acquire", path: "a closed provider", op: "acquire", name: "x", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
+			require.NoError(t, e.p.Close(e.ctx))
+			_, err := e.p.Lock("x").Acquire(e.ctx)
+			return err
+		}},
+		{call: "Lock.TryAcquire", path: "a nil context", op: "try acquire", name: "x", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.Lock("x").TryAcquire(noCtx)
+			return err
+		}},
+		{call: "Lock.TryAcquire", path: "held", op: "try acquire", name: "x", is: []error{mongolock.ErrNotAcquired}, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Lock("x"))
+			_, err := e.p.Lock("x").TryAcquire(e.ctx)
+			return err
+		}},
+		{call: "Lock.TryAcquire", path: "the server unreachable", op: "try acquire", name: "x", run: func(t *testing.T, e *errorEnv) error {
+			e.net.Faults.Partition()
+			_, err := e.p.Lock("x").TryAcquire(e.ctx)
+			return err
+		}},
+		{call: "Lock.TryAcquire", path: "a closed provider", op: "try acquire", name: "x", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
+			require.NoError(t, e.p.Close(e.ctx))
+			_, err := e.p.Lock("x").TryAcquire(e.ctx)
+			return err
+		}},
+		{call: "Lock.Do", path: "a nil context", op: "do", name: "x", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Lock("x").Do(noCtx, func(context.Context) error { return nil })
+		}},
+		{call: "Lock.Do", path: "a nil function", op: "do", name: "x", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Lock("x").Do(e.ctx, nil)
+		}},
+		{call: "Lock.Do", path: "held until ctx ends", op: "do", name: "x", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Lock("x"))
+			return e.p.Lock("x").Do(e.within(t, time.Minute), func(context.Context) error { return nil })
+		}},
+		{call: "Lock.Do", path: "lost while fn ran", op: "do", name: "x", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Lock("x").Do(e.ctx, doLosing(e, "x", nil))
+		}},
+		{call: "Lock.Do", path: "fn's error, and a loss", op: "do", name: "x", is: []error{errJob, mongolock.ErrLockLost}, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Lock("x").Do(e.ctx, doLosing(e, "x", errJob))
+		}},
+		{call: "Lock.Do", path: "fn's error alone", own: errJob, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Lock("x").Do(e.ctx, func(context.Context) error { return errJob })
+		}},
+
+		{call: "Provider.Close", path: "a nil context", op: "close", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Close(noCtx)
+		}},
+		{call: "Provider.Close", path: "ctx ended", op: "close", is: []error{context.Canceled}, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.p.Lock("x"))
+			ctx, cancel := context.WithCancel(e.ctx)
+			cancel()
+			return e.p.Close(ctx)
+		}},
+		{call: "Provider.Close", path: "a release failed", op: "close", run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.p.Lock("x"))
+			e.hold(t, e.p.Lock("y"))
+			e.net.Faults.Partition()
+			return e.p.Close(e.ctx)
+		}},
+		{call: "Provider.ForceReleaseHolder", path: "an empty id", op: "force release holder", name: "x", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.ForceReleaseHolder(e.ctx, "x", "")
+			return err
+		}},
+		{call: "Provider.Inspect", path: "no such lock", op: "inspect", name: "x", is: []error{mongolock.ErrNoLock}, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.Inspect(e.ctx, "x")
+			return err
+		}},
+
+		{call: "RWLock.Inspect", path: "no such lock", op: "inspect", name: "rw", is: []error{mongolock.ErrNoLock}, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.RWLock("rw").Inspect(e.ctx)
+			return err
+		}},
+
+		{call: "Semaphore.Acquire", path: "a nil context", op: "acquire", name: "s", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.Semaphore("s", 1).Acquire(noCtx)
+			return err
+		}},
+		{call: "Semaphore.Acquire", path: "n out of range", op: "acquire", name: "s", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.Semaphore("s", mongolock.MaxSemaphoreSlots+1).Acquire(e.ctx)
+			return err
+		}},
+		{call: "Semaphore.Acquire", path: "held with another n", op: "acquire", name: "s", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Semaphore("s", 2))
+			_, err := e.p.Semaphore("s", 3).Acquire(e.ctx)
+			return err
+		}},
+		{call: "Semaphore.Acquire", path: "every slot held until ctx ends", op: "acquire", name: "s", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Semaphore("s", 1))
+			_, err := e.p.Semaphore("s", 1).Acquire(e.within(t, time.Minute))
+			return err
+		}},
+		{call: "Semaphore.TryAcquire", path: "a nil context", op: "try acquire", name: "s", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.Semaphore("s", 1).TryAcquire(noCtx)
+			return err
+		}},
+		{call: "Semaphore.TryAcquire", path: "n out of range", op: "try acquire", name: "s", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.Semaphore("s", 0).TryAcquire(e.ctx)
+			return err
+		}},
+		{call: "Semaphore.TryAcquire", path: "every slot held", op: "try acquire", name: "s", is: []error{mongolock.ErrNotAcquired}, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Semaphore("s", 1))
+			_, err := e.p.Semaphore("s", 1).TryAcquire(e.ctx)
+			return err
+		}},
+		{call: "Semaphore.TryAcquire", path: "an RWLock's name", op: "try acquire", name: "s", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.RWLock("s").Reader())
+			_, err := e.p.Semaphore("s", 1).TryAcquire(e.ctx)
+			return err
+		}},
+		{call: "Semaphore.Do", path: "a nil context", op: "do", name: "s", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Semaphore("s", 1).Do(noCtx, func(context.Context) error { return nil })
+		}},
+		{call: "Semaphore.Do", path: "a nil function", op: "do", name: "s", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Semaphore("s", 1).Do(e.ctx, nil)
+		}},
+		{call: "Semaphore.Do", path: "n out of range", op: "do", name: "s", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Semaphore("s", -1).Do(e.ctx, func(context.Context) error { return nil })
+		}},
+		{call: "Semaphore.Do", path: "held with another n", op: "do", name: "s", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Semaphore("s", 2))
+			return e.p.Semaphore("s", 3).Do(e.ctx, func(context.Context) error { return nil })
+		}},
+		{call: "Semaphore.Inspect", path: "no such lock", op: "inspect", name: "s", is: []error{mongolock.ErrNoLock}, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.Semaphore("s", 1).Inspect(e.ctx)
+			return err
+		}},
+	}
+	cases = append(cases, roundTripCases("Election.Leader", "leader", "e", func(e *errorEnv, ctx context.Context) error {
+		_, err := e.p.Election("e").Leader(ctx)
+		return err
+	})...)
+	cases = append(cases, roundTripCases("Provider.ForceRelease", "force release", "x", func(e *errorEnv, ctx context.Context) error {
+		_, err := e.p.ForceRelease(ctx, "x")
+		return err
+	})...)
+	cases = append(cases, roundTripCases("Provider.ForceReleaseHolder", "force release holder", "x", func(e *errorEnv, ctx context.Context) error {
+		_, err := e.p.ForceReleaseHolder(ctx, "x", "id")
+		return err
+	})...)
+	cases = append(cases, roundTripCases("Provider.Inspect", "inspect", "x", func(e *errorEnv, ctx context.Context) error {
+		_, err := e.p.Inspect(ctx, "x")
+		return err
+	})...)
+	cases = append(cases, roundTripCases("Provider.Locks", "list", "billing/", func(e *errorEnv, ctx context.Context) error {
+		return listed(e.p.Locks(ctx, "billing/"))
+	})...)
+	cases = append(cases, roundTripCases("RWLock.Inspect", "inspect", "rw", func(e *errorEnv, ctx context.Context) error {
+		_, err := e.p.RWLock("rw").Inspect(ctx)
+		return err
+	})...)
+	cases = append(cases, roundTripCases("Semaphore.Inspect", "inspect", "s", func(e *errorEnv, ctx context.Context) error {
+		_, err := e.p.Semaphore("s", 1).Inspect(ctx)
+		return err
+	})...)
+	for _, f := range fencedCalls {
+		for _, end := range []struct {
+			path string
+			move func(c *mongolock.Clocks, d time.Duration)
+		}{
+			{"a lease that ended while the machine was suspended", (*mongolock.Clocks).Suspend},
+			{"a lease whose deadline passed while its process was stopped", (*mongolock.Clocks).Stop},
+		} {
+			cases = append(cases, errorCase{call: f.call, path: end.path, op: f.op, name: "f", is: lost, run: func(t *testing.T, e *errorEnv) error {
+				p := e.provider(t, e.net, mongolock.WithExpiry(2*time.Second))
+				clocks := mongolock.FakeClocks(p, false)
+				h := e.hold(t, p.Lock("f"))
+				end.move(clocks, 3*time.Second)
+				return f.write(e.ctx, e.coll, h, byID("doc"), setWriter("w"), false)
+			}})
+		}
+		cases = append(cases,
+			errorCase{call: f.call, path: "a nil collection", op: f.op, name: "f", is: inv, run: func(t *testing.T, e *errorEnv) error {
+				return f.write(e.ctx, nil, e.hold(t, e.p.Lock("f")), byID("doc"), setWriter("w"), false)
+			}},
+			errorCase{call: f.call, path: "a replacement document", op: f.op, name: "f", is: inv, run: func(t *testing.T, e *errorEnv) error {
+				return f.write(e.ctx, e.coll, e.hold(t, e.p.Lock("f")), byID("doc"), bson.D{{Key: "by", Value: "w"}}, false)
+			}},
+			errorCase{call: f.call, path: "an upsert without an _id equality", op: f.op, name: "f", is: inv, run: func(t *testing.T, e *errorEnv) error {
+				return f.write(e.ctx, e.coll, e.hold(t, e.p.Lock("f")), bson.D{{Key: "by", Value: "w"}}, setWriter("w"), true)
+			}},
+			errorCase{call: f.call, path: "a token source that is no acquisition", op: f.op, is: inv, run: func(t *testing.T, e *errorEnv) error {
+				return f.write(e.ctx, e.coll, tokenOnly(0), byID("doc"), setWriter("w"), false)
+			}},
+			errorCase{call: f.call, path: "a document of a higher token", op: f.op, name: "f", is: []error{mongolock.ErrFenced}, server: true, run: func(t *testing.T, e *errorEnv) error {
+				old, next := staleAndNext(t, e)
+				require.NoError(t, fencedCalls[0].write(e.ctx, e.coll, next, byID("doc"), setWriter("next"), true))
+				return f.write(e.ctx, e.coll, old, byID("doc"), setWriter("old"), false)
+			}},
+			errorCase{call: f.call, path: "an upsert of a document of a higher token", op: f.op, name: "f", is: []error{mongolock.ErrFenced}, server: true, run: func(t *testing.T, e *errorEnv) error {
+				old, next := staleAndNext(t, e)
+				require.NoError(t, fencedCalls[0].write(e.ctx, e.coll, next, byID("doc"), setWriter("next"), true))
+				return f.write(e.ctx, e.coll, old, byID("doc"), setWriter("old"), true)
+			}},
+			errorCase{call: f.call, path: "an update the server refuses", op: f.op, name: "f", server: true, run: func(t *testing.T, e *errorEnv) error {
+				return f.write(e.ctx, e.coll, e.hold(t, e.p.Lock("f")), byID("doc"), bson.D{{Key: "$inc", Value: bson.D{{Key: "by", Value: "w"}}}}, true)
+			}},
+		)
+	}
+	return append(cases, errorCase{call: "FencedFindOneAndUpdate", path: "no document matches", own: mongo.ErrNoDocuments, server: true,
+		run: func(t *testing.T, e *errorEnv) error {
+			return fencedCalls[1].write(e.ctx, e.coll, e.hold(t, e.p.Lock("f")), byID("none"), setWriter("w"), false)
+		}})
+}
+
+// roundTripCases are the cases of a call of one round trip, call, of op
+// on the lock name: with a nil context, and with the server unreachable.
+func roundTripCases(call, op, name string, send func(e *errorEnv, ctx context.Context) error) []errorCase {
+	return []errorCase{
+		{call: call, path: "a nil context", op: op, name: name, is: []error{mongolock.ErrInvalidArgument}, run: func(t *testing.T, e *errorEnv) error {
+			return send(e, nil)
+		}},
+		{call: call, path: "the server unreachable", op: op, name: name, run: func(t *testing.T, e *errorEnv) error {
+			e.net.Faults.Partition()
+			return send(e, e.ctx)
+		}},
+	}
+}
+
+// composite is the composite of e.p's locks "a" and "b".
+func composite(t *testing.T, e *errorEnv) *mongolock.Composite {
+	c, err := mongolock.NewComposite(e.p.Lock("a"), e.p.Lock("b"))
+	require.NoError(t, err)
+	return c
+}
+
+// lead returns e.p's leadership of the election "e".
+func lead(t *testing.T, e *errorEnv) *mongolock.Leadership {
+	l, err := e.p.Election("e").Campaign(e.ctx, "v")
+	require.NoError(t, err)
+	e.handles = append(e.handles, l.Handle)
+	return l
+}
+
+// holdComposite returns e's composite held.
+func holdComposite(t *testing.T, e *errorEnv) *mongolock.CompositeHandle {
+	h, err := composite(t, e).TryAcquire(e.ctx)
+	require.NoError(t, err)
+	e.handles = append(e.handles, h.Handles()...)
+	return h
+}
+
+// staleAndNext returns two handles of e.p's lock "f": old, released, and
+// next, acquired after it.
+func staleAndNext(t *testing.T, e *errorEnv) (old, next *mongolock.Handle) {
+	old = e.hold(t, e.p.Lock("f"))
+	require.NoError(t, old.Release(e.ctx))
+	return old, e.hold(t, e.p.Lock("f"))
+}
+
+// listed returns the error that ends a listing, if any.
+func listed(seq func(yield func(mongolock.LockInfo, error) bool)) error {
+	for _, err := range seq {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func TestEveryErrorIsAnErrorOfItsCallAndLock(t *testing.T) {
+	offline := offlineDatabase(t)
+	for _, c := range errorCases() {
+		t.Run(c.call+"/"+c.path, func(t *testing.T) {
+			run := func(t *testing.T) {
+				e := newErrorEnv(t, offline)
+				defer e.close()
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+				defer cancel()
+				e.ctx = ctx
+				if c.server {
+					e.coll = testdb.Database(t).Collection("fenced")
+				}
+				checkError(t, c, c.run(t, e))
+			}
+			if c.server {
+				run(t) // the server's network is outside any bubble
+				return
+			}
+			synctest.Test(t, run)
+		})
+	}
+}
+
+// checkError checks err against c.
+func checkError(t *testing.T, c errorCase, err error) {
+	t.Helper()
+	require.Error(t, err)
+	t.Log(err)
+	if c.own != nil {
+		require.Same(t, c.own, err, "not the error as it was")
+		return
+	}
+	me, ok := err.(*mongolock.Error) // the error itself, not one it wraps
+	require.True(t, ok, "%T, not an *Error: %v", err, err)
+	require.Equal(t, c.op, me.Op, "Op of %v", err)
+	require.Equal(t, c.name, me.Name, "Name of %v", err)
+	for _, s := range c.is {
+		require.ErrorIs(t, err, s)
+	}
+	for _, s := range sentinels {
+		if !slices.Contains(c.is, s) {
+			require.NotErrorIs(t, err, s)
+		}
+	}
+	msg := err.Error()
+	require.True(t, strings.HasPrefix(msg, "mongolock: "+c.op), "the message does not begin with the op: %s", msg)
+	require.Equal(t, 1, strings.Count(msg, "mongolock:"), "the package's prefix more than once: %s", msg)
+}
+
+// TestEveryCallThatReturnsAnErrorHasErrorCases: a function or method
+// added to the root package or to mongolocktest that returns an error
+// needs its rows in errorCases, and every row's call must exist.
+func TestEveryCallThatReturnsAnErrorHasErrorCases(t *testing.T) {
+	calls := append(exportedErrorCalls(t, ".", ""), exportedErrorCalls(t, "mongolocktest", "mongolocktest.")...)
+	require.Contains(t, calls, "Lock.Acquire", "the walk found nothing")
+	covered := map[string]bool{}
+	for _, c := range errorCases() {
+		covered[c.call] = true
+		require.Contains(t, calls, c.call, "a row of a call that does not exist, or returns no error")
+	}
+	for _, call := range calls {
+		if !covered[call] && !notCalls[call] {
+			t.Errorf("%s returns an error: add its error paths to errorCases", call)
+		}
+	}
+}
+
+// notCalls return an error that is no failure of theirs.
+var notCalls = map[string]bool{
+	"Error.Unwrap": true, // the cause
+}
+
+// exportedErrorCalls parses the package in dir (its files for this
+// platform, no tests) and returns its exported functions and methods of
+// exported types whose results have an error in them (an iterator's, a
+// mongo.SingleResult's), as prefix+"Func" or prefix+"Type.Method".
+func exportedErrorCalls(t *testing.T, dir, prefix string) []string {
+	bp, err := build.ImportDir(dir, 0)
+	require.NoError(t, err)
+	fset := gotoken.NewFileSet()
+	var files []*ast.File
+	for _, name := range bp.GoFiles {
+		f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, parser.ParseComments)
+		require.NoError(t, err)
+		files = append(files, f)
+	}
+	pkg, err := doc.NewFromFiles(fset, files, bp.ImportPath)
+	require.NoError(t, err)
+	var calls []string
+	add := func(name string, f *doc.Func) {
+		if returnsError(f.Decl.Type.Results) {
+			calls = append(calls, prefix+name)
+		}
+	}
+	for _, f := range pkg.Funcs {
+		add(f.Name, f)
+	}
+	for _, typ := range pkg.Types {
+		for _, f := range typ.Funcs {
+			add(f.Name, f)
+		}
+		for _, m := range typ.Methods {
+			add(typ.Name+"."+m.Name, m)
+		}
+	}
+	return calls
+}
+
+// returnsError reports whether results name error, or mongo's
+// SingleResult, which carries one.
+func returnsError(results *ast.FieldList) bool {
+	found := false
+	if results != nil {
+		ast.Inspect(results, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.Ident:
+				found = found || n.Name == "error"
+			case *ast.SelectorExpr:
+				found = found || n.Sel.Name == "SingleResult"
+			}
+			return !found
+		})
+	}
+	return found
+}
