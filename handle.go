@@ -26,8 +26,7 @@ import (
 //
 // A Handle is safe for concurrent use. Call Release when done: a Handle
 // that becomes unreachable while it holds its lock is released when the
-// garbage collector finds it (at its provider's next extension of
-// leases), with a warning logged (WithLogger).
+// garbage collector finds it, with a warning logged (WithLogger).
 type Handle struct {
 	*acquisition
 }
@@ -65,7 +64,7 @@ type acquisition struct {
 	unkept chan struct{} // closed when the lease is no longer extended
 
 	released   atomic.Bool // Release was called
-	dropped    atomic.Bool // its Handle became unreachable; the next tick abandons it
+	dropped    atomic.Bool // its Handle became unreachable (in-memory store); the next tick abandons it
 	lostOnce   sync.Once
 	lostErr    error     // why the lock was lost, wrapping ErrLockLost; set before lost closes
 	unholdOnce sync.Once // tells the local line, once, that this handle no longer holds

@@ -43,10 +43,17 @@ func newHandle(l *Lock, lockID string, doc reply, sent time.Time) *Handle {
 }
 
 // abandoned runs once a's Handle is unreachable, in the runtime's cleanup
-// goroutine: outside the testing/synctest bubble the provider may run in,
-// where touching a's channels or timers is a fatal error. So it only marks
-// a, and the next tick of its provider's leases abandons it.
-func (a *acquisition) abandoned() { a.dropped.Store(true) }
+// goroutine. A provider over the in-memory store may run in a
+// testing/synctest bubble, where that goroutine must not touch a's
+// channels or timers (a fatal error): there it only marks a, and the next
+// tick of the provider's leases abandons it.
+func (a *acquisition) abandoned() {
+	if _, ok := a.lock.space().store.(memStore); ok {
+		a.dropped.Store(true)
+		return
+	}
+	a.abandon()
+}
 
 // abandon releases a, whose Handle is unreachable, if it still holds the
 // lock: nobody can release it any more.
