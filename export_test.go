@@ -95,6 +95,16 @@ func SetReleaseSource(p *Provider, source func(ctx context.Context, released fun
 	}
 }
 
+// PollOnly makes p's collections poll only, as on a server that refused
+// change streams. Call it before the collections have waiters.
+func PollOnly(p *Provider) {
+	for _, n := range []*notifier{&p.locks.notify, &p.slots.notify} {
+		n.mu.Lock()
+		n.none = true
+		n.mu.Unlock()
+	}
+}
+
 // Notifying reports whether one of p's collections runs its release source
 // and the source is ready (a change stream: opened).
 func Notifying(p *Provider) bool {

@@ -64,6 +64,7 @@ type acquisition struct {
 	unkept chan struct{} // closed when the lease is no longer extended
 
 	released   atomic.Bool // Release was called
+	dropped    atomic.Bool // its Handle became unreachable (in-memory store); the next tick abandons it
 	lostOnce   sync.Once
 	lostErr    error       // why the lock was lost, wrapping ErrLockLost; set before isLost
 	isLost     atomic.Bool // set as lost closes; lossError reads it where lost may not be read

@@ -1,9 +1,10 @@
 package mongolock_test
 
-// Many processes on the real server: clients of their own contending for
-// one lock, turns between processes, DistributedLock.MongoDB's protocol
-// beside this library's, holder processes killed with SIGKILL, and a user
-// with only the privileges that locking needs.
+// Many processes: clients of their own contending for one lock, and turns
+// between processes (over the model in simulated time where the library
+// decides); on the real server, DistributedLock.MongoDB's protocol beside
+// this library's, holder processes killed with SIGKILL, and a user with
+// only the privileges that locking needs.
 
 import (
 	"bufio"
@@ -21,6 +22,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -30,6 +32,7 @@ import (
 
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/dotnet"
+	"github.com/mongolock/mongolock/internal/memdb"
 	"github.com/mongolock/mongolock/internal/syncbuf"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
@@ -205,61 +208,64 @@ func TestFencingTokensStrictlyIncreaseAcrossProvidersOnSeparateClients(t *testin
 // bounded streak must still give every process at least 1/(2P) of the
 // acquisitions.
 func TestContendingProcessesEachGetAFairShare(t *testing.T) {
-	const procs, perProc = 3, 4
-	ctx := boundedCtx(t, time.Minute)
-	db := testdb.Database(t)
-	var (
-		counts  [procs]atomic.Int64
-		inside  atomic.Int32
-		overlap atomic.Bool
-		wg      sync.WaitGroup
-		errs    = make(chan error, procs*perProc)
-	)
-	end := time.Now().Add(3 * time.Second)
-	for p := range procs {
-		prov := newProvider(t, ownClient(t, db, nil))
-		l := prov.Lock("fair")
-		for range perProc {
-			wg.Go(func() {
-				for time.Now().Before(end) {
-					actx, cancel := context.WithDeadline(ctx, end)
-					h, err := l.Acquire(actx)
-					cancel()
-					if err != nil {
-						if !errors.Is(err, context.DeadlineExceeded) {
-							errs <- err
+	synctest.Test(t, func(t *testing.T) {
+		const procs, perProc = 3, 4
+		ctx := t.Context()
+		db := newMemDB(t)
+		var (
+			counts  [procs]atomic.Int64
+			inside  atomic.Int32
+			overlap atomic.Bool
+			wg      sync.WaitGroup
+			errs    = make(chan error, procs*perProc)
+		)
+		end := time.Now().Add(3 * time.Second)
+		for p := range procs {
+			prov, network := db.process()
+			network.Delay(time.Millisecond / 2) // each round trip's
+			l := prov.Lock("fair")
+			for range perProc {
+				wg.Go(func() {
+					for time.Now().Before(end) {
+						actx, cancel := context.WithDeadline(ctx, end)
+						h, err := l.Acquire(actx)
+						cancel()
+						if err != nil {
+							if !errors.Is(err, context.DeadlineExceeded) {
+								errs <- err
+							}
+							return
 						}
-						return
+						if inside.Add(1) > 1 {
+							overlap.Store(true)
+						}
+						counts[p].Add(1)
+						time.Sleep(time.Millisecond) // the critical section
+						inside.Add(-1)
+						if err := h.Release(ctx); err != nil {
+							errs <- err
+							return
+						}
 					}
-					if inside.Add(1) > 1 {
-						overlap.Store(true)
-					}
-					counts[p].Add(1)
-					time.Sleep(time.Millisecond) // the critical section
-					inside.Add(-1)
-					if err := h.Release(ctx); err != nil {
-						errs <- err
-						return
-					}
-				}
-			})
+				})
+			}
 		}
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-	require.False(t, overlap.Load(), "two holders at once")
-	var total int64
-	for p := range procs {
-		total += counts[p].Load()
-	}
-	for p := range procs {
-		t.Logf("process %d: %d of %d acquisitions", p, counts[p].Load(), total)
-		require.GreaterOrEqual(t, counts[p].Load()*2*procs, total, "process %d got less than 1/(2P)", p)
-	}
-	require.Greater(t, total, int64(3*procs), "too few acquisitions to judge")
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		require.False(t, overlap.Load(), "two holders at once")
+		var total int64
+		for p := range procs {
+			total += counts[p].Load()
+		}
+		for p := range procs {
+			t.Logf("process %d: %d of %d acquisitions", p, counts[p].Load(), total)
+			require.GreaterOrEqual(t, counts[p].Load()*2*procs, total, "process %d got less than 1/(2P)", p)
+		}
+		require.Greater(t, total, int64(3*procs), "too few acquisitions to judge")
+	})
 }
 
 // turnFields is the document's turn state.
@@ -287,137 +293,166 @@ func awaitClaim(t *testing.T, p *mongolock.Provider, name string) {
 		func() bool { return turnOf(t, p, name).WaitingProcess == mongolock.Process(p) })
 }
 
-// An attempt that its Acquire abandoned (ctx ended while it was on its
-// way), and that lands after the Acquire withdrew its process's claim and
-// place, is undone once its reply is in: the place as next after another
-// process's claim that it took is withdrawn too.
-func TestAnAbandonedAttemptLeavesNoPlaceAsNext(t *testing.T) {
-	const name = "late"
-	ctx := boundedCtx(t, time.Minute)
-	e := newLockEnv(t)
-	releaseAtCleanup(t, mustTryAcquire(t, ctx, e.p.Lock(name)))
-	claimant := newProvider(t, ownClient(t, e.db, nil), fastPolls)
-	cctx, stopClaimant := context.WithCancel(ctx)
-	defer stopClaimant()
-	claiming := acquireInBackground(cctx, claimant.Lock(name))
-	defer func() { stopClaimant(); <-claiming }()
-	awaitClaim(t, claimant, name)
+// The turn fields of name's lock document in the model, and waits on
+// them, as turnOf and awaitClaim read them on the server.
 
-	count := &commandCounter{}
-	late := newProvider(t, ownClient(t, e.db, count), fastPolls)
-	entered, gate := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	mongolock.SetSendHook(late, func() {
-		once.Do(func() { close(entered); <-gate }) // the first attempt waits for the gate
-	})
-	wctx, giveUp := context.WithCancel(ctx)
-	defer giveUp()
-	waited := acquireInBackground(wctx, late.Lock(name))
-	<-entered
-	giveUp()
-	require.ErrorIs(t, <-waited, context.Canceled)
-	pollUntil(t, 10*time.Second, "its withdraw, sent before its attempt", func() bool { return count.named("update") >= 1 })
-	close(gate)
-	mongolock.WaitBackground(late)
-	f := turnOf(t, e.p, name)
-	require.Equal(t, mongolock.Process(claimant), f.WaitingProcess, "the claim stays")
-	require.NotEqual(t, mongolock.Process(late), f.NextProcess, "a place as next left by an Acquire that gave up")
+func (d *memDB) turn(name string) turnFields {
+	d.t.Helper()
+	var f turnFields
+	require.NoError(d.t, bson.Unmarshal(d.doc(mongolock.DefaultCollection, name), &f))
+	return f
+}
+
+func (d *memDB) awaitClaim(p *mongolock.Provider, name string) {
+	d.t.Helper()
+	pollUntil(d.t, 10*time.Second, "a claim of the waiting process in the document",
+		func() bool { return d.turn(name).WaitingProcess == mongolock.Process(p) })
+}
+
+// edit applies update to name's lock document, as someone editing it by
+// hand would.
+func (d *memDB) edit(name string, update bson.D) {
+	d.t.Helper()
+	require.NoError(d.t, d.store.Do(context.Background(), mongolock.DefaultCollection, func(c *memdb.Table, now time.Time) error {
+		_, _, err := c.UpdateOne(now, bson.D{{Key: "_id", Value: name}}, update)
+		return err
+	}))
 }
 
 // claimAndGiveUp starts an Acquire of name by p, waits until its process's
 // claim is in the document, and cancels it; it returns the turn fields read
 // while the claim was live. When it returns, p's process has withdrawn the
 // claim.
-func claimAndGiveUp(t *testing.T, ctx context.Context, p *mongolock.Provider, name string) turnFields {
-	t.Helper()
+func (d *memDB) claimAndGiveUp(ctx context.Context, p *mongolock.Provider, name string) turnFields {
+	d.t.Helper()
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { _, err := p.Lock(name).Acquire(wctx); done <- err }()
-	awaitClaim(t, p, name)
-	live := turnOf(t, p, name)
+	d.awaitClaim(p, name)
+	live := d.turn(name)
 	cancel()
-	require.ErrorIs(t, <-done, context.Canceled)
+	require.ErrorIs(d.t, <-done, context.Canceled)
 	mongolock.WaitBackground(p) // its claim withdrawn
 	return live
 }
 
+// An attempt that its Acquire abandoned (ctx ended while it was on its
+// way), and that lands after the Acquire withdrew its process's claim and
+// place, is undone once its reply is in: the place as next after another
+// process's claim that it took is withdrawn too.
+func TestAnAbandonedAttemptLeavesNoPlaceAsNext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const name = "late"
+		ctx := t.Context()
+		db := newMemDB(t)
+		holder, _ := db.process()
+		mustTryAcquire(t, ctx, holder.Lock(name))
+		claimant, _ := db.process(fastPolls)
+		cctx, stopClaimant := context.WithCancel(ctx)
+		claiming := acquireInBackground(cctx, claimant.Lock(name))
+		db.awaitClaim(claimant, name)
+
+		late, _ := db.process(fastPolls)
+		entered, gate := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		mongolock.SetSendHook(late, func() {
+			once.Do(func() { close(entered); <-gate }) // the first attempt waits for the gate
+		})
+		wctx, giveUp := context.WithCancel(ctx)
+		waited := acquireInBackground(wctx, late.Lock(name))
+		<-entered
+		giveUp()
+		require.ErrorIs(t, <-waited, context.Canceled)
+		synctest.Wait() // its withdraw is done, before its attempt is sent
+		close(gate)
+		mongolock.WaitBackground(late)
+		f := db.turn(name)
+		require.Equal(t, mongolock.Process(claimant), f.WaitingProcess, "the claim stays")
+		require.NotEqual(t, mongolock.Process(late), f.NextProcess, "a place as next left by an Acquire that gave up")
+		stopClaimant()
+		<-claiming
+	})
+}
+
 func TestTryAcquireNeverClaimsATurn(t *testing.T) {
-	ctx := boundedCtx(t, time.Minute)
-	e := newLockEnv(t)
-	holder, err := e.other.Lock("try").TryAcquire(ctx)
-	require.NoError(t, err)
-	_, err = e.p.Lock("try").TryAcquire(ctx)
-	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
-	require.Empty(t, turnOf(t, e.p, "try").WaitingProcess, "a refused TryAcquire claimed a turn")
-	require.NoError(t, holder.Release(ctx))
-	// Free, and claimed by nobody: the holder's process takes it again.
-	h, err := e.other.Lock("try").TryAcquire(ctx)
-	require.NoError(t, err)
-	require.NoError(t, h.Release(ctx))
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		db := newMemDB(t)
+		p, _ := db.process()
+		other, _ := db.process()
+		holder := mustTryAcquire(t, ctx, other.Lock("try"))
+		_, err := p.Lock("try").TryAcquire(ctx)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+		require.Empty(t, db.turn("try").WaitingProcess, "a refused TryAcquire claimed a turn")
+		require.NoError(t, holder.Release(ctx))
+		// Free, and claimed by nobody: the holder's process takes it again.
+		require.NoError(t, mustTryAcquire(t, ctx, other.Lock("try")).Release(ctx))
+	})
 }
 
 func TestAWaiterThatGivesUpWithdrawsItsClaim(t *testing.T) {
-	ctx := boundedCtx(t, time.Minute)
-	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
-	holder, err := e.other.Lock("turn").TryAcquire(ctx)
-	require.NoError(t, err)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		db := newMemDB(t)
+		p, _ := db.process(mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
+		other, _ := db.process()
+		holder := mustTryAcquire(t, ctx, other.Lock("turn"))
 
-	// A waiter of the other process claims the next turn...
-	got := acquireInBackground(ctx, e.p.Lock("turn"))
-	awaitClaim(t, e.p, "turn")
-	// ...and gets the lock once the holder releases, which fulfils the
-	// claim.
-	require.NoError(t, holder.Release(ctx))
-	require.NoError(t, <-got)
-	require.Empty(t, turnOf(t, e.p, "turn").WaitingProcess, "a fulfilled claim stayed")
+		// A waiter of the other process claims the next turn...
+		got := acquireInBackground(ctx, p.Lock("turn"))
+		db.awaitClaim(p, "turn")
+		// ...and gets the lock once the holder releases, which fulfils the
+		// claim.
+		require.NoError(t, holder.Release(ctx))
+		require.NoError(t, <-got)
+		require.Empty(t, db.turn("turn").WaitingProcess, "a fulfilled claim stayed")
 
-	// A waiter that gives up withdraws its process's claim: nobody steps
-	// aside for it.
-	holder, err = e.other.Lock("turn").TryAcquire(ctx)
-	require.NoError(t, err)
-	claimAndGiveUp(t, ctx, e.p, "turn")
-	require.Empty(t, turnOf(t, e.p, "turn").WaitingProcess, "a waiter that gave up kept its claim")
-	require.NoError(t, holder.Release(ctx))
+		// A waiter that gives up withdraws its process's claim: nobody steps
+		// aside for it.
+		holder = mustTryAcquire(t, ctx, other.Lock("turn"))
+		db.claimAndGiveUp(ctx, p, "turn")
+		require.Empty(t, db.turn("turn").WaitingProcess, "a waiter that gave up kept its claim")
+		require.NoError(t, holder.Release(ctx))
+	})
 }
 
 // Claims go to the process that has waited longest: an older waiter takes
 // a younger process's claim over, and a younger waiter never takes an older
 // one's.
 func TestTheLongestWaitingProcessHoldsTheClaim(t *testing.T) {
-	ctx := boundedCtx(t, time.Minute)
-	db := testdb.Database(t)
-	coll := testdb.Client(t).Database(db.Name()).Collection(mongolock.DefaultCollection)
-	set := func(fields bson.D) {
-		_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "fifo"}}, fields)
-		require.NoError(t, err)
-	}
-	sleeps := mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond)
-	holder := mustTryAcquire(t, ctx, newProvider(t, ownClient(t, db, nil)).Lock("fifo"))
-	wctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	older := newProvider(t, ownClient(t, db, nil), sleeps)
-	wg.Go(func() { releaseIfAcquired(older.Lock("fifo").Acquire(wctx)) })
-	awaitClaim(t, older, "fifo")
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		db := newMemDB(t)
+		sleeps := mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond)
+		holderP, _ := db.process()
+		holder := mustTryAcquire(t, ctx, holderP.Lock("fifo"))
+		wctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		older, _ := db.process(sleeps)
+		wg.Go(func() { releaseIfAcquired(older.Lock("fifo").Acquire(wctx)) })
+		db.awaitClaim(older, "fifo")
 
-	// A process that began to wait later (a greater token: as if the lock
-	// had changed hands since) polls, and leaves the claim alone.
-	set(bson.D{{Key: "$inc", Value: bson.D{{Key: "fencingToken", Value: int64(1)}}}})
-	count := &commandCounter{}
-	younger := newProvider(t, ownClient(t, db, count), sleeps)
-	wg.Go(func() { releaseIfAcquired(younger.Lock("fifo").Acquire(wctx)) })
-	pollUntil(t, 10*time.Second, "the younger waiter polled twice", func() bool { return count.named("findAndModify") >= 2 })
-	require.Equal(t, mongolock.Process(older), turnOf(t, older, "fifo").WaitingProcess, "a younger waiter took the claim")
+		// A process that began to wait later (a greater token: as if the
+		// lock had changed hands since) polls, and leaves the claim alone.
+		db.edit("fifo", bson.D{{Key: "$set", Value: bson.D{{Key: "fencingToken", Value: db.doc(mongolock.DefaultCollection, "fifo").Lookup("fencingToken").Int64() + 1}}}})
+		younger, _ := db.process(sleeps)
+		var attempts atomic.Int64
+		mongolock.SetSendHook(younger, func() { attempts.Add(1) })
+		wg.Go(func() { releaseIfAcquired(younger.Lock("fifo").Acquire(wctx)) })
+		pollUntil(t, 10*time.Second, "the younger waiter polled twice", func() bool { return attempts.Load() >= 2 })
+		require.Equal(t, mongolock.Process(older), db.turn("fifo").WaitingProcess, "a younger waiter took the claim")
 
-	// A claim by a process younger than both: the older one takes it over.
-	set(bson.D{{Key: "$set", Value: bson.D{
-		{Key: "waitingProcess", Value: "a-newcomer"},
-		{Key: "waitingSince", Value: int64(math.MaxInt64 - 1)},
-		{Key: "waitingUntil", Value: time.Now().Add(time.Minute)},
-	}}})
-	awaitClaim(t, older, "fifo")
-	require.NoError(t, holder.Release(ctx))
+		// A claim by a process younger than both: the older one takes it over.
+		db.edit("fifo", bson.D{{Key: "$set", Value: bson.D{
+			{Key: "waitingProcess", Value: "a-newcomer"},
+			{Key: "waitingSince", Value: int64(math.MaxInt64 - 1)},
+			{Key: "waitingUntil", Value: time.Now().Add(time.Minute)},
+		}}})
+		db.awaitClaim(older, "fifo")
+		require.NoError(t, holder.Release(ctx))
+		cancel()
+		wg.Wait()
+	})
 }
 
 // releaseIfAcquired releases what an Acquire returned, if it acquired.
@@ -430,34 +465,42 @@ func releaseIfAcquired(h *mongolock.Handle, err error) {
 }
 
 // A claimant whose process died holds a free lock back only while its
-// claim lasts: a live claim keeps other processes out of a free lock (so
-// that the claimant gets in), and a claim counts only its lifetime after its
-// process last asked; then a third client's TryAcquire gets the lock.
+// claim lasts: a live claim keeps other processes' Acquire out of a free
+// lock (so that the claimant gets in), and a claim counts only its
+// lifetime after its process last asked; then a third process's Acquire
+// gets the lock.
 func TestAClaimantThatDiedHoldsAFreeLockBackOnlyWhileItsClaimLasts(t *testing.T) {
-	ctx := boundedCtx(t, time.Minute)
-	e := newLockEnv(t)
-	holder, err := e.other.Lock("dead").TryAcquire(ctx)
-	require.NoError(t, err)
-	// A slow waiter claims the next turn, and its process dies.
-	c := testdb.NewClient(t)
-	dying := newProvider(t, c.Database(e.db.Name()), mongolock.WithBusyWaitSleep(time.Second, time.Minute))
-	done := make(chan error, 1)
-	go func() { _, err := dying.Lock("dead").Acquire(ctx); done <- err }()
-	awaitClaim(t, dying, "dead")
-	require.NoError(t, c.Disconnect(ctx))
-	require.Error(t, <-done)
-	mongolock.WaitBackground(dying)
-	require.Equal(t, mongolock.Process(dying), turnOf(t, e.p, "dead").WaitingProcess, "the dead claim is in place")
+	synctest.Test(t, func(t *testing.T) {
+		const standby = 100 * time.Millisecond // the longest a waiter that polls fast sleeps
+		ctx := t.Context()
+		db := newMemDB(t)
+		p, _ := db.process(fastPolls, mongolock.WithStandbySleep(standby))
+		other, _ := db.process()
+		holder := mustTryAcquire(t, ctx, other.Lock("dead"))
+		// A slow waiter claims the next turn, and its process dies: cut off
+		// from the database, its withdraw never arrives.
+		dying, network := db.process(mongolock.WithBusyWaitSleep(time.Second, time.Minute))
+		dctx, die := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { _, err := dying.Lock("dead").Acquire(dctx); done <- err }()
+		db.awaitClaim(dying, "dead")
+		asked := time.Now()
+		network.Partition()
+		die()
+		require.Error(t, <-done)
+		synctest.Wait()
+		require.Equal(t, mongolock.Process(dying), db.turn("dead").WaitingProcess, "the dead claim is in place")
 
-	require.NoError(t, holder.Release(ctx))
-	released := time.Now()
-	var h *mongolock.Handle
-	pollUntil(t, mongolock.ClaimLifetime(dying)+5*time.Second, "the dead claim lapses", func() bool {
-		h, err = e.p.Lock("dead").TryAcquire(ctx)
-		return err == nil
+		require.NoError(t, holder.Release(ctx))
+		h, err := p.Lock("dead").Acquire(ctx)
+		require.NoError(t, err)
+		lifetime, took := mongolock.ClaimLifetime(dying), time.Since(asked)
+		// asked is when the claim was seen, within a poll after it was made.
+		require.GreaterOrEqual(t, took, lifetime-10*time.Millisecond, "a free lock taken from under a live claim")
+		require.LessOrEqual(t, took, lifetime+standby+10*time.Millisecond, "a free lock held back past the dead claim's lifetime")
+		require.NoError(t, h.Release(ctx))
+		network.Heal()
 	})
-	require.Less(t, time.Since(released), mongolock.ClaimLifetime(dying)+time.Second, "a free lock held back past the dead claim's lifetime")
-	require.NoError(t, h.Release(ctx))
 }
 
 // Another process's live claim keeps a freed lock for its claimant: the
@@ -466,103 +509,96 @@ func TestAClaimantThatDiedHoldsAFreeLockBackOnlyWhileItsClaimLasts(t *testing.T)
 // only now and then. A turn passes the lock on within its process only
 // through hand-overs.
 func TestAFreedLockGoesToTheClaimantBeforeItsLastHoldersProcessAsksAgain(t *testing.T) {
-	const name = "claimed"
-	ctx := boundedCtx(t, time.Minute)
-	e := newLockEnv(t)
-	held, err := e.p.Lock(name).TryAcquire(ctx)
-	require.NoError(t, err)
-	slow := newProvider(t, ownClient(t, e.db, nil), mongolock.WithBusyWaitSleep(300*time.Millisecond, 300*time.Millisecond))
-	claimant := startAcquire(ctx, lockMode(slow, name))
-	awaitClaim(t, slow, name)
+	synctest.Test(t, func(t *testing.T) {
+		const name = "claimed"
+		ctx := t.Context()
+		db := newMemDB(t)
+		p, _ := db.process()
+		held := mustTryAcquire(t, ctx, p.Lock(name))
+		slow, _ := db.process(mongolock.WithBusyWaitSleep(300*time.Millisecond, 300*time.Millisecond))
+		mongolock.PollOnly(slow) // no release event wakes it
+		claimant := startAcquire(ctx, lockMode(slow, name))
+		db.awaitClaim(slow, name)
 
-	require.NoError(t, held.Release(ctx))
-	again := startAcquire(ctx, lockMode(e.p, name))
-	pollUntil(t, 10*time.Second, "the releasing process next after the claim", func() bool {
-		return turnOf(t, e.p, name).NextProcess == mongolock.Process(e.p)
+		require.NoError(t, held.Release(ctx))
+		again := startAcquire(ctx, lockMode(p, name))
+		pollUntil(t, 10*time.Second, "the releasing process next after the claim", func() bool {
+			return db.turn(name).NextProcess == mongolock.Process(p)
+		})
+		first := awaitAcquired(t, claimant, 10*time.Second, "the claimant")
+		require.NoError(t, first.Release(ctx))
+		second := awaitAcquired(t, again, 10*time.Second, "the releasing process, asking again")
+		require.Less(t, first.FencingToken(), second.FencingToken(), "the releasing process took the freed lock before the claimant")
+		require.NoError(t, second.Release(ctx))
 	})
-	first := awaitAcquired(t, claimant, 10*time.Second, "the claimant")
-	require.NoError(t, first.Release(ctx))
-	second := awaitAcquired(t, again, 10*time.Second, "the releasing process, asking again")
-	require.Less(t, first.FencingToken(), second.FencingToken(), "the releasing process took the freed lock before the claimant")
 }
 
 // A process that took the lock turnLength times in a row steps aside while
 // another process's claim is live, and only that long: a claim that is not
 // renewed lapses within its lifetime.
 func TestAStepAsideLastsNoLongerThanTheClaim(t *testing.T) {
-	ctx := boundedCtx(t, time.Minute)
-	e := newLockEnv(t)
-	l := e.p.Lock("aside")
-	var h *mongolock.Handle
-	for i := range mongolock.TurnLength {
-		var err error
-		h, err = l.TryAcquire(ctx)
-		require.NoError(t, err, "acquisition %d", i)
-		if i < mongolock.TurnLength-1 {
-			require.NoError(t, h.Release(ctx))
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		db := newMemDB(t)
+		p, _ := db.process()
+		other, _ := db.process()
+		l := p.Lock("aside")
+		var h *mongolock.Handle
+		for i := range mongolock.TurnLength {
+			h = mustTryAcquire(t, ctx, l)
+			if i < mongolock.TurnLength-1 {
+				require.NoError(t, h.Release(ctx))
+			}
 		}
-	}
-	require.Equal(t, mongolock.TurnLength, turnOf(t, e.p, "aside").ProcessStreak)
-	// Another process claims the next turn, then stops asking.
-	claim := claimAndGiveUp(t, ctx, e.other, "aside").WaitingUntil
+		require.Equal(t, mongolock.TurnLength, db.turn("aside").ProcessStreak)
+		// Another process claims the next turn, then stops asking.
+		claim := db.claimAndGiveUp(ctx, other, "aside").WaitingUntil
 
-	require.NoError(t, h.Release(ctx))
-	// The claim is not withdrawn here (a claimant that died); the holder's
-	// process steps aside until it lapses.
-	_, err := e.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "aside"}}, bson.D{{Key: "$set", Value: bson.D{
-		{Key: "waitingProcess", Value: mongolock.Process(e.other)}, {Key: "waitingUntil", Value: claim}}}})
-	require.NoError(t, err)
-	_, err = l.TryAcquire(ctx)
-	if time.Until(claim) > 50*time.Millisecond { // still live by any clock skew here
+		require.NoError(t, h.Release(ctx))
+		// The claim is not withdrawn here (a claimant that died); the
+		// holder's process steps aside until it lapses, and no longer.
+		db.edit("aside", bson.D{{Key: "$set", Value: bson.D{
+			{Key: "waitingProcess", Value: mongolock.Process(other)}, {Key: "waitingUntil", Value: claim}}}})
+		require.Greater(t, time.Until(claim), time.Duration(0), "the claim has lapsed already")
+		_, err := l.TryAcquire(ctx)
 		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the holder's process did not step aside")
-	}
-	lifetime := mongolock.ClaimLifetime(e.other)
-	var again *mongolock.Handle
-	pollUntil(t, lifetime+time.Second, "the holder's process got the lock back once the claim lapsed", func() bool {
-		again, err = l.TryAcquire(ctx)
-		return err == nil
+		time.Sleep(time.Until(claim))
+		require.NoError(t, mustTryAcquire(t, ctx, l).Release(ctx), "the holder's process got the lock back once the claim lapsed")
 	})
-	require.NoError(t, again.Release(ctx))
 }
 
 // The cron pattern: a process that only ever calls TryAcquire gets a free
 // lock even while other processes wait for it in Acquire.
 func TestTryAcquireGetsAFreeLockWhileOtherProcessesWait(t *testing.T) {
-	ctx := boundedCtx(t, time.Minute)
-	e := newLockEnv(t)
-	holder, err := e.p.Lock("cron").TryAcquire(ctx)
-	require.NoError(t, err)
-	var counts []*commandCounter
-	var waiters sync.WaitGroup
-	defer waiters.Wait() // after the cancels below: their Acquire calls have returned before the cleanups
-	for range 3 {
-		// Waiters that poll rarely, so that the free lock is there to take.
-		c := &commandCounter{}
-		counts = append(counts, c)
-		w := newProvider(t, ownClient(t, e.db, c), mongolock.WithBusyWaitSleep(5*time.Second, 5*time.Second))
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		db := newMemDB(t)
+		p, _ := db.process()
+		other, _ := db.process()
+		holder := mustTryAcquire(t, ctx, p.Lock("cron"))
 		wctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		waiters.Go(func() { _, _ = w.Lock("cron").Acquire(wctx) })
-	}
-	// Each has made its first attempt, and sleeps.
-	pollUntil(t, 10*time.Second, "the waiters' first attempts", func() bool {
-		for _, c := range counts {
-			if !c.idle() {
-				return false
-			}
+		var waiters sync.WaitGroup
+		for range 3 {
+			// Waiters that poll rarely, and no release event wakes, so
+			// that the free lock is there to take.
+			w, _ := db.process(mongolock.WithBusyWaitSleep(5*time.Second, 5*time.Second))
+			mongolock.PollOnly(w)
+			waiters.Go(func() { _, _ = w.Lock("cron").Acquire(wctx) })
 		}
-		return true
+		synctest.Wait() // each has made its first attempt, and sleeps
+		require.NotEmpty(t, db.turn("cron").WaitingProcess, "no waiter claimed the next turn")
+		require.NoError(t, holder.Release(ctx))
+		cron, err := other.Lock("cron").TryAcquire(ctx)
+		require.NoError(t, err, "a free lock refused to TryAcquire because others wait")
+		require.NoError(t, cron.Release(ctx))
+		cancel()
+		waiters.Wait()
 	})
-	f := turnOf(t, e.p, "cron")
-	require.NotEmpty(t, f.WaitingProcess, "no waiter claimed the next turn")
-	require.NoError(t, holder.Release(ctx))
-	cron, err := e.other.Lock("cron").TryAcquire(ctx)
-	require.NoError(t, err, "a free lock refused to TryAcquire because others wait")
-	require.NoError(t, cron.Release(ctx))
 }
 
 // While a lock is held for long by one process, only the claimant polls
-// faster than the configured sleep; the other waiting processes back off.
+// faster than the configured sleep; the other waiting processes back off,
+// whether release events arrive or not.
 func TestWhileALockIsHeldOnlyTheClaimantPollsOften(t *testing.T) {
 	type acquire func(p *mongolock.Provider, ctx context.Context) (*mongolock.Handle, error)
 	const name = "standby"
@@ -600,50 +636,61 @@ func TestWhileALockIsHeldOnlyTheClaimantPollsOften(t *testing.T) {
 				return p.RWLock(name).Writer().Acquire(ctx)
 			}},
 	} {
-		t.Run(c.kind, func(t *testing.T) {
-			const waiters, hold = 4, 2 * time.Second
-			ctx := boundedCtx(t, time.Minute)
-			db := testdb.Database(t)
-			holderP := newProvider(t, ownClient(t, db, nil))
-			held := make([]*mongolock.Handle, c.holds)
-			for i := range held {
-				var err error
-				held[i], err = c.hold(holderP, ctx)
-				require.NoError(t, err)
-			}
-
-			counts := make([]*commandCounter, waiters)
-			wctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			var wg sync.WaitGroup
-			for i := range waiters {
-				counts[i] = &commandCounter{}
-				p := newProvider(t, ownClient(t, db, counts[i]), mongolock.WithBusyWaitSleep(10*time.Millisecond, 100*time.Millisecond))
-				wg.Go(func() {
-					h, err := c.wait(p, wctx)
-					if err == nil {
-						_ = h.Release(ctx)
+		for _, events := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/release-events=%v", c.kind, events), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					const waiters, hold, standby = 4, 10 * time.Second, time.Second
+					ctx := t.Context()
+					db := newMemDB(t)
+					holderP, _ := db.process()
+					held := make([]*mongolock.Handle, c.holds)
+					for i := range held {
+						var err error
+						held[i], err = c.hold(holderP, ctx)
+						require.NoError(t, err)
 					}
+
+					attempts := make([]atomic.Int64, waiters)
+					wctx, cancel := context.WithCancel(ctx)
+					var wg sync.WaitGroup
+					for i := range waiters {
+						p, _ := db.process(mongolock.WithBusyWaitSleep(10*time.Millisecond, 100*time.Millisecond), mongolock.WithStandbySleep(standby))
+						mongolock.SetSendHook(p, func() { attempts[i].Add(1) })
+						if !events {
+							mongolock.PollOnly(p)
+						}
+						wg.Go(func() {
+							h, err := c.wait(p, wctx)
+							if err == nil {
+								_ = h.Release(ctx)
+							}
+						})
+					}
+					time.Sleep(hold) // it is held for this long: what it costs is counted
+					cancel()
+					wg.Wait()
+					for _, h := range held {
+						require.NoError(t, h.Release(ctx))
+					}
+					// The claimant looks at least every 100 ms (the longest
+					// sleep, where release events arrive), every 17 ms (a
+					// sixth of it) where they do not; the others back off
+					// from the shortest sleep, quadrupling, to the standby
+					// sleep (less a fifth, its jitter).
+					var often int
+					for i := range attempts {
+						n := attempts[i].Load()
+						t.Logf("waiting process %d: %d attempts in %v", i, n, hold)
+						if n >= int64(hold/(100*time.Millisecond))-5 {
+							often++
+						} else {
+							require.LessOrEqual(t, n, int64(hold/(standby*4/5))+6, "process %d, not the claimant, did not back off to the standby sleep", i)
+						}
+					}
+					require.Equal(t, 1, often, "processes that polled often while it was held")
 				})
-			}
-			time.Sleep(hold) // it is held for this long: what it costs is counted
-			cancel()
-			wg.Wait()
-			for _, h := range held {
-				require.NoError(t, h.Release(ctx))
-			}
-			var often int
-			for i, c := range counts {
-				n := c.started.Load()
-				t.Logf("waiting process %d: %d attempts in %v", i, n, hold)
-				// The configured sleep is 10-100 ms: 20 attempts in 2 s is above
-				// what backing off to 800 ms allows, and far below the claimant's.
-				if n > 20 {
-					often++
-				}
-			}
-			require.Equal(t, 1, often, "processes that polled often while it was held")
-		})
+			})
+		}
 	}
 }
 
@@ -737,14 +784,16 @@ func TestLockHeldByDotnetProtocolIsNotAcquiredByMongolockUntilDotnetReleases(t *
 	}
 
 	// Acquire times out with ErrNotAcquired: the lock was held by someone
-	// else the whole time. Many short waits, so that the deadline falls at
-	// every point of an attempt: before, during, and between round trips.
+	// else the whole time. Short waits, so that the deadline falls at
+	// several points of an attempt: before, during, and between round trips
+	// (every point, over the model:
+	// TestAnAcquireOfAHeldLockEndedByItsDeadlineAnywhereIsErrNotAcquired).
 	// Each wait leaves ample room for a first round trip (on a loaded
 	// machine the driver does not even send a request that cannot finish in
 	// time, and then nothing is known about the lock), and holds many.
 	wait := 100*time.Millisecond + 3*rtt
 	var misreported []string
-	for i := range 40 {
+	for i := range 12 {
 		actx, acancel := context.WithTimeout(ctx, wait)
 		h, err = l.Acquire(actx)
 		acancel()
@@ -982,7 +1031,7 @@ func TestMongolockTokensOutrankEveryEarlierTokenWhileContendingWithDotnetRelease
 	const (
 		mongolockers = 6
 		dotnets      = 4
-		duration     = 6 * time.Second
+		duration     = 2 * time.Second
 	)
 	ctx := boundedCtx(t, time.Minute)
 	db := testdb.Database(t)

@@ -211,7 +211,8 @@ func (l *lease) until(o config, sent time.Time) time.Time {
 }
 
 // tick extends every lease not already being extended, in batches, and
-// sets the next tick while any lease is kept.
+// sets the next tick while any lease is kept. A lease whose Handle became
+// unreachable is released instead.
 func (p *Provider) tick() {
 	ls := &p.leases
 	ls.mu.Lock()
@@ -222,13 +223,21 @@ func (p *Provider) tick() {
 	}
 	ls.timer.Reset(p.opts.cadence)
 	due := map[*space][]*acquisition{} // a batch is of one space
+	var dropped []*acquisition
 	for h, l := range ls.held {
+		if h.dropped.CompareAndSwap(true, false) {
+			dropped = append(dropped, h)
+			continue
+		}
 		if l.missed = l.busy; !l.busy { // busy: extend again once it is back
 			sp := h.lock.space()
 			l.busy, due[sp] = true, append(due[sp], h)
 		}
 	}
 	ls.mu.Unlock()
+	for _, h := range dropped {
+		h.abandon()
+	}
 	for _, hs := range due {
 		for batch := range slices.Chunk(hs, maxBatch) {
 			go p.extend(batch)

@@ -42,9 +42,22 @@ func newHandle(l *Lock, lockID string, doc reply, sent time.Time) *Handle {
 	return h
 }
 
-// abandoned runs once a's Handle is unreachable: if a still holds the lock,
-// nobody can release it any more, so it is released now.
+// abandoned runs once a's Handle is unreachable, in the runtime's cleanup
+// goroutine. A provider over the in-memory store may run in a
+// testing/synctest bubble, where that goroutine must not touch a's
+// channels or timers (a fatal error): there it only marks a, and the next
+// tick of the provider's leases abandons it.
 func (a *acquisition) abandoned() {
+	if _, ok := a.lock.space().store.(memStore); ok {
+		a.dropped.Store(true)
+		return
+	}
+	a.abandon()
+}
+
+// abandon releases a, whose Handle is unreachable, if it still holds the
+// lock: nobody can release it any more.
+func (a *acquisition) abandon() {
 	if a.released.Load() || a.lossError() != nil {
 		return
 	}

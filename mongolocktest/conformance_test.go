@@ -9,9 +9,10 @@ import (
 )
 
 // TestConformance runs the suite that the root package's tests run against
-// the server: the in-memory providers behave as the server's do.
+// the server: the in-memory providers behave as the server's do, here in
+// simulated time.
 func TestConformance(t *testing.T) {
-	conformance.Run(t, func(t *testing.T) func(opts ...mongolock.Option) (*mongolock.Provider, error) {
+	conformance.RunSimulated(t, func(t *testing.T) func(opts ...mongolock.Option) (*mongolock.Provider, error) {
 		return mongolocktest.NewStore().NewProvider
 	})
 }

@@ -39,7 +39,10 @@
 // a network unless Partition says otherwise. Its change streams read a
 // history of its last 1,024 writes, as MongoDB's read the capped oplog: a
 // stream that falls behind it ends, and the Provider opens another, as
-// over MongoDB.
+// over MongoDB. A Handle dropped without Release is released at its
+// Provider's next extension of leases, rather than as soon as the garbage
+// collector finds it: the collector's cleanups run outside any synctest
+// bubble.
 package mongolocktest
 
 import (

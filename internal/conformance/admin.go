@@ -285,35 +285,36 @@ func holdAtMostLosesTheHandle(e *env) {
 
 // A handle lost at WithHoldAtMost's bound (a safety margin before it) may
 // still run its job: the lock stays held until the bound, unless its
-// Release, once the job stopped, frees it at once.
+// Release, once the job stopped, frees it at once. Two locks, taken
+// together, show both: one released once lost, one left to its bound.
 func holdAtMostKeepsTheLockUntilItsBound(e *env) {
 	const expiry, most = time.Second, 2 * time.Second
 	p, other := e.provider(mongolock.WithExpiry(expiry), mongolock.WithHoldAtMost(most)), e.provider()
-	h := e.try(p.Lock("stuck"))
-	e.await(h.Lost(), "the handle is lost at its bound")
-	var next *mongolock.Handle
-	e.pollUntil("the lock frees at its bound", func() bool {
-		var err error
-		next, err = other.Lock("stuck").TryAcquire(e.ctx)
-		require.True(e.t, err == nil || errors.Is(err, mongolock.ErrNotAcquired), "TryAcquire: %v", err)
-		return err == nil
-	})
-	require.False(e.t, next.AcquiredAt().Before(h.AcquiredAt().Add(most)), "taken at %v, before the bound %v, while the lost job may still run",
-		next.AcquiredAt(), h.AcquiredAt().Add(most))
-	require.ErrorIs(e.t, h.Release(e.ctx), mongolock.ErrLockLost)
+	left, released := e.try(p.Lock("left")), e.try(p.Lock("released"))
+	take := func(name string) *mongolock.Handle {
+		var next *mongolock.Handle
+		e.pollUntil("the lock "+name+" frees", func() bool {
+			var err error
+			next, err = other.Lock(name).TryAcquire(e.ctx)
+			require.True(e.t, err == nil || errors.Is(err, mongolock.ErrNotAcquired), "TryAcquire: %v", err)
+			return err == nil
+		})
+		return next
+	}
+
+	e.await(released.Lost(), "the handle is lost at its bound")
+	_, err := other.Lock("released").TryAcquire(e.ctx)
+	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired, "the lock was freed as its handle was lost")
+	require.ErrorIs(e.t, released.Release(e.ctx), mongolock.ErrLockLost)
+	next := take("released")
+	require.True(e.t, next.AcquiredAt().Before(released.AcquiredAt().Add(most)), "the release of the lost handle did not free the lock before the bound")
 	e.release(next)
 
-	h = e.try(p.Lock("stuck"))
-	e.await(h.Lost(), "the handle is lost at its bound")
-	_, err := other.Lock("stuck").TryAcquire(e.ctx)
-	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired, "the lock was freed as its handle was lost")
-	require.ErrorIs(e.t, h.Release(e.ctx), mongolock.ErrLockLost)
-	e.pollUntil("the release of the lost handle frees the lock", func() bool {
-		var err error
-		next, err = other.Lock("stuck").TryAcquire(e.ctx)
-		return err == nil
-	})
-	require.True(e.t, next.AcquiredAt().Before(h.AcquiredAt().Add(most)), "the release of the lost handle did not free the lock before the bound")
+	e.await(left.Lost(), "the handle is lost at its bound")
+	next = take("left")
+	require.False(e.t, next.AcquiredAt().Before(left.AcquiredAt().Add(most)), "taken at %v, before the bound %v, while the lost job may still run",
+		next.AcquiredAt(), left.AcquiredAt().Add(most))
+	require.ErrorIs(e.t, left.Release(e.ctx), mongolock.ErrLockLost)
 	e.release(next)
 }
 

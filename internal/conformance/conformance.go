@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -22,13 +23,34 @@ import (
 // of the test's own: the providers it returns share their locks.
 type Open func(t *testing.T) func(opts ...mongolock.Option) (*mongolock.Provider, error)
 
-// Run runs the suite, each subtest over a database from open.
+// Run runs the suite over a server, each case over a database from open.
+// The cases run in parallel (as many at once as go test -parallel says):
+// most of their time is spent waiting for leases and holds to run out on
+// the real clock, and each has a database of its own.
 func Run(t *testing.T, open Open) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			c.run(&env{t: t, open: open(t), ctx: bounded(t, 20*time.Second)})
+			t.Parallel()
+			c.run(newEnv(t, open, func() {}))
 		})
 	}
+}
+
+// RunSimulated runs the suite over a database in process memory, each case
+// in a testing/synctest bubble made before open is called: the leases and
+// holds run out on the bubble's clock, without waiting, and a case that
+// checks that a call waits first lets every goroutine of the bubble run
+// until it blocks.
+func RunSimulated(t *testing.T, open Open) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { c.run(newEnv(t, open, synctest.Wait)) })
+		})
+	}
+}
+
+func newEnv(t *testing.T, open Open, settle func()) *env {
+	return &env{t: t, open: open(t), ctx: bounded(t, 20*time.Second), settle: settle}
 }
 
 var cases = []struct {

@@ -15,6 +15,10 @@ type env struct {
 	t    *testing.T
 	open func(opts ...mongolock.Option) (*mongolock.Provider, error)
 	ctx  context.Context
+	// settle lets what the case started run as far as it can before a
+	// check that it waits (synctest.Wait in a bubble; nothing on the real
+	// clock, where the check is only as strong as the moment it runs).
+	settle func()
 }
 
 // provider returns a provider with short expiries (a loss is seen within
@@ -117,6 +121,7 @@ func start(acquire func() (*mongolock.Handle, error)) <-chan result {
 // notYet fails the test if ch has delivered: it must wait.
 func (e *env) notYet(ch <-chan result, what string) {
 	e.t.Helper()
+	e.settle()
 	select {
 	case r := <-ch:
 		e.t.Fatalf("%s returned before the release: %v, %v", what, r.h, r.err)

@@ -63,9 +63,6 @@ func runSoak(t *testing.T, args ...string) (*Result, string) {
 // told of a loss, and every dropped holder must learn of its loss before
 // the next one comes in.
 func TestSoak(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: the soak runs 15 s")
-	}
 	// Every run must show no violation. What the faults and the random
 	// mix reach in 12 s is chance, and make test's load (beside the root
 	// package's -race tests) makes a run's trials and drops few: up to three
@@ -132,9 +129,6 @@ func soakCoverage(r *Result) map[string]bool {
 // of a semaphore, of a writer and readers of an rwlock, of an election's
 // leader.
 func TestSoakReportsWorkAfterReleaseAsViolations(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short")
-	}
 	// Whether a sabotaged holder's work after its release meets the next
 	// holder's is chance, and a loaded machine makes a kind's trials few:
 	// up to three runs, and each kind must show its overlaps in one.

@@ -1,6 +1,7 @@
 package testdb
 
 import (
+	"flag"
 	"fmt"
 	"runtime/debug"
 	"strings"
@@ -57,6 +58,7 @@ func TestOwnModuleIsMongolockBuiltFromSource(t *testing.T) {
 // Without a server, a test fails where the run requires one and skips
 // elsewhere, saying in one line how to give it one.
 func TestMissingServerFailsOnlyWhereRequired(t *testing.T) {
+	setShort(t, false)
 	own := currentEnv().own
 	for _, c := range []struct {
 		ci, required string
@@ -76,8 +78,34 @@ func TestMissingServerFailsOnlyWhereRequired(t *testing.T) {
 		require.NotContains(t, msg, "\n", what)
 		if !c.fails {
 			require.True(t, strings.HasPrefix(msg, "mongolock tests: no test server"), what)
+			require.Contains(t, msg, "server tier", what)
 			require.Contains(t, msg, EnvURI+"=mongodb://", what)
 			require.Contains(t, msg, "make test", what)
 		}
 	}
+}
+
+// Under -short no server is looked for, none is required, and the tests
+// that need one skip, saying in one line that -short left them out.
+func TestShortSkipsTheServerTierEvenWhereAServerIsRequired(t *testing.T) {
+	setShort(t, true)
+	t.Setenv(EnvRequired, "1")
+	t.Setenv(EnvURI, "mongodb://db.example:27017/")
+
+	require.False(t, Required())
+	_, _, err := connect()
+	require.ErrorIs(t, err, errShort)
+	msg, strict := missing(err)
+	require.False(t, strict)
+	require.NotContains(t, msg, "\n")
+	require.True(t, strings.HasPrefix(msg, "mongolock tests: -short: skipping the server tier"), msg)
+	require.Contains(t, msg, "without -short")
+}
+
+// setShort sets -short for the rest of the test.
+func setShort(t *testing.T, on bool) {
+	short := flag.Lookup("test.short").Value
+	was := short.String()
+	require.NoError(t, short.Set(fmt.Sprint(on)))
+	t.Cleanup(func() { require.NoError(t, short.Set(was)) })
 }

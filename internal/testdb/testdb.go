@@ -19,6 +19,10 @@
 //     running): none. The tests that need a server skip, and the first
 //     says in one line on stderr how to give them one.
 //
+// Under go test -short there is none, whatever the environment says: the
+// tests that need a server (the server tier) skip, here rather than each
+// on its own, and the run is the model tier alone.
+//
 // Each test gets a database of its own, named with Prefix and dropped when
 // the test ends; DropDatabase drops no database without Prefix. Tests that
 // need a capability the server lacks skip, naming it.
@@ -29,6 +33,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -201,17 +206,31 @@ func ownModule(bi *debug.BuildInfo) bool {
 }
 
 // Required reports whether this run must have a server: where it does, a
-// missing server fails the tests; elsewhere they skip.
-func Required() bool { return decide(currentEnv()).strict }
+// missing server fails the tests; elsewhere they skip. Under -short none
+// is required.
+func Required() bool { return !short() && decide(currentEnv()).strict }
+
+// short reports whether this is a test binary run with -short, which
+// leaves out the tests that need a server. Outside a test binary (the
+// soak's and the benchmark's commands) it is false.
+func short() bool { return testing.Testing() && flag.Parsed() && testing.Short() }
 
 // errNoServer is the error of a run that is given no server and may not
-// start one.
-var errNoServer = errors.New("no test server")
+// start one; errShort that of a run with -short, which wants none.
+var (
+	errNoServer = errors.New("no test server")
+	errShort    = errors.New("-short")
+)
 
-// hint is the line that says how to give the tests a server.
+// hint is the line that says why the tests that need a server skip, and
+// how to run them.
 func hint(err error) string {
-	return fmt.Sprintf("mongolock tests: %v: skipping those that need one; "+
-		"set %s=mongodb://HOST:PORT/ to run them (in a clone of mongolock: make test)", err, EnvURI)
+	if errors.Is(err, errShort) {
+		return "mongolock tests: -short: skipping the server tier (the tests that need a server); " +
+			"to run them, go test without -short (in a clone of mongolock: make test)"
+	}
+	return fmt.Sprintf("mongolock tests: %v: skipping the server tier (the tests that need a server); "+
+		"to run them, set %s=mongodb://HOST:PORT/, or in a clone of mongolock run make test, which starts a local server", err, EnvURI)
 }
 
 var hinted sync.Once
@@ -224,6 +243,9 @@ func NoteSkip(err error) {
 }
 
 func connect() (*Server, *mongo.Client, error) {
+	if short() {
+		return nil, nil, errShort
+	}
 	p := decide(currentEnv())
 	uri, source := p.uri, EnvURI
 	if uri == "" {
