@@ -649,7 +649,9 @@ func TestObserverReopensItsStreamAfterItLostItsHistory(t *testing.T) {
 // hour. Its first read is refused too: only the stream's reopening, and
 // the read it triggers, can show the leader.
 func TestObserverReopensItsStreamAfterATransientRefusalAsTheNotifierDoes(t *testing.T) {
-	forEachEventForm(t, testObserverReopensItsStream)
+	forEachEventForm(t, func(t *testing.T, form memdb.Events) {
+		synctest.Test(t, func(t *testing.T) { testObserverReopensItsStream(t, form) })
+	})
 }
 
 func testObserverReopensItsStream(t *testing.T, form memdb.Events) {
@@ -674,13 +676,11 @@ func testObserverReopensItsStream(t *testing.T, form memdb.Events) {
 	_, err = observer.Election("observed").Leader(ctx)
 	require.NoError(t, err)
 	obs.Faults.Refuse(2)
+	refused := time.Now()
 	observed := observer.Election("observed").Observe(ctx)
-	select {
-	case got := <-observed:
-		require.Equal(t, l.FencingToken(), got.FencingToken)
-	case <-time.After(10 * notifyRetry):
-		t.Fatalf("no state observed %v after the stream's open and the first read were refused", 10*notifyRetry)
-	}
+	got := <-observed
+	require.Equal(t, l.FencingToken(), got.FencingToken)
+	require.Equal(t, notifyRetry, time.Since(refused), "the state was not observed as the stream reopened, notifyRetry after its open was refused")
 }
 
 // An Upgrade waiting for another process's reader, where release events
