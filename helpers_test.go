@@ -523,6 +523,17 @@ func (d *memDB) editIn(coll, name string, update bson.D) {
 	}))
 }
 
+// remove deletes name's document in the collection coll, as someone
+// deleting it by hand would.
+func (d *memDB) remove(coll, name string) {
+	d.t.Helper()
+	require.NoError(d.t, d.store.Do(context.Background(), coll, func(c *memdb.Table, now time.Time) error {
+		deleted, err := c.DeleteOne(now, bson.D{{Key: "_id", Value: name}})
+		require.True(d.t, deleted, "no document of %q in %s", name, coll)
+		return err
+	}))
+}
+
 // holders returns how many holders the semaphore or RW lock name has in
 // its document, and how many of them hold a lease that has not ended.
 func (d *memDB) holders(name string) (all, live int) {
