@@ -277,44 +277,45 @@ func TestAnAcquireOfAHeldLockEndedByItsDeadlineAnywhereIsErrNotAcquired(t *testi
 }
 
 func TestAcquireReturnsPromptlyWhenCancelledWhileWaiting(t *testing.T) {
-	ctx := boundedCtx(t, 20*time.Second)
-	db := testdb.Database(t)
-	holder := releaseAtCleanup(t, mustAcquire(t, ctx, newProvider(t, db).Lock("cancel")))
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := newMemDB(t)
+		holderP, _ := d.process()
+		holder := releaseAtCleanup(t, mustTryAcquire(t, ctx, holderP.Lock("cancel")))
+		// Every sleep between attempts is at least 2s: returning sooner
+		// than that after the cancel means the sleep was interrupted.
+		p, net := d.process(mongolock.WithBusyWaitSleep(2*time.Second, 3*time.Second))
 
-	var count commandCounter
-	// Every sleep between attempts is at least 2s: returning sooner than
-	// that after the cancel means the sleep was interrupted.
-	p := newProvider(t, ownClient(t, db, &count), mongolock.WithBusyWaitSleep(2*time.Second, 3*time.Second))
+		wctx, wcancel := context.WithCancel(ctx)
+		defer wcancel()
+		type result struct {
+			h   *mongolock.Handle
+			err error
+			at  time.Time
+		}
+		done := make(chan result, 1)
+		go func() {
+			h, err := p.Lock("cancel").Acquire(wctx)
+			done <- result{h, err, time.Now()}
+		}()
+		// Its second attempt refused, it is in the sleep after it.
+		for net.Sent() < 2 {
+			time.Sleep(time.Second)
+		}
+		synctest.Wait()
+		sent := net.Sent()
 
-	wctx, wcancel := context.WithCancel(ctx)
-	defer wcancel()
-	type result struct {
-		h   *mongolock.Handle
-		err error
-		at  time.Time
-	}
-	done := make(chan result, 1)
-	go func() {
-		h, err := p.Lock("cancel").Acquire(wctx)
-		done <- result{h, err, time.Now()}
-	}()
-	// Its second attempt: the first one's refusal has been taken in.
-	pollUntil(t, 10*time.Second, "the waiter's second attempt", func() bool { return count.replies.Load() >= 2 })
-
-	cancelled := time.Now()
-	wcancel()
-	var r result
-	select {
-	case r = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Acquire did not return after its ctx was cancelled")
-	}
-	releaseAtCleanup(t, r.h)
-	require.Nil(t, r.h)
-	require.ErrorIs(t, r.err, context.Canceled)
-	require.ErrorIs(t, r.err, mongolock.ErrNotAcquired)
-	require.Less(t, r.at.Sub(cancelled), 500*time.Millisecond, "Acquire returned late after cancellation")
-	require.NoError(t, holder.Release(ctx))
+		cancelled := time.Now()
+		wcancel()
+		r := <-done
+		releaseAtCleanup(t, r.h)
+		require.Nil(t, r.h)
+		require.ErrorIs(t, r.err, context.Canceled)
+		require.ErrorIs(t, r.err, mongolock.ErrNotAcquired)
+		require.Equal(t, cancelled, r.at, "Acquire returned after its sleep, not as it was cancelled")
+		require.LessOrEqual(t, net.Sent()-sent, int64(1), "more than the claim's withdrawal was sent after the cancel")
+		require.NoError(t, holder.Release(ctx))
+	})
 }
 
 func TestAcquireWaitsUntilTheHolderReleases(t *testing.T) {
@@ -1158,33 +1159,31 @@ func TestEveryCommandOnTheLockCollectionCarriesTheLibrarysConcerns(t *testing.T)
 // and ends Context; Release ends both, and never frees another holder.
 
 func TestHeldLockStaysHeldPastSeveralExpiries(t *testing.T) {
-	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
-	ctx := boundedCtx(t, 30*time.Second)
-	h, err := e.p.Lock("held").TryAcquire(ctx)
-	require.NoError(t, err)
-	first := rawLockDoc(t, e.coll, "held")
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := newMemDB(t)
+		p, _, other := d.holderAndRival(mongolock.WithExpiry(memExpiry))
+		h := mustTryAcquire(t, ctx, p.Lock("held"))
+		first := d.doc(mongolock.DefaultCollection, "held")
 
-	rival := e.other.Lock("held")
-	start := time.Now()
-	attempts := 0
-	for time.Since(start) < 3*shortExpiry+shortExpiry/2 {
-		_, err := rival.TryAcquire(ctx)
-		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "attempt %d, %v after acquiring", attempts, time.Since(start))
-		require.False(t, closedNow(h.Lost()), "Lost closed %v after acquiring", time.Since(start))
-		require.NoError(t, h.Context().Err(), "Context done %v after acquiring", time.Since(start))
-		attempts++
-		time.Sleep(20 * time.Millisecond) // pacing of the polls, not synchronisation
-	}
+		rival := other.Lock("held")
+		start := time.Now()
+		for attempt := 0; time.Since(start) < 3*memExpiry+memExpiry/2; attempt++ {
+			_, err := rival.TryAcquire(ctx)
+			require.ErrorIs(t, err, mongolock.ErrNotAcquired, "attempt %d, %v after acquiring", attempt, time.Since(start))
+			require.False(t, closedNow(h.Lost()), "Lost closed %v after acquiring", time.Since(start))
+			require.NoError(t, h.Context().Err(), "Context done %v after acquiring", time.Since(start))
+			time.Sleep(memExpiry / 20)
+		}
 
-	// The lease was pushed forward, by the same acquisition.
-	now := rawLockDoc(t, e.coll, "held")
-	require.Equal(t, first.Lookup("lockId"), now.Lookup("lockId"))
-	require.Equal(t, first.Lookup("fencingToken"), now.Lookup("fencingToken"))
-	require.True(t, now.Lookup("expiresAt").Time().After(first.Lookup("expiresAt").Time().Add(2*shortExpiry)),
-		"expiresAt went from %v to %v", first.Lookup("expiresAt").Time(), now.Lookup("expiresAt").Time())
-	t.Logf("%d rival attempts over %v, all refused", attempts, time.Since(start))
-
-	require.NoError(t, h.Release(ctx))
+		// The lease was pushed forward, by the same acquisition.
+		now := d.doc(mongolock.DefaultCollection, "held")
+		require.Equal(t, first.Lookup("lockId"), now.Lookup("lockId"))
+		require.Equal(t, first.Lookup("fencingToken"), now.Lookup("fencingToken"))
+		require.True(t, now.Lookup("expiresAt").Time().After(first.Lookup("expiresAt").Time().Add(2*memExpiry)),
+			"expiresAt went from %v to %v", first.Lookup("expiresAt").Time(), now.Lookup("expiresAt").Time())
+		require.NoError(t, h.Release(ctx))
+	})
 }
 
 func TestLostClosesWhenDocumentIsDeleted(t *testing.T) {
@@ -2262,60 +2261,62 @@ func TestAHandOverToAWaiterThatGaveUpIsReleased(t *testing.T) {
 // after at most maxStreak acquisitions in a row by one process, a release
 // with local waiters frees the lock instead, and the waiting process gets it.
 func TestHandOversGiveWayToAWaitingProcess(t *testing.T) {
-	const maxStreak = mongolock.TurnLength
-	ctx := boundedCtx(t, time.Minute)
-	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
-	l := e.p.Lock("turns")
-	first, err := l.Acquire(ctx)
-	require.NoError(t, err)
-	// The other process waits, and is in the document's line.
-	rivalGot := make(chan *mongolock.Handle, 1)
-	go func() {
-		h, err := e.other.Lock("turns").Acquire(ctx)
-		if assert(t, err == nil, "rival: %v", err) {
-			rivalGot <- h
-		}
-	}()
-	pollUntil(t, 10*time.Second, "the rival in the document's line", func() bool {
-		n, err := e.coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: "turns"}, {Key: "waitingProcess", Value: bson.D{{Key: "$exists", Value: true}}}})
-		return err == nil && n == 1
-	})
-
-	// Local goroutines keep the lock busy, handing it over each release.
-	var local atomic.Int32
-	local.Add(1) // first
-	busy, stop := context.WithCancel(ctx)
-	defer stop()
-	var wg sync.WaitGroup
-	for range 3 {
-		wg.Go(func() {
-			for {
-				h, err := l.Acquire(busy)
-				if err != nil {
-					return
-				}
-				local.Add(1)
-				if err := h.Release(ctx); !assert(t, err == nil, "release: %v", err) {
-					return
-				}
+	synctest.Test(t, func(t *testing.T) {
+		const maxStreak = mongolock.TurnLength
+		// Hand-overs that never gave way would go on until this ends.
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		d := newMemDB(t)
+		p, _, other := d.holderAndRival(mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
+		l := p.Lock("turns")
+		first, err := l.Acquire(ctx)
+		require.NoError(t, err)
+		// The other process waits, and is in the document's line.
+		rivalGot := make(chan *mongolock.Handle, 1)
+		go func() {
+			h, err := other.Lock("turns").Acquire(ctx)
+			if assert(t, err == nil, "rival: %v", err) {
+				rivalGot <- h
 			}
-		})
-	}
-	awaitQueueLen(t, e.p, "turns", 3)
-	require.NoError(t, first.Release(ctx))
-	var r *mongolock.Handle
-	select {
-	case r = <-rivalGot:
-	case <-ctx.Done():
-		t.Fatal("the waiting process never got its turn")
-	}
-	n := local.Load()
-	stop()
-	wg.Wait()
-	require.NoError(t, r.Release(ctx))
-	require.LessOrEqual(t, n, int32(maxStreak), "acquisitions by one process while another waited first in line")
-	require.GreaterOrEqual(t, n, int32(2), "no hand-over happened")
-	t.Logf("%d acquisitions in a row by the local process before the waiting one's turn", n)
+		}()
+		d.awaitClaim(other, "turns")
+
+		// Local goroutines keep the lock busy, handing it over each release.
+		var local atomic.Int32
+		local.Add(1) // first
+		busy, stop := context.WithCancel(ctx)
+		defer stop()
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				for {
+					h, err := l.Acquire(busy)
+					if err != nil {
+						return
+					}
+					local.Add(1)
+					time.Sleep(time.Millisecond) // held a while, in the bubble's time
+					if err := h.Release(ctx); !assert(t, err == nil, "release: %v", err) {
+						return
+					}
+				}
+			})
+		}
+		awaitQueueLen(t, p, "turns", 3)
+		require.NoError(t, first.Release(ctx))
+		var r *mongolock.Handle
+		select {
+		case r = <-rivalGot:
+		case <-ctx.Done():
+			t.Fatal("the waiting process never got its turn")
+		}
+		n := local.Load()
+		stop()
+		wg.Wait()
+		require.NoError(t, r.Release(ctx))
+		require.LessOrEqual(t, n, int32(maxStreak), "acquisitions by one process while another waited first in line")
+		require.GreaterOrEqual(t, n, int32(2), "no hand-over happened")
+	})
 }
 
 // Release notifications: a release event wakes the waiters of a lock held
