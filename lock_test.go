@@ -25,7 +25,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
@@ -41,35 +40,27 @@ import (
 
 // Acquiring and releasing.
 
-// findAndModifies records, for each findAndModify a client sends, whether
-// it is the statement for a lock nobody waits for (one $replaceWith).
-type findAndModifies struct {
+// statements records, for each acquisition round trip a provider sends,
+// whether it is the statement for a lock nobody waits for.
+type statements struct {
 	mu        sync.Mutex
 	unclaimed []bool
 }
 
-func (f *findAndModifies) client(t *testing.T, db *mongo.Database) *mongo.Database {
-	return testdb.NewClient(t, options.Client().SetMonitor(&event.CommandMonitor{
-		Started: func(_ context.Context, e *event.CommandStartedEvent) {
-			if e.CommandName == "findAndModify" {
-				_, err := e.Command.LookupErr("update", "0", "$replaceWith")
-				f.mu.Lock()
-				f.unclaimed = append(f.unclaimed, err == nil)
-				f.mu.Unlock()
-			}
-		},
-	})).Database(db.Name())
+// watchedProcess is a process of d whose acquisition statements are
+// recorded.
+func watchedProcess(d *memDB) (*mongolock.Provider, *statements) {
+	p, _ := d.process()
+	f := &statements{}
+	mongolock.SetStatementHook(p, func(unclaimed bool) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.unclaimed = append(f.unclaimed, unclaimed)
+	})
+	return p, f
 }
 
-// watchedProvider is a provider on a client of its own in a test database,
-// and what that client's findAndModify commands were.
-func watchedProvider(t *testing.T) (*mongo.Database, *mongolock.Provider, *findAndModifies) {
-	db := testdb.Database(t)
-	f := &findAndModifies{}
-	return db, newProvider(t, f.client(t, db)), f
-}
-
-func (f *findAndModifies) sent() []bool {
+func (f *statements) sent() []bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.unclaimed)
@@ -80,66 +71,71 @@ func (f *findAndModifies) sent() []bool {
 // acquires as the full one does: with the campaign's value, counting the
 // process's streak, with a higher fencing token each time.
 func TestUncontendedAcquisitionsSendTheStatementForALockNobodyWaitsFor(t *testing.T) {
-	const name = "calm"
-	ctx := boundedCtx(t, time.Minute)
-	db, p, f := watchedProvider(t)
-	e := p.Election(name)
-	var last int64
-	n := mongolock.CalmWaits + 2
-	for i := range n {
-		l, err := e.Campaign(ctx, fmt.Sprint("v", i))
-		require.NoError(t, err)
-		require.Greater(t, l.FencingToken(), last, "campaign %d", i)
-		last = l.FencingToken()
-		leader, err := e.Leader(ctx)
-		require.NoError(t, err)
-		require.Equal(t, fmt.Sprint("v", i), leader.Value, "campaign %d", i)
-		require.NoError(t, l.Resign(ctx))
-	}
-	want := make([]bool, n)
-	want[n-2], want[n-1] = true, true
-	require.Equal(t, want, f.sent()[len(f.sent())-n:], "which campaigns sent the statement for a lock nobody waits for")
-	turn := turnOf(t, p, name)
-	require.Equal(t, mongolock.Process(p), turn.LastProcess)
-	require.Equal(t, n, turn.ProcessStreak, "both statements count the streak")
+	synctest.Test(t, func(t *testing.T) {
+		const name = "calm"
+		ctx := t.Context()
+		d := newMemDB(t)
+		p, f := watchedProcess(d)
+		e := p.Election(name)
+		var last int64
+		n := mongolock.CalmWaits + 2
+		for i := range n {
+			l, err := e.Campaign(ctx, fmt.Sprint("v", i))
+			require.NoError(t, err)
+			require.Greater(t, l.FencingToken(), last, "campaign %d", i)
+			last = l.FencingToken()
+			leader, err := e.Leader(ctx)
+			require.NoError(t, err)
+			require.Equal(t, fmt.Sprint("v", i), leader.Value, "campaign %d", i)
+			require.NoError(t, l.Resign(ctx))
+		}
+		want := make([]bool, n)
+		want[n-2], want[n-1] = true, true
+		require.Equal(t, want, f.sent()[len(f.sent())-n:], "which campaigns sent the statement for a lock nobody waits for")
+		turn := d.turn(name)
+		require.Equal(t, mongolock.Process(p), turn.LastProcess)
+		require.Equal(t, n, turn.ProcessStreak, "both statements count the streak")
 
-	// A lock of the election's name: the small statement leaves the
-	// document with a value to the full one, which removes it.
-	before := len(f.sent())
-	h, err := p.Lock(name).Acquire(ctx)
-	require.NoError(t, err)
-	require.Equal(t, []bool{true, false}, f.sent()[before:], "the small statement, then the full one")
-	doc, err := testdb.Client(t).Database(db.Name()).Collection(mongolock.DefaultCollection).
-		FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Raw()
-	require.NoError(t, err)
-	require.Equal(t, mongolock.LockID(h), doc.Lookup("lockId").StringValue())
-	_, err = doc.LookupErr("value")
-	require.Error(t, err, "a lock's acquisition carries no value: %v", doc)
-	require.NoError(t, h.Release(ctx))
+		// A lock of the election's name: the small statement leaves the
+		// document with a value to the full one, which removes it.
+		before := len(f.sent())
+		h, err := p.Lock(name).Acquire(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []bool{true, false}, f.sent()[before:], "the small statement, then the full one")
+		doc := d.doc(mongolock.DefaultCollection, name)
+		require.Equal(t, mongolock.LockID(h), doc.Lookup("lockId").StringValue())
+		_, err = doc.LookupErr("value")
+		require.Error(t, err, "a lock's acquisition carries no value: %v", doc)
+		require.NoError(t, h.Release(ctx))
+	})
 }
 
 // Where the lock is held when an Acquire sends the statement for a lock
 // nobody waits for, it writes nothing, and the Acquire sends the full one
 // at once, which claims the next turn.
 func TestAnAcquireThatFindsTheLockHeldAfterCalmWaitsClaimsAtOnce(t *testing.T) {
-	const name = "calm-then-held"
-	ctx := boundedCtx(t, time.Minute)
-	db, p, f := watchedProvider(t)
-	l := p.Lock(name)
-	for range mongolock.CalmWaits {
-		h, err := l.Acquire(ctx)
+	synctest.Test(t, func(t *testing.T) {
+		const name = "calm-then-held"
+		ctx := t.Context()
+		d := newMemDB(t)
+		p, f := watchedProcess(d)
+		l := p.Lock(name)
+		for range mongolock.CalmWaits {
+			h, err := l.Acquire(ctx)
+			require.NoError(t, err)
+			require.NoError(t, h.Release(ctx))
+		}
+		other, _ := d.process()
+		held, err := other.Lock(name).TryAcquire(ctx)
 		require.NoError(t, err)
-		require.NoError(t, h.Release(ctx))
-	}
-	other := newProvider(t, ownClient(t, db, nil))
-	held, err := other.Lock(name).TryAcquire(ctx)
-	require.NoError(t, err)
-	before := len(f.sent())
-	got := startAcquire(ctx, lockMode(p, name))
-	awaitClaim(t, p, name)
-	require.Equal(t, []bool{true, false}, f.sent()[before:before+2], "the small statement, then the full one")
-	require.NoError(t, held.Release(ctx))
-	require.NoError(t, awaitAcquired(t, got, 10*time.Second, "the claimant").Release(ctx))
+		before := len(f.sent())
+		got := startAcquire(ctx, lockMode(p, name))
+		synctest.Wait()
+		require.Equal(t, []bool{true, false}, f.sent()[before:], "the small statement, then the full one")
+		require.Equal(t, mongolock.Process(p), d.turn(name).WaitingProcess, "the full statement did not claim the next turn")
+		require.NoError(t, held.Release(ctx))
+		require.NoError(t, awaitAcquired(t, got, time.Minute, "the claimant").Release(ctx))
+	})
 }
 
 func TestTryAcquireOnHeldLockReturnsErrNotAcquiredAndReleaseFreesIt(t *testing.T) {
