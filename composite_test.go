@@ -1,8 +1,8 @@
 package mongolock_test
 
-// Composite locks against the test server: all or none, no deadlock
-// between composites given in opposite orders, loss of one part, mixed
-// kinds.
+// Composite locks: all or none, no deadlock between composites given in
+// opposite orders, loss of one part, mixed kinds; against the test server,
+// and over the model in simulated time where the order of events decides.
 
 import (
 	"context"

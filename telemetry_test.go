@@ -1,8 +1,9 @@
 package mongolock_test
 
 // Telemetry: the hooks of WithTrace, recorded, and the log records, against
-// the server. The OpenTelemetry spans and metrics made with the hooks are
-// otelmongolock's tests.
+// the server, and over the model in simulated time where a fault must come
+// at a chosen instant. The OpenTelemetry spans and metrics made with the
+// hooks are otelmongolock's tests.
 
 import (
 	"context"
