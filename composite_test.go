@@ -1,8 +1,8 @@
 package mongolock_test
 
-// Composite locks against the test server: all or none, no deadlock
-// between composites given in opposite orders, loss of one part, mixed
-// kinds.
+// Composite locks: all or none, no deadlock between composites given in
+// opposite orders, loss of one part, mixed kinds; against the test server,
+// and over the model in simulated time where the order of events decides.
 
 import (
 	"context"
@@ -13,10 +13,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mongolock/mongolock"
 )
@@ -140,45 +140,50 @@ func TestAnAbandonedCompositeHandleIsReleased(t *testing.T) {
 // of them, as dining philosophers take forks), in two processes: every
 // Acquire gets in, and no name is held by two composites at once.
 func TestCompositesInOppositeOrdersNeitherDeadlockNorOverlap(t *testing.T) {
-	e := newLockEnv(t)
-	ctx := boundedCtx(t, 2*time.Minute)
-	orders := [][]string{{"a", "b"}, {"b", "c"}, {"c", "a"}, {"c", "b", "a"}}
-	var holders sync.Map // name -> *atomic.Int32
-	for _, n := range []string{"a", "b", "c"} {
-		holders.Store(n, new(atomic.Int32))
-	}
-	const rounds = 6
-	var wg sync.WaitGroup
-	var acquired atomic.Int64
-	for _, p := range []*mongolock.Provider{e.p, e.other} {
-		for _, names := range orders {
-			parts := make([]mongolock.Part, len(names))
-			for i, n := range names {
-				parts[i] = p.Lock(n)
-			}
-			c := mustComposite(t, parts...)
-			wg.Go(func() {
-				for range rounds {
-					h, err := c.Acquire(ctx)
-					if !assert(t, err == nil, "Acquire %v: %v", names, err) {
-						return
-					}
-					acquired.Add(1)
-					for _, n := range names {
-						v, _ := holders.Load(n)
-						assert(t, v.(*atomic.Int32).Add(1) == 1, "%q held by two composites at once", n)
-					}
-					for _, n := range names {
-						v, _ := holders.Load(n)
-						v.(*atomic.Int32).Add(-1)
-					}
-					assert(t, h.Release(ctx) == nil, "Release %v", names)
-				}
-			})
+	synctest.Test(t, func(t *testing.T) {
+		p, _, other := newMemDB(t).holderAndRival()
+		// A deadlock would keep an Acquire waiting until this ends.
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		orders := [][]string{{"a", "b"}, {"b", "c"}, {"c", "a"}, {"c", "b", "a"}}
+		var holders sync.Map // name -> *atomic.Int32
+		for _, n := range []string{"a", "b", "c"} {
+			holders.Store(n, new(atomic.Int32))
 		}
-	}
-	wg.Wait()
-	require.EqualValues(t, 2*len(orders)*rounds, acquired.Load())
+		const rounds = 6
+		var wg sync.WaitGroup
+		var acquired atomic.Int64
+		for _, p := range []*mongolock.Provider{p, other} {
+			for _, names := range orders {
+				parts := make([]mongolock.Part, len(names))
+				for i, n := range names {
+					parts[i] = p.Lock(n)
+				}
+				c := mustComposite(t, parts...)
+				wg.Go(func() {
+					for range rounds {
+						h, err := c.Acquire(ctx)
+						if !assert(t, err == nil, "Acquire %v: %v", names, err) {
+							return
+						}
+						acquired.Add(1)
+						for _, n := range names {
+							v, _ := holders.Load(n)
+							assert(t, v.(*atomic.Int32).Add(1) == 1, "%q held by two composites at once", n)
+						}
+						time.Sleep(time.Millisecond) // held a while, in the bubble's time
+						for _, n := range names {
+							v, _ := holders.Load(n)
+							v.(*atomic.Int32).Add(-1)
+						}
+						assert(t, h.Release(ctx) == nil, "Release %v", names)
+					}
+				})
+			}
+		}
+		wg.Wait()
+		require.EqualValues(t, 2*len(orders)*rounds, acquired.Load())
+	})
 }
 
 // A refused TryAcquire leaves every part free, whichever part was held: the
@@ -320,37 +325,40 @@ func TestCompositeOfMixedKindsHoldsEachPartAsItsKindDoes(t *testing.T) {
 // The loss of one part, of any kind, closes the composite's Lost and ends
 // its Context with ErrLockLost; Release reports it, and frees the others.
 func TestCompositeLossOfOnePartIsTheCompositesLoss(t *testing.T) {
-	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
-	ctx := boundedCtx(t, time.Minute)
-	semColl := e.db.Collection(mongolock.DefaultCollection + "_semaphores")
 	for _, tc := range []struct {
 		label string
-		lost  func() error // takes the part away behind its holder's back
+		lost  func(t *testing.T, d *memDB, other *mongolock.Provider) // takes the part away behind its holder's back
 	}{
-		{"lock force-released", func() error { _, err := e.other.ForceRelease(ctx, "job"); return err }},
-		{"semaphore's document deleted", func() error {
-			_, err := semColl.DeleteOne(ctx, bson.D{{Key: "_id", Value: "slots"}})
-			return err
+		{"lock force-released", func(t *testing.T, _ *memDB, other *mongolock.Provider) {
+			_, err := other.ForceRelease(t.Context(), "job")
+			require.NoError(t, err)
 		}},
-		{"RWLock's document deleted", func() error {
-			_, err := semColl.DeleteOne(ctx, bson.D{{Key: "_id", Value: "table"}})
-			return err
-		}},
+		{"semaphore's document deleted", func(_ *testing.T, d *memDB, _ *mongolock.Provider) { d.remove(memSemColl, "slots") }},
+		{"RWLock's document deleted", func(_ *testing.T, d *memDB, _ *mongolock.Provider) { d.remove(memSemColl, "table") }},
 	} {
 		t.Run(tc.label, func(t *testing.T) {
-			c := mustComposite(t, e.p.Lock("job"), e.p.Semaphore("slots", 2), e.p.RWLock("table").Writer())
-			h, err := c.Acquire(ctx)
-			require.NoError(t, err)
-			releaseCompositeAtCleanup(t, h)
-			staysOpen(t, h.Lost(), shortExpiry, "Lost while every lease is extended")
+			synctest.Test(t, func(t *testing.T) {
+				ctx := t.Context()
+				d := newMemDB(t)
+				p, _, other := d.holderAndRival(mongolock.WithExpiry(memExpiry))
+				c := mustComposite(t, p.Lock("job"), p.Semaphore("slots", 2), p.RWLock("table").Writer())
+				h, err := c.Acquire(ctx)
+				require.NoError(t, err)
+				releaseCompositeAtCleanup(t, h)
+				time.Sleep(memExpiry)
+				synctest.Wait()
+				require.False(t, closedNow(h.Lost()), "Lost while every lease is extended")
 
-			require.NoError(t, tc.lost())
-			awaitClosed(t, h.Lost(), lossDetectionBound, "the composite's Lost")
-			require.ErrorIs(t, context.Cause(h.Context()), mongolock.ErrLockLost)
-			err = h.Release(ctx)
-			require.ErrorIs(t, err, mongolock.ErrLockLost)
-			require.NoError(t, h.Release(ctx), "a second Release")
-			requireFree(t, ctx, e.other.Lock("job"), e.other.Semaphore("slots", 2), e.other.RWLock("table").Writer())
+				tc.lost(t, d, other)
+				time.Sleep(memExpiry / 3) // the next extension
+				synctest.Wait()
+				require.True(t, closedNow(h.Lost()), "the composite's Lost is open a cadence after the loss of a part")
+				require.ErrorIs(t, context.Cause(h.Context()), mongolock.ErrLockLost)
+				err = h.Release(ctx)
+				require.ErrorIs(t, err, mongolock.ErrLockLost)
+				require.NoError(t, h.Release(ctx), "a second Release")
+				requireFree(t, ctx, other.Lock("job"), other.Semaphore("slots", 2), other.RWLock("table").Writer())
+			})
 		})
 	}
 }

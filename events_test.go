@@ -363,103 +363,97 @@ func sameValue(a, b any) bool {
 }
 
 // A change stream that opened and then ended (history lost, an event over
-// 16 MB, an invalidate) is opened again by the next waiter, after a wait
-// that doubles while streams end as soon as they open; only a refusal to
-// open one (a standalone server) is remembered for good.
+// 16 MB, an invalidate) is opened again notifyRetry after it ended, for
+// the waiter still waiting or by the next waiter, after a wait that
+// doubles while streams end as soon as they open; only a refusal to open
+// one (a standalone server) is remembered for good.
 func TestReleaseStreamThatEndsAfterOpeningIsReopenedAndARefusalIsRemembered(t *testing.T) {
 	historyLost := mongo.CommandError{Code: 286, Name: "ChangeStreamHistoryLost", Message: "Resume of change stream was not possible"}
 	refused := mongo.CommandError{Code: 40573, Name: "Location40573", Message: "The $changeStream stage is only supported on replica sets"}
 	require.False(t, isTransient(historyLost))
 	require.False(t, isTransient(refused))
 
-	var bg sync.WaitGroup
-	defer bg.Wait()
-	wake := func(string) {}
-	ended := make(chan time.Time, 4) // when each run was about to end
-	started := make(chan int, 4)     // each run, once ready
-	runs := 0
-	n := &notifier{source: func(ctx context.Context, _ store, ready func(), _ func(string)) error {
-		runs++
-		ready()
-		started <- runs
-		if runs <= 2 {
-			ended <- time.Now()
-			return historyLost // open, and at once ended
+	synctest.Test(t, func(t *testing.T) {
+		var bg sync.WaitGroup
+		wake := func(string) {}
+		var mu sync.Mutex // guards what follows, written by the runs
+		runs := 0
+		var endedAt time.Time // when the last run that ended did
+		n := &notifier{source: func(ctx context.Context, _ store, ready func(), _ func(string)) error {
+			mu.Lock()
+			runs++
+			run := runs
+			mu.Unlock()
+			ready()
+			if run <= 2 {
+				mu.Lock()
+				endedAt = time.Now()
+				mu.Unlock()
+				return historyLost // open, and at once ended
+			}
+			<-ctx.Done()
+			return nil
+		}}
+		// started checks that the runs so far are want, once what the
+		// waiters set off has happened.
+		started := func(want int, what string) {
+			t.Helper()
+			synctest.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			require.Equal(t, want, runs, what)
 		}
-		<-ctx.Done()
-		return nil
-	}}
-	defer func() { // a failed check must not leave bg.Wait waiting for a run
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		if n.run != nil {
-			n.run.stop()
+		ended := func() time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			return endedAt
 		}
-	}()
-	// runEnded waits for the run to end and be forgotten.
-	runEnded := func() time.Time {
-		at := <-ended
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		retryAt := func() time.Time {
 			n.mu.Lock()
-			gone := n.run == nil
-			n.mu.Unlock()
-			if gone {
-				return at
-			}
-			require.True(t, time.Now().Before(deadline), "the ended run is still counted as running")
-			runtime.Gosched()
+			defer n.mu.Unlock()
+			require.False(t, n.none, "a stream that opened and ended is remembered as refused")
+			require.Nil(t, n.run, "the ended run is still counted as running")
+			return n.retryAt
 		}
-	}
-	// rejoin makes one waiter leave and join again until a run starts.
-	rejoin := func(want int) {
-		deadline := time.Now().Add(10 * time.Second)
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			n.leave()
-			n.join(nil, wake, &bg)
-			select {
-			case got := <-started:
-				require.Equal(t, want, got)
-				return
-			case <-tick.C:
-			}
-			require.True(t, time.Now().Before(deadline), "run %d never started", want)
-		}
-	}
 
-	n.join(nil, wake, &bg)
-	require.Equal(t, 1, <-started)
-	end := runEnded()
-	n.mu.Lock()
-	require.False(t, n.none, "a stream that opened and ended is remembered as refused")
-	require.False(t, n.retryAt.Before(end.Add(notifyRetry)), "reopened sooner than notifyRetry after it ended")
-	n.mu.Unlock()
-	rejoin(2)
-	end = runEnded()
-	n.mu.Lock()
-	require.False(t, n.retryAt.Before(end.Add(2*notifyRetry)), "a stream that ended as it opened, again: the wait did not double")
-	n.mu.Unlock()
-	rejoin(3)
-	require.True(t, n.isOpen())
-	n.leave() // the last waiter: the run stops after notifyLinger, and bg.Wait sees it end
+		n.join(nil, wake, &bg) // a waiter that stays
+		started(1, "the first waiter opened no stream")
+		require.Equal(t, ended().Add(notifyRetry), retryAt(), "not reopened notifyRetry after it ended")
+		time.Sleep(notifyRetry - time.Millisecond)
+		started(1, "reopened sooner than notifyRetry after it ended")
+		time.Sleep(time.Millisecond)
+		started(2, "not reopened notifyRetry after it ended, for its waiter")
+		require.Equal(t, ended().Add(2*notifyRetry), retryAt(), "a stream that ended as it opened, again: the wait did not double")
 
-	calls := 0
-	r := &notifier{source: func(context.Context, store, func(), func(string)) error {
-		calls++
-		return refused
-	}}
-	r.join(nil, wake, &bg)
-	r.leave()
-	bg.Wait()
-	r.join(nil, wake, &bg)
-	r.leave()
-	bg.Wait()
-	require.Equal(t, 1, calls, "a refusal to open a stream was not remembered")
-	r.mu.Lock()
-	require.True(t, r.none)
-	r.mu.Unlock()
+		n.leave() // no waiter during the wait: the next one reopens it
+		time.Sleep(2*notifyRetry - time.Millisecond)
+		n.join(nil, wake, &bg)
+		started(2, "reopened by a waiter sooner than the doubled wait")
+		n.leave()
+		time.Sleep(time.Millisecond)
+		n.join(nil, wake, &bg)
+		started(3, "not reopened by the next waiter after the doubled wait")
+		require.True(t, n.isOpen())
+		n.leave() // the last waiter: the run stops after notifyLinger
+		bg.Wait()
+
+		calls := 0
+		r := &notifier{source: func(context.Context, store, func(), func(string)) error {
+			calls++
+			return refused
+		}}
+		r.join(nil, wake, &bg)
+		r.leave()
+		bg.Wait()
+		time.Sleep(notifyRetryMax)
+		r.join(nil, wake, &bg)
+		r.leave()
+		bg.Wait()
+		require.Equal(t, 1, calls, "a refusal to open a stream was not remembered")
+		r.mu.Lock()
+		require.True(t, r.none)
+		r.mu.Unlock()
+	})
 }
 
 // A release stream that could not open for a transient error (a server
@@ -655,7 +649,9 @@ func TestObserverReopensItsStreamAfterItLostItsHistory(t *testing.T) {
 // hour. Its first read is refused too: only the stream's reopening, and
 // the read it triggers, can show the leader.
 func TestObserverReopensItsStreamAfterATransientRefusalAsTheNotifierDoes(t *testing.T) {
-	forEachEventForm(t, testObserverReopensItsStream)
+	forEachEventForm(t, func(t *testing.T, form memdb.Events) {
+		synctest.Test(t, func(t *testing.T) { testObserverReopensItsStream(t, form) })
+	})
 }
 
 func testObserverReopensItsStream(t *testing.T, form memdb.Events) {
@@ -680,13 +676,11 @@ func testObserverReopensItsStream(t *testing.T, form memdb.Events) {
 	_, err = observer.Election("observed").Leader(ctx)
 	require.NoError(t, err)
 	obs.Faults.Refuse(2)
+	refused := time.Now()
 	observed := observer.Election("observed").Observe(ctx)
-	select {
-	case got := <-observed:
-		require.Equal(t, l.FencingToken(), got.FencingToken)
-	case <-time.After(10 * notifyRetry):
-		t.Fatalf("no state observed %v after the stream's open and the first read were refused", 10*notifyRetry)
-	}
+	got := <-observed
+	require.Equal(t, l.FencingToken(), got.FencingToken)
+	require.Equal(t, notifyRetry, time.Since(refused), "the state was not observed as the stream reopened, notifyRetry after its open was refused")
 }
 
 // An Upgrade waiting for another process's reader, where release events

@@ -10,6 +10,8 @@ import (
 type Clocks struct {
 	jump, step, stop atomic.Int64
 	noBoot           bool
+	bootAt           time.Duration // the machine's boot clock at monoAt
+	monoAt           time.Time
 }
 
 // FakeClocks makes p read clocks that a test moves: the machine's, with
@@ -17,7 +19,8 @@ type Clocks struct {
 // clock, where the wall clock alone witnesses suspended time. Call it
 // before p is used.
 func FakeClocks(p *Provider, boot bool) *Clocks {
-	c := &Clocks{noBoot: !boot}
+	c := &Clocks{noBoot: !boot, monoAt: time.Now()}
+	c.bootAt, _ = systemClocks{}.boot()
 	p.susp = newSuspensions(c, p.opts.expiry)
 	return c
 }
@@ -46,8 +49,10 @@ func (c *Clocks) boot() (time.Duration, bool) {
 	if c.noBoot {
 		return 0, false
 	}
-	b, ok := systemClocks{}.boot()
-	return b + time.Duration(c.jump.Load()+c.stop.Load()), ok
+	// The boot clock moves with the monotonic clock the provider reads,
+	// not the machine's: in a testing/synctest bubble, the bubble's, so
+	// that only Suspend and Stop move it ahead there too.
+	return c.bootAt + time.Since(c.monoAt) + time.Duration(c.jump.Load()+c.stop.Load()), true
 }
 
 // BootClock reads this machine's clock that counts suspended time, where

@@ -145,6 +145,13 @@ func SetReplyError(p *Provider, f func(err error) error) {
 // to be sent (in the goroutine that sends it). Call it before p is used.
 func SetSendHook(p *Provider, f func()) { setHooks(p, func(h *providerHooks) { h.send = f }) }
 
+// SetStatementHook makes f run as each of p's acquisition round trips is
+// about to be sent, told whether it is the statement for a lock nobody
+// waits for. Call it before p is used.
+func SetStatementHook(p *Provider, f func(unclaimed bool)) {
+	setHooks(p, func(h *providerHooks) { h.statement = f })
+}
+
 // CleanupOf tells how an acquisition whose round trip returned err is
 // cleaned up: not at all (ambiguous false: it cannot have been applied),
 // by one owner-checked release (replied: the server answered), or by
@@ -158,6 +165,7 @@ func SetListBatchSize(p *Provider, n int32) { setHooks(p, func(h *providerHooks)
 // providerHooks are what the Set… functions above set for one provider.
 type providerHooks struct {
 	send      func()
+	statement func(unclaimed bool)
 	reply     func(error) error
 	listBatch int32
 }
@@ -174,9 +182,16 @@ func setHooks(p *Provider, set func(*providerHooks)) {
 }
 
 func init() {
-	testHookSend = func(p *Provider) {
-		if h, ok := hooks.Load(p); ok && h.(*providerHooks).send != nil {
-			h.(*providerHooks).send()
+	testHookSend = func(p *Provider, mode attemptMode) {
+		h, ok := hooks.Load(p)
+		if !ok {
+			return
+		}
+		if f := h.(*providerHooks).send; f != nil {
+			f()
+		}
+		if f := h.(*providerHooks).statement; f != nil {
+			f(mode == unclaimedMode)
 		}
 	}
 	testHookReply = func(p *Provider, err error) error {

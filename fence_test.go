@@ -253,39 +253,6 @@ func TestConcurrentFencedWritersEndWithTheHighestTokensData(t *testing.T) {
 	}
 }
 
-// A holder paused past its lease (its connection cut), a rival acquires
-// and writes, the holder resumes and writes with its old token: it knows
-// its lease ran out, so nothing is sent (ErrLockLost), and the document
-// keeps the rival's data.
-func TestFencedWriteOfAHolderPausedPastItsLeaseIsNotSent(t *testing.T) {
-	ctx := boundedCtx(t, 60*time.Second)
-	db := testdb.Database(t)
-	count := &commandCounter{}
-	px, holderDB := proxied(t, db, options.Client().SetMonitor(count.monitor()))
-	holderP := newProvider(t, holderDB, mongolock.WithExpiry(time.Second))
-	rivalP := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(time.Second))
-	holderColl, rivalColl := holderDB.Collection("resources"), db.Collection("resources")
-
-	h := mustAcquire(t, ctx, holderP.Lock("ledger"))
-	_, err := mongolock.FencedUpdateOne(ctx, holderColl, h, byID("ledger"), setWriter("holder"), upsert)
-	require.NoError(t, err)
-
-	px.Blackhole() // the pause: nothing the holder sends arrives
-	rival := releaseAtCleanup(t, mustAcquire(t, ctx, rivalP.Lock("ledger")))
-	require.Greater(t, rival.FencingToken(), h.FencingToken())
-	_, err = mongolock.FencedUpdateOne(ctx, rivalColl, rival, byID("ledger"), setWriter("rival"))
-	require.NoError(t, err)
-
-	px.Reset() // the holder resumes, on fresh connections
-	require.NoError(t, px.Restore())
-	sent := count.named("update") + count.named("findAndModify")
-	_, err = mongolock.FencedUpdateOne(ctx, holderColl, h, byID("ledger"), setWriter("stale holder"))
-	require.ErrorIs(t, err, mongolock.ErrLockLost)
-	require.ErrorIs(t, mongolock.FencedFindOneAndUpdate(ctx, holderColl, h, byID("ledger"), setWriter("stale holder")).Err(), mongolock.ErrLockLost)
-	require.Equal(t, sent, count.named("update")+count.named("findAndModify"), "the resumed holder's fenced writes were sent")
-	require.Equal(t, fencedDoc{ID: "ledger", Writer: "rival", N: 2, Fence: rival.FencingToken()}, readFenced(t, rivalColl, "ledger"))
-}
-
 // The failure fencing exists for: a holder that lost its lock and does
 // not know it yet (its lock force-released, a rival acquired and wrote
 // before the holder's next extension): its fenced write is sent, the
@@ -467,6 +434,16 @@ func TestAFencedWriteOfAHandleKnownLostIsNotSent(t *testing.T) {
 		}},
 		{"taken over", func(_ *testing.T, _ *mongolocktest.Store, _ *mongolock.Clocks, h *mongolock.Handle) {
 			mongolocktest.Lose(h)
+		}},
+		{"paused past its lease, a rival in, not asked yet", func(t *testing.T, store *mongolocktest.Store, _ *mongolock.Clocks, h *mongolock.Handle) {
+			store.Partition() // the pause: nothing the holder sends arrives
+			time.Sleep(stoppedExpiry)
+			store.Heal()
+			rivalP, err := store.NewProvider(mongolock.WithExpiry(stoppedExpiry))
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, rivalP.Close(context.Background())) })
+			rival := releaseAtCleanup(t, mustTryAcquire(t, t.Context(), rivalP.Lock(h.Name())))
+			require.Greater(t, rival.FencingToken(), h.FencingToken())
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -509,3 +509,45 @@ func (d *memDB) expiresAt(name string) time.Time {
 	require.NotNil(d.t, doc, "the document of %q", name)
 	return doc.Lookup("expiresAt").Time()
 }
+
+// memSemColl is the collection of a memDB's semaphores and RW locks.
+const memSemColl = mongolock.DefaultCollection + "_semaphores"
+
+// editIn applies update to name's document in the collection coll, as
+// someone editing it by hand would.
+func (d *memDB) editIn(coll, name string, update bson.D) {
+	d.t.Helper()
+	require.NoError(d.t, d.store.Do(context.Background(), coll, func(c *memdb.Table, now time.Time) error {
+		_, _, err := c.UpdateOne(now, bson.D{{Key: "_id", Value: name}}, update)
+		return err
+	}))
+}
+
+// remove deletes name's document in the collection coll, as someone
+// deleting it by hand would.
+func (d *memDB) remove(coll, name string) {
+	d.t.Helper()
+	require.NoError(d.t, d.store.Do(context.Background(), coll, func(c *memdb.Table, now time.Time) error {
+		deleted, err := c.DeleteOne(now, bson.D{{Key: "_id", Value: name}})
+		require.True(d.t, deleted, "no document of %q in %s", name, coll)
+		return err
+	}))
+}
+
+// holders returns how many holders the semaphore or RW lock name has in
+// its document, and how many of them hold a lease that has not ended.
+func (d *memDB) holders(name string) (all, live int) {
+	d.t.Helper()
+	var doc struct {
+		Holders []struct {
+			ExpiresAt time.Time `bson:"expiresAt"`
+		} `bson:"holders"`
+	}
+	require.NoError(d.t, bson.Unmarshal(d.doc(memSemColl, name), &doc))
+	for _, h := range doc.Holders {
+		if h.ExpiresAt.After(time.Now()) {
+			live++
+		}
+	}
+	return len(doc.Holders), live
+}

@@ -32,7 +32,6 @@ import (
 
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/dotnet"
-	"github.com/mongolock/mongolock/internal/memdb"
 	"github.com/mongolock/mongolock/internal/syncbuf"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
@@ -313,10 +312,7 @@ func (d *memDB) awaitClaim(p *mongolock.Provider, name string) {
 // hand would.
 func (d *memDB) edit(name string, update bson.D) {
 	d.t.Helper()
-	require.NoError(d.t, d.store.Do(context.Background(), mongolock.DefaultCollection, func(c *memdb.Table, now time.Time) error {
-		_, _, err := c.UpdateOne(now, bson.D{{Key: "_id", Value: name}}, update)
-		return err
-	}))
+	d.editIn(mongolock.DefaultCollection, name, update)
 }
 
 // claimAndGiveUp starts an Acquire of name by p, waits until its process's

@@ -377,7 +377,7 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, a attempt) (reply, error) {
 	p, lc, lockID := l.p, l.space(), a.id
 	send := func(ctx context.Context) (reply, error) {
 		if testHookSend != nil {
-			testHookSend(p)
+			testHookSend(p, a.mode)
 		}
 		doc, err := l.kind.acquire(ctx, p, l.name, a)
 		if testHookReply != nil {
@@ -508,9 +508,9 @@ func undoSchedule(err error) []time.Duration {
 
 // Test hooks, set by the tests only; nil otherwise.
 var (
-	testHookSend      func(p *Provider)                  // as an acquisition round trip is about to be sent
-	testHookReply     func(p *Provider, err error) error // replaces a round trip's error
-	testHookListBatch func(p *Provider) int32            // a listing's batch size, if not 0
+	testHookSend      func(p *Provider, mode attemptMode) // as an acquisition round trip is about to be sent
+	testHookReply     func(p *Provider, err error) error  // replaces a round trip's error
+	testHookListBatch func(p *Provider) int32             // a listing's batch size, if not 0
 )
 
 // withdraw removes this process's claim on l's next turn, and its place as

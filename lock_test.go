@@ -25,7 +25,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
@@ -41,35 +40,27 @@ import (
 
 // Acquiring and releasing.
 
-// findAndModifies records, for each findAndModify a client sends, whether
-// it is the statement for a lock nobody waits for (one $replaceWith).
-type findAndModifies struct {
+// statements records, for each acquisition round trip a provider sends,
+// whether it is the statement for a lock nobody waits for.
+type statements struct {
 	mu        sync.Mutex
 	unclaimed []bool
 }
 
-func (f *findAndModifies) client(t *testing.T, db *mongo.Database) *mongo.Database {
-	return testdb.NewClient(t, options.Client().SetMonitor(&event.CommandMonitor{
-		Started: func(_ context.Context, e *event.CommandStartedEvent) {
-			if e.CommandName == "findAndModify" {
-				_, err := e.Command.LookupErr("update", "0", "$replaceWith")
-				f.mu.Lock()
-				f.unclaimed = append(f.unclaimed, err == nil)
-				f.mu.Unlock()
-			}
-		},
-	})).Database(db.Name())
+// watchedProcess is a process of d whose acquisition statements are
+// recorded.
+func watchedProcess(d *memDB) (*mongolock.Provider, *statements) {
+	p, _ := d.process()
+	f := &statements{}
+	mongolock.SetStatementHook(p, func(unclaimed bool) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.unclaimed = append(f.unclaimed, unclaimed)
+	})
+	return p, f
 }
 
-// watchedProvider is a provider on a client of its own in a test database,
-// and what that client's findAndModify commands were.
-func watchedProvider(t *testing.T) (*mongo.Database, *mongolock.Provider, *findAndModifies) {
-	db := testdb.Database(t)
-	f := &findAndModifies{}
-	return db, newProvider(t, f.client(t, db)), f
-}
-
-func (f *findAndModifies) sent() []bool {
+func (f *statements) sent() []bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.unclaimed)
@@ -80,66 +71,71 @@ func (f *findAndModifies) sent() []bool {
 // acquires as the full one does: with the campaign's value, counting the
 // process's streak, with a higher fencing token each time.
 func TestUncontendedAcquisitionsSendTheStatementForALockNobodyWaitsFor(t *testing.T) {
-	const name = "calm"
-	ctx := boundedCtx(t, time.Minute)
-	db, p, f := watchedProvider(t)
-	e := p.Election(name)
-	var last int64
-	n := mongolock.CalmWaits + 2
-	for i := range n {
-		l, err := e.Campaign(ctx, fmt.Sprint("v", i))
-		require.NoError(t, err)
-		require.Greater(t, l.FencingToken(), last, "campaign %d", i)
-		last = l.FencingToken()
-		leader, err := e.Leader(ctx)
-		require.NoError(t, err)
-		require.Equal(t, fmt.Sprint("v", i), leader.Value, "campaign %d", i)
-		require.NoError(t, l.Resign(ctx))
-	}
-	want := make([]bool, n)
-	want[n-2], want[n-1] = true, true
-	require.Equal(t, want, f.sent()[len(f.sent())-n:], "which campaigns sent the statement for a lock nobody waits for")
-	turn := turnOf(t, p, name)
-	require.Equal(t, mongolock.Process(p), turn.LastProcess)
-	require.Equal(t, n, turn.ProcessStreak, "both statements count the streak")
+	synctest.Test(t, func(t *testing.T) {
+		const name = "calm"
+		ctx := t.Context()
+		d := newMemDB(t)
+		p, f := watchedProcess(d)
+		e := p.Election(name)
+		var last int64
+		n := mongolock.CalmWaits + 2
+		for i := range n {
+			l, err := e.Campaign(ctx, fmt.Sprint("v", i))
+			require.NoError(t, err)
+			require.Greater(t, l.FencingToken(), last, "campaign %d", i)
+			last = l.FencingToken()
+			leader, err := e.Leader(ctx)
+			require.NoError(t, err)
+			require.Equal(t, fmt.Sprint("v", i), leader.Value, "campaign %d", i)
+			require.NoError(t, l.Resign(ctx))
+		}
+		want := make([]bool, n)
+		want[n-2], want[n-1] = true, true
+		require.Equal(t, want, f.sent()[len(f.sent())-n:], "which campaigns sent the statement for a lock nobody waits for")
+		turn := d.turn(name)
+		require.Equal(t, mongolock.Process(p), turn.LastProcess)
+		require.Equal(t, n, turn.ProcessStreak, "both statements count the streak")
 
-	// A lock of the election's name: the small statement leaves the
-	// document with a value to the full one, which removes it.
-	before := len(f.sent())
-	h, err := p.Lock(name).Acquire(ctx)
-	require.NoError(t, err)
-	require.Equal(t, []bool{true, false}, f.sent()[before:], "the small statement, then the full one")
-	doc, err := testdb.Client(t).Database(db.Name()).Collection(mongolock.DefaultCollection).
-		FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Raw()
-	require.NoError(t, err)
-	require.Equal(t, mongolock.LockID(h), doc.Lookup("lockId").StringValue())
-	_, err = doc.LookupErr("value")
-	require.Error(t, err, "a lock's acquisition carries no value: %v", doc)
-	require.NoError(t, h.Release(ctx))
+		// A lock of the election's name: the small statement leaves the
+		// document with a value to the full one, which removes it.
+		before := len(f.sent())
+		h, err := p.Lock(name).Acquire(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []bool{true, false}, f.sent()[before:], "the small statement, then the full one")
+		doc := d.doc(mongolock.DefaultCollection, name)
+		require.Equal(t, mongolock.LockID(h), doc.Lookup("lockId").StringValue())
+		_, err = doc.LookupErr("value")
+		require.Error(t, err, "a lock's acquisition carries no value: %v", doc)
+		require.NoError(t, h.Release(ctx))
+	})
 }
 
 // Where the lock is held when an Acquire sends the statement for a lock
 // nobody waits for, it writes nothing, and the Acquire sends the full one
 // at once, which claims the next turn.
 func TestAnAcquireThatFindsTheLockHeldAfterCalmWaitsClaimsAtOnce(t *testing.T) {
-	const name = "calm-then-held"
-	ctx := boundedCtx(t, time.Minute)
-	db, p, f := watchedProvider(t)
-	l := p.Lock(name)
-	for range mongolock.CalmWaits {
-		h, err := l.Acquire(ctx)
+	synctest.Test(t, func(t *testing.T) {
+		const name = "calm-then-held"
+		ctx := t.Context()
+		d := newMemDB(t)
+		p, f := watchedProcess(d)
+		l := p.Lock(name)
+		for range mongolock.CalmWaits {
+			h, err := l.Acquire(ctx)
+			require.NoError(t, err)
+			require.NoError(t, h.Release(ctx))
+		}
+		other, _ := d.process()
+		held, err := other.Lock(name).TryAcquire(ctx)
 		require.NoError(t, err)
-		require.NoError(t, h.Release(ctx))
-	}
-	other := newProvider(t, ownClient(t, db, nil))
-	held, err := other.Lock(name).TryAcquire(ctx)
-	require.NoError(t, err)
-	before := len(f.sent())
-	got := startAcquire(ctx, lockMode(p, name))
-	awaitClaim(t, p, name)
-	require.Equal(t, []bool{true, false}, f.sent()[before:before+2], "the small statement, then the full one")
-	require.NoError(t, held.Release(ctx))
-	require.NoError(t, awaitAcquired(t, got, 10*time.Second, "the claimant").Release(ctx))
+		before := len(f.sent())
+		got := startAcquire(ctx, lockMode(p, name))
+		synctest.Wait()
+		require.Equal(t, []bool{true, false}, f.sent()[before:], "the small statement, then the full one")
+		require.Equal(t, mongolock.Process(p), d.turn(name).WaitingProcess, "the full statement did not claim the next turn")
+		require.NoError(t, held.Release(ctx))
+		require.NoError(t, awaitAcquired(t, got, time.Minute, "the claimant").Release(ctx))
+	})
 }
 
 func TestTryAcquireOnHeldLockReturnsErrNotAcquiredAndReleaseFreesIt(t *testing.T) {
@@ -277,44 +273,45 @@ func TestAnAcquireOfAHeldLockEndedByItsDeadlineAnywhereIsErrNotAcquired(t *testi
 }
 
 func TestAcquireReturnsPromptlyWhenCancelledWhileWaiting(t *testing.T) {
-	ctx := boundedCtx(t, 20*time.Second)
-	db := testdb.Database(t)
-	holder := releaseAtCleanup(t, mustAcquire(t, ctx, newProvider(t, db).Lock("cancel")))
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := newMemDB(t)
+		holderP, _ := d.process()
+		holder := releaseAtCleanup(t, mustTryAcquire(t, ctx, holderP.Lock("cancel")))
+		// Every sleep between attempts is at least 2s: returning sooner
+		// than that after the cancel means the sleep was interrupted.
+		p, net := d.process(mongolock.WithBusyWaitSleep(2*time.Second, 3*time.Second))
 
-	var count commandCounter
-	// Every sleep between attempts is at least 2s: returning sooner than
-	// that after the cancel means the sleep was interrupted.
-	p := newProvider(t, ownClient(t, db, &count), mongolock.WithBusyWaitSleep(2*time.Second, 3*time.Second))
+		wctx, wcancel := context.WithCancel(ctx)
+		defer wcancel()
+		type result struct {
+			h   *mongolock.Handle
+			err error
+			at  time.Time
+		}
+		done := make(chan result, 1)
+		go func() {
+			h, err := p.Lock("cancel").Acquire(wctx)
+			done <- result{h, err, time.Now()}
+		}()
+		// Its second attempt refused, it is in the sleep after it.
+		for net.Sent() < 2 {
+			time.Sleep(time.Second)
+		}
+		synctest.Wait()
+		sent := net.Sent()
 
-	wctx, wcancel := context.WithCancel(ctx)
-	defer wcancel()
-	type result struct {
-		h   *mongolock.Handle
-		err error
-		at  time.Time
-	}
-	done := make(chan result, 1)
-	go func() {
-		h, err := p.Lock("cancel").Acquire(wctx)
-		done <- result{h, err, time.Now()}
-	}()
-	// Its second attempt: the first one's refusal has been taken in.
-	pollUntil(t, 10*time.Second, "the waiter's second attempt", func() bool { return count.replies.Load() >= 2 })
-
-	cancelled := time.Now()
-	wcancel()
-	var r result
-	select {
-	case r = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Acquire did not return after its ctx was cancelled")
-	}
-	releaseAtCleanup(t, r.h)
-	require.Nil(t, r.h)
-	require.ErrorIs(t, r.err, context.Canceled)
-	require.ErrorIs(t, r.err, mongolock.ErrNotAcquired)
-	require.Less(t, r.at.Sub(cancelled), 500*time.Millisecond, "Acquire returned late after cancellation")
-	require.NoError(t, holder.Release(ctx))
+		cancelled := time.Now()
+		wcancel()
+		r := <-done
+		releaseAtCleanup(t, r.h)
+		require.Nil(t, r.h)
+		require.ErrorIs(t, r.err, context.Canceled)
+		require.ErrorIs(t, r.err, mongolock.ErrNotAcquired)
+		require.Equal(t, cancelled, r.at, "Acquire returned after its sleep, not as it was cancelled")
+		require.LessOrEqual(t, net.Sent()-sent, int64(1), "more than the claim's withdrawal was sent after the cancel")
+		require.NoError(t, holder.Release(ctx))
+	})
 }
 
 func TestAcquireWaitsUntilTheHolderReleases(t *testing.T) {
@@ -1158,33 +1155,31 @@ func TestEveryCommandOnTheLockCollectionCarriesTheLibrarysConcerns(t *testing.T)
 // and ends Context; Release ends both, and never frees another holder.
 
 func TestHeldLockStaysHeldPastSeveralExpiries(t *testing.T) {
-	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
-	ctx := boundedCtx(t, 30*time.Second)
-	h, err := e.p.Lock("held").TryAcquire(ctx)
-	require.NoError(t, err)
-	first := rawLockDoc(t, e.coll, "held")
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := newMemDB(t)
+		p, _, other := d.holderAndRival(mongolock.WithExpiry(memExpiry))
+		h := mustTryAcquire(t, ctx, p.Lock("held"))
+		first := d.doc(mongolock.DefaultCollection, "held")
 
-	rival := e.other.Lock("held")
-	start := time.Now()
-	attempts := 0
-	for time.Since(start) < 3*shortExpiry+shortExpiry/2 {
-		_, err := rival.TryAcquire(ctx)
-		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "attempt %d, %v after acquiring", attempts, time.Since(start))
-		require.False(t, closedNow(h.Lost()), "Lost closed %v after acquiring", time.Since(start))
-		require.NoError(t, h.Context().Err(), "Context done %v after acquiring", time.Since(start))
-		attempts++
-		time.Sleep(20 * time.Millisecond) // pacing of the polls, not synchronisation
-	}
+		rival := other.Lock("held")
+		start := time.Now()
+		for attempt := 0; time.Since(start) < 3*memExpiry+memExpiry/2; attempt++ {
+			_, err := rival.TryAcquire(ctx)
+			require.ErrorIs(t, err, mongolock.ErrNotAcquired, "attempt %d, %v after acquiring", attempt, time.Since(start))
+			require.False(t, closedNow(h.Lost()), "Lost closed %v after acquiring", time.Since(start))
+			require.NoError(t, h.Context().Err(), "Context done %v after acquiring", time.Since(start))
+			time.Sleep(memExpiry / 20)
+		}
 
-	// The lease was pushed forward, by the same acquisition.
-	now := rawLockDoc(t, e.coll, "held")
-	require.Equal(t, first.Lookup("lockId"), now.Lookup("lockId"))
-	require.Equal(t, first.Lookup("fencingToken"), now.Lookup("fencingToken"))
-	require.True(t, now.Lookup("expiresAt").Time().After(first.Lookup("expiresAt").Time().Add(2*shortExpiry)),
-		"expiresAt went from %v to %v", first.Lookup("expiresAt").Time(), now.Lookup("expiresAt").Time())
-	t.Logf("%d rival attempts over %v, all refused", attempts, time.Since(start))
-
-	require.NoError(t, h.Release(ctx))
+		// The lease was pushed forward, by the same acquisition.
+		now := d.doc(mongolock.DefaultCollection, "held")
+		require.Equal(t, first.Lookup("lockId"), now.Lookup("lockId"))
+		require.Equal(t, first.Lookup("fencingToken"), now.Lookup("fencingToken"))
+		require.True(t, now.Lookup("expiresAt").Time().After(first.Lookup("expiresAt").Time().Add(2*memExpiry)),
+			"expiresAt went from %v to %v", first.Lookup("expiresAt").Time(), now.Lookup("expiresAt").Time())
+		require.NoError(t, h.Release(ctx))
+	})
 }
 
 func TestLostClosesWhenDocumentIsDeleted(t *testing.T) {
@@ -2262,60 +2257,62 @@ func TestAHandOverToAWaiterThatGaveUpIsReleased(t *testing.T) {
 // after at most maxStreak acquisitions in a row by one process, a release
 // with local waiters frees the lock instead, and the waiting process gets it.
 func TestHandOversGiveWayToAWaitingProcess(t *testing.T) {
-	const maxStreak = mongolock.TurnLength
-	ctx := boundedCtx(t, time.Minute)
-	e := newLockEnv(t, mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
-	l := e.p.Lock("turns")
-	first, err := l.Acquire(ctx)
-	require.NoError(t, err)
-	// The other process waits, and is in the document's line.
-	rivalGot := make(chan *mongolock.Handle, 1)
-	go func() {
-		h, err := e.other.Lock("turns").Acquire(ctx)
-		if assert(t, err == nil, "rival: %v", err) {
-			rivalGot <- h
-		}
-	}()
-	pollUntil(t, 10*time.Second, "the rival in the document's line", func() bool {
-		n, err := e.coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: "turns"}, {Key: "waitingProcess", Value: bson.D{{Key: "$exists", Value: true}}}})
-		return err == nil && n == 1
-	})
-
-	// Local goroutines keep the lock busy, handing it over each release.
-	var local atomic.Int32
-	local.Add(1) // first
-	busy, stop := context.WithCancel(ctx)
-	defer stop()
-	var wg sync.WaitGroup
-	for range 3 {
-		wg.Go(func() {
-			for {
-				h, err := l.Acquire(busy)
-				if err != nil {
-					return
-				}
-				local.Add(1)
-				if err := h.Release(ctx); !assert(t, err == nil, "release: %v", err) {
-					return
-				}
+	synctest.Test(t, func(t *testing.T) {
+		const maxStreak = mongolock.TurnLength
+		// Hand-overs that never gave way would go on until this ends.
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		d := newMemDB(t)
+		p, _, other := d.holderAndRival(mongolock.WithBusyWaitSleep(time.Millisecond, 5*time.Millisecond))
+		l := p.Lock("turns")
+		first, err := l.Acquire(ctx)
+		require.NoError(t, err)
+		// The other process waits, and is in the document's line.
+		rivalGot := make(chan *mongolock.Handle, 1)
+		go func() {
+			h, err := other.Lock("turns").Acquire(ctx)
+			if assert(t, err == nil, "rival: %v", err) {
+				rivalGot <- h
 			}
-		})
-	}
-	awaitQueueLen(t, e.p, "turns", 3)
-	require.NoError(t, first.Release(ctx))
-	var r *mongolock.Handle
-	select {
-	case r = <-rivalGot:
-	case <-ctx.Done():
-		t.Fatal("the waiting process never got its turn")
-	}
-	n := local.Load()
-	stop()
-	wg.Wait()
-	require.NoError(t, r.Release(ctx))
-	require.LessOrEqual(t, n, int32(maxStreak), "acquisitions by one process while another waited first in line")
-	require.GreaterOrEqual(t, n, int32(2), "no hand-over happened")
-	t.Logf("%d acquisitions in a row by the local process before the waiting one's turn", n)
+		}()
+		d.awaitClaim(other, "turns")
+
+		// Local goroutines keep the lock busy, handing it over each release.
+		var local atomic.Int32
+		local.Add(1) // first
+		busy, stop := context.WithCancel(ctx)
+		defer stop()
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				for {
+					h, err := l.Acquire(busy)
+					if err != nil {
+						return
+					}
+					local.Add(1)
+					time.Sleep(time.Millisecond) // held a while, in the bubble's time
+					if err := h.Release(ctx); !assert(t, err == nil, "release: %v", err) {
+						return
+					}
+				}
+			})
+		}
+		awaitQueueLen(t, p, "turns", 3)
+		require.NoError(t, first.Release(ctx))
+		var r *mongolock.Handle
+		select {
+		case r = <-rivalGot:
+		case <-ctx.Done():
+			t.Fatal("the waiting process never got its turn")
+		}
+		n := local.Load()
+		stop()
+		wg.Wait()
+		require.NoError(t, r.Release(ctx))
+		require.LessOrEqual(t, n, int32(maxStreak), "acquisitions by one process while another waited first in line")
+		require.GreaterOrEqual(t, n, int32(2), "no hand-over happened")
+	})
 }
 
 // Release notifications: a release event wakes the waiters of a lock held

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -333,36 +334,44 @@ func TestRWLockCancelledLockLeavesNoOrphan(t *testing.T) {
 // handles; a holder taken away on the server is lost, and only that one;
 // Close releases the rest.
 func TestRWLockLeasesAreExtendedAndLossIsSeen(t *testing.T) {
-	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
-	ctx := boundedCtx(t, 30*time.Second)
-	var hs []*mongolock.Handle
-	for range 2 {
-		h, err := e.p.RWLock("read").Reader().TryAcquire(ctx)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := newMemDB(t)
+		p, _, other := d.holderAndRival(mongolock.WithExpiry(memExpiry))
+		var hs []*mongolock.Handle
+		for range 2 {
+			h, err := p.RWLock("read").Reader().TryAcquire(ctx)
+			require.NoError(t, err)
+			hs = append(hs, h)
+		}
+		w, err := p.RWLock("written").Writer().TryAcquire(ctx)
 		require.NoError(t, err)
-		hs = append(hs, h)
-	}
-	w, err := e.p.RWLock("written").Writer().TryAcquire(ctx)
-	require.NoError(t, err)
-	hs = append(hs, w)
+		hs = append(hs, w)
 
-	staysOpen(t, hs[0].Lost(), 4*shortExpiry, "a reader's Lost")
-	for _, h := range hs {
-		require.False(t, closedNow(h.Lost()), "%s lost", h.Name())
-	}
-	_, err = e.other.RWLock("written").Reader().TryAcquire(ctx)
-	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the writer's lease was kept")
+		time.Sleep(4 * memExpiry)
+		synctest.Wait()
+		for _, h := range hs {
+			require.False(t, closedNow(h.Lost()), "%s lost", h.Name())
+		}
+		_, err = other.RWLock("written").Reader().TryAcquire(ctx)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the writer's lease was kept")
 
-	_, err = semColl(e.db).UpdateOne(ctx, bson.D{{Key: "_id", Value: "read"}},
-		bson.D{{Key: "$pull", Value: bson.D{{Key: "holders", Value: bson.D{{Key: "id", Value: mongolock.LockID(hs[1])}}}}}})
-	require.NoError(t, err)
-	awaitClosed(t, hs[1].Lost(), lossDetectionBound, "the taken reader's Lost")
-	require.ErrorIs(t, context.Cause(hs[1].Context()), mongolock.ErrLockLost)
-	require.False(t, closedNow(hs[0].Lost()) || closedNow(w.Lost()))
-	require.ErrorIs(t, hs[1].Release(ctx), mongolock.ErrLockLost)
+		// Someone takes the second reader away in the database: the next
+		// extension, within a cadence, finds it gone.
+		d.editIn(memSemColl, "read", bson.D{{Key: "$pull", Value: bson.D{{Key: "holders", Value: bson.D{{Key: "id", Value: mongolock.LockID(hs[1])}}}}}})
+		time.Sleep(memExpiry / 3)
+		synctest.Wait()
+		require.True(t, closedNow(hs[1].Lost()), "the taken reader's Lost is open a cadence later")
+		require.ErrorIs(t, context.Cause(hs[1].Context()), mongolock.ErrLockLost)
+		require.False(t, closedNow(hs[0].Lost()) || closedNow(w.Lost()))
+		require.ErrorIs(t, hs[1].Release(ctx), mongolock.ErrLockLost)
 
-	require.NoError(t, e.p.Close(ctx))
-	require.Zero(t, holderCount(t, semColl(e.db), "read"))
-	require.Zero(t, holderCount(t, semColl(e.db), "written"))
+		require.NoError(t, p.Close(ctx))
+		for _, name := range []string{"read", "written"} {
+			all, _ := d.holders(name)
+			require.Zero(t, all, "holders of %q after Close", name)
+		}
+	})
 }
 
 // Writers cannot starve readers either: a reader refused while a writer

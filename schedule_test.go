@@ -9,8 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mongolock/mongolock"
@@ -169,81 +169,82 @@ func TestAReleaseWithAHoldHandsNothingOverInItsProcess(t *testing.T) {
 // acquiredAt + most, and no further; the handle is lost before another
 // process can take the lock, and says why.
 func TestHoldAtMostLosesTheHandleBeforeAnyoneElseGetsIn(t *testing.T) {
-	const name, expiry, most = "stuck", shortExpiry, 4 * shortExpiry
-	ctx := boundedCtx(t, time.Minute)
-	db := testdb.Database(t)
-	p := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(expiry), mongolock.WithHoldAtMost(most))
-	other := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(expiry))
+	synctest.Test(t, func(t *testing.T) {
+		const name, expiry, most = "stuck", memExpiry, 4 * memExpiry
+		ctx := t.Context()
+		d := newMemDB(t)
+		p, _ := d.process(mongolock.WithExpiry(expiry), mongolock.WithHoldAtMost(most))
+		other, _ := d.process(mongolock.WithExpiry(expiry))
 
-	sent := time.Now()
-	h := mustTryAcquire(t, ctx, p.Lock(name))
-	require.False(t, h.LeaseEnd().After(sent.Add(most)), "LeaseEnd %v is past the bound", h.LeaseEnd())
-	var lostAt atomic.Pointer[time.Time]
-	go func() {
-		<-h.Lost()
-		now := time.Now()
-		lostAt.Store(&now)
-	}()
+		sent := time.Now()
+		h := mustTryAcquire(t, ctx, p.Lock(name))
+		require.False(t, h.LeaseEnd().After(sent.Add(most)), "LeaseEnd %v is past the bound", h.LeaseEnd())
+		lostAt := make(chan time.Time, 1)
+		go func() {
+			<-h.Lost()
+			lostAt <- time.Now()
+		}()
 
-	var lostFirst bool
-	refused := 0
-	next := takeWhenFree(t, ctx, other.Lock(name), most+10*time.Second, &refused)
-	lostFirst = closedNow(h.Lost())
-	require.True(t, lostFirst, "another process got in before the handle was lost")
-	require.Positive(t, refused)
-	// Its lease outlived the expiry.
-	require.Greater(t, next.AcquiredAt().Sub(h.AcquiredAt()), most/2, "the lease was not extended")
-	require.Greater(t, next.FencingToken(), h.FencingToken())
+		refused := 0
+		next := takeWhenFree(t, ctx, other.Lock(name), 2*most, &refused)
+		require.True(t, closedNow(h.Lost()), "another process got in before the handle was lost")
+		require.Positive(t, refused)
+		// Its lease outlived the expiry.
+		require.Greater(t, next.AcquiredAt().Sub(h.AcquiredAt()), most/2, "the lease was not extended")
+		require.Greater(t, next.FencingToken(), h.FencingToken())
 
-	pollUntil(t, time.Second, "the loss is recorded", func() bool { return lostAt.Load() != nil })
-	require.GreaterOrEqual(t, lostAt.Load().Sub(sent), most-mongolock.SafetyMargin(p), "lost before the bound: an extension failed")
-	require.ErrorIs(t, context.Cause(h.Context()), mongolock.ErrLockLost)
-	err := h.Release(ctx)
-	require.ErrorIs(t, err, mongolock.ErrLockLost)
-	require.ErrorContains(t, err, "WithHoldAtMost")
+		require.GreaterOrEqual(t, (<-lostAt).Sub(sent), most-mongolock.SafetyMargin(p), "lost before the bound: an extension failed")
+		require.ErrorIs(t, context.Cause(h.Context()), mongolock.ErrLockLost)
+		err := h.Release(ctx)
+		require.ErrorIs(t, err, mongolock.ErrLockLost)
+		require.ErrorContains(t, err, "WithHoldAtMost")
+	})
 }
 
 // A job that outlives WithHoldAtMost's bound is lost a safety margin
-// before it, and that margin is its time to stop: the lock stays held on
-// the server until acquiredAt + most by the server's clock, while the lost
-// job has not released its handle.
+// before it, and that margin is its time to stop: the lock stays held in
+// the database until acquiredAt + most by the database's clock, while the
+// lost job has not released its handle.
 func TestHoldAtMostKeepsTheLockUntilItsBoundWhileTheLostJobRuns(t *testing.T) {
-	const name, expiry, most = "stuck-job", time.Second, 2 * time.Second
-	ctx := boundedCtx(t, time.Minute)
-	db := testdb.Database(t)
-	p := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(expiry), mongolock.WithHoldAtMost(most))
-	other := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(expiry))
+	synctest.Test(t, func(t *testing.T) {
+		const name, expiry, most = "stuck-job", memExpiry, 2 * memExpiry
+		ctx := t.Context()
+		d := newMemDB(t)
+		p, _ := d.process(mongolock.WithExpiry(expiry), mongolock.WithHoldAtMost(most))
+		other, _ := d.process(mongolock.WithExpiry(expiry))
 
-	h := releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock(name)))
-	bound := h.AcquiredAt().Add(most)
-	refused := 0
-	next := takeWhenFree(t, ctx, other.Lock(name), most+10*time.Second, &refused)
-	require.True(t, closedNow(h.Lost()), "another process got in before the handle was lost")
-	require.Positive(t, refused)
-	require.False(t, next.AcquiredAt().Before(bound), "the rival got in at %v, %v before the bound %v, while the lost job may still run",
-		next.AcquiredAt(), bound.Sub(next.AcquiredAt()), bound)
-	require.Greater(t, next.FencingToken(), h.FencingToken())
-	t.Logf("the rival got in %v after the bound", next.AcquiredAt().Sub(bound))
+		h := releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock(name)))
+		bound := h.AcquiredAt().Add(most)
+		refused := 0
+		next := takeWhenFree(t, ctx, other.Lock(name), 2*most, &refused)
+		require.True(t, closedNow(h.Lost()), "another process got in before the handle was lost")
+		require.Positive(t, refused)
+		require.False(t, next.AcquiredAt().Before(bound), "the rival got in at %v, %v before the bound %v, while the lost job may still run",
+			next.AcquiredAt(), bound.Sub(next.AcquiredAt()), bound)
+		require.Greater(t, next.FencingToken(), h.FencingToken())
+	})
 }
 
 // Once the lost job has stopped, its Release frees the lock at once:
 // nobody waits for the rest of the margin.
 func TestReleaseOfAHandleLostAtItsBoundFreesTheLockAtOnce(t *testing.T) {
-	const name, expiry, most = "stopped-job", time.Second, 2 * time.Second
-	ctx := boundedCtx(t, time.Minute)
-	db := testdb.Database(t)
-	p := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(expiry), mongolock.WithHoldAtMost(most))
-	other := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(expiry))
+	synctest.Test(t, func(t *testing.T) {
+		const name, expiry, most = "stopped-job", memExpiry, 2 * memExpiry
+		ctx := t.Context()
+		d := newMemDB(t)
+		p, _ := d.process(mongolock.WithExpiry(expiry), mongolock.WithHoldAtMost(most))
+		other, _ := d.process(mongolock.WithExpiry(expiry))
 
-	h := mustTryAcquire(t, ctx, p.Lock(name))
-	awaitClosed(t, h.Lost(), most+10*time.Second, "the handle is lost at its bound")
-	_, err := other.Lock(name).TryAcquire(ctx)
-	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the lock was freed as the handle was lost")
-	require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
-	refused := 0
-	next := takeWhenFree(t, ctx, other.Lock(name), 10*time.Second, &refused)
-	require.True(t, next.AcquiredAt().Before(h.AcquiredAt().Add(most)), "the release of the lost handle did not free the lock: taken at %v, the bound %v",
-		next.AcquiredAt(), h.AcquiredAt().Add(most))
+		h := mustTryAcquire(t, ctx, p.Lock(name))
+		awaitClosed(t, h.Lost(), 2*most, "the handle is lost at its bound")
+		_, err := other.Lock(name).TryAcquire(ctx)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the lock was freed as the handle was lost")
+		require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
+		synctest.Wait() // the release of the lost handle, in the background
+		next := releaseAtCleanup(t, mustTryAcquire(t, ctx, other.Lock(name)))
+		require.True(t, next.AcquiredAt().Before(h.AcquiredAt().Add(most)), "the release of the lost handle did not free the lock: taken at %v, the bound %v",
+			next.AcquiredAt(), h.AcquiredAt().Add(most))
+	})
 }
 
 // The holds fit locks only: every other kind refuses them with an error

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -161,39 +162,46 @@ func TestSemaphoreTryAcquireWhenFullAndAfterRelease(t *testing.T) {
 // semaphore included; a slot taken from its holder on the server is lost,
 // and only that one.
 func TestSemaphoreLeasesAreExtendedAndLossIsSeen(t *testing.T) {
-	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
-	ctx := boundedCtx(t, 30*time.Second)
-	s := e.p.Semaphore("kept", 3)
-	var hs []*mongolock.Handle
-	for range 2 {
-		h, err := s.TryAcquire(ctx)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := newMemDB(t)
+		p, _, other := d.holderAndRival(mongolock.WithExpiry(memExpiry))
+		s := p.Semaphore("kept", 3)
+		var hs []*mongolock.Handle
+		for range 2 {
+			h, err := s.TryAcquire(ctx)
+			require.NoError(t, err)
+			hs = append(hs, releaseAtCleanup(t, h))
+		}
+		single, err := p.Semaphore("kept-too", 1).TryAcquire(ctx)
 		require.NoError(t, err)
-		hs = append(hs, releaseAtCleanup(t, h))
-	}
-	single, err := e.p.Semaphore("kept-too", 1).TryAcquire(ctx)
-	require.NoError(t, err)
-	releaseAtCleanup(t, single)
-	lock := releaseAtCleanup(t, mustTryAcquire(t, ctx, e.p.Lock("kept")))
+		releaseAtCleanup(t, single)
+		lock := releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock("kept")))
 
-	// Held across several leases.
-	staysOpen(t, hs[0].Lost(), 4*shortExpiry, "the first slot's Lost")
-	for _, h := range append(hs, single, lock) {
-		require.False(t, closedNow(h.Lost()), "%s lost", h.Name())
-	}
-	require.Equal(t, 2, liveHolders(t, semColl(e.db), "kept"))
-	_, err = e.other.Semaphore("kept-too", 1).TryAcquire(ctx)
-	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+		// Held across several leases.
+		time.Sleep(4 * memExpiry)
+		synctest.Wait()
+		for _, h := range append(hs, single, lock) {
+			require.False(t, closedNow(h.Lost()), "%s lost", h.Name())
+		}
+		_, live := d.holders("kept")
+		require.Equal(t, 2, live)
+		_, err = other.Semaphore("kept-too", 1).TryAcquire(ctx)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired)
 
-	// Someone takes the second slot away on the server.
-	_, err = semColl(e.db).UpdateOne(ctx, bson.D{{Key: "_id", Value: "kept"}},
-		bson.D{{Key: "$pull", Value: bson.D{{Key: "holders", Value: bson.D{{Key: "id", Value: mongolock.LockID(hs[1])}}}}}})
-	require.NoError(t, err)
-	awaitClosed(t, hs[1].Lost(), lossDetectionBound, "the taken slot's Lost")
-	require.ErrorIs(t, context.Cause(hs[1].Context()), mongolock.ErrLockLost)
-	staysOpen(t, hs[0].Lost(), 2*shortExpiry, "the other slot's Lost")
-	require.False(t, closedNow(single.Lost()) || closedNow(lock.Lost()))
-	require.ErrorIs(t, hs[1].Release(ctx), mongolock.ErrLockLost)
-	require.NoError(t, hs[0].Release(ctx))
+		// Someone takes the second slot away in the database: the next
+		// extension, within a cadence, finds it gone.
+		d.editIn(memSemColl, "kept", bson.D{{Key: "$pull", Value: bson.D{{Key: "holders", Value: bson.D{{Key: "id", Value: mongolock.LockID(hs[1])}}}}}})
+		time.Sleep(memExpiry / 3)
+		synctest.Wait()
+		require.True(t, closedNow(hs[1].Lost()), "the taken slot's Lost is open a cadence later")
+		require.ErrorIs(t, context.Cause(hs[1].Context()), mongolock.ErrLockLost)
+		time.Sleep(2 * memExpiry)
+		synctest.Wait()
+		require.False(t, closedNow(hs[0].Lost()) || closedNow(single.Lost()) || closedNow(lock.Lost()), "a handle beside the taken slot was lost")
+		require.ErrorIs(t, hs[1].Release(ctx), mongolock.ErrLockLost)
+		require.NoError(t, hs[0].Release(ctx))
+	})
 }
 
 // A holder cut off from the database loses its slot: Lost closes a

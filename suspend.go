@@ -146,7 +146,10 @@ func (s *suspensions) since(sent time.Time) time.Duration {
 	defer s.mu.Unlock()
 	var d time.Duration
 	for _, x := range s.seen {
-		if x.at.After(sent) {
+		// One found at sent's own instant (a clock that stood, as a
+		// bubble's does) most likely came after the look that read sent;
+		// counting one that came before only shortens the lease.
+		if !x.at.Before(sent) {
 			d += x.d
 		}
 	}

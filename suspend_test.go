@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/testdb"
@@ -19,94 +20,104 @@ import (
 
 // A machine suspended past a lease (a laptop asleep, a paused VM): on
 // resume the holder's monotonic clock says the lease has most of its time
-// left, but the server's ended long ago. The first thing the holder asks
+// left, but the database's ended long ago. The first thing the holder asks
 // tells it the truth: its Context is done with ErrLockLost, Lost is closed,
 // a fenced write is refused without being sent, and a rival gets the lock.
 func TestASuspensionPastTheLeaseLosesTheHandleAtOnce(t *testing.T) {
-	const name = "suspended"
-	ctx := boundedCtx(t, time.Minute)
-	db := testdb.Database(t)
-	holder := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(2*time.Second))
-	clocks := mongolock.FakeClocks(holder, true)
-	rival := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(2*time.Second))
-	writes := &commandCounter{}
-	coll := ownClient(t, db, writes).Collection("resources")
+	synctest.Test(t, func(t *testing.T) {
+		const name = "suspended"
+		ctx := t.Context()
+		holder, _, rival := newMemDB(t).holderAndRival(mongolock.WithExpiry(memExpiry))
+		clocks := mongolock.FakeClocks(holder, true)
+		coll, replies, sent := scriptedColl(t)
 
-	h := releaseAtCleanup(t, mustAcquire(t, ctx, holder.Lock(name)))
-	_, err := mongolock.FencedUpdateOne(ctx, coll, h, byID(name), setWriter("holder"), upsert)
-	require.NoError(t, err)
-	require.NoError(t, h.Context().Err())
+		h := releaseAtCleanup(t, mustTryAcquire(t, ctx, holder.Lock(name)))
+		replies.AddResponses(bson.D{{Key: "ok", Value: 1}, {Key: "n", Value: 1}, {Key: "nModified", Value: 1}})
+		_, err := mongolock.FencedUpdateOne(ctx, coll, h, byID(name), setWriter("holder"))
+		require.NoError(t, err)
+		require.Equal(t, int64(1), sent.Load(), "the holder's fenced write was sent")
+		require.NoError(t, h.Context().Err())
 
-	clocks.Suspend(3 * time.Second)
-	require.ErrorIs(t, h.Context().Err(), context.Canceled, "the resumed holder's Context is not done")
-	require.ErrorIs(t, context.Cause(h.Context()), mongolock.ErrLockLost)
-	require.True(t, closedNow(h.Lost()), "the resumed holder's Lost is open")
-	sent := writes.commands.Load()
-	_, err = mongolock.FencedUpdateOne(ctx, coll, h, byID(name), setWriter("resumed holder"))
-	require.ErrorIs(t, err, mongolock.ErrLockLost)
-	require.Equal(t, sent, writes.commands.Load(), "the resumed holder's fenced write was sent")
-	require.ErrorIs(t, mongolock.FencedFindOneAndUpdate(ctx, coll, h, byID(name), setWriter("resumed holder")).Err(), mongolock.ErrLockLost)
-	require.Equal(t, sent, writes.commands.Load(), "the resumed holder's fenced write was sent")
-	require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
+		clocks.Suspend(memExpiry + memExpiry/2)
+		require.ErrorIs(t, h.Context().Err(), context.Canceled, "the resumed holder's Context is not done")
+		require.ErrorIs(t, context.Cause(h.Context()), mongolock.ErrLockLost)
+		require.True(t, closedNow(h.Lost()), "the resumed holder's Lost is open")
+		_, err = mongolock.FencedUpdateOne(ctx, coll, h, byID(name), setWriter("resumed holder"))
+		require.ErrorIs(t, err, mongolock.ErrLockLost)
+		require.ErrorIs(t, mongolock.FencedFindOneAndUpdate(ctx, coll, h, byID(name), setWriter("resumed holder")).Err(), mongolock.ErrLockLost)
+		require.Equal(t, int64(1), sent.Load(), "the resumed holder's fenced write was sent")
+		require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
 
-	next := releaseAtCleanup(t, mustAcquire(t, ctx, rival.Lock(name)))
-	require.Greater(t, next.FencingToken(), h.FencingToken())
-	require.Equal(t, "holder", readFenced(t, coll, name).Writer)
+		// The database's clock did not jump: the rival waits for the
+		// lease to end there.
+		next := releaseAtCleanup(t, mustAcquire(t, ctx, rival.Lock(name)))
+		require.Greater(t, next.FencingToken(), h.FencingToken())
+	})
 }
 
 // Nobody has to ask: a provider that keeps leases looks for a suspension
-// on its own, and the loss comes long before the monotonic clock would
-// end the lease.
+// on its own, within its watch's period (a quarter of a second), long
+// before the monotonic clock would end the lease.
 func TestASuspensionIsNoticedWithoutTheOwnerAsking(t *testing.T) {
-	ctx := boundedCtx(t, time.Minute)
-	db := testdb.Database(t)
-	p := newProvider(t, db, mongolock.WithExpiry(10*time.Second))
-	clocks := mongolock.FakeClocks(p, true)
-	h := releaseAtCleanup(t, mustAcquire(t, ctx, p.Lock("unasked")))
-	lost, done := h.Lost(), h.Context().Done()
+	synctest.Test(t, func(t *testing.T) {
+		p, _ := newMemDB(t).process(mongolock.WithExpiry(10 * time.Second))
+		clocks := mongolock.FakeClocks(p, true)
+		h := releaseAtCleanup(t, mustTryAcquire(t, t.Context(), p.Lock("unasked")))
+		lost, done := h.Lost(), h.Context().Done()
 
-	clocks.Suspend(time.Minute)
-	awaitClosed(t, lost, 5*time.Second, "Lost after the suspension") // the lease had 9 s left by the monotonic clock
-	awaitClosed(t, done, time.Second, "Context after the suspension")
+		clocks.Suspend(time.Minute)
+		time.Sleep(250 * time.Millisecond) // the lease has 10 s left by the monotonic clock
+		synctest.Wait()
+		require.True(t, closedNow(lost), "Lost is open a watch period after the suspension")
+		require.True(t, closedNow(done), "the Context is not done a watch period after the suspension")
+	})
 }
 
 // A suspension shorter than what is left of the lease shortens it by the
 // suspension, and the lease is extended as before.
 func TestASuspensionShorterThanTheLeaseShortensIt(t *testing.T) {
-	ctx := boundedCtx(t, time.Minute)
-	db := testdb.Database(t)
-	p := newProvider(t, db, mongolock.WithExpiry(10*time.Second)) // extended every 3.3 s
-	clocks := mongolock.FakeClocks(p, true)
-	h := releaseAtCleanup(t, mustAcquire(t, ctx, p.Lock("napped")))
-	before, ok := mongolock.LeaseDeadline(h)
-	require.True(t, ok)
+	synctest.Test(t, func(t *testing.T) {
+		const expiry = 10 * time.Second // extended every 3.3 s
+		p, _ := newMemDB(t).process(mongolock.WithExpiry(expiry))
+		clocks := mongolock.FakeClocks(p, true)
+		h := releaseAtCleanup(t, mustTryAcquire(t, t.Context(), p.Lock("napped")))
+		before, ok := mongolock.LeaseDeadline(h)
+		require.True(t, ok)
 
-	clocks.Suspend(3 * time.Second)
-	require.NoError(t, h.Context().Err())
-	after, ok := mongolock.LeaseDeadline(h)
-	require.True(t, ok)
-	require.InDelta(t, float64(3*time.Second), float64(before.Sub(after)), float64(time.Millisecond),
-		"the deadline moved by %v", before.Sub(after))
+		clocks.Suspend(3 * time.Second)
+		require.NoError(t, h.Context().Err())
+		after, ok := mongolock.LeaseDeadline(h)
+		require.True(t, ok)
+		require.Equal(t, 3*time.Second, before.Sub(after), "the deadline moved by %v", before.Sub(after))
 
-	end := h.LeaseEnd()
-	pollUntil(t, 10*time.Second, "an extension after the suspension", func() bool { return h.LeaseEnd().After(end) })
-	require.False(t, closedNow(h.Lost()))
+		end := h.LeaseEnd()
+		time.Sleep(expiry/3 + time.Millisecond)
+		synctest.Wait()
+		require.True(t, h.LeaseEnd().After(end), "not extended after the suspension")
+		require.False(t, closedNow(h.Lost()))
+	})
 }
 
 // An acquisition whose round trip spans a suspension past its lease gives
-// a handle lost from the start.
+// a handle lost from the start. The suspension comes as the one round
+// trip that made the handle is sent; one that came before an earlier
+// round trip of the same attempt (a document found missing, then created)
+// would rightly not count.
 func TestAnAcquisitionSpanningASuspensionIsLostAtOnce(t *testing.T) {
-	ctx := boundedCtx(t, time.Minute)
-	db := testdb.Database(t)
-	p := newProvider(t, db, mongolock.WithExpiry(2*time.Second))
-	clocks := mongolock.FakeClocks(p, true)
-	require.NoError(t, mustTryAcquire(t, ctx, p.Lock("spanned")).Release(ctx)) // the document exists: one round trip
-	var once sync.Once
-	mongolock.SetSendHook(p, func() { once.Do(func() { clocks.Suspend(3 * time.Second) }) })
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		p, net := newMemDB(t).process(mongolock.WithExpiry(memExpiry))
+		clocks := mongolock.FakeClocks(p, true)
+		require.NoError(t, mustTryAcquire(t, ctx, p.Lock("spanned")).Release(ctx)) // the document exists: one round trip
+		var once sync.Once
+		mongolock.SetSendHook(p, func() { once.Do(func() { clocks.Suspend(memExpiry + memExpiry/2) }) })
 
-	h := releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock("spanned")))
-	require.True(t, closedNow(h.Lost()), "the handle of an acquisition sent before the suspension is held")
-	require.ErrorIs(t, context.Cause(h.Context()), mongolock.ErrLockLost)
+		sent := net.Sent()
+		h := releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock("spanned")))
+		require.Equal(t, sent+1, net.Sent(), "the acquisition was not one round trip")
+		require.True(t, closedNow(h.Lost()), "the handle of an acquisition sent before the suspension is held")
+		require.ErrorIs(t, context.Cause(h.Context()), mongolock.ErrLockLost)
+	})
 }
 
 // Where the machine has a boot clock, the wall clock stepped forward (by
@@ -131,14 +142,14 @@ func TestAWallClockStepAloneEndsNoLease(t *testing.T) {
 // Without a boot clock (macOS, Windows), the wall clock alone witnesses a
 // suspension.
 func TestWithoutABootClockTheWallClockWitnessesASuspension(t *testing.T) {
-	ctx := boundedCtx(t, time.Minute)
-	db := testdb.Database(t)
-	p := newProvider(t, db, mongolock.WithExpiry(2*time.Second))
-	clocks := mongolock.FakeClocks(p, false)
-	h := releaseAtCleanup(t, mustAcquire(t, ctx, p.Lock("walled")))
+	synctest.Test(t, func(t *testing.T) {
+		p, _ := newMemDB(t).process(mongolock.WithExpiry(memExpiry))
+		clocks := mongolock.FakeClocks(p, false)
+		h := releaseAtCleanup(t, mustTryAcquire(t, t.Context(), p.Lock("walled")))
 
-	clocks.Suspend(time.Minute)
-	require.True(t, closedNow(h.Lost()), "the resumed holder's Lost is open")
+		clocks.Suspend(time.Minute)
+		require.True(t, closedNow(h.Lost()), "the resumed holder's Lost is open")
+	})
 }
 
 // The real boot clock, where the test can show it without suspending the

@@ -1,8 +1,9 @@
 package mongolock_test
 
 // Telemetry: the hooks of WithTrace, recorded, and the log records, against
-// the server. The OpenTelemetry spans and metrics made with the hooks are
-// otelmongolock's tests.
+// the server, and over the model in simulated time where a fault must come
+// at a chosen instant. The OpenTelemetry spans and metrics made with the
+// hooks are otelmongolock's tests.
 
 import (
 	"context"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -161,30 +163,29 @@ func TestTraceHooksReportAHandOver(t *testing.T) {
 // with its reason (the lease expired), before Lost closes, and logged once;
 // the Release that follows reports the loss and nothing more.
 func TestAPartitionIsOneLossReportedWithItsReason(t *testing.T) {
-	ctx := boundedCtx(t, time.Minute)
-	db := testdb.Database(t)
-	var rec traceRecorder
-	var logs syncbuf.Buffer
-	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	px, pdb := proxied(t, db)
-	p := newProvider(t, pdb, mongolock.WithExpiry(faultExpiry), mongolock.WithLogger(logger), mongolock.WithTrace(rec.trace()))
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		var rec traceRecorder
+		var logs syncbuf.Buffer
+		logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		p, net := newMemDB(t).process(mongolock.WithExpiry(memExpiry), mongolock.WithLogger(logger), mongolock.WithTrace(rec.trace()))
 
-	h := mustTryAcquire(t, ctx, p.Lock("partitioned"))
-	px.Blackhole()
-	awaitClosed(t, h.Lost(), 3*faultExpiry, "Lost")
-	require.Equal(t, []string{"lost partitioned expired"}, rec.with("lost "))
-	require.Equal(t, []string{"unheld partitioned"}, rec.with("unheld "))
+		h := mustTryAcquire(t, ctx, p.Lock("partitioned"))
+		net.Blackhole()
+		awaitClosed(t, h.Lost(), memExpiry, "Lost")
+		require.Equal(t, []string{"lost partitioned expired"}, rec.with("lost "))
+		require.Equal(t, []string{"unheld partitioned"}, rec.with("unheld "))
 
-	px.Reset()
-	require.NoError(t, px.Restore())
-	require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
-	mongolock.WaitBackground(p)
-	require.Len(t, rec.with("lost "), 1, "reported once")
-	require.Len(t, rec.with("unheld "), 1)
-	require.Equal(t, []string{"release-done release partitioned lost"}, rec.with("release-done "))
-	require.Equal(t, 1, strings.Count(logs.String(), `msg="mongolock: lock lost"`), "%s", logs.String())
-	require.Contains(t, logs.String(), "level=WARN msg=\"mongolock: lock lost\" lock=partitioned")
-	require.Contains(t, logs.String(), "reason=expired")
+		net.Heal()
+		require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
+		mongolock.WaitBackground(p)
+		require.Len(t, rec.with("lost "), 1, "reported once")
+		require.Len(t, rec.with("unheld "), 1)
+		require.Equal(t, []string{"release-done release partitioned lost"}, rec.with("release-done "))
+		require.Equal(t, 1, strings.Count(logs.String(), `msg="mongolock: lock lost"`), "%s", logs.String())
+		require.Contains(t, logs.String(), "level=WARN msg=\"mongolock: lock lost\" lock=partitioned")
+		require.Contains(t, logs.String(), "reason=expired")
+	})
 }
 
 // A lock taken over (its document deleted) is a loss for that reason, and
