@@ -957,6 +957,7 @@ func TestRWLockUpgradeAndDowngradeOverTheModelRideOutFaults(t *testing.T) {
 		_, err = pr.RWLock("ledger").Reader().TryAcquire(ctx)
 		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a reader beside the writer")
 
+		mongolock.WaitBackground(pu) // the undoing of the lost poll, which the refusal must not meet
 		net.Refuse(1)
 		require.Error(t, u.Downgrade(ctx), "the refused round trip")
 		time.Sleep(time.Second) // simulated: the background retry

@@ -449,6 +449,7 @@ func TestTraceOverTheModelClassifiesHowEachCallEnded(t *testing.T) {
 		_, err := p.Lock("held").TryAcquire(ctx)
 		require.ErrorIs(t, err, mongolock.ErrNotAcquired)
 
+		mongolock.WaitBackground(p)
 		net.Refuse(1)
 		releaseAtCleanup(t, mustAcquire(t, ctx, p.Lock("refused once")))
 		require.Contains(t, logs.String(), `level=DEBUG msg="mongolock: acquisition attempt failed; retrying" lock="refused once"`)
@@ -464,6 +465,7 @@ func TestTraceOverTheModelClassifiesHowEachCallEnded(t *testing.T) {
 		_, err = p.Lock("outage").Acquire(canceled)
 		require.ErrorIs(t, err, context.Canceled)
 		net.Heal()
+		mongolock.WaitBackground(p) // the withdrawals of their claims, which the refusal must not meet
 
 		net.RefuseWith(1, mongo.CommandError{Code: 2, Name: "BadValue", Message: "refused for good"})
 		_, err = p.Lock("bad").Acquire(ctx)
