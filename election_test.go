@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -573,4 +574,47 @@ func TestObserveSeesANewLeaderAtOnceByChangeStream(t *testing.T) {
 	require.Equal(t, "b", receive(t, observed, 10*time.Second).Value)
 	require.NoError(t, l.Resign(ctx))
 	require.Equal(t, mongolock.Leader{}, receive(t, observed, 10*time.Second))
+}
+
+// Over the model: a proclamation whose round trip fails returns its error
+// and leaves the leader leading; one of a stale leader (force released,
+// and someone else leads) is refused with ErrLockLost, writes nothing, and
+// signals the loss at once. An observer of a nil context, or of a closed
+// provider, gets a closed channel.
+func TestElectionOverTheModelProclaimOfAStaleLeaderSignalsTheLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := newMemDB(t)
+		p, net := d.process()
+		rival, _ := d.process()
+		el := p.Election("leader")
+		require.Equal(t, "leader", el.Name())
+		l, err := el.Campaign(ctx, "v1")
+		require.NoError(t, err)
+
+		net.Refuse(1)
+		require.ErrorContains(t, l.Proclaim(ctx, "v2"), "ShutdownInProgress")
+		require.False(t, closedNow(l.Lost()), "a failed round trip is no loss")
+		require.NoError(t, l.Proclaim(ctx, "v2"))
+
+		forced, err := rival.ForceRelease(ctx, "leader")
+		require.NoError(t, err)
+		require.True(t, forced)
+		usurper, err := rival.Election("leader").Campaign(ctx, "usurper")
+		require.NoError(t, err)
+		err = l.Proclaim(ctx, "v3")
+		require.ErrorIs(t, err, mongolock.ErrLockLost)
+		require.Contains(t, err.Error(), `proclaim "leader"`)
+		require.True(t, closedNow(l.Lost()), "the refused proclamation signalled the loss")
+		now, err := rival.Election("leader").Leader(ctx)
+		require.NoError(t, err)
+		require.Equal(t, "usurper", now.Value)
+		require.Equal(t, usurper.FencingToken(), now.FencingToken)
+		require.NoError(t, usurper.Resign(ctx))
+
+		var nilCtx context.Context
+		awaitChannelClosed(t, el.Observe(nilCtx), time.Second)
+		require.NoError(t, p.Close(ctx))
+		awaitChannelClosed(t, el.Observe(ctx), time.Second)
+	})
 }

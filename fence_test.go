@@ -476,3 +476,295 @@ func TestAFencedWriteOfAHandleKnownLostIsNotSent(t *testing.T) {
 		})
 	}
 }
+
+// loggedColl is scriptedColl's collection whose commands log keeps, and
+// the replies the test adds.
+func loggedColl(t *testing.T) (*mongo.Collection, *drivertest.MockDeployment, *commandLog) {
+	t.Helper()
+	log := &commandLog{coll: "resources"}
+	replies := drivertest.NewMockDeployment()
+	o := options.Client().SetMonitor(log.monitor())
+	require.NoError(t, xoptions.SetInternalClientOptions(o, "deployment", replies))
+	c, err := mongo.Connect(o)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+	return c.Database("app").Collection("resources"), replies, log
+}
+
+// Scripted replies of a server.
+var (
+	updated     = bson.D{{Key: "ok", Value: 1}, {Key: "n", Value: 1}, {Key: "nModified", Value: 1}}
+	matchedNone = bson.D{{Key: "ok", Value: 1}, {Key: "n", Value: 0}, {Key: "nModified", Value: 0}}
+	upsertedR   = bson.D{{Key: "ok", Value: 1}, {Key: "n", Value: 1}, {Key: "nModified", Value: 0},
+		{Key: "upserted", Value: bson.A{bson.D{{Key: "index", Value: 0}, {Key: "_id", Value: "r"}}}}}
+	duplicateR = bson.D{{Key: "ok", Value: 1}, {Key: "n", Value: 0}, {Key: "nModified", Value: 0},
+		{Key: "writeErrors", Value: bson.A{bson.D{{Key: "index", Value: 0}, {Key: "code", Value: 11000}, {Key: "errmsg", Value: "E11000 duplicate key: _id r"}}}}}
+	duplicateFAM = bson.D{{Key: "ok", Value: 0}, {Key: "code", Value: 11000}, {Key: "codeName", Value: "DuplicateKey"}, {Key: "errmsg", Value: "E11000 duplicate key: _id r"}}
+	unauthorized = bson.D{{Key: "ok", Value: 0}, {Key: "code", Value: 13}, {Key: "codeName", Value: "Unauthorized"}, {Key: "errmsg", Value: "not authorized"}}
+	noValue      = bson.D{{Key: "ok", Value: 1}, {Key: "value", Value: nil}}
+)
+
+// found is a find's reply of docs.
+func found(docs ...any) bson.D {
+	docs = append(make([]any, 0, len(docs)), docs...) // an array, not null, when empty
+	return bson.D{{Key: "ok", Value: 1}, {Key: "cursor", Value: bson.D{{Key: "id", Value: int64(0)}, {Key: "ns", Value: "app.resources"}, {Key: "firstBatch", Value: bson.A(docs)}}}}
+}
+
+// fenced is a document r carrying the fencing token tok.
+func fenced(tok int64) bson.D {
+	return bson.D{{Key: "_id", Value: "r"}, {Key: mongolock.FenceField, Value: tok}}
+}
+
+// A fenced write that is not one (a replacement, an update of FenceField
+// by any operator or pipeline stage, an upsert without an equality on
+// _id, a filter that is not a document, a token no acquisition gave) is
+// ErrInvalidArgument of its operation, and sends nothing.
+func TestFencedWriteThatIsNotOneSendsNothing(t *testing.T) {
+	coll, _, log := loggedColl(t)
+	ctx := t.Context()
+	F := mongolock.FenceField
+	set := func(k string, v any) bson.D { return bson.D{{Key: "$set", Value: bson.D{{Key: k, Value: v}}}} }
+	invalidRaw := bson.Raw{5, 0, 0, 0, 1} // a length that is not its own
+	for _, tc := range []struct {
+		name           string
+		tok            int64
+		filter, update any
+		upsert         bool
+	}{
+		{"replacement", 1, byID("r"), bson.D{{Key: "writer", Value: "x"}}, false},
+		{"empty", 1, byID("r"), bson.D{}, false},
+		{"an operator of no document", 1, byID("r"), bson.D{{Key: "$set", Value: 1}}, false},
+		{"an update that is not a document", 1, byID("r"), invalidRaw, false},
+		{"$set of a field inside it", 1, byID("r"), set(F+".x", 1), false},
+		{"$max of it", 1, byID("r"), bson.D{{Key: "$max", Value: bson.D{{Key: F, Value: 99}}}}, false},
+		{"$rename of it", 1, byID("r"), bson.D{{Key: "$rename", Value: bson.D{{Key: F, Value: "a"}}}}, false},
+		{"$rename to it", 1, byID("r"), bson.D{{Key: "$rename", Value: bson.D{{Key: "a", Value: F}}}}, false},
+		{"mongo.Pipeline $set", 1, byID("r"), mongo.Pipeline{set(F, 99)}, false},
+		{"[]bson.D $addFields", 1, byID("r"), []bson.D{{{Key: "$addFields", Value: bson.D{{Key: F, Value: 1}}}}}, false},
+		{"bson.A $unset", 1, byID("r"), bson.A{bson.D{{Key: "$unset", Value: F}}}, false},
+		{"[]any $unset of several", 1, byID("r"), []any{set("a", 1), bson.D{{Key: "$unset", Value: bson.A{"a", F + ".x"}}}}, false},
+		{"a stage that is not a document", 1, byID("r"), bson.A{invalidRaw}, false},
+		{"a filter that is not a document", 1, invalidRaw, set("a", 1), false},
+		{"an upsert without _id", 1, bson.D{{Key: "key", Value: "r"}}, set("a", 1), true},
+		{"an upsert of _id $in", 1, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{"r", "s"}}}}}, set("a", 1), true},
+		{"token 0", 0, byID("r"), set("a", 1), false},
+		{"a negative token", -3, byID("r"), set("a", 1), false},
+		{"nil filter", 1, nil, set("a", 1), false},
+		{"nil update", 1, byID("r"), nil, false},
+	} {
+		_, err := mongolock.FencedUpdateOne(ctx, coll, token(tc.tok), tc.filter, tc.update, options.UpdateOne().SetUpsert(tc.upsert))
+		requireInvalid(t, err, "fenced update one")
+		err = mongolock.FencedFindOneAndUpdate(ctx, coll, token(tc.tok), tc.filter, tc.update, options.FindOneAndUpdate().SetUpsert(tc.upsert)).Err()
+		requireInvalid(t, err, "fenced find one and update")
+		require.Empty(t, log.commands(), tc.name)
+	}
+	_, err := mongolock.FencedUpdateOne(ctx, nil, token(1), byID("r"), set("a", 1))
+	requireInvalid(t, err, "fenced update one")
+}
+
+// A fenced write sends the user's filter with the token check, and the
+// user's update with the token's record: a $max of FenceField beside the
+// user's own $max, or a last pipeline stage that sets it to the higher of
+// the two, whichever form the pipeline is given in. An equality on _id
+// that is a document, not an operator, is one for an upsert.
+func TestFencedWriteSendsTheTokenCheckAndTheTokensRecord(t *testing.T) {
+	F := mongolock.FenceField
+	check := bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: F, Value: bson.D{{Key: "$exists", Value: false}}}},
+		bson.D{{Key: F, Value: bson.D{{Key: "$lte", Value: int64(7)}}}},
+	}}}
+	record := bson.D{{Key: "$set", Value: bson.D{{Key: F, Value: bson.D{{Key: "$max", Value: bson.A{"$" + F, int64(7)}}}}}}}
+	stage := bson.D{{Key: "$set", Value: bson.D{{Key: "writer", Value: "pipe"}}}}
+	unsetOthers := bson.D{{Key: "$unset", Value: bson.A{"a", "b"}}}
+	for _, tc := range []struct {
+		name           string
+		filter, update any
+		want           bson.D
+	}{
+		{"operators and the user's $max", byID("r"),
+			bson.D{{Key: "$set", Value: bson.D{{Key: "w", Value: 1}}}, {Key: "$max", Value: bson.D{{Key: "n", Value: 4}}}, {Key: "$rename", Value: bson.D{{Key: "a", Value: "b"}}}},
+			bson.D{{Key: "u", Value: bson.D{{Key: "$set", Value: bson.D{{Key: "w", Value: 1}}}, {Key: "$rename", Value: bson.D{{Key: "a", Value: "b"}}},
+				{Key: "$max", Value: bson.D{{Key: "n", Value: 4}, {Key: F, Value: int64(7)}}}}}}},
+		{"bson.Raw", byID("r"), mustMarshal(t, bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}}),
+			bson.D{{Key: "u", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}, {Key: "$max", Value: bson.D{{Key: F, Value: int64(7)}}}}}}},
+		{"mongo.Pipeline", byID("r"), mongo.Pipeline{stage, unsetOthers}, bson.D{{Key: "u", Value: bson.A{stage, unsetOthers, record}}}},
+		{"[]bson.D", byID("r"), []bson.D{stage}, bson.D{{Key: "u", Value: bson.A{stage, record}}}},
+		{"bson.A", byID("r"), bson.A{stage}, bson.D{{Key: "u", Value: bson.A{stage, record}}}},
+		{"[]any", bson.D{{Key: "_id", Value: bson.D{{Key: "tenant", Value: 1}}}}, []any{stage},
+			bson.D{{Key: "u", Value: bson.A{stage, record}}}},
+	} {
+		coll, replies, log := loggedColl(t)
+		replies.AddResponses(updated)
+		_, err := mongolock.FencedUpdateOne(t.Context(), coll, token(7), tc.filter, tc.update, upsert)
+		require.NoError(t, err, tc.name)
+		sent := log.commands()["update"]
+		require.Len(t, sent, 1, tc.name)
+		var got struct{ Updates []bson.D }
+		require.NoError(t, bson.Unmarshal(sent[0], &got))
+		require.Len(t, got.Updates, 1)
+		stmt := map[string]any{}
+		for _, e := range got.Updates[0] {
+			stmt[e.Key] = e.Value
+		}
+		filter := bson.D{{Key: "$and", Value: bson.A{tc.filter, check}}}
+		require.Equal(t, canonical(t, filter), canonical(t, stmt["q"]), tc.name)
+		require.Equal(t, canonical(t, tc.want[0].Value), canonical(t, stmt["u"]), tc.name)
+	}
+}
+
+// mustMarshal is v as BSON.
+func mustMarshal(t *testing.T, v any) bson.Raw {
+	t.Helper()
+	raw, err := bson.Marshal(v)
+	require.NoError(t, err)
+	return raw
+}
+
+// canonical is v as extended JSON, for comparing a document however it
+// was built or decoded.
+func canonical(t *testing.T, v any) string {
+	t.Helper()
+	raw, err := bson.Marshal(bson.D{{Key: "v", Value: v}})
+	require.NoError(t, err)
+	var d bson.D
+	require.NoError(t, bson.Unmarshal(raw, &d))
+	out, err := bson.MarshalExtJSON(d, false, false)
+	require.NoError(t, err)
+	return string(out)
+}
+
+// The round trips a log saw, by command name, in order.
+func roundTrips(log *commandLog) []string {
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	var names []string
+	for _, c := range log.sent {
+		names = append(names, c.Index(0).Key())
+	}
+	return names
+}
+
+// When a fenced update matched nothing, and only then, a second round
+// trip reads the document the user's filter matches: a higher token there
+// is ErrFenced; a lower or no token, or no document, is no match, as
+// UpdateOne reports it; a failed read is the write's error, not ErrFenced.
+func TestFencedUpdateOneTellsARefusalFromNoMatchInASecondRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		replies []bson.D
+		fenced  bool
+		failed  string
+		trips   []string
+	}{
+		{"matched", []bson.D{updated}, false, "", []string{"update"}},
+		{"a higher token", []bson.D{matchedNone, found(fenced(9))}, true, "", []string{"update", "find"}},
+		{"a lower token", []bson.D{matchedNone, found(fenced(3))}, false, "", []string{"update", "find"}},
+		{"no token", []bson.D{matchedNone, found(byID("r"))}, false, "", []string{"update", "find"}},
+		{"no document", []bson.D{matchedNone, found()}, false, "", []string{"update", "find"}},
+		{"the read failed", []bson.D{matchedNone, unauthorized}, false, "telling a refusal from no match", []string{"update", "find"}},
+		{"the update failed", []bson.D{unauthorized}, false, "not authorized", []string{"update"}},
+	} {
+		coll, replies, log := loggedColl(t)
+		replies.AddResponses(tc.replies...)
+		res, err := mongolock.FencedUpdateOne(t.Context(), coll, token(5), byID("r"), setWriter("five"), nil)
+		require.Equal(t, tc.trips, roundTrips(log), tc.name)
+		switch {
+		case tc.fenced:
+			require.ErrorIs(t, err, mongolock.ErrFenced, tc.name)
+			var me *mongolock.Error
+			require.ErrorAs(t, err, &me)
+			require.Equal(t, "fenced update one", me.Op)
+		case tc.failed != "":
+			require.ErrorContains(t, err, tc.failed, tc.name)
+			require.NotErrorIs(t, err, mongolock.ErrFenced, tc.name)
+		default:
+			require.NoError(t, err, tc.name)
+			require.Equal(t, int64(len(tc.trips)%2), res.MatchedCount, tc.name)
+		}
+	}
+}
+
+// A fenced upsert whose insert met the _id's unique index (another upsert
+// inserted the document at the same moment) reads the document: a higher
+// token is ErrFenced; a lower one is tried once more, when it matches; a
+// second duplicate is the driver's error, seen through.
+func TestFencedUpsertThatMetADuplicateIsTriedOnceMoreOrFenced(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		fam     bool
+		replies []bson.D
+		want    func(t *testing.T, err error)
+		trips   int
+	}{
+		{"a lower token: tried again", false, []bson.D{duplicateR, found(fenced(3)), upsertedR},
+			func(t *testing.T, err error) { require.NoError(t, err) }, 3},
+		{"a higher token", false, []bson.D{duplicateR, found(fenced(9))},
+			func(t *testing.T, err error) { require.ErrorIs(t, err, mongolock.ErrFenced) }, 2},
+		{"a duplicate again", false, []bson.D{duplicateR, found(fenced(3)), duplicateR, found(fenced(3))},
+			func(t *testing.T, err error) { require.True(t, mongo.IsDuplicateKeyError(err), "%v", err) }, 4},
+		{"findAndModify, a lower token: tried again", true, []bson.D{duplicateFAM, found(fenced(3)), bson.D{{Key: "ok", Value: 1}, {Key: "value", Value: fenced(5)}}},
+			func(t *testing.T, err error) { require.NoError(t, err) }, 3},
+		{"findAndModify, a higher token", true, []bson.D{duplicateFAM, found(fenced(9))},
+			func(t *testing.T, err error) { require.ErrorIs(t, err, mongolock.ErrFenced) }, 2},
+		{"findAndModify, a duplicate again", true, []bson.D{duplicateFAM, found(), duplicateFAM, found()},
+			func(t *testing.T, err error) { require.True(t, mongo.IsDuplicateKeyError(err), "%v", err) }, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			coll, replies, log := loggedColl(t)
+			replies.AddResponses(tc.replies...)
+			var err error
+			if tc.fam {
+				err = mongolock.FencedFindOneAndUpdate(t.Context(), coll, token(5), byID("r"), setWriter("five"),
+					options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)).Err()
+			} else {
+				_, err = mongolock.FencedUpdateOne(t.Context(), coll, token(5), byID("r"), setWriter("five"), upsert)
+			}
+			tc.want(t, err)
+			require.Len(t, roundTrips(log), tc.trips)
+		})
+	}
+}
+
+// FencedFindOneAndUpdate with no document returned: without upsert, a
+// second round trip tells ErrFenced from mongo.ErrNoDocuments; with
+// upsert, returning the document before the update, it did insert, and
+// nothing more is sent. Its other errors are *Error of its operation,
+// naming the election whose Leadership gave the token.
+func TestFencedFindOneAndUpdateOfNoDocumentReturned(t *testing.T) {
+	ctx := t.Context()
+	for _, tc := range []struct {
+		name    string
+		upsert  bool
+		replies []bson.D
+		want    error
+		trips   int
+	}{
+		{"a higher token", false, []bson.D{noValue, found(fenced(9))}, mongolock.ErrFenced, 2},
+		{"no document", false, []bson.D{noValue, found()}, mongo.ErrNoDocuments, 2},
+		{"an upsert that inserted", true, []bson.D{noValue}, mongo.ErrNoDocuments, 1},
+	} {
+		coll, replies, log := loggedColl(t)
+		replies.AddResponses(tc.replies...)
+		err := mongolock.FencedFindOneAndUpdate(ctx, coll, token(5), byID("r"), setWriter("five"),
+			options.FindOneAndUpdate().SetUpsert(tc.upsert)).Err()
+		require.ErrorIs(t, err, tc.want, tc.name)
+		require.Len(t, roundTrips(log), tc.trips, tc.name)
+	}
+
+	synctest.Test(t, func(t *testing.T) {
+		p, err := mongolocktest.NewStore().NewProvider()
+		require.NoError(t, err)
+		defer func() { require.NoError(t, p.Close(context.Background())) }()
+		leader, err := p.Election("billing").Campaign(t.Context(), "me")
+		require.NoError(t, err)
+		coll, replies, _ := loggedColl(t)
+		replies.AddResponses(unauthorized)
+		err = mongolock.FencedFindOneAndUpdate(t.Context(), coll, leader, byID("r"), setWriter("leader")).Err()
+		var me *mongolock.Error
+		require.ErrorAs(t, err, &me)
+		require.Equal(t, mongolock.Error{Op: "fenced find one and update", Name: "billing", Err: me.Err}, *me)
+		require.ErrorContains(t, err, "not authorized")
+		require.NoError(t, leader.Resign(t.Context()))
+		time.Sleep(time.Second) // simulated: the idle senders end
+	})
+}

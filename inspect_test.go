@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -691,5 +692,37 @@ func TestForceReleaseHolderEndsOneHolderOfEveryKind(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, info.Holders, len(old))
 		require.Equal(t, h.FencingToken(), info.Holders[len(old)-1].FencingToken)
+	})
+}
+
+// Over the model: Locks lists the locks' and the semaphores' collections
+// merged in name order, and a caller that breaks out of the loop, on
+// either collection's entry, gets nothing more.
+func TestLocksOverTheModelMergesInNameOrderAndStopsWhereTheCallerBreaks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		p, _ := newMemDB(t).process()
+		for _, name := range []string{"a", "c"} {
+			releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock(name)))
+		}
+		for _, name := range []string{"b", "d"} {
+			slot, err := p.Semaphore(name, 2).TryAcquire(ctx)
+			require.NoError(t, err)
+			releaseAtCleanup(t, slot)
+		}
+		listUntil := func(last string) []string {
+			var names []string
+			for info, err := range p.Locks(ctx, "") {
+				require.NoError(t, err)
+				names = append(names, info.Name+" "+string(info.Kind))
+				if info.Name == last {
+					break
+				}
+			}
+			return names
+		}
+		require.Equal(t, []string{"a lock", "b semaphore", "c lock", "d semaphore"}, listUntil(""))
+		require.Equal(t, []string{"a lock"}, listUntil("a"))
+		require.Equal(t, []string{"a lock", "b semaphore"}, listUntil("b"))
 	})
 }

@@ -445,3 +445,33 @@ func TestAnAbandonedLostHandleIsCollectedOutsideItsBubbleWithoutHarm(t *testing.
 	})
 	mongolock.Abandon(h)
 }
+
+// A holder force released, whose lock another process took before any
+// extension told it, learns at its Release that it had lost: the error
+// wraps ErrLockLost, Lost closes, the Context's cause says so, and the new
+// holder keeps the lock; a second Release returns nil.
+func TestAReleaseOfAHolderTakenOverUnawaresIsALoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := newMemDB(t)
+		p, _ := d.process()
+		rival, _ := d.process()
+		h := mustTryAcquire(t, ctx, p.Lock("taken"))
+		forced, err := rival.ForceRelease(ctx, "taken")
+		require.NoError(t, err)
+		require.True(t, forced)
+		next := releaseAtCleanup(t, mustTryAcquire(t, ctx, rival.Lock("taken")))
+		require.False(t, closedNow(h.Lost()), "no extension has told it yet")
+
+		err = h.Release(ctx)
+		require.ErrorIs(t, err, mongolock.ErrLockLost)
+		require.ErrorContains(t, err, "at release")
+		require.True(t, closedNow(h.Lost()))
+		require.ErrorIs(t, context.Cause(h.Context()), mongolock.ErrLockLost)
+		require.NoError(t, h.Release(ctx), "a second Release")
+		info, err := rival.Inspect(ctx, "taken")
+		require.NoError(t, err)
+		require.True(t, info.Held)
+		require.Equal(t, next.FencingToken(), info.FencingToken, "the new holder keeps it")
+	})
+}

@@ -924,3 +924,80 @@ func TestRWLockUpgradeWakesWhenAReaderOfItsProcessReleases(t *testing.T) {
 	live, writers := liveModes(t, semColl(db), name)
 	require.Equal(t, [2]int{0, 1}, [2]int{live, writers}, "live readers, writers after the upgrade")
 }
+
+// Over the model: an Upgrade rides out a refused poll and a poll whose
+// reply was lost (undone, and polled again), and completes once the other
+// process's reader leaves; a second Upgrade or Downgrade of the handle
+// meanwhile is refused. A Downgrade whose round trip is refused returns
+// its error, and the handle is a reader all the same: the downgrade is
+// retried in the background, and the other process's readers get in.
+func TestRWLockUpgradeAndDowngradeOverTheModelRideOutFaults(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := newMemDB(t)
+		pu, net := d.process()
+		pr, _ := d.process()
+		rw := pu.RWLock("ledger")
+		require.Equal(t, "ledger", rw.Name())
+		u := releaseAtCleanup(t, mustTryAcquire(t, ctx, rw.Upgradeable()))
+		reader := mustTryAcquire(t, ctx, pr.RWLock("ledger").Reader())
+		first := u.FencingToken()
+
+		net.Refuse(1)
+		upgraded := upgradeInBackground(ctx, u)
+		time.Sleep(time.Second) // simulated: the refused poll, and one that holds readers off
+		net.LoseReplies(1)
+		time.Sleep(time.Second) // simulated: a poll whose reply is lost
+		bounded, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		require.ErrorContains(t, u.Upgrade(bounded), "another Upgrade or Downgrade of the handle is under way")
+		require.ErrorContains(t, u.Downgrade(ctx), "not a writer's")
+		select {
+		case err := <-upgraded:
+			t.Fatalf("upgraded beside a reader: %v", err)
+		default:
+		}
+		_, err := pr.RWLock("ledger").Reader().TryAcquire(ctx)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a new reader while the upgrade waits")
+		require.NoError(t, reader.Release(ctx))
+		require.NoError(t, <-upgraded)
+		require.Greater(t, u.FencingToken(), first)
+		_, err = pr.RWLock("ledger").Reader().TryAcquire(ctx)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a reader beside the writer")
+
+		mongolock.WaitBackground(pu) // the undoing of the lost poll, which the refusal must not meet
+		net.Refuse(1)
+		require.Error(t, u.Downgrade(ctx), "the refused round trip")
+		time.Sleep(time.Second) // simulated: the background retry
+		again, err := pr.RWLock("ledger").Reader().TryAcquire(ctx)
+		require.NoError(t, err, "a reader beside the downgraded handle")
+		require.NoError(t, again.Release(ctx))
+		require.False(t, closedNow(u.Lost()))
+	})
+}
+
+// Over the model: an Upgrade that waits ends when its handle is released
+// meanwhile, saying so; a Downgrade of a writer whose holder was force
+// released is ErrLockLost, and signals the loss at once.
+func TestRWLockUpgradeAndDowngradeOverTheModelSeeTheirHandleEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := newMemDB(t)
+		pu, _ := d.process()
+		pr, _ := d.process()
+		u := mustTryAcquire(t, ctx, pu.RWLock("released").Upgradeable())
+		releaseAtCleanup(t, mustTryAcquire(t, ctx, pr.RWLock("released").Reader()))
+		upgraded := upgradeInBackground(ctx, u)
+		synctest.Wait()
+		require.NoError(t, u.Release(ctx))
+		require.ErrorContains(t, <-upgraded, "the handle was released")
+
+		w := mustTryAcquire(t, ctx, pu.RWLock("forced").Writer())
+		forced, err := pr.ForceRelease(ctx, "forced")
+		require.NoError(t, err)
+		require.True(t, forced)
+		require.ErrorIs(t, w.Downgrade(ctx), mongolock.ErrLockLost)
+		require.True(t, closedNow(w.Lost()), "the loss is signalled")
+		require.ErrorIs(t, w.Release(ctx), mongolock.ErrLockLost)
+	})
+}

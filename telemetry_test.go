@@ -21,8 +21,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/memdb"
 	"github.com/mongolock/mongolock/internal/syncbuf"
 	"github.com/mongolock/mongolock/internal/testdb"
+	"github.com/mongolock/mongolock/mongolocktest"
 )
 
 // traceRecorder records the events of its Trace's hooks as lines:
@@ -308,4 +310,254 @@ func TestWithoutWithLoggerNothingIsLogged(t *testing.T) {
 	require.Error(t, err)
 	mongolock.WaitBackground(e.p)
 	require.Empty(t, defaults.String())
+}
+
+// Over the model, in simulated time: each kind's handle is reported
+// acquired with its kind, its lease's extensions per collection, with the
+// context their start hook returned, a hand-over to an Acquire of the
+// process as such, a Proclaim as a holder's write, and each release once,
+// unheld.
+func TestTraceOverTheModelReportsAHandlesWholeLife(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		var rec traceRecorder
+		p, _ := newMemDB(t).process(mongolock.WithExpiry(3*time.Second), mongolock.WithTrace(rec.trace()))
+
+		lock := mustTryAcquire(t, ctx, p.Lock("lock"))
+		slot, err := p.Semaphore("semaphore", 2).TryAcquire(ctx)
+		require.NoError(t, err)
+		reader, err := p.RWLock("rwlock").Reader().TryAcquire(ctx)
+		require.NoError(t, err)
+		leader, err := p.Election("election").Campaign(ctx, "me")
+		require.NoError(t, err)
+		require.ElementsMatch(t, []string{"acquired lock lock  0", "acquired semaphore semaphore  2",
+			"acquired rwlock rwlock read 0", "acquired election election  0"}, rec.with("acquired "))
+		require.Equal(t, []string{"attempt try_acquire lock 1 acquired "}, rec.with("attempt try_acquire lock "))
+		require.Equal(t, []string{"acquire-done try_acquire lock acquired attempts=1 handedOver=false token=true"},
+			rec.with("acquire-done try_acquire lock "))
+
+		time.Sleep(3 * time.Second) // simulated: every lease is extended
+		for _, coll := range []string{mongolock.DefaultCollection, mongolock.DefaultCollection + "_semaphores"} {
+			require.NotEmpty(t, rec.with("extend-done extend "+coll+" handles=2 matched=2 lost=0 extended"), coll)
+		}
+
+		require.NoError(t, leader.Proclaim(ctx, "still me"))
+		require.Equal(t, []string{"release-start proclaim election"}, rec.with("release-start proclaim "))
+		require.Equal(t, []string{"release-done proclaim election proclaimed"}, rec.with("release-done proclaim "))
+
+		next := make(chan *mongolock.Handle, 1)
+		go func() {
+			h, err := p.Lock("lock").Acquire(ctx)
+			assert(t, err == nil, "Acquire: %v", err)
+			next <- h
+		}()
+		synctest.Wait()
+		require.Equal(t, 1, mongolock.QueueLen(p, "lock"))
+		require.NoError(t, lock.Release(ctx))
+		handedOver := <-next
+		require.Equal(t, []string{"hand-over release lock true"}, rec.with("hand-over "))
+		require.Equal(t, []string{"acquire-done acquire lock acquired attempts=0 handedOver=true token=true"}, rec.with("acquire-done acquire lock "))
+
+		for _, h := range []*mongolock.Handle{handedOver, slot, reader} {
+			require.NoError(t, h.Release(ctx))
+		}
+		require.NoError(t, leader.Resign(ctx))
+		require.ElementsMatch(t, []string{"unheld lock", "unheld lock", "unheld semaphore", "unheld rwlock", "unheld election"}, rec.with("unheld "))
+		require.ElementsMatch(t, []string{"release-done release lock released", "release-done release lock released",
+			"release-done release semaphore released", "release-done release rwlock released", "release-done release election released"},
+			rec.with("release-done release "))
+	})
+}
+
+// Over the model: a loss is reported once with its reason, "expired" (a
+// partition outlasted the lease), "taken_over" (the document was deleted:
+// the extension matched nothing) or "client_closed" (the client was
+// disconnected: the extension failed for every handle, an error of that
+// type); the Release that follows is an outcome "lost".
+func TestTraceOverTheModelReportsEachLossWithItsReason(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		const expiry = 3 * time.Second
+		d := newMemDB(t)
+		var rec traceRecorder
+		var logs syncbuf.Buffer
+		errorTypes := &mongolock.Trace{ExtendDone: func(_ context.Context, i mongolock.ExtendDoneInfo) {
+			if i.Err != nil {
+				rec.add("extend-error %s", i.ErrorType)
+			}
+		}}
+		opts := []mongolock.Option{mongolock.WithExpiry(expiry), mongolock.WithTrace(rec.trace()), mongolock.WithTrace(errorTypes),
+			mongolock.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))}
+		for _, tc := range []struct {
+			name, reason, extension string
+			lose                    func(net *memdb.Faults)
+		}{
+			{"partitioned", "expired", "", func(net *memdb.Faults) { net.Partition() }},
+			{"deleted", "taken_over", " handles=1 matched=0 lost=1 extended", func(*memdb.Faults) {
+				require.NoError(t, d.store.Do(ctx, mongolock.DefaultCollection, func(c *memdb.Table, now time.Time) error {
+					_, err := c.DeleteOne(now, bson.D{{Key: "_id", Value: "deleted"}})
+					return err
+				}))
+			}},
+			{"disconnected", "client_closed", " handles=1 matched=0 lost=1 error", func(net *memdb.Faults) { net.Disconnect() }},
+		} {
+			p, net := d.process(opts...)
+			h := mustTryAcquire(t, ctx, p.Lock(tc.name))
+			tc.lose(net)
+			awaitClosed(t, h.Lost(), 2*expiry, tc.name+" Lost")
+			synctest.Wait() // the log record comes after the signal
+			require.Equal(t, []string{"lost " + tc.name + " " + tc.reason}, rec.with("lost "+tc.name+" "))
+			require.Equal(t, []string{"unheld " + tc.name}, rec.with("unheld "+tc.name))
+			if tc.extension != "" {
+				require.Len(t, rec.with("extend-done extend "+mongolock.DefaultCollection+tc.extension), 1, tc.name)
+			}
+			require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
+			require.Equal(t, []string{"release-done release " + tc.name + " lost"}, rec.with("release-done release "+tc.name))
+			require.Contains(t, logs.String(), "lock="+tc.name+" fencingToken=")
+			require.Contains(t, logs.String(), "reason="+tc.reason)
+			net.Heal()
+		}
+		require.Len(t, rec.with("lost "), 3, "each loss reported once")
+		require.Subset(t, rec.with("extend-error "), []string{"extend-error transient", "extend-error client_closed"})
+		require.Equal(t, 3, strings.Count(logs.String(), `level=WARN msg="mongolock: lock lost"`), "%s", logs.String())
+		require.Contains(t, logs.String(), `level=DEBUG msg="mongolock: extension failed; retrying"`, "the partition's extensions")
+	})
+}
+
+// Over the model: a call's outcome and error type say how it ended:
+// acquired (after a transient refusal, retried and logged at Debug),
+// not_acquired (no type: contention is no error), deadline_exceeded,
+// canceled, closed, and _OTHER for an error retrying cannot fix.
+func TestTraceOverTheModelClassifiesHowEachCallEnded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := newMemDB(t)
+		var rec traceRecorder
+		var logs syncbuf.Buffer
+		p, net := d.process(mongolock.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))),
+			mongolock.WithTrace(&mongolock.Trace{
+				AcquireDone: func(_ context.Context, i mongolock.AcquireDoneInfo) {
+					rec.add("%s %s %s %s", i.Operation, i.Lock.Name, i.Outcome, i.ErrorType)
+					if i.Outcome == "acquired" {
+						rec.add("attempts %d", i.Attempts)
+					}
+				},
+			}))
+		rival, _ := d.process()
+		releaseAtCleanup(t, mustTryAcquire(t, ctx, rival.Lock("held")))
+
+		_, err := p.Lock("held").TryAcquire(ctx)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+
+		mongolock.WaitBackground(p)
+		net.Refuse(1)
+		releaseAtCleanup(t, mustAcquire(t, ctx, p.Lock("refused once")))
+		require.Contains(t, logs.String(), `level=DEBUG msg="mongolock: acquisition attempt failed; retrying" lock="refused once"`)
+
+		// Cut short in an outage, not by contention.
+		net.Partition()
+		short, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, err = p.Lock("outage").Acquire(short)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		canceled, cancel := context.WithCancel(ctx)
+		time.AfterFunc(time.Second, cancel)
+		_, err = p.Lock("outage").Acquire(canceled)
+		require.ErrorIs(t, err, context.Canceled)
+		net.Heal()
+		mongolock.WaitBackground(p) // the withdrawals of their claims, which the refusal must not meet
+
+		net.RefuseWith(1, mongo.CommandError{Code: 2, Name: "BadValue", Message: "refused for good"})
+		_, err = p.Lock("bad").Acquire(ctx)
+		require.ErrorContains(t, err, "refused for good")
+
+		require.NoError(t, p.Close(ctx))
+		_, err = p.Lock("closed").Acquire(ctx)
+		require.ErrorIs(t, err, mongolock.ErrClosed)
+
+		require.Equal(t, []string{
+			"try_acquire held not_acquired ",
+			"acquire refused once acquired ", "attempts 2",
+			"acquire outage error deadline_exceeded",
+			"acquire outage error canceled",
+			"acquire bad error _OTHER",
+			"acquire closed error closed",
+		}, rec.with(""))
+	})
+}
+
+// everyHook returns a Trace each of whose hooks records "<name> <hook>";
+// its start hooks add name to the context's callKey value.
+func everyHook(rec *traceRecorder, name string) *mongolock.Trace {
+	start := func(ctx context.Context, hook string) context.Context {
+		rec.add("%s %s sees %v", name, hook, ctx.Value(callKey{}))
+		return context.WithValue(ctx, callKey{}, fmt.Sprint(ctx.Value(callKey{}), "+", name))
+	}
+	add := func(hook string) { rec.add("%s %s", name, hook) }
+	return &mongolock.Trace{
+		AcquireStart: func(ctx context.Context, _ mongolock.AcquireStartInfo) context.Context {
+			return start(ctx, "acquire-start")
+		},
+		AcquireAttempt: func(context.Context, mongolock.AttemptInfo) { add("attempt") },
+		AcquireDone:    func(context.Context, mongolock.AcquireDoneInfo) { add("acquire-done") },
+		ReleaseStart: func(ctx context.Context, _ mongolock.ReleaseStartInfo) context.Context {
+			return start(ctx, "release-start")
+		},
+		HandOver:    func(context.Context, mongolock.HandOverInfo) { add("hand-over") },
+		ReleaseDone: func(context.Context, mongolock.ReleaseDoneInfo) { add("release-done") },
+		Acquired:    func(mongolock.TraceLock) { add("acquired") },
+		Unheld:      func(mongolock.TraceLock) { add("unheld") },
+		Lost:        func(mongolock.LossInfo) { add("lost") },
+		ExtendStart: func(ctx context.Context, _ mongolock.ExtendStartInfo) context.Context {
+			return start(ctx, "extend-start")
+		},
+		ExtendDone:     func(context.Context, mongolock.ExtendDoneInfo) { add("extend-done") },
+		OrphanReleased: func(mongolock.TraceLock) { add("orphan") },
+		Abandoned:      func(mongolock.HandleInfo) { add("abandoned") },
+		IndexFailed:    func(mongolock.IndexInfo) { add("index-failed") },
+	}
+}
+
+// Over the model: with several WithTrace options, every hook of each is
+// called, the first's before the second's, and a start hook gets the
+// context the one before it returned; a WithTrace without hooks changes
+// nothing. Here through a hand-over, extensions, a loss and a Handle
+// dropped while held (released at the next tick, reported abandoned).
+func TestTraceOverTheModelCallsEveryHookOfEachWithTraceInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		var rec traceRecorder
+		p, _ := newMemDB(t).process(mongolock.WithExpiry(3*time.Second),
+			mongolock.WithTrace(everyHook(&rec, "first")), mongolock.WithTrace(&mongolock.Trace{}), mongolock.WithTrace(everyHook(&rec, "second")))
+
+		held := mustTryAcquire(t, ctx, p.Lock("lock"))
+		next := acquireInBackground(ctx, p.Lock("lock"))
+		synctest.Wait()
+		require.NoError(t, held.Release(ctx))
+		require.NoError(t, <-next)
+		lost := mustTryAcquire(t, ctx, p.Lock("lost"))
+		time.Sleep(3 * time.Second) // simulated: an extension
+		mongolocktest.Lose(lost)
+		mongolock.Abandon(mustTryAcquire(t, ctx, p.Lock("dropped")))
+		time.Sleep(3 * time.Second) // simulated: the next tick abandons it
+		synctest.Wait()
+
+		events := rec.with("")
+		seen := map[string]bool{}
+		for i := 0; i < len(events); i++ {
+			hook, ok := strings.CutPrefix(events[i], "first ")
+			require.True(t, ok, "%q comes before the first trace's hook: %q", events[i], events)
+			require.Less(t, i+1, len(events), "the second trace's %s", hook)
+			i++
+			if strings.HasSuffix(hook, " sees <nil>") {
+				hook = strings.TrimSuffix(hook, "<nil>") + "<nil>+first"
+			}
+			require.Equal(t, "second "+hook, events[i])
+			seen[strings.Fields(hook)[0]] = true
+		}
+		for _, hook := range []string{"acquire-start", "attempt", "acquire-done", "release-start", "hand-over", "release-done",
+			"acquired", "unheld", "lost", "extend-start", "extend-done", "abandoned"} {
+			require.True(t, seen[hook], "%s called: %q", hook, events)
+		}
+	})
 }
