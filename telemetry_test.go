@@ -98,69 +98,6 @@ func (r *traceRecorder) trace() *mongolock.Trace {
 
 type callKey struct{}
 
-// Each kind's handles are reported acquired with their kind (an RWLock's
-// with its mode, a semaphore's with its slots), and unheld at release; an
-// extension round trip is reported per collection, with the context its
-// start hook returned.
-func TestTraceHooksReportEachKindAndItsExtensions(t *testing.T) {
-	ctx := boundedCtx(t, time.Minute)
-	e := newLockEnv(t)
-	var rec traceRecorder
-	p := newProvider(t, e.db, mongolock.WithExpiry(shortExpiry), mongolock.WithTrace(rec.trace()))
-
-	lock := mustTryAcquire(t, ctx, p.Lock("lock"))
-	slot, err := p.Semaphore("semaphore", 2).TryAcquire(ctx)
-	require.NoError(t, err)
-	reader, err := p.RWLock("rwlock").Reader().TryAcquire(ctx)
-	require.NoError(t, err)
-	leader, err := p.Election("election").Campaign(ctx, "me")
-	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"acquired lock lock  0", "acquired semaphore semaphore  2",
-		"acquired rwlock rwlock read 0", "acquired election election  0"}, rec.with("acquired "))
-	require.Equal(t, []string{"acquire-done try_acquire lock acquired attempts=1 handedOver=false token=true"},
-		rec.with("acquire-done try_acquire lock "))
-	require.Equal(t, []string{"attempt try_acquire lock 1 acquired "}, rec.with("attempt try_acquire lock "))
-
-	for _, coll := range []string{mongolock.DefaultCollection, mongolock.DefaultCollection + "_semaphores"} {
-		want := "extend-done extend " + coll + " handles=2 matched=2 lost=0 extended"
-		pollUntil(t, 5*time.Second, want, func() bool { return len(rec.with(want)) > 0 })
-	}
-
-	for _, h := range []*mongolock.Handle{lock, slot, reader} {
-		require.NoError(t, h.Release(ctx))
-	}
-	require.NoError(t, leader.Resign(ctx))
-	require.ElementsMatch(t, []string{"unheld lock", "unheld semaphore", "unheld rwlock", "unheld election"}, rec.with("unheld "))
-	require.ElementsMatch(t, []string{"release-done release lock released", "release-done release semaphore released",
-		"release-done release rwlock released", "release-done release election released"}, rec.with("release-done "))
-}
-
-// A release that hands the lock over to an Acquire of the same process
-// says so, and the Acquire reports a handle handed over without an attempt
-// of its own; it is one more acquisition.
-func TestTraceHooksReportAHandOver(t *testing.T) {
-	ctx := boundedCtx(t, time.Minute)
-	e := newLockEnv(t)
-	var rec traceRecorder
-	p := newProvider(t, e.db, mongolock.WithTrace(rec.trace()))
-	held := mustTryAcquire(t, ctx, p.Lock("lock"))
-	got := make(chan *mongolock.Handle, 1)
-	go func() {
-		h, err := p.Lock("lock").Acquire(ctx)
-		assert(t, err == nil, "Acquire: %v", err)
-		got <- h
-	}()
-	awaitQueueLen(t, p, "lock", 1)
-	require.NoError(t, held.Release(ctx))
-	next := <-got
-	require.NotNil(t, next)
-	require.Equal(t, []string{"hand-over release lock true"}, rec.with("hand-over "))
-	require.Equal(t, []string{"acquire-done acquire lock acquired attempts=0 handedOver=true token=true"}, rec.with("acquire-done acquire "))
-	require.Len(t, rec.with("acquired lock "), 2)
-	require.NoError(t, next.Release(ctx))
-	require.Len(t, rec.with("unheld lock"), 2)
-}
-
 // A partitioned holder loses its lock once: the loss is reported once,
 // with its reason (the lease expired), before Lost closes, and logged once;
 // the Release that follows reports the loss and nothing more.
