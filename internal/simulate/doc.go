@@ -49,9 +49,14 @@
 // told (Unsignalled), a long holder must be shown holding by Inspect until
 // it is told of a loss (Vanished), a leader must read back what it
 // proclaimed (Displaced). A run ends once -simulate.n critical sections
-// were entered in all worlds together (or -simulate.d of simulated time
-// passed in one), and prints the soak's summary lines, summed over the
-// worlds.
+// were entered in all worlds together, and prints the soak's summary
+// lines, summed over the worlds. A world that falls short fails: at
+// once if it entered none for ten minutes of simulated time (more with
+// long expiries): it stopped making progress; else once its simulated
+// time runs out, which follows its share of -simulate.n, about four times
+// what the share takes (-simulate.d sets it). Every 30 s of wall time a
+// line says how many sections were entered so far and how fast, so that
+// a long run shows whether it slows down as it goes on.
 //
 // -simulate.worlds (default: one per core) worlds run side by side, each
 // with its own store, processes and clock, world i with seed+i: one

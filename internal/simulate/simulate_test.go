@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"sync"
@@ -28,7 +29,7 @@ var (
 	flagN        = flag.Int("simulate.n", defaultN, "stop once this many critical sections have been entered, in all worlds together")
 	flagSeed     = flag.Uint64("simulate.seed", 0, "the seed of every random choice (0: one from the clock, printed); world i has seed+i")
 	flagWorlds   = flag.Int("simulate.worlds", runtime.GOMAXPROCS(0), "independent simulations run side by side, one per core, each with its own store, processes and clock")
-	flagD        = flag.Duration("simulate.d", 6*time.Hour, "stop after this much simulated time, if -simulate.n has not been reached")
+	flagD        = flag.Duration("simulate.d", 0, "the simulated time a world may take to enter its share of -simulate.n (0: 10m, plus 400ms for each critical section of its share)")
 	flagP        = flag.Int("simulate.p", 4, "processes")
 	flagG        = flag.Int("simulate.g", 4, "goroutines per process, besides its long holder")
 	flagExpiries = flag.String("simulate.expiries", "1s/50ms,20s,3s", "lease expiries[/extension cadence], comma-separated: process i has the (i mod count)-th")
@@ -53,7 +54,7 @@ type config struct {
 	seed                 uint64
 	worlds               int           // side by side; world i has seed+i and n/worlds
 	n                    int           // critical sections to enter
-	d                    time.Duration // simulated time at most
+	d                    time.Duration // simulated time at most, in a world (0: limit's default)
 	procs, goroutines    int
 	names                [numKinds]int
 	slots                int // a semaphore's
@@ -63,6 +64,7 @@ type config struct {
 	faultEvery           time.Duration // a network fault on a process's client (0: none)
 	dropEvery, killEvery time.Duration // a client closed under a holder; a process dying (0: none)
 	sabotage             bool          // work after release: the checks must see it
+	stuck                bool          // every client partitioned from the store: nothing is entered
 }
 
 // A lease is a process's expiry and extension cadence (0: the library's
@@ -139,17 +141,48 @@ func (c config) replay() string {
 	for _, e := range c.events {
 		events = append(events, e.String())
 	}
-	return fmt.Sprintf("go test -run 'TestSimulate$' ./internal/simulate -v -simulate.seed=%d -simulate.worlds=%d -simulate.n=%d -simulate.d=%v -simulate.p=%d -simulate.g=%d -simulate.expiries=%s -simulate.events=%s",
-		c.seed, c.worlds, c.n, c.d, c.procs, c.goroutines, strings.Join(exp, ","), strings.Join(events, ","))
+	d := ""
+	if c.d > 0 {
+		d = " -simulate.d=" + c.d.String()
+	}
+	return fmt.Sprintf("go test -run 'TestSimulate$' ./internal/simulate -v -simulate.seed=%d -simulate.worlds=%d -simulate.n=%d%s -simulate.p=%d -simulate.g=%d -simulate.expiries=%s -simulate.events=%s",
+		c.seed, c.worlds, c.n, d, c.procs, c.goroutines, strings.Join(exp, ","), strings.Join(events, ","))
 }
 
 // world returns the config of world i of c: a simulation of its own.
 func (c config) world(i int) config {
 	w := c
-	w.seed, w.worlds, w.n = c.seed+uint64(i), 1, (c.n+c.worlds-1)/c.worlds
+	w.seed, w.worlds, w.n = c.seed+uint64(i), 1, c.share()
 	w.events = c.events[i%len(c.events) : i%len(c.events)+1]
 	return w
 }
+
+// share is the critical sections each world of c enters.
+func (c config) share() int { return (c.n + c.worlds - 1) / c.worlds }
+
+// A world enters about ten critical sections a second of simulated time;
+// its time is limited to four times that, so that a world that slows
+// down fails, and a long run is not cut short.
+const (
+	perSection = 400 * time.Millisecond
+	startup    = 10 * time.Minute // besides, for a small run
+)
+
+// limit is the simulated time a world of c may take to enter its share:
+// -simulate.d, or else in proportion to the share.
+func (c config) limit() time.Duration {
+	if c.d > 0 {
+		return c.d
+	}
+	return startup + time.Duration(c.share())*perSection
+}
+
+// stallAfter is how long a world may go without entering a critical
+// section: it has stopped making progress, and ends at once rather than
+// at its limit, which for a long run is days of simulated time. An
+// acquisition gives up after giveUp; a holder of a dead process blocks
+// its name for its expiry, but not the other names.
+func (c config) stallAfter() time.Duration { return max(startup, 2*c.giveUp()) }
 
 // TestSimulate runs the soak's checks over the in-memory store in
 // simulated time (see the package's documentation). It prints the seed
@@ -162,18 +195,23 @@ func TestSimulate(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	start := time.Now()
 	results := make([]*result, cfg.worlds)
+	boards := make([]*soakcheck.Board, cfg.worlds)
+	for i := range boards {
+		boards[i] = soakcheck.NewBoard(cfg.slots)
+	}
+	defer progress(boards, 30*time.Second)()
 	t.Run("worlds", func(t *testing.T) {
 		for i := range cfg.worlds {
 			w := cfg.world(i)
 			t.Run(fmt.Sprint(w.seed), func(t *testing.T) {
 				t.Parallel()
-				r := run(t, w)
+				r := run(t, w, boards[i])
 				results[i] = r
 				if r.violations() > 0 {
 					t.Errorf("violations in world %d; replay it alone: %s\nthe first said:\n  %s", w.seed, w.replay(), strings.Join(r.reports, "\n  "))
 				}
-				if r.entries < int64(w.n) {
-					t.Errorf("%d critical sections entered in %v of simulated time, want %d; replay: %s", r.entries, w.d, w.n, w.replay())
+				if short := r.shortfall(); short != "" {
+					t.Errorf("%s; replay: %s", short, w.replay())
 				}
 			})
 		}
@@ -191,6 +229,39 @@ func TestSimulate(t *testing.T) {
 	}
 }
 
+// progress prints, every interval of wall time until the returned
+// function is called, the critical sections entered so far in the worlds
+// of boards together, how many a second over the last interval, and the
+// live heap: a long run shows whether it slows down as it goes on, and
+// why.
+func progress(boards []*soakcheck.Board, interval time.Duration) (stop func()) {
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		start, last, lastAt := time.Now(), int64(0), time.Now()
+		live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-tick.C:
+				var n int64
+				for _, b := range boards {
+					n += b.Entries()
+				}
+				metrics.Read(live)
+				fmt.Printf("simulate: %d critical sections after %v: %.0f a second over the last %v; live heap %d MB\n",
+					n, now.Sub(start).Round(time.Second), float64(n-last)/now.Sub(lastAt).Seconds(), now.Sub(lastAt).Round(time.Second), live[0].Value.Uint64()>>20)
+				last, lastAt = n, now
+			}
+		}
+	}()
+	return func() { close(done); <-ended }
+}
+
 // result is what a simulation measured.
 type result struct {
 	cfg                                 config
@@ -202,6 +273,8 @@ type result struct {
 	ops                                 int64 // operations the store applied
 	reports                             []string
 	simulated, wall                     time.Duration
+	stalled                             bool          // it entered no critical section for stallAfter
+	lastEntry                           time.Duration // the simulated time of its last entry, if it stalled
 }
 
 // add adds o, a world's result, to r.
@@ -237,6 +310,19 @@ func (r *result) add(o *result) {
 	r.ops += o.ops
 	r.simulated += o.simulated
 	r.reports = append(r.reports, o.reports...)
+}
+
+// shortfall says why a world entered fewer critical sections than its
+// share: it stalled, or ran out of simulated time ("" if it did not).
+func (r *result) shortfall() string {
+	switch {
+	case r.entries >= int64(r.cfg.n):
+	case r.stalled:
+		return fmt.Sprintf("%d critical sections entered, want %d: none for %v from %v of simulated time on", r.entries, r.cfg.n, r.cfg.stallAfter(), r.lastEntry.Round(time.Millisecond))
+	default:
+		return fmt.Sprintf("%d critical sections entered in %v of simulated time, want %d", r.entries, r.cfg.limit(), r.cfg.n)
+	}
+	return ""
 }
 
 func (r *result) violations() (n int64) {
@@ -285,6 +371,8 @@ type sim struct {
 	kills, drops, delays, lostReplies, refusals, cuts atomic.Int64
 	fenced, losses, errs                              atomic.Int64
 	errLogged                                         atomic.Int64
+	stalled                                           bool          // set by chaos, read once it ended
+	lastEntry                                         time.Duration // since the start, as chaos last saw the entries grow
 }
 
 // A proc is a process: a provider over a client of its own to the store,
@@ -334,14 +422,15 @@ func (g *generation) fault(f func(*memdb.Faults)) bool {
 	return !g.cut
 }
 
-func run(t *testing.T, cfg config) *result {
+// run runs the simulation cfg, whose fenced resources are board's.
+func run(t *testing.T, cfg config, board *soakcheck.Board) *result {
 	r := &result{cfg: cfg}
 	wallStart := time.Now()
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
-		ctx, stop := context.WithTimeout(context.Background(), cfg.d)
+		ctx, stop := context.WithTimeout(context.Background(), cfg.limit())
 		defer stop()
-		s := &sim{cfg: cfg, store: memdb.NewStore("mongolock_simulate", nil), board: soakcheck.NewBoard(cfg.slots), ctx: ctx}
+		s := &sim{cfg: cfg, store: memdb.NewStore("mongolock_simulate", nil), board: board, ctx: ctx}
 		s.store.SetEvents(cfg.events[0])
 		s.board.Explain = s.explain
 		for nth := range cfg.procs {
@@ -374,6 +463,7 @@ func run(t *testing.T, cfg config) *result {
 		}
 		r.kills, r.drops, r.delays, r.lostReplies, r.refusals, r.cuts = s.kills.Load(), s.drops.Load(), s.delays.Load(), s.lostReplies.Load(), s.refusals.Load(), s.cuts.Load()
 		r.fenced, r.losses, r.errs = s.fenced.Load(), s.losses.Load(), s.errs.Load()
+		r.stalled, r.lastEntry = s.stalled, s.lastEntry
 	})
 	r.wall = time.Since(wallStart)
 	return r
@@ -416,6 +506,9 @@ func (s *sim) connect(p *proc) (*generation, error) {
 		opts = append(opts, mongolock.WithExtensionCadence(p.lease.cadence))
 	}
 	client := s.store.Client()
+	if s.cfg.stuck {
+		client.Faults.Partition()
+	}
 	prov, err := backend.NewProvider(client, "mongolock_simulate", opts)
 	if err != nil {
 		return nil, err
@@ -455,16 +548,25 @@ func (s *sim) chaos(stop context.CancelFunc) {
 	}
 	nextFault, nextDrop, nextKill := next(s.cfg.faultEvery), next(s.cfg.dropEvery), next(s.cfg.killEvery)
 	deadline, _ := s.ctx.Deadline()
+	start, entered, enteredAt := now, int64(0), now
 	for {
 		soakcheck.Sleep(s.ctx, 10*time.Millisecond) // the count is read this often
 		if s.ctx.Err() != nil {
 			return
 		}
-		if s.board.Entries() >= int64(s.cfg.n) {
+		n := s.board.Entries()
+		if n >= int64(s.cfg.n) {
 			stop()
 			return
 		}
 		now = time.Now()
+		if n > entered {
+			entered, enteredAt = n, now
+		} else if now.Sub(enteredAt) >= s.cfg.stallAfter() {
+			s.stalled, s.lastEntry = true, enteredAt.Sub(start)
+			stop()
+			return
+		}
 		s.mu.Lock()
 		procs := slices.Clone(s.procs)
 		s.mu.Unlock()
@@ -900,12 +1002,28 @@ func TestSimulateSeesWorkAfterRelease(t *testing.T) {
 	cfg.worlds, cfg.n, cfg.sabotage = 1, 1000, true
 	cfg.dropEvery, cfg.killEvery, cfg.faultEvery = 0, 0, 0 // the sabotage alone
 	t.Logf("seed %d", cfg.seed)
-	r := run(t, cfg)
+	r := run(t, cfg, soakcheck.NewBoard(cfg.slots))
 	t.Log(r)
 	for kd := range numKinds {
 		if r.per[kd].Overlap == 0 {
 			t.Errorf("%v: no overlap seen in %d trials of work after release (seed %d)", kd, r.per[kd].Trials, cfg.seed)
 		}
+	}
+}
+
+// A world that stops entering critical sections fails at once, not at
+// the end of its simulated time, which a long run's share makes days.
+func TestSimulateEndsAWorldThatStalls(t *testing.T) {
+	cfg := defaultConfig(t)
+	cfg.worlds, cfg.n, cfg.procs, cfg.goroutines, cfg.stuck = 1, 1_000_000, 1, 1, true
+	cfg.dropEvery, cfg.killEvery, cfg.faultEvery = 0, 0, 0
+	r := run(t, cfg, soakcheck.NewBoard(cfg.slots))
+	if !r.stalled || r.entries != 0 || r.simulated >= cfg.limit()/2 {
+		t.Errorf("stalled %v after %v of simulated time with %d critical sections entered; want it stalled with none, after %v, well before its limit %v",
+			r.stalled, r.simulated, r.entries, cfg.stallAfter(), cfg.limit())
+	}
+	if short := r.shortfall(); !strings.Contains(short, "none for") {
+		t.Errorf("the shortfall says %q; want it to say that none were entered for a while", short)
 	}
 }
 
