@@ -64,6 +64,10 @@
 // events as MongoDB 8.0 and 4.4 do in turn (-simulate.events): world i's
 // in the (i mod count)-th form, so that the release events' filters meet
 // both a pipeline's update events with their diff and its replace events.
+// Their stores keep 1,024 change events and 4 in turn (-simulate.history,
+// by the same rule): a history of 4 is one the library's change streams
+// fall behind often, failing with ChangeStreamHistoryLost, and the library
+// reopens them while its waiters poll.
 //
 // What a seed fixes, and what it does not: the seed (printed first, from
 // the clock unless -simulate.seed says) fixes the world's shape and every

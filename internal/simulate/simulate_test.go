@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,7 @@ var (
 	flagG        = flag.Int("simulate.g", 4, "goroutines per process, besides its long holder")
 	flagExpiries = flag.String("simulate.expiries", "1s/50ms,20s,3s", "lease expiries[/extension cadence], comma-separated: process i has the (i mod count)-th")
 	flagEvents   = flag.String("simulate.events", "8.0,4.4", "the forms of the store's change events, by the MongoDB version that reports them so (8.0, 4.4), comma-separated: world i has the (i mod count)-th")
+	flagHistory  = flag.String("simulate.history", "1024,4", "how many change events the store keeps, comma-separated: world i has the (i mod count)-th")
 )
 
 type (
@@ -60,6 +62,7 @@ type config struct {
 	slots                int // a semaphore's
 	expiries             []lease
 	events               []memdb.Events // world i's store has the (i mod count)-th
+	history              []int          // the change events a store keeps: world i's the (i mod count)-th
 	hold, longHold       time.Duration
 	faultEvery           time.Duration // a network fault on a process's client (0: none)
 	dropEvery, killEvery time.Duration // a client closed under a holder; a process dying (0: none)
@@ -78,45 +81,58 @@ func (l lease) String() string {
 	return l.expiry.String() + "/" + l.cadence.String()
 }
 
-func parseExpiries(s string) ([]lease, error) {
-	var out []lease
+// parseList parses the comma-separated values of the flag -simulate.name,
+// s, each with parse.
+func parseList[T any](name, s string, parse func(string) (T, error)) ([]T, error) {
+	var out []T
 	for part := range strings.SplitSeq(s, ",") {
-		exp, cad, _ := strings.Cut(strings.TrimSpace(part), "/")
-		var l lease
-		var err error
-		if l.expiry, err = time.ParseDuration(exp); err != nil {
-			return nil, fmt.Errorf("-simulate.expiries %q: %w", s, err)
+		v, err := parse(strings.TrimSpace(part))
+		if err != nil {
+			return nil, fmt.Errorf("-simulate.%s %q: %w", name, s, err)
 		}
-		if cad != "" {
-			if l.cadence, err = time.ParseDuration(cad); err != nil {
-				return nil, fmt.Errorf("-simulate.expiries %q: %w", s, err)
-			}
-		}
-		out = append(out, l)
+		out = append(out, v)
 	}
 	return out, nil
 }
 
-// parseEvents parses -simulate.events.
-func parseEvents(s string) ([]memdb.Events, error) {
-	forms := []memdb.Events{memdb.Events8, memdb.Events44}
-	var out []memdb.Events
-	for part := range strings.SplitSeq(s, ",") {
-		i := slices.IndexFunc(forms, func(e memdb.Events) bool { return e.String() == strings.TrimSpace(part) })
-		if i < 0 {
-			return nil, fmt.Errorf("-simulate.events %q: %q is neither 8.0 nor 4.4", s, part)
-		}
-		out = append(out, forms[i])
+// parseLease parses an expiry[/extension cadence].
+func parseLease(s string) (l lease, err error) {
+	exp, cad, _ := strings.Cut(s, "/")
+	if l.expiry, err = time.ParseDuration(exp); err == nil && cad != "" {
+		l.cadence, err = time.ParseDuration(cad)
 	}
-	return out, nil
+	return l, err
+}
+
+// parseEvents parses a form of change events.
+func parseEvents(s string) (memdb.Events, error) {
+	for _, e := range []memdb.Events{memdb.Events8, memdb.Events44} {
+		if e.String() == s {
+			return e, nil
+		}
+	}
+	return 0, fmt.Errorf("%q is neither 8.0 nor 4.4", s)
+}
+
+// parseHistory parses a history's size.
+func parseHistory(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err == nil && n < 1 {
+		err = fmt.Errorf("%d: a history keeps one event at least", n)
+	}
+	return n, err
 }
 
 func defaultConfig(t *testing.T) config {
-	expiries, err := parseExpiries(*flagExpiries)
+	expiries, err := parseList("expiries", *flagExpiries, parseLease)
 	if err != nil {
 		t.Fatal(err)
 	}
-	events, err := parseEvents(*flagEvents)
+	events, err := parseList("events", *flagEvents, parseEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	history, err := parseList("history", *flagHistory, parseHistory)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,33 +143,39 @@ func defaultConfig(t *testing.T) config {
 	return config{
 		seed: seed, worlds: max(1, *flagWorlds), n: *flagN, d: *flagD, procs: *flagP, goroutines: *flagG,
 		names: [numKinds]int{mutex: 4, semaphore: 1, rwlock: 2, election: 2}, slots: 3,
-		expiries: expiries, events: events, hold: 5 * time.Millisecond, longHold: 3 * time.Second,
+		expiries: expiries, events: events, history: history, hold: 5 * time.Millisecond, longHold: 3 * time.Second,
 		faultEvery: 50 * time.Millisecond, dropEvery: time.Second, killEvery: 4 * time.Second,
 	}
 }
 
 // replay is the command that runs cfg again.
 func (c config) replay() string {
-	var exp, events []string
-	for _, l := range c.expiries {
-		exp = append(exp, l.String())
-	}
-	for _, e := range c.events {
-		events = append(events, e.String())
-	}
 	d := ""
 	if c.d > 0 {
 		d = " -simulate.d=" + c.d.String()
 	}
-	return fmt.Sprintf("go test -run 'TestSimulate$' ./internal/simulate -v -simulate.seed=%d -simulate.worlds=%d -simulate.n=%d%s -simulate.p=%d -simulate.g=%d -simulate.expiries=%s -simulate.events=%s",
-		c.seed, c.worlds, c.n, d, c.procs, c.goroutines, strings.Join(exp, ","), strings.Join(events, ","))
+	return fmt.Sprintf("go test -run 'TestSimulate$' ./internal/simulate -v -simulate.seed=%d -simulate.worlds=%d -simulate.n=%d%s -simulate.p=%d -simulate.g=%d -simulate.expiries=%s -simulate.events=%s -simulate.history=%s",
+		c.seed, c.worlds, c.n, d, c.procs, c.goroutines, join(c.expiries, ","), join(c.events, ","), join(c.history, ","))
 }
+
+// join joins the values of xs, as fmt.Sprint says them, with sep.
+func join[T any](xs []T, sep string) string {
+	var out []string
+	for _, x := range xs {
+		out = append(out, fmt.Sprint(x))
+	}
+	return strings.Join(out, sep)
+}
+
+// nth is the value of a per-world list that world i has, as a list of
+// one.
+func nth[T any](xs []T, i int) []T { return xs[i%len(xs) : i%len(xs)+1] }
 
 // world returns the config of world i of c: a simulation of its own.
 func (c config) world(i int) config {
 	w := c
 	w.seed, w.worlds, w.n = c.seed+uint64(i), 1, c.share()
-	w.events = c.events[i%len(c.events) : i%len(c.events)+1]
+	w.events, w.history = nth(c.events, i), nth(c.history, i)
 	return w
 }
 
@@ -337,12 +359,9 @@ func (r *result) String() string {
 		r.kills+r.drops+r.delays+r.lostReplies+r.refusals+r.cuts, r.kills, r.drops, r.delays, r.lostReplies, r.refusals, r.cuts)
 	var b strings.Builder
 	b.WriteString(soakcheck.Summary(&r.per, r.cfg.slots, r.cfg.giveUp(), faults))
-	var events []string
-	for _, e := range r.cfg.events[:min(len(r.cfg.events), r.cfg.worlds)] {
-		events = append(events, e.String())
-	}
-	fmt.Fprintf(&b, "\n  also: %d writes accepted, %d refused after a loss, %d losses reported, %d errors, %d operations applied by the store; %v simulated in %v of wall time (seed %d, %d worlds, change events of MongoDB %s)",
-		r.writes, r.fenced, r.losses, r.errs, r.ops, r.simulated.Round(time.Millisecond), r.wall.Round(time.Millisecond), r.cfg.seed, r.cfg.worlds, strings.Join(events, " and "))
+	fmt.Fprintf(&b, "\n  also: %d writes accepted, %d refused after a loss, %d losses reported, %d errors, %d operations applied by the store; %v simulated in %v of wall time (seed %d, %d worlds, change events of MongoDB %s, histories of %s events)",
+		r.writes, r.fenced, r.losses, r.errs, r.ops, r.simulated.Round(time.Millisecond), r.wall.Round(time.Millisecond), r.cfg.seed, r.cfg.worlds,
+		join(r.cfg.events[:min(len(r.cfg.events), r.cfg.worlds)], " and "), join(r.cfg.history[:min(len(r.cfg.history), r.cfg.worlds)], " and "))
 	return b.String()
 }
 
@@ -430,7 +449,7 @@ func run(t *testing.T, cfg config, board *soakcheck.Board) *result {
 		start := time.Now()
 		ctx, stop := context.WithTimeout(context.Background(), cfg.limit())
 		defer stop()
-		s := &sim{cfg: cfg, store: memdb.NewStore("mongolock_simulate", nil), board: board, ctx: ctx}
+		s := &sim{cfg: cfg, store: memdb.NewStore("mongolock_simulate", nil, memdb.WithHistory(cfg.history[0])), board: board, ctx: ctx}
 		s.store.SetEvents(cfg.events[0])
 		s.board.Explain = s.explain
 		for nth := range cfg.procs {
