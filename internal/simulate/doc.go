@@ -54,9 +54,12 @@
 // once if it entered none for ten minutes of simulated time (more with
 // long expiries): it stopped making progress; else once its simulated
 // time runs out, which follows its share of -simulate.n, about four times
-// what the share takes (-simulate.d sets it). Every 30 s of wall time a
-// line says how many sections were entered so far and how fast, so that
-// a long run shows whether it slows down as it goes on.
+// what the share takes (-simulate.d sets it). A run whose live heap grows
+// with its length fails too: by more than a megabyte a world and a
+// kilobyte a critical section from a quarter of the run to nine tenths.
+// Every 30 s of wall time a line says how many sections were entered so
+// far and how fast, so that a long run shows whether it slows down as it
+// goes on.
 //
 // -simulate.worlds (default: one per core) worlds run side by side, each
 // with its own store, processes and clock, world i with seed+i: one

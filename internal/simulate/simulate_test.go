@@ -209,7 +209,9 @@ func (c config) stallAfter() time.Duration { return max(startup, 2*c.giveUp()) }
 // TestSimulate runs the soak's checks over the in-memory store in
 // simulated time (see the package's documentation). It prints the seed
 // first and the soak's summary lines at the end; a violation fails it
-// with the command that replays the seed.
+// with the command that replays the seed, and so does a world that falls
+// short or a heap that grows with the run's length (from a quarter of its
+// critical sections to nine tenths).
 func TestSimulate(t *testing.T) {
 	cfg := defaultConfig(t)
 	fmt.Printf("simulate: seed %d (%d worlds side by side, seeds %d to %d): %s\n", cfg.seed, cfg.worlds, cfg.seed, cfg.seed+uint64(cfg.worlds)-1, cfg.replay())
@@ -222,6 +224,8 @@ func TestSimulate(t *testing.T) {
 		boards[i] = soakcheck.NewBoard(cfg.slots)
 	}
 	defer progress(boards, 30*time.Second)()
+	done := make(chan struct{})
+	early, late := liveHeapAt(boards, int64(cfg.n)/4, done), liveHeapAt(boards, int64(cfg.n)*9/10, done)
 	t.Run("worlds", func(t *testing.T) {
 		for i := range cfg.worlds {
 			w := cfg.world(i)
@@ -246,6 +250,18 @@ func TestSimulate(t *testing.T) {
 	}
 	total.wall = time.Since(start)
 	fmt.Println(total)
+	close(done)
+	if a, b := <-early, <-late; b.entries > 0 {
+		t.Logf("live heap %d kB after %d critical sections, %d kB after %d", a.heap>>10, a.entries, b.heap>>10, b.entries)
+		// A store that kept every change event for a change stream
+		// nobody read (one opened by an operation whose reply was lost)
+		// grew with every section, and a long run slowed down as the
+		// collector scanned it all.
+		if most := a.heap + uint64(cfg.worlds)<<20 + uint64(b.entries-a.entries)<<10; b.heap > most {
+			t.Errorf("the live heap grew from %d kB after %d critical sections to %d kB after %d; want at most %d kB: a megabyte a world (what is in flight, the stores' histories filling up) and a kilobyte a section",
+				a.heap>>10, a.entries, b.heap>>10, b.entries, most>>10)
+		}
+	}
 	if t.Failed() {
 		t.Errorf("seed %d; replay: %s", cfg.seed, cfg.replay())
 	}
@@ -264,19 +280,14 @@ func progress(boards []*soakcheck.Board, interval time.Duration) (stop func()) {
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
 		start, last, lastAt := time.Now(), int64(0), time.Now()
-		live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 		for {
 			select {
 			case <-done:
 				return
 			case now := <-tick.C:
-				var n int64
-				for _, b := range boards {
-					n += b.Entries()
-				}
-				metrics.Read(live)
+				n := entries(boards)
 				fmt.Printf("simulate: %d critical sections after %v: %.0f a second over the last %v; live heap %d MB\n",
-					n, now.Sub(start).Round(time.Second), float64(n-last)/now.Sub(lastAt).Seconds(), now.Sub(lastAt).Round(time.Second), live[0].Value.Uint64()>>20)
+					n, now.Sub(start).Round(time.Second), float64(n-last)/now.Sub(lastAt).Seconds(), now.Sub(lastAt).Round(time.Second), liveHeap()>>20)
 				last, lastAt = n, now
 			}
 		}
@@ -1044,6 +1055,50 @@ func TestSimulateEndsAWorldThatStalls(t *testing.T) {
 	if short := r.shortfall(); !strings.Contains(short, "none for") {
 		t.Errorf("the shortfall says %q; want it to say that none were entered for a while", short)
 	}
+}
+
+// A heapSample is the live heap once a world had entered entries
+// critical sections.
+type heapSample struct {
+	entries int64
+	heap    uint64
+}
+
+// liveHeapAt returns the live heap once the worlds of boards have
+// entered n critical sections together, collected then (the zero sample
+// if done is closed first).
+func liveHeapAt(boards []*soakcheck.Board, n int64, done <-chan struct{}) <-chan heapSample {
+	out := make(chan heapSample, 1)
+	go func() {
+		defer close(out)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for entries(boards) < n {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+		runtime.GC()
+		out <- heapSample{entries(boards), liveHeap()}
+	}()
+	return out
+}
+
+// entries is the critical sections entered in the worlds of boards.
+func entries(boards []*soakcheck.Board) (n int64) {
+	for _, b := range boards {
+		n += b.Entries()
+	}
+	return n
+}
+
+// liveHeap is the heap marked live by the last collection.
+func liveHeap() uint64 {
+	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(live)
+	return live[0].Value.Uint64()
 }
 
 // A holder's checks inside its critical section (a long holder's Inspect,
