@@ -113,10 +113,12 @@ soak: testdb
 # and processes die. It stops after SIMULATE_N critical sections, over one
 # simulation per core (-simulate.worlds), and prints the seed first and
 # the soak's summary lines at the end; a violation fails it with the
-# command that replays its seed. Not under -race: that is what makes
-# 100,000 fit in a minute. `make test` runs a small form (TestSimulate:
-# 3,000, 1,000 under -race). SIMULATEFLAGS='-simulate.seed=N' replays a
-# seed; go test ./internal/simulate -args -h lists the flags.
+# command that replays its seed, and so does a world that stops entering
+# critical sections or a heap that grows with the run. Not under -race:
+# that is what makes 100,000 fit in a minute, and SIMULATE_N=1000000 in
+# under ten (docs/reliability.md). `make test` runs a small form
+# (TestSimulate: 3,000, 1,000 under -race). SIMULATEFLAGS='-simulate.seed=N'
+# replays a seed; go test ./internal/simulate -args -h lists the flags.
 SIMULATE_N    ?= 100000
 SIMULATEFLAGS ?=
 

@@ -49,9 +49,17 @@
 // told (Unsignalled), a long holder must be shown holding by Inspect until
 // it is told of a loss (Vanished), a leader must read back what it
 // proclaimed (Displaced). A run ends once -simulate.n critical sections
-// were entered in all worlds together (or -simulate.d of simulated time
-// passed in one), and prints the soak's summary lines, summed over the
-// worlds.
+// were entered in all worlds together, and prints the soak's summary
+// lines, summed over the worlds. A world that falls short fails: at
+// once if it entered none for ten minutes of simulated time (more with
+// long expiries): it stopped making progress; else once its simulated
+// time runs out, which follows its share of -simulate.n, about four times
+// what the share takes (-simulate.d sets it). A run whose live heap grows
+// with its length fails too: by more than a megabyte a world and a
+// kilobyte a critical section from a quarter of the run to nine tenths.
+// Every 30 s of wall time a line says how many sections were entered so
+// far and how fast, so that a long run shows whether it slows down as it
+// goes on.
 //
 // -simulate.worlds (default: one per core) worlds run side by side, each
 // with its own store, processes and clock, world i with seed+i: one
@@ -59,6 +67,10 @@
 // events as MongoDB 8.0 and 4.4 do in turn (-simulate.events): world i's
 // in the (i mod count)-th form, so that the release events' filters meet
 // both a pipeline's update events with their diff and its replace events.
+// Their stores keep 1,024 change events and 4 in turn (-simulate.history,
+// by the same rule): a history of 4 is one the library's change streams
+// fall behind often, failing with ChangeStreamHistoryLost, and the library
+// reopens them while its waiters poll.
 //
 // What a seed fixes, and what it does not: the seed (printed first, from
 // the clock unless -simulate.seed says) fixes the world's shape and every

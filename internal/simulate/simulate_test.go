@@ -9,7 +9,9 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,11 +30,12 @@ var (
 	flagN        = flag.Int("simulate.n", defaultN, "stop once this many critical sections have been entered, in all worlds together")
 	flagSeed     = flag.Uint64("simulate.seed", 0, "the seed of every random choice (0: one from the clock, printed); world i has seed+i")
 	flagWorlds   = flag.Int("simulate.worlds", runtime.GOMAXPROCS(0), "independent simulations run side by side, one per core, each with its own store, processes and clock")
-	flagD        = flag.Duration("simulate.d", 6*time.Hour, "stop after this much simulated time, if -simulate.n has not been reached")
+	flagD        = flag.Duration("simulate.d", 0, "the simulated time a world may take to enter its share of -simulate.n (0: 10m, plus 400ms for each critical section of its share)")
 	flagP        = flag.Int("simulate.p", 4, "processes")
 	flagG        = flag.Int("simulate.g", 4, "goroutines per process, besides its long holder")
 	flagExpiries = flag.String("simulate.expiries", "1s/50ms,20s,3s", "lease expiries[/extension cadence], comma-separated: process i has the (i mod count)-th")
 	flagEvents   = flag.String("simulate.events", "8.0,4.4", "the forms of the store's change events, by the MongoDB version that reports them so (8.0, 4.4), comma-separated: world i has the (i mod count)-th")
+	flagHistory  = flag.String("simulate.history", "1024,4", "how many change events the store keeps, comma-separated: world i has the (i mod count)-th")
 )
 
 type (
@@ -53,16 +56,18 @@ type config struct {
 	seed                 uint64
 	worlds               int           // side by side; world i has seed+i and n/worlds
 	n                    int           // critical sections to enter
-	d                    time.Duration // simulated time at most
+	d                    time.Duration // simulated time at most, in a world (0: limit's default)
 	procs, goroutines    int
 	names                [numKinds]int
 	slots                int // a semaphore's
 	expiries             []lease
 	events               []memdb.Events // world i's store has the (i mod count)-th
+	history              []int          // the change events a store keeps: world i's the (i mod count)-th
 	hold, longHold       time.Duration
 	faultEvery           time.Duration // a network fault on a process's client (0: none)
 	dropEvery, killEvery time.Duration // a client closed under a holder; a process dying (0: none)
 	sabotage             bool          // work after release: the checks must see it
+	stuck                bool          // every client partitioned from the store: nothing is entered
 }
 
 // A lease is a process's expiry and extension cadence (0: the library's
@@ -76,45 +81,58 @@ func (l lease) String() string {
 	return l.expiry.String() + "/" + l.cadence.String()
 }
 
-func parseExpiries(s string) ([]lease, error) {
-	var out []lease
+// parseList parses the comma-separated values of the flag -simulate.name,
+// s, each with parse.
+func parseList[T any](name, s string, parse func(string) (T, error)) ([]T, error) {
+	var out []T
 	for part := range strings.SplitSeq(s, ",") {
-		exp, cad, _ := strings.Cut(strings.TrimSpace(part), "/")
-		var l lease
-		var err error
-		if l.expiry, err = time.ParseDuration(exp); err != nil {
-			return nil, fmt.Errorf("-simulate.expiries %q: %w", s, err)
+		v, err := parse(strings.TrimSpace(part))
+		if err != nil {
+			return nil, fmt.Errorf("-simulate.%s %q: %w", name, s, err)
 		}
-		if cad != "" {
-			if l.cadence, err = time.ParseDuration(cad); err != nil {
-				return nil, fmt.Errorf("-simulate.expiries %q: %w", s, err)
-			}
-		}
-		out = append(out, l)
+		out = append(out, v)
 	}
 	return out, nil
 }
 
-// parseEvents parses -simulate.events.
-func parseEvents(s string) ([]memdb.Events, error) {
-	forms := []memdb.Events{memdb.Events8, memdb.Events44}
-	var out []memdb.Events
-	for part := range strings.SplitSeq(s, ",") {
-		i := slices.IndexFunc(forms, func(e memdb.Events) bool { return e.String() == strings.TrimSpace(part) })
-		if i < 0 {
-			return nil, fmt.Errorf("-simulate.events %q: %q is neither 8.0 nor 4.4", s, part)
-		}
-		out = append(out, forms[i])
+// parseLease parses an expiry[/extension cadence].
+func parseLease(s string) (l lease, err error) {
+	exp, cad, _ := strings.Cut(s, "/")
+	if l.expiry, err = time.ParseDuration(exp); err == nil && cad != "" {
+		l.cadence, err = time.ParseDuration(cad)
 	}
-	return out, nil
+	return l, err
+}
+
+// parseEvents parses a form of change events.
+func parseEvents(s string) (memdb.Events, error) {
+	for _, e := range []memdb.Events{memdb.Events8, memdb.Events44} {
+		if e.String() == s {
+			return e, nil
+		}
+	}
+	return 0, fmt.Errorf("%q is neither 8.0 nor 4.4", s)
+}
+
+// parseHistory parses a history's size.
+func parseHistory(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err == nil && n < 1 {
+		err = fmt.Errorf("%d: a history keeps one event at least", n)
+	}
+	return n, err
 }
 
 func defaultConfig(t *testing.T) config {
-	expiries, err := parseExpiries(*flagExpiries)
+	expiries, err := parseList("expiries", *flagExpiries, parseLease)
 	if err != nil {
 		t.Fatal(err)
 	}
-	events, err := parseEvents(*flagEvents)
+	events, err := parseList("events", *flagEvents, parseEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	history, err := parseList("history", *flagHistory, parseHistory)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,36 +143,75 @@ func defaultConfig(t *testing.T) config {
 	return config{
 		seed: seed, worlds: max(1, *flagWorlds), n: *flagN, d: *flagD, procs: *flagP, goroutines: *flagG,
 		names: [numKinds]int{mutex: 4, semaphore: 1, rwlock: 2, election: 2}, slots: 3,
-		expiries: expiries, events: events, hold: 5 * time.Millisecond, longHold: 3 * time.Second,
+		expiries: expiries, events: events, history: history, hold: 5 * time.Millisecond, longHold: 3 * time.Second,
 		faultEvery: 50 * time.Millisecond, dropEvery: time.Second, killEvery: 4 * time.Second,
 	}
 }
 
 // replay is the command that runs cfg again.
 func (c config) replay() string {
-	var exp, events []string
-	for _, l := range c.expiries {
-		exp = append(exp, l.String())
+	d := ""
+	if c.d > 0 {
+		d = " -simulate.d=" + c.d.String()
 	}
-	for _, e := range c.events {
-		events = append(events, e.String())
-	}
-	return fmt.Sprintf("go test -run 'TestSimulate$' ./internal/simulate -v -simulate.seed=%d -simulate.worlds=%d -simulate.n=%d -simulate.d=%v -simulate.p=%d -simulate.g=%d -simulate.expiries=%s -simulate.events=%s",
-		c.seed, c.worlds, c.n, c.d, c.procs, c.goroutines, strings.Join(exp, ","), strings.Join(events, ","))
+	return fmt.Sprintf("go test -run 'TestSimulate$' ./internal/simulate -v -simulate.seed=%d -simulate.worlds=%d -simulate.n=%d%s -simulate.p=%d -simulate.g=%d -simulate.expiries=%s -simulate.events=%s -simulate.history=%s",
+		c.seed, c.worlds, c.n, d, c.procs, c.goroutines, join(c.expiries, ","), join(c.events, ","), join(c.history, ","))
 }
+
+// join joins the values of xs, as fmt.Sprint says them, with sep.
+func join[T any](xs []T, sep string) string {
+	var out []string
+	for _, x := range xs {
+		out = append(out, fmt.Sprint(x))
+	}
+	return strings.Join(out, sep)
+}
+
+// nth is the value of a per-world list that world i has, as a list of
+// one.
+func nth[T any](xs []T, i int) []T { return xs[i%len(xs) : i%len(xs)+1] }
 
 // world returns the config of world i of c: a simulation of its own.
 func (c config) world(i int) config {
 	w := c
-	w.seed, w.worlds, w.n = c.seed+uint64(i), 1, (c.n+c.worlds-1)/c.worlds
-	w.events = c.events[i%len(c.events) : i%len(c.events)+1]
+	w.seed, w.worlds, w.n = c.seed+uint64(i), 1, c.share()
+	w.events, w.history = nth(c.events, i), nth(c.history, i)
 	return w
 }
+
+// share is the critical sections each world of c enters.
+func (c config) share() int { return (c.n + c.worlds - 1) / c.worlds }
+
+// A world enters about ten critical sections a second of simulated time;
+// its time is limited to four times that, so that a world that slows
+// down fails, and a long run is not cut short.
+const (
+	perSection = 400 * time.Millisecond
+	startup    = 10 * time.Minute // besides, for a small run
+)
+
+// limit is the simulated time a world of c may take to enter its share:
+// -simulate.d, or else in proportion to the share.
+func (c config) limit() time.Duration {
+	if c.d > 0 {
+		return c.d
+	}
+	return startup + time.Duration(c.share())*perSection
+}
+
+// stallAfter is how long a world may go without entering a critical
+// section: it has stopped making progress, and ends at once rather than
+// at its limit, which for a long run is days of simulated time. An
+// acquisition gives up after giveUp; a holder of a dead process blocks
+// its name for its expiry, but not the other names.
+func (c config) stallAfter() time.Duration { return max(startup, 2*c.giveUp()) }
 
 // TestSimulate runs the soak's checks over the in-memory store in
 // simulated time (see the package's documentation). It prints the seed
 // first and the soak's summary lines at the end; a violation fails it
-// with the command that replays the seed.
+// with the command that replays the seed, and so does a world that falls
+// short or a heap that grows with the run's length (from a quarter of its
+// critical sections to nine tenths).
 func TestSimulate(t *testing.T) {
 	cfg := defaultConfig(t)
 	fmt.Printf("simulate: seed %d (%d worlds side by side, seeds %d to %d): %s\n", cfg.seed, cfg.worlds, cfg.seed, cfg.seed+uint64(cfg.worlds)-1, cfg.replay())
@@ -162,18 +219,25 @@ func TestSimulate(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	start := time.Now()
 	results := make([]*result, cfg.worlds)
+	boards := make([]*soakcheck.Board, cfg.worlds)
+	for i := range boards {
+		boards[i] = soakcheck.NewBoard(cfg.slots)
+	}
+	defer progress(boards, 30*time.Second)()
+	done := make(chan struct{})
+	early, late := liveHeapAt(boards, int64(cfg.n)/4, done), liveHeapAt(boards, int64(cfg.n)*9/10, done)
 	t.Run("worlds", func(t *testing.T) {
 		for i := range cfg.worlds {
 			w := cfg.world(i)
 			t.Run(fmt.Sprint(w.seed), func(t *testing.T) {
 				t.Parallel()
-				r := run(t, w)
+				r := run(t, w, boards[i])
 				results[i] = r
 				if r.violations() > 0 {
 					t.Errorf("violations in world %d; replay it alone: %s\nthe first said:\n  %s", w.seed, w.replay(), strings.Join(r.reports, "\n  "))
 				}
-				if r.entries < int64(w.n) {
-					t.Errorf("%d critical sections entered in %v of simulated time, want %d; replay: %s", r.entries, w.d, w.n, w.replay())
+				if short := r.shortfall(); short != "" {
+					t.Errorf("%s; replay: %s", short, w.replay())
 				}
 			})
 		}
@@ -186,9 +250,49 @@ func TestSimulate(t *testing.T) {
 	}
 	total.wall = time.Since(start)
 	fmt.Println(total)
+	close(done)
+	if a, b := <-early, <-late; b.entries > 0 {
+		t.Logf("live heap %d kB after %d critical sections, %d kB after %d", a.heap>>10, a.entries, b.heap>>10, b.entries)
+		// A store that kept every change event for a change stream
+		// nobody read (one opened by an operation whose reply was lost)
+		// grew with every section, and a long run slowed down as the
+		// collector scanned it all.
+		if most := a.heap + uint64(cfg.worlds)<<20 + uint64(b.entries-a.entries)<<10; b.heap > most {
+			t.Errorf("the live heap grew from %d kB after %d critical sections to %d kB after %d; want at most %d kB: a megabyte a world (what is in flight, the stores' histories filling up) and a kilobyte a section",
+				a.heap>>10, a.entries, b.heap>>10, b.entries, most>>10)
+		}
+	}
 	if t.Failed() {
 		t.Errorf("seed %d; replay: %s", cfg.seed, cfg.replay())
 	}
+}
+
+// progress prints, every interval of wall time until the returned
+// function is called, the critical sections entered so far in the worlds
+// of boards together, how many a second over the last interval, and the
+// live heap: a long run shows whether it slows down as it goes on, and
+// why.
+func progress(boards []*soakcheck.Board, interval time.Duration) (stop func()) {
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		start, last, lastAt := time.Now(), int64(0), time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-tick.C:
+				n := entries(boards)
+				fmt.Printf("simulate: %d critical sections after %v: %.0f a second over the last %v; live heap %d MB\n",
+					n, now.Sub(start).Round(time.Second), float64(n-last)/now.Sub(lastAt).Seconds(), now.Sub(lastAt).Round(time.Second), liveHeap()>>20)
+				last, lastAt = n, now
+			}
+		}
+	}()
+	return func() { close(done); <-ended }
 }
 
 // result is what a simulation measured.
@@ -202,6 +306,8 @@ type result struct {
 	ops                                 int64 // operations the store applied
 	reports                             []string
 	simulated, wall                     time.Duration
+	stalled                             bool          // it entered no critical section for stallAfter
+	lastEntry                           time.Duration // the simulated time of its last entry, if it stalled
 }
 
 // add adds o, a world's result, to r.
@@ -239,6 +345,19 @@ func (r *result) add(o *result) {
 	r.reports = append(r.reports, o.reports...)
 }
 
+// shortfall says why a world entered fewer critical sections than its
+// share: it stalled, or ran out of simulated time ("" if it did not).
+func (r *result) shortfall() string {
+	switch {
+	case r.entries >= int64(r.cfg.n):
+	case r.stalled:
+		return fmt.Sprintf("%d critical sections entered, want %d: none for %v from %v of simulated time on", r.entries, r.cfg.n, r.cfg.stallAfter(), r.lastEntry.Round(time.Millisecond))
+	default:
+		return fmt.Sprintf("%d critical sections entered in %v of simulated time, want %d", r.entries, r.cfg.limit(), r.cfg.n)
+	}
+	return ""
+}
+
 func (r *result) violations() (n int64) {
 	for _, c := range r.per {
 		n += c.Violations()
@@ -251,12 +370,9 @@ func (r *result) String() string {
 		r.kills+r.drops+r.delays+r.lostReplies+r.refusals+r.cuts, r.kills, r.drops, r.delays, r.lostReplies, r.refusals, r.cuts)
 	var b strings.Builder
 	b.WriteString(soakcheck.Summary(&r.per, r.cfg.slots, r.cfg.giveUp(), faults))
-	var events []string
-	for _, e := range r.cfg.events[:min(len(r.cfg.events), r.cfg.worlds)] {
-		events = append(events, e.String())
-	}
-	fmt.Fprintf(&b, "\n  also: %d writes accepted, %d refused after a loss, %d losses reported, %d errors, %d operations applied by the store; %v simulated in %v of wall time (seed %d, %d worlds, change events of MongoDB %s)",
-		r.writes, r.fenced, r.losses, r.errs, r.ops, r.simulated.Round(time.Millisecond), r.wall.Round(time.Millisecond), r.cfg.seed, r.cfg.worlds, strings.Join(events, " and "))
+	fmt.Fprintf(&b, "\n  also: %d writes accepted, %d refused after a loss, %d losses reported, %d errors, %d operations applied by the store; %v simulated in %v of wall time (seed %d, %d worlds, change events of MongoDB %s, histories of %s events)",
+		r.writes, r.fenced, r.losses, r.errs, r.ops, r.simulated.Round(time.Millisecond), r.wall.Round(time.Millisecond), r.cfg.seed, r.cfg.worlds,
+		join(r.cfg.events[:min(len(r.cfg.events), r.cfg.worlds)], " and "), join(r.cfg.history[:min(len(r.cfg.history), r.cfg.worlds)], " and "))
 	return b.String()
 }
 
@@ -285,6 +401,8 @@ type sim struct {
 	kills, drops, delays, lostReplies, refusals, cuts atomic.Int64
 	fenced, losses, errs                              atomic.Int64
 	errLogged                                         atomic.Int64
+	stalled                                           bool          // set by chaos, read once it ended
+	lastEntry                                         time.Duration // since the start, as chaos last saw the entries grow
 }
 
 // A proc is a process: a provider over a client of its own to the store,
@@ -334,14 +452,15 @@ func (g *generation) fault(f func(*memdb.Faults)) bool {
 	return !g.cut
 }
 
-func run(t *testing.T, cfg config) *result {
+// run runs the simulation cfg, whose fenced resources are board's.
+func run(t *testing.T, cfg config, board *soakcheck.Board) *result {
 	r := &result{cfg: cfg}
 	wallStart := time.Now()
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
-		ctx, stop := context.WithTimeout(context.Background(), cfg.d)
+		ctx, stop := context.WithTimeout(context.Background(), cfg.limit())
 		defer stop()
-		s := &sim{cfg: cfg, store: memdb.NewStore("mongolock_simulate", nil), board: soakcheck.NewBoard(cfg.slots), ctx: ctx}
+		s := &sim{cfg: cfg, store: memdb.NewStore("mongolock_simulate", nil, memdb.WithHistory(cfg.history[0])), board: board, ctx: ctx}
 		s.store.SetEvents(cfg.events[0])
 		s.board.Explain = s.explain
 		for nth := range cfg.procs {
@@ -374,6 +493,7 @@ func run(t *testing.T, cfg config) *result {
 		}
 		r.kills, r.drops, r.delays, r.lostReplies, r.refusals, r.cuts = s.kills.Load(), s.drops.Load(), s.delays.Load(), s.lostReplies.Load(), s.refusals.Load(), s.cuts.Load()
 		r.fenced, r.losses, r.errs = s.fenced.Load(), s.losses.Load(), s.errs.Load()
+		r.stalled, r.lastEntry = s.stalled, s.lastEntry
 	})
 	r.wall = time.Since(wallStart)
 	return r
@@ -416,6 +536,9 @@ func (s *sim) connect(p *proc) (*generation, error) {
 		opts = append(opts, mongolock.WithExtensionCadence(p.lease.cadence))
 	}
 	client := s.store.Client()
+	if s.cfg.stuck {
+		client.Faults.Partition()
+	}
 	prov, err := backend.NewProvider(client, "mongolock_simulate", opts)
 	if err != nil {
 		return nil, err
@@ -455,16 +578,25 @@ func (s *sim) chaos(stop context.CancelFunc) {
 	}
 	nextFault, nextDrop, nextKill := next(s.cfg.faultEvery), next(s.cfg.dropEvery), next(s.cfg.killEvery)
 	deadline, _ := s.ctx.Deadline()
+	start, entered, enteredAt := now, int64(0), now
 	for {
 		soakcheck.Sleep(s.ctx, 10*time.Millisecond) // the count is read this often
 		if s.ctx.Err() != nil {
 			return
 		}
-		if s.board.Entries() >= int64(s.cfg.n) {
+		n := s.board.Entries()
+		if n >= int64(s.cfg.n) {
 			stop()
 			return
 		}
 		now = time.Now()
+		if n > entered {
+			entered, enteredAt = n, now
+		} else if now.Sub(enteredAt) >= s.cfg.stallAfter() {
+			s.stalled, s.lastEntry = true, enteredAt.Sub(start)
+			stop()
+			return
+		}
 		s.mu.Lock()
 		procs := slices.Clone(s.procs)
 		s.mu.Unlock()
@@ -900,13 +1032,73 @@ func TestSimulateSeesWorkAfterRelease(t *testing.T) {
 	cfg.worlds, cfg.n, cfg.sabotage = 1, 1000, true
 	cfg.dropEvery, cfg.killEvery, cfg.faultEvery = 0, 0, 0 // the sabotage alone
 	t.Logf("seed %d", cfg.seed)
-	r := run(t, cfg)
+	r := run(t, cfg, soakcheck.NewBoard(cfg.slots))
 	t.Log(r)
 	for kd := range numKinds {
 		if r.per[kd].Overlap == 0 {
 			t.Errorf("%v: no overlap seen in %d trials of work after release (seed %d)", kd, r.per[kd].Trials, cfg.seed)
 		}
 	}
+}
+
+// A world that stops entering critical sections fails at once, not at
+// the end of its simulated time, which a long run's share makes days.
+func TestSimulateEndsAWorldThatStalls(t *testing.T) {
+	cfg := defaultConfig(t)
+	cfg.worlds, cfg.n, cfg.procs, cfg.goroutines, cfg.stuck = 1, 1_000_000, 1, 1, true
+	cfg.dropEvery, cfg.killEvery, cfg.faultEvery = 0, 0, 0
+	r := run(t, cfg, soakcheck.NewBoard(cfg.slots))
+	if !r.stalled || r.entries != 0 || r.simulated >= cfg.limit()/2 {
+		t.Errorf("stalled %v after %v of simulated time with %d critical sections entered; want it stalled with none, after %v, well before its limit %v",
+			r.stalled, r.simulated, r.entries, cfg.stallAfter(), cfg.limit())
+	}
+	if short := r.shortfall(); !strings.Contains(short, "none for") {
+		t.Errorf("the shortfall says %q; want it to say that none were entered for a while", short)
+	}
+}
+
+// A heapSample is the live heap once a world had entered entries
+// critical sections.
+type heapSample struct {
+	entries int64
+	heap    uint64
+}
+
+// liveHeapAt returns the live heap once the worlds of boards have
+// entered n critical sections together, collected then (the zero sample
+// if done is closed first).
+func liveHeapAt(boards []*soakcheck.Board, n int64, done <-chan struct{}) <-chan heapSample {
+	out := make(chan heapSample, 1)
+	go func() {
+		defer close(out)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for entries(boards) < n {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+		runtime.GC()
+		out <- heapSample{entries(boards), liveHeap()}
+	}()
+	return out
+}
+
+// entries is the critical sections entered in the worlds of boards.
+func entries(boards []*soakcheck.Board) (n int64) {
+	for _, b := range boards {
+		n += b.Entries()
+	}
+	return n
+}
+
+// liveHeap is the heap marked live by the last collection.
+func liveHeap() uint64 {
+	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(live)
+	return live[0].Value.Uint64()
 }
 
 // A holder's checks inside its critical section (a long holder's Inspect,
