@@ -3,14 +3,8 @@ package mongolock
 import (
 	"cmp"
 	"context"
-	"reflect"
 	"sync"
 	"time"
-	"unsafe"
-
-	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
-	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
-	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 )
 
 // Test-only access to internals.
@@ -113,18 +107,6 @@ func Notifying(p *Provider) bool {
 
 // LockID is the lockId of h's acquisition.
 func LockID(h *Handle) string { return h.lockID }
-
-// CollectionConcerns returns the read preference, write concern and read
-// concern of p's collection. The driver has no accessors for them: they are
-// read from its unexported fields.
-func CollectionConcerns(p *Provider) (*readpref.ReadPref, *writeconcern.WriteConcern, *readconcern.ReadConcern) {
-	v := reflect.ValueOf(p.locks.store.(mongoStore).coll).Elem()
-	field := func(name string) any {
-		f := v.FieldByName(name)
-		return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface()
-	}
-	return field("readPreference").(*readpref.ReadPref), field("writeConcern").(*writeconcern.WriteConcern), field("readConcern").(*readconcern.ReadConcern)
-}
 
 // KeptDeadline starts keeping the lease of a handle of l acquired by a
 // request sent at sent, stops keeping it, and returns its client deadline.

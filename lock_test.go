@@ -1037,33 +1037,6 @@ func TestWithCollectionPutsDocumentsInThatCollection(t *testing.T) {
 	require.NoError(t, h.Release(ctx))
 }
 
-// The lock collection's write concern, read preference and read concern
-// are the library's, whatever the database's are.
-
-func TestTheLockCollectionOverridesTheDatabasesConcerns(t *testing.T) {
-	client := offlineDatabase(t).Client()
-	for _, tc := range []struct {
-		label string
-		opts  *options.DatabaseOptionsBuilder
-	}{
-		{"defaults", options.Database()},
-		{"w:0, secondaryPreferred, majority reads", options.Database().SetWriteConcern(writeconcern.Unacknowledged()).
-			SetReadPreference(readpref.SecondaryPreferred()).SetReadConcern(readconcern.Majority())},
-		{"w:1, nearest, available reads", options.Database().SetWriteConcern(writeconcern.W1()).
-			SetReadPreference(readpref.Nearest()).SetReadConcern(readconcern.Available())},
-	} {
-		t.Run(tc.label, func(t *testing.T) {
-			p, err := mongolock.NewProvider(client.Database(testdb.Prefix+"concerns", tc.opts))
-			require.NoError(t, err)
-			rp, wc, rc := mongolock.CollectionConcerns(p)
-			require.NotNil(t, rp)
-			require.Equal(t, readpref.PrimaryMode, rp.Mode(), "read preference")
-			require.Equal(t, writeconcern.Majority(), wc, "write concern")
-			require.Equal(t, readconcern.Local(), rc, "read concern")
-		})
-	}
-}
-
 // On a database that does not acknowledge writes (w: 0), an acquisition
 // still gets the document back: the lock is held by the handle's lockId,
 // and Release frees it.
@@ -1089,8 +1062,8 @@ func TestLockingWorksOnADatabaseWithUnacknowledgedWrites(t *testing.T) {
 }
 
 // Every command on the lock collection, of every kind the library sends,
-// carries the library's concerns, on a database that says w: 1 or w: 0 and
-// secondaryPreferred: writes {w: "majority"}, the read after a partial
+// carries the library's concerns, whatever the database's are (w: 1 or
+// w: 0, secondaryPreferred, readConcern available): writes {w: "majority"}, the read after a partial
 // batch of extensions readConcern local, the change stream (refused where
 // the server has none) readConcern majority, and reads no read preference
 // but the primary.
@@ -1105,7 +1078,8 @@ func TestEveryCommandOnTheLockCollectionCarriesTheLibrarysConcerns(t *testing.T)
 			coll := db.Collection(mongolock.DefaultCollection)
 			log := &commandLog{coll: mongolock.DefaultCollection}
 			pdb := testdb.NewClient(t, options.Client().SetMonitor(log.monitor())).Database(db.Name(),
-				options.Database().SetWriteConcern(tc.wc).SetReadPreference(readpref.SecondaryPreferred()))
+				options.Database().SetWriteConcern(tc.wc).SetReadPreference(readpref.SecondaryPreferred()).
+					SetReadConcern(readconcern.Available()))
 			p := newProvider(t, pdb, mongolock.WithExpiry(2*time.Second), mongolock.WithExtensionCadence(200*time.Millisecond))
 			rival := newProvider(t, db)
 
