@@ -132,6 +132,11 @@ func (c *cursorLog) monitor() *event.CommandMonitor {
 	}}
 }
 
+// expiredWithinGrace is a lease that ended a minute ago: not held, and
+// inside the TTL index's grace, so that the server's TTL monitor does not
+// delete the documents of a listing test while it reads them.
+var expiredWithinGrace = time.Now().Add(-time.Minute)
+
 // take returns what was recorded so far and forgets it.
 func (c *cursorLog) take() (batches []int, opened, killed []int64) {
 	c.mu.Lock()
@@ -158,7 +163,7 @@ func TestLocksStreamsEveryLockInNameOrderAndClosesItsCursor(t *testing.T) {
 	docs := make([]any, n)
 	for i, j := range rand.Perm(n) {
 		names[j] = fmt.Sprintf("job-%04d", j)
-		docs[i] = bson.D{{Key: "_id", Value: fmt.Sprintf("job-%04d", j)}, {Key: "expiresAt", Value: time.Unix(0, 0)}}
+		docs[i] = bson.D{{Key: "_id", Value: fmt.Sprintf("job-%04d", j)}, {Key: "expiresAt", Value: expiredWithinGrace}}
 	}
 	coll := db.Collection(mongolock.DefaultCollection)
 	_, err := coll.InsertMany(ctx, docs)
@@ -242,7 +247,7 @@ func TestLocksWithAPrefixListsExactlyTheNamesThatBeginWithIt(t *testing.T) {
 	}
 	docs := make([]any, len(names))
 	for i, name := range names {
-		docs[i] = bson.D{{Key: "_id", Value: name}, {Key: "expiresAt", Value: time.Unix(0, 0)}}
+		docs[i] = bson.D{{Key: "_id", Value: name}, {Key: "expiresAt", Value: expiredWithinGrace}}
 	}
 	_, err := e.coll.InsertMany(ctx, docs)
 	require.NoError(t, err)
