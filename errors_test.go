@@ -14,6 +14,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -803,4 +804,24 @@ func returnsError(results *ast.FieldList) bool {
 		})
 	}
 	return found
+}
+
+// Errors shorten long names to 64 bytes; a name of multi-byte characters
+// must be cut between characters, not inside one.
+func TestErrorShortensLongNamesWithoutSplittingCharacters(t *testing.T) {
+	ctx := boundedCtx(t, 20*time.Second)
+	p := newProvider(t, testdb.Database(t))
+	name := strings.Repeat("锁", 30) // 90 bytes, 3 per character
+	h := releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock(name)))
+
+	_, err := p.Lock(name).TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+	var le *mongolock.Error
+	require.ErrorAs(t, err, &le)
+	require.Equal(t, "try acquire", le.Op)
+	require.LessOrEqual(t, len(le.Name), 64)
+	require.True(t, strings.HasPrefix(name, strings.TrimSuffix(le.Name, "...")), "Name %q is not a prefix of the name", le.Name)
+	require.True(t, utf8.ValidString(le.Name), "Name %q is not valid UTF-8", le.Name)
+	require.NotContains(t, err.Error(), `\x`, "the message shows a split character")
+	require.NoError(t, h.Release(ctx))
 }

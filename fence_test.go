@@ -768,3 +768,127 @@ func TestFencedFindOneAndUpdateOfNoDocumentReturned(t *testing.T) {
 		time.Sleep(time.Second) // simulated: the idle senders end
 	})
 }
+
+// Fencing tokens: per name, every acquisition's token is greater than every
+// earlier one, whatever happened in between.
+
+// requireTokenInDocument checks that the document holds h's acquisition with
+// h's token, stored as an int64.
+func requireTokenInDocument(t *testing.T, e *lockEnv, h *mongolock.Handle) {
+	t.Helper()
+	doc := rawLockDoc(t, e.coll, h.Name())
+	v := doc.Lookup("fencingToken")
+	require.Equal(t, bson.TypeInt64, v.Type, "fencingToken is stored as %v", v.Type)
+	require.Equal(t, h.FencingToken(), v.Int64())
+}
+
+func TestFencingTokenIncreasesAfterReleaseAndReacquire(t *testing.T) {
+	e := newLockEnv(t)
+	ctx := boundedCtx(t, 30*time.Second)
+	log := &tokenLog{t: t}
+	for i := range 5 {
+		p := e.p
+		if i%2 == 1 {
+			p = e.other
+		}
+		h, err := p.Lock("reacquired").TryAcquire(ctx)
+		require.NoError(t, err)
+		requireTokenInDocument(t, e, h)
+		log.add(h.FencingToken(), "a release")
+		require.NoError(t, h.Release(ctx))
+
+		// Release keeps the document and its token; it only ends the lease.
+		doc := rawLockDoc(t, e.coll, "reacquired")
+		require.Equal(t, h.FencingToken(), doc.Lookup("fencingToken").Int64())
+		_, hasHolder := doc.Lookup("lockId").StringValueOK()
+		require.False(t, hasHolder, "the released document still names a holder: %v", doc)
+	}
+}
+
+func TestFencingTokenIncreasesAfterAnExpiryTakeover(t *testing.T) {
+	t.Run("lease set to the past", func(t *testing.T) {
+		e := newLockEnv(t, mongolock.WithExpiry(30*time.Second))
+		ctx := boundedCtx(t, 30*time.Second)
+		log := &tokenLog{t: t}
+		h1, err := e.p.Lock("expired").TryAcquire(ctx)
+		require.NoError(t, err)
+		log.add(h1.FencingToken(), "the first acquisition")
+
+		// As if h1 had stalled past its lease: expiresAt is in the past.
+		_, err = e.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "expired"}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: time.Now().Add(-time.Hour)}}}})
+		require.NoError(t, err)
+		h2, err := e.other.Lock("expired").TryAcquire(ctx)
+		require.NoError(t, err, "an expired lease was not taken over")
+		log.add(h2.FencingToken(), "an expiry takeover")
+		requireTokenInDocument(t, e, h2)
+
+		require.ErrorIs(t, h1.Release(ctx), mongolock.ErrLockLost)
+		require.NoError(t, h2.Release(ctx))
+	})
+
+	t.Run("holder stopped extending", func(t *testing.T) {
+		e := newLockEnv(t, mongolock.WithExpiry(shortExpiry), mongolock.WithBusyWaitSleep(5*time.Millisecond, 20*time.Millisecond))
+		ctx := boundedCtx(t, 30*time.Second)
+		log := &tokenLog{t: t}
+		c := testdb.NewClient(t)
+		holder := newProvider(t, c.Database(e.db.Name()), mongolock.WithExpiry(shortExpiry))
+		h1, err := holder.Lock("abandoned").TryAcquire(ctx)
+		require.NoError(t, err)
+		log.add(h1.FencingToken(), "the first acquisition")
+
+		// The holder's process goes away: it cannot extend any more.
+		require.NoError(t, c.Disconnect(ctx))
+		h2, err := e.other.Lock("abandoned").Acquire(ctx)
+		require.NoError(t, err)
+		log.add(h2.FencingToken(), "an expiry takeover")
+		requireTokenInDocument(t, e, h2)
+
+		require.ErrorIs(t, h1.Release(ctx), mongolock.ErrLockLost)
+		require.NoError(t, h2.Release(ctx))
+	})
+}
+
+func TestFencingTokenIncreasesAfterTheDocumentIsDeleted(t *testing.T) {
+	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
+	ctx := boundedCtx(t, 30*time.Second)
+	log := &tokenLog{t: t}
+	deleteDoc := func() {
+		t.Helper()
+		res, err := e.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "deleted"}})
+		require.NoError(t, err)
+		require.EqualValues(t, 1, res.DeletedCount)
+	}
+
+	// Build up a few tokens by +1 steps first, so that a reset to a floor
+	// that is merely close to the old tokens would show.
+	for range 10 {
+		h, err := e.p.Lock("deleted").TryAcquire(ctx)
+		require.NoError(t, err)
+		log.add(h.FencingToken(), "a release")
+		require.NoError(t, h.Release(ctx))
+	}
+
+	for i := range 20 {
+		p := e.p
+		if i%2 == 1 {
+			p = e.other
+		}
+		h, err := p.Lock("deleted").TryAcquire(ctx)
+		require.NoError(t, err)
+		acquired := time.Now()
+		log.add(h.FencingToken(), "a deletion of the free document")
+		requireTokenInDocument(t, e, h)
+		if i%4 == 0 {
+			// Deleted while held: the holder loses it.
+			afterTheMillisecondOf(acquired)
+			deleteDoc()
+			awaitClosed(t, h.Lost(), lossDetectionBound, "Lost after the document was deleted")
+			require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
+			continue
+		}
+		require.NoError(t, h.Release(ctx))
+		afterTheMillisecondOf(acquired)
+		deleteDoc()
+	}
+}

@@ -731,3 +731,32 @@ func TestLocksOverTheModelMergesInNameOrderAndStopsWhereTheCallerBreaks(t *testi
 		require.Equal(t, []string{"a lock", "b semaphore"}, listUntil("b"))
 	})
 }
+
+// Inspect reports a lock's state by the server's clock: held with its owner
+// and value, free after release (the token kept), and ErrNoLock for a name
+// never used.
+func TestInspectReportsALocksState(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	e := newLockEnv(t)
+	svc := newProvider(t, e.db, mongolock.WithOwner("billing-7f9c"))
+	_, err := e.p.Inspect(ctx, "inspected")
+	require.ErrorIs(t, err, mongolock.ErrNoLock)
+
+	h := mustTryAcquire(t, ctx, mongolock.LockWithValue(svc, "inspected", "leader-a"))
+	info, err := e.p.Inspect(ctx, "inspected")
+	require.NoError(t, err)
+	require.True(t, info.Held)
+	require.Equal(t, "inspected", info.Name)
+	require.Equal(t, "billing-7f9c", info.Owner)
+	require.Equal(t, "leader-a", info.Value)
+	require.Equal(t, h.FencingToken(), info.FencingToken)
+	require.True(t, info.ExpiresAt.After(info.ServerTime), "a held lease ends after the server's now")
+	require.False(t, info.AcquiredAt.After(info.ServerTime))
+
+	require.NoError(t, h.Release(ctx))
+	info, err = e.p.Inspect(ctx, "inspected")
+	require.NoError(t, err)
+	require.False(t, info.Held)
+	require.Empty(t, info.Owner, "a free lock has no owner")
+	require.Equal(t, h.FencingToken(), info.FencingToken, "the token is kept for the next holder")
+}

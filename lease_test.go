@@ -420,3 +420,72 @@ func TestABatchTooLargeForOneExtensionIsExtendedInParts(t *testing.T) {
 		assert(t, handles[i].Release(ctx) == nil, "Release %d", i)
 	})
 }
+
+func TestHeldLockStaysHeldPastSeveralExpiries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := newMemDB(t)
+		p, _, other := d.holderAndRival(mongolock.WithExpiry(memExpiry))
+		h := mustTryAcquire(t, ctx, p.Lock("held"))
+		first := d.doc(mongolock.DefaultCollection, "held")
+
+		rival := other.Lock("held")
+		start := time.Now()
+		for attempt := 0; time.Since(start) < 3*memExpiry+memExpiry/2; attempt++ {
+			_, err := rival.TryAcquire(ctx)
+			require.ErrorIs(t, err, mongolock.ErrNotAcquired, "attempt %d, %v after acquiring", attempt, time.Since(start))
+			require.False(t, closedNow(h.Lost()), "Lost closed %v after acquiring", time.Since(start))
+			require.NoError(t, h.Context().Err(), "Context done %v after acquiring", time.Since(start))
+			time.Sleep(memExpiry / 20)
+		}
+
+		// The lease was pushed forward, by the same acquisition.
+		now := d.doc(mongolock.DefaultCollection, "held")
+		require.Equal(t, first.Lookup("lockId"), now.Lookup("lockId"))
+		require.Equal(t, first.Lookup("fencingToken"), now.Lookup("fencingToken"))
+		require.True(t, now.Lookup("expiresAt").Time().After(first.Lookup("expiresAt").Time().Add(2*memExpiry)),
+			"expiresAt went from %v to %v", first.Lookup("expiresAt").Time(), now.Lookup("expiresAt").Time())
+		require.NoError(t, h.Release(ctx))
+	})
+}
+
+// Many held locks.
+
+func TestADeletedLockAmongManyLosesOnlyItsOwnHandle(t *testing.T) {
+	const n = 50
+	ctx := boundedCtx(t, time.Minute)
+	db := testdb.Database(t)
+	p := newProvider(t, ownClient(t, db, nil),
+		mongolock.WithExpiry(2*time.Second), mongolock.WithExtensionCadence(200*time.Millisecond))
+	handles := make([]*mongolock.Handle, n)
+	var err error
+	for i := range handles {
+		handles[i], err = p.Lock(fmt.Sprintf("one-of-many-%d", i)).TryAcquire(ctx)
+		require.NoError(t, err)
+	}
+	_, err = db.Collection(mongolock.DefaultCollection).DeleteOne(ctx, bson.D{{Key: "_id", Value: "one-of-many-7"}})
+	require.NoError(t, err)
+	awaitClosed(t, handles[7].Lost(), 5*time.Second, "Lost of the handle whose document was deleted")
+	// Two more cadences: the others stay held.
+	deadline := time.Now().Add(400 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		for i, h := range handles {
+			if i == 7 {
+				continue
+			}
+			select {
+			case <-h.Lost():
+				t.Fatalf("%s was lost with another lock's document", h.Name())
+			default:
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i, h := range handles {
+		if i == 7 {
+			require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
+		} else {
+			require.NoError(t, h.Release(ctx))
+		}
+	}
+}

@@ -10,15 +10,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/memdb"
+	"github.com/mongolock/mongolock/internal/syncbuf"
+	"github.com/mongolock/mongolock/internal/testdb"
 	"github.com/mongolock/mongolock/mongolocktest"
 )
 
@@ -473,5 +479,180 @@ func TestAReleaseOfAHolderTakenOverUnawaresIsALoss(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, info.Held)
 		require.Equal(t, next.FencingToken(), info.FencingToken, "the new holder keeps it")
+	})
+}
+
+func TestReleaseIsIdempotent(t *testing.T) {
+	ctx := boundedCtx(t, 20*time.Second)
+	p := newProvider(t, testdb.Database(t))
+	l := p.Lock("idempotent")
+
+	h := releaseAtCleanup(t, mustAcquire(t, ctx, l))
+	require.NoError(t, h.Release(ctx))
+	require.NoError(t, h.Release(ctx))
+
+	// A later Release of the old handle must not free the next holder's
+	// acquisition.
+	next := releaseAtCleanup(t, mustTryAcquire(t, ctx, l))
+	require.NoError(t, h.Release(ctx))
+	_, err := l.TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "an old handle's repeated Release freed the next holder")
+	require.NoError(t, next.Release(ctx))
+	require.NoError(t, next.Release(ctx))
+}
+
+func TestReleaseNeverClosesLost(t *testing.T) {
+	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
+	ctx := boundedCtx(t, 30*time.Second)
+	h, err := e.p.Lock("released").TryAcquire(ctx)
+	require.NoError(t, err)
+	hctx := h.Context()
+	require.NoError(t, hctx.Err())
+
+	require.NoError(t, h.Release(ctx))
+	require.True(t, closedNow(mongolock.LeaseUnkept(h)), "the extension goroutine still runs after Release returned")
+	require.True(t, closedNow(hctx.Done()), "Context not done after Release returned")
+	require.ErrorIs(t, context.Cause(hctx), context.Canceled)
+	require.NotErrorIs(t, context.Cause(hctx), mongolock.ErrLockLost)
+	require.False(t, closedNow(h.Lost()))
+	require.NoError(t, h.Release(ctx), "a second Release")
+
+	// Nor later, when extensions would have been due and would have found
+	// the lock released.
+	staysOpen(t, h.Lost(), 2*shortExpiry/3+100*time.Millisecond, "Lost after a normal Release")
+
+	// Another client can take it at once.
+	h2, err := e.other.Lock("released").TryAcquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, h2.Release(ctx))
+}
+
+func TestReleaseOfALostHandleDoesNotFreeTheNextHolder(t *testing.T) {
+	// The first holder's lease is set to the past by hand (as if it had
+	// stalled); the next holder takes the lock; the first one's Release
+	// must report the loss and leave the next holder's lock alone.
+	e := newLockEnv(t, mongolock.WithExpiry(30*time.Second))
+	ctx := boundedCtx(t, 30*time.Second)
+	h1, err := e.p.Lock("stale").TryAcquire(ctx)
+	require.NoError(t, err)
+	_, err = e.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "stale"}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: time.Unix(0, 0)}}}})
+	require.NoError(t, err)
+	h2, err := e.other.Lock("stale").TryAcquire(ctx)
+	require.NoError(t, err)
+
+	require.ErrorIs(t, h1.Release(ctx), mongolock.ErrLockLost)
+	require.True(t, closedNow(h1.Lost()), "a Release that found the lock taken over should signal the loss")
+	require.False(t, closedNow(h2.Lost()))
+	_, err = e.p.Lock("stale").TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the stale Release freed the next holder's lock")
+	require.NoError(t, h2.Release(ctx))
+}
+
+func TestReleaseAfterTheClientIsDisconnectedReturnsPromptly(t *testing.T) {
+	db := testdb.Database(t)
+	c := testdb.NewClient(t)
+	p := newProvider(t, c.Database(db.Name()))
+	ctx := boundedCtx(t, 30*time.Second)
+	h, err := p.Lock("disconnected").TryAcquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, c.Disconnect(ctx))
+
+	rctx := boundedCtx(t, 2*time.Second)
+	start := time.Now()
+	err = h.Release(rctx)
+	require.Less(t, time.Since(start), time.Second, "Release on a disconnected client took too long")
+	require.Error(t, err, "Release cannot have reached the server")
+	require.NotErrorIs(t, err, mongolock.ErrLockLost, "the lock was not lost; the release failed")
+	require.True(t, closedNow(mongolock.LeaseUnkept(h)))
+	require.True(t, closedNow(h.Context().Done()))
+	require.False(t, closedNow(h.Lost()))
+	require.NoError(t, h.Release(rctx), "a second Release")
+}
+
+// A handle after Release: its accessors still answer, its Context is done
+// as released (not lost), Lost stays open, and every later Release, with
+// a nil ctx too, is an error or nil, never a panic and never a round trip
+// that could free the next holder.
+func TestAHandleAfterReleaseStaysReleased(t *testing.T) {
+	e := newLockEnv(t)
+	ctx := boundedCtx(t, 20*time.Second)
+	h, err := e.p.Lock("released").TryAcquire(ctx)
+	require.NoError(t, err)
+	token := h.FencingToken()
+	require.NoError(t, h.Release(ctx))
+
+	next, err := e.other.Lock("released").TryAcquire(ctx)
+	require.NoError(t, err)
+	releaseAtCleanup(t, next)
+
+	var nilCtx context.Context
+	requireInvalid(t, h.Release(nilCtx), "release")
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	require.NoError(t, h.Release(cancelled))
+	require.Equal(t, "released", h.Name())
+	require.Equal(t, token, h.FencingToken())
+	require.True(t, closedNow(h.Context().Done()))
+	require.ErrorIs(t, context.Cause(h.Context()), context.Canceled)
+	require.False(t, closedNow(h.Lost()))
+	require.True(t, closedNow(mongolock.LeaseUnkept(h)))
+
+	_, err = e.p.Lock("released").TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the old handle freed the next holder")
+	require.NoError(t, next.Release(ctx))
+}
+
+// A Handle dropped while it holds its lock is released once the garbage
+// collector finds it unreachable (at its provider's next extension tick),
+// with a warning to WithLogger's logger (without it, nothing is logged,
+// not even through slog.Default): the lock is not kept (extended for ever)
+// for nobody. In a testing/synctest bubble too, though the collector's
+// cleanups run outside it.
+func TestAnAbandonedHandleIsReleasedWithAWarning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		var logs, defaults syncbuf.Buffer
+		prev := slog.Default()
+		slog.SetDefault(slog.New(slog.NewTextHandler(&defaults, nil)))
+		t.Cleanup(func() { slog.SetDefault(prev) })
+		db := newMemDB(t)
+		logged, _ := db.process(mongolock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+		quiet, _ := db.process()
+		other, _ := db.process()
+
+		kept := mustTryAcquire(t, ctx, logged.Lock("kept"))
+		for _, p := range []*mongolock.Provider{logged, quiet} {
+			func() {
+				h, err := p.Lock("dropped").TryAcquire(ctx)
+				require.NoError(t, err)
+				require.NotZero(t, h.FencingToken())
+			}()
+			// The collector's cleanup runs when it runs, outside the
+			// bubble: collect, and let simulated time pass, until the
+			// lock is free.
+			for start := time.Now(); ; {
+				runtime.GC()
+				time.Sleep(time.Second)
+				h, err := other.Lock("dropped").TryAcquire(ctx)
+				if err == nil {
+					require.NoError(t, h.Release(ctx))
+					break
+				}
+				require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+				require.Less(t, time.Since(start), 10*time.Minute, "the dropped handle's lock is still held")
+			}
+		}
+		require.Equal(t, 1, strings.Count(logs.String(), "a Handle became unreachable while holding its lock"))
+		require.Contains(t, logs.String(), "lock=dropped")
+		require.Empty(t, defaults.String())
+
+		// A handle still referenced is not touched by the collector.
+		runtime.GC()
+		time.Sleep(time.Minute)
+		_, err := other.Lock("kept").TryAcquire(ctx)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+		require.NoError(t, kept.Release(ctx))
+		require.NotContains(t, logs.String(), "lock=kept")
 	})
 }
