@@ -637,7 +637,7 @@ func TestLockDocumentHasTheProtocolFields(t *testing.T) {
 
 // The handle: a loss closes Lost and ends Context.
 
-func TestLostClosesWhenDocumentIsDeleted(t *testing.T) {
+func TestHandleLostClosesWhenDocumentIsDeleted(t *testing.T) {
 	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
 	ctx := boundedCtx(t, 30*time.Second)
 	h, err := e.p.Lock("deleted").TryAcquire(ctx)
@@ -672,7 +672,7 @@ func TestLostClosesWhenDocumentIsDeleted(t *testing.T) {
 	require.Zero(t, n)
 }
 
-func TestLostClosesWhenSomeoneElseTakesOver(t *testing.T) {
+func TestHandleLostClosesWhenSomeoneElseTakesOver(t *testing.T) {
 	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
 	ctx := boundedCtx(t, 30*time.Second)
 	h, err := e.p.Lock("taken").TryAcquire(ctx)
@@ -708,7 +708,7 @@ func TestLostClosesWhenSomeoneElseTakesOver(t *testing.T) {
 // Whoever sees Lost closed must find Context done, with the cause
 // ErrLockLost: code that wakes on Lost and then asks Context why must not
 // be told "not done".
-func TestContextIsDoneWithErrLockLostOnceLostIsClosed(t *testing.T) {
+func TestHandleContextIsDoneWithErrLockLostOnceLostIsClosed(t *testing.T) {
 	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
 	ctx := boundedCtx(t, 30*time.Second)
 	l := e.p.Lock("ordered")
