@@ -281,7 +281,9 @@ func lossTrials(t *testing.T, n, workers int, fault string, cut func(px *faultpr
 	uri := testdb.Info(t).URI
 	ctx := boundedCtx(t, 5*time.Minute)
 	results := runTrials(t, n, workers, func(i int) (lossRace, error) {
-		px, c, closeAll, err := dialProxied(uri)
+		// A cleanup still selecting a server when the client is
+		// disconnected ends only at the selection's timeout, or its own.
+		px, c, closeAll, err := dialProxied(uri, options.Client().SetServerSelectionTimeout(time.Second))
 		if err != nil {
 			return lossRace{}, err
 		}
