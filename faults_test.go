@@ -763,7 +763,7 @@ func TestFaultReleaseCutShortDuringAHandOverLeavesNoOrphan(t *testing.T) {
 	const (
 		expiry = 30 * time.Second
 		bound  = 5 * time.Second // far below the expiry
-		trials = 8
+		trials = 4
 	)
 	db := testdb.Database(t)
 	ctx := boundedCtx(t, 2*time.Minute)
@@ -785,7 +785,7 @@ func TestFaultReleaseCutShortDuringAHandOverLeavesNoOrphan(t *testing.T) {
 		}()
 		awaitQueueLen(t, p, l.Name(), 1)
 		// Cut at points spread over the round trip (60 ms and more).
-		rctx, cancel := context.WithTimeout(ctx, time.Duration(i%8)*10*time.Millisecond+5*time.Millisecond)
+		rctx, cancel := context.WithTimeout(ctx, time.Duration(i)*20*time.Millisecond+5*time.Millisecond)
 		rerr := h.Release(rctx)
 		cancel()
 		if rerr == nil {
