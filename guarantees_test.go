@@ -26,6 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/faultproxy"
@@ -262,7 +263,9 @@ func TestGuaranteeLostBeforeExpired(t *testing.T) {
 			{"partitioned", func(px *faultproxy.Proxy, _ *mongo.Client) { px.Blackhole() }},
 		} {
 			holdOut(t, ctx, r, rival, c.name, r.keptOutBy()-1)
-			px, client, closeAll, err := dialProxied(testdb.Info(t).URI)
+			// A cleanup still selecting a server when the client is
+			// disconnected ends only at the selection's timeout, or its own.
+			px, client, closeAll, err := dialProxied(testdb.Info(t).URI, options.Client().SetServerSelectionTimeout(time.Second))
 			require.NoError(t, err)
 			holder, err := mongolock.NewProvider(client.Database(db.Name()), mongolock.WithExpiry(faultExpiry))
 			if err != nil {

@@ -901,7 +901,7 @@ func TestFencingTokensKeepIncreasingAcrossDotnetDeleteReleases(t *testing.T) {
 func TestDotnetAndMongolockContendersNeverOverlap(t *testing.T) {
 	const (
 		perSide  = 4
-		duration = 3 * time.Second
+		duration = time.Second
 	)
 	ctx := boundedCtx(t, time.Minute)
 	db := testdb.Database(t)
@@ -1027,7 +1027,7 @@ func TestMongolockTokensOutrankEveryEarlierTokenWhileContendingWithDotnetRelease
 	const (
 		mongolockers = 6
 		dotnets      = 4
-		duration     = 2 * time.Second
+		duration     = time.Second
 	)
 	ctx := boundedCtx(t, time.Minute)
 	db := testdb.Database(t)

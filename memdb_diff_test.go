@@ -457,12 +457,16 @@ func currentDateFields(cmd bson.D) []string {
 // first) and on the model, and reports each difference.
 func compareCases(t testing.TB, ctx context.Context, coll *mongo.Collection, cases []diffCase) {
 	require.NoError(t, coll.Drop(ctx))
+	// A case's statements name only its documents (the server runs the
+	// cases at once on one collection), so the model gives each case a
+	// table of its own: a statement scans every document of its table.
 	var all []any
-	model := &memdb.Table{}
-	for _, dc := range cases {
+	model := make([]*memdb.Table, len(cases))
+	for i, dc := range cases {
+		model[i] = &memdb.Table{}
 		for _, d := range dc.docs {
 			all = append(all, d)
-			require.NoError(t, model.InsertOne(dc.now.Time(), d))
+			require.NoError(t, model[i].InsertOne(dc.now.Time(), d))
 		}
 	}
 	if len(all) > 0 {
@@ -503,7 +507,7 @@ func compareCases(t testing.TB, ctx context.Context, coll *mongo.Collection, cas
 				}
 			}
 		}
-		got, err := onModel(model, now, dc.cmd)
+		got, err := onModel(model[i], now, dc.cmd)
 		if err != nil {
 			t.Errorf("%s (case %s): %v", dc.file, dc.prefix, err)
 			continue
@@ -519,7 +523,11 @@ func compareCases(t testing.TB, ctx context.Context, coll *mongo.Collection, cas
 			t.Errorf("%s (case %s): the reply differs\nstatement: %v\nstate: %v\nserver: %v\nmodel:  %v", dc.file, dc.prefix, dc.cmd, dc.docs, server[i], got)
 		}
 	}
-	mine := byID(model.Docs())
+	var mine []bson.Raw
+	for _, m := range model {
+		mine = append(mine, m.Docs()...)
+	}
+	mine = byID(mine)
 	final = byID(final)
 	for i := range max(len(final), len(mine)) {
 		if i >= len(final) || i >= len(mine) || !bytes.Equal(final[i], mine[i]) {

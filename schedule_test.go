@@ -144,25 +144,28 @@ func TestAWaiterTakesAHeldLockSoonAfterTheHoldEnds(t *testing.T) {
 // A release with a hold hands the lock to no Acquire of its own process:
 // that one waits for the hold's end too.
 func TestAReleaseWithAHoldHandsNothingOverInItsProcess(t *testing.T) {
-	const name, hold = "report", time.Second
-	ctx := boundedCtx(t, time.Minute)
-	e := newLockEnv(t, mongolock.WithHoldAtLeast(hold))
-	h := mustTryAcquire(t, ctx, e.p.Lock(name))
-	got := make(chan *mongolock.Handle, 1)
-	go func() {
-		h, err := e.p.Lock(name).Acquire(ctx)
-		if assert(t, err == nil, "the waiter's Acquire: %v", err) {
-			got <- h
-		}
-		close(got)
-	}()
-	awaitQueueLen(t, e.p, name, 1)
-	require.NoError(t, h.Release(ctx))
-	next, ok := <-got
-	require.True(t, ok)
-	releaseAtCleanup(t, next)
-	require.False(t, next.AcquiredAt().Before(h.AcquiredAt().Add(hold)), "handed over at %v, before the hold's end", next.AcquiredAt())
-	require.Greater(t, next.FencingToken(), h.FencingToken())
+	synctest.Test(t, func(t *testing.T) {
+		const name, hold = "report", time.Second
+		ctx := t.Context()
+		d := newMemDB(t)
+		p, _ := d.process(mongolock.WithHoldAtLeast(hold))
+		h := mustTryAcquire(t, ctx, p.Lock(name))
+		got := make(chan *mongolock.Handle, 1)
+		go func() {
+			h, err := p.Lock(name).Acquire(ctx)
+			if assert(t, err == nil, "the waiter's Acquire: %v", err) {
+				got <- h
+			}
+			close(got)
+		}()
+		awaitQueueLen(t, p, name, 1)
+		require.NoError(t, h.Release(ctx))
+		next, ok := <-got
+		require.True(t, ok)
+		require.False(t, next.AcquiredAt().Before(h.AcquiredAt().Add(hold)), "handed over at %v, before the hold's end", next.AcquiredAt())
+		require.Greater(t, next.FencingToken(), h.FencingToken())
+		require.NoError(t, next.Release(ctx))
+	})
 }
 
 // WithHoldAtMost: the lease is extended (past several expiries) up to
