@@ -110,10 +110,8 @@ func (p *Provider) keep(h *acquisition, sent time.Time) {
 		ls.watch = time.AfterFunc(watchEvery, p.watch)
 	}
 	ended := !now.Before(l.deadline)
-	// The deadline counts from the send, the first tick from now: if an
-	// extension sent at that tick, as slow as this round trip was, could
-	// come back after the deadline, the lease is extended at once.
-	soon := !ended && l.deadline.Sub(now) < o.cadence+now.Sub(sent)
+	// The deadline counts from the send, the first tick from now.
+	soon := !ended && l.tooLateForTheNextTick(o, sent, now)
 	l.busy = soon
 	ls.mu.Unlock()
 	switch {
@@ -199,6 +197,13 @@ func (p *Provider) watch() {
 		return
 	}
 	ls.watch.Reset(watchEvery)
+}
+
+// tooLateForTheNextTick reports whether an extension sent at the next
+// tick, as slow as the round trip sent at sent and answered by now, could
+// come back after l's deadline: then l is extended at once instead.
+func (l *lease) tooLateForTheNextTick(o config, sent, now time.Time) bool {
+	return l.deadline.Sub(now) < o.cadence+now.Sub(sent)
 }
 
 // until is the client's end of l once an acquisition or extension sent at
@@ -365,7 +370,7 @@ func (p *Provider) extend(hs []*acquisition) {
 				l.loss.Reset(l.deadline.Sub(now))
 				// A tick came while this was on its way: extend again now
 				// if an extension at the next tick could come back too late.
-				l.busy = l.missed && l.deadline.Sub(now) < o.cadence+now.Sub(sent)
+				l.busy = l.missed && l.tooLateForTheNextTick(o, sent, now)
 				if l.missed = false; l.busy {
 					again = append(again, h)
 				}
