@@ -21,7 +21,7 @@ var ErrCollation = errors.New("mongolock: the lock collection has a non-simple d
 // statements: its default collation is checked, once per process (one
 // round trip, listCollections), before the first statement; the TTL index
 // is created in the background, for a lock's acquisitions (index).
-func (p *Provider) ensureCollection(ctx context.Context, sp *space) error {
+func (p *Provider) ensureCollection(ctx context.Context, sp *collection) error {
 	c := &sp.collation
 	for !c.passed.Load() {
 		c.mu.Lock()
@@ -63,7 +63,7 @@ func (p *Provider) ensureCollection(ctx context.Context, sp *space) error {
 // refusal of a non-simple default collation, or err if they could not be
 // read. Missing privilege to list collections decides too: the check is
 // skipped, and logged, so that it never blocks locking.
-func (p *Provider) checkCollation(ctx context.Context, sp *space) (refused, err error) {
+func (p *Provider) checkCollation(ctx context.Context, sp *collection) (refused, err error) {
 	opts, err := sp.store.listCollections(ctx)
 	if testHookListCollections != nil {
 		opts, err = testHookListCollections(p, sp.name, opts, err)

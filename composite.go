@@ -46,7 +46,7 @@ func (l *Lock) compositeKey() (partKey, error) {
 	if l == nil {
 		return partKey{}, invalid("nil *Lock")
 	}
-	sp := l.space()
+	sp := l.collection()
 	return partKey{db: sp.db, coll: sp.name, name: l.name, kind: l.kind.describe()}, nil
 }
 

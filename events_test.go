@@ -536,7 +536,7 @@ func TestReleaseStreamThatLostItsHistoryIsReopenedAndTheWaiterStillGetsTheLock(t
 			acquired <- result{w, err}
 		}()
 		synctest.Wait()
-		events := &waiter.Lock(name).space().notify
+		events := &waiter.Lock(name).collection().notify
 		require.True(t, events.isOpen(), "no release stream while a waiter waits")
 
 		burst(t, store, history+1)
@@ -586,7 +586,7 @@ func TestStateOfAClientWhoseWaitersHadReleaseEventsIsForgottenWithIt(t *testing.
 				}
 				acquired <- err
 			}()
-			for !waiter.Lock("ledger").space().notify.isOpen() {
+			for !waiter.Lock("ledger").collection().notify.isOpen() {
 				require.NoError(t, ctx.Err(), "no release events while a waiter waits")
 				time.Sleep(time.Millisecond)
 			}
@@ -714,7 +714,7 @@ func testUpgradePace(t *testing.T, form memdb.Events) {
 	// Its first poll marks the readers off and opens the stream.
 	time.Sleep(2 * time.Second)
 	synctest.Wait()
-	require.True(t, upgrader.RWLock(name).Reader().space().notify.isOpen(), "release events arrive")
+	require.True(t, upgrader.RWLock(name).Reader().collection().notify.isOpen(), "release events arrive")
 	const window = 20 * time.Second
 	before := store.Ops()
 	time.Sleep(window)

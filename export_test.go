@@ -218,7 +218,7 @@ func StatementRoundTrips(ctx context.Context, l *Lock, statement string) error {
 		return cmp.Or(err, ErrNotAcquired)
 	}
 	filter, update := l.kind.release(l.name, id, l.p.opts.atLeast)
-	_, _, err = l.space().store.updateOne(ctx, filter, update)
+	_, _, err = l.collection().store.updateOne(ctx, filter, update)
 	return err
 }
 

@@ -383,7 +383,7 @@ func rawLockDoc(t *testing.T, coll *mongo.Collection, name string) bson.Raw {
 // byte, long, escape characters, and multi-byte unicode.
 var unusualNames = []struct{ label, name string }{
 	{"empty", ""},
-	{"space", " "},
+	{"collection", " "},
 	{"NUL", "\x00"},
 	{"1000 a", strings.Repeat("a", 1000)},
 	{"1000 backslashes", strings.Repeat("\\", 1000)},

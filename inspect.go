@@ -140,7 +140,7 @@ func merged(a, b iter.Seq2[LockInfo, error]) iter.Seq2[LockInfo, error] {
 // collection of s, p's locks' or slots'; an error, wrapped with op and
 // name, is yielded once and ends it. The cursor is closed when the
 // iteration ends, also early.
-func (p *Provider) infos(ctx context.Context, s *space, op, name string, pipeline mongo.Pipeline) iter.Seq2[LockInfo, error] {
+func (p *Provider) infos(ctx context.Context, s *collection, op, name string, pipeline mongo.Pipeline) iter.Seq2[LockInfo, error] {
 	decode := decodeInfo
 	if s == &p.slots {
 		decode = decodeSlotsInfo
@@ -223,9 +223,9 @@ func (p *Provider) ForceReleaseHolder(ctx context.Context, name, id string) (boo
 		forceUpdate{&p.slots, semHolderFilter(name, id), semForceReleaseHolderUpdate(id)})
 }
 
-// forceUpdate is an updateOne statement on the collection of a space.
+// forceUpdate is an updateOne statement on a lock collection.
 type forceUpdate struct {
-	sp     *space
+	sp     *collection
 	filter bson.D
 	update any
 }

@@ -227,7 +227,7 @@ func (p *Provider) tick() {
 		return
 	}
 	ls.timer.Reset(p.opts.cadence)
-	due := map[*space][]*acquisition{} // a batch is of one space
+	due := map[*collection][]*acquisition{} // a batch is of one collection
 	var dropped []*acquisition
 	for h, l := range ls.held {
 		if h.dropped.CompareAndSwap(true, false) {
@@ -235,7 +235,7 @@ func (p *Provider) tick() {
 			continue
 		}
 		if l.missed = l.busy; !l.busy { // busy: extend again once it is back
-			sp := h.lock.space()
+			sp := h.lock.collection()
 			l.busy, due[sp] = true, append(due[sp], h)
 		}
 	}
@@ -397,7 +397,7 @@ func (p *Provider) extendLeases(ctx context.Context, hs []*acquisition) ([]*acqu
 		}
 		ids[i] = h.lockID
 	}
-	kind, st := hs[0].lock.kind, hs[0].lock.space().store
+	kind, st := hs[0].lock.kind, hs[0].lock.collection().store
 	filter, update := kind.extend(p, names, ids)
 	matched, _, err := st.updateMany(ctx, filter, update)
 	switch {

@@ -22,11 +22,11 @@ type Lock struct {
 
 // A kindDriver is one kind of lock. Lock is the engine: it acquires, waits,
 // hands over, extends and releases, and asks the driver only what to send
-// and how to read the reply. Drivers of one space share the format of its
+// and how to read the reply. Drivers of one collection share the format of its
 // documents: extensions of both are batched together.
 type kindDriver interface {
-	// space is where the kind's documents are.
-	space(p *Provider) *space
+	// collection is where the kind's documents are.
+	collection(p *Provider) *collection
 	// create is the free document of a name never used.
 	create(name string) bson.D
 	// acquire sends one acquisition, or a hand-over from a.releasing.
@@ -67,8 +67,8 @@ func (k kindInfo) part() string { return cmp.Or(k.modePart, string(k.kind)) }
 // Name returns the lock's name, exactly as given.
 func (l *Lock) Name() string { return l.name }
 
-// space is where l's document is.
-func (l *Lock) space() *space { return l.kind.space(l.p) }
+// collection is where l's document is.
+func (l *Lock) collection() *collection { return l.kind.collection(l.p) }
 
 const (
 	// maxCreateTries bounds how often one attempt creates the lock document
@@ -155,7 +155,7 @@ func (l *Lock) Acquire(ctx context.Context) (*Handle, error) {
 
 // acquire is Acquire's wait, its attempts counted by call.
 func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err error) {
-	p, lc := l.p, l.space()
+	p, lc := l.p, l.collection()
 	qs := &lc.queues
 	if !p.enter() {
 		return nil, l.errorf("acquire", ErrClosed)
@@ -254,7 +254,7 @@ func (l *Lock) checkHolds() error {
 // handed over as it gave up is released, and so is its process's claim if
 // withdraw.
 func (l *Lock) leaveLine(w *waiter, withdraw, watching bool) {
-	lc := l.space()
+	lc := l.collection()
 	if watching {
 		lc.notify.leave()
 	}
@@ -338,10 +338,10 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, waitToken int64) (
 	if err := ctx.Err(); err != nil {
 		return nil, reply{}, err // nothing sent, not even the index
 	}
-	if err := l.p.ensureCollection(ctx, l.space()); err != nil {
+	if err := l.p.ensureCollection(ctx, l.collection()); err != nil {
 		return nil, reply{}, err
 	}
-	l.p.ensureIndex(l.space())
+	l.p.ensureIndex(l.collection())
 	for tries := 1; ; tries++ {
 		// A fresh lockId per round trip: a cleanup of one can never free
 		// another.
@@ -361,7 +361,7 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, waitToken int64) (
 			// create it: contention, not failure.
 			return nil, doc, fmt.Errorf("%w (the lock document was created and removed concurrently: %w)", ErrNotAcquired, err)
 		}
-		if err := l.space().store.insertOne(ctx, l.kind.create(l.name)); err != nil && !isDuplicateKey(err) {
+		if err := l.collection().store.insertOne(ctx, l.kind.create(l.name)); err != nil && !isDuplicateKey(err) {
 			return nil, reply{}, err
 		}
 	}
@@ -374,7 +374,7 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, waitToken int64) (
 // request that fails ambiguously (the connection dropped after sending, a
 // write concern error) is released in the background too.
 func (l *Lock) acquireRoundTrip(ctx context.Context, a attempt) (reply, error) {
-	p, lc, lockID := l.p, l.space(), a.id
+	p, lc, lockID := l.p, l.collection(), a.id
 	send := func(ctx context.Context) (reply, error) {
 		if testHookSend != nil {
 			testHookSend(p, a.mode)
@@ -474,7 +474,7 @@ func (l *Lock) updateInBackground(filter bson.D, update any, schedule []time.Dur
 				case <-ctx.Done():
 					return
 				}
-				n, _, err := l.space().store.updateOne(ctx, filter, update)
+				n, _, err := l.collection().store.updateOne(ctx, filter, update)
 				if err == nil && n > 0 && matched() || err != nil && !isTransient(err) {
 					return
 				}
@@ -522,7 +522,7 @@ func (l *Lock) withdraw() {
 
 // withdrawNow is withdraw within ctx, in the caller's goroutine.
 func (l *Lock) withdrawNow(ctx context.Context) error {
-	lc := l.space()
+	lc := l.collection()
 	_, _, err := lc.store.updateOne(ctx, withdrawFilter(l.name, lc.process), withdrawUpdate(lc.process))
 	lc.queues.wakeHead(l.name)
 	return err

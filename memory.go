@@ -26,7 +26,7 @@ func init() {
 		if !ok || hh == nil || hh.acquisition == nil {
 			return false
 		}
-		if _, ok := hh.lock.space().store.(memStore); !ok {
+		if _, ok := hh.lock.collection().store.(memStore); !ok {
 			return false
 		}
 		hh.lose()

@@ -28,13 +28,13 @@ func newMemProvider(s *memdb.Store, db string, opts []Option) (*Provider, error)
 	if err != nil {
 		return nil, &Error{Op: opNewProvider, Err: err}
 	}
-	return newProvider(o, memSpace(s, db, o.collection), memSpace(s, db, o.collection+semSuffix)), nil
+	return newProvider(o, memCollection(s, db, o.collection), memCollection(s, db, o.collection+semSuffix)), nil
 }
 
-// memSpace is the collection coll of s, whose state is kept per s as a
+// memCollection is the collection coll of s, whose state is kept per s as a
 // database's is per client.
-func memSpace(s *memdb.Store, db, coll string) space {
-	return space{memStore{s, coll}, db, coll, collStateOf(s, db, coll)}
+func memCollection(s *memdb.Store, db, coll string) collection {
+	return collection{memStore{s, coll}, db, coll, collStateOf(s, db, coll)}
 }
 
 // do runs op as one round trip. A ctx that has ended sends nothing, as the

@@ -31,7 +31,7 @@ func (p *Provider) Lock(name string) *Lock { return &Lock{p: p, name: name, kind
 // lockDriver is a lock's kind; an election's shares its documents.
 type lockDriver struct{}
 
-func (lockDriver) space(p *Provider) *space { return &p.locks }
+func (lockDriver) collection(p *Provider) *collection { return &p.locks }
 
 func (lockDriver) create(name string) bson.D { return createDoc(name) }
 

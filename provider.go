@@ -18,8 +18,8 @@ import (
 // safe for concurrent use and cheap to keep for the life of a process;
 // inject it where code needs locks.
 type Provider struct {
-	locks space // the locks' and elections' collection
-	slots space // the semaphores' and RWLocks': <collection>_semaphores
+	locks collection // the locks' and elections' collection
+	slots collection // the semaphores' and RWLocks': <collection>_semaphores
 	opts  config
 
 	// The statements of this provider that do not change per attempt:
@@ -66,12 +66,12 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 	if err != nil {
 		return nil, &Error{Op: opNewProvider, Err: err}
 	}
-	return newProvider(o, newSpace(db, o.collection), newSpace(db, o.collection+semSuffix)), nil
+	return newProvider(o, newCollection(db, o.collection), newCollection(db, o.collection+semSuffix)), nil
 }
 
 // newProvider returns a Provider with the options o over the collections
 // locks and slots.
-func newProvider(o config, locks, slots space) *Provider {
+func newProvider(o config, locks, slots collection) *Provider {
 	p := &Provider{
 		locks:        locks,
 		slots:        slots,
@@ -91,16 +91,16 @@ func newProvider(o config, locks, slots space) *Provider {
 	return p
 }
 
-// A space is a collection of lock documents (its store, its database's
-// name and its own), and what this process keeps for it.
-type space struct {
+// A collection of lock documents: its store, its database's
+// name and its own, and what this process keeps for it.
+type collection struct {
 	store    store
 	db, name string
 	*collState
 }
 
-func newSpace(db *mongo.Database, coll string) space {
-	return space{newMongoStore(db, coll), db.Name(), coll, collStateFor(db, coll)}
+func newCollection(db *mongo.Database, coll string) collection {
+	return collection{newMongoStore(db, coll), db.Name(), coll, collStateFor(db, coll)}
 }
 
 // collState is what this process keeps for one collection of one client, shared

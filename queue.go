@@ -179,7 +179,7 @@ func (q *queue) full(l *Lock) bool {
 // after a refusal that returned doc and took trip, or after a transient
 // error (nil doc).
 func (qs *queues) after(w *waiter, doc *reply, trip time.Duration) <-chan time.Time {
-	p, lc := w.lock.p, w.lock.space()
+	p, lc := w.lock.p, w.lock.collection()
 	notified := lc.notify.isOpen()
 	qs.mu.Lock()
 	defer qs.mu.Unlock()

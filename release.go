@@ -34,7 +34,7 @@ func newHandle(l *Lock, lockID string, doc reply, sent time.Time) *Handle {
 	}
 	a.ctx, a.cancel = context.WithCancelCause(context.Background())
 	a.lctx = leaseContext{a.ctx, a}
-	l.space().queues.hold(a, time.Now())
+	l.collection().queues.hold(a, time.Now())
 	l.p.tel.acquired(l)
 	l.p.keep(a, sent)
 	h := &Handle{a}
@@ -48,7 +48,7 @@ func newHandle(l *Lock, lockID string, doc reply, sent time.Time) *Handle {
 // channels or timers (a fatal error): there it only marks a, and the next
 // tick of the provider's leases abandons it.
 func (a *acquisition) abandoned() {
-	if _, ok := a.lock.space().store.(memStore); ok {
+	if _, ok := a.lock.collection().store.(memStore); ok {
 		a.dropped.Store(true)
 		return
 	}
@@ -185,13 +185,13 @@ func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (e
 	// waiter's options, and the waiter must wait for the hold's end anyway.
 	var w *waiter
 	if hold == 0 {
-		w = h.lock.space().queues.offer(h.lock.name)
+		w = h.lock.collection().queues.offer(h.lock.name)
 	}
 	if w != nil {
 		err = h.handOver(ctx, w) // sends nothing if ctx is done
 	} else if err = ctx.Err(); err == nil {
 		filter, update := h.lock.kind.release(h.lock.name, h.lockID, hold)
-		matched, _, uerr := h.lock.space().store.updateOne(ctx, filter, update)
+		matched, _, uerr := h.lock.collection().store.updateOne(ctx, filter, update)
 		if err = uerr; err == nil && matched == 0 {
 			err = mongo.ErrNoDocuments
 		}
@@ -225,7 +225,7 @@ func (h *acquisition) handOver(ctx context.Context, w *waiter) error {
 		next = newHandle(w.lock, lockID, doc, sent)
 	}
 	h.lock.p.tel.handOver(ctx, h.lock, next != nil)
-	if !w.lock.space().queues.deliver(w, next) && next != nil {
+	if !w.lock.collection().queues.deliver(w, next) && next != nil {
 		next.releaseUntaken() // its Acquire ended meanwhile
 	}
 	return err
@@ -263,7 +263,7 @@ func (h *acquisition) markLost(reason lossReason, why error) {
 // unhold tells local waiters, once, that this handle holds the lock no more.
 func (h *acquisition) unhold() {
 	h.unholdOnce.Do(func() {
-		h.lock.space().queues.unhold(h)
+		h.lock.collection().queues.unhold(h)
 		h.lock.p.tel.unheld(h.lock)
 	})
 }

@@ -127,7 +127,7 @@ func (h *Handle) Upgrade(ctx context.Context) error {
 	defer p.calls.Done()
 	// It waits beside its process's line: a release there, or a release
 	// event, wakes it to poll at once.
-	lc := l.space()
+	lc := l.collection()
 	w := lc.queues.join(l, true)
 	defer lc.queues.leave(w) // never handed a lock: nothing untaken
 	watching := false
@@ -155,7 +155,7 @@ func (h *Handle) Upgrade(ctx context.Context) error {
 		case err == nil && token != 0:
 			h.token.Store(token)
 			h.mode.Store(uint32(writeMode))
-			l.space().queues.setExclusive(h.acquisition, true)
+			l.collection().queues.setExclusive(h.acquisition, true)
 			return nil
 		case err == nil:
 			marked, lastErr = tag, nil
@@ -204,7 +204,7 @@ func (h *acquisition) upgradePoll(ctx context.Context, tag string) (int64, error
 				Upgrade string `bson:"upgrade"`
 			} `bson:"holders"`
 		}
-		raw, err := l.space().store.findOneAndUpdate(ctx, semHolderFilter(l.name, h.lockID),
+		raw, err := l.collection().store.findOneAndUpdate(ctx, semHolderFilter(l.name, h.lockID),
 			upgradePipeline(h.lockID, tag, p.opts.claimLifetime()), upgradeReplyFields(h.lockID))
 		if err == nil {
 			err = bson.Unmarshal(raw, &doc)
@@ -259,12 +259,12 @@ func (h *Handle) Downgrade(ctx context.Context) error {
 		to = upgradeMode
 	}
 	h.mode.Store(uint32(to)) // a reader from now on, whatever the round trip does
-	l.space().queues.setExclusive(h.acquisition, false)
+	l.collection().queues.setExclusive(h.acquisition, false)
 	filter, update := semHolderFilter(l.name, h.lockID), holderModeUpdate(h.lockID, to)
 	err := ctx.Err()
 	if err == nil {
 		var matched int64
-		if matched, _, err = l.space().store.updateOne(ctx, filter, update); err == nil && matched == 0 {
+		if matched, _, err = l.collection().store.updateOne(ctx, filter, update); err == nil && matched == 0 {
 			return h.noHolder(op)
 		}
 	}

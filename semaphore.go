@@ -113,7 +113,7 @@ type semDriver struct {
 	n int
 }
 
-func (semDriver) space(p *Provider) *space { return &p.slots }
+func (semDriver) collection(p *Provider) *collection { return &p.slots }
 
 func (d semDriver) create(name string) bson.D { return createSemDoc(name, d.n) }
 

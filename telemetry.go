@@ -405,7 +405,7 @@ func (t *telemetry) logLoss(h *acquisition, reason lossReason, why error) {
 // of one collection, begins, and returns its context.
 func (t *telemetry) startExtension(ctx context.Context, hs []*acquisition) context.Context {
 	if hook := t.trace.ExtendStart; hook != nil {
-		sp := hs[0].lock.space()
+		sp := hs[0].lock.collection()
 		return hook(ctx, ExtendStartInfo{Database: sp.db, Collection: sp.name, Handles: len(hs)})
 	}
 	return ctx
@@ -416,7 +416,7 @@ func (t *telemetry) startExtension(ctx context.Context, hs []*acquisition) conte
 // logged (Debug).
 func (t *telemetry) endExtension(ctx context.Context, hs, lost []*acquisition, err error, sent time.Time) {
 	if hook := t.trace.ExtendDone; hook != nil {
-		sp := hs[0].lock.space()
+		sp := hs[0].lock.collection()
 		info := ExtendDoneInfo{Database: sp.db, Collection: sp.name, Handles: len(hs),
 			Matched: len(hs) - len(lost), Lost: len(lost), Took: time.Since(sent), TraceResult: result(err, "extended")}
 		if err != nil {
@@ -481,6 +481,6 @@ func defaultTelemetryConfig() telemetryConfig {
 
 // info says which lock l is.
 func (l *Lock) info() TraceLock {
-	sp, d := l.space(), l.kind.describe()
+	sp, d := l.collection(), l.kind.describe()
 	return TraceLock{Name: shortName(l.name), Kind: d.kind, Mode: d.modeName, Slots: d.slots, Database: sp.db, Collection: sp.name}
 }
