@@ -3,16 +3,36 @@
 // A lock is one document in a collection (default "distributed_locks"),
 // taken with a single atomic findOneAndUpdate whose aggregation-pipeline
 // update is judged by the server's clock ($$NOW), so client clocks never
-// matter. A held lock is a Handle: its lease is extended in the background
-// (together with the provider's other handles, one round trip per 500), and its
-// Context and Lost channel signal loss before the server would let anyone
-// else in. Every acquisition carries a fencing token that strictly increases
-// per lock name. Waiters of one process queue locally, and a release hands
-// the lock to the next of them in the same round trip. Between processes, a
-// waiter claims the next turn in the lock document, which keeps a freed lock
-// for it, and a process that passed the lock on within itself several times
-// in a row steps aside for it; only the claimant
-// polls often, and a change stream wakes waiters where the server has one.
+// matter. A Provider, one per application, mints locks, semaphores,
+// reader-writer locks and elections that share its options.
+//
+// The words of this documentation:
+//
+//   - An acquisition is one taking of a lock (or of a semaphore's slot, an
+//     RWLock's read or write lock, a leadership); its Handle is what the
+//     caller holds of it, until Release or a loss.
+//   - The lease is how long an acquisition keeps others out unless it is
+//     extended: the expiry (WithExpiry, 30s by default) from the server's
+//     $$NOW at its last acquisition or extension. A crashed holder keeps
+//     the lock for at most that long.
+//   - An extension moves a held lease's end to the server's now plus the
+//     expiry; a Provider extends its handles' leases together, one round
+//     trip per 500, every extension cadence (WithExtensionCadence).
+//   - A loss is a lease that could not be kept: the Handle's Lost channel
+//     closes and its Context ends (cause ErrLockLost) before the server
+//     would let anyone else in.
+//   - The fencing token is a number every acquisition of a name carries,
+//     greater than every earlier one of the name. A resource that refuses
+//     tokens lower than the highest it has seen keeps out a holder that
+//     lost the lock without knowing it (FencedUpdateOne).
+//   - A hand-over is a release that, in the same round trip, acquires the
+//     lock for the next Acquire of its process waiting for it: a new
+//     acquisition, with a new fencing token.
+//   - A turn is a process's run of acquisitions in a row while another
+//     process waits: at most 8 for a lock, one term for an election. A
+//     refused Acquire claims the next turn for its process in the lock's
+//     document, and the holder's process steps aside for it once its turn
+//     is over. The rule in full: docs/contention.md in the repository.
 //
 // Basic use:
 //
