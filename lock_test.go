@@ -420,12 +420,11 @@ func TestUnusualNamesWorkAndDoNotCollide(t *testing.T) {
 
 func TestHostileNamesAreLocksOfTheirOwnOrAClearError(t *testing.T) {
 	ctx := boundedCtx(t, 60*time.Second)
-	// A short lease: the locks are held past several expiries below, so
-	// extensions (batched by $in over the names) must match each name. Not
-	// shorter: under -race on a loaded machine, one batch of these names
-	// has taken longer than 300 ms to extend.
-	const expiry = time.Second
-	e := newLockEnv(t, mongolock.WithExpiry(expiry), mongolock.WithBusyWaitSleep(5*time.Millisecond, 20*time.Millisecond))
+	// Frequent extensions (batched by $in over the names), each of which
+	// must match every name; a lease long enough that a machine loaded
+	// with other test runs, stalling a batch for seconds, loses nothing.
+	const expiry, cadence = 3 * time.Second, 200 * time.Millisecond
+	e := newLockEnv(t, mongolock.WithExpiry(expiry), mongolock.WithExtensionCadence(cadence), mongolock.WithBusyWaitSleep(5*time.Millisecond, 20*time.Millisecond))
 
 	handles := map[string]*mongolock.Handle{}
 	var refused []string
