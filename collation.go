@@ -2,20 +2,10 @@ package mongolock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
-
-// ErrCollation reports that a lock collection (the locks' or
-// <collection>_semaphores) was created with a default collation other than
-// the simple one: its _id comparisons, and its _id index, follow that
-// collation ("Job" and "job" could be one lock), while names are promised
-// to be compared exactly, byte for byte. Nothing is sent to such a
-// collection; it is not retried. Create the collection without a
-// collation (or with {locale: "simple"}), or use another (WithCollection).
-var ErrCollation = errors.New("mongolock: the lock collection has a non-simple default collation")
 
 // ensureCollection makes sure that sp's collection may take lock
 // statements: its default collation is checked, once per process (one

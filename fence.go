@@ -18,12 +18,6 @@ import (
 // ErrInvalidArgument).
 const FenceField = "_mongolockFencingToken"
 
-// ErrFenced reports a fenced write refused because the document carries a
-// higher fencing token than the write's: a holder acquired after the
-// writer's acquisition has written it, so the writer has lost its lock
-// (whether or not it was told yet). Nothing was written.
-var ErrFenced = errors.New("mongolock: fenced: the document carries a higher fencing token")
-
 // A TokenSource gives the fencing token a fenced write carries: a *Handle
 // of any kind (a Lock's, a Semaphore's slot, an RWLock's reader or
 // writer), a *Leadership, or one part of a CompositeHandle
@@ -220,23 +214,33 @@ func hasIDEquality(filter bson.Raw) bool {
 	return true
 }
 
-// fenceUpdate adds the token's record to an operator update ($max of
-// FenceField) or a pipeline (a last $set stage with $max).
+// fenceUpdate adds the token's record to an operator update or a pipeline.
 func fenceUpdate(update any, token int64) (any, error) {
 	if stages, ok := pipelineStages(update); ok {
-		out := make(bson.A, 0, len(stages)+1)
-		for _, s := range stages {
-			raw, err := marshalDoc(s)
-			if err != nil {
-				return nil, invalidf("mongolock: fenced write: pipeline stage: %v", err)
-			}
-			if writesFence(raw) {
-				return nil, invalidf("mongolock: fenced write: the update writes %s", FenceField)
-			}
-			out = append(out, raw)
-		}
-		return append(out, set(FenceField, obj("$max", bson.A{"$" + FenceField, token}))), nil
+		return fencePipeline(stages, token)
 	}
+	return fenceOperators(update, token)
+}
+
+// fencePipeline adds a last $set stage with $max of FenceField.
+func fencePipeline(stages []any, token int64) (any, error) {
+	out := make(bson.A, 0, len(stages)+1)
+	for _, s := range stages {
+		raw, err := marshalDoc(s)
+		if err != nil {
+			return nil, invalidf("mongolock: fenced write: pipeline stage: %v", err)
+		}
+		if writesFence(raw) {
+			return nil, invalidf("mongolock: fenced write: the update writes %s", FenceField)
+		}
+		out = append(out, raw)
+	}
+	return append(out, set(FenceField, obj("$max", bson.A{"$" + FenceField, token}))), nil
+}
+
+// fenceOperators adds FenceField to the operator update's $max, which it
+// keeps, or a $max of its own.
+func fenceOperators(update any, token int64) (any, error) {
 	raw, err := marshalDoc(update)
 	if err != nil {
 		return nil, invalidf("mongolock: fenced write: update: %v", err)

@@ -11,6 +11,18 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
+// Kind is what a name of a Provider's collections is.
+type Kind string
+
+// The kinds. A semaphore or an RWLock lives apart from locks and
+// elections: one of each may share a name.
+const (
+	KindLock      Kind = "lock"      // a Lock's, or DistributedLock.MongoDB's
+	KindElection  Kind = "election"  // an Election's: a lock whose last mongolock acquisition carried a value
+	KindSemaphore Kind = "semaphore" // a Semaphore's
+	KindRWLock    Kind = "rwlock"    // an RWLock's
+)
+
 // LockInfo is the state of one lock, election, semaphore or RWLock as the
 // server saw it at ServerTime.
 type LockInfo struct {
@@ -47,11 +59,6 @@ type LockInfo struct {
 	// ServerTime is the server's clock when it was read.
 	ServerTime time.Time
 }
-
-// ErrNoLock reports that a lock, a Semaphore or an RWLock has no document:
-// it was never used, or its document was deleted a while after its last
-// release.
-var ErrNoLock = errors.New("mongolock: no such lock")
 
 // Inspect returns the state of the lock or election called name, in one
 // round trip; if there is none, that of the semaphore or RWLock called
