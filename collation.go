@@ -12,6 +12,9 @@ import (
 // round trip, listCollections), before the first statement; the TTL index
 // is created in the background, for a lock's acquisitions (index).
 func (p *Provider) ensureCollection(ctx context.Context, sp *collection) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	c := &sp.collation
 	for !c.passed.Load() {
 		c.mu.Lock()
@@ -24,10 +27,10 @@ func (p *Provider) ensureCollection(ctx context.Context, sp *collection) error {
 			c.mu.Unlock()
 			select {
 			case <-running: // decided, or failed: look again
+				continue
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			continue
 		}
 		running := make(chan struct{})
 		c.running = running

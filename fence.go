@@ -64,11 +64,7 @@ type TokenSource interface {
 func FencedUpdateOne(ctx context.Context, coll *mongo.Collection, h TokenSource, filter, update any,
 	opts ...options.Lister[options.UpdateOneOptions]) (_ *mongo.UpdateResult, err error) {
 	defer func() { err = fenceError(opFencedUpdateOne, h, err) }()
-	o, err := listed(opts)
-	if err != nil {
-		return nil, err
-	}
-	fenced, err := fence(coll, h, filter, update, o.Upsert != nil && *o.Upsert)
+	fenced, err := fence(coll, h, filter, update, opts, func(o options.UpdateOneOptions) *bool { return o.Upsert })
 	if err != nil {
 		return nil, err
 	}
@@ -105,12 +101,7 @@ func FencedFindOneAndUpdate(ctx context.Context, coll *mongo.Collection, h Token
 			res = errResult(fenceError(opFencedFindOneAndUpdate, h, err))
 		}
 	}()
-	o, err := listed(opts)
-	if err != nil {
-		return errResult(err)
-	}
-	upsert := o.Upsert != nil && *o.Upsert
-	fenced, err := fence(coll, h, filter, update, upsert)
+	fenced, err := fence(coll, h, filter, update, opts, func(o options.FindOneAndUpdateOptions) *bool { return o.Upsert })
 	if err != nil {
 		return errResult(err)
 	}
@@ -124,7 +115,7 @@ func FencedFindOneAndUpdate(ctx context.Context, coll *mongo.Collection, h Token
 			}
 		// An upsert that returns the document before the update also
 		// reports no document: then it did insert.
-		case errors.Is(err, mongo.ErrNoDocuments) && !upsert:
+		case errors.Is(err, mongo.ErrNoDocuments) && !fenced.upsert:
 			if err := fenced.noMatch(ctx); err != nil {
 				return errResult(err)
 			}
@@ -161,11 +152,18 @@ func errResult(err error) *mongo.SingleResult {
 type fencedWrite struct {
 	coll           *mongo.Collection
 	token          int64
+	upsert         bool // opts set upsert
 	userFilter     any
 	filter, update any
 }
 
-func fence(coll *mongo.Collection, h TokenSource, filter, update any, upsert bool) (*fencedWrite, error) {
+// fence checks a fenced write's arguments, and adds the token check and
+// the token's record; upsertOf reads the upsert option of opts.
+func fence[O any](coll *mongo.Collection, h TokenSource, filter, update any, opts []options.Lister[O], upsertOf func(O) *bool) (*fencedWrite, error) {
+	o, err := listed(opts)
+	if err != nil {
+		return nil, err
+	}
 	if coll == nil || h == nil || filter == nil || update == nil {
 		return nil, invalidf("mongolock: fenced write: nil collection, token source, filter or update")
 	}
@@ -182,10 +180,11 @@ func fence(coll *mongo.Collection, h TokenSource, filter, update any, upsert boo
 	if err != nil {
 		return nil, invalidf("mongolock: fenced write: filter: %v", err)
 	}
+	upsert := upsertOf(o) != nil && *upsertOf(o)
 	if upsert && !hasIDEquality(raw) {
 		return nil, invalidf("mongolock: fenced write: an upsert's filter needs an equality on _id")
 	}
-	w := &fencedWrite{coll: coll, token: token, userFilter: raw}
+	w := &fencedWrite{coll: coll, token: token, upsert: upsert, userFilter: raw}
 	w.filter = obj("$and", bson.A{raw, obj("$or", bson.A{obj(FenceField, obj("$exists", false)), obj(FenceField, obj("$lte", token))})})
 	w.update, err = fenceUpdate(update, token)
 	return w, err
@@ -295,9 +294,7 @@ func pipelineStages(update any) ([]any, bool) {
 }
 
 // isFence reports whether a dotted path is FenceField or inside it.
-func isFence(path string) bool {
-	return path == FenceField || strings.HasPrefix(path, FenceField+".")
-}
+func isFence(path string) bool { return path == FenceField || strings.HasPrefix(path, FenceField+".") }
 
 // touches reports whether an operator's fields name FenceField (and, for
 // $rename, also its targets).
@@ -390,16 +387,12 @@ func fenceError(op string, h TokenSource, err error) error {
 	if err == nil {
 		return nil
 	}
+	if l, ok := h.(*Leadership); ok && l != nil {
+		h = l.Handle
+	}
 	var name string
-	switch s := h.(type) {
-	case *Handle:
-		if s != nil && s.acquisition != nil {
-			name = shortName(s.Name())
-		}
-	case *Leadership:
-		if s != nil && s.Handle != nil && s.acquisition != nil {
-			name = shortName(s.Name())
-		}
+	if s, ok := h.(*Handle); ok && s != nil && s.acquisition != nil {
+		name = shortName(s.Name())
 	}
 	return &Error{Op: op, Name: name, Err: err}
 }

@@ -74,15 +74,8 @@ func ttlSeconds(ctx context.Context, st store) (int64, bool) {
 		return 0, false
 	}
 	for _, raw := range all {
-		var ix struct {
-			Name               string        `bson:"name"`
-			ExpireAfterSeconds bson.RawValue `bson:"expireAfterSeconds"`
-		}
-		if bson.Unmarshal(raw, &ix) != nil {
-			return 0, false
-		}
-		if ix.Name == TTLIndexName {
-			return ix.ExpireAfterSeconds.AsInt64OK()
+		if name, _ := raw.Lookup("name").StringValueOK(); name == TTLIndexName {
+			return raw.Lookup("expireAfterSeconds").AsInt64OK()
 		}
 	}
 	return 0, false

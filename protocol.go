@@ -69,12 +69,6 @@ func claimToken(waitToken any) bson.D {
 	return op("$min", waitToken, ifNull("$fencingToken", int64(0)))
 }
 
-// claimTaken is whether a refused Acquire of process proc, whose line began
-// to wait at token, writes its claim (for claim): placeTaken of the claim.
-func claimTaken(proc string, token bson.D, claim time.Duration) bson.D {
-	return placeTaken("waiting", proc, token, claim)
-}
-
 // placeTaken is whether a refused Acquire of process proc, whose line began
 // to wait at token, takes the place whose fields are <place>Process,
 // <place>Since and <place>Until (the claim: "waiting"; next after it:
@@ -162,16 +156,6 @@ func obj(kv ...any) bson.D {
 // set is the pipeline stage {$set: obj(kv...)}.
 func set(kv ...any) bson.D { return obj("$set", obj(kv...)) }
 
-// removed is {field: "$$REMOVE"} for each field: a last stage drops the
-// scratch fields the stages before it computed.
-func removed(fields ...string) bson.D {
-	d := make(bson.D, len(fields))
-	for i, f := range fields {
-		d[i] = bson.E{Key: f, Value: "$$REMOVE"}
-	}
-	return d
-}
-
 // not is {$not: [x]}: the array form, which every server accepts.
 func not(x any) bson.D { return bson.D{{Key: "$not", Value: bson.A{x}}} }
 
@@ -191,9 +175,7 @@ func past(field string) bson.D   { return op("$lte", ifNull(field, epoch), "$$NO
 func later(d time.Duration) bson.D { return op("$add", "$$NOW", d.Milliseconds()) }
 
 // filterOf is the elements $$this of the array input for which cond holds.
-func filterOf(input, cond any) bson.D {
-	return obj("$filter", obj("input", input, "cond", cond))
-}
+func filterOf(input, cond any) bson.D { return obj("$filter", obj("input", input, "cond", cond)) }
 
 func mustMarshal(doc bson.D) bson.Raw {
 	raw, err := bson.Marshal(doc)

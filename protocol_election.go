@@ -15,9 +15,7 @@ const electionTurn = 1
 
 // proclaimUpdate: a leader's new value, updateOne(ownerFilter,
 // proclaimUpdate). Owner-checked: a stale leader's proclaim matches nothing.
-func proclaimUpdate(value string) bson.D {
-	return set("value", value)
-}
+func proclaimUpdate(value string) bson.D { return set("value", value) }
 
 // leaderEvents: where the server has change streams, while an election is
 // observed, watch its document for a new holder, a release, a proclaimed

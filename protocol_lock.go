@@ -48,9 +48,7 @@ const turnLength = 8
 // key means someone else just did. Acquisition never upserts: an upsert's
 // $$NOW can be taken before a concurrent deletion, so a re-created document
 // could get a token floor below tokens issued meanwhile.
-func createDoc(name string) bson.D {
-	return obj("_id", name, "expiresAt", epoch)
-}
+func createDoc(name string) bson.D { return obj("_id", name, "expiresAt", epoch) }
 
 // acquirePipeline: acquire, findOneAndUpdate({_id: name}, pipeline,
 // returnDocument: after); or hand over, the same with ownerFilter(name,
@@ -83,11 +81,10 @@ type acquireParts struct {
 // acquirer is who acquires, and how: the constants of one process's
 // acquisitions of locks in one mode.
 type acquirer struct {
-	proc, owner string
-	mode        attemptMode
-	expiry      time.Duration
-	claim, next time.Duration // how long a claim lasts; a place as next after it
-	turn        int           // turnLength, or an election's
+	proc, owner         string
+	mode                attemptMode
+	expiry, claim, next time.Duration // the lease; how long a claim lasts; a place as next after it
+	turn                int           // turnLength, or an election's
 }
 
 // newAcquireParts encodes the constant parts of a's acquisitions.
@@ -95,45 +92,31 @@ func newAcquireParts(a acquirer) acquireParts {
 	if a.mode == unclaimedMode {
 		return acquireParts{} // built per attempt: it has nothing worth encoding once
 	}
-	mine, free, stages := acquireExprs(a)
-	parts := acquireParts{mine: mustMarshal(mine), free: mustMarshal(free)}
-	for _, s := range stages {
+	parts := acquireParts{mine: mustMarshal(a.mine()), free: mustMarshal(a.free())}
+	for _, s := range a.stages() {
 		parts.stages = append(parts.stages, mustMarshal(s))
 	}
 	return parts
 }
 
-// acquireExprs returns _mine's and _free's expressions and the stages after
-// the first: the places, and the write.
-func acquireExprs(a acquirer) (mine, free bson.D, stages []bson.D) {
-	mine = op("$eq", "$lastProcess", a.proc)
-	return mine, a.free(mine), append(a.placeStages(), a.writeStage())
-}
+// mine is _mine: whether the last acquisition was this process's.
+func (a acquirer) mine() bson.D { return op("$eq", "$lastProcess", a.proc) }
 
-// free is _free: the lock is free (a hand-over's filter found the releasing
-// holder), and no other process's live claim keeps this attempt out.
-func (a acquirer) free(mine bson.D) bson.D {
-	available := any(past("$expiresAt"))
-	if a.mode == handOverMode {
-		available = true
-	}
-	claimedByOther := op("$and", future("$waitingUntil"), op("$ne", "$waitingProcess", a.proc), a.keptOut(mine))
-	return op("$and", available, not(claimedByOther))
-}
+// stages are the stages after the first: the places, and the write.
+func (a acquirer) stages() []bson.D { return append(a.placeStages(), a.writeStage()) }
 
-// keptOut is whether another process's live claim keeps this attempt out:
-// every Acquire; a release's hand-over within its process once its turn is
-// over; a TryAcquire only then too, so a free lock goes to a cron job's one
-// attempt.
-func (a acquirer) keptOut(mine bson.D) any {
-	turnOver := op("$gte", ifNull("$processStreak", 0), a.turn)
+// free is _free: the lock is free, and no other process's live claim keeps
+// this attempt out.
+func (a acquirer) free() bson.D {
+	available, turnOver := any(past("$expiresAt")), op("$gte", ifNull("$processStreak", 0), a.turn)
+	var keptOut any = true // every Acquire
 	switch a.mode {
-	case tryMode:
-		return op("$and", mine, turnOver)
-	case handOverMode:
-		return turnOver // the releasing holder was this process's
+	case tryMode: // once this process's turn is over: else a free lock goes to a cron job's one attempt
+		keptOut = op("$and", a.mine(), turnOver)
+	case handOverMode: // the filter found the releasing holder, of this process, which hands over on its turn only
+		available, keptOut = true, turnOver
 	}
-	return true
+	return op("$and", available, not(op("$and", future("$waitingUntil"), op("$ne", "$waitingProcess", a.proc), keptOut)))
 }
 
 // placeStages decide, once for the fields that read them, whether this
@@ -141,8 +124,7 @@ func (a acquirer) keptOut(mine bson.D) any {
 // the next is live (_nextLive); and for an Acquire, whether a refusal
 // claims (_claims) or takes the place as next (_nexts).
 func (a acquirer) placeStages() []bson.D {
-	places := obj("_met", op("$eq", "$waitingProcess", a.proc), "_nextMine", op("$eq", "$nextProcess", a.proc),
-		"_nextLive", future("$nextUntil"))
+	places := obj("_met", op("$eq", "$waitingProcess", a.proc), "_nextMine", op("$eq", "$nextProcess", a.proc), "_nextLive", future("$nextUntil"))
 	if a.mode != waitMode {
 		return []bson.D{obj("$set", places)}
 	}
@@ -153,16 +135,25 @@ func (a acquirer) placeStages() []bson.D {
 	token := claimToken("$_attempt.since")
 	may := op("$and", not("$_free"),
 		op("$or", op("$eq", op("$type", "$lockId"), "missing"), op("$eq", "$lockId", "$lastLockId")))
-	places = append(places, bson.E{Key: "_claims", Value: op("$and", may, not("$_mine"), claimTaken(a.proc, token, a.claim))})
+	places = append(places, bson.E{Key: "_claims", Value: op("$and", may, not("$_mine"), placeTaken("waiting", a.proc, token, a.claim))})
 	return []bson.D{obj("$set", places),
 		set("_nexts", op("$and", may, not("$_claims"), op("$ne", "$waitingProcess", a.proc), placeTaken("next", a.proc, token, a.next)))}
 }
 
 // writeStage writes each field as the acquisition does if _free, else as
-// the refusal does, and removes the scratch fields.
+// the refusal does (refused: what it writes of the acquisition's fields;
+// the others stay), and removes the scratch fields.
 func (a acquirer) writeStage() bson.D {
+	var refused map[string]any
+	scratch := obj("_attempt", "$$REMOVE", "_mine", "$$REMOVE", "_free", "$$REMOVE", "_met", "$$REMOVE", "_nextMine", "$$REMOVE", "_nextLive", "$$REMOVE")
+	switch a.mode {
+	case handOverMode: // the filter found the releasing holder: refused, it is released
+		refused = map[string]any{"lockId": "$$REMOVE", "expiresAt": "$$NOW", "lastWrite": wroteRelease}
+	case waitMode:
+		refused = map[string]any{"lastWrite": cond(op("$or", "$_claims", "$_nexts"), wroteClaim, "$lastWrite")}
+		scratch = append(scratch, obj("_claims", "$$REMOVE", "_nexts", "$$REMOVE")...)
+	}
 	value := cond(op("$eq", op("$type", "$_attempt.value"), "missing"), "$$REMOVE", "$_attempt.value")
-	refused := a.refusedFields()
 	var fields bson.D
 	for _, f := range acquiredFields(a.proc, a.owner, a.expiry, "$_attempt.lockId", value, "$_mine") {
 		r, ok := refused[f.Key]
@@ -171,24 +162,7 @@ func (a acquirer) writeStage() bson.D {
 		}
 		fields = append(fields, bson.E{Key: f.Key, Value: cond("$_free", f.Value, r)})
 	}
-	fields = append(fields, a.placeFields()...)
-	scratch := removed("_attempt", "_mine", "_free", "_met", "_nextMine", "_nextLive")
-	if a.mode == waitMode {
-		scratch = append(scratch, removed("_claims", "_nexts")...)
-	}
-	return obj("$set", append(fields, scratch...))
-}
-
-// refusedFields are what a refusal writes of the acquisition's fields; the
-// others stay.
-func (a acquirer) refusedFields() map[string]any {
-	switch a.mode {
-	case handOverMode: // the filter found the releasing holder: refused, it is released
-		return map[string]any{"lockId": "$$REMOVE", "expiresAt": "$$NOW", "lastWrite": wroteRelease}
-	case waitMode:
-		return map[string]any{"lastWrite": cond(op("$or", "$_claims", "$_nexts"), wroteClaim, "$lastWrite")}
-	}
-	return nil
+	return obj("$set", append(append(fields, a.placeFields()...), scratch...))
 }
 
 // placeFields are the claim's and the next's fields. Acquired: this
@@ -197,25 +171,23 @@ func (a acquirer) refusedFields() map[string]any {
 // the place as next; claiming, it is next no more.
 func (a acquirer) placeFields() bson.D {
 	token := claimToken("$_attempt.since")
-	promoted := [3]any{"$nextProcess", "$nextSince", later(a.claim)}
-	claiming := [3]any{a.proc, token, later(a.claim)}
-	nexting := [3]any{a.proc, token, later(a.next)}
-	var claimed, nexted bson.D
+	promoted, claiming, nexting := [3]any{"$nextProcess", "$nextSince", later(a.claim)}, [3]any{a.proc, token, later(a.claim)}, [3]any{a.proc, token, later(a.next)}
+	var fields bson.D
 	for i, f := range claimFields {
-		refused := any("$" + f)
+		acquired, refused := cond("$_met", cond("$_nextLive", promoted[i], "$$REMOVE"), "$"+f), any("$"+f)
 		if a.mode == waitMode {
 			refused = cond("$_claims", claiming[i], refused)
 		}
-		claimed = append(claimed, bson.E{Key: f, Value: cond("$_free", cond("$_met", cond("$_nextLive", promoted[i], "$$REMOVE"), "$"+f), refused)})
+		fields = append(fields, bson.E{Key: f, Value: cond("$_free", acquired, refused)})
 	}
 	for i, f := range nextFields {
-		refused := any("$" + f)
+		acquired, refused := cond(op("$or", "$_met", "$_nextMine"), "$$REMOVE", "$"+f), any("$"+f)
 		if a.mode == waitMode {
 			refused = cond("$_claims", cond("$_nextMine", "$$REMOVE", refused), cond("$_nexts", nexting[i], refused))
 		}
-		nexted = append(nexted, bson.E{Key: f, Value: cond("$_free", cond(op("$or", "$_met", "$_nextMine"), "$$REMOVE", "$"+f), refused)})
+		fields = append(fields, bson.E{Key: f, Value: cond("$_free", acquired, refused)})
 	}
-	return append(claimed, nexted...)
+	return fields
 }
 
 // unclaimedPipeline: acquire a lock nobody waits for,
@@ -273,9 +245,7 @@ const heldSuffix = ":held"
 
 // ownerFilter matches the document only while lockID holds it: extension and
 // release can never touch someone else's acquisition.
-func ownerFilter(name, lockID string) bson.D {
-	return obj("_id", name, "lockId", lockID)
-}
+func ownerFilter(name, lockID string) bson.D { return obj("_id", name, "lockId", lockID) }
 
 // extendUpdate: extend leases, one or a batch, updateMany(extendFilter,
 // extendUpdate). Matching both lists is as owner-checked as an $or of
@@ -324,7 +294,7 @@ func withdrawUpdate(proc string) bson.A {
 // lastLockId); a DistributedLock.MongoDB acquisition leaves them as they
 // were. A value makes it an election's: a plain lock's acquisition removes it.
 func inspectPipeline(match bson.D) mongo.Pipeline {
-	held := op("$and", op("$ne", op("$type", "$lockId"), "missing"), future("$expiresAt"))
+	held := op("$and", op("$ne", op("$type", "$lockId"), "missing"), leaseLive)
 	return mongo.Pipeline{obj("$match", match), obj("$project", obj(
 		"kind", cond(op("$eq", op("$type", "$value"), "missing"), string(KindLock), string(KindElection)),
 		"held", held, "lockId", 1, "mongolock", op("$eq", "$lockId", "$lastLockId"),
@@ -347,12 +317,10 @@ func listPipeline(prefix string) mongo.Pipeline {
 // reply's modified count says whether a holder was ended. The condition is
 // in the pipeline, not the filter: FerretDB refuses $$NOW in a filter's
 // $expr on a collection with an index on expiresAt (the TTL index).
-func forceReleaseFilter(name string) bson.D {
-	return obj("_id", name, "lockId", obj("$exists", true))
-}
+func forceReleaseFilter(name string) bson.D { return obj("_id", name, "lockId", obj("$exists", true)) }
 
-var forceReleaseUpdate = func() bson.A {
-	live := future("$expiresAt")
-	return bson.A{set("lockId", cond(live, "$$REMOVE", "$lockId"), "expiresAt", cond(live, "$$NOW", "$expiresAt"),
-		"lastWrite", cond(live, wroteRelease, "$lastWrite"))}
-}()
+var forceReleaseUpdate = bson.A{set("lockId", cond(leaseLive, "$$REMOVE", "$lockId"), "expiresAt", cond(leaseLive, "$$NOW", "$expiresAt"),
+	"lastWrite", cond(leaseLive, wroteRelease, "$lastWrite"))}
+
+// leaseLive is whether the holder's lease has not ended.
+var leaseLive = future("$expiresAt")

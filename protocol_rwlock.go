@@ -74,15 +74,14 @@ func upgradePipeline(id, tag string, claim time.Duration) bson.A {
 			rewrittenHolder(upgradeMode, "$$this.token", tag, later(claim))),
 		"$$this")
 	write := obj("holders", mapHolders(holder), "fencingToken", cond(upgraded, nextToken, "$fencingToken"),
-		"lastWrite", cond("$_mine", cond("$_alone", wroteAcquire, wroteClaim), "$lastWrite"))
-	return bson.A{liveStage, decide, obj("$set", append(write, removed("_live", "_alone", "_mine")...))}
+		"lastWrite", cond("$_mine", cond("$_alone", wroteAcquire, wroteClaim), "$lastWrite"),
+		"_live", "$$REMOVE", "_alone", "$$REMOVE", "_mine", "$$REMOVE")
+	return bson.A{liveStage, decide, obj("$set", write)}
 }
 
 // upgradeReplyFields return, of the document after an upgrade's poll, only
 // id's holder.
-func upgradeReplyFields(id string) bson.D {
-	return obj("holders", obj("$elemMatch", obj("id", id)))
-}
+func upgradeReplyFields(id string) bson.D { return obj("holders", obj("$elemMatch", obj("id", id))) }
 
 // rewrittenHolder is the holder $$this in mode, with token, and an
 // upgrade's tag and upgradingUntil ($$REMOVE: none).

@@ -93,13 +93,13 @@ func otherClaim(proc string) bson.D {
 }
 
 // claiming is _claims: whether a refused Acquire claims the next free slot
-// for its process (claimTaken).
+// for its process (placeTaken).
 func (a slotAttempt) claiming() bson.D {
 	terms := []any{not("$_acquired"), a.ofKind()}
 	if a.rw == 0 {
 		terms = append(terms, a.agreed())
 	}
-	return op("$and", append(terms, claimTaken(a.proc, claimToken(a.waitToken), a.claim))...)
+	return op("$and", append(terms, placeTaken("waiting", a.proc, claimToken(a.waitToken), a.claim))...)
 }
 
 // write is the last stage's: the acquisition if _acquired, else the
@@ -110,13 +110,11 @@ func (a slotAttempt) write() bson.D {
 	refusedWrite := any("$lastWrite")
 	switch a.mode {
 	case waitMode:
-		refusedWrite = cond("$_claims", wroteClaim, "$lastWrite")
+		write, refusedWrite = append(write, bson.E{Key: "_claims", Value: "$$REMOVE"}), cond("$_claims", wroteClaim, "$lastWrite")
 	case handOverMode:
-		write = append(write, bson.E{Key: "releasedAt", Value: cond("$_acquired", ifNull("$releasedAt", "$$REMOVE"), releaseStamp)})
-		refusedWrite = wroteRelease
+		write, refusedWrite = append(write, bson.E{Key: "releasedAt", Value: cond("$_acquired", ifNull("$releasedAt", "$$REMOVE"), releaseStamp)}), wroteRelease
 	}
-	write = append(write, bson.E{Key: "lastWrite", Value: cond("$_acquired", wroteAcquire, refusedWrite)})
-	return append(write, removed("_live", "_acquired")...)
+	return append(write, obj("lastWrite", cond("$_acquired", wroteAcquire, refusedWrite), "_live", "$$REMOVE", "_acquired", "$$REMOVE")...)
 }
 
 // holderWrites add the holder, with the next fencing token, to the live
@@ -144,17 +142,13 @@ func (a slotAttempt) claimWrites() bson.D {
 	if a.rw != 0 {
 		fields, claiming = append(fields, "waitingMode"), append(claiming, string(a.rw))
 	}
-	mine := op("$eq", "$waitingProcess", a.proc)
 	var writes bson.D
 	for i, f := range fields {
-		v := any(cond("$_acquired", cond(mine, "$$REMOVE", "$"+f), "$"+f))
+		v := any(cond("$_acquired", cond(op("$eq", "$waitingProcess", a.proc), "$$REMOVE", "$"+f), "$"+f)) // fulfilled
 		if a.mode == waitMode {
 			v = cond("$_claims", claiming[i], v)
 		}
 		writes = append(writes, bson.E{Key: f, Value: v})
-	}
-	if a.mode == waitMode {
-		writes = append(writes, removed("_claims")...)
 	}
 	return writes
 }
@@ -175,9 +169,7 @@ var slotReplyFields = obj("kind", 1, "n", 1, "fencingToken", 1, "waitingProcess"
 
 // semHolderFilter matches the semaphore only while id holds a slot of it:
 // owner-checked, as ownerFilter.
-func semHolderFilter(name, id string) bson.D {
-	return obj("_id", name, "holders.id", id)
-}
+func semHolderFilter(name, id string) bson.D { return obj("_id", name, "holders.id", id) }
 
 // semReleaseUpdate: release a slot, updateOne(semHolderFilter,
 // semReleaseUpdate). The token stays; the top-level expiresAt too, so the

@@ -145,7 +145,8 @@ func testAcquirer(proc string) acquirer {
 // builtWhole builds process proc's Acquire pipeline for lockId id as one
 // value, with nothing encoded beforehand.
 func builtWhole(id, proc string) bson.A {
-	mine, free, stages := acquireExprs(testAcquirer(proc))
+	a := testAcquirer(proc)
+	mine, free, stages := a.mine(), a.free(), a.stages()
 	pipeline := bson.A{
 		bson.D{{Key: "$set", Value: bson.D{
 			{Key: "_attempt", Value: bson.D{{Key: "lockId", Value: id}, {Key: "since", Value: int64(42)}}},

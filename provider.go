@@ -86,8 +86,7 @@ func newProvider(o config, locks, slots collection) *Provider {
 	}
 	for m := range attemptModes {
 		a := acquirer{proc: p.locks.process, owner: o.owner, mode: m, expiry: o.expiry, claim: o.claimLifetime(), next: o.nextLifetime(), turn: turnLength}
-		p.acquire[m] = newAcquireParts(a)
-		a.turn = electionTurn
+		p.acquire[m], a.turn = newAcquireParts(a), electionTurn
 		p.campaign[m] = newAcquireParts(a)
 	}
 	return p

@@ -132,16 +132,12 @@ func (h *acquisition) knownLost() error {
 // With WithHoldAtLeast, the same round trip keeps the lock held until the
 // hold ends (by the server's clock) instead of freeing it, and hands it to
 // nobody.
-func (h *Handle) Release(ctx context.Context) error {
-	return h.release(ctx)
-}
+func (h *Handle) Release(ctx context.Context) error { return h.release(ctx) }
 
 // releaseUnused is Release of a handle whose job never ran (a part of a
 // composite call that failed): it frees the lock at once, whatever
 // WithHoldAtLeast says.
-func (h *Handle) releaseUnused(ctx context.Context) error {
-	return h.releaseHolding(ctx, 0)
-}
+func (h *Handle) releaseUnused(ctx context.Context) error { return h.releaseHolding(ctx, 0) }
 
 // release is Release, holding the lock as its provider's WithHoldAtLeast
 // says.
@@ -161,7 +157,15 @@ func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (e
 	}
 	ctx = h.lock.p.tel.startHolderWrite(ctx, h, opReleaseTrace)
 	defer func() { h.lock.p.tel.endHolderWrite(ctx, h, opReleaseTrace, "released", err) }()
-	defer h.stopExtending()()
+	// Stop extending, but signal the loss if the lease runs out before the
+	// round trip ends: a release stuck behind a partition must not leave
+	// work running under a live Context.
+	p := h.lock.p
+	if l := p.forget(h); l != nil {
+		defer time.AfterFunc(l.deadline.Sub(p.susp.now()), func() {
+			h.markLost(lossExpired, fmt.Errorf("%w: its lease ran out before the release's round trip ended", ErrLockLost))
+		}).Stop()
+	}
 	defer h.unhold() // local waiters are woken once the release is decided
 	if err := h.lossError(); err != nil {
 		if h.unfreed.Swap(false) {
@@ -173,20 +177,6 @@ func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (e
 		return h.lock.errorf("release", err)
 	}
 	return h.releaseAnswered(h.sendRelease(ctx, hold), hold)
-}
-
-// stopExtending takes h out of its provider's leases, and until the stop it
-// returns is called, signals the loss if the lease runs out: a release
-// stuck behind a partition must not leave work running under a live Context.
-func (h *acquisition) stopExtending() (stop func() bool) {
-	p := h.lock.p
-	l := p.forget(h)
-	if l == nil {
-		return func() bool { return false }
-	}
-	return time.AfterFunc(l.deadline.Sub(p.susp.now()), func() {
-		h.markLost(lossExpired, fmt.Errorf("%w: its lease ran out before the release's round trip ended", ErrLockLost))
-	}).Stop
 }
 
 // sendRelease releases h in one round trip: a hand-over to the head of its
