@@ -111,9 +111,9 @@ func (a acquirer) free() bson.D {
 	available, turnOver := any(past("$expiresAt")), op("$gte", ifNull("$processStreak", 0), a.turn)
 	var keptOut any = true // every Acquire
 	switch a.mode {
-	case tryMode: // once this process's turn is over: else a free lock goes to a cron job's one attempt
+	case tryMode: // only once this process's turn is over: a free lock goes to a cron job's one attempt
 		keptOut = op("$and", a.mine(), turnOver)
-	case handOverMode: // the filter found the releasing holder, of this process, which hands over on its turn only
+	case handOverMode: // the filter found the releasing holder: it hands over within its process on its turn only
 		available, keptOut = true, turnOver
 	}
 	return op("$and", available, not(op("$and", future("$waitingUntil"), op("$ne", "$waitingProcess", a.proc), keptOut)))
@@ -128,10 +128,11 @@ func (a acquirer) placeStages() []bson.D {
 	if a.mode != waitMode {
 		return []bson.D{obj("$set", places)}
 	}
-	// Neither after this process's turn, nor over a DistributedLock.MongoDB
-	// holder, whose delete-release must not race with a write. Where another
-	// process's claim stays, it is next after it, even after a turn: the
-	// claimant's process then steps aside for it.
+	// A refusal claims unless this process acquired last (_mine) or a
+	// DistributedLock.MongoDB holder holds (may), whose delete-release must
+	// not race with a write. Where another process's claim stays, it takes
+	// the place next, even after its turn: the claimant's process then steps
+	// aside for it.
 	token := claimToken("$_attempt.since")
 	may := op("$and", not("$_free"),
 		op("$or", op("$eq", op("$type", "$lockId"), "missing"), op("$eq", "$lockId", "$lastLockId")))
