@@ -2,26 +2,19 @@ package mongolock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
-
-// ErrCollation reports that a lock collection (the locks' or
-// <collection>_semaphores) was created with a default collation other than
-// the simple one: its _id comparisons, and its _id index, follow that
-// collation ("Job" and "job" could be one lock), while names are promised
-// to be compared exactly, byte for byte. Nothing is sent to such a
-// collection; it is not retried. Create the collection without a
-// collation (or with {locale: "simple"}), or use another (WithCollection).
-var ErrCollation = errors.New("mongolock: the lock collection has a non-simple default collation")
 
 // ensureCollection makes sure that sp's collection may take lock
 // statements: its default collation is checked, once per process (one
 // round trip, listCollections), before the first statement; the TTL index
 // is created in the background, for a lock's acquisitions (index).
 func (p *Provider) ensureCollection(ctx context.Context, sp *collection) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	c := &sp.collation
 	for !c.passed.Load() {
 		c.mu.Lock()
@@ -34,10 +27,10 @@ func (p *Provider) ensureCollection(ctx context.Context, sp *collection) error {
 			c.mu.Unlock()
 			select {
 			case <-running: // decided, or failed: look again
+				continue
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			continue
 		}
 		running := make(chan struct{})
 		c.running = running

@@ -23,10 +23,6 @@ import (
 // MaxValueLen bounds an election's value, in bytes.
 const MaxValueLen = 16 << 10
 
-// ErrNoLeader reports that nobody leads an election: its lock is free, its
-// last leader's lease ran out, or it was never held.
-var ErrNoLeader = errors.New("mongolock: no leader")
-
 var errResigned = errors.New("the leadership was resigned")
 
 // An Election elects one leader at a time among those that campaign on its

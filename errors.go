@@ -39,10 +39,35 @@ var (
 	// MaxValueLen. It is returned at once, never retried, and the call sends
 	// nothing to the server.
 	ErrInvalidArgument = errors.New("mongolock: invalid argument")
-)
 
-// ErrClosed reports that the lock's Provider was closed.
-var ErrClosed = errors.New("mongolock: provider closed")
+	// ErrClosed reports that the lock's Provider was closed.
+	ErrClosed = errors.New("mongolock: provider closed")
+
+	// ErrNoLock reports that a lock, a Semaphore or an RWLock has no
+	// document: it was never used, or its document was deleted a while
+	// after its last release.
+	ErrNoLock = errors.New("mongolock: no such lock")
+
+	// ErrNoLeader reports that nobody leads an election: its lock is free,
+	// its last leader's lease ran out, or it was never held.
+	ErrNoLeader = errors.New("mongolock: no leader")
+
+	// ErrFenced reports a fenced write refused because the document carries
+	// a higher fencing token than the write's: a holder acquired after the
+	// writer's acquisition has written it, so the writer has lost its lock
+	// (whether or not it was told yet). Nothing was written.
+	ErrFenced = errors.New("mongolock: fenced: the document carries a higher fencing token")
+
+	// ErrCollation reports that a lock collection (the locks' or
+	// <collection>_semaphores) was created with a default collation other
+	// than the simple one: its _id comparisons, and its _id index, follow
+	// that collation ("Job" and "job" could be one lock), while names are
+	// promised to be compared exactly, byte for byte. Nothing is sent to
+	// such a collection; it is not retried. Create the collection without
+	// a collation (or with {locale: "simple"}), or use another
+	// (WithCollection).
+	ErrCollation = errors.New("mongolock: the lock collection has a non-simple default collation")
+)
 
 // An invalid is an ErrInvalidArgument that says which argument and why.
 type invalid string
@@ -75,8 +100,7 @@ var transientCodes = []int{6, 7, 64, 89, 91, 134, 189, 262, 9001, 10107, 11600, 
 // class 57 (operator intervention: "terminating connection due to
 // administrator command", "the database system is starting up", "... is
 // shutting down"), and pgx's when the connection is refused or cut under
-// the request. All were seen in TestFaultServerRestartWhileHeldAndAwaited.
-// MongoDB's InternalError (also code 1) says none of them.
+// the request. MongoDB's InternalError (also code 1) says none of them.
 var postgresUnavailable = []string{
 	"terminating connection",
 	"the database system is",

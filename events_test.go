@@ -113,7 +113,7 @@ func TestReleaseEventFiltersPassEveryReleaseShapeAndNothingElse(t *testing.T) {
 			filter = ownerFilter(name, releasing)
 		}
 		return func(coll *mongo.Collection) error {
-			return coll.FindOneAndUpdate(ctx, filter, acquirePipeline(id, waitToken, value, newAcquireParts(proc, owner, mode, expiry, claim, next, turn)), acquireOptions).Err()
+			return coll.FindOneAndUpdate(ctx, filter, acquirePipeline(id, waitToken, value, newAcquireParts(acquirer{proc, owner, mode, expiry, claim, next, turn})), acquireOptions).Err()
 		}
 	}
 	update := func(filter bson.D, u any) func(*mongo.Collection) error {

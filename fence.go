@@ -18,12 +18,6 @@ import (
 // ErrInvalidArgument).
 const FenceField = "_mongolockFencingToken"
 
-// ErrFenced reports a fenced write refused because the document carries a
-// higher fencing token than the write's: a holder acquired after the
-// writer's acquisition has written it, so the writer has lost its lock
-// (whether or not it was told yet). Nothing was written.
-var ErrFenced = errors.New("mongolock: fenced: the document carries a higher fencing token")
-
 // A TokenSource gives the fencing token a fenced write carries: a *Handle
 // of any kind (a Lock's, a Semaphore's slot, an RWLock's reader or
 // writer), a *Leadership, or one part of a CompositeHandle
@@ -70,11 +64,7 @@ type TokenSource interface {
 func FencedUpdateOne(ctx context.Context, coll *mongo.Collection, h TokenSource, filter, update any,
 	opts ...options.Lister[options.UpdateOneOptions]) (_ *mongo.UpdateResult, err error) {
 	defer func() { err = fenceError(opFencedUpdateOne, h, err) }()
-	o, err := listed(opts)
-	if err != nil {
-		return nil, err
-	}
-	fenced, err := fence(coll, h, filter, update, o.Upsert != nil && *o.Upsert)
+	fenced, err := fence(coll, h, filter, update, opts, func(o options.UpdateOneOptions) *bool { return o.Upsert })
 	if err != nil {
 		return nil, err
 	}
@@ -111,12 +101,7 @@ func FencedFindOneAndUpdate(ctx context.Context, coll *mongo.Collection, h Token
 			res = errResult(fenceError(opFencedFindOneAndUpdate, h, err))
 		}
 	}()
-	o, err := listed(opts)
-	if err != nil {
-		return errResult(err)
-	}
-	upsert := o.Upsert != nil && *o.Upsert
-	fenced, err := fence(coll, h, filter, update, upsert)
+	fenced, err := fence(coll, h, filter, update, opts, func(o options.FindOneAndUpdateOptions) *bool { return o.Upsert })
 	if err != nil {
 		return errResult(err)
 	}
@@ -130,7 +115,7 @@ func FencedFindOneAndUpdate(ctx context.Context, coll *mongo.Collection, h Token
 			}
 		// An upsert that returns the document before the update also
 		// reports no document: then it did insert.
-		case errors.Is(err, mongo.ErrNoDocuments) && !upsert:
+		case errors.Is(err, mongo.ErrNoDocuments) && !fenced.upsert:
 			if err := fenced.noMatch(ctx); err != nil {
 				return errResult(err)
 			}
@@ -167,11 +152,18 @@ func errResult(err error) *mongo.SingleResult {
 type fencedWrite struct {
 	coll           *mongo.Collection
 	token          int64
+	upsert         bool // opts set upsert
 	userFilter     any
 	filter, update any
 }
 
-func fence(coll *mongo.Collection, h TokenSource, filter, update any, upsert bool) (*fencedWrite, error) {
+// fence checks a fenced write's arguments, and adds the token check and
+// the token's record; upsertOf reads the upsert option of opts.
+func fence[O any](coll *mongo.Collection, h TokenSource, filter, update any, opts []options.Lister[O], upsertOf func(O) *bool) (*fencedWrite, error) {
+	o, err := listed(opts)
+	if err != nil {
+		return nil, err
+	}
 	if coll == nil || h == nil || filter == nil || update == nil {
 		return nil, invalidf("mongolock: fenced write: nil collection, token source, filter or update")
 	}
@@ -188,10 +180,11 @@ func fence(coll *mongo.Collection, h TokenSource, filter, update any, upsert boo
 	if err != nil {
 		return nil, invalidf("mongolock: fenced write: filter: %v", err)
 	}
+	upsert := upsertOf(o) != nil && *upsertOf(o)
 	if upsert && !hasIDEquality(raw) {
 		return nil, invalidf("mongolock: fenced write: an upsert's filter needs an equality on _id")
 	}
-	w := &fencedWrite{coll: coll, token: token, userFilter: raw}
+	w := &fencedWrite{coll: coll, token: token, upsert: upsert, userFilter: raw}
 	w.filter = obj("$and", bson.A{raw, obj("$or", bson.A{obj(FenceField, obj("$exists", false)), obj(FenceField, obj("$lte", token))})})
 	w.update, err = fenceUpdate(update, token)
 	return w, err
@@ -220,23 +213,33 @@ func hasIDEquality(filter bson.Raw) bool {
 	return true
 }
 
-// fenceUpdate adds the token's record to an operator update ($max of
-// FenceField) or a pipeline (a last $set stage with $max).
+// fenceUpdate adds the token's record to an operator update or a pipeline.
 func fenceUpdate(update any, token int64) (any, error) {
 	if stages, ok := pipelineStages(update); ok {
-		out := make(bson.A, 0, len(stages)+1)
-		for _, s := range stages {
-			raw, err := marshalDoc(s)
-			if err != nil {
-				return nil, invalidf("mongolock: fenced write: pipeline stage: %v", err)
-			}
-			if writesFence(raw) {
-				return nil, invalidf("mongolock: fenced write: the update writes %s", FenceField)
-			}
-			out = append(out, raw)
-		}
-		return append(out, set(FenceField, obj("$max", bson.A{"$" + FenceField, token}))), nil
+		return fencePipeline(stages, token)
 	}
+	return fenceOperators(update, token)
+}
+
+// fencePipeline adds a last $set stage with $max of FenceField.
+func fencePipeline(stages []any, token int64) (any, error) {
+	out := make(bson.A, 0, len(stages)+1)
+	for _, s := range stages {
+		raw, err := marshalDoc(s)
+		if err != nil {
+			return nil, invalidf("mongolock: fenced write: pipeline stage: %v", err)
+		}
+		if writesFence(raw) {
+			return nil, invalidf("mongolock: fenced write: the update writes %s", FenceField)
+		}
+		out = append(out, raw)
+	}
+	return append(out, set(FenceField, obj("$max", bson.A{"$" + FenceField, token}))), nil
+}
+
+// fenceOperators adds FenceField to the operator update's $max, which it
+// keeps, or a $max of its own.
+func fenceOperators(update any, token int64) (any, error) {
 	raw, err := marshalDoc(update)
 	if err != nil {
 		return nil, invalidf("mongolock: fenced write: update: %v", err)
@@ -291,9 +294,7 @@ func pipelineStages(update any) ([]any, bool) {
 }
 
 // isFence reports whether a dotted path is FenceField or inside it.
-func isFence(path string) bool {
-	return path == FenceField || strings.HasPrefix(path, FenceField+".")
-}
+func isFence(path string) bool { return path == FenceField || strings.HasPrefix(path, FenceField+".") }
 
 // touches reports whether an operator's fields name FenceField (and, for
 // $rename, also its targets).
@@ -386,16 +387,12 @@ func fenceError(op string, h TokenSource, err error) error {
 	if err == nil {
 		return nil
 	}
+	if l, ok := h.(*Leadership); ok && l != nil {
+		h = l.Handle
+	}
 	var name string
-	switch s := h.(type) {
-	case *Handle:
-		if s != nil && s.acquisition != nil {
-			name = shortName(s.Name())
-		}
-	case *Leadership:
-		if s != nil && s.Handle != nil && s.acquisition != nil {
-			name = shortName(s.Name())
-		}
+	if s, ok := h.(*Handle); ok && s != nil && s.acquisition != nil {
+		name = shortName(s.Name())
 	}
 	return &Error{Op: op, Name: name, Err: err}
 }

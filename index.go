@@ -7,7 +7,34 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
+
+// TTLIndexName is the name of the TTL index on expiresAt, which the library
+// creates once per process and collection, in the background: the server
+// deletes a document ttlGraceSeconds after its lease ended.
+// DistributedLock.MongoDB creates the same index with expireAfterSeconds 0,
+// and ignores the conflict when it finds ours.
+const TTLIndexName = "expiresAt_ttl"
+
+// ttlGraceSeconds is how long a released or expired document stays: one
+// hour. A re-created document's token floor comes from the server's clock,
+// so the grace is how far that clock may step back without tokens going back.
+const ttlGraceSeconds = 3600
+
+// ttlIndex: createIndex of the TTL index.
+func ttlIndex() mongo.IndexModel {
+	return mongo.IndexModel{Keys: obj("expiresAt", 1), Options: options.Index().SetName(TTLIndexName).SetExpireAfterSeconds(ttlGraceSeconds)}
+}
+
+// If createIndex finds the index with other options (IndexOptionsConflict),
+// listIndexes reads its expireAfterSeconds, and collMod (raiseTTL) raises a
+// smaller one to the grace. A larger one, or none (no TTL), is left alone.
+const indexOptionsConflict = 85
+
+func raiseTTL(coll string) bson.D {
+	return obj("collMod", coll, "index", obj("name", TTLIndexName, "expireAfterSeconds", int32(ttlGraceSeconds)))
+}
 
 const indexTimeout = 30 * time.Second
 
@@ -47,15 +74,8 @@ func ttlSeconds(ctx context.Context, st store) (int64, bool) {
 		return 0, false
 	}
 	for _, raw := range all {
-		var ix struct {
-			Name               string        `bson:"name"`
-			ExpireAfterSeconds bson.RawValue `bson:"expireAfterSeconds"`
-		}
-		if bson.Unmarshal(raw, &ix) != nil {
-			return 0, false
-		}
-		if ix.Name == TTLIndexName {
-			return ix.ExpireAfterSeconds.AsInt64OK()
+		if name, _ := raw.Lookup("name").StringValueOK(); name == TTLIndexName {
+			return raw.Lookup("expireAfterSeconds").AsInt64OK()
 		}
 	}
 	return 0, false

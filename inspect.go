@@ -11,6 +11,18 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
+// Kind is what a name of a Provider's collections is.
+type Kind string
+
+// The kinds. A semaphore or an RWLock lives apart from locks and
+// elections: one of each may share a name.
+const (
+	KindLock      Kind = "lock"      // a Lock's, or DistributedLock.MongoDB's
+	KindElection  Kind = "election"  // an Election's: a lock whose last mongolock acquisition carried a value
+	KindSemaphore Kind = "semaphore" // a Semaphore's
+	KindRWLock    Kind = "rwlock"    // an RWLock's
+)
+
 // LockInfo is the state of one lock, election, semaphore or RWLock as the
 // server saw it at ServerTime.
 type LockInfo struct {
@@ -47,11 +59,6 @@ type LockInfo struct {
 	// ServerTime is the server's clock when it was read.
 	ServerTime time.Time
 }
-
-// ErrNoLock reports that a lock, a Semaphore or an RWLock has no document:
-// it was never used, or its document was deleted a while after its last
-// release.
-var ErrNoLock = errors.New("mongolock: no such lock")
 
 // Inspect returns the state of the lock or election called name, in one
 // round trip; if there is none, that of the semaphore or RWLock called
@@ -115,11 +122,8 @@ func merged(a, b iter.Seq2[LockInfo, error]) iter.Seq2[LockInfo, error] {
 		ib, errB, okB := nextB()
 		for okA || okB {
 			switch {
-			case okA && errA != nil:
-				yield(LockInfo{}, errA)
-				return
-			case okB && errB != nil:
-				yield(LockInfo{}, errB)
+			case errA != nil || errB != nil: // an ended iterator's are nil
+				yield(LockInfo{}, cmp.Or(errA, errB))
 				return
 			case okA && (!okB || ia.Name <= ib.Name):
 				if !yield(ia, nil) {
@@ -141,16 +145,12 @@ func merged(a, b iter.Seq2[LockInfo, error]) iter.Seq2[LockInfo, error] {
 // name, is yielded once and ends it. The cursor is closed when the
 // iteration ends, also early.
 func (p *Provider) infos(ctx context.Context, s *collection, op, name string, pipeline mongo.Pipeline) iter.Seq2[LockInfo, error] {
-	decode := decodeInfo
+	decode := infoOf[infoDoc]
 	if s == &p.slots {
-		decode = decodeSlotsInfo
+		decode = infoOf[slotsDoc]
 	}
 	return func(yield func(LockInfo, error) bool) {
 		fail := func(err error) { yield(LockInfo{}, p.Lock(name).errorf(op, err)) }
-		if ctx == nil {
-			fail(errNilContext)
-			return
-		}
 		if err := p.ensureCollection(ctx, s); err != nil {
 			fail(err)
 			return
@@ -235,9 +235,6 @@ type forceUpdate struct {
 // have all ended is left as it is); if one, it stops at the first that
 // did. Its errors are op's.
 func (p *Provider) forceRelease(ctx context.Context, op, name string, one bool, stmts ...forceUpdate) (bool, error) {
-	if ctx == nil {
-		return false, p.Lock(name).errorf(op, errNilContext)
-	}
 	ended := false
 	for _, u := range stmts {
 		if ended && one {
@@ -275,11 +272,14 @@ type infoDoc struct {
 	Now          time.Time `bson:"now"`
 }
 
-func decodeInfo(raw bson.Raw) (LockInfo, error) {
-	var d infoDoc
-	if err := bson.Unmarshal(raw, &d); err != nil {
-		return LockInfo{}, err
-	}
+// infoOf decodes an inspection's document as D, and reads its state.
+func infoOf[D interface{ info() LockInfo }](raw bson.Raw) (LockInfo, error) {
+	var d D
+	err := bson.Unmarshal(raw, &d)
+	return d.info(), err
+}
+
+func (d infoDoc) info() LockInfo {
 	info := LockInfo{Name: d.Name, Kind: d.Kind, Held: d.Held, AcquiredAt: d.AcquiredAt, ExpiresAt: d.ExpiresAt,
 		FencingToken: d.FencingToken, Waiting: d.Waiting, ServerTime: d.Now}
 	if d.Held && d.Mine {
@@ -288,20 +288,16 @@ func decodeInfo(raw bson.Raw) (LockInfo, error) {
 	if d.Held {
 		info.Holders = []HolderInfo{{ID: d.LockID, Owner: info.Owner, AcquiredAt: d.AcquiredAt, ExpiresAt: d.ExpiresAt, FencingToken: d.FencingToken}}
 	}
-	return info, nil
+	return info
 }
 
-func decodeSlotsInfo(raw bson.Raw) (LockInfo, error) {
-	var d slotsDoc
-	if err := bson.Unmarshal(raw, &d); err != nil {
-		return LockInfo{}, err
-	}
+func (d slotsDoc) info() LockInfo {
 	info := LockInfo{Name: d.Name, Kind: d.Kind, FencingToken: d.FencingToken, Waiting: d.Waiting,
 		WriterWaiting: d.WriterWaiting, ServerTime: d.Now}
 	if d.Kind == KindSemaphore {
 		info.N = d.N
 	}
-	return info.withHolders(d.holders(d.Kind == KindRWLock)), nil
+	return info.withHolders(d.holders(d.Kind == KindRWLock))
 }
 
 // withHolders returns info, of a semaphore or an RWLock, with its live
@@ -388,27 +384,22 @@ type slotsDoc struct {
 
 // inspectSlots reads the state of l, a Semaphore's or an RWLock's (semInspectPipeline).
 func (l *Lock) inspectSlots(ctx context.Context) (slotsDoc, error) {
-	if ctx == nil {
-		return slotsDoc{}, l.errorf("inspect", errNilContext)
+	var doc slotsDoc
+	found, decodeErr := false, error(nil)
+	err := l.p.ensureCollection(ctx, &l.p.slots)
+	if err == nil {
+		err = l.p.slots.store.aggregate(ctx, semInspectPipeline(acquireFilter(l.name)), 0, func(raw bson.Raw) bool {
+			found, decodeErr = true, bson.Unmarshal(raw, &doc)
+			return false // the filter matches one _id at most
+		})
 	}
-	if err := l.p.ensureCollection(ctx, &l.p.slots); err != nil {
+	switch err = cmp.Or(err, decodeErr); {
+	case err != nil:
 		return slotsDoc{}, l.errorf("inspect", err)
-	}
-	var docs []slotsDoc
-	var decodeErr error
-	err := l.p.slots.store.aggregate(ctx, semInspectPipeline(acquireFilter(l.name)), 0, func(raw bson.Raw) bool {
-		var doc slotsDoc
-		decodeErr = bson.Unmarshal(raw, &doc)
-		docs = append(docs, doc)
-		return decodeErr == nil
-	})
-	if err := cmp.Or(err, decodeErr); err != nil {
-		return slotsDoc{}, l.errorf("inspect", err)
-	}
-	if len(docs) == 0 {
+	case !found:
 		return slotsDoc{}, l.errorf("inspect", ErrNoLock)
 	}
-	return docs[0], nil
+	return doc, nil
 }
 
 // holders returns d's holders; of an RWLock if rw, where a holder without

@@ -33,7 +33,7 @@ func TestGoldenProtocol(t *testing.T) {
 		}
 		return bson.D{
 			{Key: "findOneAndUpdate", Value: filter},
-			{Key: "update", Value: acquirePipeline(lockID, 1795000000000000000, value, newAcquireParts(proc, owner, mode, o.expiry, o.claimLifetime(), o.nextLifetime(), turn))},
+			{Key: "update", Value: acquirePipeline(lockID, 1795000000000000000, value, newAcquireParts(acquirer{proc, owner, mode, o.expiry, o.claimLifetime(), o.nextLifetime(), turn}))},
 			{Key: "returnDocument", Value: "after"},
 		}
 	}
@@ -130,17 +130,23 @@ func TestGoldenProtocol(t *testing.T) {
 // is what encoding it whole gives.
 func TestAcquirePipelineEncodesAsBuiltWhole(t *testing.T) {
 	id := newLockID()
-	_, got, err := bson.MarshalValue(acquirePipeline(id, 42, nil, newAcquireParts("p", "host/1", waitMode, 30*time.Second, time.Second, time.Minute, turnLength)))
+	_, got, err := bson.MarshalValue(acquirePipeline(id, 42, nil, newAcquireParts(testAcquirer("p"))))
 	require.NoError(t, err)
 	_, want, err := bson.MarshalValue(builtWhole(id, "p"))
 	require.NoError(t, err)
 	require.Equal(t, want, got)
 }
 
+// testAcquirer is process proc's Acquire, as the tests of encoding build it.
+func testAcquirer(proc string) acquirer {
+	return acquirer{proc: proc, owner: "host/1", mode: waitMode, expiry: 30 * time.Second, claim: time.Second, next: time.Minute, turn: turnLength}
+}
+
 // builtWhole builds process proc's Acquire pipeline for lockId id as one
 // value, with nothing encoded beforehand.
 func builtWhole(id, proc string) bson.A {
-	mine, free, stages := acquireExprs(proc, "host/1", waitMode, 30*time.Second, time.Second, time.Minute, turnLength)
+	a := testAcquirer(proc)
+	mine, free, stages := a.mine(), a.free(), a.stages()
 	pipeline := bson.A{
 		bson.D{{Key: "$set", Value: bson.D{
 			{Key: "_attempt", Value: bson.D{{Key: "lockId", Value: id}, {Key: "since", Value: int64(42)}}},
@@ -160,7 +166,7 @@ func builtWhole(id, proc string) bson.A {
 func BenchmarkAcquirePipelineEncoding(b *testing.B) {
 	proc, id := newLockID(), newLockID()
 	b.Run("constant-parts-encoded-once", func(b *testing.B) {
-		parts := newAcquireParts(proc, "host/1", waitMode, 30*time.Second, time.Second, time.Minute, turnLength)
+		parts := newAcquireParts(testAcquirer(proc))
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, _, err := bson.MarshalValue(acquirePipeline(id, 42, nil, parts)); err != nil {

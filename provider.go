@@ -85,8 +85,9 @@ func newProvider(o config, locks, slots collection) *Provider {
 		drained:      make(chan struct{}),
 	}
 	for m := range attemptModes {
-		p.acquire[m] = newAcquireParts(p.locks.process, o.owner, m, o.expiry, o.claimLifetime(), o.nextLifetime(), turnLength)
-		p.campaign[m] = newAcquireParts(p.locks.process, o.owner, m, o.expiry, o.claimLifetime(), o.nextLifetime(), electionTurn)
+		a := acquirer{proc: p.locks.process, owner: o.owner, mode: m, expiry: o.expiry, claim: o.claimLifetime(), next: o.nextLifetime(), turn: turnLength}
+		p.acquire[m], a.turn = newAcquireParts(a), electionTurn
+		p.campaign[m] = newAcquireParts(a)
 	}
 	return p
 }

@@ -132,16 +132,12 @@ func (h *acquisition) knownLost() error {
 // With WithHoldAtLeast, the same round trip keeps the lock held until the
 // hold ends (by the server's clock) instead of freeing it, and hands it to
 // nobody.
-func (h *Handle) Release(ctx context.Context) error {
-	return h.release(ctx)
-}
+func (h *Handle) Release(ctx context.Context) error { return h.release(ctx) }
 
 // releaseUnused is Release of a handle whose job never ran (a part of a
 // composite call that failed): it frees the lock at once, whatever
 // WithHoldAtLeast says.
-func (h *Handle) releaseUnused(ctx context.Context) error {
-	return h.releaseHolding(ctx, 0)
-}
+func (h *Handle) releaseUnused(ctx context.Context) error { return h.releaseHolding(ctx, 0) }
 
 // release is Release, holding the lock as its provider's WithHoldAtLeast
 // says.
@@ -161,17 +157,16 @@ func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (e
 	}
 	ctx = h.lock.p.tel.startHolderWrite(ctx, h, opReleaseTrace)
 	defer func() { h.lock.p.tel.endHolderWrite(ctx, h, opReleaseTrace, "released", err) }()
-	// Stop extending before releasing, but signal the loss if the lease runs
-	// out before the round trip ends: a release stuck behind a partition
-	// must not leave work running under a live Context. Local waiters are
-	// woken once the release is decided.
+	// Stop extending, but signal the loss if the lease runs out before the
+	// round trip ends: a release stuck behind a partition must not leave
+	// work running under a live Context.
 	p := h.lock.p
 	if l := p.forget(h); l != nil {
 		defer time.AfterFunc(l.deadline.Sub(p.susp.now()), func() {
 			h.markLost(lossExpired, fmt.Errorf("%w: its lease ran out before the release's round trip ended", ErrLockLost))
 		}).Stop()
 	}
-	defer h.unhold()
+	defer h.unhold() // local waiters are woken once the release is decided
 	if err := h.lossError(); err != nil {
 		if h.unfreed.Swap(false) {
 			// Lost at the local deadline, the lock stays held on the
@@ -181,21 +176,33 @@ func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (e
 		}
 		return h.lock.errorf("release", err)
 	}
-	// A hold is not handed over: the hand-over would be built with the
-	// waiter's options, and the waiter must wait for the hold's end anyway.
-	var w *waiter
+	return h.releaseAnswered(h.sendRelease(ctx, hold), hold)
+}
+
+// sendRelease releases h in one round trip: a hand-over to the head of its
+// process's line, if one waits, else the kind's release. A hold is not
+// handed over: the hand-over would be built with the waiter's options, and
+// the waiter must wait for the hold's end anyway.
+func (h *acquisition) sendRelease(ctx context.Context, hold time.Duration) error {
 	if hold == 0 {
-		w = h.lock.collection().queues.offer(h.lock.name)
-	}
-	if w != nil {
-		err = h.handOver(ctx, w) // sends nothing if ctx is done
-	} else if err = ctx.Err(); err == nil {
-		filter, update := h.lock.kind.release(h.lock.name, h.lockID, hold)
-		matched, _, uerr := h.lock.collection().store.updateOne(ctx, filter, update)
-		if err = uerr; err == nil && matched == 0 {
-			err = mongo.ErrNoDocuments
+		if w := h.lock.collection().queues.offer(h.lock.name); w != nil {
+			return h.handOver(ctx, w) // sends nothing if ctx is done
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	filter, update := h.lock.kind.release(h.lock.name, h.lockID, hold)
+	matched, _, err := h.lock.collection().store.updateOne(ctx, filter, update)
+	if err == nil && matched == 0 {
+		err = mongo.ErrNoDocuments
+	}
+	return err
+}
+
+// releaseAnswered ends h by the release's answer err: released, found lost
+// (its filter matched nothing), or to be freed in the background.
+func (h *acquisition) releaseAnswered(err error, hold time.Duration) error {
 	switch {
 	case err == nil:
 		h.cancel(context.Canceled)

@@ -121,6 +121,21 @@ func (d semDriver) acquire(ctx context.Context, p *Provider, name string, a atte
 	return acquireSlot(ctx, p, name, a, d.n, 0)
 }
 
+// semDoc is a slot's acquisition's reply: the document after the update.
+type semDoc struct {
+	Kind           string      `bson:"kind"`
+	N              int         `bson:"n"`
+	FencingToken   int64       `bson:"fencingToken"`
+	Holders        []semHolder `bson:"holders"`
+	WaitingProcess string      `bson:"waitingProcess"`
+}
+
+type semHolder struct {
+	ID         string    `bson:"id"`
+	Token      int64     `bson:"token"`
+	AcquiredAt time.Time `bson:"acquiredAt"`
+}
+
 // acquireSlot sends one acquisition of one of n slots in mode rw (0: a
 // semaphore's), or a hand-over from the holder releasing (slotPipeline), and
 // returns its reply as a lock's: LockID is the newest holder's, a.id if it
