@@ -310,85 +310,109 @@ func delayed(schedule []time.Duration, d time.Duration) []time.Duration {
 	return s
 }
 
-// extend extends the leases of hs and records the outcome for each. It
-// extends again at once those for which a tick came meanwhile and the next
-// tick could be too late (round trips slower than the cadence), and, after a
-// transient error, tries again for the handles still kept until their leases
-// are extended or run out. A batch that fails otherwise is extended in
-// halves, down to single handles: only a handle refused on its own fails.
+// extend extends the leases of hs and records the outcome for each, until
+// none needs extending again at once: after a transient error (until its
+// lease is extended or runs out), or where a tick came meanwhile and the
+// next could be too late (round trips slower than the cadence).
 func (p *Provider) extend(hs []*acquisition) {
-	ls, o := &p.leases, p.opts
-	retry := min(o.cadence/4, 250*time.Millisecond)
+	retry := min(p.opts.cadence/4, 250*time.Millisecond)
 	for len(hs) > 0 {
-		ls.mu.Lock()
-		var latest time.Time
-		for _, h := range hs {
-			if l := ls.held[h]; l != nil && l.deadline.After(latest) {
-				latest = l.deadline
-			}
-		}
-		ls.mu.Unlock()
-		sent := p.now()
-		ctx, cancel := context.WithTimeout(context.Background(), latest.Sub(sent))
-		ctx = p.tel.startExtension(ctx, hs)
-		lost, err := p.extendLeases(ctx, hs)
-		replied := time.Now()
-		p.tel.endExtension(ctx, hs, lost, err, sent)
-		cancel()
-		if err != nil && len(hs) > 1 && !isTransient(err) && !isClosed(err) {
-			// Names adding up past a limit, say: each half on its own.
+		sent, replied, lost, err := p.sendExtension(hs)
+		if refusedAsABatch(hs, err) {
 			go p.extend(hs[len(hs)/2:])
 			hs = hs[:len(hs)/2]
 			continue
 		}
-		reason, why := lossTakenOver, fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost)
-		if isClosed(err) { // nothing sent through its client will ever succeed
-			lost, reason, why = hs, lossClientClosed, fmt.Errorf("%w: its client was disconnected (%w)", ErrLockLost, err)
-		}
-		for _, h := range lost {
-			if p.forget(h) != nil {
-				h.markLost(reason, why)
-			}
-		}
-		var again []*acquisition
-		p.lookForSuspension()
-		ls.mu.Lock()
-		slept := p.susp.since(sent) // while the round trip was on its way
-		now := p.susp.now()
-		for _, h := range hs {
-			l := ls.held[h]
-			switch {
-			case l == nil: // lost, released, or its lease ran out, meanwhile
-			case err != nil:
-				l.lastErr = err
-				again = append(again, h)
-			default:
-				l.lastErr, l.slept = nil, slept
-				p.setDeadline(h, l, l.until(o, sent.Add(-slept)))
-				h.confirmed.Store(sent.UnixNano())
-				h.replied.Store(replied.UnixNano())
-				l.loss.Reset(l.deadline.Sub(now))
-				// A tick came while this was on its way: extend again now
-				// if an extension at the next tick could come back too late.
-				l.busy = l.missed && l.tooLateForTheNextTick(o, sent, now)
-				if l.missed = false; l.busy {
-					again = append(again, h)
-				}
-			}
-		}
-		ls.mu.Unlock()
-		if hs = again; err != nil && len(hs) > 0 {
+		p.loseUnmatched(hs, lost, err)
+		if hs = p.recordExtension(hs, err, sent, replied); err != nil && len(hs) > 0 {
 			time.Sleep(retry)
 		}
 	}
 }
 
+// sendExtension is one extension round trip of hs, given until the latest
+// of their deadlines: when it was sent, when its reply came, and the
+// handles it did not match.
+func (p *Provider) sendExtension(hs []*acquisition) (sent, replied time.Time, lost []*acquisition, err error) {
+	p.leases.mu.Lock()
+	var latest time.Time
+	for _, h := range hs {
+		if l := p.leases.held[h]; l != nil && l.deadline.After(latest) {
+			latest = l.deadline
+		}
+	}
+	p.leases.mu.Unlock()
+	sent = p.now()
+	ctx, cancel := context.WithTimeout(context.Background(), latest.Sub(sent))
+	defer cancel()
+	ctx = p.tel.startExtension(ctx, hs)
+	lost, err = p.extendLeases(ctx, hs)
+	replied = time.Now()
+	p.tel.endExtension(ctx, hs, lost, err, sent)
+	return sent, replied, lost, err
+}
+
+// refusedAsABatch reports whether hs failed together by an error that
+// retrying cannot fix (names adding up past a limit, say): then each half
+// is extended on its own, down to single handles, so that only a handle
+// refused on its own fails.
+func refusedAsABatch(hs []*acquisition, err error) bool {
+	return err != nil && len(hs) > 1 && !isTransient(err) && !isClosed(err)
+}
+
+// loseUnmatched marks lost the handles an extension did not match, and
+// every one of hs if their client was disconnected: nothing sent through it
+// will ever succeed.
+func (p *Provider) loseUnmatched(hs, lost []*acquisition, err error) {
+	reason, why := lossTakenOver, fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost)
+	if isClosed(err) {
+		lost, reason, why = hs, lossClientClosed, fmt.Errorf("%w: its client was disconnected (%w)", ErrLockLost, err)
+	}
+	for _, h := range lost {
+		if p.forget(h) != nil {
+			h.markLost(reason, why)
+		}
+	}
+}
+
+// recordExtension records the outcome, err, of the extension of hs sent at
+// sent for those still kept, and returns those to extend again at once.
+func (p *Provider) recordExtension(hs []*acquisition, err error, sent, replied time.Time) []*acquisition {
+	ls, o := &p.leases, p.opts
+	var again []*acquisition
+	p.lookForSuspension()
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	slept := p.susp.since(sent) // while the round trip was on its way
+	now := p.susp.now()
+	for _, h := range hs {
+		l := ls.held[h]
+		switch {
+		case l == nil: // lost, released, or its lease ran out, meanwhile
+		case err != nil:
+			l.lastErr = err
+			again = append(again, h)
+		default:
+			l.lastErr, l.slept = nil, slept
+			p.setDeadline(h, l, l.until(o, sent.Add(-slept)))
+			h.confirmed.Store(sent.UnixNano())
+			h.replied.Store(replied.UnixNano())
+			l.loss.Reset(l.deadline.Sub(now))
+			// A tick came while this was on its way.
+			l.busy = l.missed && l.tooLateForTheNextTick(o, sent, now)
+			if l.missed = false; l.busy {
+				again = append(again, h)
+			}
+		}
+	}
+	return again
+}
+
 // extendLeases pushes the leases of hs, all locks' or all slots', to
 // $$NOW + expiry (a lock's at most to WithHoldAtMost's bound) in one
-// owner-checked round trip (5 or 18), and returns the
-// handles it did not match. Only when a batch may have matched some but not
-// all does it read their documents to find out which (one more round trip:
-// 6 or 19).
+// owner-checked round trip (the extend statement), and returns the handles
+// it did not match. Only when a batch may have matched some but not all
+// does it read their documents to find out which (the holders statement).
 func (p *Provider) extendLeases(ctx context.Context, hs []*acquisition) ([]*acquisition, error) {
 	names, ids, seen := make(bson.A, 0, len(hs)), make(bson.A, len(hs)), make(map[string]bool, len(hs))
 	for i, h := range hs {
