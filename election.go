@@ -230,15 +230,22 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 		case err == nil && (first || l.FencingToken != latest.FencingToken || l.Value != latest.Value):
 			latest, pending, first = l, true, false
 		}
-		next := p.opts.sleepMax
-		if streaming.Load() {
-			next = p.opts.standbySleep()
-		}
-		if err == nil && l != (Leader{}) {
-			next = min(next, left+time.Millisecond) // the lease's end: expired by then
-		}
-		due.Reset(next)
+		due.Reset(p.opts.observeAgainIn(streaming.Load(), err == nil && l != (Leader{}), left))
 	}
+}
+
+// observeAgainIn is when Observe reads again, unless a change is signalled
+// first: every longest busy-wait sleep, or standby sleep while a change
+// stream runs, and just after a leader's lease ends.
+func (o config) observeAgainIn(streaming, led bool, left time.Duration) time.Duration {
+	next := o.sleepMax
+	if streaming {
+		next = o.standbySleep()
+	}
+	if led {
+		next = min(next, left+time.Millisecond)
+	}
+	return next
 }
 
 // watch signals changed on each change of the election's document, while
