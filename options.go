@@ -288,17 +288,6 @@ func WithTrace(t *Trace) Option {
 	}
 }
 
-// check validates what WithTrace and WithLogger set.
-func (c telemetryConfig) check() error {
-	switch {
-	case c.nilTrace:
-		return invalid("WithTrace(nil): pass hooks, or leave the option out")
-	case c.logger == nil:
-		return invalid("WithLogger(nil): pass a logger, or leave the option out to log nothing")
-	}
-	return nil
-}
-
 // WithLogger sets where the provider logs: losses and handles dropped while
 // held (Warn), acquisitions released in the background because nobody got
 // their handle, and failures to create the TTL index (Info), and transient
