@@ -166,35 +166,35 @@ func buildConfig(opts []Option) (config, error) {
 		}
 		opt(&o)
 	}
-	if o.owner == "" || len(o.owner) > MaxOwnerLen {
-		return o, invalidf("WithOwner(%q): the owner must be 1 to %d bytes long", shortName(o.owner), MaxOwnerLen)
-	}
-	if err := o.telemetryConfig.check(); err != nil {
-		return o, err
-	}
-	if o.collection == "" {
-		return o, invalidf("WithCollection(%q): the collection name must not be empty", o.collection)
-	}
-	if o.expiry < minExpiry {
-		return o, invalidf("WithExpiry(%v): the expiry must be at least %v", o.expiry, minExpiry)
-	}
 	if !o.cadenceSet {
 		o.cadence = o.expiry / 3
 	}
-	if least := o.expiry / minCadenceDivisor; o.cadence < least {
-		return o, invalidf("WithExtensionCadence(%v): the cadence must be at least %v, a hundredth of the expiry (%v)", o.cadence, least, o.expiry)
-	}
-	if most := (o.expiry - o.safetyMargin()) / 2; o.cadence > most {
-		return o, invalidf("WithExtensionCadence(%v): the cadence must be at most %v, half of what the expiry (%v) leaves after the safety margin (%v), so that a failed extension is retried before the lease ends",
+	return o, o.check()
+}
+
+// check validates the options, WithHoldAtLeast's and WithHoldAtMost's last.
+func (o config) check() error {
+	least, most := o.expiry/minCadenceDivisor, (o.expiry-o.safetyMargin())/2
+	switch err := o.telemetryConfig.check(); {
+	case o.owner == "" || len(o.owner) > MaxOwnerLen:
+		return invalidf("WithOwner(%q): the owner must be 1 to %d bytes long", shortName(o.owner), MaxOwnerLen)
+	case err != nil:
+		return err
+	case o.collection == "":
+		return invalidf("WithCollection(%q): the collection name must not be empty", o.collection)
+	case o.expiry < minExpiry:
+		return invalidf("WithExpiry(%v): the expiry must be at least %v", o.expiry, minExpiry)
+	case o.cadence < least:
+		return invalidf("WithExtensionCadence(%v): the cadence must be at least %v, a hundredth of the expiry (%v)", o.cadence, least, o.expiry)
+	case o.cadence > most:
+		return invalidf("WithExtensionCadence(%v): the cadence must be at most %v, half of what the expiry (%v) leaves after the safety margin (%v), so that a failed extension is retried before the lease ends",
 			o.cadence, most, o.expiry, o.safetyMargin())
+	case o.sleepMin <= 0 || o.sleepMin > o.sleepMax:
+		return invalidf("WithBusyWaitSleep(%v, %v): need 0 < min <= max", o.sleepMin, o.sleepMax)
+	case o.standby != 0 && o.standby < o.sleepMax:
+		return invalidf("WithStandbySleep(%v): the standby sleep must be at least the busy-wait max (%v)", o.standby, o.sleepMax)
 	}
-	if o.sleepMin <= 0 || o.sleepMin > o.sleepMax {
-		return o, invalidf("WithBusyWaitSleep(%v, %v): need 0 < min <= max", o.sleepMin, o.sleepMax)
-	}
-	if o.standby != 0 && o.standby < o.sleepMax {
-		return o, invalidf("WithStandbySleep(%v): the standby sleep must be at least the busy-wait max (%v)", o.standby, o.sleepMax)
-	}
-	return o, o.checkHolds()
+	return o.checkHolds()
 }
 
 // checkHolds validates WithHoldAtLeast and WithHoldAtMost.
