@@ -110,7 +110,7 @@ func project(d bson.D, spec bson.D, c vars) bson.D {
 	}
 	out := bson.D{}
 	for _, f := range d {
-		if v, ok := p.kept(f); ok {
+		if v := p.kept(f); v != missing {
 			out = append(out, bson.E{Key: f.Key, Value: v})
 		}
 	}
@@ -159,20 +159,19 @@ func (p *projection) add(e bson.E) {
 	}
 }
 
-// kept is what the projection keeps of field f, if anything.
-func (p projection) kept(f bson.E) (any, bool) {
+// kept is what the projection keeps of field f: missing if nothing.
+func (p projection) kept(f bson.E) any {
 	paths, kept := p.keep[f.Key]
-	if !kept {
-		return nil, false
+	if a, ok := f.Value.(bson.A); ok && p.last[f.Key] > 0 { // kept whole
+		return a[max(0, len(a)-p.last[f.Key]):]
 	}
-	v := f.Value
-	if a, ok := v.(bson.A); ok && p.last[f.Key] > 0 {
-		v = a[max(0, len(a)-p.last[f.Key]):]
+	switch {
+	case !kept:
+		return missing
+	case slices.Contains(paths, ""):
+		return f.Value
 	}
-	if !slices.Contains(paths, "") {
-		v = projectPaths(v, paths)
-	}
-	return v, v != missing
+	return projectPaths(f.Value, paths)
 }
 
 // projectPaths keeps fields of v (of a document, or of each document of
