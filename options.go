@@ -119,21 +119,15 @@ func WithAdaptiveBackoff(on bool) Option {
 }
 
 // WithHoldAtLeast keeps a released lock held until d after its acquisition,
-// by the server's clock: for a job that every replica's scheduler starts at
-// the same time, and that must run once per period, also when it ends
-// sooner than the replicas' clocks differ. Release (and so Do and
-// Provider.Close) writes the hold into the lock's document in its one round
-// trip: it lasts without this process, even if the process exits at once.
-// Release then hands the lock to no Acquire of this process. Acquire and
-// TryAcquire of every process (DistributedLock.MongoDB's too) are refused
-// until the hold ends; a waiting Acquire next in line finds the lock free
-// within WithBusyWaitSleep's max of that end, as of a release. Until then
-// Inspect shows the lock Held by its owner, and ForceRelease ends the hold.
-// A release that fails, and a handle whose lease runs out, hold it too:
-// a job that ran keeps its hold, whatever it returned. An acquisition
-// under which no job ran (nobody got its handle, or a Composite call
-// failed) is freed at once. The server
-// counts whole milliseconds. Default 0: a release frees the lock at once.
+// by the server's clock: for a job every replica starts at once that must
+// run once per period, however soon it ends. Release (so Do and Close too)
+// writes the hold into the document in its one round trip, so it outlasts
+// the process, and hands the lock to no Acquire of this process; a failed
+// release and a lease that runs out hold it too. Until the hold ends every
+// process's Acquire is refused, and Inspect shows the lock held;
+// ForceRelease ends it. An acquisition under which no job ran (nobody got
+// its handle, a Composite call failed) is freed at once. The server counts
+// whole milliseconds. Default 0: a release frees the lock at once.
 //
 // It applies to locks (Lock, Do). A Semaphore's, an RWLock's or an
 // Election's acquisitions with a Provider that has it return an error.
@@ -148,8 +142,9 @@ func WithHoldAtLeast(d time.Duration) Option {
 // with the cause ErrLockLost, a safety margin before the bound
 // (min(expiry/10, 1s)), and Release and Do report ErrLockLost. The lock
 // stays held until the bound, the job's time to stop, unless the lost
-// handle's Release (call it once the job has stopped) frees it at once. d must be at least the expiry (WithExpiry), which an
-// acquisition's lease lasts from the start, and at least WithHoldAtLeast's.
+// handle's Release (call it once the job has stopped) frees it at once. d
+// must be at least the expiry (WithExpiry), which an acquisition's lease
+// lasts from the start, and at least WithHoldAtLeast's.
 // Default: no bound.
 //
 // It applies to locks, as WithHoldAtLeast.

@@ -138,7 +138,7 @@ type projection struct {
 // or excludes; an object of one operator applies it; any other value is
 // an expression, of a top-level field that is not _id.
 func (p *projection) add(e bson.E) {
-	head, rest, dotted := strings.Cut(e.Key, ".")
+	field, rest, dotted := strings.Cut(e.Key, ".")
 	op, arg := "", any(nil)
 	if sub, _ := e.Value.(bson.D); len(sub) == 1 && !dotted {
 		op, arg = sub[0].Key, sub[0].Value
@@ -147,11 +147,11 @@ func (p *projection) add(e bson.E) {
 	flag := rank(e.Value) == 2 || e.Value == true || e.Value == false
 	switch {
 	case op == "$slice" && n < 0:
-		p.keep[head], p.last[head] = []string{""}, int(-n)
+		p.keep[field], p.last[field] = []string{""}, int(-n)
 	case op == "$elemMatch":
 		p.elemMatch = append(p.elemMatch, bson.E{Key: e.Key, Value: arg})
 	case flag && truthy(e.Value) && !strings.Contains(rest, "."):
-		p.keep[head], p.inclusion = append(p.keep[head], rest), true
+		p.keep[field], p.inclusion = append(p.keep[field], rest), true
 	case flag || dotted || e.Key == "_id" || op == "$slice": // an exclusion, or what the model does not evaluate
 		panic(notModelled("projection of %s: %v", e.Key, e.Value))
 	default:
