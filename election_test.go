@@ -347,6 +347,32 @@ type term struct {
 	ctx   context.Context
 }
 
+// runReportingTerms starts el.Run until ctx ends, with an fn that reports
+// its term and waits for its ctx to end; next returns the next term, and
+// ran Run's error.
+func runReportingTerms(t *testing.T, ctx context.Context, el *mongolock.Election) (next func() term, ran <-chan error) {
+	terms, done := make(chan term), make(chan error, 1)
+	go func() {
+		done <- el.Run(ctx, "runner", func(ctx context.Context, l *mongolock.Leadership) {
+			select {
+			case terms <- term{l.FencingToken(), ctx}:
+				<-ctx.Done()
+			case <-ctx.Done():
+			}
+		})
+	}()
+	return func() term {
+		t.Helper()
+		select {
+		case tm := <-terms:
+			return tm
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "fn did not run")
+			return term{}
+		}
+	}, done
+}
+
 // Run runs fn while it leads, and only then; fn's ctx ends when leadership
 // is lost (the document deleted, or taken over by hand), with the cause
 // ErrLockLost; Run campaigns again and runs fn again with a greater token;
@@ -356,30 +382,9 @@ func TestRunLeadsWhileItCanAndCampaignsAgainAfterALoss(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
 	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry), fastPolls)
 	el := e.p.Election("run")
-	terms := make(chan term)
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
-	ran := make(chan error, 1)
-	go func() {
-		ran <- el.Run(rctx, "runner", func(ctx context.Context, l *mongolock.Leadership) {
-			select {
-			case terms <- term{l.FencingToken(), ctx}:
-				<-ctx.Done()
-			case <-ctx.Done():
-			}
-		})
-	}()
-	next := func() term {
-		t.Helper()
-		select {
-		case tm := <-terms:
-			return tm
-		case <-time.After(10 * time.Second):
-			require.FailNow(t, "fn did not run")
-			return term{}
-		}
-	}
-
+	next, ran := runReportingTerms(t, rctx, el)
 	first := next()
 	leader, err := el.Leader(ctx)
 	require.NoError(t, err)
