@@ -144,7 +144,7 @@ func (p *projection) add(e bson.E) {
 		op, arg = sub[0].Key, sub[0].Value
 	}
 	n, _ := integer(arg)
-	flag := rank(e.Value) == 2 || e.Value == true || e.Value == false
+	flag := rank(e.Value) == 2 || e.Value == true || e.Value == false // includes or excludes
 	switch {
 	case op == "$slice" && n < 0:
 		p.keep[field], p.last[field] = []string{""}, int(-n)
@@ -162,7 +162,7 @@ func (p *projection) add(e bson.E) {
 // kept is what the projection keeps of field f: missing if nothing.
 func (p projection) kept(f bson.E) any {
 	paths, kept := p.keep[f.Key]
-	if a, ok := f.Value.(bson.A); ok && p.last[f.Key] > 0 { // kept whole
+	if a, ok := f.Value.(bson.A); ok && p.last[f.Key] > 0 { // its paths are {""}: no subfield to pick
 		return a[max(0, len(a)-p.last[f.Key]):]
 	}
 	switch {
