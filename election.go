@@ -162,16 +162,13 @@ func (e *Election) read(ctx context.Context) (Leader, time.Duration, error) {
 // current state at once, then each change of leader or of its value. The
 // zero Leader says that nobody leads.
 //
-// Changes are seen by reading the election every longest busy-wait sleep
-// (WithBusyWaitSleep), and when the leader's lease ends. Where the server
-// has change streams, they are seen at once, and reading is a safety net,
-// every standby sleep (WithStandbySleep). A receiver that falls behind gets
-// the latest state, not a backlog: the states in between are skipped, as is
-// a leader that led for less than one read.
-//
-// Failed reads are retried. The channel is closed, and nothing of Observe
-// keeps running, once ctx ends, the provider is closed, or its client is
-// disconnected. A nil ctx gets a closed channel.
+// It reads the election every longest busy-wait sleep and when the leader's
+// lease ends; where the server has change streams, it sees changes at once
+// and reads every standby sleep. A receiver that falls behind gets the
+// latest state, not a backlog (a leader that led for less than one read may
+// go unseen). Failed reads are retried. The channel is closed, and nothing
+// of Observe keeps running, once ctx ends, the provider is closed, or its
+// client is disconnected. A nil ctx gets a closed channel.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader)
 	p := e.lock.p
@@ -201,8 +198,8 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 
 	var latest Leader
 	pending, first := false, true
-	due := time.NewTimer(0)
-	defer due.Stop()
+	nextRead := time.NewTimer(0)
+	defer nextRead.Stop()
 	for {
 		var send chan<- Leader // nil: nothing to offer
 		if pending {
@@ -217,7 +214,7 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 		case <-p.done:
 			return
 		case <-changed:
-		case <-due.C:
+		case <-nextRead.C:
 		}
 		l, left, err := e.read(ctx)
 		switch {
@@ -226,15 +223,22 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 		case err == nil && (first || l.FencingToken != latest.FencingToken || l.Value != latest.Value):
 			latest, pending, first = l, true, false
 		}
-		next := p.opts.sleepMax
-		if streaming.Load() {
-			next = p.opts.standbySleep()
-		}
-		if err == nil && l != (Leader{}) {
-			next = min(next, left+time.Millisecond) // the lease's end: expired by then
-		}
-		due.Reset(next)
+		nextRead.Reset(p.opts.observeAgainIn(streaming.Load(), err == nil && l != (Leader{}), left))
 	}
+}
+
+// observeAgainIn is when Observe reads again, unless a change is signalled
+// first: every longest busy-wait sleep, or standby sleep while a change
+// stream runs, and just after a leader's lease ends.
+func (o config) observeAgainIn(streaming, led bool, left time.Duration) time.Duration {
+	next := o.sleepMax
+	if streaming {
+		next = o.standbySleep()
+	}
+	if led {
+		next = min(next, left+time.Millisecond)
+	}
+	return next
 }
 
 // watch signals changed on each change of the election's document, while
@@ -284,13 +288,11 @@ func (e *Election) watch(ctx context.Context, changed chan<- struct{}, streaming
 // error: Run campaigns again. A fn that returns at once lets a campaign
 // waiting in another process lead next.
 //
-// Run returns when ctx ends, with an error for which errors.Is(err,
-// ctx.Err()) holds, and after the provider's Close with ErrClosed (Close
-// ends fn's ctx, giving leadership up). An error that campaigning again
-// cannot fix (a value longer than MaxValueLen, a missing permission) is
-// returned at once, as is a nil ctx or fn.
-//
-// To follow who leads, as well as lead, range over Observe in a goroutine.
+// Run returns when ctx ends, with an error satisfying errors.Is(err,
+// ctx.Err()), and after Close (which ends fn's ctx) with ErrClosed. An
+// error that campaigning again cannot fix (a value longer than
+// MaxValueLen, a missing permission), a nil ctx or a nil fn is returned at
+// once. To follow who leads as well, range over Observe in a goroutine.
 func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Context, l *Leadership)) error {
 	switch {
 	case ctx == nil:

@@ -75,79 +75,94 @@ func electionTrial(t *testing.T, campaigners, termsEach int) {
 	octx, stopObserving := context.WithCancel(ctx)
 	defer stopObserving()
 	observed := newProvider(t, ownClient(t, db, nil), fastPolls).Election("primary").Observe(octx)
-
-	var (
-		mu          sync.Mutex
-		seen        = map[int64]chan struct{}{} // closed once the observer saw that leader
-		seenLeaders []mongolock.Leader
-		won         []mongolock.Leader // recorded while leading: in order
-		inside      atomic.Int32
-		overlaps    atomic.Int32
-	)
-	seenChan := func(token int64) chan struct{} {
-		mu.Lock()
-		defer mu.Unlock()
-		if seen[token] == nil {
-			seen[token] = make(chan struct{})
-		}
-		return seen[token]
-	}
+	r := &electionRecord{seen: map[int64]chan struct{}{}}
 	observerDone := make(chan struct{})
 	go func() {
 		defer close(observerDone)
-		for l := range observed {
-			if l == (mongolock.Leader{}) {
-				continue // nobody leads, between terms
-			}
-			mu.Lock()
-			seenLeaders = append(seenLeaders, l)
-			mu.Unlock()
-			close(seenChan(l.FencingToken))
-		}
+		r.observe(observed)
 	}()
-
 	var wg sync.WaitGroup
 	for i := range campaigners {
-		e := newProvider(t, ownClient(t, db, nil), fastPolls, mongolock.WithOwner(fmt.Sprintf("node-%d", i))).Election("primary")
-		value := fmt.Sprintf("http://10.0.0.%d:8080", i)
-		wg.Go(func() {
-			for range termsEach {
-				l, err := e.Campaign(ctx, value)
-				if !assert(t, err == nil, "campaign: %v", err) {
-					return
-				}
-				if inside.Add(1) > 1 {
-					overlaps.Add(1)
-				}
-				mu.Lock()
-				won = append(won, mongolock.Leader{Value: value, Owner: fmt.Sprintf("node-%d", i), FencingToken: l.FencingToken()})
-				mu.Unlock()
-				got, err := e.Leader(ctx)
-				assert(t, err == nil && got.FencingToken == l.FencingToken() && got.Value == value,
-					"Leader while leading: %+v, %v; want token %d, value %q", got, err, l.FencingToken(), value)
-				select {
-				case <-seenChan(l.FencingToken()):
-				case <-ctx.Done():
-				}
-				inside.Add(-1)
-				assert(t, l.Resign(ctx) == nil, "resign")
-			}
-		})
+		owner := fmt.Sprintf("node-%d", i)
+		e := newProvider(t, ownClient(t, db, nil), fastPolls, mongolock.WithOwner(owner)).Election("primary")
+		wg.Go(func() { r.lead(ctx, t, e, owner, fmt.Sprintf("http://10.0.0.%d:8080", i), termsEach) })
 	}
 	wg.Wait()
 	stopObserving()
 	<-observerDone
+	r.check(t, campaigners*termsEach)
+}
 
-	require.Zero(t, overlaps.Load(), "two leaders at once")
-	require.Len(t, won, campaigners*termsEach)
-	for i := 1; i < len(won); i++ {
-		require.Greater(t, won[i].FencingToken, won[i-1].FencingToken, "term %d's token", i)
+// electionRecord is what an election trial's campaigners and observer saw.
+type electionRecord struct {
+	mu       sync.Mutex
+	seen     map[int64]chan struct{} // closed once the observer saw that leader
+	observed []mongolock.Leader
+	won      []mongolock.Leader // recorded while leading: in order
+	inside   atomic.Int32
+	overlaps atomic.Int32
+}
+
+func (r *electionRecord) seenChan(token int64) chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen[token] == nil {
+		r.seen[token] = make(chan struct{})
 	}
-	require.Len(t, seenLeaders, len(won), "leaders observed")
-	for i, l := range seenLeaders {
-		require.Equal(t, won[i].FencingToken, l.FencingToken, "observed leader %d", i)
-		require.Equal(t, won[i].Value, l.Value, "observed leader %d", i)
-		require.Equal(t, won[i].Owner, l.Owner, "observed leader %d", i)
+	return r.seen[token]
+}
+
+// observe records each leader that Observe delivers, until it closes.
+func (r *electionRecord) observe(observed <-chan mongolock.Leader) {
+	for l := range observed {
+		if l == (mongolock.Leader{}) {
+			continue // nobody leads, between terms
+		}
+		r.mu.Lock()
+		r.observed = append(r.observed, l)
+		r.mu.Unlock()
+		close(r.seenChan(l.FencingToken))
+	}
+}
+
+// lead campaigns for terms terms, each led until the observer has seen it.
+func (r *electionRecord) lead(ctx context.Context, t *testing.T, e *mongolock.Election, owner, value string, terms int) {
+	for range terms {
+		l, err := e.Campaign(ctx, value)
+		if !assert(t, err == nil, "campaign: %v", err) {
+			return
+		}
+		if r.inside.Add(1) > 1 {
+			r.overlaps.Add(1)
+		}
+		r.mu.Lock()
+		r.won = append(r.won, mongolock.Leader{Value: value, Owner: owner, FencingToken: l.FencingToken()})
+		r.mu.Unlock()
+		got, err := e.Leader(ctx)
+		assert(t, err == nil && got.FencingToken == l.FencingToken() && got.Value == value,
+			"Leader while leading: %+v, %v; want token %d, value %q", got, err, l.FencingToken(), value)
+		select {
+		case <-r.seenChan(l.FencingToken()):
+		case <-ctx.Done():
+		}
+		r.inside.Add(-1)
+		assert(t, l.Resign(ctx) == nil, "resign")
+	}
+}
+
+// check requires terms terms, one leader at a time, with increasing
+// tokens, each observed in order.
+func (r *electionRecord) check(t *testing.T, terms int) {
+	require.Zero(t, r.overlaps.Load(), "two leaders at once")
+	require.Len(t, r.won, terms)
+	for i := 1; i < len(r.won); i++ {
+		require.Greater(t, r.won[i].FencingToken, r.won[i-1].FencingToken, "term %d's token", i)
+	}
+	require.Len(t, r.observed, len(r.won), "leaders observed")
+	for i, l := range r.observed {
+		require.Equal(t, r.won[i].FencingToken, l.FencingToken, "observed leader %d", i)
+		require.Equal(t, r.won[i].Value, l.Value, "observed leader %d", i)
+		require.Equal(t, r.won[i].Owner, l.Owner, "observed leader %d", i)
 		require.False(t, l.Since.IsZero())
 	}
 }
@@ -332,6 +347,32 @@ type term struct {
 	ctx   context.Context
 }
 
+// runReportingTerms starts el.Run until ctx ends, with an fn that reports
+// its term and waits for its ctx to end; next returns the next term, and
+// ran Run's error.
+func runReportingTerms(t *testing.T, ctx context.Context, el *mongolock.Election) (next func() term, ran <-chan error) {
+	terms, done := make(chan term), make(chan error, 1)
+	go func() {
+		done <- el.Run(ctx, "runner", func(ctx context.Context, l *mongolock.Leadership) {
+			select {
+			case terms <- term{l.FencingToken(), ctx}:
+				<-ctx.Done()
+			case <-ctx.Done():
+			}
+		})
+	}()
+	return func() term {
+		t.Helper()
+		select {
+		case tm := <-terms:
+			return tm
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "fn did not run")
+			return term{}
+		}
+	}, done
+}
+
 // Run runs fn while it leads, and only then; fn's ctx ends when leadership
 // is lost (the document deleted, or taken over by hand), with the cause
 // ErrLockLost; Run campaigns again and runs fn again with a greater token;
@@ -341,30 +382,9 @@ func TestRunLeadsWhileItCanAndCampaignsAgainAfterALoss(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
 	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry), fastPolls)
 	el := e.p.Election("run")
-	terms := make(chan term)
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
-	ran := make(chan error, 1)
-	go func() {
-		ran <- el.Run(rctx, "runner", func(ctx context.Context, l *mongolock.Leadership) {
-			select {
-			case terms <- term{l.FencingToken(), ctx}:
-				<-ctx.Done()
-			case <-ctx.Done():
-			}
-		})
-	}()
-	next := func() term {
-		t.Helper()
-		select {
-		case tm := <-terms:
-			return tm
-		case <-time.After(10 * time.Second):
-			require.FailNow(t, "fn did not run")
-			return term{}
-		}
-	}
-
+	next, ran := runReportingTerms(t, rctx, el)
 	first := next()
 	leader, err := el.Leader(ctx)
 	require.NoError(t, err)

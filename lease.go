@@ -13,47 +13,27 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// Lease keeping.
+// Lease keeping (docs/guarantees.md, "Lost before expired").
 //
-// Each provider extends the leases of its handles together: a timer fires
-// every cadence while handles are held, and every lease not already being
-// extended is extended then, maxBatch handles per round trip. So a process
-// holding N locks sends about ceil(N/maxBatch) round trips per cadence, and
-// no goroutine waits between ticks. A new lease is first extended at the
-// next tick, within one cadence, or at once if its acquisition's round trip
-// was so slow that an extension as slow, sent at that tick, could come
-// back too late.
-//
-// Each handle's lease is measured on the client's monotonic clock from when
-// its last successful acquire or extend was *sent*: the server computed its
-// expiresAt from a $$NOW no earlier than that, so the client's deadline
-// (minus a safety margin) comes before the server's. A timer per handle
-// (time.AfterFunc: no goroutine until it fires) signals loss at that
-// deadline, however long a round trip takes, so the loss is signalled before
-// anyone else can take the lock. Transient errors are retried until the
-// deadline; a handle that an extension did not match (someone else holds the
-// lock, or its document was deleted) is lost at once. The monotonic clock
-// stands while the machine is suspended: a suspension that a look finds
-// (suspend.go) moves every deadline earlier by its length, and a lease
-// confirmed by a reply that came after one counts from that much earlier.
-//
-// The timer is not the only one to tell: a process stopped, or starved
-// of CPU, past a deadline runs again with the timer overdue, not yet run.
-// So each look on behalf of a handle's owner (its Context's Err and Done,
-// Lost, Release, a fenced write) compares the monotonic time with the
-// handle's deadline, which it reads without a lock, and a deadline passed
-// is the loss at once. Leases are measured by the monotonic clock of the
-// provider's clocks (suspend.go), which a test moves.
+// A provider extends its handles' leases together, on one timer, every
+// cadence and maxBatch handles per round trip: no goroutine per handle. A
+// lease counts on the monotonic clock from when its last successful
+// acquisition or extension was sent, as the server's $$NOW came later, less
+// the safety margin: the client's deadline comes first. A timer per handle
+// signals the loss at that deadline, however slow a round trip; a look on
+// the owner's behalf compares the clock with the deadline too, for a process
+// that ran again with that timer overdue. Suspended time (suspend.go) moves
+// every deadline earlier.
 
 // maxBatch bounds how many handles one extension round trip covers.
 const maxBatch = 500
 
 // leases keeps the leases of one provider's handles.
 type leases struct {
-	mu    sync.Mutex
-	held  map[*acquisition]*lease
-	timer *time.Timer // the next tick, while handles are held
-	watch *time.Timer // the next look for a suspension, while handles are held
+	mu     sync.Mutex
+	held   map[*acquisition]*lease
+	timer  *time.Timer // the next tick, while handles are held
+	looker *time.Timer // the next look for a suspension, while handles are held
 }
 
 type lease struct {
@@ -61,7 +41,7 @@ type lease struct {
 	cap      time.Time     // WithHoldAtMost's client end of the lease; zero: none
 	loss     *time.Timer   // fires at deadline
 	busy     bool          // an extension is on its way
-	missed   bool          // a tick came while it was: extend again at once
+	missed   bool          // a tick came while busy: extend again once back, if the next tick could be too late
 	lastErr  error         // the last failed extension's error
 	slept    time.Duration // suspended time by which deadline came earlier
 }
@@ -106,8 +86,8 @@ func (p *Provider) keep(h *acquisition, sent time.Time) {
 	if ls.timer == nil {
 		ls.timer = time.AfterFunc(o.cadence, p.tick)
 	}
-	if ls.watch == nil {
-		ls.watch = time.AfterFunc(watchEvery, p.watch)
+	if ls.looker == nil {
+		ls.looker = time.AfterFunc(lookEvery, p.lookRegularly)
 	}
 	ended := !now.Before(l.deadline)
 	// The deadline counts from the send, the first tick from now.
@@ -184,19 +164,19 @@ func (p *Provider) setDeadline(h *acquisition, l *lease, d time.Time) {
 	h.deadline.Store(int64(d.Sub(p.susp.monoAt)))
 }
 
-// watch looks for a suspension, and again after watchEvery while any
+// lookRegularly looks for a suspension, and again after lookEvery while any
 // lease is kept: the timer's own wait stands with the monotonic clock,
-// so it comes within watchEvery after the machine resumes.
-func (p *Provider) watch() {
+// so it comes within lookEvery after the machine resumes.
+func (p *Provider) lookRegularly() {
 	p.lookForSuspension()
 	ls := &p.leases
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if len(ls.held) == 0 || ls.watch == nil {
-		ls.watch = nil
+	if len(ls.held) == 0 || ls.looker == nil {
+		ls.looker = nil
 		return
 	}
-	ls.watch.Reset(watchEvery)
+	ls.looker.Reset(lookEvery)
 }
 
 // tooLateForTheNextTick reports whether an extension sent at the next
@@ -251,8 +231,9 @@ func (p *Provider) tick() {
 }
 
 // forget stops keeping h's lease (it is being released, or was lost) and
-// returns it, or nil if it was not kept. No extension of h starts afterwards; one
-// already on its way cannot match once the release has cleared the lockId.
+// returns it, or nil if it was not kept. No extension of h starts
+// afterwards; one on its way cannot match once the release has cleared
+// the lockId.
 func (p *Provider) forget(h *acquisition) *lease {
 	p.leases.mu.Lock()
 	defer p.leases.mu.Unlock()
@@ -274,9 +255,9 @@ func (p *Provider) drop(h *acquisition) *lease {
 		ls.timer.Stop()
 		ls.timer = nil
 	}
-	if len(ls.held) == 0 && ls.watch != nil { // nor to watch
-		ls.watch.Stop()
-		ls.watch = nil
+	if len(ls.held) == 0 && ls.looker != nil { // nor to look for
+		ls.looker.Stop()
+		ls.looker = nil
 	}
 	return l
 }
@@ -310,85 +291,108 @@ func delayed(schedule []time.Duration, d time.Duration) []time.Duration {
 	return s
 }
 
-// extend extends the leases of hs and records the outcome for each. It
-// extends again at once those for which a tick came meanwhile and the next
-// tick could be too late (round trips slower than the cadence), and, after a
-// transient error, tries again for the handles still kept until their leases
-// are extended or run out. A batch that fails otherwise is extended in
-// halves, down to single handles: only a handle refused on its own fails.
+// extend extends the leases of hs and records the outcome for each, until
+// none needs extending again at once: after a transient error (until its
+// lease is extended or runs out), or where a tick came meanwhile and the
+// next could be too late (round trips slower than the cadence).
 func (p *Provider) extend(hs []*acquisition) {
-	ls, o := &p.leases, p.opts
-	retry := min(o.cadence/4, 250*time.Millisecond)
+	retry := min(p.opts.cadence/4, 250*time.Millisecond)
 	for len(hs) > 0 {
-		ls.mu.Lock()
-		var latest time.Time
-		for _, h := range hs {
-			if l := ls.held[h]; l != nil && l.deadline.After(latest) {
-				latest = l.deadline
-			}
-		}
-		ls.mu.Unlock()
-		sent := p.now()
-		ctx, cancel := context.WithTimeout(context.Background(), latest.Sub(sent))
-		ctx = p.tel.startExtension(ctx, hs)
-		lost, err := p.extendLeases(ctx, hs)
-		replied := time.Now()
-		p.tel.endExtension(ctx, hs, lost, err, sent)
-		cancel()
-		if err != nil && len(hs) > 1 && !isTransient(err) && !isClosed(err) {
-			// Names adding up past a limit, say: each half on its own.
+		sent, replied, lost, err := p.sendExtension(hs)
+		if refusedAsABatch(hs, err) {
 			go p.extend(hs[len(hs)/2:])
 			hs = hs[:len(hs)/2]
 			continue
 		}
-		reason, why := lossTakenOver, fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost)
-		if isClosed(err) { // nothing sent through its client will ever succeed
-			lost, reason, why = hs, lossClientClosed, fmt.Errorf("%w: its client was disconnected (%w)", ErrLockLost, err)
-		}
-		for _, h := range lost {
-			if p.forget(h) != nil {
-				h.markLost(reason, why)
-			}
-		}
-		var again []*acquisition
-		p.lookForSuspension()
-		ls.mu.Lock()
-		slept := p.susp.since(sent) // while the round trip was on its way
-		now := p.susp.now()
-		for _, h := range hs {
-			l := ls.held[h]
-			switch {
-			case l == nil: // lost, released, or its lease ran out, meanwhile
-			case err != nil:
-				l.lastErr = err
-				again = append(again, h)
-			default:
-				l.lastErr, l.slept = nil, slept
-				p.setDeadline(h, l, l.until(o, sent.Add(-slept)))
-				h.confirmed.Store(sent.UnixNano())
-				h.replied.Store(replied.UnixNano())
-				l.loss.Reset(l.deadline.Sub(now))
-				// A tick came while this was on its way: extend again now
-				// if an extension at the next tick could come back too late.
-				l.busy = l.missed && l.tooLateForTheNextTick(o, sent, now)
-				if l.missed = false; l.busy {
-					again = append(again, h)
-				}
-			}
-		}
-		ls.mu.Unlock()
-		if hs = again; err != nil && len(hs) > 0 {
+		p.loseUnmatched(hs, lost, err)
+		if hs = p.recordExtension(hs, err, sent, replied); err != nil && len(hs) > 0 {
 			time.Sleep(retry)
 		}
 	}
 }
 
+// sendExtension is one extension round trip of hs, given until the latest
+// of their deadlines: when it was sent, when its reply came, and the
+// handles it did not match.
+func (p *Provider) sendExtension(hs []*acquisition) (sent, replied time.Time, lost []*acquisition, err error) {
+	p.leases.mu.Lock()
+	var latest time.Time
+	for _, h := range hs {
+		if l := p.leases.held[h]; l != nil && l.deadline.After(latest) {
+			latest = l.deadline
+		}
+	}
+	p.leases.mu.Unlock()
+	sent = p.now()
+	ctx, cancel := context.WithTimeout(context.Background(), latest.Sub(sent))
+	defer cancel()
+	ctx = p.tel.startExtension(ctx, hs)
+	lost, err = p.extendLeases(ctx, hs)
+	replied = time.Now()
+	p.tel.endExtension(ctx, hs, lost, err, sent)
+	return sent, replied, lost, err
+}
+
+// refusedAsABatch reports whether hs failed together by an error that
+// retrying cannot fix (names adding up past a limit, say): then each half
+// is extended on its own, down to single handles, so that only a handle
+// refused on its own fails.
+func refusedAsABatch(hs []*acquisition, err error) bool {
+	return err != nil && len(hs) > 1 && !isTransient(err) && !isClosed(err)
+}
+
+// loseUnmatched marks lost the handles an extension did not match, and
+// every one of hs if their client was disconnected: nothing sent through it
+// will ever succeed.
+func (p *Provider) loseUnmatched(hs, lost []*acquisition, err error) {
+	reason, why := lossTakenOver, fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost)
+	if isClosed(err) {
+		lost, reason, why = hs, lossClientClosed, fmt.Errorf("%w: its client was disconnected (%w)", ErrLockLost, err)
+	}
+	for _, h := range lost {
+		if p.forget(h) != nil {
+			h.markLost(reason, why)
+		}
+	}
+}
+
+// recordExtension records the outcome, err, of the extension of hs sent at
+// sent for those still kept, and returns those to extend again at once.
+func (p *Provider) recordExtension(hs []*acquisition, err error, sent, replied time.Time) []*acquisition {
+	ls, o := &p.leases, p.opts
+	var again []*acquisition
+	p.lookForSuspension()
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	slept := p.susp.since(sent) // while the round trip was on its way
+	now := p.susp.now()
+	for _, h := range hs {
+		l := ls.held[h]
+		switch {
+		case l == nil: // lost, released, or its lease ran out, meanwhile
+		case err != nil:
+			l.lastErr = err
+			again = append(again, h)
+		default:
+			l.lastErr, l.slept = nil, slept
+			p.setDeadline(h, l, l.until(o, sent.Add(-slept)))
+			h.confirmed.Store(sent.UnixNano())
+			h.replied.Store(replied.UnixNano())
+			l.loss.Reset(l.deadline.Sub(now))
+			l.busy = l.missed && l.tooLateForTheNextTick(o, sent, now)
+			if l.missed = false; l.busy {
+				again = append(again, h)
+			}
+		}
+	}
+	return again
+}
+
 // extendLeases pushes the leases of hs, all locks' or all slots', to
 // $$NOW + expiry (a lock's at most to WithHoldAtMost's bound) in one
-// owner-checked round trip (5 or 18), and returns the
-// handles it did not match. Only when a batch may have matched some but not
-// all does it read their documents to find out which (one more round trip:
-// 6 or 19).
+// owner-checked round trip (the extend statement), and returns the handles
+// it did not match. Only when a batch may have matched some but not all
+// does it read their documents to find out which (the holders statement).
 func (p *Provider) extendLeases(ctx context.Context, hs []*acquisition) ([]*acquisition, error) {
 	names, ids, seen := make(bson.A, 0, len(hs)), make(bson.A, len(hs)), make(map[string]bool, len(hs))
 	for i, h := range hs {

@@ -46,26 +46,33 @@ func (m memStore) do(ctx context.Context, op func(c *memdb.Table, now time.Time)
 	return m.db.Do(ctx, m.coll, op)
 }
 
-func (m memStore) findOneAndUpdate(ctx context.Context, filter, update, projection any) (doc bson.Raw, err error) {
+// call is do of op, a statement with a result.
+func call[T any](ctx context.Context, m memStore, op func(c *memdb.Table, now time.Time) (T, error)) (res T, err error) {
 	err = m.do(ctx, func(c *memdb.Table, now time.Time) (err error) {
-		doc, err = c.FindOneAndUpdate(now, filter, update, memdb.FindOneAndUpdateOptions{After: true, Projection: projection})
+		res, err = op(c, now)
 		return err
 	})
-	return doc, err
+	return res, err
 }
 
-func (m memStore) updateOne(ctx context.Context, filter, update any) (matched, modified int64, err error) {
-	err = m.do(ctx, func(c *memdb.Table, now time.Time) error {
-		n, k, err := c.UpdateOne(now, filter, update)
-		matched, modified = int64(n), int64(k)
-		return err
+func (m memStore) findOneAndUpdate(ctx context.Context, filter, update, projection any) (bson.Raw, error) {
+	return call(ctx, m, func(c *memdb.Table, now time.Time) (bson.Raw, error) {
+		return c.FindOneAndUpdate(now, filter, update, memdb.FindOneAndUpdateOptions{After: true, Projection: projection})
 	})
-	return matched, modified, err
 }
 
-func (m memStore) updateMany(ctx context.Context, filter, update any) (matched, modified int64, err error) {
+func (m memStore) updateOne(ctx context.Context, filter, update any) (int64, int64, error) {
+	return m.update(ctx, (*memdb.Table).UpdateOne, filter, update)
+}
+
+func (m memStore) updateMany(ctx context.Context, filter, update any) (int64, int64, error) {
+	return m.update(ctx, (*memdb.Table).UpdateMany, filter, update)
+}
+
+// update is do of op, an update, with the counts of its reply.
+func (m memStore) update(ctx context.Context, op func(*memdb.Table, time.Time, any, any) (int, int, error), filter, update any) (matched, modified int64, err error) {
 	err = m.do(ctx, func(c *memdb.Table, now time.Time) error {
-		n, k, err := c.UpdateMany(now, filter, update)
+		n, k, err := op(c, now, filter, update)
 		matched, modified = int64(n), int64(k)
 		return err
 	})
@@ -76,23 +83,15 @@ func (m memStore) insertOne(ctx context.Context, doc any) error {
 	return m.do(ctx, func(c *memdb.Table, now time.Time) error { return c.InsertOne(now, doc) })
 }
 
-func (m memStore) find(ctx context.Context, filter, projection any) (docs []bson.Raw, err error) {
-	err = m.do(ctx, func(c *memdb.Table, now time.Time) (err error) {
-		docs, err = c.Find(now, filter, projection)
-		return err
-	})
-	return docs, err
+func (m memStore) find(ctx context.Context, filter, projection any) ([]bson.Raw, error) {
+	return call(ctx, m, func(c *memdb.Table, now time.Time) ([]bson.Raw, error) { return c.Find(now, filter, projection) })
 }
 
 // aggregate runs the whole pipeline in one round trip (one $$NOW, as the
 // server's), then hands the documents over one by one: batchSize changes
 // nothing.
 func (m memStore) aggregate(ctx context.Context, pipeline any, _ int32, each func(bson.Raw) bool) error {
-	var docs []bson.Raw
-	err := m.do(ctx, func(c *memdb.Table, now time.Time) (err error) {
-		docs, err = c.Aggregate(now, pipeline)
-		return err
-	})
+	docs, err := call(ctx, m, func(c *memdb.Table, now time.Time) ([]bson.Raw, error) { return c.Aggregate(now, pipeline) })
 	for _, d := range docs {
 		if !each(d) {
 			break
@@ -129,11 +128,7 @@ func (m memStore) listCollections(ctx context.Context) ([]bson.Raw, error) {
 // events within a read, so the stream is never idle while it runs, and a
 // stream whose reply was lost, which nobody reads, times out.
 func (m memStore) watch(ctx context.Context, pipeline mongo.Pipeline, ready func(), event func(bson.RawValue)) error {
-	var s *memdb.Stream
-	err := m.do(ctx, func(c *memdb.Table, _ time.Time) (err error) {
-		s, err = c.Watch(pipeline)
-		return err
-	})
+	s, err := call(ctx, m, func(c *memdb.Table, _ time.Time) (*memdb.Stream, error) { return c.Watch(pipeline) })
 	if err != nil {
 		return err
 	}

@@ -119,21 +119,15 @@ func WithAdaptiveBackoff(on bool) Option {
 }
 
 // WithHoldAtLeast keeps a released lock held until d after its acquisition,
-// by the server's clock: for a job that every replica's scheduler starts at
-// the same time, and that must run once per period, also when it ends
-// sooner than the replicas' clocks differ. Release (and so Do and
-// Provider.Close) writes the hold into the lock's document in its one round
-// trip: it lasts without this process, even if the process exits at once.
-// Release then hands the lock to no Acquire of this process. Acquire and
-// TryAcquire of every process (DistributedLock.MongoDB's too) are refused
-// until the hold ends; a waiting Acquire next in line finds the lock free
-// within WithBusyWaitSleep's max of that end, as of a release. Until then
-// Inspect shows the lock Held by its owner, and ForceRelease ends the hold.
-// A release that fails, and a handle whose lease runs out, hold it too:
-// a job that ran keeps its hold, whatever it returned. An acquisition
-// under which no job ran (nobody got its handle, or a Composite call
-// failed) is freed at once. The server
-// counts whole milliseconds. Default 0: a release frees the lock at once.
+// by the server's clock: for a job every replica starts at once that must
+// run once per period, however soon it ends. Release (so Do and Close too)
+// writes the hold into the document in its one round trip, so it outlasts
+// the process, and hands the lock to no Acquire of this process; a failed
+// release and a lease that runs out hold it too. Until the hold ends every
+// process's Acquire is refused, and Inspect shows the lock held;
+// ForceRelease ends it. An acquisition under which no job ran (nobody got
+// its handle, a Composite call failed) is freed at once. The server counts
+// whole milliseconds. Default 0: a release frees the lock at once.
 //
 // It applies to locks (Lock, Do). A Semaphore's, an RWLock's or an
 // Election's acquisitions with a Provider that has it return an error.
@@ -148,8 +142,9 @@ func WithHoldAtLeast(d time.Duration) Option {
 // with the cause ErrLockLost, a safety margin before the bound
 // (min(expiry/10, 1s)), and Release and Do report ErrLockLost. The lock
 // stays held until the bound, the job's time to stop, unless the lost
-// handle's Release (call it once the job has stopped) frees it at once. d must be at least the expiry (WithExpiry), which an
-// acquisition's lease lasts from the start, and at least WithHoldAtLeast's.
+// handle's Release (call it once the job has stopped) frees it at once. d
+// must be at least the expiry (WithExpiry), which an acquisition's lease
+// lasts from the start, and at least WithHoldAtLeast's.
 // Default: no bound.
 //
 // It applies to locks, as WithHoldAtLeast.
@@ -166,35 +161,35 @@ func buildConfig(opts []Option) (config, error) {
 		}
 		opt(&o)
 	}
-	if o.owner == "" || len(o.owner) > MaxOwnerLen {
-		return o, invalidf("WithOwner(%q): the owner must be 1 to %d bytes long", shortName(o.owner), MaxOwnerLen)
-	}
-	if err := o.telemetryConfig.check(); err != nil {
-		return o, err
-	}
-	if o.collection == "" {
-		return o, invalidf("WithCollection(%q): the collection name must not be empty", o.collection)
-	}
-	if o.expiry < minExpiry {
-		return o, invalidf("WithExpiry(%v): the expiry must be at least %v", o.expiry, minExpiry)
-	}
 	if !o.cadenceSet {
 		o.cadence = o.expiry / 3
 	}
-	if least := o.expiry / minCadenceDivisor; o.cadence < least {
-		return o, invalidf("WithExtensionCadence(%v): the cadence must be at least %v, a hundredth of the expiry (%v)", o.cadence, least, o.expiry)
-	}
-	if most := (o.expiry - o.safetyMargin()) / 2; o.cadence > most {
-		return o, invalidf("WithExtensionCadence(%v): the cadence must be at most %v, half of what the expiry (%v) leaves after the safety margin (%v), so that a failed extension is retried before the lease ends",
+	return o, o.check()
+}
+
+// check validates the options, WithHoldAtLeast's and WithHoldAtMost's last.
+func (o config) check() error {
+	least, most := o.expiry/minCadenceDivisor, (o.expiry-o.safetyMargin())/2
+	switch err := o.telemetryConfig.check(); {
+	case o.owner == "" || len(o.owner) > MaxOwnerLen:
+		return invalidf("WithOwner(%q): the owner must be 1 to %d bytes long", shortName(o.owner), MaxOwnerLen)
+	case err != nil:
+		return err
+	case o.collection == "":
+		return invalidf("WithCollection(%q): the collection name must not be empty", o.collection)
+	case o.expiry < minExpiry:
+		return invalidf("WithExpiry(%v): the expiry must be at least %v", o.expiry, minExpiry)
+	case o.cadence < least:
+		return invalidf("WithExtensionCadence(%v): the cadence must be at least %v, a hundredth of the expiry (%v)", o.cadence, least, o.expiry)
+	case o.cadence > most:
+		return invalidf("WithExtensionCadence(%v): the cadence must be at most %v, half of what the expiry (%v) leaves after the safety margin (%v), so that a failed extension is retried before the lease ends",
 			o.cadence, most, o.expiry, o.safetyMargin())
+	case o.sleepMin <= 0 || o.sleepMin > o.sleepMax:
+		return invalidf("WithBusyWaitSleep(%v, %v): need 0 < min <= max", o.sleepMin, o.sleepMax)
+	case o.standby != 0 && o.standby < o.sleepMax:
+		return invalidf("WithStandbySleep(%v): the standby sleep must be at least the busy-wait max (%v)", o.standby, o.sleepMax)
 	}
-	if o.sleepMin <= 0 || o.sleepMin > o.sleepMax {
-		return o, invalidf("WithBusyWaitSleep(%v, %v): need 0 < min <= max", o.sleepMin, o.sleepMax)
-	}
-	if o.standby != 0 && o.standby < o.sleepMax {
-		return o, invalidf("WithStandbySleep(%v): the standby sleep must be at least the busy-wait max (%v)", o.standby, o.sleepMax)
-	}
-	return o, o.checkHolds()
+	return o.checkHolds()
 }
 
 // checkHolds validates WithHoldAtLeast and WithHoldAtMost.
@@ -286,17 +281,6 @@ func WithTrace(t *Trace) Option {
 		}
 		o.trace = o.trace.then(t)
 	}
-}
-
-// check validates what WithTrace and WithLogger set.
-func (c telemetryConfig) check() error {
-	switch {
-	case c.nilTrace:
-		return invalid("WithTrace(nil): pass hooks, or leave the option out")
-	case c.logger == nil:
-		return invalid("WithLogger(nil): pass a logger, or leave the option out to log nothing")
-	}
-	return nil
 }
 
 // WithLogger sets where the provider logs: losses and handles dropped while

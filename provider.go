@@ -220,18 +220,16 @@ func sender(jobs <-chan func(), done <-chan struct{}, job func()) {
 
 // Close releases every lock that this provider's handles hold, makes its
 // Acquire and TryAcquire calls in flight return ErrClosed, and waits for its
-// background work (cleanups of orphaned acquisitions, the TTL index) to end.
-// Later Acquire, TryAcquire and Do calls on its locks return ErrClosed;
-// Release of a handle that Close released returns nil. Call it when a
-// process shuts down: others get its locks at once rather than after an
-// expiry.
+// background work (releases of acquisitions nobody got a handle for, the
+// TTL index) to end. Later Acquire, TryAcquire and Do calls on its locks
+// return ErrClosed; Release of a handle that Close released returns nil.
+// Call it when a process shuts down: others get its locks at once.
 //
-// ctx bounds the releases and the wait; if it ends first, Close returns
-// an error wrapping ctx's, and what is left goes on in the background (a
-// failed release frees its lock in the background for a few seconds at
-// most). Otherwise it returns an error that joins the errors of releases
-// that failed, if any (a lock already lost is not an error here). Later
-// calls wait for the first and return its outcome.
+// ctx bounds the releases and the wait; if it ends first, Close returns an
+// error wrapping ctx's, and the rest goes on in the background for a few
+// seconds at most. Otherwise it returns the errors of the releases that
+// failed, joined (a lock already lost is not one). Later calls wait for
+// the first and return its outcome.
 func (p *Provider) Close(ctx context.Context) error {
 	if ctx == nil {
 		return &Error{Op: opClose, Err: errNilContext}

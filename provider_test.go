@@ -112,24 +112,14 @@ func TestProvidersAndClientsLeaveNothingBehind(t *testing.T) {
 		}
 		return gone
 	}
-	heap := func(gone []weak.Pointer[mongolock.Provider]) uint64 {
-		pollUntil(t, 30*time.Second, "the providers made per call collected", func() bool {
-			runtime.GC()
-			return !slices.ContainsFunc(gone, func(w weak.Pointer[mongolock.Provider]) bool { return w.Value() != nil })
-		})
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
 	// A leak grows the heap in every round; what the rest of the process
 	// allocates meanwhile does not: one round of three under the bound
 	// passes.
-	before := heap(perCall(100))
+	before := heapOnceCollected(t, perCall(100))
 	const calls = 300
 	var perCallGrowth []int64
 	for range 3 {
-		after := heap(perCall(calls))
+		after := heapOnceCollected(t, perCall(calls))
 		grown := int64(after) - int64(before)
 		t.Logf("heap grew by %d bytes over %d calls (%d per call)", grown, calls, grown/calls)
 		if perCallGrowth = append(perCallGrowth, grown/calls); grown/calls < 256 {
@@ -143,6 +133,19 @@ func TestProvidersAndClientsLeaveNothingBehind(t *testing.T) {
 	forgetClients(t, func(int) (*mongolock.Provider, func()) { return newProvider(store.Client()), func() {} })
 	require.NoError(t, held.Release(ctx))
 	require.NoError(t, leader.Close(ctx))
+}
+
+// heapOnceCollected is the heap in use once every provider of gone has
+// been collected.
+func heapOnceCollected(t *testing.T, gone []weak.Pointer[mongolock.Provider]) uint64 {
+	pollUntil(t, 30*time.Second, "the providers made per call collected", func() bool {
+		runtime.GC()
+		return !slices.ContainsFunc(gone, func(w weak.Pointer[mongolock.Provider]) bool { return w.Value() != nil })
+	})
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }
 
 // forgetClients makes 20 providers on clients of their own with

@@ -7,34 +7,23 @@ import (
 	"time"
 )
 
-// Suspended time.
+// Suspended time (docs/guarantees.md, "Lost before expired").
 //
-// Leases are measured on Go's monotonic clock, and runtime timers run on
-// it; on Linux, macOS and Windows it does not advance while the machine is
-// suspended (a laptop asleep, a paused or migrated VM). A holder that
-// resumes would believe its lease had as long left as when it stopped. So
-// each provider also watches clocks that count suspended time: the wall
-// clock and, on Linux, CLOCK_BOOTTIME. When both moved ahead of the
-// monotonic clock by the same gap, the machine was suspended for that
-// long: every kept lease's deadline moves earlier by it, and those that
-// have passed are lost at once. Both must agree, so that a step of the
-// wall clock (NTP) ends no lease where a boot clock says nothing was
-// suspended, and so that in a testing/synctest bubble, whose fake clock
-// stands while real time passes, nothing counts as suspended; where there
-// is no boot clock, the wall clock alone decides.
-//
-// The provider looks when a handle's Lost, or its Context's Err or Done,
-// is called, at a Release, before a fenced write, before each acquisition
-// or extension is sent and when its reply comes, and every watchEvery
-// while it keeps leases. A look costs a time.Now and an atomic
-// load; the boot clock is read only when the wall clock has moved ahead.
-// A look on behalf of a handle's owner also compares the monotonic time
-// it read with the handle's deadline (lease.go), one more atomic load.
+// Go's monotonic clock, and its timers, stand while the machine is
+// suspended, so a resumed holder would think its lease had as long left
+// as when it stopped. A provider also reads clocks that count suspended
+// time, the wall clock and, on Linux, CLOCK_BOOTTIME: when both moved ahead
+// of the monotonic clock by the same gap, the machine was suspended that
+// long. Both must agree, so that a step of the wall clock ends no lease and
+// a testing/synctest bubble sees no suspension. A look (at each of a
+// handle's looks, at each send and reply, and every lookEvery while leases
+// are kept) costs a time.Now and an atomic load; the boot clock is read only
+// when the wall clock has moved ahead.
 
-// watchEvery is how often a provider that keeps leases looks for a
+// lookEvery is how often a provider that keeps leases looks for a
 // suspension when nothing else makes it look: the longest a resumed
 // holder's loss can wait.
-const watchEvery = 250 * time.Millisecond
+const lookEvery = 250 * time.Millisecond
 
 // minSuspension is the shortest gap that counts as a suspension: shorter
 // ones are the jitter of reading two clocks, which the safety margin

@@ -132,13 +132,13 @@ func oplogDiff(pre, post bson.D, padding int) *docDiff {
 
 // docDiff is the diff of a document (diff_tree::DocumentSubDiffNode):
 // the fields updated, inserted (new, or moved after a removed one) and
-// deleted, each in the order found, and the diffs of embedded documents
-// and arrays; size is what MongoDB's approximate size tracker counts.
+// deleted (each false, as serialized), each in the order found, and the
+// diffs of embedded documents and arrays; size is what MongoDB's
+// approximate size tracker counts.
 type docDiff struct {
-	updates, inserts bson.D
-	deletes          []string
-	subs             []subDiff
-	size             int
+	updates, inserts, deletes bson.D
+	subs                      []subDiff
+	size                      int
 }
 
 // subDiff is the diff of a field's or an element's embedded document or
@@ -178,28 +178,14 @@ type arrElem struct {
 // section's wrapping, a sub-diff the prefix of its key.
 const sectionWrapping = 8
 
-func (d *docDiff) addUpdate(k string, v any) {
-	if len(d.updates) == 0 {
+// add adds field k, of value v, to section, one of d's updates, inserts
+// and deletes.
+func (d *docDiff) add(section *bson.D, k string, v any) {
+	if len(*section) == 0 {
 		d.size += sectionWrapping
 	}
 	d.size += len(k) + 2 + valueSize(v)
-	d.updates = append(d.updates, bson.E{Key: k, Value: v})
-}
-
-func (d *docDiff) addInsert(k string, v any) {
-	if len(d.inserts) == 0 {
-		d.size += sectionWrapping
-	}
-	d.size += len(k) + 2 + valueSize(v)
-	d.inserts = append(d.inserts, bson.E{Key: k, Value: v})
-}
-
-func (d *docDiff) addDelete(k string) {
-	if len(d.deletes) == 0 {
-		d.size += sectionWrapping
-	}
-	d.size += len(k) + 2 + 1
-	d.deletes = append(d.deletes, k)
+	*section = append(*section, bson.E{Key: k, Value: v})
 }
 
 func (d *docDiff) addSub(s subDiff) {
@@ -240,7 +226,7 @@ func diffDocs(pre, post bson.D, padding int) *docDiff {
 			if sub, ok := diffValues(q.Key, p.Value, q.Value); ok {
 				d.addSub(sub)
 			} else {
-				d.addUpdate(q.Key, q.Value)
+				d.add(&d.updates, q.Key, q.Value)
 			}
 			i, j = i+1, j+1
 		default:
@@ -249,14 +235,14 @@ func diffDocs(pre, post bson.D, padding int) *docDiff {
 		}
 	}
 	for ; i < len(pre); i++ {
-		d.addDelete(pre[i].Key)
+		d.add(&d.deletes, pre[i].Key, false)
 	}
 	for ; j < len(post); j++ {
-		d.addInsert(post[j].Key, post[j].Value)
+		d.add(&d.inserts, post[j].Key, post[j].Value)
 		delete(deleted, post[j].Key)
 	}
 	for _, k := range slices.Sorted(maps.Keys(deleted)) { // a std::set's order
-		d.addDelete(k)
+		d.add(&d.deletes, k, false)
 	}
 	if postSize > d.size {
 		return d
@@ -321,18 +307,10 @@ func diffValues(key string, pre, post any) (s subDiff, ok bool) {
 // s<index>: …}.
 func (d *docDiff) serialize() bson.D {
 	out := bson.D{}
-	if len(d.deletes) > 0 {
-		dels := make(bson.D, len(d.deletes))
-		for i, k := range d.deletes {
-			dels[i] = bson.E{Key: k, Value: false}
+	for _, sec := range []bson.E{{Key: "d", Value: d.deletes}, {Key: "u", Value: d.updates}, {Key: "i", Value: d.inserts}} {
+		if len(sec.Value.(bson.D)) > 0 {
+			out = append(out, sec)
 		}
-		out = append(out, bson.E{Key: "d", Value: dels})
-	}
-	if len(d.updates) > 0 {
-		out = append(out, bson.E{Key: "u", Value: d.updates})
-	}
-	if len(d.inserts) > 0 {
-		out = append(out, bson.E{Key: "i", Value: d.inserts})
 	}
 	for _, s := range d.subs {
 		out = append(out, bson.E{Key: "s" + s.key, Value: s.serialize()})
@@ -377,7 +355,7 @@ func (d *docDiff) describe(path string, desc *description) {
 		desc.updated = append(desc.updated, bson.E{Key: dotted(path, e.Key), Value: e.Value})
 	}
 	for _, k := range d.deletes {
-		desc.removed = append(desc.removed, dotted(path, k))
+		desc.removed = append(desc.removed, dotted(path, k.Key))
 	}
 	for _, s := range d.subs {
 		s.describe(dotted(path, s.key), desc)

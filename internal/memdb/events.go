@@ -67,9 +67,8 @@ func (c *Table) history() *history {
 
 // add appends the event ev of a write to coll, dropping the oldest beyond
 // the cap, and wakes coll's streams, and the others once half the history
-// has passed them: a getMore scans the whole oplog, and a stream whose
-// reader keeps reading does not fall behind for its collection's being
-// quiet.
+// has passed them: a getMore scans the whole oplog, so a stream that is
+// read does not fall behind while its own collection has no writes.
 func (h *history) add(coll *Table, ev bson.D) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

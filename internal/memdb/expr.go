@@ -236,11 +236,16 @@ func arithmetic(name string, vals []any) any {
 		_, long := v.(int64)
 		wide, isFloat = wide || long, isFloat || !isInt || !acc.IsInt64()
 	}
-	n := acc.Int64()
+	return arithmeticResult(acc.Int64(), f, dates > 0, wide, isFloat)
+}
+
+// arithmeticResult is the type the server gives a result: exactly n, or f
+// where it went on in doubles; a date if an operand was one.
+func arithmeticResult(n int64, f float64, date, wide, isFloat bool) any {
 	switch {
-	case dates > 0 && isFloat:
+	case date && isFloat:
 		panic(notModelled("$add of a date past int64"))
-	case dates > 0:
+	case date:
 		return bson.DateTime(n)
 	case isFloat:
 		return f

@@ -1,22 +1,16 @@
 // Package memdb is an in-memory model of a MongoDB collection as mongolock
-// uses one: documents keyed by _id; the operations, query operators,
-// update operators, pipeline stages and aggregation expressions of the
-// library's statements, evaluated as MongoDB documents them; the change
-// events each write produces, as MongoDB 8.0 reports them or as 4.4 does
-// (Events); and, in a Store, the faults of a network between a client and
-// the server. $$NOW is an argument of every operation: the store's clock,
-// to the millisecond.
+// uses one: documents keyed by _id; the operations, query and update
+// operators, pipeline stages and expressions of the library's statements,
+// evaluated as MongoDB documents them; the change events of each write, as
+// MongoDB 8.0 or 4.4 reports them (Events); and, in a Store, the faults of
+// a network. $$NOW is an argument of every operation: the store's clock.
 //
-// It models that subset and nothing more: a statement that uses anything
-// else is answered with an error that names what is not modelled, never
-// with a guess. A differential test in the root package runs every
-// statement the library sends on the test server and on this model and
-// requires the same documents and replies. Not modelled: indexes other
-// than _id's (a TTL monitor's deletions are the caller's DeleteOne, at
-// the time it chooses), the server's errors of invalid statements (but
-// for a $map or a $filter without an argument it needs, refused with
-// MongoDB's code and message), and the driver (its retries, its server
-// selection, its sessions).
+// It models that subset and nothing more: anything else is answered with
+// an error that names what is not modelled, never with a guess. A
+// differential test in the root package holds it to the test server,
+// statement by statement. Not modelled: indexes but _id's, the server's
+// checks of invalid statements (but for $map's and $filter's arguments),
+// and the driver.
 package memdb
 
 import (

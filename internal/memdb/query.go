@@ -101,57 +101,77 @@ func firstMatch(a, q any) int {
 // {$slice: -n} by its last n elements), then the computed ones in the
 // projection's order, then an $elemMatch's first matching element.
 func project(d bson.D, spec bson.D, c vars) bson.D {
-	keep := map[string][]string{"_id": {""}} // a field's kept subfields ("": whole)
-	last := map[string]int{}                 // $slice: -n
-	var computed, elemMatch bson.D
-	inclusion := false
+	p := projection{keep: map[string][]string{"_id": {""}}, last: map[string]int{}}
 	for _, e := range spec {
-		head, rest, dotted := strings.Cut(e.Key, ".")
-		sub, _ := e.Value.(bson.D)
-		isNum := rank(e.Value) == 2
-		op := ""
-		if len(sub) == 1 && !dotted {
-			op = sub[0].Key
-		}
-		switch n, _ := integer(get(sub, "$slice")); {
-		case op == "$slice" && n < 0:
-			keep[head], last[head] = []string{""}, int(-n)
-		case op == "$elemMatch":
-			elemMatch = append(elemMatch, bson.E{Key: e.Key, Value: sub[0].Value})
-		case (isNum || e.Value == true) && truthy(e.Value) && !strings.Contains(rest, "."):
-			keep[head], inclusion = append(keep[head], rest), true
-		case isNum || e.Value == false || dotted || e.Key == "_id" || op == "$slice":
-			panic(notModelled("projection of %s: %v", e.Key, e.Value))
-		default:
-			computed = append(computed, e)
-		}
+		p.add(e)
 	}
-	if len(last) > 0 && !inclusion && computed == nil && elemMatch == nil {
+	if len(p.last) > 0 && !p.inclusion && p.computed == nil && p.elemMatch == nil {
 		panic(notModelled("$slice without an inclusion: the server keeps every field"))
 	}
 	out := bson.D{}
 	for _, f := range d {
-		paths, kept := keep[f.Key]
-		v := f.Value
-		if a, ok := v.(bson.A); ok && last[f.Key] > 0 {
-			v = a[max(0, len(a)-last[f.Key]):]
-		}
-		if kept && !slices.Contains(paths, "") {
-			v = projectPaths(v, paths)
-		}
-		if kept && v != missing {
+		if v := p.kept(f); v != missing {
 			out = append(out, bson.E{Key: f.Key, Value: v})
 		}
 	}
-	for _, e := range computed {
+	for _, e := range p.computed {
 		out = put(out, e.Key, eval(e.Value, c))
 	}
-	for _, e := range elemMatch {
+	for _, e := range p.elemMatch {
 		if i := firstMatch(get(d, e.Key), e.Value); i >= 0 {
 			out = put(out, e.Key, bson.A{get(d, e.Key).(bson.A)[i]})
 		}
 	}
 	return out
+}
+
+// projection is an inclusion projection, read field by field.
+type projection struct {
+	keep      map[string][]string // a field's kept subfields ("": whole)
+	last      map[string]int      // a field's {$slice: -n}: n
+	computed  bson.D              // fields of expressions
+	elemMatch bson.D              // fields of an $elemMatch
+	inclusion bool                // a field is included by name
+}
+
+// add reads one field e of the projection. A number or a boolean includes
+// or excludes; an object of one operator applies it; any other value is
+// an expression, of a top-level field that is not _id.
+func (p *projection) add(e bson.E) {
+	field, rest, dotted := strings.Cut(e.Key, ".")
+	op, arg := "", any(nil)
+	if sub, _ := e.Value.(bson.D); len(sub) == 1 && !dotted {
+		op, arg = sub[0].Key, sub[0].Value
+	}
+	n, _ := integer(arg)
+	flag := rank(e.Value) == 2 || e.Value == true || e.Value == false // includes or excludes
+	switch {
+	case op == "$slice" && n < 0:
+		p.keep[field], p.last[field] = []string{""}, int(-n)
+	case op == "$elemMatch":
+		p.elemMatch = append(p.elemMatch, bson.E{Key: e.Key, Value: arg})
+	case flag && truthy(e.Value) && !strings.Contains(rest, "."):
+		p.keep[field], p.inclusion = append(p.keep[field], rest), true
+	case flag || dotted || e.Key == "_id" || op == "$slice": // an exclusion, or what the model does not evaluate
+		panic(notModelled("projection of %s: %v", e.Key, e.Value))
+	default:
+		p.computed = append(p.computed, e)
+	}
+}
+
+// kept is what the projection keeps of field f: missing if nothing.
+func (p projection) kept(f bson.E) any {
+	paths, kept := p.keep[f.Key]
+	if a, ok := f.Value.(bson.A); ok && p.last[f.Key] > 0 { // its paths are {""}: no subfield to pick
+		return a[max(0, len(a)-p.last[f.Key]):]
+	}
+	switch {
+	case !kept:
+		return missing
+	case slices.Contains(paths, ""):
+		return f.Value
+	}
+	return projectPaths(f.Value, paths)
 }
 
 // projectPaths keeps fields of v (of a document, or of each document of
