@@ -99,7 +99,7 @@ func TestKilledMigrationRunLeavesNoLockPastItsLease(t *testing.T) {
 	const expiry = 2 * time.Second
 	dir := t.TempDir()
 	killed := start(t, env(), run(conn, append([]string{"--expiry", expiry.String(), "migrations", "--"}, helperCmd(t, "hold", dir)...)...)...)
-	waitForFile(t, filepath.Join(dir, "started"), 15*time.Second)
+	waitForFile(t, filepath.Join(dir, "started"))
 
 	marker := filepath.Join(t.TempDir(), "started")
 	next := start(t, env(), run(conn, append([]string{"--wait", "1m", "--expiry", expiry.String(), "migrations", "--"}, helperCmd(t, "started", marker)...)...)...)
@@ -112,7 +112,7 @@ func TestKilledMigrationRunLeavesNoLockPastItsLease(t *testing.T) {
 	if code := next.wait(t, time.Minute); code != 0 {
 		t.Fatalf("the next run: status %d: %s", code, next.stderr.String())
 	}
-	began := unixNano(t, waitForFile(t, marker, time.Second))
+	began := unixNano(t, waitForFile(t, marker))
 	// The lease ends at most expiry after the last extension, which came
 	// before the kill; the waiter looks again within a second of its end.
 	if late := began.Sub(at); late > expiry+2*time.Second {

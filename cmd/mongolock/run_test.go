@@ -60,7 +60,7 @@ func TestRunGivesTheCommandTheLockAndItsStatusBack(t *testing.T) {
 	if r.stderr != "" || r.stdout != "" {
 		t.Errorf("run without --verbose said %q, %q; want nothing", r.stdout, r.stderr)
 	}
-	got := strings.Fields(waitForFile(t, file, time.Second))
+	got := strings.Fields(waitForFile(t, file))
 	info := inspectLock(t, conn, "nightly")
 	if got[0] != "nightly" || got[1] != strconv.FormatInt(info.FencingToken, 10) {
 		t.Errorf("the command saw MONGOLOCK_NAME, MONGOLOCK_FENCING_TOKEN = %q; want nightly and the lock's token %d", got, info.FencingToken)
@@ -72,7 +72,7 @@ func TestRunGivesTheCommandTheLockAndItsStatusBack(t *testing.T) {
 	// Without "--", and with --verbose; flags after the name.
 	r = invoke(t, "", run(conn, append([]string{"nightly", "--verbose", "--owner", "ops/1"}, helperCmd(t, "env", file, "0")...)...)...)
 	requireCode(t, r, 0, "run --verbose")
-	second, _ := strconv.ParseInt(strings.Fields(waitForFile(t, file, time.Second))[1], 10, 64)
+	second, _ := strconv.ParseInt(strings.Fields(waitForFile(t, file))[1], 10, 64)
 	if second <= info.FencingToken {
 		t.Errorf("second run's token %d; want more than %d", second, info.FencingToken)
 	}
@@ -148,7 +148,7 @@ func TestRunTryOnAHeldLockExitsNotAcquiredAtOnce(t *testing.T) {
 	dir := t.TempDir()
 	marker := filepath.Join(t.TempDir(), "ran")
 	holder := start(t, env(), run(conn, append([]string{"busy", "--"}, helperCmd(t, "hold", dir)...)...)...)
-	waitForFile(t, filepath.Join(dir, "started"), 15*time.Second)
+	waitForFile(t, filepath.Join(dir, "started"))
 	ran := helperCmd(t, "started", marker)
 
 	r := invoke(t, "", run(conn, append([]string{"--try", "busy"}, ran...)...)...)
@@ -182,7 +182,7 @@ func TestRunTryOnAHeldLockExitsNotAcquiredAtOnce(t *testing.T) {
 	}
 	r = invoke(t, "", run(conn, append([]string{"--try", "busy"}, ran...)...)...)
 	requireCode(t, r, 0, "run --try on the released lock")
-	waitForFile(t, marker, time.Second)
+	waitForFile(t, marker)
 }
 
 // A run cut off from the server by a partition learns it lost the lock
@@ -222,7 +222,7 @@ func TestPartitionedRunStopsItsCommandBeforeARivalStartsIts(t *testing.T) {
 			}
 			holder := start(t, env(), append([]string{"--uri", u.String(), "--db", conn[3], "--timeout", "2s",
 				"run", "--expiry", "3s", "--grace", "100ms", "cut", "--"}, hold...)...)
-			waitForFile(t, filepath.Join(dir, "started"), 15*time.Second)
+			waitForFile(t, filepath.Join(dir, "started"))
 			rival := start(t, env(), run(conn, append([]string{"--expiry", "3s", "cut", "--"}, helperCmd(t, "started", rivalFile)...)...)...)
 
 			proxy.Blackhole()
@@ -238,9 +238,9 @@ func TestPartitionedRunStopsItsCommandBeforeARivalStartsIts(t *testing.T) {
 			if code := rival.wait(t, 20*time.Second); code != 0 {
 				t.Fatalf("rival: status %d: %s", code, rival.stderr.String())
 			}
-			term := unixNano(t, waitForFile(t, filepath.Join(dir, "term"), time.Second))
+			term := unixNano(t, waitForFile(t, filepath.Join(dir, "term")))
 			last := lastBeat(t, dir)
-			rivalStart := unixNano(t, waitForFile(t, rivalFile, time.Second))
+			rivalStart := unixNano(t, waitForFile(t, rivalFile))
 			if !term.Before(rivalStart) || !last.Before(rivalStart) {
 				t.Fatalf("the rival's command started %v after the holder's got SIGTERM and %v after it was last seen running; want both after",
 					rivalStart.Sub(term), rivalStart.Sub(last))
@@ -275,7 +275,7 @@ func TestRunWhoseLockWasForceReleasedBeforeItsCommandExitedExitsLost(t *testing.
 			// loss while the command runs, is 20s away: the command ends
 			// long before, so the release is where run finds the loss.
 			holder := start(t, env(), run(conn, append([]string{"--expiry", "1m", "taken", "--"}, cmd...)...)...)
-			token := strings.Fields(waitForFile(t, filepath.Join(dir, "started"), 15*time.Second))[1]
+			token := strings.Fields(waitForFile(t, filepath.Join(dir, "started")))[1]
 			requireCode(t, invoke(t, "", append(slices.Clone(conn), "release", "--force", "--yes", "taken")...), 0, "release --force")
 			_ = holder.stdin.Close() // the command's stdin ends: it exits
 
@@ -321,14 +321,14 @@ func TestSignalsToRunReachTheCommandAndTheLockIsReleased(t *testing.T) {
 				cmd = append([]string{"sh", "-c", `"$@"; exit $?`, "sh"}, cmd...)
 			}
 			holder := start(t, env(), run(conn, append([]string{"signalled", "--"}, cmd...)...)...)
-			waitForFile(t, filepath.Join(dir, "started"), 15*time.Second)
+			waitForFile(t, filepath.Join(dir, "started"))
 			if err := holder.cmd.Process.Signal(sig); err != nil {
 				t.Fatal(err)
 			}
 			if code := holder.wait(t, 15*time.Second); code != 128+int(sig) {
 				t.Fatalf("status %d; want the command's, %d: %s", code, 128+int(sig), holder.stderr.String())
 			}
-			if got := waitForFile(t, filepath.Join(dir, "term"), time.Second); !strings.HasSuffix(got, sig.String()) {
+			if got := waitForFile(t, filepath.Join(dir, "term")); !strings.HasSuffix(got, sig.String()) {
 				t.Errorf("the command got %q; want %v", got, sig)
 			}
 			r := invoke(t, "", run(conn, "--try", "signalled", "true")...)
@@ -348,7 +348,7 @@ func TestRunHoldsSemaphoreSlotsAndReaderWriterLocks(t *testing.T) {
 			dir := t.TempDir()
 			owner := fmt.Sprintf("%s-%d", kind, i+1)
 			ps = append(ps, start(t, env(), run(conn, append(append(slices.Clone(args), "--owner", owner, "--"), helperCmd(t, "hold", dir)...)...)...))
-			waitForFile(t, filepath.Join(dir, "started"), 15*time.Second)
+			waitForFile(t, filepath.Join(dir, "started"))
 		}
 		return ps
 	}
@@ -433,7 +433,7 @@ func TestRunHoldAtLeastSkipsTheRestOfThePeriodAndHoldAtMostStopsAStuckCommand(t 
 			t.Errorf("run said %q", says)
 		}
 		if _, err := os.Stat(filepath.Join(stuck, "started")); err == nil || try == 3 {
-			waitForFile(t, filepath.Join(stuck, "term"), time.Second)
+			waitForFile(t, filepath.Join(stuck, "term"))
 			break
 		}
 		t.Logf("try %d: the command was stopped before it was ready", try)

@@ -241,7 +241,7 @@ func TestForceReleaseAsksKeepsTheTokenAndStopsTheHolder(t *testing.T) {
 	conn := server(t)
 	dir := t.TempDir()
 	holder := start(t, env(), run(conn, append([]string{"--expiry", "2s", "--owner", "stuck-1", "stuck", "--"}, helperCmd(t, "hold", dir)...)...)...)
-	waitForFile(t, filepath.Join(dir, "started"), 15*time.Second)
+	waitForFile(t, filepath.Join(dir, "started"))
 	before := inspectLock(t, conn, "stuck")
 	release := append(slices.Clone(conn), "release", "--force", "stuck")
 
@@ -264,7 +264,7 @@ func TestForceReleaseAsksKeepsTheTokenAndStopsTheHolder(t *testing.T) {
 	if code := holder.wait(t, 15*time.Second); code != exitLost {
 		t.Fatalf("the holder's run: status %d, want %d: %s", code, exitLost, holder.stderr.String())
 	}
-	waitForFile(t, filepath.Join(dir, "term"), time.Second)
+	waitForFile(t, filepath.Join(dir, "term"))
 	after := inspectLock(t, conn, "stuck")
 	if after.Held || after.FencingToken != before.FencingToken {
 		t.Errorf("after force release: %+v; want free, with the token %d", after, before.FencingToken)
@@ -396,7 +396,7 @@ func holdAndWait(t *testing.T, conn []string, name string, holders [][]string, w
 		dir := t.TempDir()
 		args = append(slices.Clone(args), "--expiry", "6s", "--owner", fmt.Sprintf("stuck-%d", i+1), name, "--")
 		running = append(running, start(t, env(), run(conn, append(args, helperCmd(t, "hold", dir)...)...)...))
-		token, err := strconv.ParseInt(strings.Fields(waitForFile(t, filepath.Join(dir, "started"), 15*time.Second))[1], 10, 64)
+		token, err := strconv.ParseInt(strings.Fields(waitForFile(t, filepath.Join(dir, "started")))[1], 10, 64)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -470,7 +470,7 @@ func TestForceReleaseFreesEveryKind(t *testing.T) {
 				!strings.HasSuffix(r.stdout, "; the next holder's token will be greater)\n") || strings.Count(r.stdout, "fencing token") != len(tokens) {
 				t.Errorf("release --force said %q; want %q...", r.stdout, want)
 			}
-			got := strings.Fields(waitForFile(t, file, 15*time.Second))
+			got := strings.Fields(waitForFile(t, file))
 			began := unixNano(t, got[0])
 			if began.Sub(released) > 2*time.Second {
 				t.Errorf("the waiter began %v after the release: not at once", began.Sub(released))
@@ -517,7 +517,7 @@ func TestForceReleaseOfOneHolder(t *testing.T) {
 	if code := holders[0].wait(t, 15*time.Second); code != exitLost {
 		t.Errorf("the released holder's run: status %d, want %d", code, exitLost)
 	}
-	if token, err := strconv.ParseInt(strings.Fields(waitForFile(t, file, 15*time.Second))[1], 10, 64); err != nil || token <= tokens[1] {
+	if token, err := strconv.ParseInt(strings.Fields(waitForFile(t, file))[1], 10, 64); err != nil || token <= tokens[1] {
 		t.Errorf("the waiter's token: %d, %v; want one greater than the holders' %d", token, err, tokens)
 	}
 	objs = jsonLines[infoJSON](t, invoke(t, "", append(slices.Clone(conn), "inspect", "--json", "exports")...).stdout)
