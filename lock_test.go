@@ -27,6 +27,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/conformance"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
@@ -638,14 +639,16 @@ func TestLockDocumentHasTheProtocolFields(t *testing.T) {
 // The handle: a loss closes Lost and ends Context.
 
 func TestHandleLostClosesWhenDocumentIsDeleted(t *testing.T) {
-	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
-	ctx := boundedCtx(t, 30*time.Second)
-	h, err := e.p.Lock("deleted").TryAcquire(ctx)
+	conformance.Over(t, handleLostWhenDeleted)
+}
+
+func handleLostWhenDeleted(e *conformance.Env) {
+	t, ctx := e.T, e.Ctx
+	p, _ := e.Process(mongolock.WithExpiry(shortExpiry))
+	h, err := p.Lock("deleted").TryAcquire(ctx)
 	require.NoError(t, err)
 
-	res, err := e.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "deleted"}})
-	require.NoError(t, err)
-	require.EqualValues(t, 1, res.DeletedCount)
+	e.Remove(mongolock.DefaultCollection, "deleted")
 	deleted := time.Now()
 
 	lost := awaitClosed(t, h.Lost(), lossDetectionBound, "Lost after the document was deleted")
@@ -667,26 +670,27 @@ func TestHandleLostClosesWhenDocumentIsDeleted(t *testing.T) {
 
 	// Release after loss must not have written anything: nobody re-created
 	// the document.
-	n, err := e.coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: "deleted"}})
-	require.NoError(t, err)
-	require.Zero(t, n)
+	require.Nil(t, e.Doc(mongolock.DefaultCollection, "deleted"))
 }
 
 func TestHandleLostClosesWhenSomeoneElseTakesOver(t *testing.T) {
-	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
-	ctx := boundedCtx(t, 30*time.Second)
-	h, err := e.p.Lock("taken").TryAcquire(ctx)
+	conformance.Over(t, handleLostWhenTaken)
+}
+
+func handleLostWhenTaken(e *conformance.Env) {
+	t, ctx := e.T, e.Ctx
+	p, _ := e.Process(mongolock.WithExpiry(shortExpiry))
+	other, _ := e.Process(mongolock.WithExpiry(shortExpiry))
+	h, err := p.Lock("taken").TryAcquire(ctx)
 	require.NoError(t, err)
 
 	// Someone else (another library, a person) now holds the lock: its
 	// lockId is in the document, with a lease of a minute.
 	const intruder = "0123456789abcdef0123456789abcdef"
-	res, err := e.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "taken"}}, bson.D{{Key: "$set", Value: bson.D{
+	e.Edit(mongolock.DefaultCollection, "taken", bson.D{{Key: "$set", Value: bson.D{
 		{Key: "lockId", Value: intruder},
 		{Key: "expiresAt", Value: time.Now().Add(time.Minute)},
 	}}})
-	require.NoError(t, err)
-	require.EqualValues(t, 1, res.ModifiedCount)
 	taken := time.Now()
 
 	lost := awaitClosed(t, h.Lost(), lossDetectionBound, "Lost after a takeover")
@@ -699,9 +703,9 @@ func TestHandleLostClosesWhenSomeoneElseTakesOver(t *testing.T) {
 	require.NoError(t, h.Release(ctx))
 
 	// The stale holder neither extended nor released the intruder's lock.
-	doc := rawLockDoc(t, e.coll, "taken")
+	doc := e.Doc(mongolock.DefaultCollection, "taken")
 	require.Equal(t, intruder, doc.Lookup("lockId").StringValue())
-	_, err = e.other.Lock("taken").TryAcquire(ctx)
+	_, err = other.Lock("taken").TryAcquire(ctx)
 	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
 }
 
@@ -709,16 +713,19 @@ func TestHandleLostClosesWhenSomeoneElseTakesOver(t *testing.T) {
 // ErrLockLost: code that wakes on Lost and then asks Context why must not
 // be told "not done".
 func TestHandleContextIsDoneWithErrLockLostOnceLostIsClosed(t *testing.T) {
-	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
-	ctx := boundedCtx(t, 30*time.Second)
-	l := e.p.Lock("ordered")
+	conformance.Over(t, contextDoneOnceLost)
+}
+
+func contextDoneOnceLost(e *conformance.Env) {
+	t, ctx := e.T, e.Ctx
+	p, _ := e.Process(mongolock.WithExpiry(shortExpiry))
+	l := p.Lock("ordered")
 	const trials = 100
 	notDone := 0
 	for trial := range trials {
 		h, err := l.TryAcquire(ctx)
 		require.NoError(t, err)
-		_, err = e.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "ordered"}})
-		require.NoError(t, err)
+		e.Remove(mongolock.DefaultCollection, "ordered")
 		seen := make(chan error, 1)
 		go func() {
 			select {
@@ -904,32 +911,38 @@ func TestDoReportsLossToFnAndInItsError(t *testing.T) {
 		{"fn returns the cause", func(fctx context.Context) error { return context.Cause(fctx) }, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
-			ctx := boundedCtx(t, 30*time.Second)
-			err := e.p.Lock("do-lost").Do(ctx, func(fctx context.Context) error {
-				_, err := e.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "do-lost"}})
+			conformance.Over(t, func(e *conformance.Env) {
+				t, ctx := e.T, e.Ctx
+				p, _ := e.Process(mongolock.WithExpiry(shortExpiry))
+				other, _ := e.Process(mongolock.WithExpiry(shortExpiry))
+				err := p.Lock("do-lost").Do(ctx, func(fctx context.Context) error {
+					e.Remove(mongolock.DefaultCollection, "do-lost")
+					awaitClosed(t, fctx.Done(), lossDetectionBound, "fn's ctx after the document was deleted")
+					require.ErrorIs(t, context.Cause(fctx), mongolock.ErrLockLost)
+					return tc.returns(fctx)
+				})
+				require.ErrorIs(t, err, mongolock.ErrLockLost)
+				for _, w := range tc.want {
+					require.ErrorIs(t, err, w)
+				}
+				// Do did not re-create or hold anything: the lock is free.
+				h, err := other.Lock("do-lost").TryAcquire(ctx)
 				require.NoError(t, err)
-				awaitClosed(t, fctx.Done(), lossDetectionBound, "fn's ctx after the document was deleted")
-				require.ErrorIs(t, context.Cause(fctx), mongolock.ErrLockLost)
-				return tc.returns(fctx)
+				require.NoError(t, h.Release(ctx))
 			})
-			require.ErrorIs(t, err, mongolock.ErrLockLost)
-			for _, w := range tc.want {
-				require.ErrorIs(t, err, w)
-			}
-			// Do did not re-create or hold anything: the lock is free.
-			h, err := e.other.Lock("do-lost").TryAcquire(ctx)
-			require.NoError(t, err)
-			require.NoError(t, h.Release(ctx))
 		})
 	}
 }
 
-func TestDoEndsFnsContextWhenCtxIsCancelled(t *testing.T) {
-	e := newLockEnv(t)
-	ctx, cancel := context.WithCancel(context.Background())
+func TestDoEndsFnsContextWhenCtxIsCancelled(t *testing.T) { conformance.Over(t, doEndsFnsContext) }
+
+func doEndsFnsContext(e *conformance.Env) {
+	t := e.T
+	p, _ := e.Process()
+	other, _ := e.Process()
+	ctx, cancel := context.WithCancel(e.Ctx)
 	defer cancel()
-	err := e.p.Lock("do-cancel").Do(ctx, func(fctx context.Context) error {
+	err := p.Lock("do-cancel").Do(ctx, func(fctx context.Context) error {
 		cancel()
 		awaitClosed(t, fctx.Done(), time.Second, "fn's ctx after ctx was cancelled")
 		require.ErrorIs(t, context.Cause(fctx), context.Canceled)
@@ -942,21 +955,24 @@ func TestDoEndsFnsContextWhenCtxIsCancelled(t *testing.T) {
 	// Released although ctx was over: the next holder need not wait for the
 	// 30s lease.
 	tctx := boundedCtx(t, 5*time.Second)
-	h, err := e.other.Lock("do-cancel").TryAcquire(tctx)
+	h, err := other.Lock("do-cancel").TryAcquire(tctx)
 	require.NoError(t, err, "Do did not release the lock after ctx was cancelled")
 	require.NoError(t, h.Release(tctx))
 }
 
-func TestDoReleasesWhenFnPanics(t *testing.T) {
-	e := newLockEnv(t)
-	ctx := boundedCtx(t, 30*time.Second)
+func TestDoReleasesWhenFnPanics(t *testing.T) { conformance.Over(t, doReleasesWhenFnPanics) }
+
+func doReleasesWhenFnPanics(e *conformance.Env) {
+	t, ctx := e.T, e.Ctx
+	p, _ := e.Process()
+	other, _ := e.Process()
 	recovered := func() (r any) {
 		defer func() { r = recover() }()
-		_ = e.p.Lock("do-panic").Do(ctx, func(context.Context) error { panic("boom") })
+		_ = p.Lock("do-panic").Do(ctx, func(context.Context) error { panic("boom") })
 		return nil
 	}()
 	require.Equal(t, "boom", recovered)
-	h, err := e.other.Lock("do-panic").TryAcquire(ctx)
+	h, err := other.Lock("do-panic").TryAcquire(ctx)
 	require.NoError(t, err, "Do did not release the lock after fn panicked")
 	require.NoError(t, h.Release(ctx))
 }
