@@ -510,22 +510,46 @@ func (d *memDB) remove(coll, name string) {
 	d.Remove(coll, name)
 }
 
-// holders returns how many holders the semaphore or RW lock name has in
-// its document, and how many of them hold a lease that has not ended.
-func (d *memDB) holders(name string) (all, live int) {
+// slotHolder is a holder in a semaphore's or an RW lock's document.
+type slotHolder struct {
+	Mode      string    `bson:"mode"`
+	ExpiresAt time.Time `bson:"expiresAt"`
+}
+
+// slotHolders returns the holders in the document of the semaphore or RW
+// lock name, in its order, and those of them whose lease has not ended.
+func (d *memDB) slotHolders(name string) (all, live []slotHolder) {
 	d.t.Helper()
 	var doc struct {
-		Holders []struct {
-			ExpiresAt time.Time `bson:"expiresAt"`
-		} `bson:"holders"`
+		Holders []slotHolder `bson:"holders"`
 	}
 	require.NoError(d.t, bson.Unmarshal(d.doc(memSemColl, name), &doc))
 	for _, h := range doc.Holders {
 		if h.ExpiresAt.After(time.Now()) {
-			live++
+			live = append(live, h)
 		}
 	}
-	return len(doc.Holders), live
+	return doc.Holders, live
+}
+
+// holders returns how many holders the semaphore or RW lock name has in
+// its document, and how many of them hold a lease that has not ended.
+func (d *memDB) holders(name string) (all, live int) {
+	d.t.Helper()
+	a, l := d.slotHolders(name)
+	return len(a), len(l)
+}
+
+// liveModes returns the modes of the holders of the RW lock name whose
+// lease has not ended, in the order of its document.
+func (d *memDB) liveModes(name string) []string {
+	d.t.Helper()
+	_, live := d.slotHolders(name)
+	var modes []string
+	for _, h := range live {
+		modes = append(modes, h.Mode)
+	}
+	return modes
 }
 
 // requireInvalid asserts that err is an *Error of op that a caller can tell

@@ -779,47 +779,52 @@ func TestNilContextIsAnErrorNotAPanic(t *testing.T) {
 // A ctx that is already done: TryAcquire, Acquire and Do send nothing (not
 // even the TTL index of a provider's first call) and return ctx's error.
 // Release returns ctx's error too and ends the handle (released, not lost),
-// and the lock is freed in the background with one update, or handed to a
-// waiter of this process soon.
+// and the lock is freed in the background with one operation, or handed to
+// a waiter of this process.
 func TestADoneContextSendsNothingAndReleaseStillFreesTheLock(t *testing.T) {
-	e := newLockEnv(t)
-	ctx := boundedCtx(t, 30*time.Second)
-	done, cancel := context.WithCancel(ctx)
-	cancel()
-	l := e.p.Lock("done")
-	h, err := l.TryAcquire(done)
-	require.ErrorIs(t, err, context.Canceled, "TryAcquire")
-	require.Nil(t, h)
-	h, err = l.Acquire(done)
-	require.ErrorIs(t, err, context.Canceled, "Acquire")
-	require.Nil(t, h)
-	require.ErrorIs(t, l.Do(done, func(context.Context) error {
-		t.Error("fn ran with a done ctx")
-		return nil
-	}), context.Canceled, "Do")
-	mongolock.WaitBackground(e.p)
-	require.Zero(t, e.count.commands.Load(), "commands sent with a done ctx")
+	synctest.Test(t, func(t *testing.T) {
+		d := newMemDB(t)
+		ctx := d.Ctx
+		p, net := d.process()
+		other, _ := d.process()
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		l := p.Lock("done")
+		h, err := l.TryAcquire(done)
+		require.ErrorIs(t, err, context.Canceled, "TryAcquire")
+		require.Nil(t, h)
+		h, err = l.Acquire(done)
+		require.ErrorIs(t, err, context.Canceled, "Acquire")
+		require.Nil(t, h)
+		require.ErrorIs(t, l.Do(done, func(context.Context) error {
+			t.Error("fn ran with a done ctx")
+			return nil
+		}), context.Canceled, "Do")
+		synctest.Wait()
+		require.Zero(t, net.Sent(), "operations sent with a done ctx")
 
-	h = mustTryAcquire(t, ctx, l)
-	mongolock.WaitBackground(e.p)
-	before := e.count.named("update")
-	err = h.Release(done)
-	require.ErrorIs(t, err, context.Canceled, "Release")
-	require.NotErrorIs(t, err, mongolock.ErrLockLost)
-	require.ErrorIs(t, context.Cause(h.Context()), context.Canceled)
-	require.False(t, closedNow(h.Lost()))
-	require.True(t, closedNow(mongolock.LeaseUnkept(h)))
-	mongolock.WaitBackground(e.p)
-	require.Equal(t, int64(1), e.count.named("update")-before, "updates sent to free the lock")
-	require.NoError(t, mustTryAcquire(t, ctx, e.other.Lock("done")).Release(ctx))
-	require.NoError(t, h.Release(ctx), "a second Release")
+		h = mustTryAcquire(t, ctx, l)
+		synctest.Wait()
+		before := net.Sent()
+		err = h.Release(done)
+		require.ErrorIs(t, err, context.Canceled, "Release")
+		require.NotErrorIs(t, err, mongolock.ErrLockLost)
+		require.ErrorIs(t, context.Cause(h.Context()), context.Canceled)
+		require.False(t, closedNow(h.Lost()))
+		require.True(t, closedNow(mongolock.LeaseUnkept(h)))
+		synctest.Wait()
+		require.Equal(t, int64(1), net.Sent()-before, "operations sent to free the lock")
+		require.NoError(t, mustTryAcquire(t, ctx, other.Lock("done")).Release(ctx))
+		require.NoError(t, h.Release(ctx), "a second Release")
 
-	// With a waiter of this process: it gets the lock soon.
-	h = mustTryAcquire(t, ctx, l)
-	next := acquireInBackground(boundedCtx(t, 5*time.Second), l)
-	awaitQueueLen(t, e.p, "done", 1)
-	require.ErrorIs(t, h.Release(done), context.Canceled)
-	require.NoError(t, <-next, "the waiter")
+		// With a waiter of this process: it gets the lock.
+		h = mustTryAcquire(t, ctx, l)
+		next := acquireInBackground(ctx, l)
+		synctest.Wait()
+		require.Equal(t, 1, mongolock.QueueLen(p, "done"))
+		require.ErrorIs(t, h.Release(done), context.Canceled)
+		require.NoError(t, <-next, "the waiter")
+	})
 }
 
 // Every operation on a client that was disconnected fails at once with an
