@@ -106,16 +106,14 @@ func offlineDatabase(t *testing.T, opts ...*options.ClientOptions) *mongo.Databa
 // commandCounter counts the commands a client sends: all of them, each
 // name's, and of findAndModify (acquisition attempts) those started, those
 // in flight, the most in flight at once, and the successful replies (a
-// waiter that got one and no lock is in its sleep); and it keeps when each
-// attempt started.
+// waiter that got one and no lock is in its sleep).
 type commandCounter struct {
 	commands                       atomic.Int64
 	started, inFlight, maxInFlight atomic.Int64 // findAndModify
 	replies                        atomic.Int64 // findAndModify
 
-	mu       sync.Mutex
-	byNames  map[string]int64
-	attempts []time.Time // when each findAndModify started
+	mu      sync.Mutex
+	byNames map[string]int64
 }
 
 func (c *commandCounter) monitor() *event.CommandMonitor {
@@ -132,9 +130,6 @@ func (c *commandCounter) monitor() *event.CommandMonitor {
 				c.byNames = map[string]int64{}
 			}
 			c.byNames[e.CommandName]++
-			if e.CommandName == "findAndModify" {
-				c.attempts = append(c.attempts, time.Now())
-			}
 			c.mu.Unlock()
 			if e.CommandName == "findAndModify" {
 				c.started.Add(1)
@@ -166,17 +161,6 @@ func (c *commandCounter) named(name string) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.byNames[name]
-}
-
-// gaps returns the time between each two successive acquisition attempts.
-func (c *commandCounter) gaps() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var gaps []time.Duration
-	for i := 1; i < len(c.attempts); i++ {
-		gaps = append(gaps, c.attempts[i].Sub(c.attempts[i-1]))
-	}
-	return gaps
 }
 
 // commandLog keeps the commands a client sends to one collection.
