@@ -250,12 +250,14 @@ func TestGuaranteeAtMostNHoldAtOnce(t *testing.T) {
 
 // Lost before expired (5): a holder whose client is disconnected, or
 // partitioned from the database, closes Lost a safety margin before
-// another process gets in, over the model at every phase of its extension
-// cycle (raceLossInMemory). For a semaphore, the rival holds the other
-// slot.
+// another process gets in, over the model (raceLossInMemory), cut off just
+// after its acquisition and on either side of its first extension's send.
+// For a semaphore, the rival holds the other slot. (A lock's holder at
+// every phase of lossPhases: TestAPartitionedHolderIsToldBeforeARivalAcquires.)
 func TestGuaranteeLostBeforeExpired(t *testing.T) {
 	for _, r := range kindRows {
 		t.Run(r.kind, func(t *testing.T) {
+			t.Parallel()
 			for _, c := range []struct {
 				name string
 				cut  func(*memdb.Faults)
@@ -263,7 +265,7 @@ func TestGuaranteeLostBeforeExpired(t *testing.T) {
 				{"disconnected", (*memdb.Faults).Disconnect},
 				{"partitioned", (*memdb.Faults).Blackhole},
 			} {
-				for _, phase := range lossPhases {
+				for _, phase := range []time.Duration{0, memExpiry/3 - time.Millisecond, memExpiry/3 + time.Millisecond} {
 					t.Run(fmt.Sprint(c.name, " at ", phase), func(t *testing.T) {
 						synctest.Test(t, func(t *testing.T) {
 							d := newMemDB(t)
@@ -859,6 +861,7 @@ func (b *busy) awaitIn(t *testing.T, got <-chan outcome, from int64, who string)
 func TestGuaranteeSleepsKeepTheirBounds(t *testing.T) {
 	for _, r := range kindRows {
 		t.Run(r.kind, func(t *testing.T) {
+			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				const name, sleepMax = "idle", time.Second
 				d := newMemDB(t)
