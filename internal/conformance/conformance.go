@@ -1,8 +1,13 @@
 // Package conformance is one suite of what code using mongolock can
 // observe, run against the server (the root package's tests) and against
 // mongolocktest's providers, the same engine over a database in process
-// memory (its tests), so that the two stay equal. It uses only the public API: a lock is made lost with
-// ForceRelease, which both support.
+// memory (its tests), so that the two stay equal. Its cases use only the
+// public API: a lock is made lost with ForceRelease, which both support.
+//
+// Env, on which the suite runs, is also the root package's tests' harness:
+// Over runs a body over the model in a testing/synctest bubble and over
+// the server, with processes, a bounded context, settle, and the lock
+// documents as they are on either store.
 package conformance
 
 import (
