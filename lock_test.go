@@ -827,6 +827,25 @@ func TestADoneContextSendsNothingAndReleaseStillFreesTheLock(t *testing.T) {
 	})
 }
 
+// On the wire too, a done ctx sends nothing, not even the TTL index of the
+// provider's first call, which the model does not keep.
+func TestADoneContextSendsNothingOnTheWire(t *testing.T) {
+	e := newLockEnv(t)
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	l := e.p.Lock("done")
+	_, err := l.TryAcquire(done)
+	require.ErrorIs(t, err, context.Canceled, "TryAcquire")
+	_, err = l.Acquire(done)
+	require.ErrorIs(t, err, context.Canceled, "Acquire")
+	require.ErrorIs(t, l.Do(done, func(context.Context) error {
+		t.Error("fn ran with a done ctx")
+		return nil
+	}), context.Canceled, "Do")
+	mongolock.WaitBackground(e.p)
+	require.Zero(t, e.count.commands.Load(), "commands sent with a done ctx")
+}
+
 // Every operation on a client that was disconnected fails at once with an
 // error that says so: it is not retried as an outage until ctx ends, not
 // reported as contention, and fn never runs.
