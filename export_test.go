@@ -235,3 +235,6 @@ func (qs *queues) waiters(name string) int {
 // Abandon runs what the garbage collector's cleanup runs once h is
 // unreachable, in the caller's goroutine.
 func Abandon(h *Handle) { h.abandoned() }
+
+// Tick extends at once every lease p keeps, as its next tick would.
+func Tick(p *Provider) { p.tick() }

@@ -12,11 +12,14 @@ package mongolock_test
 // could acquire the holder was told of the loss.
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -809,4 +812,50 @@ func TestFaultReleaseCutShortDuringAHandOverLeavesNoOrphan(t *testing.T) {
 	}
 	t.Logf("%d trials: %d releases handed over, %d cut short; the waiter got the lock %d times", trials, handedOver, cut, waiterGotIt)
 	require.NotZero(t, cut, "no Release was cut short: the test tested nothing")
+}
+
+// smallMessages is a dialer for the driver whose connections make every
+// hello reply say that the server takes messages of at most max bytes: the
+// driver then refuses a command past max, as it refuses one past the real
+// 48 MB, without megabytes to send and store.
+type smallMessages struct{ max int32 }
+
+func (d smallMessages) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &smallMessagesConn{Conn: c, max: d.max}, nil
+}
+
+// maxMessageField is the start of hello's limit: an int32 element.
+var maxMessageField = []byte("\x10maxMessageSizeBytes\x00")
+
+// smallMessagesConn reads whole wire messages (their first four bytes are
+// their length), patching the limit where a reply has it.
+type smallMessagesConn struct {
+	net.Conn
+	max  int32
+	next []byte // the rest of the message being read
+}
+
+func (c *smallMessagesConn) Read(p []byte) (int, error) {
+	if len(c.next) == 0 {
+		var head [4]byte
+		if _, err := io.ReadFull(c.Conn, head[:]); err != nil {
+			return 0, err
+		}
+		msg := make([]byte, max(binary.LittleEndian.Uint32(head[:]), 4))
+		copy(msg, head[:])
+		if _, err := io.ReadFull(c.Conn, msg[4:]); err != nil {
+			return 0, err
+		}
+		if i := bytes.Index(msg, maxMessageField) + len(maxMessageField); i >= len(maxMessageField) && i+4 <= len(msg) {
+			binary.LittleEndian.PutUint32(msg[i:], uint32(c.max))
+		}
+		c.next = msg
+	}
+	n := copy(p, c.next)
+	c.next = c.next[n:]
+	return n, nil
 }

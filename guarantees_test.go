@@ -21,6 +21,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -29,7 +30,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
-	"github.com/mongolock/mongolock/internal/faultproxy"
+	"github.com/mongolock/mongolock/internal/memdb"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
@@ -248,41 +249,58 @@ func TestGuaranteeAtMostNHoldAtOnce(t *testing.T) {
 }
 
 // Lost before expired (5): a holder whose client is disconnected, or
-// partitioned from the server, closes Lost before another process gets in
-// (raceLoss). For a semaphore, the rival holds the other slot.
+// partitioned from the database, closes Lost a safety margin before
+// another process gets in, over the model (raceLossInMemory), cut off just
+// after its acquisition and on either side of its first extension's send.
+// For a semaphore, the rival holds the other slot. (A lock's holder at
+// every phase of lossPhases: TestAPartitionedHolderIsToldBeforeARivalAcquires.)
 func TestGuaranteeLostBeforeExpired(t *testing.T) {
-	forEachKind(t, func(t *testing.T, r kindRow) {
-		db := testdb.Database(t)
-		ctx := boundedCtx(t, time.Minute)
-		rival := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(faultExpiry))
-		for _, c := range []struct {
-			name string
-			cut  func(px *faultproxy.Proxy, client *mongo.Client)
-		}{
-			{"disconnected", func(_ *faultproxy.Proxy, client *mongo.Client) { _ = client.Disconnect(ctx) }},
-			{"partitioned", func(px *faultproxy.Proxy, _ *mongo.Client) { px.Blackhole() }},
-		} {
-			holdOut(t, ctx, r, rival, c.name, r.keptOutBy()-1)
-			// A cleanup still selecting a server when the client is
-			// disconnected ends only at the selection's timeout, or its own.
-			px, client, closeAll, err := dialProxied(testdb.Info(t).URI, options.Client().SetServerSelectionTimeout(time.Second))
-			require.NoError(t, err)
-			holder, err := mongolock.NewProvider(client.Database(db.Name()), mongolock.WithExpiry(faultExpiry))
-			if err != nil {
-				closeAll()
-				require.NoError(t, err)
+	for _, r := range kindRows {
+		t.Run(r.kind, func(t *testing.T) {
+			t.Parallel()
+			for _, c := range []struct {
+				name string
+				cut  func(*memdb.Faults)
+			}{
+				{"disconnected", (*memdb.Faults).Disconnect},
+				{"partitioned", (*memdb.Faults).Blackhole},
+			} {
+				for _, phase := range []time.Duration{0, memExpiry/3 - time.Millisecond, memExpiry/3 + time.Millisecond} {
+					t.Run(fmt.Sprint(c.name, " at ", phase), func(t *testing.T) {
+						synctest.Test(t, func(t *testing.T) {
+							d := newMemDB(t)
+							holder, net, rival := d.holderAndRival(mongolock.WithExpiry(memExpiry))
+							holdOut(t, d.Ctx, r, rival, c.name, r.keptOutBy()-1)
+							race := raceLossInMemory(t, d, c.name, r.this(holder, c.name).try, r.other(rival, c.name).try, phase,
+								func() { c.cut(net) })
+							lostAMarginBeforeTheRival(t, race)
+						})
+					})
+				}
 			}
-			phase := time.Duration(rand.Int64N(int64(2 * faultExpiry / 3)))
-			race, err := raceLoss(ctx, r.coll(db), c.name, r.this(holder, c.name).try, r.other(rival, c.name).try, phase,
-				func() { c.cut(px, client) })
-			closeAll()
-			mongolock.WaitBackground(holder)
-			require.NoError(t, err, c.name)
-			require.Empty(t, race.violation, c.name)
-			t.Logf("%s %s: Lost closed %v after the cut, %v before the rival's winning attempt was sent",
-				r.kind, c.name, race.cutToLost, race.margin)
-		}
-	})
+		})
+	}
+}
+
+// On the wire, a holder whose client is disconnected hears so from the
+// driver at its next extension, and closes Lost before a rival on a
+// client of its own gets in. (A partition on the wire is
+// TestFaultPartitionedHolderIsToldBeforeARivalAcquires's.)
+func TestGuaranteeLostBeforeExpiredWhenDisconnectedOnTheWire(t *testing.T) {
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, 20*time.Second)
+	const name = "disconnected"
+	rival := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(faultExpiry))
+	// A cleanup still selecting a server when the client is disconnected
+	// ends only at the selection's timeout, or its own.
+	client := testdb.NewClient(t, options.Client().SetServerSelectionTimeout(time.Second))
+	holder := newProvider(t, client.Database(db.Name()), mongolock.WithExpiry(faultExpiry))
+	phase := time.Duration(rand.Int64N(int64(2 * faultExpiry / 3)))
+	race, err := raceLoss(ctx, lockColl(db), name, holder.Lock(name).TryAcquire, rival.Lock(name).TryAcquire, phase,
+		func() { _ = client.Disconnect(ctx) })
+	require.NoError(t, err)
+	require.Empty(t, race.violation)
+	t.Logf("Lost closed %v after the cut, %v before the rival's winning attempt was sent", race.cutToLost, race.margin)
 }
 
 // slowClaims makes a process's claims long (ClaimLifetime: four of its
@@ -838,31 +856,51 @@ func (b *busy) awaitIn(t *testing.T, got <-chan outcome, from int64, who string)
 // Sleeps keep their documented bounds (12): the next in line looks again
 // within its busy-wait max and before its claim lapses, also where release
 // events arrive (here none comes, as none comes for a lease that ran out),
-// and finds a freed lock within the busy-wait max.
+// and finds a freed lock within the busy-wait max. Over the model, its
+// looks are its acquisition round trips, on the bubble's clock.
 func TestGuaranteeSleepsKeepTheirBounds(t *testing.T) {
-	forEachKind(t, func(t *testing.T, r kindRow) {
-		const name, sleepMax = "idle", time.Second
-		db := testdb.Database(t)
-		ctx := boundedCtx(t, 30*time.Second)
-		a := newProvider(t, ownClient(t, db, nil))
-		looks := &commandCounter{}
-		b := newProvider(t, ownClient(t, db, looks), mongolock.WithBusyWaitSleep(10*time.Millisecond, sleepMax))
-		channelReleaseSource(b)
-		held := holdOut(t, ctx, r, a, name, r.keptOutBy())
-		got := startAcquire(ctx, r.this(b, name))
-		pollUntil(t, 10*time.Second, "release events arriving while the waiter waits", func() bool { return mongolock.Notifying(b) })
-		pollUntil(t, 10*time.Second, "six looks of the waiter", func() bool { return looks.named("findAndModify") >= 6 })
-		lifetime := mongolock.ClaimLifetime(b)
-		for i, gap := range looks.gaps() {
-			require.Less(t, gap, min(lifetime, sleepMax), "look %d came %v after the one before (claim lifetime %v, busy-wait max %v)",
-				i+2, gap, lifetime, sleepMax)
-		}
-		for _, h := range held {
-			require.NoError(t, h.Release(ctx))
-		}
-		freed := time.Now()
-		awaitAcquired(t, got, 2*sleepMax, "the next in line, once the lock was freed")
-		t.Logf("%s: looks every %v; found the freed lock after %v", r.kind, looks.gaps(), time.Since(freed))
-		pollUntil(t, 10*time.Second, "the release source stopped without waiters", func() bool { return !mongolock.Notifying(b) })
-	})
+	for _, r := range kindRows {
+		t.Run(r.kind, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				const name, sleepMax = "idle", time.Second
+				d := newMemDB(t)
+				ctx := t.Context()
+				a, _ := d.process()
+				var mu sync.Mutex
+				var looks []time.Time
+				b, _ := d.process(mongolock.WithBusyWaitSleep(10*time.Millisecond, sleepMax), mongolock.WithTrace(&mongolock.Trace{
+					AcquireAttempt: func(context.Context, mongolock.AttemptInfo) {
+						mu.Lock()
+						defer mu.Unlock()
+						looks = append(looks, time.Now())
+					},
+				}))
+				channelReleaseSource(b)
+				held := holdOut(t, ctx, r, a, name, r.keptOutBy())
+				got := startAcquire(ctx, r.this(b, name))
+				time.Sleep(20 * sleepMax)
+				synctest.Wait()
+				require.True(t, mongolock.Notifying(b), "release events arrive while the waiter waits")
+				mu.Lock()
+				seen := slices.Clone(looks)
+				mu.Unlock()
+				require.GreaterOrEqual(t, len(seen), 20, "looks of the waiter in %v", 20*sleepMax)
+				lifetime := mongolock.ClaimLifetime(b)
+				for i := 1; i < len(seen); i++ {
+					gap := seen[i].Sub(seen[i-1])
+					require.Less(t, gap, min(lifetime, sleepMax), "look %d came %v after the one before (claim lifetime %v, busy-wait max %v)",
+						i+1, gap, lifetime, sleepMax)
+				}
+				for _, h := range held {
+					require.NoError(t, h.Release(ctx))
+				}
+				freed := time.Now()
+				awaitAcquired(t, got, 2*sleepMax, "the next in line, once the lock was freed")
+				require.LessOrEqual(t, time.Since(freed), sleepMax, "the next in line found the freed lock late")
+				t.Logf("%s: %d looks in %v; found the freed lock after %v", r.kind, len(seen), 20*sleepMax, time.Since(freed))
+				pollUntil(t, 10*time.Second, "the release source stopped without waiters", func() bool { return !mongolock.Notifying(b) })
+			})
+		})
+	}
 }

@@ -22,7 +22,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
-	"github.com/mongolock/mongolock/internal/backend"
+	"github.com/mongolock/mongolock/internal/conformance"
 	"github.com/mongolock/mongolock/internal/memdb"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
@@ -64,11 +64,13 @@ func ownClient(t testing.TB, db *mongo.Database, count *commandCounter) *mongo.D
 	return testdb.NewClient(t, opts...).Database(db.Name())
 }
 
-// lockEnv is one test's lock setup: its database, the raw lock collection
-// (to play someone who edits the documents), and two providers with the
-// same options on clients of their own, as two processes would have: p,
-// whose commands count counts, and other.
+// lockEnv is one test's lock setup over the server, on
+// conformance.OverServer: its database, the raw lock collection (to play
+// someone who edits the documents), and two providers with the same
+// options on clients of their own, as two processes would have: p, whose
+// commands count counts, and other.
 type lockEnv struct {
+	*conformance.Env
 	db       *mongo.Database
 	coll     *mongo.Collection
 	p, other *mongolock.Provider
@@ -77,13 +79,15 @@ type lockEnv struct {
 
 func newLockEnv(t *testing.T, opts ...mongolock.Option) *lockEnv {
 	t.Helper()
-	db := testdb.Database(t)
+	e := conformance.OverServer(t, testdb.Database(t))
 	count := &commandCounter{}
+	other, _ := e.Process(opts...)
 	return &lockEnv{
-		db:    db,
-		coll:  db.Collection(mongolock.DefaultCollection),
-		p:     newProvider(t, ownClient(t, db, count), opts...),
-		other: newProvider(t, ownClient(t, db, nil), opts...),
+		Env:   e,
+		db:    e.DB,
+		coll:  e.DB.Collection(mongolock.DefaultCollection),
+		p:     newProvider(t, ownClient(t, e.DB, count), opts...),
+		other: other,
 		count: count,
 	}
 }
@@ -102,16 +106,14 @@ func offlineDatabase(t *testing.T, opts ...*options.ClientOptions) *mongo.Databa
 // commandCounter counts the commands a client sends: all of them, each
 // name's, and of findAndModify (acquisition attempts) those started, those
 // in flight, the most in flight at once, and the successful replies (a
-// waiter that got one and no lock is in its sleep); and it keeps when each
-// attempt started.
+// waiter that got one and no lock is in its sleep).
 type commandCounter struct {
 	commands                       atomic.Int64
 	started, inFlight, maxInFlight atomic.Int64 // findAndModify
 	replies                        atomic.Int64 // findAndModify
 
-	mu       sync.Mutex
-	byNames  map[string]int64
-	attempts []time.Time // when each findAndModify started
+	mu      sync.Mutex
+	byNames map[string]int64
 }
 
 func (c *commandCounter) monitor() *event.CommandMonitor {
@@ -128,9 +130,6 @@ func (c *commandCounter) monitor() *event.CommandMonitor {
 				c.byNames = map[string]int64{}
 			}
 			c.byNames[e.CommandName]++
-			if e.CommandName == "findAndModify" {
-				c.attempts = append(c.attempts, time.Now())
-			}
 			c.mu.Unlock()
 			if e.CommandName == "findAndModify" {
 				c.started.Add(1)
@@ -162,17 +161,6 @@ func (c *commandCounter) named(name string) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.byNames[name]
-}
-
-// gaps returns the time between each two successive acquisition attempts.
-func (c *commandCounter) gaps() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var gaps []time.Duration
-	for i := 1; i < len(c.attempts); i++ {
-		gaps = append(gaps, c.attempts[i].Sub(c.attempts[i-1]))
-	}
-	return gaps
 }
 
 // commandLog keeps the commands a client sends to one collection.
@@ -425,25 +413,24 @@ var hostileNames = []struct{ label, name string }{
 
 // Processes over a database in process memory.
 
-// memDB is a database in process memory (internal/memdb), for a test that
-// runs in a testing/synctest bubble: its $$NOW and every timer of the
-// library read the bubble's clock, so leases run out in simulated time.
-// Its providers reach it through clients of their own, as processes reach
-// a server, each through a network whose faults the test sets.
+// memDB is the model (internal/memdb) as conformance.OverModel gives it,
+// for a test that runs in a testing/synctest bubble: its $$NOW and every
+// timer of the library read the bubble's clock, so leases run out in
+// simulated time. Its providers reach it through clients of their own, as
+// processes reach a server, each through a network whose faults the test
+// sets.
 type memDB struct {
+	*conformance.Env
 	t     *testing.T
 	store *memdb.Store
 }
 
 // memDBName is the name of a memDB's database.
-const memDBName = "mongolock_test_memory"
+const memDBName = conformance.ModelDB
 
 func newMemDB(t *testing.T) *memDB {
-	// The last cleanup: the bubble ends only once every goroutine has
-	// ended, and a closed provider's idle senders, and round trips the
-	// test abandoned, end within this of its clock.
-	t.Cleanup(func() { time.Sleep(time.Minute) })
-	return &memDB{t: t, store: memdb.NewStore(memDBName, nil)}
+	e := conformance.OverModel(t)
+	return &memDB{Env: e, t: t, store: e.Model}
 }
 
 // process returns a provider with opts over a client of its own to d, and
@@ -451,18 +438,7 @@ func newMemDB(t *testing.T) *memDB {
 // when the test ends.
 func (d *memDB) process(opts ...mongolock.Option) (*mongolock.Provider, *memdb.Faults) {
 	d.t.Helper()
-	client := d.store.Client()
-	p, err := backend.NewProvider(client, memDBName, opts)
-	require.NoError(d.t, err)
-	prov := p.(*mongolock.Provider)
-	d.t.Cleanup(func() {
-		// Under a fault the releases of what it still holds may fail:
-		// the test has said what it expects of them.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = prov.Close(ctx)
-	})
-	return prov, &client.Faults
+	return d.Process(opts...)
 }
 
 // holderAndRival returns two processes of d with opts: a holder, with the
@@ -489,16 +465,7 @@ func (d *memDB) tryAcquireMany(p *mongolock.Provider, prefix string, n int) []*m
 // read past every client's faults; nil if there is none.
 func (d *memDB) doc(coll, name string) bson.Raw {
 	d.t.Helper()
-	var docs []bson.Raw
-	err := d.store.Do(context.Background(), coll, func(c *memdb.Table, now time.Time) (err error) {
-		docs, err = c.Find(now, bson.D{{Key: "_id", Value: name}}, nil)
-		return err
-	})
-	require.NoError(d.t, err)
-	if len(docs) == 0 {
-		return nil
-	}
-	return docs[0]
+	return d.Doc(coll, name)
 }
 
 // expiresAt returns the end of the lease of name's lock that the database
@@ -517,39 +484,56 @@ const memSemColl = mongolock.DefaultCollection + "_semaphores"
 // someone editing it by hand would.
 func (d *memDB) editIn(coll, name string, update bson.D) {
 	d.t.Helper()
-	require.NoError(d.t, d.store.Do(context.Background(), coll, func(c *memdb.Table, now time.Time) error {
-		_, _, err := c.UpdateOne(now, bson.D{{Key: "_id", Value: name}}, update)
-		return err
-	}))
+	d.Edit(coll, name, update)
 }
 
 // remove deletes name's document in the collection coll, as someone
 // deleting it by hand would.
 func (d *memDB) remove(coll, name string) {
 	d.t.Helper()
-	require.NoError(d.t, d.store.Do(context.Background(), coll, func(c *memdb.Table, now time.Time) error {
-		deleted, err := c.DeleteOne(now, bson.D{{Key: "_id", Value: name}})
-		require.True(d.t, deleted, "no document of %q in %s", name, coll)
-		return err
-	}))
+	d.Remove(coll, name)
+}
+
+// slotHolder is a holder in a semaphore's or an RW lock's document.
+type slotHolder struct {
+	Mode      string    `bson:"mode"`
+	ExpiresAt time.Time `bson:"expiresAt"`
+}
+
+// slotHolders returns the holders in the document of the semaphore or RW
+// lock name, in its order, and those of them whose lease has not ended.
+func (d *memDB) slotHolders(name string) (all, live []slotHolder) {
+	d.t.Helper()
+	var doc struct {
+		Holders []slotHolder `bson:"holders"`
+	}
+	require.NoError(d.t, bson.Unmarshal(d.doc(memSemColl, name), &doc))
+	for _, h := range doc.Holders {
+		if h.ExpiresAt.After(time.Now()) {
+			live = append(live, h)
+		}
+	}
+	return doc.Holders, live
 }
 
 // holders returns how many holders the semaphore or RW lock name has in
 // its document, and how many of them hold a lease that has not ended.
 func (d *memDB) holders(name string) (all, live int) {
 	d.t.Helper()
-	var doc struct {
-		Holders []struct {
-			ExpiresAt time.Time `bson:"expiresAt"`
-		} `bson:"holders"`
+	a, l := d.slotHolders(name)
+	return len(a), len(l)
+}
+
+// liveModes returns the modes of the holders of the RW lock name whose
+// lease has not ended, in the order of its document.
+func (d *memDB) liveModes(name string) []string {
+	d.t.Helper()
+	_, live := d.slotHolders(name)
+	var modes []string
+	for _, h := range live {
+		modes = append(modes, h.Mode)
 	}
-	require.NoError(d.t, bson.Unmarshal(d.doc(memSemColl, name), &doc))
-	for _, h := range doc.Holders {
-		if h.ExpiresAt.After(time.Now()) {
-			live++
-		}
-	}
-	return len(doc.Holders), live
+	return modes
 }
 
 // requireInvalid asserts that err is an *Error of op that a caller can tell

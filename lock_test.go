@@ -27,6 +27,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/conformance"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
@@ -637,14 +638,16 @@ func TestLockDocumentHasTheProtocolFields(t *testing.T) {
 // The handle: a loss closes Lost and ends Context.
 
 func TestHandleLostClosesWhenDocumentIsDeleted(t *testing.T) {
-	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
-	ctx := boundedCtx(t, 30*time.Second)
-	h, err := e.p.Lock("deleted").TryAcquire(ctx)
+	conformance.Over(t, handleLostWhenDeleted)
+}
+
+func handleLostWhenDeleted(e *conformance.Env) {
+	t, ctx := e.T, e.Ctx
+	p, _ := e.Process(mongolock.WithExpiry(shortExpiry))
+	h, err := p.Lock("deleted").TryAcquire(ctx)
 	require.NoError(t, err)
 
-	res, err := e.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "deleted"}})
-	require.NoError(t, err)
-	require.EqualValues(t, 1, res.DeletedCount)
+	e.Remove(mongolock.DefaultCollection, "deleted")
 	deleted := time.Now()
 
 	lost := awaitClosed(t, h.Lost(), lossDetectionBound, "Lost after the document was deleted")
@@ -666,26 +669,27 @@ func TestHandleLostClosesWhenDocumentIsDeleted(t *testing.T) {
 
 	// Release after loss must not have written anything: nobody re-created
 	// the document.
-	n, err := e.coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: "deleted"}})
-	require.NoError(t, err)
-	require.Zero(t, n)
+	require.Nil(t, e.Doc(mongolock.DefaultCollection, "deleted"))
 }
 
 func TestHandleLostClosesWhenSomeoneElseTakesOver(t *testing.T) {
-	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
-	ctx := boundedCtx(t, 30*time.Second)
-	h, err := e.p.Lock("taken").TryAcquire(ctx)
+	conformance.Over(t, handleLostWhenTaken)
+}
+
+func handleLostWhenTaken(e *conformance.Env) {
+	t, ctx := e.T, e.Ctx
+	p, _ := e.Process(mongolock.WithExpiry(shortExpiry))
+	other, _ := e.Process(mongolock.WithExpiry(shortExpiry))
+	h, err := p.Lock("taken").TryAcquire(ctx)
 	require.NoError(t, err)
 
 	// Someone else (another library, a person) now holds the lock: its
 	// lockId is in the document, with a lease of a minute.
 	const intruder = "0123456789abcdef0123456789abcdef"
-	res, err := e.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "taken"}}, bson.D{{Key: "$set", Value: bson.D{
+	e.Edit(mongolock.DefaultCollection, "taken", bson.D{{Key: "$set", Value: bson.D{
 		{Key: "lockId", Value: intruder},
 		{Key: "expiresAt", Value: time.Now().Add(time.Minute)},
 	}}})
-	require.NoError(t, err)
-	require.EqualValues(t, 1, res.ModifiedCount)
 	taken := time.Now()
 
 	lost := awaitClosed(t, h.Lost(), lossDetectionBound, "Lost after a takeover")
@@ -698,9 +702,9 @@ func TestHandleLostClosesWhenSomeoneElseTakesOver(t *testing.T) {
 	require.NoError(t, h.Release(ctx))
 
 	// The stale holder neither extended nor released the intruder's lock.
-	doc := rawLockDoc(t, e.coll, "taken")
+	doc := e.Doc(mongolock.DefaultCollection, "taken")
 	require.Equal(t, intruder, doc.Lookup("lockId").StringValue())
-	_, err = e.other.Lock("taken").TryAcquire(ctx)
+	_, err = other.Lock("taken").TryAcquire(ctx)
 	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
 }
 
@@ -708,16 +712,19 @@ func TestHandleLostClosesWhenSomeoneElseTakesOver(t *testing.T) {
 // ErrLockLost: code that wakes on Lost and then asks Context why must not
 // be told "not done".
 func TestHandleContextIsDoneWithErrLockLostOnceLostIsClosed(t *testing.T) {
-	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
-	ctx := boundedCtx(t, 30*time.Second)
-	l := e.p.Lock("ordered")
+	conformance.Over(t, contextDoneOnceLost)
+}
+
+func contextDoneOnceLost(e *conformance.Env) {
+	t, ctx := e.T, e.Ctx
+	p, _ := e.Process(mongolock.WithExpiry(shortExpiry))
+	l := p.Lock("ordered")
 	const trials = 100
 	notDone := 0
 	for trial := range trials {
 		h, err := l.TryAcquire(ctx)
 		require.NoError(t, err)
-		_, err = e.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "ordered"}})
-		require.NoError(t, err)
+		e.Remove(mongolock.DefaultCollection, "ordered")
 		seen := make(chan error, 1)
 		go func() {
 			select {
@@ -771,47 +778,71 @@ func TestNilContextIsAnErrorNotAPanic(t *testing.T) {
 // A ctx that is already done: TryAcquire, Acquire and Do send nothing (not
 // even the TTL index of a provider's first call) and return ctx's error.
 // Release returns ctx's error too and ends the handle (released, not lost),
-// and the lock is freed in the background with one update, or handed to a
-// waiter of this process soon.
+// and the lock is freed in the background with one operation, or handed to
+// a waiter of this process.
 func TestADoneContextSendsNothingAndReleaseStillFreesTheLock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newMemDB(t)
+		ctx := d.Ctx
+		p, net := d.process()
+		other, _ := d.process()
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		l := p.Lock("done")
+		h, err := l.TryAcquire(done)
+		require.ErrorIs(t, err, context.Canceled, "TryAcquire")
+		require.Nil(t, h)
+		h, err = l.Acquire(done)
+		require.ErrorIs(t, err, context.Canceled, "Acquire")
+		require.Nil(t, h)
+		require.ErrorIs(t, l.Do(done, func(context.Context) error {
+			t.Error("fn ran with a done ctx")
+			return nil
+		}), context.Canceled, "Do")
+		synctest.Wait()
+		require.Zero(t, net.Sent(), "operations sent with a done ctx")
+
+		h = mustTryAcquire(t, ctx, l)
+		synctest.Wait()
+		before := net.Sent()
+		err = h.Release(done)
+		require.ErrorIs(t, err, context.Canceled, "Release")
+		require.NotErrorIs(t, err, mongolock.ErrLockLost)
+		require.ErrorIs(t, context.Cause(h.Context()), context.Canceled)
+		require.False(t, closedNow(h.Lost()))
+		require.True(t, closedNow(mongolock.LeaseUnkept(h)))
+		synctest.Wait()
+		require.Equal(t, int64(1), net.Sent()-before, "operations sent to free the lock")
+		require.NoError(t, mustTryAcquire(t, ctx, other.Lock("done")).Release(ctx))
+		require.NoError(t, h.Release(ctx), "a second Release")
+
+		// With a waiter of this process: it gets the lock.
+		h = mustTryAcquire(t, ctx, l)
+		next := acquireInBackground(ctx, l)
+		synctest.Wait()
+		require.Equal(t, 1, mongolock.QueueLen(p, "done"))
+		require.ErrorIs(t, h.Release(done), context.Canceled)
+		require.NoError(t, <-next, "the waiter")
+	})
+}
+
+// On the wire too, a done ctx sends nothing, not even the TTL index of the
+// provider's first call, which the model does not keep.
+func TestADoneContextSendsNothingOnTheWire(t *testing.T) {
 	e := newLockEnv(t)
-	ctx := boundedCtx(t, 30*time.Second)
-	done, cancel := context.WithCancel(ctx)
+	done, cancel := context.WithCancel(context.Background())
 	cancel()
 	l := e.p.Lock("done")
-	h, err := l.TryAcquire(done)
+	_, err := l.TryAcquire(done)
 	require.ErrorIs(t, err, context.Canceled, "TryAcquire")
-	require.Nil(t, h)
-	h, err = l.Acquire(done)
+	_, err = l.Acquire(done)
 	require.ErrorIs(t, err, context.Canceled, "Acquire")
-	require.Nil(t, h)
 	require.ErrorIs(t, l.Do(done, func(context.Context) error {
 		t.Error("fn ran with a done ctx")
 		return nil
 	}), context.Canceled, "Do")
 	mongolock.WaitBackground(e.p)
 	require.Zero(t, e.count.commands.Load(), "commands sent with a done ctx")
-
-	h = mustTryAcquire(t, ctx, l)
-	mongolock.WaitBackground(e.p)
-	before := e.count.named("update")
-	err = h.Release(done)
-	require.ErrorIs(t, err, context.Canceled, "Release")
-	require.NotErrorIs(t, err, mongolock.ErrLockLost)
-	require.ErrorIs(t, context.Cause(h.Context()), context.Canceled)
-	require.False(t, closedNow(h.Lost()))
-	require.True(t, closedNow(mongolock.LeaseUnkept(h)))
-	mongolock.WaitBackground(e.p)
-	require.Equal(t, int64(1), e.count.named("update")-before, "updates sent to free the lock")
-	require.NoError(t, mustTryAcquire(t, ctx, e.other.Lock("done")).Release(ctx))
-	require.NoError(t, h.Release(ctx), "a second Release")
-
-	// With a waiter of this process: it gets the lock soon.
-	h = mustTryAcquire(t, ctx, l)
-	next := acquireInBackground(boundedCtx(t, 5*time.Second), l)
-	awaitQueueLen(t, e.p, "done", 1)
-	require.ErrorIs(t, h.Release(done), context.Canceled)
-	require.NoError(t, <-next, "the waiter")
 }
 
 // Every operation on a client that was disconnected fails at once with an
@@ -903,32 +934,38 @@ func TestDoReportsLossToFnAndInItsError(t *testing.T) {
 		{"fn returns the cause", func(fctx context.Context) error { return context.Cause(fctx) }, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
-			ctx := boundedCtx(t, 30*time.Second)
-			err := e.p.Lock("do-lost").Do(ctx, func(fctx context.Context) error {
-				_, err := e.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "do-lost"}})
+			conformance.Over(t, func(e *conformance.Env) {
+				t, ctx := e.T, e.Ctx
+				p, _ := e.Process(mongolock.WithExpiry(shortExpiry))
+				other, _ := e.Process(mongolock.WithExpiry(shortExpiry))
+				err := p.Lock("do-lost").Do(ctx, func(fctx context.Context) error {
+					e.Remove(mongolock.DefaultCollection, "do-lost")
+					awaitClosed(t, fctx.Done(), lossDetectionBound, "fn's ctx after the document was deleted")
+					require.ErrorIs(t, context.Cause(fctx), mongolock.ErrLockLost)
+					return tc.returns(fctx)
+				})
+				require.ErrorIs(t, err, mongolock.ErrLockLost)
+				for _, w := range tc.want {
+					require.ErrorIs(t, err, w)
+				}
+				// Do did not re-create or hold anything: the lock is free.
+				h, err := other.Lock("do-lost").TryAcquire(ctx)
 				require.NoError(t, err)
-				awaitClosed(t, fctx.Done(), lossDetectionBound, "fn's ctx after the document was deleted")
-				require.ErrorIs(t, context.Cause(fctx), mongolock.ErrLockLost)
-				return tc.returns(fctx)
+				require.NoError(t, h.Release(ctx))
 			})
-			require.ErrorIs(t, err, mongolock.ErrLockLost)
-			for _, w := range tc.want {
-				require.ErrorIs(t, err, w)
-			}
-			// Do did not re-create or hold anything: the lock is free.
-			h, err := e.other.Lock("do-lost").TryAcquire(ctx)
-			require.NoError(t, err)
-			require.NoError(t, h.Release(ctx))
 		})
 	}
 }
 
-func TestDoEndsFnsContextWhenCtxIsCancelled(t *testing.T) {
-	e := newLockEnv(t)
-	ctx, cancel := context.WithCancel(context.Background())
+func TestDoEndsFnsContextWhenCtxIsCancelled(t *testing.T) { conformance.Over(t, doEndsFnsContext) }
+
+func doEndsFnsContext(e *conformance.Env) {
+	t := e.T
+	p, _ := e.Process()
+	other, _ := e.Process()
+	ctx, cancel := context.WithCancel(e.Ctx)
 	defer cancel()
-	err := e.p.Lock("do-cancel").Do(ctx, func(fctx context.Context) error {
+	err := p.Lock("do-cancel").Do(ctx, func(fctx context.Context) error {
 		cancel()
 		awaitClosed(t, fctx.Done(), time.Second, "fn's ctx after ctx was cancelled")
 		require.ErrorIs(t, context.Cause(fctx), context.Canceled)
@@ -941,21 +978,24 @@ func TestDoEndsFnsContextWhenCtxIsCancelled(t *testing.T) {
 	// Released although ctx was over: the next holder need not wait for the
 	// 30s lease.
 	tctx := boundedCtx(t, 5*time.Second)
-	h, err := e.other.Lock("do-cancel").TryAcquire(tctx)
+	h, err := other.Lock("do-cancel").TryAcquire(tctx)
 	require.NoError(t, err, "Do did not release the lock after ctx was cancelled")
 	require.NoError(t, h.Release(tctx))
 }
 
-func TestDoReleasesWhenFnPanics(t *testing.T) {
-	e := newLockEnv(t)
-	ctx := boundedCtx(t, 30*time.Second)
+func TestDoReleasesWhenFnPanics(t *testing.T) { conformance.Over(t, doReleasesWhenFnPanics) }
+
+func doReleasesWhenFnPanics(e *conformance.Env) {
+	t, ctx := e.T, e.Ctx
+	p, _ := e.Process()
+	other, _ := e.Process()
 	recovered := func() (r any) {
 		defer func() { r = recover() }()
-		_ = e.p.Lock("do-panic").Do(ctx, func(context.Context) error { panic("boom") })
+		_ = p.Lock("do-panic").Do(ctx, func(context.Context) error { panic("boom") })
 		return nil
 	}()
 	require.Equal(t, "boom", recovered)
-	h, err := e.other.Lock("do-panic").TryAcquire(ctx)
+	h, err := other.Lock("do-panic").TryAcquire(ctx)
 	require.NoError(t, err, "Do did not release the lock after fn panicked")
 	require.NoError(t, h.Release(ctx))
 }

@@ -572,46 +572,52 @@ func TestRWLockUpgradeWaitsForReadersAndNoWriterGetsInBetween(t *testing.T) {
 // An upgrade whose ctx ends while readers stay: new readers are refused
 // while it waits and let in again once it failed; the handle is still an
 // upgradeable reader, which can upgrade later; and what it left keeps no
-// writer out once it released.
+// writer out once it released. Over the model, the upgrade is cancelled
+// once its refused poll is in: its error says both why it ended and that
+// it was refused.
 func TestRWLockFailedUpgradeLetsReadersInAgainAndLeavesNoMark(t *testing.T) {
-	db := testdb.Database(t)
-	ctx := boundedCtx(t, 30*time.Second)
-	const name = "report"
-	u, readers, held := upgradeableBesideReaders(t, ctx, db, name, 1)
-	r := held[0]
+	synctest.Test(t, func(t *testing.T) {
+		d := newMemDB(t)
+		ctx := d.Ctx
+		const name = "report"
+		up, _ := d.process(fastPolls)
+		rp, _ := d.process(fastPolls)
+		u, err := up.RWLock(name).Upgradeable().TryAcquire(ctx)
+		require.NoError(t, err)
+		readers := rp.RWLock(name)
+		r, err := readers.Reader().TryAcquire(ctx)
+		require.NoError(t, err)
 
-	uctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	upgraded := upgradeInBackground(uctx, u)
-	awaitUpgradeWaiting(t, ctx, readers)
-	_, err := readers.Reader().TryAcquire(ctx)
-	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a new reader while the upgrade waits")
-	cancel()
-	err = <-upgraded
-	require.ErrorIs(t, err, context.Canceled)
-	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "readers held the lock the whole time")
-	pollUntil(t, 5*time.Second, "a new reader gets in after the upgrade failed", func() bool {
+		uctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		upgraded := upgradeInBackground(uctx, u)
+		awaitUpgradeWaiting(t, ctx, readers)
+		_, err = readers.Reader().TryAcquire(ctx)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a new reader while the upgrade waits")
+		synctest.Wait() // the upgrade has its refusal and sleeps
+		cancel()
+		err = <-upgraded
+		require.ErrorIs(t, err, context.Canceled)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "readers held the lock the whole time")
+		synctest.Wait()
 		h, err := readers.Reader().TryAcquire(ctx)
-		if err == nil {
-			require.NoError(t, h.Release(ctx))
-		}
-		return err == nil
-	})
-	info, err := readers.Inspect(ctx)
-	require.NoError(t, err)
-	require.False(t, info.WriterWaiting, "the failed upgrade still holds readers off")
-	require.False(t, closedNow(u.Context().Done()), "the handle ended with the failed upgrade")
-	rs, ws := liveModes(t, semColl(db), name)
-	require.Equal(t, [2]int{2, 0}, [2]int{rs, ws}, "live readers, writers after the failed upgrade")
+		require.NoError(t, err, "a new reader once the upgrade failed")
+		require.NoError(t, h.Release(ctx))
+		info, err := readers.Inspect(ctx)
+		require.NoError(t, err)
+		require.False(t, info.WriterWaiting, "the failed upgrade still holds readers off")
+		require.False(t, closedNow(u.Context().Done()), "the handle ended with the failed upgrade")
+		require.Equal(t, []string{"u", "r"}, d.liveModes(name), "live holders after the failed upgrade")
 
-	// Still upgradeable: once the reader leaves, a second upgrade succeeds.
-	require.NoError(t, r.Release(ctx))
-	require.NoError(t, u.Upgrade(ctx))
-	require.NoError(t, u.Release(ctx))
-	w, err := readers.Writer().TryAcquire(ctx)
-	require.NoError(t, err, "a writer after the upgraded reader released")
-	require.Greater(t, w.FencingToken(), u.FencingToken())
-	require.NoError(t, w.Release(ctx))
+		// Still upgradeable: once the reader leaves, a second upgrade succeeds.
+		require.NoError(t, r.Release(ctx))
+		require.NoError(t, u.Upgrade(ctx))
+		require.NoError(t, u.Release(ctx))
+		w, err := readers.Writer().TryAcquire(ctx)
+		require.NoError(t, err, "a writer after the upgraded reader released")
+		require.Greater(t, w.FencingToken(), u.FencingToken())
+		require.NoError(t, w.Release(ctx))
+	})
 }
 
 // An upgrade cut short by its ctx while its round trip is on its way, which

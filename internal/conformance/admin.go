@@ -22,18 +22,18 @@ type acquirer interface {
 }
 
 // try takes a at once, or fails the test.
-func (e *env) try(a acquirer) *mongolock.Handle {
-	e.t.Helper()
-	h, err := a.TryAcquire(e.ctx)
-	require.NoError(e.t, err)
+func (e *Env) try(a acquirer) *mongolock.Handle {
+	e.T.Helper()
+	h, err := a.TryAcquire(e.Ctx)
+	require.NoError(e.T, err)
 	return h
 }
 
-func (e *env) inspect(p *mongolock.Provider, name string) mongolock.LockInfo {
-	e.t.Helper()
-	info, err := p.Inspect(e.ctx, name)
-	require.NoError(e.t, err, name)
-	require.Equal(e.t, name, info.Name)
+func (e *Env) inspect(p *mongolock.Provider, name string) mongolock.LockInfo {
+	e.T.Helper()
+	info, err := p.Inspect(e.Ctx, name)
+	require.NoError(e.T, err, name)
+	require.Equal(e.T, name, info.Name)
 	return info
 }
 
@@ -57,10 +57,10 @@ func holderIDs(info mongolock.LockInfo) []string {
 	return ids
 }
 
-func locksListEveryKind(e *env) {
+func locksListEveryKind(e *Env) {
 	p, q := e.provider(mongolock.WithOwner("node-1")), e.provider(mongolock.WithOwner("node-2"))
-	leader, err := p.Election("k/leader").Campaign(e.ctx, "http://10.0.0.7:8080")
-	require.NoError(e.t, err)
+	leader, err := p.Election("k/leader").Campaign(e.Ctx, "http://10.0.0.7:8080")
+	require.NoError(e.T, err)
 	type want struct {
 		name    string
 		kind    mongolock.Kind
@@ -83,58 +83,58 @@ func locksListEveryKind(e *env) {
 	e.try(p.Lock("other"))
 	ids := map[string]string{} // a holder's ID: its name and kind
 	check := func(info mongolock.LockInfo, w want) {
-		e.t.Helper()
+		e.T.Helper()
 		what := fmt.Sprintf("%s (%s)", w.name, w.kind)
-		require.Equal(e.t, w.name, info.Name)
-		require.Equal(e.t, w.kind, info.Kind, what)
-		require.True(e.t, info.Held, what)
-		require.Equal(e.t, w.n, info.N, what)
-		require.Equal(e.t, w.owner, info.Owner, what)
-		require.Equal(e.t, w.value, info.Value, what)
-		require.Equal(e.t, tokens(w.holders, mongolock.LockInfo{}), tokens(nil, info), "%s: the holders, in the order they acquired", what)
+		require.Equal(e.T, w.name, info.Name)
+		require.Equal(e.T, w.kind, info.Kind, what)
+		require.True(e.T, info.Held, what)
+		require.Equal(e.T, w.n, info.N, what)
+		require.Equal(e.T, w.owner, info.Owner, what)
+		require.Equal(e.T, w.value, info.Value, what)
+		require.Equal(e.T, tokens(w.holders, mongolock.LockInfo{}), tokens(nil, info), "%s: the holders, in the order they acquired", what)
 		for i, h := range info.Holders {
-			require.Equal(e.t, w.owners[i], h.Owner, what)
-			require.Equal(e.t, w.write, h.Write, what)
-			require.NotEmpty(e.t, h.ID, what)
+			require.Equal(e.T, w.owners[i], h.Owner, what)
+			require.Equal(e.T, w.write, h.Write, what)
+			require.NotEmpty(e.T, h.ID, what)
 			if seen, ok := ids[h.ID]; ok {
-				require.Equal(e.t, what, seen, "one ID for two holders")
+				require.Equal(e.T, what, seen, "one ID for two holders")
 			}
 			ids[h.ID] = what
-			require.True(e.t, h.ExpiresAt.After(info.ServerTime), what)
+			require.True(e.T, h.ExpiresAt.After(info.ServerTime), what)
 		}
 		newest := info.Holders[len(info.Holders)-1]
-		require.Equal(e.t, newest.FencingToken, info.FencingToken, what)
-		require.Equal(e.t, newest.AcquiredAt, info.AcquiredAt, "%s: the newest holder's acquisition", what)
-		require.True(e.t, info.ExpiresAt.After(info.ServerTime), what)
-		require.False(e.t, info.Waiting || info.WriterWaiting, what)
+		require.Equal(e.T, newest.FencingToken, info.FencingToken, what)
+		require.Equal(e.T, newest.AcquiredAt, info.AcquiredAt, "%s: the newest holder's acquisition", what)
+		require.True(e.T, info.ExpiresAt.After(info.ServerTime), what)
+		require.False(e.T, info.Waiting || info.WriterWaiting, what)
 	}
 
 	listed := 0
-	for info, err := range p.Locks(e.ctx, "k/") {
-		require.NoError(e.t, err)
-		require.Less(e.t, listed, len(wants), "listed %s too", info.Name)
+	for info, err := range p.Locks(e.Ctx, "k/") {
+		require.NoError(e.T, err)
+		require.Less(e.T, listed, len(wants), "listed %s too", info.Name)
 		check(info, wants[listed])
 		listed++
 	}
-	require.Equal(e.t, len(wants), listed)
+	require.Equal(e.T, len(wants), listed)
 	for i, w := range wants {
 		if i != 1 { // k/both: Inspect shows the lock's
 			check(e.inspect(q, w.name), w)
 		}
 	}
-	sem, err := q.Semaphore("k/both", 2).Inspect(e.ctx)
-	require.NoError(e.t, err)
-	require.Equal(e.t, "k/both (semaphore)", ids[sem.Holders[0].ID], "Semaphore.Inspect's ID is the listing's")
-	_, err = p.Inspect(e.ctx, "k/none")
-	require.ErrorIs(e.t, err, mongolock.ErrNoLock)
+	sem, err := q.Semaphore("k/both", 2).Inspect(e.Ctx)
+	require.NoError(e.T, err)
+	require.Equal(e.T, "k/both (semaphore)", ids[sem.Holders[0].ID], "Semaphore.Inspect's ID is the listing's")
+	_, err = p.Inspect(e.Ctx, "k/none")
+	require.ErrorIs(e.T, err, mongolock.ErrNoLock)
 
 	e.release(wants[6].holders[0])
 	e.release(wants[6].holders[1])
 	info := e.inspect(p, "k/sem")
-	require.False(e.t, info.Held)
-	require.Empty(e.t, info.Holders)
-	require.Equal(e.t, mongolock.KindSemaphore, info.Kind)
-	require.Equal(e.t, wants[6].holders[1].FencingToken(), info.FencingToken, "the token stays")
+	require.False(e.T, info.Held)
+	require.Empty(e.T, info.Holders)
+	require.Equal(e.T, mongolock.KindSemaphore, info.Kind)
+	require.Equal(e.T, wants[6].holders[1].FencingToken(), info.FencingToken, "the token stays")
 }
 
 // takes is a kind: its holders' acquirer, and a waiter's, which the
@@ -154,29 +154,29 @@ var slotKinds = []takes{
 		func(p *mongolock.Provider, name string) acquirer { return p.RWLock(name).Writer() }},
 }
 
-func forceReleaseFreesEverySlot(e *env) {
+func forceReleaseFreesEverySlot(e *Env) {
 	p, q := e.provider(), e.provider()
 	for _, k := range slotKinds {
 		name := string(k.kind)
 		old := []*mongolock.Handle{e.try(k.holder(p, name)), e.try(k.holder(q, name))}
-		waiting := start(func() (*mongolock.Handle, error) { return k.waiter(q, name).Acquire(e.ctx) })
+		waiting := start(func() (*mongolock.Handle, error) { return k.waiter(q, name).Acquire(e.Ctx) })
 		e.notYet(waiting, "Acquire of a full "+name)
-		ended, err := q.ForceRelease(e.ctx, name)
-		require.NoError(e.t, err)
-		require.True(e.t, ended, name)
+		ended, err := q.ForceRelease(e.Ctx, name)
+		require.NoError(e.T, err)
+		require.True(e.T, ended, name)
 		next := e.receive(waiting)
 		for _, h := range old {
 			e.await(h.Lost(), "every holder's Lost closes after ForceRelease")
-			require.ErrorIs(e.t, context.Cause(h.Context()), mongolock.ErrLockLost)
-			require.ErrorIs(e.t, h.Release(e.ctx), mongolock.ErrLockLost)
-			require.Greater(e.t, next.FencingToken(), h.FencingToken())
+			require.ErrorIs(e.T, context.Cause(h.Context()), mongolock.ErrLockLost)
+			require.ErrorIs(e.T, h.Release(e.Ctx), mongolock.ErrLockLost)
+			require.Greater(e.T, next.FencingToken(), h.FencingToken())
 		}
-		require.Equal(e.t, []int64{next.FencingToken()}, tokens(nil, e.inspect(p, name)), "the waiter alone holds %s", name)
+		require.Equal(e.T, []int64{next.FencingToken()}, tokens(nil, e.inspect(p, name)), "the waiter alone holds %s", name)
 		e.release(next)
 	}
 }
 
-func forceReleaseHolderEndsOne(e *env) {
+func forceReleaseHolderEndsOne(e *Env) {
 	p, q := e.provider(), e.provider()
 	lock := func(p *mongolock.Provider, name string) acquirer { return p.Lock(name) }
 	kinds := append([]takes{{mongolock.KindLock, lock, lock}}, slotKinds...)
@@ -187,30 +187,30 @@ func forceReleaseHolderEndsOne(e *env) {
 			hs = append(hs, e.try(k.holder(q, name)))
 		}
 		info := e.inspect(q, name)
-		require.Equal(e.t, tokens(hs, mongolock.LockInfo{}), tokens(nil, info))
-		released, err := q.ForceReleaseHolder(e.ctx, name, "0123456789abcdef0123456789abcdef")
-		require.NoError(e.t, err)
-		require.False(e.t, released, "an id that holds nothing")
-		_, err = q.ForceReleaseHolder(e.ctx, name, "")
-		require.ErrorIs(e.t, err, mongolock.ErrInvalidArgument)
-		requireOp(e.t, err, "force release holder")
+		require.Equal(e.T, tokens(hs, mongolock.LockInfo{}), tokens(nil, info))
+		released, err := q.ForceReleaseHolder(e.Ctx, name, "0123456789abcdef0123456789abcdef")
+		require.NoError(e.T, err)
+		require.False(e.T, released, "an id that holds nothing")
+		_, err = q.ForceReleaseHolder(e.Ctx, name, "")
+		require.ErrorIs(e.T, err, mongolock.ErrInvalidArgument)
+		requireOp(e.T, err, "force release holder")
 
-		released, err = q.ForceReleaseHolder(e.ctx, name, info.Holders[0].ID)
-		require.NoError(e.t, err)
-		require.True(e.t, released, name)
+		released, err = q.ForceReleaseHolder(e.Ctx, name, info.Holders[0].ID)
+		require.NoError(e.T, err)
+		require.True(e.T, released, name)
 		e.await(hs[0].Lost(), "the released holder's Lost closes")
-		require.ErrorIs(e.t, hs[0].Release(e.ctx), mongolock.ErrLockLost)
-		require.Equal(e.t, holderIDs(info)[1:], holderIDs(e.inspect(q, name)), "%s: the other holders keep theirs", name)
+		require.ErrorIs(e.T, hs[0].Release(e.Ctx), mongolock.ErrLockLost)
+		require.Equal(e.T, holderIDs(info)[1:], holderIDs(e.inspect(q, name)), "%s: the other holders keep theirs", name)
 		for _, h := range hs[1:] {
-			require.NoError(e.t, h.Context().Err())
+			require.NoError(e.T, h.Context().Err())
 		}
-		released, err = q.ForceReleaseHolder(e.ctx, name, info.Holders[0].ID)
-		require.NoError(e.t, err)
-		require.False(e.t, released, "an ended holder is ended once")
+		released, err = q.ForceReleaseHolder(e.Ctx, name, info.Holders[0].ID)
+		require.NoError(e.T, err)
+		require.False(e.T, released, "an ended holder is ended once")
 
 		next := e.try(k.holder(q, name))
 		for _, h := range hs {
-			require.Greater(e.t, next.FencingToken(), h.FencingToken())
+			require.Greater(e.T, next.FencingToken(), h.FencingToken())
 		}
 		for _, h := range append(hs[1:], next) {
 			e.release(h)
@@ -218,68 +218,68 @@ func forceReleaseHolderEndsOne(e *env) {
 	}
 }
 
-func holdAtLeastKeepsAReleasedLock(e *env) {
+func holdAtLeastKeepsAReleasedLock(e *Env) {
 	const hold = time.Second
 	p, other := e.provider(mongolock.WithOwner("job-1"), mongolock.WithHoldAtLeast(hold)), e.provider()
 	h := e.try(p.Lock("nightly"))
-	waiting := start(func() (*mongolock.Handle, error) { return other.Lock("nightly").Acquire(e.ctx) })
+	waiting := start(func() (*mongolock.Handle, error) { return other.Lock("nightly").Acquire(e.Ctx) })
 	e.release(h)
-	require.ErrorIs(e.t, context.Cause(h.Context()), context.Canceled)
+	require.ErrorIs(e.T, context.Cause(h.Context()), context.Canceled)
 	e.notLost(h, "a release with a hold made the handle lost")
 	info := e.inspect(other, "nightly")
-	require.True(e.t, info.Held, "the hold shows the lock free")
-	require.Equal(e.t, "job-1", info.Owner)
-	require.Len(e.t, info.Holders, 1)
-	require.Equal(e.t, h.FencingToken(), info.Holders[0].FencingToken)
-	_, err := other.Lock("nightly").TryAcquire(e.ctx)
-	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired, "the lock is free during its hold")
+	require.True(e.T, info.Held, "the hold shows the lock free")
+	require.Equal(e.T, "job-1", info.Owner)
+	require.Len(e.T, info.Holders, 1)
+	require.Equal(e.T, h.FencingToken(), info.Holders[0].FencingToken)
+	_, err := other.Lock("nightly").TryAcquire(e.Ctx)
+	require.ErrorIs(e.T, err, mongolock.ErrNotAcquired, "the lock is free during its hold")
 	next := e.receive(waiting)
-	require.False(e.t, next.AcquiredAt().Before(h.AcquiredAt().Add(hold)), "taken at %v, before the hold's end", next.AcquiredAt())
-	require.Greater(e.t, next.FencingToken(), h.FencingToken())
+	require.False(e.T, next.AcquiredAt().Before(h.AcquiredAt().Add(hold)), "taken at %v, before the hold's end", next.AcquiredAt())
+	require.Greater(e.T, next.FencingToken(), h.FencingToken())
 	e.release(next)
 
 	// ForceRelease and ForceReleaseHolder end a hold, Close writes one.
 	for _, end := range []func(info mongolock.LockInfo) (bool, error){
-		func(mongolock.LockInfo) (bool, error) { return other.ForceRelease(e.ctx, "nightly") },
+		func(mongolock.LockInfo) (bool, error) { return other.ForceRelease(e.Ctx, "nightly") },
 		func(info mongolock.LockInfo) (bool, error) {
-			return other.ForceReleaseHolder(e.ctx, "nightly", info.Holders[0].ID)
+			return other.ForceReleaseHolder(e.Ctx, "nightly", info.Holders[0].ID)
 		},
 	} {
 		h := e.try(p.Lock("nightly"))
 		e.release(h)
 		released, err := end(e.inspect(other, "nightly"))
-		require.NoError(e.t, err)
-		require.True(e.t, released, "the hold was not seen as a holder")
+		require.NoError(e.T, err)
+		require.True(e.T, released, "the hold was not seen as a holder")
 		e.requireFree(other.Lock("nightly"), "a force release ends the hold")
 	}
 	closing := e.provider(mongolock.WithHoldAtLeast(time.Hour))
 	e.try(closing.Lock("nightly"))
-	require.NoError(e.t, closing.Close(e.ctx))
-	_, err = other.Lock("nightly").TryAcquire(e.ctx)
-	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired, "Close released without the hold")
-	released, err := other.ForceRelease(e.ctx, "nightly")
-	require.NoError(e.t, err)
-	require.True(e.t, released)
+	require.NoError(e.T, closing.Close(e.Ctx))
+	_, err = other.Lock("nightly").TryAcquire(e.Ctx)
+	require.ErrorIs(e.T, err, mongolock.ErrNotAcquired, "Close released without the hold")
+	released, err := other.ForceRelease(e.Ctx, "nightly")
+	require.NoError(e.T, err)
+	require.True(e.T, released)
 }
 
-func holdAtMostLosesTheHandle(e *env) {
+func holdAtMostLosesTheHandle(e *Env) {
 	const expiry, most = 300 * time.Millisecond, 900 * time.Millisecond
 	p, other := e.provider(mongolock.WithExpiry(expiry), mongolock.WithHoldAtMost(most)), e.provider()
 	sent := time.Now()
 	h := e.try(p.Lock("stuck"))
-	_, err := other.Lock("stuck").TryAcquire(e.ctx)
-	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired)
-	waiting := start(func() (*mongolock.Handle, error) { return other.Lock("stuck").Acquire(e.ctx) })
+	_, err := other.Lock("stuck").TryAcquire(e.Ctx)
+	require.ErrorIs(e.T, err, mongolock.ErrNotAcquired)
+	waiting := start(func() (*mongolock.Handle, error) { return other.Lock("stuck").Acquire(e.Ctx) })
 	e.await(h.Lost(), "the handle is lost at its bound")
 	// Lost at the bound, less at most a safety margin: the lease outlived
 	// the expiry.
-	require.GreaterOrEqual(e.t, time.Since(sent), most-expiry/10)
-	require.ErrorIs(e.t, context.Cause(h.Context()), mongolock.ErrLockLost)
-	err = h.Release(e.ctx)
-	require.ErrorIs(e.t, err, mongolock.ErrLockLost)
-	require.ErrorContains(e.t, err, "WithHoldAtMost")
+	require.GreaterOrEqual(e.T, time.Since(sent), most-expiry/10)
+	require.ErrorIs(e.T, context.Cause(h.Context()), mongolock.ErrLockLost)
+	err = h.Release(e.Ctx)
+	require.ErrorIs(e.T, err, mongolock.ErrLockLost)
+	require.ErrorContains(e.T, err, "WithHoldAtMost")
 	next := e.receive(waiting)
-	require.Greater(e.t, next.FencingToken(), h.FencingToken())
+	require.Greater(e.T, next.FencingToken(), h.FencingToken())
 	e.release(next)
 }
 
@@ -287,7 +287,7 @@ func holdAtMostLosesTheHandle(e *env) {
 // still run its job: the lock stays held until the bound, unless its
 // Release, once the job stopped, frees it at once. Two locks, taken
 // together, show both: one released once lost, one left to its bound.
-func holdAtMostKeepsTheLockUntilItsBound(e *env) {
+func holdAtMostKeepsTheLockUntilItsBound(e *Env) {
 	const expiry, most = time.Second, 2 * time.Second
 	p, other := e.provider(mongolock.WithExpiry(expiry), mongolock.WithHoldAtMost(most)), e.provider()
 	left, released := e.try(p.Lock("left")), e.try(p.Lock("released"))
@@ -295,38 +295,38 @@ func holdAtMostKeepsTheLockUntilItsBound(e *env) {
 		var next *mongolock.Handle
 		e.pollUntil("the lock "+name+" frees", func() bool {
 			var err error
-			next, err = other.Lock(name).TryAcquire(e.ctx)
-			require.True(e.t, err == nil || errors.Is(err, mongolock.ErrNotAcquired), "TryAcquire: %v", err)
+			next, err = other.Lock(name).TryAcquire(e.Ctx)
+			require.True(e.T, err == nil || errors.Is(err, mongolock.ErrNotAcquired), "TryAcquire: %v", err)
 			return err == nil
 		})
 		return next
 	}
 
 	e.await(released.Lost(), "the handle is lost at its bound")
-	_, err := other.Lock("released").TryAcquire(e.ctx)
-	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired, "the lock was freed as its handle was lost")
-	require.ErrorIs(e.t, released.Release(e.ctx), mongolock.ErrLockLost)
+	_, err := other.Lock("released").TryAcquire(e.Ctx)
+	require.ErrorIs(e.T, err, mongolock.ErrNotAcquired, "the lock was freed as its handle was lost")
+	require.ErrorIs(e.T, released.Release(e.Ctx), mongolock.ErrLockLost)
 	next := take("released")
-	require.True(e.t, next.AcquiredAt().Before(released.AcquiredAt().Add(most)), "the release of the lost handle did not free the lock before the bound")
+	require.True(e.T, next.AcquiredAt().Before(released.AcquiredAt().Add(most)), "the release of the lost handle did not free the lock before the bound")
 	e.release(next)
 
 	e.await(left.Lost(), "the handle is lost at its bound")
 	next = take("left")
-	require.False(e.t, next.AcquiredAt().Before(left.AcquiredAt().Add(most)), "taken at %v, before the bound %v, while the lost job may still run",
+	require.False(e.T, next.AcquiredAt().Before(left.AcquiredAt().Add(most)), "taken at %v, before the bound %v, while the lost job may still run",
 		next.AcquiredAt(), left.AcquiredAt().Add(most))
-	require.ErrorIs(e.t, left.Release(e.ctx), mongolock.ErrLockLost)
+	require.ErrorIs(e.T, left.Release(e.Ctx), mongolock.ErrLockLost)
 	e.release(next)
 }
 
-func holdsApplyToLocksOnly(e *env) {
+func holdsApplyToLocksOnly(e *Env) {
 	for i, opt := range []mongolock.Option{mongolock.WithHoldAtLeast(time.Minute), mongolock.WithHoldAtMost(time.Minute)} {
 		p := e.provider(opt)
 		for _, take := range []func() (*mongolock.Handle, error){
-			func() (*mongolock.Handle, error) { return p.Semaphore("s", 2).TryAcquire(e.ctx) },
-			func() (*mongolock.Handle, error) { return p.RWLock("rw").Reader().Acquire(e.ctx) },
-			func() (*mongolock.Handle, error) { return p.RWLock("rw").Writer().TryAcquire(e.ctx) },
+			func() (*mongolock.Handle, error) { return p.Semaphore("s", 2).TryAcquire(e.Ctx) },
+			func() (*mongolock.Handle, error) { return p.RWLock("rw").Reader().Acquire(e.Ctx) },
+			func() (*mongolock.Handle, error) { return p.RWLock("rw").Writer().TryAcquire(e.Ctx) },
 			func() (*mongolock.Handle, error) {
-				l, err := p.Election("leader").Campaign(e.ctx, "v")
+				l, err := p.Election("leader").Campaign(e.Ctx, "v")
 				if err != nil {
 					return nil, err
 				}
@@ -334,8 +334,8 @@ func holdsApplyToLocksOnly(e *env) {
 			},
 		} {
 			_, err := take()
-			require.ErrorIs(e.t, err, mongolock.ErrInvalidArgument)
-			require.ErrorContains(e.t, err, "apply to locks only")
+			require.ErrorIs(e.T, err, mongolock.ErrInvalidArgument)
+			require.ErrorContains(e.T, err, "apply to locks only")
 		}
 		e.release(e.try(p.Lock(fmt.Sprint("lock", i)))) // a name of its own: the release may hold it
 	}
@@ -345,32 +345,32 @@ func holdsApplyToLocksOnly(e *env) {
 // or a lost holder's lease has run out at WithHoldAtMost's bound, nothing
 // holds the lock: ForceRelease and ForceReleaseHolder end nothing, and
 // say so, though the server's document may still name the old holder.
-func forceReleaseAfterTheLeaseEnded(e *env) {
+func forceReleaseAfterTheLeaseEnded(e *Env) {
 	other := e.provider()
 	free := func(name string) func() bool {
 		return func() bool {
-			info, err := other.Inspect(e.ctx, name)
+			info, err := other.Inspect(e.Ctx, name)
 			if errors.Is(err, mongolock.ErrNoLock) {
 				return true
 			}
-			require.NoError(e.t, err)
+			require.NoError(e.T, err)
 			return !info.Held
 		}
 	}
 	endsNothing := func(name, id string) {
-		e.t.Helper()
-		released, err := other.ForceRelease(e.ctx, name)
-		require.NoError(e.t, err)
-		require.False(e.t, released, "%s: ForceRelease reported a release of a lease that had ended", name)
-		released, err = other.ForceReleaseHolder(e.ctx, name, id)
-		require.NoError(e.t, err)
-		require.False(e.t, released, "%s: ForceReleaseHolder reported a release of a lease that had ended", name)
+		e.T.Helper()
+		released, err := other.ForceRelease(e.Ctx, name)
+		require.NoError(e.T, err)
+		require.False(e.T, released, "%s: ForceRelease reported a release of a lease that had ended", name)
+		released, err = other.ForceReleaseHolder(e.Ctx, name, id)
+		require.NoError(e.T, err)
+		require.False(e.T, released, "%s: ForceReleaseHolder reported a release of a lease that had ended", name)
 	}
 
 	held := e.provider(mongolock.WithHoldAtLeast(300 * time.Millisecond))
 	e.release(e.try(held.Lock("held")))
 	info := e.inspect(other, "held")
-	require.True(e.t, info.Held, "the hold")
+	require.True(e.T, info.Held, "the hold")
 	e.pollUntil("the hold ends", free("held"))
 	endsNothing("held", info.Holders[0].ID)
 
@@ -380,6 +380,6 @@ func forceReleaseAfterTheLeaseEnded(e *env) {
 	e.await(h.Lost(), "the handle is lost at its bound")
 	e.pollUntil("the lease ends at the bound", free("bounded"))
 	endsNothing("bounded", id)
-	require.ErrorIs(e.t, h.Release(e.ctx), mongolock.ErrLockLost)
+	require.ErrorIs(e.T, h.Release(e.Ctx), mongolock.ErrLockLost)
 	e.requireFree(other.Lock("bounded"), "the lock is free")
 }

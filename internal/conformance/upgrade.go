@@ -20,21 +20,21 @@ func upgrading(ctx context.Context, h *mongolock.Handle) <-chan error {
 }
 
 // upgraded waits for the error of an Upgrade that upgrading runs.
-func (e *env) upgraded(ch <-chan error, what string) error {
-	e.t.Helper()
+func (e *Env) upgraded(ch <-chan error, what string) error {
+	e.T.Helper()
 	select {
 	case err := <-ch:
 		return err
-	case <-e.ctx.Done():
-		e.t.Fatalf("not before the test's deadline: %s", what)
+	case <-e.Ctx.Done():
+		e.T.Fatalf("not before the test's deadline: %s", what)
 		return nil
 	}
 }
 
 // upgradeableBesideAReader takes an upgradeable reader of "rw" and a
 // reader beside it, of providers of their own; rw is the reader's.
-func (e *env) upgradeableBesideAReader() (u, r *mongolock.Handle, rw *mongolock.RWLock) {
-	e.t.Helper()
+func (e *Env) upgradeableBesideAReader() (u, r *mongolock.Handle, rw *mongolock.RWLock) {
+	e.T.Helper()
 	u = e.try(e.provider().RWLock("rw").Upgradeable())
 	rw = e.provider().RWLock("rw")
 	return u, e.try(rw.Reader()), rw
@@ -42,34 +42,34 @@ func (e *env) upgradeableBesideAReader() (u, r *mongolock.Handle, rw *mongolock.
 
 // awaitUpgradeWaiting waits until Inspect tells that an upgrade of rw
 // holds new readers off.
-func (e *env) awaitUpgradeWaiting(rw *mongolock.RWLock) {
-	e.t.Helper()
+func (e *Env) awaitUpgradeWaiting(rw *mongolock.RWLock) {
+	e.T.Helper()
 	e.pollUntil("the upgrade holds readers off", func() bool {
-		info, err := rw.Inspect(e.ctx)
+		info, err := rw.Inspect(e.Ctx)
 		return err == nil && info.WriterWaiting
 	})
 }
 
 // awaitWaiting waits until Inspect tells that an Acquire waits for name.
-func (e *env) awaitWaiting(p *mongolock.Provider, name string) {
-	e.t.Helper()
+func (e *Env) awaitWaiting(p *mongolock.Provider, name string) {
+	e.T.Helper()
 	e.pollUntil("an Acquire waits for "+name, func() bool {
-		info, err := p.Inspect(e.ctx, name)
+		info, err := p.Inspect(e.Ctx, name)
 		return err == nil && info.Waiting
 	})
 }
 
-func (e *env) refused(l *mongolock.Lock, why string) {
-	e.t.Helper()
-	_, err := l.TryAcquire(e.ctx)
-	require.ErrorIs(e.t, err, mongolock.ErrNotAcquired, why)
+func (e *Env) refused(l *mongolock.Lock, why string) {
+	e.T.Helper()
+	_, err := l.TryAcquire(e.Ctx)
+	require.ErrorIs(e.T, err, mongolock.ErrNotAcquired, why)
 }
 
 // modes returns the Write and Upgradeable of each holder of rw.
-func (e *env) modes(rw *mongolock.RWLock) [][2]bool {
-	e.t.Helper()
-	info, err := rw.Inspect(e.ctx)
-	require.NoError(e.t, err)
+func (e *Env) modes(rw *mongolock.RWLock) [][2]bool {
+	e.T.Helper()
+	info, err := rw.Inspect(e.Ctx)
+	require.NoError(e.T, err)
 	var ms [][2]bool
 	for _, h := range info.Holders {
 		ms = append(ms, [2]bool{h.Write, h.Upgradeable})
@@ -77,105 +77,105 @@ func (e *env) modes(rw *mongolock.RWLock) [][2]bool {
 	return ms
 }
 
-func upgradeableSharesWithReadersOnly(e *env) {
+func upgradeableSharesWithReadersOnly(e *Env) {
 	pu, pr, pq := e.provider(), e.provider(), e.provider()
 	u := e.try(pu.RWLock("rw").Upgradeable())
 	r := e.try(pr.RWLock("rw").Reader())
-	require.Equal(e.t, [][2]bool{{false, true}, {false, false}}, e.modes(pr.RWLock("rw")), "the upgradeable reader, then the reader")
+	require.Equal(e.T, [][2]bool{{false, true}, {false, false}}, e.modes(pr.RWLock("rw")), "the upgradeable reader, then the reader")
 	info := e.inspect(pr, "rw")
-	require.Equal(e.t, mongolock.KindRWLock, info.Kind)
-	require.Len(e.t, info.Holders, 2)
-	require.True(e.t, info.Holders[0].Upgradeable, "Provider.Inspect shows the upgradeable reader")
+	require.Equal(e.T, mongolock.KindRWLock, info.Kind)
+	require.Len(e.T, info.Holders, 2)
+	require.True(e.T, info.Holders[0].Upgradeable, "Provider.Inspect shows the upgradeable reader")
 	e.refused(pq.RWLock("rw").Upgradeable(), "a second upgradeable reader")
 	e.refused(pq.RWLock("rw").Writer(), "a writer beside an upgradeable reader")
 
-	second := start(func() (*mongolock.Handle, error) { return pq.RWLock("rw").Upgradeable().Acquire(e.ctx) })
+	second := start(func() (*mongolock.Handle, error) { return pq.RWLock("rw").Upgradeable().Acquire(e.Ctx) })
 	e.awaitWaiting(pq, "rw")
 	e.release(e.try(pr.RWLock("rw").Reader())) // a waiting upgradeable reader keeps no reader out
 	e.notYet(second, "a second upgradeable reader")
 	e.release(u)
 	u2 := e.receive(second)
-	require.Greater(e.t, u2.FencingToken(), r.FencingToken())
+	require.Greater(e.T, u2.FencingToken(), r.FencingToken())
 	e.release(r)
 	e.release(u2)
 }
 
-func upgradeWaitsForReaders(e *env) {
+func upgradeWaitsForReaders(e *Env) {
 	u, r, rw := e.upgradeableBesideAReader()
 	pw := e.provider()
-	upgraded := upgrading(e.ctx, u)
+	upgraded := upgrading(e.Ctx, u)
 	e.awaitUpgradeWaiting(rw)
 	e.refused(rw.Reader(), "a new reader while the upgrade waits")
-	writer := start(func() (*mongolock.Handle, error) { return pw.RWLock("rw").Writer().Acquire(e.ctx) })
+	writer := start(func() (*mongolock.Handle, error) { return pw.RWLock("rw").Writer().Acquire(e.Ctx) })
 	e.awaitWaiting(pw, "rw")
 	select {
 	case err := <-upgraded:
-		e.t.Fatalf("the upgrade returned while a reader held: %v", err)
+		e.T.Fatalf("the upgrade returned while a reader held: %v", err)
 	default:
 	}
 
 	e.release(r)
-	require.NoError(e.t, e.upgraded(upgraded, "the upgrade, once the reader left"))
-	require.Greater(e.t, u.FencingToken(), r.FencingToken(), "the upgraded writer's token")
-	require.Equal(e.t, [][2]bool{{true, false}}, e.modes(rw), "the upgraded writer, alone")
+	require.NoError(e.T, e.upgraded(upgraded, "the upgrade, once the reader left"))
+	require.Greater(e.T, u.FencingToken(), r.FencingToken(), "the upgraded writer's token")
+	require.Equal(e.T, [][2]bool{{true, false}}, e.modes(rw), "the upgraded writer, alone")
 	e.refused(rw.Reader(), "a reader beside the upgraded writer")
 	e.notYet(writer, "the waiting writer, beside the upgraded one")
 	e.notLost(u, "the upgrade lost the handle")
 	e.release(u)
 	w := e.receive(writer)
-	require.Greater(e.t, w.FencingToken(), u.FencingToken())
+	require.Greater(e.T, w.FencingToken(), u.FencingToken())
 	e.release(w)
 }
 
-func upgradeCtxEnds(e *env) {
+func upgradeCtxEnds(e *Env) {
 	u, r, rw := e.upgradeableBesideAReader()
 	pq := e.provider()
-	ctx, cancel := context.WithCancel(e.ctx)
+	ctx, cancel := context.WithCancel(e.Ctx)
 	defer cancel()
 	upgraded := upgrading(ctx, u)
 	e.awaitUpgradeWaiting(rw)
-	reader := start(func() (*mongolock.Handle, error) { return pq.RWLock("rw").Reader().Acquire(e.ctx) })
+	reader := start(func() (*mongolock.Handle, error) { return pq.RWLock("rw").Reader().Acquire(e.Ctx) })
 	e.notYet(reader, "a reader while the upgrade waits")
 	cancel()
 	err := e.upgraded(upgraded, "the upgrade, once its ctx ended")
-	require.ErrorIs(e.t, err, context.Canceled)
+	require.ErrorIs(e.T, err, context.Canceled)
 	// Not required here: ErrNotAcquired too. The mark seen above says the
 	// server refused a poll, not that the Upgrade had its reply before ctx
 	// ended; an Upgrade whose refused polls never came back in time says
 	// only ctx's error, as an Acquire does.
-	requireOp(e.t, err, "upgrade")
+	requireOp(e.T, err, "upgrade")
 
 	r2 := e.receive(reader) // let in again
 	e.pollUntil("the upgrade's hold on readers is withdrawn", func() bool {
-		info, err := rw.Inspect(e.ctx)
+		info, err := rw.Inspect(e.Ctx)
 		return err == nil && !info.WriterWaiting
 	})
-	require.NoError(e.t, u.Context().Err(), "the handle is held still")
-	require.Equal(e.t, [][2]bool{{false, true}, {false, false}, {false, false}}, e.modes(rw), "still an upgradeable reader")
-	require.ErrorIs(e.t, u.Downgrade(e.ctx), mongolock.ErrMismatch, "it is not a writer")
+	require.NoError(e.T, u.Context().Err(), "the handle is held still")
+	require.Equal(e.T, [][2]bool{{false, true}, {false, false}, {false, false}}, e.modes(rw), "still an upgradeable reader")
+	require.ErrorIs(e.T, u.Downgrade(e.Ctx), mongolock.ErrMismatch, "it is not a writer")
 	e.release(u)
 	e.release(r)
 	e.release(r2)
 	e.requireFree(rw.Writer(), "nothing is left held")
 }
 
-func upgradeSeesTheLoss(e *env) {
+func upgradeSeesTheLoss(e *Env) {
 	u, r, rw := e.upgradeableBesideAReader()
-	upgraded := upgrading(e.ctx, u)
+	upgraded := upgrading(e.Ctx, u)
 	e.awaitUpgradeWaiting(rw)
-	info, err := rw.Inspect(e.ctx)
-	require.NoError(e.t, err)
-	ended, err := e.provider().ForceReleaseHolder(e.ctx, "rw", info.Holders[0].ID)
-	require.NoError(e.t, err)
-	require.True(e.t, ended)
-	require.ErrorIs(e.t, e.upgraded(upgraded, "the upgrade, after the loss"), mongolock.ErrLockLost)
+	info, err := rw.Inspect(e.Ctx)
+	require.NoError(e.T, err)
+	ended, err := e.provider().ForceReleaseHolder(e.Ctx, "rw", info.Holders[0].ID)
+	require.NoError(e.T, err)
+	require.True(e.T, ended)
+	require.ErrorIs(e.T, e.upgraded(upgraded, "the upgrade, after the loss"), mongolock.ErrLockLost)
 	e.await(u.Lost(), "the upgrader's Lost")
-	require.ErrorIs(e.t, u.Release(e.ctx), mongolock.ErrLockLost)
+	require.ErrorIs(e.T, u.Release(e.Ctx), mongolock.ErrLockLost)
 	e.requireFree(rw.Reader(), "readers get in once the upgrader is gone")
 	e.release(r)
 }
 
-func downgradeLetsReadersIn(e *env) {
+func downgradeLetsReadersIn(e *Env) {
 	pw, pl := e.provider(), e.provider()
 	rw := e.provider().RWLock("rw")
 	w := e.try(pw.RWLock("rw").Writer())
@@ -184,33 +184,33 @@ func downgradeLetsReadersIn(e *env) {
 	// providers of one client are one process, whose reader waits without
 	// claiming), and a writer that came before it would keep it out: the
 	// writer asks once the reader is in.
-	reader := start(func() (*mongolock.Handle, error) { return rw.Reader().Acquire(e.ctx) })
+	reader := start(func() (*mongolock.Handle, error) { return rw.Reader().Acquire(e.Ctx) })
 	e.notYet(reader, "a reader while the writer holds")
-	require.NoError(e.t, w.Downgrade(e.ctx))
-	require.Equal(e.t, token, w.FencingToken(), "a downgrade keeps the token")
+	require.NoError(e.T, w.Downgrade(e.Ctx))
+	require.Equal(e.T, token, w.FencingToken(), "a downgrade keeps the token")
 	r := e.receive(reader) // while the downgraded handle holds
-	require.Equal(e.t, [][2]bool{{false, false}, {false, false}}, e.modes(rw), "two readers")
+	require.Equal(e.T, [][2]bool{{false, false}, {false, false}}, e.modes(rw), "two readers")
 	e.refused(rw.Writer(), "a writer beside the downgraded reader")
-	writer := start(func() (*mongolock.Handle, error) { return pl.RWLock("rw").Writer().Acquire(e.ctx) })
+	writer := start(func() (*mongolock.Handle, error) { return pl.RWLock("rw").Writer().Acquire(e.Ctx) })
 	e.notYet(writer, "a writer beside the downgraded reader")
-	require.ErrorIs(e.t, w.Upgrade(e.ctx), mongolock.ErrMismatch, "a downgraded writer is a plain reader")
+	require.ErrorIs(e.T, w.Upgrade(e.Ctx), mongolock.ErrMismatch, "a downgraded writer is a plain reader")
 	e.release(w)
 	e.release(r)
 	w2 := e.receive(writer)
-	require.Greater(e.t, w2.FencingToken(), r.FencingToken())
+	require.Greater(e.T, w2.FencingToken(), r.FencingToken())
 	e.release(w2)
 
 	u := e.try(pw.RWLock("rw").Upgradeable())
-	require.NoError(e.t, u.Upgrade(e.ctx), "alone, at once")
+	require.NoError(e.T, u.Upgrade(e.Ctx), "alone, at once")
 	upgraded := u.FencingToken()
-	require.NoError(e.t, u.Downgrade(e.ctx))
-	require.Equal(e.t, [][2]bool{{false, true}}, e.modes(rw), "an upgraded handle downgrades to an upgradeable reader")
-	require.NoError(e.t, u.Upgrade(e.ctx), "and can upgrade again")
-	require.Greater(e.t, u.FencingToken(), upgraded)
+	require.NoError(e.T, u.Downgrade(e.Ctx))
+	require.Equal(e.T, [][2]bool{{false, true}}, e.modes(rw), "an upgraded handle downgrades to an upgradeable reader")
+	require.NoError(e.T, u.Upgrade(e.Ctx), "and can upgrade again")
+	require.Greater(e.T, u.FencingToken(), upgraded)
 	e.release(u)
 }
 
-func wrongHandles(e *env) {
+func wrongHandles(e *Env) {
 	p := e.provider()
 	r := e.try(p.RWLock("read").Reader())
 	w := e.try(p.RWLock("written").Writer())
@@ -218,23 +218,23 @@ func wrongHandles(e *env) {
 	l := e.try(p.Lock("plain"))
 	s := e.try(p.Semaphore("counted", 2))
 	for what, h := range map[string]*mongolock.Handle{"a reader's": r, "a writer's": w, "a lock's": l, "a semaphore's": s} {
-		err := h.Upgrade(e.ctx)
-		require.ErrorIs(e.t, err, mongolock.ErrMismatch, "%s upgrade", what)
-		require.ErrorContains(e.t, err, "not an upgradeable reader's", what)
-		requireOp(e.t, err, "upgrade")
+		err := h.Upgrade(e.Ctx)
+		require.ErrorIs(e.T, err, mongolock.ErrMismatch, "%s upgrade", what)
+		require.ErrorContains(e.T, err, "not an upgradeable reader's", what)
+		requireOp(e.T, err, "upgrade")
 	}
 	for what, h := range map[string]*mongolock.Handle{"a reader's": r, "an upgradeable reader's": u, "a lock's": l, "a semaphore's": s} {
-		err := h.Downgrade(e.ctx)
-		require.ErrorIs(e.t, err, mongolock.ErrMismatch, "%s downgrade", what)
-		require.ErrorContains(e.t, err, "not a writer's", what)
-		requireOp(e.t, err, "downgrade")
+		err := h.Downgrade(e.Ctx)
+		require.ErrorIs(e.T, err, mongolock.ErrMismatch, "%s downgrade", what)
+		require.ErrorContains(e.T, err, "not a writer's", what)
+		requireOp(e.T, err, "downgrade")
 	}
 	e.refused(p.RWLock("written").Reader(), "the writer writes still")
-	require.Equal(e.t, [][2]bool{{false, true}}, e.modes(p.RWLock("upgradeable")), "the upgradeable reader is one still")
+	require.Equal(e.T, [][2]bool{{false, true}}, e.modes(p.RWLock("upgradeable")), "the upgradeable reader is one still")
 	for _, h := range []*mongolock.Handle{r, w, u, l, s} {
 		e.release(h)
 	}
-	err := u.Upgrade(e.ctx)
-	require.ErrorContains(e.t, err, "released")
-	require.NotErrorIs(e.t, err, mongolock.ErrMismatch)
+	err := u.Upgrade(e.Ctx)
+	require.ErrorContains(e.T, err, "released")
+	require.NotErrorIs(e.T, err, mongolock.ErrMismatch)
 }
