@@ -288,7 +288,10 @@ func holdAtMostLosesTheHandle(e *Env) {
 // Release, once the job stopped, frees it at once. Two locks, taken
 // together, show both: one released once lost, one left to its bound.
 func holdAtMostKeepsTheLockUntilItsBound(e *Env) {
-	const expiry, most = time.Second, 2 * time.Second
+	// The first lease reaches the bound (the longest WithHoldAtMost allows
+	// of it): a machine that stalls an extension cannot lose the handle by
+	// its lease before its bound.
+	const expiry, most = 2 * time.Second, 2 * time.Second
 	p, other := e.provider(mongolock.WithExpiry(expiry), mongolock.WithHoldAtMost(most)), e.provider()
 	left, released := e.try(p.Lock("left")), e.try(p.Lock("released"))
 	take := func(name string) *mongolock.Handle {
