@@ -88,4 +88,4 @@ func (lockDriver) unclaimed() bool { return true }
 
 func (lockDriver) describe() kindInfo { return kindInfo{kind: KindLock} }
 
-func (lockDriver) holds() bool { return true }
+func (lockDriver) holdsApply() bool { return true }

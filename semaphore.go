@@ -176,6 +176,6 @@ func (d semDriver) limit() (int, bool) { return d.n, false }
 
 func (semDriver) unclaimed() bool { return false }
 
-func (semDriver) holds() bool { return false }
+func (semDriver) holdsApply() bool { return false }
 
 func (d semDriver) describe() kindInfo { return kindInfo{kind: KindSemaphore, slots: d.n} }
