@@ -20,7 +20,7 @@ type kindDriver interface {
 	// acquire sends one acquisition, or a hand-over from a.releasing.
 	acquire(ctx context.Context, p *Provider, name string, a attempt) (reply, error)
 	// release is the owner-checked release of id's acquisition, held
-	// until hold after it (WithHoldAtLeast) if the kind holds.
+	// until hold after it (WithHoldAtLeast) if holdsApply.
 	release(name, id string, hold time.Duration) (filter bson.D, update any)
 	// extend is the owner-checked extension of a batch, and holders the
 	// query that tells its lost handles when it matched too few.
@@ -33,7 +33,8 @@ type kindDriver interface {
 	limit() (n int, exclusive bool)
 	// unclaimed reports whether acquire takes an unclaimedMode attempt.
 	unclaimed() bool
-	// holds reports whether WithHoldAtLeast and WithHoldAtMost apply.
+	// holdsApply reports whether the hold options (WithHoldAtLeast,
+	// WithHoldAtMost) apply to the kind.
 	holdsApply() bool
 	// describe says what the kind is, for inspection, telemetry and a
 	// composite's order.

@@ -74,14 +74,10 @@ func (l *Lock) tryAcquire(ctx context.Context, call *acquireCall) (*Handle, erro
 // collection and name) wait in line, first come first served, and only the
 // first asks the database. A release in this process hands the lock to the
 // next in line in the same round trip; a loss wakes it at once. Between
-// processes, a refused Acquire claims the next turn for its process, or is
-// next after the process that claims it: while a claim lasts, a freed lock
-// is the claimant's, and the holder's process hands it on within itself at
-// most a few more times in a row before it steps aside. The claimant polls often;
-// other waiters poll at the configured sleep (WithBusyWaitSleep,
-// WithAdaptiveBackoff) while the lock changes hands, and ever more rarely
-// while it does not. Where the server
-// has change streams, a release anywhere wakes the waiters at once.
+// processes, waiters take turns (docs/contention.md tells the rule),
+// polling at the configured sleep (WithBusyWaitSleep, WithAdaptiveBackoff).
+// Where the server has change streams, a release anywhere wakes the
+// waiters at once.
 //
 // Acquire is not reentrant: an Acquire of a name that a handle of this
 // process holds (through any Lock of the same client, database, collection
@@ -123,17 +119,17 @@ func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err e
 	if err := l.p.ensureCollection(ctx, l.collection()); errors.Is(err, ErrCollation) {
 		return nil, l.errorf("acquire", err)
 	}
-	a := &acquireWait{wait: wait{l: l, op: "acquire", w: l.collection().queues.join(l, false)}, call: call}
+	a := &acquireWait{waitLoop: waitLoop{l: l, op: "acquire", w: l.collection().queues.join(l, false)}, call: call}
 	defer func() { a.leave(err != nil && a.mayHaveClaimed) }()
 	err = a.run(ctx, a.try)
 	return a.handle, err
 }
 
-// A wait is the engine's loop, an Acquire's or an Upgrade's: try; unless
+// A waitLoop is the engine's wait, an Acquire's or an Upgrade's: try; unless
 // the try ends the wait, sleep until woken (a release in this process, or
 // a release event), until the try's next is due, or until the wait gives
 // up (ctx ends, the provider closes); and again.
-type wait struct {
+type waitLoop struct {
 	l         *Lock
 	op        string          // the operation its errors name
 	w         *waiter         // its place in its process's line, or beside it
@@ -156,7 +152,7 @@ const (
 var errHandleEnded = errors.New("the handle ended")
 
 // run tries with try until a try ends the wait, sleeping between tries.
-func (wt *wait) run(ctx context.Context, try func(context.Context) (afterTry, <-chan time.Time, error)) error {
+func (wt *waitLoop) run(ctx context.Context, try func(context.Context) (afterTry, <-chan time.Time, error)) error {
 	for {
 		select {
 		case <-wt.w.wake: // what woke it is seen by this try
@@ -184,7 +180,7 @@ func (wt *wait) run(ctx context.Context, try func(context.Context) (afterTry, <-
 
 // refused records that someone else holds the lock. From then on, release
 // events wake the wait too.
-func (wt *wait) refused() {
+func (wt *waitLoop) refused() {
 	wt.contended = true
 	if !wt.watching {
 		wt.watching = true
@@ -195,7 +191,7 @@ func (wt *wait) refused() {
 
 // gaveUp is the wait's error when ctx ended: with the last transient
 // error, or as contention if the lock was held by someone else.
-func (wt *wait) gaveUp(ctx context.Context) error {
+func (wt *waitLoop) gaveUp(ctx context.Context) error {
 	switch {
 	case wt.lastErr != nil:
 		return wt.l.errorf(wt.op, fmt.Errorf("%w (last error: %w)", ctx.Err(), wt.lastErr))
@@ -208,7 +204,7 @@ func (wt *wait) gaveUp(ctx context.Context) error {
 // leave takes the wait out of its line. A handle handed over to it as it
 // gave up is released, and its process's claim withdrawn if withdraw: a
 // claim is its maker's, and the next in line claims again.
-func (wt *wait) leave(withdraw bool) {
+func (wt *waitLoop) leave(withdraw bool) {
 	lc := wt.l.collection()
 	if wt.watching {
 		lc.notify.leave()
@@ -223,7 +219,7 @@ func (wt *wait) leave(withdraw bool) {
 
 // An acquireWait is an Acquire's wait.
 type acquireWait struct {
-	wait
+	waitLoop
 	call           *acquireCall
 	handle         *Handle // acquired, or handed over
 	mayHaveClaimed bool    // an attempt that may claim the next turn was sent
@@ -293,7 +289,8 @@ func (a *acquireWait) attempt(ctx context.Context, mode attemptMode, waitToken i
 // does not fit.
 var errHoldKind error = invalid("WithHoldAtLeast and WithHoldAtMost apply to locks only, not to elections, semaphores or RWLocks: use a Provider without them")
 
-// checkHolds returns errHoldKind if l's provider holds and its kind does not.
+// checkHolds returns errHoldKind if l's provider sets hold options that
+// its kind does not take.
 func (l *Lock) checkHolds() error {
 	if l.p.opts.holds() && !l.kind.holdsApply() {
 		return errHoldKind
@@ -436,9 +433,9 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, a attempt) (reply, error) {
 // roundTrip sends one request with send and waits for its reply, for ctx,
 // or for p to close (ErrClosed).
 //
-// No orphans: if ctx ends (or p closes) first, the request may already be
-// on the server, and an undo sent now could overtake it there. So the
-// request is left to finish in the background (for at most cleanupTimeout
+// If ctx ends (or p closes) first, the request may already be on the
+// server, and an undo sent now could overtake it there: so the request is
+// left to finish in the background (for at most cleanupTimeout
 // more), and undo is called with its outcome once it is in.
 func roundTrip[T any](ctx context.Context, p *Provider, send func(context.Context) (T, error), undo func(T, error)) (T, error) {
 	var none T
@@ -481,9 +478,9 @@ func roundTrip[T any](ctx context.Context, p *Provider, send func(context.Contex
 // Release whose round trip failed. It is owner-checked, so it can never free
 // someone else's acquisition. It stops once a try matches
 // (updateInBackground). It holds the lock until hold after its acquisition
-// (WithHoldAtLeast's, for a handle's release). An orphan's release (an
-// acquisition nobody got a handle for, so nobody used it: hold 0) is
-// counted and logged.
+// (WithHoldAtLeast's, for a handle's release). An orphan (an acquisition
+// nobody got a handle for, so nobody used it: hold 0) is counted and
+// logged as it is released.
 func (l *Lock) releaseInBackground(lockID string, schedule []time.Duration, hold time.Duration, orphan bool) {
 	filter, update := l.kind.release(l.name, lockID, hold)
 	l.updateInBackground(filter, update, schedule, func() bool {

@@ -15,8 +15,8 @@ import (
 // An RWLock is held by any number of readers at once or by one writer, in
 // this process and in others, by the server's clock. It is a semaphore-like
 // document whose holders carry a mode, and its Handles are a Semaphore's in
-// every way (protocol.go, 20 creates; 16 to 19 acquire, hand over, release
-// and extend), but that a writer's can downgrade (holderModeUpdate) and an
+// every way (createRWDoc creates it; a slot's statements acquire, hand
+// over, release and extend), but that a writer's can downgrade (holderModeUpdate) and an
 // upgradeable reader's upgrade (upgradePipeline, undone by upgradeTagFilter
 // when it gives up).
 
@@ -125,7 +125,7 @@ func (h *Handle) Upgrade(ctx context.Context) error {
 		return l.errorf(op, ErrClosed)
 	}
 	defer p.calls.Done()
-	u := &upgradeWait{wait: wait{l: l, op: op, w: l.collection().queues.join(l, true), ended: h.ctx.Done()}, h: h, start: time.Now()}
+	u := &upgradeWait{waitLoop: waitLoop{l: l, op: op, w: l.collection().queues.join(l, true), ended: h.ctx.Done()}, h: h, start: time.Now()}
 	defer u.leave(false)
 	err := u.run(ctx, u.try)
 	switch {
@@ -142,7 +142,7 @@ func (h *Handle) Upgrade(ctx context.Context) error {
 // already, so it waits beside its process's line rather than in it, and
 // until the handle ends.
 type upgradeWait struct {
-	wait
+	waitLoop
 	h      *Handle
 	start  time.Time
 	marked string // the tag of the last poll seen holding readers off
