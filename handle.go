@@ -47,10 +47,10 @@ type acquisition struct {
 	lastReplyAt     atomic.Int64 // unix nanos: when that one's reply came
 	atMostFromSent  time.Time    // WithHoldAtMost's bound from the acquisition's sending; zero: none
 	atMostFromReply time.Time    // WithHoldAtMost's bound from the acquisition's reply; zero: none
-	// deadline: the local end of the lease while it is kept (lease.go),
+	// deadline: the local end of the lease while it is extended (lease.go),
 	// in nanoseconds of its provider's monotonic clock since its clocks'
 	// start, for looks to read without a lock; math.MaxInt64 once it is
-	// not kept.
+	// not extended.
 	deadline atomic.Int64
 	// Lost at the local deadline, while the server may still hold the lock
 	// for it (until serverEnd): Release frees it then.

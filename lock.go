@@ -42,24 +42,29 @@ const (
 // or ctx). ctx bounds only the round trip; the Handle lives until released
 // or lost. A refused TryAcquire leaves no trace: it claims no turn.
 func (l *Lock) TryAcquire(ctx context.Context) (*Handle, error) {
+	return l.traced(ctx, "try acquire", opTryAcquireTrace, l.tryAcquire)
+}
+
+// traced runs Acquire's or TryAcquire's body (op) while l's provider is
+// open, told of its calls as trace.
+func (l *Lock) traced(ctx context.Context, op, trace string, body func(context.Context, *acquireCall) (*Handle, error)) (h *Handle, err error) {
 	if ctx == nil {
-		return nil, l.errorf("try acquire", errNilContext)
+		return nil, l.errorf(op, errNilContext)
 	}
-	ctx, call := l.p.tel.startAcquire(ctx, l, opTryAcquireTrace)
-	h, err := l.tryAcquire(ctx, &call)
-	call.end(ctx, h, err)
-	return h, err
+	ctx, call := l.p.tel.startAcquire(ctx, l, trace)
+	defer func() { call.end(ctx, h, err) }()
+	if !l.p.enter() {
+		return nil, l.errorf(op, ErrClosed)
+	}
+	defer l.p.calls.Done()
+	if l.p.opts.holds() && !l.kind.holdsApply() {
+		return nil, l.errorf(op, errHoldKind)
+	}
+	return body(ctx, &call)
 }
 
 // tryAcquire is TryAcquire's attempt, counted by call.
 func (l *Lock) tryAcquire(ctx context.Context, call *acquireCall) (*Handle, error) {
-	if !l.p.enter() {
-		return nil, l.errorf("try acquire", ErrClosed)
-	}
-	defer l.p.calls.Done()
-	if err := l.checkHolds(); err != nil {
-		return nil, l.errorf("try acquire", err)
-	}
 	h, _, err := l.attempt(ctx, tryMode, 0)
 	call.attempted(ctx, err)
 	if err != nil {
@@ -96,24 +101,11 @@ func (l *Lock) tryAcquire(ctx context.Context, call *acquireCall) (*Handle, erro
 // leaves the line without disturbing the others, and withdraws its
 // process's claim if it may have made one: the next in line claims again.
 func (l *Lock) Acquire(ctx context.Context) (*Handle, error) {
-	if ctx == nil {
-		return nil, l.errorf("acquire", errNilContext)
-	}
-	ctx, call := l.p.tel.startAcquire(ctx, l, opAcquireTrace)
-	h, err := l.acquire(ctx, &call)
-	call.end(ctx, h, err)
-	return h, err
+	return l.traced(ctx, "acquire", opAcquireTrace, l.acquire)
 }
 
 // acquire is Acquire's wait, its attempts counted by call.
 func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err error) {
-	if !l.p.enter() {
-		return nil, l.errorf("acquire", ErrClosed)
-	}
-	defer l.p.calls.Done()
-	if err := l.checkHolds(); err != nil {
-		return nil, l.errorf("acquire", err)
-	}
 	// A refused collection before the line: no claim to withdraw. Other
 	// errors of the check are the attempts' to retry.
 	if err := l.p.ensureCollection(ctx, l.collection()); errors.Is(err, ErrCollation) {
@@ -248,13 +240,12 @@ func (a *acquireWait) try(ctx context.Context) (afterTry, <-chan time.Time, erro
 // takeHandOver takes h, handed over by a release in this process. An
 // attempt refused after the hand-over (it saw the hand-over's token) has
 // claimed the next turn again, or taken a place as next: nobody needs
-// that, and it is withdrawn before the caller goes on.
+// that, and it is withdrawn before the caller goes on, or else in the
+// background.
 func (a *acquireWait) takeHandOver(ctx context.Context, h *Handle) {
 	a.call.handedOver, a.handle = true, h
-	if a.lastRefusal.placed(a.l.collection().process) && a.lastRefusal.FencingToken >= h.token.Load() {
-		if a.l.withdrawNow(ctx) != nil {
-			a.l.withdraw()
-		}
+	if a.lastRefusal.placed(a.l.collection().process) && a.lastRefusal.FencingToken >= h.token.Load() && a.l.withdrawNow(ctx) != nil {
+		a.l.withdraw()
 	}
 }
 
@@ -285,18 +276,9 @@ func (a *acquireWait) attempt(ctx context.Context, mode attemptMode, waitToken i
 	return waitOver, nil, a.l.errorf("acquire", err)
 }
 
-// errHoldKind refuses an acquisition that WithHoldAtLeast or WithHoldAtMost
-// does not fit.
+// errHoldKind refuses an acquisition of a kind that the hold options
+// (WithHoldAtLeast, WithHoldAtMost) of its provider do not apply to.
 var errHoldKind error = invalid("WithHoldAtLeast and WithHoldAtMost apply to locks only, not to elections, semaphores or RWLocks: use a Provider without them")
-
-// checkHolds returns errHoldKind if l's provider sets hold options that
-// its kind does not take.
-func (l *Lock) checkHolds() error {
-	if l.p.opts.holds() && !l.kind.holdsApply() {
-		return errHoldKind
-	}
-	return nil
-}
 
 // Do acquires the lock (waiting, as Acquire), runs fn, and releases the lock,
 // also when fn panics. fn's ctx ends when ctx ends or the lock is lost; its
@@ -414,8 +396,7 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, a attempt) (reply, error) {
 	send := func(ctx context.Context) (reply, error) {
 		testHookSend(p, a.mode)
 		doc, err := l.kind.acquire(ctx, p, l.name, a)
-		err = testHookReply(p, err)
-		if isAmbiguous(err) {
+		if err = testHookReply(p, err); isAmbiguous(err) {
 			l.releaseInBackground(lockID, undoSchedule(err), 0, true)
 		}
 		return doc, err
@@ -497,8 +478,7 @@ func (l *Lock) releaseInBackground(lockID string, schedule []time.Duration, hold
 // matches and matched returns true, an error is not transient (the client
 // closed), or cleanupTimeout has passed.
 func (l *Lock) updateInBackground(filter bson.D, update any, schedule []time.Duration, matched func() bool) {
-	p := l.p
-	p.background(cleanupTimeout+schedule[0], func(ctx context.Context) { // a delayed schedule's time to wait too
+	l.p.background(cleanupTimeout+schedule[0], func(ctx context.Context) { // a delayed schedule's time to wait too
 		for _, wait := range schedule {
 			for retry := 20 * time.Millisecond; ; retry = min(2*retry, 500*time.Millisecond) {
 				select {
@@ -513,7 +493,7 @@ func (l *Lock) updateInBackground(filter bson.D, update any, schedule []time.Dur
 				if err == nil {
 					break // no match: try again at the schedule's next wait, if any
 				}
-				p.tel.retrying(l, err)
+				l.p.tel.retrying(l, err)
 				wait = retry
 			}
 		}

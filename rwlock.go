@@ -114,10 +114,7 @@ var errReleased = errors.New("the handle was released")
 func (h *Handle) Upgrade(ctx context.Context) error {
 	const op = "upgrade"
 	l, p := h.lock, h.lock.p
-	if ctx == nil {
-		return l.errorf(op, errNilContext)
-	}
-	if err := h.beginSwitch(upgradeMode); err != nil {
+	if err := h.beginSwitch(ctx, upgradeMode); err != nil {
 		return l.errorf(op, err)
 	}
 	defer h.changing.Store(false)
@@ -235,10 +232,7 @@ func (h *acquisition) undoUpgrade(tag string, schedule []time.Duration) {
 func (h *Handle) Downgrade(ctx context.Context) error {
 	const op = "downgrade"
 	l := h.lock
-	if ctx == nil {
-		return l.errorf(op, errNilContext)
-	}
-	if err := h.beginSwitch(writeMode); err != nil {
+	if err := h.beginSwitch(ctx, writeMode); err != nil {
 		return l.errorf(op, err)
 	}
 	defer h.changing.Store(false)
@@ -269,8 +263,10 @@ var errSwitching = errors.New("another Upgrade or Downgrade of the handle is und
 
 // beginSwitch starts an Upgrade or Downgrade of h, which needs h in mode,
 // and returns why it cannot.
-func (h *acquisition) beginSwitch(mode rwMode) error {
+func (h *acquisition) beginSwitch(ctx context.Context, mode rwMode) error {
 	switch {
+	case ctx == nil:
+		return errNilContext
 	case h.released.Load():
 		return errReleased
 	case h.lossError() != nil:
