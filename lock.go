@@ -42,12 +42,13 @@ const (
 // or ctx). ctx bounds only the round trip; the Handle lives until released
 // or lost. A refused TryAcquire leaves no trace: it claims no turn.
 func (l *Lock) TryAcquire(ctx context.Context) (*Handle, error) {
-	return l.traced(ctx, "try acquire", opTryAcquireTrace, l.tryAcquire)
+	return l.traced(ctx, "try acquire", opTryAcquireTrace, false)
 }
 
-// traced runs Acquire's or TryAcquire's body (op) while l's provider is
-// open, told of its calls as trace.
-func (l *Lock) traced(ctx context.Context, op, trace string, body func(context.Context, *acquireCall) (*Handle, error)) (h *Handle, err error) {
+// traced runs Acquire's wait (wait) or TryAcquire's attempt, op, while l's
+// provider is open, told of its calls as trace. It calls them by name, so
+// that call stays on the stack.
+func (l *Lock) traced(ctx context.Context, op, trace string, wait bool) (h *Handle, err error) {
 	if ctx == nil {
 		return nil, l.errorf(op, errNilContext)
 	}
@@ -60,7 +61,10 @@ func (l *Lock) traced(ctx context.Context, op, trace string, body func(context.C
 	if l.p.opts.holds() && !l.kind.holdsApply() {
 		return nil, l.errorf(op, errHoldKind)
 	}
-	return body(ctx, &call)
+	if wait {
+		return l.acquire(ctx, &call)
+	}
+	return l.tryAcquire(ctx, &call)
 }
 
 // tryAcquire is TryAcquire's attempt, counted by call.
@@ -101,7 +105,7 @@ func (l *Lock) tryAcquire(ctx context.Context, call *acquireCall) (*Handle, erro
 // leaves the line without disturbing the others, and withdraws its
 // process's claim if it may have made one: the next in line claims again.
 func (l *Lock) Acquire(ctx context.Context) (*Handle, error) {
-	return l.traced(ctx, "acquire", opAcquireTrace, l.acquire)
+	return l.traced(ctx, "acquire", opAcquireTrace, true)
 }
 
 // acquire is Acquire's wait, its attempts counted by call.
@@ -111,8 +115,10 @@ func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err e
 	if err := l.p.ensureCollection(ctx, l.collection()); errors.Is(err, ErrCollation) {
 		return nil, l.errorf("acquire", err)
 	}
-	a := &acquireWait{waitLoop: waitLoop{l: l, op: "acquire", w: l.collection().queues.join(l, false)}, call: call}
-	defer func() { a.leave(err != nil && a.mayHaveClaimed) }()
+	// The wait counts in a copy of call, given back as it ends: a pointer
+	// kept in the wait would move call to the heap.
+	a := &acquireWait{waitLoop: waitLoop{l: l, op: "acquire", w: l.collection().queues.join(l, false)}, call: *call}
+	defer func() { *call = a.call; a.leave(err != nil && a.mayHaveClaimed) }()
 	err = a.run(ctx, a.try)
 	return a.handle, err
 }
@@ -212,7 +218,7 @@ func (wt *waitLoop) leave(withdraw bool) {
 // An acquireWait is an Acquire's wait.
 type acquireWait struct {
 	waitLoop
-	call           *acquireCall
+	call           acquireCall
 	handle         *Handle // acquired, or handed over
 	mayHaveClaimed bool    // an attempt that may claim the next turn was sent
 	lastRefusal    reply   // the last refused attempt's reply
