@@ -218,10 +218,12 @@ func (wt *waitLoop) leave(withdraw bool) {
 // An acquireWait is an Acquire's wait.
 type acquireWait struct {
 	waitLoop
-	call           acquireCall
-	handle         *Handle // acquired, or handed over
-	mayHaveClaimed bool    // an attempt that may claim the next turn was sent
-	lastRefusal    reply   // the last refused attempt's reply
+	call   acquireCall // counts its attempts for telemetry
+	handle *Handle     // acquired, or handed over
+	// An attempt that may claim the next turn was sent. A claim: the lock's
+	// document keeps its next turn for this process (waitingProcess).
+	mayHaveClaimed bool
+	lastRefusal    reply // the last refused attempt's reply
 }
 
 // try takes a hand-over to the wait, if any, else attempts if its line
