@@ -169,17 +169,7 @@ func (c *Composite) TryAcquire(ctx context.Context) (*CompositeHandle, error) {
 // cannot be acquired, fn does not run and Do returns Acquire's error, as
 // its own. A nil fn is an error, returned before anything is acquired.
 func (c *Composite) Do(ctx context.Context, fn func(ctx context.Context) error) error {
-	switch {
-	case ctx == nil:
-		return c.errorf("do", errNilContext)
-	case fn == nil:
-		return c.errorf("do", errNilFunction)
-	}
-	h, err := c.Acquire(ctx)
-	if err != nil {
-		return renamed("do", err)
-	}
-	return do(ctx, h, fn)
+	return acquireAndDo(ctx, fn, c.errorf, c.Acquire)
 }
 
 // errPartLost ends an Acquire's wait for a part when a part it holds is

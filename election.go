@@ -333,4 +333,4 @@ func (electionDriver) describe() kindInfo { return kindInfo{kind: KindElection} 
 
 // holds: a leader that resigns steps aside at once, and one that leads is
 // not bounded.
-func (electionDriver) holds() bool { return false }
+func (electionDriver) holdsApply() bool { return false }

@@ -27,7 +27,7 @@ func Locals() (n int) {
 }
 
 // LeaseUnkept is closed when the handle's lease is no longer extended.
-func LeaseUnkept(h *Handle) <-chan struct{} { return h.unkept }
+func LeaseUnkept(h *Handle) <-chan struct{} { return h.extendingStopped }
 
 // Process is the id of p's process in lock documents (lastProcess,
 // waitingProcess).
@@ -111,7 +111,7 @@ func LockID(h *Handle) string { return h.lockID }
 // KeptDeadline starts keeping the lease of a handle of l acquired by a
 // request sent at sent, stops keeping it, and returns its client deadline.
 func KeptDeadline(l *Lock, sent time.Time) time.Time {
-	h := &acquisition{lock: l, unkept: make(chan struct{})}
+	h := &acquisition{lock: l, extendingStopped: make(chan struct{})}
 	l.p.keep(h, sent)
 	return l.p.forget(h).deadline
 }

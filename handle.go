@@ -39,29 +39,29 @@ type acquisition struct {
 	lockID     string
 	token      atomic.Int64 // changes with an RWLock's upgrade
 	acquiredAt time.Time    // by the server's clock
-	capAt      time.Time    // by this machine's: WithHoldAtMost's end of the lease; zero: none
-	confirmed  atomic.Int64 // unix nanos: when the last confirmed acquisition or extension was sent
-	// By this machine's clock, what the server's lease ends no later than:
-	// replied, when the reply of the last confirmed acquisition or
-	// extension came, plus the expiry; and boundAt, WithHoldAtMost's
-	// bound measured from the acquisition's reply (zero: none).
-	replied atomic.Int64 // unix nanos
-	boundAt time.Time
-	// deadline: the local end of the lease while it is kept (lease.go),
+	// The lease lasts, by this machine's clock, at least until the earlier
+	// of lastSentAt plus the expiry and atMostFromSent; and it ends on the
+	// server no later than the earlier of lastReplyAt plus the expiry and
+	// atMostFromReply.
+	lastSentAt      atomic.Int64 // unix nanos: when the last acquisition or extension the server confirmed was sent
+	lastReplyAt     atomic.Int64 // unix nanos: when that one's reply came
+	atMostFromSent  time.Time    // WithHoldAtMost's bound from the acquisition's sending; zero: none
+	atMostFromReply time.Time    // WithHoldAtMost's bound from the acquisition's reply; zero: none
+	// deadline: the local end of the lease while it is extended (lease.go),
 	// in nanoseconds of its provider's monotonic clock since its clocks'
 	// start, for looks to read without a lock; math.MaxInt64 once it is
-	// not kept.
+	// not extended.
 	deadline atomic.Int64
-	// unfreed: lost at the local deadline, while the server may still hold
-	// the lock for it (until serverEnd); Release frees it then.
-	unfreed atomic.Bool
+	// Lost at the local deadline, while the server may still hold the lock
+	// for it (until serverEnd): Release frees it then.
+	serverMayHold atomic.Bool
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	lctx   leaseContext // ctx, looking at the lease when asked: what Context returns
 	lost   chan struct{}
 
-	unkept chan struct{} // closed when the lease is no longer extended
+	extendingStopped chan struct{} // closed when the lease is no longer extended
 
 	released   atomic.Bool // Release was called
 	dropped    atomic.Bool // its Handle became unreachable (in-memory store); the next tick abandons it
@@ -70,13 +70,12 @@ type acquisition struct {
 	isLost     atomic.Bool // set as lost closes; lossError reads it where lost may not be read
 	unholdOnce sync.Once   // tells the local line, once, that this handle no longer holds
 
-	// Guarded by the local lines' mutex (queues.mu): whether it holds its
-	// name in the local line, and exclusively (an RWLock's writer's).
-	holds, exclusive bool
+	// Guarded by the local lines' mutex (queues.mu): whether its line counts
+	// it among the name's local holders, and as exclusive (an RWLock's writer's).
+	heldLocally, exclusive bool
 
 	mode     atomic.Uint32 // an RWLock's handle's rwMode, as upgrades and downgrades change it; 0 for other kinds
 	changing atomic.Bool   // an Upgrade or Downgrade is under way
-
 }
 
 // Name returns the name of the lock this handle holds.
@@ -104,9 +103,9 @@ func (h *Handle) Owner() string { return h.lock.p.opts.owner }
 // bound after the acquisition was sent. The server's lease ends at that or
 // later. After a release or a loss it stays what it was last.
 func (h *Handle) LeaseEnd() time.Time {
-	end := time.Unix(0, h.confirmed.Load()).Add(h.lock.p.opts.expiry)
-	if !h.capAt.IsZero() && h.capAt.Before(end) {
-		return h.capAt.Round(0) // by the wall clock, which counts suspended time
+	end := time.Unix(0, h.lastSentAt.Load()).Add(h.lock.p.opts.expiry)
+	if !h.atMostFromSent.IsZero() && h.atMostFromSent.Before(end) {
+		return h.atMostFromSent.Round(0) // by the wall clock, which counts suspended time
 	}
 	return end
 }

@@ -76,8 +76,8 @@ func (p *Provider) keep(h *acquisition, sent time.Time) {
 	p.lookForSuspension()
 	ls.mu.Lock()
 	l := &lease{slept: p.susp.since(sent)}
-	if !h.capAt.IsZero() {
-		l.cap = h.capAt.Add(-o.safetyMargin() - l.slept)
+	if !h.atMostFromSent.IsZero() {
+		l.cap = h.atMostFromSent.Add(-o.safetyMargin() - l.slept)
 	}
 	p.setDeadline(h, l, l.until(o, sent.Add(-l.slept)))
 	now := p.susp.now()
@@ -249,7 +249,7 @@ func (p *Provider) drop(h *acquisition) *lease {
 		l.loss.Stop()
 		h.deadline.Store(math.MaxInt64) // nothing for a look to find
 		delete(ls.held, h)
-		close(h.unkept)
+		close(h.extendingStopped)
 	}
 	if len(ls.held) == 0 && ls.timer != nil { // nothing to tick for
 		ls.timer.Stop()
@@ -376,8 +376,8 @@ func (p *Provider) recordExtension(hs []*acquisition, err error, sent, replied t
 		default:
 			l.lastErr, l.slept = nil, slept
 			p.setDeadline(h, l, l.until(o, sent.Add(-slept)))
-			h.confirmed.Store(sent.UnixNano())
-			h.replied.Store(replied.UnixNano())
+			h.lastSentAt.Store(sent.UnixNano())
+			h.lastReplyAt.Store(replied.UnixNano())
 			l.loss.Reset(l.deadline.Sub(now))
 			l.busy = l.missed && l.tooLateForTheNextTick(o, sent, now)
 			if l.missed = false; l.busy {

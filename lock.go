@@ -20,50 +20,6 @@ type Lock struct {
 	kind kindDriver // what it is: a lock, an election's, a semaphore's slot, a reader-writer lock's mode
 }
 
-// A kindDriver is one kind of lock. Lock is the engine: it acquires, waits,
-// hands over, extends and releases, and asks the driver only what to send
-// and how to read the reply. Drivers of one collection share the format of its
-// documents: extensions of both are batched together.
-type kindDriver interface {
-	// collection is where the kind's documents are.
-	collection(p *Provider) *collection
-	// create is the free document of a name never used.
-	create(name string) bson.D
-	// acquire sends one acquisition, or a hand-over from a.releasing.
-	acquire(ctx context.Context, p *Provider, name string, a attempt) (reply, error)
-	// release is the owner-checked release of id's acquisition, held
-	// until hold after it (WithHoldAtLeast) if the kind holds.
-	release(name, id string, hold time.Duration) (filter bson.D, update any)
-	// extend is the owner-checked extension of a batch, and holders the
-	// query that tells its lost handles when it matched too few.
-	extend(p *Provider, names, ids bson.A) (filter bson.D, update any)
-	holders(names bson.A) (filter, projection bson.D)
-	// heldBy reads one document of holders' reply into held: its holders' ids.
-	heldBy(doc bson.Raw, held map[string]bool) error
-	// limit is how many handles of one process may hold the name at once
-	// (0: any number); an exclusive handle keeps every other out.
-	limit() (n int, exclusive bool)
-	// unclaimed reports whether acquire takes an unclaimedMode attempt.
-	unclaimed() bool
-	// holds reports whether WithHoldAtLeast and WithHoldAtMost apply.
-	holds() bool
-	// describe says what the kind is, for inspection, telemetry and a
-	// composite's order.
-	describe() kindInfo
-}
-
-// kindInfo is what a kind says of itself.
-type kindInfo struct {
-	kind     Kind
-	mode     rwMode // a reader-writer lock's; 0 for the other kinds
-	modeName string // mode's name in telemetry
-	modePart string // the kind's name in a composite's order and its errors, if not kind's
-	slots    int    // a semaphore's; 0 for the other kinds
-}
-
-// part names the kind in a composite's order and its errors.
-func (k kindInfo) part() string { return cmp.Or(k.modePart, string(k.kind)) }
-
 // Name returns the lock's name, exactly as given.
 func (l *Lock) Name() string { return l.name }
 
@@ -86,24 +42,33 @@ const (
 // or ctx). ctx bounds only the round trip; the Handle lives until released
 // or lost. A refused TryAcquire leaves no trace: it claims no turn.
 func (l *Lock) TryAcquire(ctx context.Context) (*Handle, error) {
+	return l.traced(ctx, "try acquire", opTryAcquireTrace, false)
+}
+
+// traced runs Acquire's wait (wait) or TryAcquire's attempt, op, while l's
+// provider is open, told of its calls as trace. It calls them by name, so
+// that call stays on the stack.
+func (l *Lock) traced(ctx context.Context, op, trace string, wait bool) (h *Handle, err error) {
 	if ctx == nil {
-		return nil, l.errorf("try acquire", errNilContext)
+		return nil, l.errorf(op, errNilContext)
 	}
-	ctx, call := l.p.tel.startAcquire(ctx, l, opTryAcquireTrace)
-	h, err := l.tryAcquire(ctx, &call)
-	call.end(ctx, h, err)
-	return h, err
+	ctx, call := l.p.tel.startAcquire(ctx, l, trace)
+	defer func() { call.end(ctx, h, err) }()
+	if !l.p.enter() {
+		return nil, l.errorf(op, ErrClosed)
+	}
+	defer l.p.calls.Done()
+	if l.p.opts.holds() && !l.kind.holdsApply() {
+		return nil, l.errorf(op, errHoldKind)
+	}
+	if wait {
+		return l.acquire(ctx, &call)
+	}
+	return l.tryAcquire(ctx, &call)
 }
 
 // tryAcquire is TryAcquire's attempt, counted by call.
 func (l *Lock) tryAcquire(ctx context.Context, call *acquireCall) (*Handle, error) {
-	if !l.p.enter() {
-		return nil, l.errorf("try acquire", ErrClosed)
-	}
-	defer l.p.calls.Done()
-	if err := l.checkHolds(); err != nil {
-		return nil, l.errorf("try acquire", err)
-	}
 	h, _, err := l.attempt(ctx, tryMode, 0)
 	call.attempted(ctx, err)
 	if err != nil {
@@ -118,14 +83,10 @@ func (l *Lock) tryAcquire(ctx context.Context, call *acquireCall) (*Handle, erro
 // collection and name) wait in line, first come first served, and only the
 // first asks the database. A release in this process hands the lock to the
 // next in line in the same round trip; a loss wakes it at once. Between
-// processes, a refused Acquire claims the next turn for its process, or is
-// next after the process that claims it: while a claim lasts, a freed lock
-// is the claimant's, and the holder's process hands it on within itself at
-// most a few more times in a row before it steps aside. The claimant polls often;
-// other waiters poll at the configured sleep (WithBusyWaitSleep,
-// WithAdaptiveBackoff) while the lock changes hands, and ever more rarely
-// while it does not. Where the server
-// has change streams, a release anywhere wakes the waiters at once.
+// processes, waiters take turns (docs/contention.md tells the rule),
+// polling at the configured sleep (WithBusyWaitSleep, WithAdaptiveBackoff).
+// Where the server has change streams, a release anywhere wakes the
+// waiters at once.
 //
 // Acquire is not reentrant: an Acquire of a name that a handle of this
 // process holds (through any Lock of the same client, database, collection
@@ -144,128 +105,188 @@ func (l *Lock) tryAcquire(ctx context.Context, call *acquireCall) (*Handle, erro
 // leaves the line without disturbing the others, and withdraws its
 // process's claim if it may have made one: the next in line claims again.
 func (l *Lock) Acquire(ctx context.Context) (*Handle, error) {
-	if ctx == nil {
-		return nil, l.errorf("acquire", errNilContext)
-	}
-	ctx, call := l.p.tel.startAcquire(ctx, l, opAcquireTrace)
-	h, err := l.acquire(ctx, &call)
-	call.end(ctx, h, err)
-	return h, err
+	return l.traced(ctx, "acquire", opAcquireTrace, true)
 }
 
 // acquire is Acquire's wait, its attempts counted by call.
 func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err error) {
-	p, lc := l.p, l.collection()
-	qs := &lc.queues
-	if !p.enter() {
-		return nil, l.errorf("acquire", ErrClosed)
-	}
-	defer p.calls.Done()
-	if err := l.checkHolds(); err != nil {
-		return nil, l.errorf("acquire", err)
-	}
 	// A refused collection before the line: no claim to withdraw. Other
 	// errors of the check are the attempts' to retry.
-	if err := p.ensureCollection(ctx, lc); errors.Is(err, ErrCollation) {
+	if err := l.p.ensureCollection(ctx, l.collection()); errors.Is(err, ErrCollation) {
 		return nil, l.errorf("acquire", err)
 	}
-	w := qs.join(l, false)
-	// asked: an attempt was sent, which may have claimed; watching: counted as
-	// a waiter for release events; contended: held by someone else.
-	var asked, watching, contended bool
-	var lastErr error // the last transient error
-	var refused reply // the last refused attempt's reply
-	defer func() { l.leaveLine(w, err != nil && asked, watching) }()
+	// The wait counts in a copy of call, given back as it ends: a pointer
+	// kept in the wait would move call to the heap.
+	a := &acquireWait{waitLoop: waitLoop{l: l, op: "acquire", w: l.collection().queues.join(l, false)}, call: *call}
+	defer func() { *call = a.call; a.leave(err != nil && a.mayHaveClaimed) }()
+	err = a.run(ctx, a.try)
+	return a.handle, err
+}
+
+// A waitLoop is the engine's wait, an Acquire's or an Upgrade's: try; unless
+// the try ends the wait, sleep until woken (a release in this process, or
+// a release event), until the try's next is due, or until the wait gives
+// up (ctx ends, the provider closes); and again.
+type waitLoop struct {
+	l         *Lock
+	op        string          // the operation its errors name
+	w         *waiter         // its place in its process's line, or beside it
+	ended     <-chan struct{} // an Upgrade's handle's end (release, loss); nil for an Acquire
+	watching  bool            // counted among the waiters that release events wake
+	contended bool            // someone else held the lock when it looked
+	lastErr   error           // the last transient error
+}
+
+// afterTry is what a try says comes after it.
+type afterTry int
+
+const (
+	sleepThenTry afterTry = iota // until woken, or due (nil: woken)
+	tryAtOnce
+	waitOver
+)
+
+// errHandleEnded ends an Upgrade's wait: its handle was released or lost.
+var errHandleEnded = errors.New("the handle ended")
+
+// run tries with try until a try ends the wait, sleeping between tries.
+func (wt *waitLoop) run(ctx context.Context, try func(context.Context) (afterTry, <-chan time.Time, error)) error {
 	for {
 		select {
-		case <-w.wake: // what woke it is seen below
+		case <-wt.w.wake: // what woke it is seen by this try
 		default:
 		}
-		handedOver, mayAttempt, waitToken, calm := qs.next(w)
-		if handedOver != nil {
-			call.handedOver = true
-			if refused.placed(lc.process) && refused.FencingToken >= handedOver.token.Load() {
-				// Its attempt was refused after the hand-over (it saw the
-				// hand-over's token) and claimed again, or took a place as
-				// next: nobody needs that, and it is gone before the caller
-				// goes on.
-				if l.withdrawNow(ctx) != nil {
-					l.withdraw()
-				}
-			}
-			return handedOver, nil
-		}
-		var due <-chan time.Time // nil: wait to be woken
-		if !mayAttempt {
-			contended = true // someone of this process goes first
-		} else {
-			mode := waitMode
-			if calm && l.kind.unclaimed() {
-				mode = unclaimedMode // nobody waited for it lately: the cheaper statement first
-			}
-			asked = asked || mode == waitMode && ctx.Err() == nil // else it claims nothing
-			sent := time.Now()
-			h, doc, err := l.attempt(ctx, mode, waitToken)
-			call.attempted(ctx, err)
-			switch {
-			case err == nil:
-				return h, nil
-			case errors.Is(err, errUnclaimedRefused):
-				qs.unclaimedRefused(w) // claim at once
-				continue
-			case errors.Is(err, ErrNotAcquired):
-				contended, refused = true, doc
-				if !watching {
-					watching = true
-					lc.notify.join(lc.store, qs.wakeHead, &lc.bg)
-				}
-				due = qs.after(w, &doc, time.Since(sent))
-			case ctx.Err() != nil || endedByDeadline(ctx, err): // cut short by ctx: it tells nothing
-			case isTransient(err):
-				lastErr, due = err, qs.after(w, nil, 0)
-			default:
-				return nil, l.errorf("acquire", err)
-			}
+		n, due, err := try(ctx)
+		switch {
+		case n == waitOver:
+			return err
+		case n == tryAtOnce:
+			continue
 		}
 		select {
-		case <-w.wake:
+		case <-wt.w.wake:
 		case <-due:
-		case <-p.done:
-			return nil, l.errorf("acquire", ErrClosed)
+		case <-wt.ended:
+			return errHandleEnded
+		case <-wt.l.p.done:
+			return wt.l.errorf(wt.op, ErrClosed)
 		case <-ctx.Done():
-			return nil, l.gaveUp("acquire", ctx, lastErr, contended)
+			return wt.gaveUp(ctx)
 		}
 	}
 }
 
-// errHoldKind refuses an acquisition that WithHoldAtLeast or WithHoldAtMost
-// does not fit.
-var errHoldKind error = invalid("WithHoldAtLeast and WithHoldAtMost apply to locks only, not to elections, semaphores or RWLocks: use a Provider without them")
-
-// checkHolds returns errHoldKind if l's provider holds and its kind does not.
-func (l *Lock) checkHolds() error {
-	if l.p.opts.holds() && !l.kind.holds() {
-		return errHoldKind
+// refused records that someone else holds the lock. From then on, release
+// events wake the wait too.
+func (wt *waitLoop) refused() {
+	wt.contended = true
+	if !wt.watching {
+		wt.watching = true
+		lc := wt.l.collection()
+		lc.notify.join(lc.store, lc.queues.wakeHead, &lc.bg)
 	}
-	return nil
 }
 
-// leaveLine takes w out of its line when its Acquire returns. A handle
-// handed over as it gave up is released, and so is its process's claim if
-// withdraw.
-func (l *Lock) leaveLine(w *waiter, withdraw, watching bool) {
-	lc := l.collection()
-	if watching {
+// gaveUp is the wait's error when ctx ended: with the last transient
+// error, or as contention if the lock was held by someone else.
+func (wt *waitLoop) gaveUp(ctx context.Context) error {
+	switch {
+	case wt.lastErr != nil:
+		return wt.l.errorf(wt.op, fmt.Errorf("%w (last error: %w)", ctx.Err(), wt.lastErr))
+	case wt.contended:
+		return wt.l.errorf(wt.op, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err()))
+	}
+	return wt.l.errorf(wt.op, ctx.Err()) // no attempt came back in time
+}
+
+// leave takes the wait out of its line. A handle handed over to it as it
+// gave up is released, and its process's claim withdrawn if withdraw: a
+// claim is its maker's, and the next in line claims again.
+func (wt *waitLoop) leave(withdraw bool) {
+	lc := wt.l.collection()
+	if wt.watching {
 		lc.notify.leave()
 	}
-	untaken := lc.queues.leave(w)
-	if untaken != nil {
-		untaken.releaseUntaken()
+	if h := lc.queues.leave(wt.w); h != nil {
+		h.releaseUntaken()
 	}
 	if withdraw {
-		l.withdraw()
+		wt.l.withdraw()
 	}
 }
+
+// An acquireWait is an Acquire's wait.
+type acquireWait struct {
+	waitLoop
+	call   acquireCall // counts its attempts for telemetry
+	handle *Handle     // acquired, or handed over
+	// An attempt that may claim the next turn was sent. A claim: the lock's
+	// document keeps its next turn for this process (waitingProcess).
+	mayHaveClaimed bool
+	lastRefusal    reply // the last refused attempt's reply
+}
+
+// try takes a hand-over to the wait, if any, else attempts if its line
+// lets it: it is the head, and no handle of this process fills the lock.
+func (a *acquireWait) try(ctx context.Context) (afterTry, <-chan time.Time, error) {
+	handedOver, mayAttempt, waitToken, nobodyWaited := a.l.collection().queues.standing(a.w)
+	switch {
+	case handedOver != nil:
+		a.takeHandOver(ctx, handedOver)
+		return waitOver, nil, nil
+	case !mayAttempt:
+		a.contended = true // someone of this process goes first
+		return sleepThenTry, nil, nil
+	}
+	mode := waitMode
+	if nobodyWaited && a.l.kind.unclaimed() {
+		mode = unclaimedMode // nobody waited for it lately: the cheaper statement first
+	}
+	return a.attempt(ctx, mode, waitToken)
+}
+
+// takeHandOver takes h, handed over by a release in this process. An
+// attempt refused after the hand-over (it saw the hand-over's token) has
+// claimed the next turn again, or taken a place as next: nobody needs
+// that, and it is withdrawn before the caller goes on, or else in the
+// background.
+func (a *acquireWait) takeHandOver(ctx context.Context, h *Handle) {
+	a.call.handedOver, a.handle = true, h
+	if a.lastRefusal.placed(a.l.collection().process) && a.lastRefusal.FencingToken >= h.token.Load() && a.l.withdrawNow(ctx) != nil {
+		a.l.withdraw()
+	}
+}
+
+// attempt sends one attempt in mode and reads its outcome: when the next
+// try is due, or the end of the wait.
+func (a *acquireWait) attempt(ctx context.Context, mode attemptMode, waitToken int64) (afterTry, <-chan time.Time, error) {
+	a.mayHaveClaimed = a.mayHaveClaimed || mode == waitMode && ctx.Err() == nil // else it claims nothing
+	qs, sent := &a.l.collection().queues, time.Now()
+	h, doc, err := a.l.attempt(ctx, mode, waitToken)
+	a.call.attempted(ctx, err)
+	switch {
+	case err == nil:
+		a.handle = h
+		return waitOver, nil, nil
+	case errors.Is(err, errUnclaimedRefused):
+		qs.unclaimedRefused(a.w)
+		return tryAtOnce, nil, nil // claiming
+	case errors.Is(err, ErrNotAcquired):
+		a.lastRefusal = doc
+		a.refused()
+		return sleepThenTry, qs.after(a.w, &doc, time.Since(sent)), nil
+	case ctx.Err() != nil || endedByDeadline(ctx, err): // cut short by ctx: it tells nothing
+		return sleepThenTry, nil, nil
+	case isTransient(err):
+		a.lastErr = err
+		return sleepThenTry, qs.after(a.w, nil, 0), nil
+	}
+	return waitOver, nil, a.l.errorf("acquire", err)
+}
+
+// errHoldKind refuses an acquisition of a kind that the hold options
+// (WithHoldAtLeast, WithHoldAtMost) of its provider do not apply to.
+var errHoldKind error = invalid("WithHoldAtLeast and WithHoldAtMost apply to locks only, not to elections, semaphores or RWLocks: use a Provider without them")
 
 // Do acquires the lock (waiting, as Acquire), runs fn, and releases the lock,
 // also when fn panics. fn's ctx ends when ctx ends or the lock is lost; its
@@ -276,14 +297,19 @@ func (l *Lock) leaveLine(w *waiter, withdraw, watching bool) {
 // acquired, fn does not run and Do returns Acquire's error, as its own. A
 // nil fn is an error, returned before anything is acquired. With
 // WithHoldAtLeast, the release keeps the lock held until the hold ends.
-func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) (err error) {
-	if ctx == nil {
-		return l.errorf("do", errNilContext)
+func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) error {
+	return acquireAndDo(ctx, fn, l.errorf, l.Acquire)
+}
+
+// acquireAndDo is Do's, of a Lock or a Composite: acquire, then do fn.
+func acquireAndDo[H holding](ctx context.Context, fn func(ctx context.Context) error, errorf func(op string, err error) error, acquire func(context.Context) (H, error)) error {
+	switch {
+	case ctx == nil:
+		return errorf("do", errNilContext)
+	case fn == nil:
+		return errorf("do", errNilFunction)
 	}
-	if fn == nil {
-		return l.errorf("do", errNilFunction)
-	}
-	h, err := l.Acquire(ctx)
+	h, err := acquire(ctx)
 	if err != nil {
 		return renamed("do", err)
 	}
@@ -376,14 +402,9 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, waitToken int64) (
 func (l *Lock) acquireRoundTrip(ctx context.Context, a attempt) (reply, error) {
 	p, lc, lockID := l.p, l.collection(), a.id
 	send := func(ctx context.Context) (reply, error) {
-		if testHookSend != nil {
-			testHookSend(p, a.mode)
-		}
+		testHookSend(p, a.mode)
 		doc, err := l.kind.acquire(ctx, p, l.name, a)
-		if testHookReply != nil {
-			err = testHookReply(p, err)
-		}
-		if isAmbiguous(err) {
+		if err = testHookReply(p, err); isAmbiguous(err) {
 			l.releaseInBackground(lockID, undoSchedule(err), 0, true)
 		}
 		return doc, err
@@ -401,9 +422,9 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, a attempt) (reply, error) {
 // roundTrip sends one request with send and waits for its reply, for ctx,
 // or for p to close (ErrClosed).
 //
-// No orphans: if ctx ends (or p closes) first, the request may already be
-// on the server, and an undo sent now could overtake it there. So the
-// request is left to finish in the background (for at most cleanupTimeout
+// If ctx ends (or p closes) first, the request may already be on the
+// server, and an undo sent now could overtake it there: so the request is
+// left to finish in the background (for at most cleanupTimeout
 // more), and undo is called with its outcome once it is in.
 func roundTrip[T any](ctx context.Context, p *Provider, send func(context.Context) (T, error), undo func(T, error)) (T, error) {
 	var none T
@@ -446,9 +467,9 @@ func roundTrip[T any](ctx context.Context, p *Provider, send func(context.Contex
 // Release whose round trip failed. It is owner-checked, so it can never free
 // someone else's acquisition. It stops once a try matches
 // (updateInBackground). It holds the lock until hold after its acquisition
-// (WithHoldAtLeast's, for a handle's release). An orphan's release (an
-// acquisition nobody got a handle for, so nobody used it: hold 0) is
-// counted and logged.
+// (WithHoldAtLeast's, for a handle's release). An orphan (an acquisition
+// nobody got a handle for, so nobody used it: hold 0) is counted and
+// logged as it is released.
 func (l *Lock) releaseInBackground(lockID string, schedule []time.Duration, hold time.Duration, orphan bool) {
 	filter, update := l.kind.release(l.name, lockID, hold)
 	l.updateInBackground(filter, update, schedule, func() bool {
@@ -465,8 +486,7 @@ func (l *Lock) releaseInBackground(lockID string, schedule []time.Duration, hold
 // matches and matched returns true, an error is not transient (the client
 // closed), or cleanupTimeout has passed.
 func (l *Lock) updateInBackground(filter bson.D, update any, schedule []time.Duration, matched func() bool) {
-	p := l.p
-	p.background(cleanupTimeout+schedule[0], func(ctx context.Context) { // a delayed schedule's time to wait too
+	l.p.background(cleanupTimeout+schedule[0], func(ctx context.Context) { // a delayed schedule's time to wait too
 		for _, wait := range schedule {
 			for retry := 20 * time.Millisecond; ; retry = min(2*retry, 500*time.Millisecond) {
 				select {
@@ -481,37 +501,12 @@ func (l *Lock) updateInBackground(filter bson.D, update any, schedule []time.Dur
 				if err == nil {
 					break // no match: try again at the schedule's next wait, if any
 				}
-				p.tel.retrying(l, err)
+				l.p.tel.retrying(l, err)
 				wait = retry
 			}
 		}
 	})
 }
-
-// Schedules for releaseInBackground. Once an acquisition's reply has
-// arrived, one try does. Without the reply, the request may still be on its
-// way to the server, and a release on another connection can overtake it:
-// the release is repeated for a while.
-var (
-	afterReply   = []time.Duration{0}
-	afterNoReply = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond, 1500 * time.Millisecond}
-)
-
-// undoSchedule is the schedule of the undo of a request that failed with
-// err: repeated if no reply came, as the request may still be in flight.
-func undoSchedule(err error) []time.Duration {
-	if isReply(err) {
-		return afterReply
-	}
-	return afterNoReply
-}
-
-// Test hooks, set by the tests only; nil otherwise.
-var (
-	testHookSend      func(p *Provider, mode attemptMode) // as an acquisition round trip is about to be sent
-	testHookReply     func(p *Provider, err error) error  // replaces a round trip's error
-	testHookListBatch func(p *Provider) int32             // a listing's batch size, if not 0
-)
 
 // withdraw removes this process's claim on l's next turn, and its place as
 // next after another's, in the background, then wakes the head of its line,
@@ -532,17 +527,4 @@ func (l *Lock) withdrawNow(ctx context.Context) error {
 // without splitting a character: names may be megabytes long.
 func (l *Lock) errorf(op string, err error) error {
 	return &Error{Op: op, Name: shortName(l.name), Err: err}
-}
-
-// gaveUp is the error of op (Acquire, or an upgrade's) when ctx ended: with the
-// last transient error, or as contention if the lock was held by someone
-// else.
-func (l *Lock) gaveUp(op string, ctx context.Context, lastErr error, contended bool) error {
-	switch {
-	case lastErr != nil:
-		return l.errorf(op, fmt.Errorf("%w (last error: %w)", ctx.Err(), lastErr))
-	case contended:
-		return l.errorf(op, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err()))
-	}
-	return l.errorf(op, ctx.Err()) // no attempt came back in time
 }

@@ -10,7 +10,8 @@ import (
 )
 
 // Plain locks, the lock kind: a document per name with one holder
-// (protocol.go, 1 to 6), which DistributedLock.MongoDB shares. An
+// (createDoc, acquirePipeline, releaseUpdate, extendUpdate, holdersQuery),
+// which DistributedLock.MongoDB shares. An
 // election's documents are a lock's, with a value (election.go).
 
 // New returns the lock called name in db; see NewProvider for the options.
@@ -107,4 +108,4 @@ func (lockDriver) unclaimed() bool { return true }
 
 func (lockDriver) describe() kindInfo { return kindInfo{kind: KindLock} }
 
-func (lockDriver) holds() bool { return true }
+func (lockDriver) holdsApply() bool { return true }

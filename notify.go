@@ -11,27 +11,19 @@ import (
 
 // Release events.
 //
-// Waiters learn that a lock held by another process came free by polling.
-// Where the server offers change streams (replica sets, sharded clusters),
-// one change stream per collection also wakes the head of a name's local
-// line as soon as that lock or a slot is released, in any process, in
-// whatever shape the server reports the release (releaseEvents); while it
-// runs, polling is only a safety net, at the standby sleep
-// (WithStandbySleep) at most. The stream opens when a waiter first finds
-// the lock held by another process and closes notifyLinger after the last
-// such waiter is done, so that ping-pong between processes does not reopen
-// it per turn.
+// Waiters poll to learn that another process released a lock. Where the
+// server has change streams, one stream per collection also wakes the head
+// of a name's line at each release (releaseEvents), and polling is only a
+// safety net, at the standby sleep (WithStandbySleep) at most. The stream
+// opens when a waiter first finds the lock held by another process, and
+// closes notifyLinger after the last such waiter, so that processes taking
+// turns do not reopen it at each turn.
 //
-// Where the server has none (a standalone server, FerretDB), the first
-// attempt to open one fails with an error that retrying cannot fix; the
-// collection is remembered as having none, and waiters keep polling,
-// silently. Only that refusal is remembered: a stream that opened and
-// ended later, whatever the error (the network, a failover, an event over
-// 16 MB, history lost, its cursor killed, an invalidate), or that could
-// not open for a transient error, is opened again as streamRetry says,
-// for the waiters still waiting then or the next to come; a release it
-// missed meanwhile is found by their polls. Election observers reopen
-// theirs by the same policy.
+// A server without change streams (a standalone server, FerretDB) refuses
+// the first open with an error that retrying cannot fix: the collection is
+// remembered as having none, and waiters poll. A stream that ends, or that
+// cannot open for a transient error, is opened again as streamRetry says;
+// what it missed meanwhile, the polls find.
 
 // notifyLinger is how long a collection's change stream stays open after
 // its last waiter.

@@ -128,7 +128,7 @@ func (qs *queues) join(l *Lock, upgrade bool) *waiter {
 
 // leave takes w out of its line and signals the next head if w was the
 // head. It returns a handle handed over to w that w did not take.
-func (qs *queues) leave(w *waiter) (untaken *Handle) {
+func (qs *queues) leave(w *waiter) (handedOver *Handle) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	q := w.q
@@ -142,15 +142,15 @@ func (qs *queues) leave(w *waiter) (untaken *Handle) {
 		}
 	}
 	qs.drop(w.lock.name, q)
-	untaken, w.handedOver, w.q = w.handedOver, nil, nil
-	return untaken
+	handedOver, w.handedOver, w.q = w.handedOver, nil, nil
+	return handedOver
 }
 
-// next returns the handle handed over to w, if any, and else whether w may
+// standing returns the handle handed over to w, if any; else whether w may
 // ask the database (it is the head, no handle of this process holds the
-// name, and no hand-over to it is under way) and the token its line claims
-// with.
-func (qs *queues) next(w *waiter) (handedOver *Handle, mayAttempt bool, waitToken int64, calm bool) {
+// name, and no hand-over to it is under way), the token its line claims
+// with, and whether nobody waited for the lock lately (the pacer's calm).
+func (qs *queues) standing(w *waiter) (handedOver *Handle, mayAttempt bool, waitToken int64, nobodyWaited bool) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if h := w.handedOver; h != nil {
@@ -201,7 +201,7 @@ func (qs *queues) hold(a *acquisition, now time.Time) {
 	if a.exclusive {
 		q.exclusive++
 	}
-	a.holds = true
+	a.heldLocally = true
 	q.pace.acquired(now, l.p.opts.sleepMax)
 }
 
@@ -215,7 +215,7 @@ func (qs *queues) unhold(a *acquisition) {
 	if a.exclusive {
 		q.exclusive--
 	}
-	a.holds = false
+	a.heldLocally = false
 	q.pace.released(time.Now())
 	qs.drop(l.name, q)
 	qs.mu.Unlock()
@@ -227,7 +227,7 @@ func (qs *queues) unhold(a *acquisition) {
 // Shared again, it wakes the head to attempt at once.
 func (qs *queues) setExclusive(a *acquisition, exclusive bool) {
 	qs.mu.Lock()
-	if a.holds && a.exclusive != exclusive {
+	if a.heldLocally && a.exclusive != exclusive {
 		a.exclusive = exclusive
 		if exclusive {
 			qs.byName[a.lock.name].exclusive++
@@ -257,7 +257,8 @@ func (qs *queues) wakeHead(name string) {
 }
 
 // offer returns the head of name's line, marked as being handed the lock,
-// or nil if nobody waits or the head has a hand-over under way or untaken.
+// or nil if nobody waits or the head has a hand-over under way or not yet
+// taken.
 func (qs *queues) offer(name string) *waiter {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()

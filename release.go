@@ -19,18 +19,18 @@ import (
 // was sent at sent and whose reply is doc.
 func newHandle(l *Lock, lockID string, doc reply, sent time.Time) *Handle {
 	a := &acquisition{lock: l, lockID: lockID, acquiredAt: doc.AcquiredAt,
-		lost: make(chan struct{}), unkept: make(chan struct{})}
+		lost: make(chan struct{}), extendingStopped: make(chan struct{})}
 	a.token.Store(doc.FencingToken)
 	a.mode.Store(uint32(l.kind.describe().mode))
-	a.confirmed.Store(sent.UnixNano())
+	a.lastSentAt.Store(sent.UnixNano())
 	now := time.Now()
-	a.replied.Store(now.UnixNano())
+	a.lastReplyAt.Store(now.UnixNano())
 	if o := l.p.opts; o.atMostSet {
 		// The server's bound, acquiredAt + atMost, is no earlier: its
-		// $$NOW came after sent; and no later than boundAt: it came
+		// $$NOW came after sent; and no later than atMostFromReply: it came
 		// before the reply.
-		a.capAt = sent.Add(o.atMost.Truncate(time.Millisecond))
-		a.boundAt = now.Add(o.atMost)
+		a.atMostFromSent = sent.Add(o.atMost.Truncate(time.Millisecond))
+		a.atMostFromReply = now.Add(o.atMost)
 	}
 	a.ctx, a.cancel = context.WithCancelCause(context.Background())
 	a.lctx = leaseContext{a.ctx, a}
@@ -168,7 +168,7 @@ func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (e
 	}
 	defer h.unhold() // local waiters are woken once the release is decided
 	if err := h.lossError(); err != nil {
-		if h.unfreed.Swap(false) {
+		if h.serverMayHold.Swap(false) {
 			// Lost at the local deadline, the lock stays held on the
 			// server until its lease ends there; its owner, done with it,
 			// frees it now, without waiting for the round trip.
@@ -287,7 +287,7 @@ func (h *acquisition) unhold() {
 func (h *acquisition) leaseOver(lastErr error, capped bool, slept time.Duration) {
 	// Counted as background work before Lost closes, so that whoever wakes
 	// on Lost and waits for the background work waits for it.
-	h.unfreed.Store(true)
+	h.serverMayHold.Store(true)
 	h.lock.releaseInBackground(h.lockID, delayed(afterNoReply, time.Until(h.serverEnd())), h.lock.p.opts.atLeast, false)
 	why := fmt.Errorf("%w: its lease ran out before an extension succeeded", ErrLockLost)
 	if slept > 0 {
@@ -306,9 +306,9 @@ func (h *acquisition) leaseOver(lastErr error, capped bool, slept time.Duration)
 // its expiresAt counts from, and WithHoldAtMost's bound counts from the
 // acquisition's, whose reply came later still.
 func (h *acquisition) serverEnd() time.Time {
-	end := time.Unix(0, h.replied.Load()).Add(h.lock.p.opts.expiry)
-	if !h.boundAt.IsZero() && h.boundAt.Before(end) {
-		return h.boundAt.Round(0) // by the wall clock, which counts suspended time
+	end := time.Unix(0, h.lastReplyAt.Load()).Add(h.lock.p.opts.expiry)
+	if !h.atMostFromReply.IsZero() && h.atMostFromReply.Before(end) {
+		return h.atMostFromReply.Round(0) // by the wall clock, which counts suspended time
 	}
 	return end
 }

@@ -15,8 +15,8 @@ import (
 // An RWLock is held by any number of readers at once or by one writer, in
 // this process and in others, by the server's clock. It is a semaphore-like
 // document whose holders carry a mode, and its Handles are a Semaphore's in
-// every way (protocol.go, 20 creates; 16 to 19 acquire, hand over, release
-// and extend), but that a writer's can downgrade (holderModeUpdate) and an
+// every way (createRWDoc creates it; a slot's statements acquire, hand
+// over, release and extend), but that a writer's can downgrade (holderModeUpdate) and an
 // upgradeable reader's upgrade (upgradePipeline, undone by upgradeTagFilter
 // when it gives up).
 
@@ -114,10 +114,7 @@ var errReleased = errors.New("the handle was released")
 func (h *Handle) Upgrade(ctx context.Context) error {
 	const op = "upgrade"
 	l, p := h.lock, h.lock.p
-	if ctx == nil {
-		return l.errorf(op, errNilContext)
-	}
-	if err := h.beginSwitch(upgradeMode); err != nil {
+	if err := h.beginSwitch(ctx, upgradeMode); err != nil {
 		return l.errorf(op, err)
 	}
 	defer h.changing.Store(false)
@@ -125,69 +122,57 @@ func (h *Handle) Upgrade(ctx context.Context) error {
 		return l.errorf(op, ErrClosed)
 	}
 	defer p.calls.Done()
-	// It waits beside its process's line: a release there, or a release
-	// event, wakes it to poll at once.
-	lc := l.collection()
-	w := lc.queues.join(l, true)
-	defer lc.queues.leave(w) // never handed a lock: nothing untaken
-	watching := false
-	defer func() {
-		if watching {
-			lc.notify.leave()
-		}
-	}()
-	var marked string // the tag of the last poll seen holding readers off
-	var lastErr error // the last transient error
-	giveUp := func(err error) error {
-		if marked != "" {
-			h.undoUpgrade(marked, afterReply)
-		}
-		return err
+	u := &upgradeWait{waitLoop: waitLoop{l: l, op: op, w: l.collection().queues.join(l, true), ended: h.ctx.Done()}, h: h, start: time.Now()}
+	defer u.leave(false)
+	err := u.run(ctx, u.try)
+	switch {
+	case err == errHandleEnded:
+		return h.noHolder(op)
+	case err != nil && u.marked != "":
+		h.undoUpgrade(u.marked, afterReply) // readers are let in again
 	}
-	for start := time.Now(); ; {
-		select {
-		case <-w.wake: // what woke it is seen by this poll
-		default:
-		}
-		tag := newLockID()
-		token, err := h.upgradePoll(ctx, tag)
-		switch {
-		case err == nil && token != 0:
-			h.token.Store(token)
-			h.mode.Store(uint32(writeMode))
-			l.collection().queues.setExclusive(h.acquisition, true)
-			return nil
-		case err == nil:
-			marked, lastErr = tag, nil
-			if !watching {
-				watching = true
-				lc.notify.join(lc.store, lc.queues.wakeHead, &lc.bg)
-			}
-		case isNoMatch(err):
-			return h.noHolder(op)
-		case ctx.Err() != nil || endedByDeadline(ctx, err): // cut short by ctx: it tells nothing
-		case isTransient(err):
-			lastErr = err
-		default:
-			return giveUp(l.errorf(op, err))
-		}
-		// Paced as a slot's claimant; while release events arrive, one
-		// wakes it, and it looks as a watching claimant does.
-		sleep := p.opts.slotClaimantSleep(time.Since(start))
-		if lc.notify.isOpen() {
-			sleep = p.opts.watchingClaimantSleep()
-		}
-		select {
-		case <-w.wake:
-		case <-time.After(sleep):
-		case <-ctx.Done():
-			return giveUp(l.gaveUp(op, ctx, lastErr, marked != "" && lastErr == nil))
-		case <-h.ctx.Done(): // released or lost: nothing left to undo
-			return h.noHolder(op)
-		case <-p.done:
-			return giveUp(l.errorf(op, ErrClosed))
-		}
+	return err
+}
+
+// An upgradeWait is an Upgrade's wait, an Acquire's but for one
+// difference: its try is a poll of its own handle, which holds the lock
+// already, so it waits beside its process's line rather than in it, and
+// until the handle ends.
+type upgradeWait struct {
+	waitLoop
+	h      *Handle
+	start  time.Time
+	marked string // the tag of the last poll seen holding readers off
+}
+
+// try sends one poll: h is the writer, or holds new readers off while
+// other readers hold. Its polls are paced as a slot's claimant's; while
+// release events arrive, one wakes it, and it looks as a watching
+// claimant does.
+func (u *upgradeWait) try(ctx context.Context) (afterTry, <-chan time.Time, error) {
+	tag, o := newLockID(), u.l.p.opts
+	token, err := u.h.upgradePoll(ctx, tag)
+	switch {
+	case err == nil && token != 0:
+		u.h.token.Store(token)
+		u.h.mode.Store(uint32(writeMode))
+		u.l.collection().queues.setExclusive(u.h.acquisition, true)
+		return waitOver, nil, nil
+	case err == nil:
+		u.marked, u.lastErr = tag, nil // contended since the last error
+		u.refused()
+	case isNoMatch(err):
+		return waitOver, nil, errHandleEnded
+	case ctx.Err() != nil || endedByDeadline(ctx, err): // cut short by ctx: it tells nothing
+	case isTransient(err):
+		u.lastErr = err
+	default:
+		return waitOver, nil, u.l.errorf(u.op, err)
 	}
+	if u.l.collection().notify.isOpen() {
+		return sleepThenTry, time.After(o.watchingClaimantSleep()), nil
+	}
+	return sleepThenTry, time.After(o.slotClaimantSleep(time.Since(u.start))), nil
 }
 
 // upgradePoll sends one poll of an Upgrade (upgradePipeline), tagged tag,
@@ -247,10 +232,7 @@ func (h *acquisition) undoUpgrade(tag string, schedule []time.Duration) {
 func (h *Handle) Downgrade(ctx context.Context) error {
 	const op = "downgrade"
 	l := h.lock
-	if ctx == nil {
-		return l.errorf(op, errNilContext)
-	}
-	if err := h.beginSwitch(writeMode); err != nil {
+	if err := h.beginSwitch(ctx, writeMode); err != nil {
 		return l.errorf(op, err)
 	}
 	defer h.changing.Store(false)
@@ -281,8 +263,10 @@ var errSwitching = errors.New("another Upgrade or Downgrade of the handle is und
 
 // beginSwitch starts an Upgrade or Downgrade of h, which needs h in mode,
 // and returns why it cannot.
-func (h *acquisition) beginSwitch(mode rwMode) error {
+func (h *acquisition) beginSwitch(ctx context.Context, mode rwMode) error {
 	switch {
+	case ctx == nil:
+		return errNilContext
 	case h.released.Load():
 		return errReleased
 	case h.lossError() != nil:
@@ -298,11 +282,7 @@ func (h *acquisition) beginSwitch(mode rwMode) error {
 // notInMode reports an Upgrade or Downgrade of a handle not in mode, the
 // one it needs.
 func notInMode(mode rwMode) error {
-	what := "a writer's"
-	if mode == upgradeMode {
-		what = "an upgradeable reader's"
-	}
-	return fmt.Errorf("%w: the handle is not %s", ErrMismatch, what)
+	return fmt.Errorf("%w: the handle is not %s's", ErrMismatch, modeNames[mode].a)
 }
 
 // noHolder is the error of op when h's holder is gone, or h ended while

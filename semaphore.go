@@ -14,7 +14,8 @@ import (
 // its Handle is a lock's Handle in every way (a lease extended in the
 // provider's batches, loss signalled before the server's lease ends,
 // owner-checked release, fencing tokens that increase per semaphore), only
-// its statements differ (protocol.go, 15 to 19).
+// its statements differ (createSemDoc, slotPipeline, semReleaseUpdate,
+// semExtendUpdate, semHoldersQuery).
 
 // errSemaphoreSize reports that a semaphore's slots are held with another n.
 var errSemaphoreSize error = mismatch("the semaphore is held with another number of slots")
@@ -166,7 +167,7 @@ func acquireSlot(ctx context.Context, p *Provider, name string, a attempt, n int
 	return r, err
 }
 
-// release: slots do not hold (holds); hold is always 0.
+// release: the hold options do not apply to slots; hold is always 0.
 func (semDriver) release(name, id string, _ time.Duration) (bson.D, any) {
 	return semHolderFilter(name, id), semReleaseUpdate(id)
 }
@@ -191,6 +192,6 @@ func (d semDriver) limit() (int, bool) { return d.n, false }
 
 func (semDriver) unclaimed() bool { return false }
 
-func (semDriver) holds() bool { return false }
+func (semDriver) holdsApply() bool { return false }
 
 func (d semDriver) describe() kindInfo { return kindInfo{kind: KindSemaphore, slots: d.n} }
