@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // A Lock is a named distributed lock. It holds no state of its own: every
@@ -58,7 +56,7 @@ func (l *Lock) traced(ctx context.Context, op, trace string, wait bool) (h *Hand
 		return nil, l.errorf(op, ErrClosed)
 	}
 	defer l.p.calls.Done()
-	if l.p.opts.holds() && !l.kind.holdsApply() {
+	if l.p.opts.holdOptionSet() && !l.kind.holdsApply() {
 		return nil, l.errorf(op, errHoldKind)
 	}
 	if wait {
@@ -460,59 +458,6 @@ func roundTrip[T any](ctx context.Context, p *Provider, send func(context.Contex
 	close(abandoned)
 	time.AfterFunc(cleanupTimeout, cancelOp)
 	return none, cmp.Or(ctx.Err(), ErrClosed)
-}
-
-// releaseInBackground releases lockID's acquisition of l, if it holds it,
-// without waiting: for acquisitions nobody will get a handle for, and for a
-// Release whose round trip failed. It is owner-checked, so it can never free
-// someone else's acquisition. It stops once a try matches
-// (updateInBackground). It holds the lock until hold after its acquisition
-// (WithHoldAtLeast's, for a handle's release). An orphan (an acquisition
-// nobody got a handle for, so nobody used it: hold 0) is counted and
-// logged as it is released.
-func (l *Lock) releaseInBackground(lockID string, schedule []time.Duration, hold time.Duration, orphan bool) {
-	filter, update := l.kind.release(l.name, lockID, hold)
-	l.updateInBackground(filter, update, schedule, func() bool {
-		if orphan {
-			l.p.tel.orphanReleased(l)
-		}
-		return true
-	})
-}
-
-// updateInBackground sends updateOne(filter, update) to l's collection
-// without waiting. It tries after each wait of schedule, and again after a
-// short, growing backoff while a try fails transiently; it stops once a try
-// matches and matched returns true, an error is not transient (the client
-// closed), or cleanupTimeout has passed.
-func (l *Lock) updateInBackground(filter bson.D, update any, schedule []time.Duration, matched func() bool) {
-	l.p.background(cleanupTimeout+schedule[0], func(ctx context.Context) { // a delayed schedule's time to wait too
-		for _, wait := range schedule {
-			for retry := 20 * time.Millisecond; ; retry = min(2*retry, 500*time.Millisecond) {
-				select {
-				case <-time.After(wait):
-				case <-ctx.Done():
-					return
-				}
-				n, _, err := l.collection().store.updateOne(ctx, filter, update)
-				if err == nil && n > 0 && matched() || err != nil && !isTransient(err) {
-					return
-				}
-				if err == nil {
-					break // no match: try again at the schedule's next wait, if any
-				}
-				l.p.tel.retrying(l, err)
-				wait = retry
-			}
-		}
-	})
-}
-
-// withdraw removes this process's claim on l's next turn, and its place as
-// next after another's, in the background, then wakes the head of its line,
-// if any, to claim again: a claim is its maker's, and must not outlive it.
-func (l *Lock) withdraw() {
-	l.p.background(cleanupTimeout, func(ctx context.Context) { _ = l.withdrawNow(ctx) })
 }
 
 // withdrawNow is withdraw within ctx, in the caller's goroutine.

@@ -207,8 +207,8 @@ func (o config) checkHolds() error {
 	return nil
 }
 
-// holds reports whether WithHoldAtLeast or WithHoldAtMost is set.
-func (o config) holds() bool { return o.atLeast > 0 || o.atMostSet }
+// holdOptionSet reports whether WithHoldAtLeast or WithHoldAtMost is set.
+func (o config) holdOptionSet() bool { return o.atLeast > 0 || o.atMostSet }
 
 // safetyMargin is how much earlier than the server the client considers its
 // lease over: a tenth of the expiry, at most a second (10ms at the shortest
