@@ -145,7 +145,7 @@ var rules = [...]struct {
 	// Watched: a release wakes every waiter, so polls are a safety net.
 	{func(s *look) bool { return s.watched }, func(s *look) time.Duration { return s.o.standbySleep() }},
 	// The lock is the claimant's once freed: look again as its holder should leave.
-	{(*look).freedForTheClaimant, (*look).asTheHolderLeaves},
+	{(*look).freedForTheClaimant, (*look).halfAHold},
 	// A slot's claimant: no turns to time, so look again as the newest holder may leave.
 	{func(s *look) bool { return s.slot && s.claimant }, func(s *look) time.Duration { return s.o.slotClaimantSleep(s.heldFor()) }},
 	// The first refusal: look again soon, to see whether the lock is changing hands.
@@ -179,12 +179,11 @@ func (s *look) oneHolderKeepsIt() bool {
 	return !s.changing && (s.heldFor() >= s.o.sleepMax || s.prevStandby > 0 || s.perAcquisition == 0)
 }
 
-// asTheHolderLeaves is half as long as holders held, sooner than the
-// minimum sleep if they are that quick; once this holder has held twice
-// that, a quarter of its hold so far, so that a long hold's release is
-// found within a quarter of it; never within a round trip.
-func (s *look) asTheHolderLeaves() time.Duration {
-	return max(min(max(s.holdTime/2, s.heldFor()/4), s.o.claimantSleep()), s.roundTrip)
+// halfAHold is half as long as holders held, or as this one has if longer:
+// sooner than the minimum sleep if they are that quick, never within a
+// round trip.
+func (s *look) halfAHold() time.Duration {
+	return max(min(max(s.holdTime, s.heldFor())/2, s.o.claimantSleep()), s.roundTrip)
 }
 
 // heldFor is how long the holder seen last has held, as far as this process saw.
