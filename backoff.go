@@ -150,7 +150,8 @@ var rules = [...]struct {
 	{func(s *look) bool { return s.slot && s.claimant }, func(s *look) time.Duration { return s.o.slotClaimantSleep(s.heldFor()) }},
 	// The first refusal: look again soon, to see whether the lock is changing hands.
 	{func(s *look) bool { return s.first }, func(s *look) time.Duration { return s.o.sleepMin }},
-	// The claimant of a lock that stays with one holder: nothing to time, and its longest sleep keeps the claim.
+	// The claimant of a lock that stays with one holder, or that its own process took last: nothing to time,
+	// and its longest sleep keeps the claim.
 	{func(s *look) bool { return s.claimant && (!s.changing || s.ownWasLast) }, func(s *look) time.Duration { return max(s.o.claimantSleep(), s.o.sleepMin) }},
 	// The claimant while turns pass, at a known pace: close in on the turn's end, timing the pace again each look.
 	{func(s *look) bool { return s.claimant && s.perAcquisition > 0 }, func(s *look) time.Duration {
