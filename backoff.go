@@ -1,6 +1,7 @@
 package mongolock
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"time"
@@ -36,62 +37,39 @@ func (o config) backoff() backoff {
 	return backoff{min: o.sleepMin, max: o.sleepMax, adaptive: o.adaptive}
 }
 
-// pacer is the schedule between refused attempts of one lock's local
-// line, kept across the line's successive heads; what it learns of the
-// lock's pace outlives the line for a while. Only the claimant polls
-// faster than the lock changes hands, and nobody but the claimant and the
-// next after it faster than the minimum sleep:
-//
-//   - The claimant, whose claim on the next turn the document holds, polls
-//     at most every claimantSleep. While the holder's process hands the lock
-//     on within itself, it closes in on when that turn should end, halving
-//     what is left each look, as timed by how fast the holder's streak grows
-//     (at the minimum sleep until it knows). Where the holder frees the lock
-//     for it, it looks again after half as long as holders have held the
-//     lock (as its looks and this process's own holds saw), or as this
-//     holder has held so far if longer: every round trip on a lock held for
-//     a millisecond, every claimantSleep on one held for hours; never within
-//     one round trip. The process next after the claim looks as often, as
-//     it claims once the claimant has the lock.
-//   - While the lock changes hands (its holder's process is on a streak, or
-//     it changed hands since a recent poll), other waiters poll when the
-//     next turn can be claimed: once the claimant holds the lock, or a turn
-//     later for the process that just stepped aside. Never later than the configured
-//     sleep, and at the minimum sleep until they know the pace. A claim
-//     goes to the process that has waited longest.
-//   - While the lock stays with one holder, others quadruple their sleep up
-//     to standbySleep (WithStandbySleep): a lock held for hours costs little
-//     to wait for. A waiter
-//     whose own process has been taking the lock in streaks (a busy lock)
-//     does so only once the same acquisition has been seen across the
-//     longest sleep.
-//   - A semaphore's or an RWLock's waiters have no turns to time: their
-//     claimant looks again after half as long as the newest holder has
-//     held (from the minimum sleep up to the claimant's), others at the
-//     configured sleep, and they back off as above while the holders stay.
-//   - While release events arrive (change streams), a release wakes every
-//     waiter, and polling is a safety net at standbySleep; but a lease that
-//     runs out sends no event, so the claimant looks every longest sleep,
-//     at most a second, and twice per claim lifetime (watchingClaimantSleep),
-//     to find a crashed holder's lock free.
+// The turn rule, as the code reads it. A line is one process's Acquire
+// calls waiting for one lock; only its head asks the database. A refused
+// Acquire claims the next turn for its process, which is then the claimant,
+// unless a process that has waited longer claims it; then it is next after
+// the claim, and claims once the claimant has the lock. While a claim
+// lasts, a freed lock is the claimant's, and the holder's process hands the
+// lock on within itself only until its streak (acquisitions in a row, the
+// document's processStreak) reaches the turn's length; then it steps
+// aside. A slot's kinds (semaphores, RWLocks) have no turns to time.
+
+// pacer decides how long a line's head sleeps after each refused attempt,
+// by the rules below. It learns the lock's pace (how long holders hold,
+// how fast a streak grows, a round trip), which outlives the line for a
+// while: only a process whose turn can come next polls faster than the
+// lock changes hands, and a lock that stays with one holder costs little.
 type pacer struct {
 	// This wait's, from the line's first waiter to an acquisition:
-	failures int
-	lockID   string    // the holder's lockId the last refusal saw
-	seen     time.Time // when
-	heldFrom time.Time // when that lockId was first seen
-	holder   string    // the holder's process and streak as last seen changing
-	streak   int
-	streakAt time.Time // when that streak was seen
-	standby  time.Duration
-	began    int64 // the fencing token seen when the line began to wait; 0: not yet
-	passing  bool  // the holder's process took the lock again under this one's claim
+	failures          int           // attempts refused or failed
+	firstToken        int64         // the fencing token of the first refusal, which claims are made with; 0: none yet
+	lockID            string        // the holder's lockId at the last refusal
+	lookedAt          time.Time     // when the last refusal was; zero: none yet
+	holderSince       time.Time     // when that lockId was first seen
+	streakProcess     string        // the holder's process, as its streak was last seen growing
+	streakLength      int           // that streak
+	streakSeenAt      time.Time     // when
+	retakenUnderClaim bool          // the holder's process took the lock again while this one was placed
+	standby           time.Duration // the growing sleep while one holder keeps the lock; 0: none
 	// Learnt of the lock, kept across waits:
-	quiet    int           // waits in a row that were never refused
-	per      time.Duration // time per acquisition in a streak; 0: unknown
-	hold     time.Duration // how long holders kept it, as this process's looks saw; 0: unknown
-	trip     time.Duration // an attempt's round trip
-	lastHeld time.Time     // this process's last acquisition
+	unrefusedWaits int           // waits in a row that were never refused
+	perAcquisition time.Duration // time between a streak's acquisitions; 0: unknown
+	holdTime       time.Duration // how long holders keep the lock, as this process saw; 0: unknown
+	roundTrip      time.Duration // an attempt's: the quickest, drifting up slowly
+	lastAcquired   time.Time     // this process's last acquisition
 }
 
 // begin starts a new wait with what was learnt of the lock.
@@ -99,128 +77,166 @@ func (w *pacer) begin() { *w = w.learnt() }
 
 // learnt is w without what only its wait needs.
 func (w *pacer) learnt() pacer {
-	return pacer{quiet: w.quiet, per: w.per, hold: w.hold, trip: w.trip, lastHeld: w.lastHeld}
+	return pacer{unrefusedWaits: w.unrefusedWaits, perAcquisition: w.perAcquisition, holdTime: w.holdTime, roundTrip: w.roundTrip, lastAcquired: w.lastAcquired}
 }
 
-// calmWaits is how many waits in a row must have gone unrefused before an
-// Acquire tries the cheaper statement for a lock nobody waits for first:
-// where waits are refused now and then, that try would cost them a round
+// unclaimedAfter is how many waits in a row must have gone unrefused before
+// an Acquire first tries the cheaper statement, which takes only a lock
+// nobody waits for: where waits are refused now and then, it costs a round
 // trip.
-const calmWaits = 8
+const unclaimedAfter = 8
 
-// calm reports whether the line's next attempt may be the cheaper one.
-func (w *pacer) calm() bool { return w.quiet >= calmWaits && w.failures == 0 }
+// unclaimedFirst reports whether the line's next attempt may be the cheaper one.
+func (w *pacer) unclaimedFirst() bool { return w.unrefusedWaits >= unclaimedAfter && w.failures == 0 }
 
-// sawHold learns how long the holder last seen at w.seen, first seen at
-// w.heldFrom, held: it was gone by now.
-func (w *pacer) sawHold(now time.Time) {
-	if w.lockID == "" || w.seen.IsZero() {
-		return // none was seen
+// newHolder learns how long the holder last seen at w.lookedAt, first seen
+// at w.holderSince, held, now that it is gone, and times the next from now.
+func (w *pacer) newHolder(now time.Time) {
+	if w.lockID != "" && !w.lookedAt.IsZero() { // one was seen
+		w.holdTime = average(w.holdTime, w.lookedAt.Sub(w.holderSince)+now.Sub(w.lookedAt)/2)
 	}
-	w.hold = average(w.hold, w.seen.Sub(w.heldFrom)+now.Sub(w.seen)/2)
+	w.holderSince = now
 }
 
 // average moves a running figure a quarter of the way to sample.
 func average(running, sample time.Duration) time.Duration {
-	if running == 0 {
-		return sample
-	}
+	running = cmp.Or(running, sample) // none yet: the sample
 	return running + (sample-running)/4
+}
+
+// look is what one refusal showed, as the rules read it. first: the wait's
+// first refusal; claimant: this process claims the next turn; next: it is
+// next after the claim; ownWasLast: it made the lock's last acquisition;
+// changing: the holder's process is on a streak, or the lock changed hands
+// since a recent look; slot: a semaphore's or an RWLock's, no turns to time;
+// watched: release events arrive.
+type look struct {
+	*pacer
+	o           config
+	doc         reply
+	now         time.Time
+	prevStandby time.Duration // the standby sleep before this look
+
+	first, claimant, next, ownWasLast, changing, slot, watched bool
 }
 
 // refused returns the sleep after a refusal that returned doc, for an
 // Acquire of process proc with options o.
-func (w *pacer) refused(o config, proc string, doc reply, now time.Time, trip time.Duration, notified bool) time.Duration {
-	w.failures++
-	w.quiet = 0
-	if w.trip == 0 || trip < w.trip {
-		w.trip = trip // the quickest: a slow one (a new connection) must not slow the claimant
-	} else {
-		w.trip += (trip - w.trip) / 16
-	}
-	first := w.seen.IsZero()
-	if w.began == 0 {
-		w.began = doc.FencingToken
-	}
-	// The lock changes hands: its holder's process is on a streak, or it
-	// changed hands since the last refusal, not long ago.
-	changing := doc.ProcessStreak > 1 ||
-		!first && doc.LockID != w.lockID && now.Sub(w.seen) <= o.sleepMax
-	if doc.LockID != w.lockID || first {
-		w.sawHold(now)
-		w.heldFrom = now
-	}
-	w.lockID, w.seen = doc.LockID, now
-	// Held for long: the same acquisition seen across the longest sleep.
-	long := now.Sub(w.heldFrom) >= o.sleepMax
-	if doc.LastProcess == w.holder && doc.ProcessStreak > w.streak && !w.streakAt.IsZero() {
-		w.per = now.Sub(w.streakAt) / time.Duration(doc.ProcessStreak-w.streak)
-		w.passing = w.passing || doc.placed(proc)
-	}
-	if doc.LastProcess != w.holder || doc.ProcessStreak != w.streak {
-		w.holder, w.streak, w.streakAt = doc.LastProcess, doc.ProcessStreak, now
-	}
-	// after returns how long n more acquisitions should take.
-	after := func(n int) time.Duration { return time.Duration(n)*w.per + w.per/2 }
-	left := max(doc.turn-doc.ProcessStreak, 0) // before the holder's process steps aside
-	b := o.backoff()
-	switch {
-	case notified && doc.WaitingProcess == proc:
-		return o.watchingClaimantSleep()
-	case notified:
-		return o.standbySleep()
-	case (doc.WaitingProcess == proc || doc.NextProcess == proc && (changing || doc.LockID == "")) &&
-		(doc.turn == 0 || !w.passing) && w.hold > 0:
-		// The claimant of a lock that its holder frees for it, or of a
-		// slot: it looks again after half as long as holders held so far,
-		// or as this one has, if longer; sooner than the minimum sleep if
-		// holders are that quick, but not within one round trip. So does
-		// the next after it while the lock changes hands or is free for
-		// the claimant: it claims once the claimant has the lock.
-		w.standby = 0
-		return max(min(max(w.hold, now.Sub(w.heldFrom))/2, o.claimantSleep()), w.trip)
-	case doc.turn == 0 && doc.WaitingProcess == proc:
-		w.standby = 0
-		return o.slotClaimantSleep(now.Sub(w.heldFrom))
-	case doc.WaitingProcess == proc:
-		w.standby = 0
-		d := o.claimantSleep()
-		switch {
-		case first:
-			d = 0 // look again soon: is the lock changing hands?
-		case !changing || doc.LastProcess == proc:
-		case w.per > 0:
-			// Close in on the turn's end, timing the pace again each look.
-			d = min(d, after(left)/2)
-		default:
-			d = 0 // learn the pace
+func (w *pacer) refused(o config, proc string, doc reply, now time.Time, trip time.Duration, watched bool) time.Duration {
+	s := w.observe(o, proc, doc, now, trip)
+	s.watched, s.prevStandby, w.standby = watched, w.standby, 0 // only the standby rule keeps it
+	for _, r := range rules {
+		if r.applies(&s) {
+			return r.sleep(&s)
 		}
-		return max(d, o.sleepMin)
-	case first:
-		return o.sleepMin // look again soon: is the lock changing hands?
-	case doc.NextProcess == proc && changing:
-		// Next after the claim while turns pass: it claims when that
-		// claim is met, and must ask before its claim lapses.
-		w.standby = 0
-		return max(min(o.claimantSleep(), b.next(w.failures)), o.sleepMin)
-	case !changing && (long || w.standby > 0 || w.per == 0):
-		w.standby = min(max(w.standby*4, b.next(w.failures)), o.standbySleep())
-		return max(w.standby, o.sleepMin)
 	}
-	w.standby = 0
-	if doc.turn == 0 {
-		return b.next(w.failures) // a slot's: no turns to time
+	return s.theTurnAfterTheClaimants()
+}
+
+// rules are the pacer's cases, tried in this order after a refusal: the
+// first that applies gives the sleep, and where none does,
+// theTurnAfterTheClaimants. Each says when it applies, then why.
+var rules = [...]struct {
+	applies func(*look) bool
+	sleep   func(*look) time.Duration
+}{
+	// The claimant, watched: a lease that runs out sends no event, so it looks twice per claim lifetime.
+	{func(s *look) bool { return s.watched && s.claimant }, func(s *look) time.Duration { return s.o.watchingClaimantSleep() }},
+	// Watched: a release wakes every waiter, so polls are a safety net.
+	{func(s *look) bool { return s.watched }, func(s *look) time.Duration { return s.o.standbySleep() }},
+	// The lock is the claimant's once freed: look again as its holder should leave.
+	{(*look).freedForTheClaimant, (*look).halfAHold},
+	// A slot's claimant: no turns to time, so look again as the newest holder may leave.
+	{func(s *look) bool { return s.slot && s.claimant }, func(s *look) time.Duration { return s.o.slotClaimantSleep(s.heldFor()) }},
+	// The first refusal: look again soon, to see whether the lock is changing hands.
+	{func(s *look) bool { return s.first }, func(s *look) time.Duration { return s.o.sleepMin }},
+	// The claimant of a lock that stays with one holder, or that its own process took last: nothing to time,
+	// and its longest sleep keeps the claim.
+	{func(s *look) bool { return s.claimant && (!s.changing || s.ownWasLast) }, func(s *look) time.Duration { return max(s.o.claimantSleep(), s.o.sleepMin) }},
+	// The claimant while turns pass, at a known pace: close in on the turn's end, timing the pace again each look.
+	{func(s *look) bool { return s.claimant && s.perAcquisition > 0 }, func(s *look) time.Duration {
+		return max(min(s.o.claimantSleep(), s.after(s.turnLeft())/2), s.o.sleepMin)
+	}},
+	// Next after the claim while turns pass: it claims once the claimant has the lock, and must ask before its place lapses.
+	{func(s *look) bool { return s.next && s.changing }, func(s *look) time.Duration { return max(min(s.o.claimantSleep(), s.configured()), s.o.sleepMin) }},
+	// One holder keeps the lock: a lock held for long costs little to wait for, so the sleep quadruples.
+	{(*look).oneHolderKeepsIt, (*look).standbySleep},
+	// A slot's other waiters: no turns to time, so the configured sleep.
+	{func(s *look) bool { return s.slot }, (*look).configured},
+	// The pace unknown: learn it.
+	{func(s *look) bool { return s.perAcquisition == 0 }, func(s *look) time.Duration { return s.o.sleepMin }},
+}
+
+// freedForTheClaimant: this process claims, or is next after the claim
+// while the lock changes hands or is free; its holder frees it for the
+// claimant rather than handing it on; and how long holders hold is known.
+func (s *look) freedForTheClaimant() bool {
+	return (s.claimant || s.next && (s.changing || s.doc.LockID == "")) && (s.slot || !s.retakenUnderClaim) && s.holdTime > 0
+}
+
+// oneHolderKeepsIt: the same acquisition seen across the longest sleep, or
+// a standby sleep under way, or a lock whose pace is unknown, not changing hands.
+func (s *look) oneHolderKeepsIt() bool {
+	return !s.changing && (s.heldFor() >= s.o.sleepMax || s.prevStandby > 0 || s.perAcquisition == 0)
+}
+
+// halfAHold is half as long as holders held, or as this one has if longer:
+// sooner than the minimum sleep if they are that quick, never within a
+// round trip.
+func (s *look) halfAHold() time.Duration {
+	return max(min(max(s.holdTime, s.heldFor())/2, s.o.claimantSleep()), s.roundTrip)
+}
+
+// heldFor is how long the holder seen last has held, as far as this process saw.
+func (s *look) heldFor() time.Duration { return s.now.Sub(s.holderSince) }
+
+func (s *look) configured() time.Duration { return s.o.backoff().next(s.failures) }
+
+func (s *look) standbySleep() time.Duration {
+	s.standby = min(max(s.prevStandby*4, s.configured()), s.o.standbySleep())
+	return max(s.standby, s.o.sleepMin)
+}
+
+// theTurnAfterTheClaimants sleeps until the claimant has had its
+// acquisition, with one to spare, so that this process claims the turn
+// after; if its own process just stepped aside, a whole turn first.
+func (s *look) theTurnAfterTheClaimants() time.Duration {
+	left := s.turnLeft()
+	if s.ownWasLast {
+		left = s.doc.turn
 	}
-	if w.per == 0 {
-		return o.sleepMin // learn the pace
+	return min(max(s.after(left+2), s.o.sleepMin), s.configured())
+}
+
+// turnLeft is how many acquisitions the holder's process has left before
+// it steps aside.
+func (s *look) turnLeft() int { return max(s.doc.turn-s.doc.ProcessStreak, 0) }
+
+// after is how long n more acquisitions of a streak take, to the middle of the last.
+func (w *pacer) after(n int) time.Duration { return time.Duration(2*n+1) * w.perAcquisition / 2 }
+
+// observe learns from a refusal that returned doc and took trip.
+func (w *pacer) observe(o config, proc string, doc reply, now time.Time, trip time.Duration) look {
+	w.failure()
+	rt := cmp.Or(w.roundTrip, trip)
+	w.roundTrip = min(trip, rt+(trip-rt)/16) // the quickest: a slow one (a new connection) must not slow the claimant
+	w.firstToken = cmp.Or(w.firstToken, doc.FencingToken)
+	s := look{pacer: w, o: o, doc: doc, now: now, first: w.lookedAt.IsZero(), slot: doc.turn == 0,
+		claimant: doc.WaitingProcess == proc, next: doc.NextProcess == proc, ownWasLast: doc.LastProcess == proc}
+	moved := !s.first && doc.LockID != w.lockID
+	s.changing = doc.ProcessStreak > 1 || moved && now.Sub(w.lookedAt) <= o.sleepMax
+	if moved || s.first {
+		w.newHolder(now)
 	}
-	if doc.LastProcess == proc {
-		left = doc.turn // this process just stepped aside
+	w.lockID, w.lookedAt = doc.LockID, now
+	if doc.LastProcess == w.streakProcess && doc.ProcessStreak > w.streakLength && !w.streakSeenAt.IsZero() {
+		w.perAcquisition = now.Sub(w.streakSeenAt) / time.Duration(doc.ProcessStreak-w.streakLength)
+		w.retakenUnderClaim = w.retakenUnderClaim || doc.placed(proc)
 	}
-	// After the claimant's acquisition, with one acquisition to spare: a
-	// waiter that comes while the lock is still free takes the claimant's
-	// turn.
-	return min(max(after(left+2), o.sleepMin), b.next(w.failures))
+	if doc.LastProcess != w.streakProcess || doc.ProcessStreak != w.streakLength {
+		w.streakProcess, w.streakLength, w.streakSeenAt = doc.LastProcess, doc.ProcessStreak, now
+	}
+	return s
 }
 
 // slotClaimantSleep is the sleep of a slot's claimant that has seen no
@@ -231,10 +247,12 @@ func (o config) slotClaimantSleep(seen time.Duration) time.Duration {
 	return min(max(seen/2, o.sleepMin), o.claimantSleep())
 }
 
+func (w *pacer) failure() { w.failures++; w.unrefusedWaits = 0 }
+
 // failed returns the sleep after an attempt that failed with a transient
 // error.
 func (w *pacer) failed(o config) time.Duration {
-	w.failures++
+	w.failure()
 	return o.backoff().next(w.failures)
 }
 
@@ -243,15 +261,13 @@ func (w *pacer) failed(o config) time.Duration {
 // processes' streaks tend to share. What the schedule learnt of its failures
 // is forgotten.
 func (w *pacer) acquired(now time.Time, streakGap time.Duration) {
-	if d := now.Sub(w.lastHeld); d < streakGap {
-		w.per = d
+	if d := now.Sub(w.lastAcquired); d < streakGap {
+		w.perAcquisition = d
 	}
-	w.sawHold(now)
-	w.lastHeld = now
-	if w.failures == 0 {
-		w.quiet++
-	} else {
-		w.quiet = 0
+	w.newHolder(now)
+	w.lastAcquired = now
+	if w.failures == 0 { // else a refusal or an error reset it
+		w.unrefusedWaits++
 	}
 	w.begin()
 }
@@ -259,16 +275,11 @@ func (w *pacer) acquired(now time.Time, streakGap time.Duration) {
 // released records that a handle of this process stopped holding at now:
 // how long this process holds the lock tells how long others may.
 func (w *pacer) released(now time.Time) {
-	if !w.lastHeld.IsZero() {
-		w.hold = average(w.hold, now.Sub(w.lastHeld))
+	if !w.lastAcquired.IsZero() {
+		w.holdTime = average(w.holdTime, now.Sub(w.lastAcquired))
 	}
 }
 
 // waitToken returns the token to claim with: the one seen when the line
 // began to wait, or, before any refusal, one that outranks every other.
-func (w *pacer) waitToken() int64 {
-	if w.began == 0 {
-		return math.MaxInt64
-	}
-	return w.began
-}
+func (w *pacer) waitToken() int64 { return cmp.Or(w.firstToken, math.MaxInt64) }

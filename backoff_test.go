@@ -235,7 +235,7 @@ func TestAClaimantLooksAgainAsSoonAsHoldersHaveLeft(t *testing.T) {
 	require.Equal(t, 875*time.Microsecond, refused("c", 6*ms), "b held about 1 ms: holders hold 1.75 ms on average")
 	require.Equal(t, 875*time.Microsecond, refused("c", 7*ms))
 	require.Equal(t, 3*ms, refused("c", 12*ms), "c has held 6 ms, longer than holders did: half of that")
-	w = pacer{hold: 2 * ms}
+	w = pacer{holdTime: 2 * ms}
 	require.Equal(t, 5*ms, w.refused(o, "me", reply{turn: turnLength, WaitingProcess: "me", LockID: "d"}, now, 5*ms, false),
 		"never within one round trip")
 }
@@ -360,7 +360,7 @@ func TestSleepsKeepTheirDocumentedBounds(t *testing.T) {
 					d = w.refused(o, "me", doc, now, testTrip, notified)
 				}
 				placed := !failed && (doc.WaitingProcess == "me" || doc.NextProcess == "me")
-				if placed && w.hold > 0 {
+				if placed && w.holdTime > 0 {
 					require.GreaterOrEqual(t, d, min(o.sleepMin, testTrip), "sleep %d of the next in line", i)
 				} else {
 					require.GreaterOrEqual(t, d, o.sleepMin, "sleep %d", i)
@@ -387,11 +387,11 @@ func TestSleepsKeepTheirDocumentedBounds(t *testing.T) {
 func TestALinesPaceOutlivesTheLineForAWhile(t *testing.T) {
 	qs := queues{byName: map[string]*queue{}}
 	q := qs.get("x")
-	q.pace.hold, q.pace.failures = 5*time.Millisecond, 3
+	q.pace.holdTime, q.pace.failures = 5*time.Millisecond, 3
 	qs.drop("x", q)
 	require.Empty(t, qs.byName, "no line without waiters or holders")
 	q = qs.get("x")
-	require.Equal(t, 5*time.Millisecond, q.pace.hold, "the pace learnt before")
+	require.Equal(t, 5*time.Millisecond, q.pace.holdTime, "the pace learnt before")
 	require.Zero(t, q.pace.failures, "what only the last wait needed is gone")
 
 	qs.drop("x", q)
@@ -407,7 +407,7 @@ func TestALinesPaceOutlivesTheLineForAWhile(t *testing.T) {
 	q = qs.get("0")
 	qs.drop("0", q)
 	stale := qs.paces["0"]
-	stale.at, stale.pace.hold = stale.at.Add(-paceMemory-time.Second), time.Second
+	stale.at, stale.pace.holdTime = stale.at.Add(-paceMemory-time.Second), time.Second
 	qs.paces["0"] = stale
-	require.Zero(t, qs.get("0").pace.hold, "a pace older than paceMemory that no sweep took yet is not used")
+	require.Zero(t, qs.get("0").pace.holdTime, "a pace older than paceMemory that no sweep took yet is not used")
 }

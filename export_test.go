@@ -54,7 +54,7 @@ func CollectionName(p *Provider) string { return p.locks.name }
 
 // CalmWaits is how many unrefused waits in a row make an Acquire send the
 // statement for a lock nobody waits for first.
-const CalmWaits = calmWaits
+const CalmWaits = unclaimedAfter
 
 // QueueLen is the number of Acquire calls of this process waiting in line
 // for name; QueueNames the number of names with a local queue entry.

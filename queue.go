@@ -157,7 +157,7 @@ func (qs *queues) standing(w *waiter) (handedOver *Handle, mayAttempt bool, wait
 		w.handedOver = nil
 		return h, false, 0, false
 	}
-	return nil, w.q.waiters[0] == w && !w.q.full(w.lock) && !w.offered, w.q.pace.waitToken(), w.q.pace.calm()
+	return nil, w.q.waiters[0] == w && !w.q.full(w.lock) && !w.offered, w.q.pace.waitToken(), w.q.pace.unclaimedFirst()
 }
 
 // unclaimedRefused records that w's line found the lock held or reserved
@@ -165,7 +165,7 @@ func (qs *queues) standing(w *waiter) (handedOver *Handle, mayAttempt bool, wait
 func (qs *queues) unclaimedRefused(w *waiter) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	w.q.pace.quiet = 0
+	w.q.pace.unrefusedWaits = 0
 }
 
 // full reports whether this process's handles hold all of the name that l
