@@ -24,7 +24,8 @@ import (
 //     the host name and process id); value: what that acquisition carries
 //     (an election's leader value), absent for a plain lock.
 //
-// The rest only decide whose turn it is between processes:
+// The rest only decide whose turn it is between processes (the rule:
+// the pacer, backoff.go):
 //
 //   - lastProcess, lastLockId: the process that made the last mongolock
 //     acquisition, and that acquisition's lockId.

@@ -149,7 +149,7 @@ func (qs *queues) leave(w *waiter) (handedOver *Handle) {
 // standing returns the handle handed over to w, if any; else whether w may
 // ask the database (it is the head, no handle of this process holds the
 // name, and no hand-over to it is under way), the token its line claims
-// with, and whether nobody waited for the lock lately (the pacer's calm).
+// with, and whether nobody waited for the lock lately (unclaimed first).
 func (qs *queues) standing(w *waiter) (handedOver *Handle, mayAttempt bool, waitToken int64, nobodyWaited bool) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
