@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/memdb"
 )
 
 // Hand-over by ticket, over the model in simulated time: every kind and
@@ -462,5 +463,42 @@ func ticketErrorCases() []errorCase {
 			_, err := e.rival.Election("e").TakeOver(e.ctx, ticket, "v")
 			return err
 		}},
+	}
+}
+
+// A take-over whose caller gets no handle (its ctx ended while the
+// statement was on its way, or the reply was lost) leaves nothing held:
+// what it may have taken is released in the background, and the holder,
+// whose acquisition it took, is lost.
+func TestAFailedTakeOverLeavesNothingHeld(t *testing.T) {
+	for _, fault := range []struct {
+		name string
+		set  func(net *memdb.Faults)
+	}{
+		{"ctx ended on the way", func(net *memdb.Faults) { net.Delay(time.Second) }},
+		{"reply lost", func(net *memdb.Faults) { net.LoseReplies(1) }},
+	} {
+		t.Run(fault.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := newMemDB(t)
+				holder, _ := d.process(mongolock.WithExpiry(memExpiry))
+				taker, net := d.process() // a lease of 30 s: it must be released
+				old := releaseAtCleanup(t, mustTryAcquire(t, t.Context(), holder.Lock("x")))
+				ticket := must(old.Ticket())
+				// The taker has checked the collection: the fault meets the
+				// take-over's statement.
+				require.NoError(t, mustTryAcquire(t, t.Context(), taker.Lock("y")).Release(t.Context()))
+				fault.set(net)
+				_, err := taker.TakeOver(boundedCtx(t, 100*time.Millisecond), ticket)
+				require.Error(t, err)
+				net.Delay(0)
+				time.Sleep(1500 * time.Millisecond) // the reply, the background release, the holder's next extension
+				synctest.Wait()
+				require.True(t, closedNow(old.Lost()), "the holder of what was taken over still holds")
+				h, err := holder.Lock("x").TryAcquire(t.Context())
+				require.NoError(t, err, "what the failed take-over took is held")
+				require.NoError(t, h.Release(t.Context()))
+			})
+		})
 	}
 }
