@@ -195,6 +195,18 @@ func (p *Provider) takeOver(ctx context.Context, t ticket, value *string) (*Hand
 	if err := p.ensureCollection(ctx, l.collection()); err != nil {
 		return nil, l.errorf(op, err)
 	}
+	h, err := l.takeOver(ctx, t, value)
+	if err != nil {
+		return nil, l.errorf(op, err)
+	}
+	return h, nil
+}
+
+// takeOver sends t's take-over by l's provider, and returns the handle
+// of what it took. A statement whose reply nobody takes, or that fails
+// ambiguously, is undone as an acquisition's (acquireRoundTrip).
+func (l *Lock) takeOver(ctx context.Context, t ticket, value *string) (*Handle, error) {
+	p := l.p
 	id, sent := newLockID(), p.now()
 	send := func(ctx context.Context) (taken, error) {
 		r, err := t.send(ctx, p, id, value)
@@ -213,9 +225,9 @@ func (p *Provider) takeOver(ctx context.Context, t ticket, value *string) (*Hand
 	})
 	switch {
 	case isNoMatch(err) || err == nil && r.LockID != id:
-		return nil, l.errorf(op, ErrStaleTicket)
+		return nil, ErrStaleTicket
 	case err != nil:
-		return nil, l.errorf(op, err)
+		return nil, err
 	}
 	if t.Kind == KindSemaphore {
 		l = t.lock(p, r.n)

@@ -3,6 +3,7 @@ package mongolock_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -501,4 +502,51 @@ func TestAFailedTakeOverLeavesNothingHeld(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Nobody gets in between: a rival that tries all along, while a lock and
+// an RWLock's writer change hands by ticket, is refused every time.
+func TestNobodyGetsInDuringATakeOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := newMemDB(t)
+		holder, _ := d.process(mongolock.WithExpiry(memExpiry))
+		taker, _ := d.process(mongolock.WithExpiry(memExpiry))
+		rival, _ := d.process(mongolock.WithExpiry(memExpiry))
+		locks := func(p *mongolock.Provider) []*mongolock.Lock {
+			return []*mongolock.Lock{p.Lock("x"), p.RWLock("x").Writer(), p.RWLock("x").Reader()}
+		}
+		var hs []*mongolock.Handle
+		for _, l := range locks(holder)[:2] {
+			hs = append(hs, releaseAtCleanup(t, mustTryAcquire(t, ctx, l)))
+		}
+		stop := make(chan struct{})
+		got := make(chan error, 1)
+		go func() {
+			for {
+				for _, l := range locks(rival) {
+					if h, err := l.TryAcquire(ctx); err == nil {
+						_ = h.Release(ctx)
+						got <- fmt.Errorf("the rival got %s in", h.Name())
+						return
+					}
+				}
+				select {
+				case <-stop:
+					got <- nil
+					return
+				case <-time.After(time.Millisecond):
+				}
+			}
+		}()
+		for range 3 { // back and forth
+			for i, h := range hs {
+				hs[i] = releaseAtCleanup(t, must(taker.TakeOver(ctx, must(h.Ticket()))))
+				time.Sleep(time.Millisecond)
+			}
+			holder, taker = taker, holder
+		}
+		close(stop)
+		require.NoError(t, <-got)
+	})
 }
