@@ -29,6 +29,7 @@ import (
 // ticket that leaked.
 type ticket struct {
 	Kind       Kind   `bson:"k"`
+	Database   string `bson:"d"`
 	Collection string `bson:"c"` // the provider's collection (WithCollection)
 	Name       string `bson:"n"`
 	ID         string `bson:"i"`           // the acquisition's lockId, a slot's holder id
@@ -42,7 +43,7 @@ var errTicket error = invalid("malformed ticket: not one that Handle.Ticket made
 
 func (t ticket) encode() string {
 	return ticketPrefix + base64.RawURLEncoding.EncodeToString(mustMarshal(bson.D{
-		{Key: "k", Value: t.Kind}, {Key: "c", Value: t.Collection}, {Key: "n", Value: t.Name},
+		{Key: "k", Value: t.Kind}, {Key: "d", Value: t.Database}, {Key: "c", Value: t.Collection}, {Key: "n", Value: t.Name},
 		{Key: "i", Value: t.ID}, {Key: "m", Value: t.Mode}}))
 }
 
@@ -59,7 +60,7 @@ func parseTicket(s string) (ticket, error) {
 		mode = len(t.Mode) == 1 && modeNames[rwMode(t.Mode[0])].mode != ""
 	}
 	switch {
-	case !mode, t.Collection == "", t.ID == "",
+	case !mode, t.Database == "", t.Collection == "", t.ID == "",
 		t.Kind != KindLock && t.Kind != KindElection && t.Kind != KindSemaphore && t.Kind != KindRWLock:
 		return ticket{}, errTicket
 	}
@@ -112,7 +113,8 @@ func (h *Handle) Ticket() (string, error) {
 // ticket is a's ticket.
 func (a *acquisition) ticket() ticket {
 	k := a.lock.kind.describe()
-	t := ticket{Kind: k.kind, Collection: a.lock.p.locks.name, Name: a.lock.name, ID: a.lockID}
+	lc := a.lock.p.locks
+	t := ticket{Kind: k.kind, Database: lc.db, Collection: lc.name, Name: a.lock.name, ID: a.lockID}
 	if k.mode != 0 {
 		t.Mode = string(k.mode)
 	}
@@ -136,7 +138,7 @@ func (a *acquisition) ticket() ticket {
 // holder's, and a take-over ends the turn of the taker's process. A ticket
 // whose acquisition ended (released, lost, run out, taken over already) is
 // ErrStaleTicket, and changes nothing. A string that is not a ticket, or a
-// ticket of another collection than p's (WithCollection), is
+// ticket of another database or collection than p's (WithCollection), is
 // ErrInvalidArgument, and sends nothing. If the round trip fails, or ctx
 // ends while it is on its way, what it may have taken is released in the
 // background, as an Acquire's would be: the ticket's acquisition may be
@@ -183,8 +185,9 @@ func (p *Provider) takeOver(ctx context.Context, t ticket, value *string) (*Hand
 	switch {
 	case ctx == nil:
 		return nil, l.errorf(op, errNilContext)
-	case t.Collection != p.locks.name:
-		return nil, l.errorf(op, invalidf("the ticket is of the collection %q, the provider's is %q", t.Collection, p.locks.name))
+	case t.Database != p.locks.db || t.Collection != p.locks.name:
+		return nil, l.errorf(op, invalidf("the ticket is of the collection %q of the database %q, the provider's is %q of %q",
+			t.Collection, t.Database, p.locks.name, p.locks.db))
 	case !p.enter():
 		return nil, l.errorf(op, ErrClosed)
 	}

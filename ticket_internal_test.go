@@ -15,24 +15,25 @@ func UntrackedTicket(h *Handle) string { return h.ticket().encode() }
 // passes for one.
 func TestParseTicket(t *testing.T) {
 	for _, want := range []ticket{
-		{Kind: KindLock, Collection: "locks", Name: "a", ID: "0123"},
-		{Kind: KindElection, Collection: "locks", Name: "", ID: "0123"},
-		{Kind: KindSemaphore, Collection: "c", Name: "\x00\xff", ID: "0123"},
-		{Kind: KindRWLock, Collection: "c", Name: "rw", ID: "0123", Mode: "u"},
+		{Kind: KindLock, Database: "db", Collection: "locks", Name: "a", ID: "0123"},
+		{Kind: KindElection, Database: "db", Collection: "locks", Name: "", ID: "0123"},
+		{Kind: KindSemaphore, Database: "db", Collection: "c", Name: "\x00\xff", ID: "0123"},
+		{Kind: KindRWLock, Database: "db", Collection: "c", Name: "rw", ID: "0123", Mode: "u"},
 	} {
 		got, err := parseTicket(want.encode())
 		require.NoError(t, err)
 		require.Equal(t, want, got)
 	}
-	good := ticket{Kind: KindLock, Collection: "locks", Name: "a", ID: "0123"}.encode()
+	good := ticket{Kind: KindLock, Database: "db", Collection: "locks", Name: "a", ID: "0123"}.encode()
 	for _, bad := range []string{
 		"", "mlt1_", "mlt2_" + good[len(ticketPrefix):], good + "=", good[:len(good)-1], good + "A",
-		ticket{Kind: "mutex", Collection: "locks", Name: "a", ID: "0123"}.encode(),
-		ticket{Kind: KindLock, Name: "a", ID: "0123"}.encode(),
-		ticket{Kind: KindLock, Collection: "locks", Name: "a"}.encode(),
-		ticket{Kind: KindRWLock, Collection: "locks", Name: "a", ID: "0123"}.encode(),
-		ticket{Kind: KindRWLock, Collection: "locks", Name: "a", ID: "0123", Mode: "x"}.encode(),
-		ticket{Kind: KindLock, Collection: "locks", Name: "a", ID: "0123", Mode: "r"}.encode(),
+		ticket{Kind: "mutex", Database: "db", Collection: "locks", Name: "a", ID: "0123"}.encode(),
+		ticket{Kind: KindLock, Database: "db", Name: "a", ID: "0123"}.encode(),
+		ticket{Kind: KindLock, Collection: "locks", Name: "a", ID: "0123"}.encode(),
+		ticket{Kind: KindLock, Database: "db", Collection: "locks", Name: "a"}.encode(),
+		ticket{Kind: KindRWLock, Database: "db", Collection: "locks", Name: "a", ID: "0123"}.encode(),
+		ticket{Kind: KindRWLock, Database: "db", Collection: "locks", Name: "a", ID: "0123", Mode: "x"}.encode(),
+		ticket{Kind: KindLock, Database: "db", Collection: "locks", Name: "a", ID: "0123", Mode: "r"}.encode(),
 	} {
 		_, err := parseTicket(bad)
 		require.ErrorIs(t, err, ErrInvalidArgument, "%q", bad)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/backend"
 	"github.com/mongolock/mongolock/internal/memdb"
 )
 
@@ -353,7 +354,8 @@ func TestElectionTakeOverLeavesNoGap(t *testing.T) {
 	})
 }
 
-// What is not a ticket of the provider's collection sends nothing.
+// What is not a ticket of the provider's database and collection sends
+// nothing.
 func TestTakeOverOfWhatIsNoTicketSendsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
@@ -368,6 +370,11 @@ func TestTakeOverOfWhatIsNoTicketSendsNothing(t *testing.T) {
 			requireInvalid(t, err, "take over")
 		}
 		_, err := other.TakeOver(ctx, ticket)
+		requireInvalid(t, err, "take over")
+		elsewhere, err := backend.NewProvider(memdb.NewStore("another", nil).Client(), "another", []mongolock.Option(nil))
+		require.NoError(t, err)
+		defer elsewhere.(*mongolock.Provider).Close(ctx)
+		_, err = elsewhere.(*mongolock.Provider).TakeOver(ctx, ticket)
 		requireInvalid(t, err, "take over")
 		net.Heal()
 		require.False(t, closedNow(h.Lost()))
