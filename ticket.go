@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// Hand-over by ticket.
+// Take-over by ticket.
 //
 // A holder makes a ticket of its acquisition (Handle.Ticket), and whoever
 // presents it takes the acquisition over (Provider.TakeOver,
@@ -153,7 +153,7 @@ func (p *Provider) TakeOver(ctx context.Context, ticket string) (*Handle, error)
 
 // TakeOver makes the caller the leader of the election in the place of
 // the leader that made ticket (Leadership's Ticket), with value, as
-// Campaign would: the hand-over of a rolling deploy, in which the old
+// Campaign would: the change of leader of a rolling deploy, in which the old
 // leader passes its ticket to its successor, so that there is no moment
 // without a leader, and never two. It is Provider.TakeOver of an
 // election's ticket, with its errors; a ticket of another name or kind is

@@ -17,7 +17,7 @@ import (
 	"github.com/mongolock/mongolock/internal/memdb"
 )
 
-// Hand-over by ticket, over the model in simulated time: every kind and
+// Take-over by ticket, over the model in simulated time: every kind and
 // mode is taken over in one statement, with a token above every earlier
 // one, nobody getting in between; the old handle is lost; a ticket works
 // once, and a stale one changes nothing; waiters keep their place.

@@ -9,7 +9,7 @@ import (
 	"github.com/mongolock/mongolock"
 )
 
-// Hand-over by ticket.
+// Take-over by ticket.
 
 // takeOverEveryKind: each kind, taken over by its ticket, is the taker's,
 // with a token above the holder's; the holder is lost, and its Release

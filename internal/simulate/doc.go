@@ -24,7 +24,7 @@
 // reader, writer or upgradeable reader that upgrades, or an election, by
 // the waiting call or a loop of Try calls, and run a critical section on
 // the name's fenced resource; one section in eight (not a long holder's)
-// hands its acquisition over by ticket to a successor, a process apart
+// passes its acquisition by ticket to a successor, a process apart
 // from the chaos, which runs a critical section under it: the holder must
 // be lost by then. Meanwhile, by the world's seed:
 //
