@@ -198,6 +198,7 @@ func (p *Provider) takeOver(ctx context.Context, t ticket, value *string) (*Hand
 	if err := p.ensureCollection(ctx, l.collection()); err != nil {
 		return nil, l.errorf(op, err)
 	}
+	p.ensureIndex(l.collection())
 	h, err := l.takeOver(ctx, t, value)
 	if err != nil {
 		return nil, l.errorf(op, err)
