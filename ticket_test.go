@@ -269,9 +269,10 @@ func must[T any](v T, err error) T {
 
 // Waiters keep their place: a process that claims the next turn while the
 // lock changes hands by ticket gets it at the taker's release, before a
-// waiter of the taker's own process.
+// waiter of the taker's own process. (An RWLock's writer is taken over
+// while a reader claims.)
 func TestTakeOverKeepsTheClaimantNext(t *testing.T) {
-	for _, k := range []string{"lock", "semaphore slot"} {
+	for _, k := range []string{"lock", "semaphore slot", "rwlock"} {
 		t.Run(k, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				ctx := boundedCtx(t, time.Minute) // of the bubble's time
@@ -280,10 +281,14 @@ func TestTakeOverKeepsTheClaimantNext(t *testing.T) {
 				taker, _ := d.process(mongolock.WithExpiry(memExpiry))
 				claimant, _ := d.process(mongolock.WithExpiry(memExpiry))
 				lock := func(p *mongolock.Provider) func() (*mongolock.Handle, error) {
-					if k == "lock" {
-						return func() (*mongolock.Handle, error) { return p.Lock("x").Acquire(ctx) }
+					l := map[string]*mongolock.Lock{"lock": p.Lock("x"), "rwlock": p.RWLock("x").Writer()}[k]
+					if l == nil {
+						return func() (*mongolock.Handle, error) { return p.Semaphore("x", 1).Acquire(ctx) }
 					}
-					return func() (*mongolock.Handle, error) { return p.Semaphore("x", 1).Acquire(ctx) }
+					if k == "rwlock" && p == claimant {
+						l = p.RWLock("x").Reader()
+					}
+					return func() (*mongolock.Handle, error) { return l.Acquire(ctx) }
 				}
 				old := releaseAtCleanup(t, must(lock(holder)()))
 				claimed := start(lock(claimant))
