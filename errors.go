@@ -69,6 +69,11 @@ var (
 	ErrCollation = errors.New("mongolock: the lock collection has a non-simple default collation")
 )
 
+// ErrStaleTicket reports a ticket (Handle.Ticket) whose acquisition is
+// over: released, lost, run out, or taken over already (a ticket works
+// once). TakeOver returns it having changed nothing.
+var ErrStaleTicket = errors.New("mongolock: stale ticket: its acquisition is over")
+
 // An invalid is an ErrInvalidArgument that says which argument and why.
 type invalid string
 
@@ -207,8 +212,8 @@ var errNilFunction error = invalid("nil function")
 // iteration yields. It names the call (Op) and its lock (Name), and wraps
 // the cause, which errors.Is and errors.As see through: ErrNotAcquired,
 // ErrLockLost, ErrClosed, ErrMismatch, ErrInvalidArgument, ErrNoLock,
-// ErrNoLeader, ErrFenced, ErrCollation, ctx's error, or the server's or
-// the network's.
+// ErrNoLeader, ErrFenced, ErrCollation, ErrStaleTicket, ctx's error, or
+// the server's or the network's.
 //
 // Three errors are not the library's, and are passed on as they are: the
 // error fn returned to Do, when Do has nothing to add to it (with a loss
@@ -221,7 +226,7 @@ type Error struct {
 	// "acquire", "try acquire", "do", "release", "upgrade", "downgrade",
 	// "inspect", "list", "force release", "force release holder",
 	// "campaign", "proclaim", "resign", "leader", "run", "fenced update
-	// one", "fenced find one and update".
+	// one", "fenced find one and update", "ticket", "take over".
 	Op string
 	// Name is the lock's name, a listing's prefix, or a composite's names
 	// (but a composite's Acquire or TryAcquire that a part failed, and

@@ -54,7 +54,7 @@ type errorCase struct {
 var sentinels = []error{
 	mongolock.ErrMismatch, mongolock.ErrNotAcquired, mongolock.ErrLockLost, mongolock.ErrInvalidArgument,
 	mongolock.ErrClosed, mongolock.ErrCollation, mongolock.ErrFenced, mongolock.ErrNoLeader, mongolock.ErrNoLock,
-	context.Canceled, context.DeadlineExceeded,
+	mongolock.ErrStaleTicket, context.Canceled, context.DeadlineExceeded,
 }
 
 // errJob is a job's own error, as Do's fn returns it.
@@ -618,6 +618,7 @@ func errorCases() []errorCase {
 			}},
 		)
 	}
+	cases = append(cases, ticketErrorCases()...)
 	return append(cases, errorCase{call: "FencedFindOneAndUpdate", path: "no document matches", own: mongo.ErrNoDocuments, server: true,
 		run: func(t *testing.T, e *errorEnv) error {
 			return fencedCalls[1].write(e.ctx, e.coll, e.hold(t, e.p.Lock("f")), byID("none"), setWriter("w"), false)

@@ -718,3 +718,61 @@ func ExampleFencedUpdateOne_transaction() {
 	})
 	fmt.Println(errors.Is(err, mongolock.ErrFenced))
 }
+
+func ExampleElection_TakeOver() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
+	defer disconnect()                                          // (for the checked output)
+
+	// A rolling deploy: version 1 of the scheduler leads.
+	v1, err := mongolock.NewProvider(db, mongolock.WithOwner("scheduler-v1"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	old, err := v1.Election("scheduler").Campaign(ctx, "http://10.0.0.7:8080")
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// Version 2 starts and asks version 1 to hand over. Version 1 stops
+	// scheduling, and answers with a ticket of its leadership: a secret,
+	// passed to version 2 only (an authenticated call, a file only the
+	// two can read).
+	ticket, err := old.Ticket()
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// Version 2 leads from the take-over on, with its own value. Nobody
+	// else can lead in between, and version 1 leads no more.
+	v2, err := mongolock.NewProvider(db, mongolock.WithOwner("scheduler-v2"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	leadership, err := v2.Election("scheduler").TakeOver(ctx, ticket, "http://10.0.0.8:8080")
+	if err != nil {
+		log.Fatal(err) // errors.Is(err, mongolock.ErrStaleTicket): version 1 lost it meanwhile; campaign instead
+	}
+	leader, err := v2.Election("scheduler").Leader(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("leader:", leader.Owner, leader.Value)
+	fmt.Println("a greater token:", leadership.FencingToken() > old.FencingToken())
+
+	// Version 1 sees its leadership lost, and exits.
+	<-old.Lost()
+	fmt.Println("version 1 lost it:", errors.Is(old.Resign(ctx), mongolock.ErrLockLost))
+	_, err = v2.Election("scheduler").TakeOver(ctx, ticket, "http://10.0.0.9:8080")
+	fmt.Println("the ticket again:", errors.Is(err, mongolock.ErrStaleTicket))
+	// ... version 2 schedules while it leads ...
+	if err := leadership.Resign(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// leader: scheduler-v2 http://10.0.0.8:8080
+	// a greater token: true
+	// version 1 lost it: true
+	// the ticket again: true
+}

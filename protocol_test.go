@@ -108,6 +108,13 @@ func TestGoldenProtocol(t *testing.T) {
 			{Key: "returnDocument", Value: "after"}, {Key: "fields", Value: upgradeReplyFields(holding)}},
 		"25-rwlock-undo-upgrade": {{Key: "updateOne", Value: upgradeTagFilter(name, holding, lockID)}, {Key: "update", Value: holderModeUpdate(holding, upgradeMode)}},
 		"26-rwlock-downgrade":    {{Key: "updateOne", Value: semHolderFilter(name, holding)}, {Key: "update", Value: holderModeUpdate(holding, readMode)}},
+		"27-take-over": {{Key: "findOneAndUpdate", Value: ownerFilter(name, holding)},
+			{Key: "update", Value: takeOverPipeline(proc, owner, o.expiry, lockID, nil, turnLength)}, {Key: "returnDocument", Value: "after"}},
+		"27-take-over-with-value": {{Key: "findOneAndUpdate", Value: ownerFilter(name, holding)},
+			{Key: "update", Value: takeOverPipeline(proc, owner, o.expiry, lockID, &leaderValue, electionTurn)}, {Key: "returnDocument", Value: "after"}},
+		"28-semaphore-take-over": {{Key: "findOneAndUpdate", Value: semHolderFilter(name, holding)},
+			{Key: "update", Value: slotTakeOverPipeline(lockID, holding, owner, o.expiry)},
+			{Key: "returnDocument", Value: "after"}, {Key: "fields", Value: takeOverReplyFields(lockID)}},
 	}
 	for file, stmt := range statements {
 		t.Run(file, func(t *testing.T) {

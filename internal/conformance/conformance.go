@@ -109,6 +109,9 @@ var cases = []struct {
 	{"AFailedCompositeCallLeavesNoHoldBehind", compositeFailureHoldsNothing},
 	{"CloseReleasesAndRefuses", closeReleasesAndRefuses},
 	{"ReadsWithAnEndedContextFail", readsWithEndedContext},
+	{"TakeOverHandsEveryKindOverWithAHigherToken", takeOverEveryKind},
+	{"ATicketWorksOnceAndAStaleOneChangesNothing", ticketWorksOnce},
+	{"ElectionTakeOverHandsLeadershipToTheSuccessor", electionTakeOver},
 }
 
 func optionsValidated(e *Env) {

@@ -23,7 +23,10 @@
 // pick, as the soak's do, a mutex, a semaphore of 3 slots, an rwlock's
 // reader, writer or upgradeable reader that upgrades, or an election, by
 // the waiting call or a loop of Try calls, and run a critical section on
-// the name's fenced resource. Meanwhile, by the world's seed:
+// the name's fenced resource; one section in eight (not a long holder's)
+// passes its acquisition by ticket to a successor, a process apart
+// from the chaos, which runs a critical section under it: the holder must
+// be lost by then. Meanwhile, by the world's seed:
 //
 //   - about every 50 ms a process's network misbehaves: every reply
 //     delayed for a while (up to a third of its expiry), the next replies

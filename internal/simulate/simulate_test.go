@@ -303,6 +303,7 @@ type result struct {
 	kills, drops                        int64
 	delays, lostReplies, refusals, cuts int64
 	fenced, losses, errs                int64
+	takeOvers                           int64 // acquisitions taken over by ticket
 	ops                                 int64 // operations the store applied
 	reports                             []string
 	simulated, wall                     time.Duration
@@ -340,6 +341,7 @@ func (r *result) add(o *result) {
 	r.fenced += o.fenced
 	r.losses += o.losses
 	r.errs += o.errs
+	r.takeOvers += o.takeOvers
 	r.ops += o.ops
 	r.simulated += o.simulated
 	r.reports = append(r.reports, o.reports...)
@@ -370,8 +372,8 @@ func (r *result) String() string {
 		r.kills+r.drops+r.delays+r.lostReplies+r.refusals+r.cuts, r.kills, r.drops, r.delays, r.lostReplies, r.refusals, r.cuts)
 	var b strings.Builder
 	b.WriteString(soakcheck.Summary(&r.per, r.cfg.slots, r.cfg.giveUp(), faults))
-	fmt.Fprintf(&b, "\n  also: %d writes accepted, %d refused after a loss, %d losses reported, %d errors, %d operations applied by the store; %v simulated in %v of wall time (seed %d, %d worlds, change events of MongoDB %s, histories of %s events)",
-		r.writes, r.fenced, r.losses, r.errs, r.ops, r.simulated.Round(time.Millisecond), r.wall.Round(time.Millisecond), r.cfg.seed, r.cfg.worlds,
+	fmt.Fprintf(&b, "\n  also: %d writes accepted, %d refused after a loss, %d losses reported, %d take-overs by ticket, %d errors, %d operations applied by the store; %v simulated in %v of wall time (seed %d, %d worlds, change events of MongoDB %s, histories of %s events)",
+		r.writes, r.fenced, r.losses, r.takeOvers, r.errs, r.ops, r.simulated.Round(time.Millisecond), r.wall.Round(time.Millisecond), r.cfg.seed, r.cfg.worlds,
 		join(r.cfg.events[:min(len(r.cfg.events), r.cfg.worlds)], " and "), join(r.cfg.history[:min(len(r.cfg.history), r.cfg.worlds)], " and "))
 	return b.String()
 }
@@ -399,7 +401,7 @@ type sim struct {
 	seq   int
 
 	kills, drops, delays, lostReplies, refusals, cuts atomic.Int64
-	fenced, losses, errs                              atomic.Int64
+	fenced, losses, errs, takeOvers                   atomic.Int64
 	errLogged                                         atomic.Int64
 	stalled                                           bool          // set by chaos, read once it ended
 	lastEntry                                         time.Duration // since the start, as chaos last saw the entries grow
@@ -492,7 +494,7 @@ func run(t *testing.T, cfg config, board *soakcheck.Board) *result {
 			r.entries += c.Trials
 		}
 		r.kills, r.drops, r.delays, r.lostReplies, r.refusals, r.cuts = s.kills.Load(), s.drops.Load(), s.delays.Load(), s.lostReplies.Load(), s.refusals.Load(), s.cuts.Load()
-		r.fenced, r.losses, r.errs = s.fenced.Load(), s.losses.Load(), s.errs.Load()
+		r.fenced, r.losses, r.errs, r.takeOvers = s.fenced.Load(), s.losses.Load(), s.errs.Load(), s.takeOvers.Load()
 		r.stalled, r.lastEntry = s.stalled, s.lastEntry
 	})
 	r.wall = time.Since(wallStart)
@@ -832,6 +834,9 @@ func (s *sim) trial(p *proc, rng *rand.Rand, long bool, g *generation) bool {
 			return true
 		}
 		dropped := s.section(p, rng, t, floor, waited, h, lead, g)
+		if !dropped && !t.long && rng.IntN(takeOverOdds) == 0 {
+			s.takeOver(p, rng, t, h)
+		}
 		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err = h.Release(rctx)
 		rcancel()
@@ -846,6 +851,59 @@ func (s *sim) trial(p *proc, rng *rand.Rand, long bool, g *generation) bool {
 		}
 	}
 	return true
+}
+
+// takeOverOdds: one critical section in this many (not a long holder's)
+// passes its acquisition by ticket when it ends.
+const takeOverOdds = 8
+
+// takeOver passes h, whose critical section ended, by its ticket to a
+// successor of p: a process apart from the chaos (a provider over a client
+// of its own) that takes it over, runs a critical section under it and
+// releases it. h must be lost by the time the take-over returns, as it is
+// of this program; a ticket whose acquisition ended meanwhile (h lost) is
+// stale.
+func (s *sim) takeOver(p *proc, rng *rand.Rand, t target, h *mongolock.Handle) {
+	ticket, err := h.Ticket()
+	if err != nil {
+		return // lost meanwhile
+	}
+	succ := &proc{id: p.id + "-successor", nth: p.nth, lease: p.lease, ctx: p.ctx}
+	g, err := s.connect(succ)
+	if err != nil {
+		panic(err) // options that worked before
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = g.locks.Close(ctx)
+	}()
+	var floor int64
+	if t.kind == semaphore {
+		floor = s.board.Floor(t.kind, t.name())
+	}
+	taken, err := g.locks.TakeOver(p.ctx, ticket)
+	switch {
+	case errors.Is(err, mongolock.ErrStaleTicket) && soakcheck.Closed(h.Lost()):
+		return
+	case err != nil:
+		if p.ctx.Err() == nil {
+			s.errs.Add(1)
+			if s.errLogged.Add(1) <= 3 {
+				fmt.Fprintf(os.Stderr, "simulate: %s: take over %s: %v\n", succ.id, t.name(), err)
+			}
+		}
+		return
+	case !soakcheck.Closed(h.Lost()):
+		s.board.Violation(t.kind, "unsignalled", "token %d of %s: not lost when token %d took it over", h.FencingToken(), p.id, taken.FencingToken())
+	}
+	s.takeOvers.Add(1)
+	var lead *mongolock.Leadership
+	if t.kind == election {
+		lead = &mongolock.Leadership{Handle: taken}
+	}
+	s.section(succ, rng, t, floor, 0, taken, lead, g)
+	_ = taken.Release(context.Background())
 }
 
 // section is one critical section on t's resource under h: enter, write a
