@@ -784,13 +784,7 @@ func TestLockHeldByDotnetProtocolIsNotAcquiredByMongolockUntilDotnetReleases(t *
 	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
 	require.Nil(t, h)
 
-	replies := count.replies.Load()
-	actx, acancel := context.WithCancel(ctx)
-	defer acancel()
-	got := acquireInBackground(actx, l)
-	pollUntil(t, 20*time.Second, "a reply to the Acquire's attempt", func() bool { return count.replies.Load() > replies })
-	acancel()
-	err = <-got
+	err = endOnceAnswered(t, ctx, &count, func(ctx context.Context) error { return <-acquireInBackground(ctx, l) })
 	require.ErrorIs(t, err, context.Canceled)
 	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "ended while held by someone else the whole time")
 
