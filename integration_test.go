@@ -1502,17 +1502,24 @@ func TestLockingNeedsOnlyFindInsertUpdateOnTheCollection(t *testing.T) {
 	require.ErrorAs(t, err, &se, "the user may create indexes: the test proves nothing")
 	require.True(t, se.HasErrorCode(13), "want Unauthorized (13): %v", err)
 
-	// Acquire (creating the document), be waited for, be extended past
-	// several expiries, release, and Do: all as the restricted user.
-	const expiry = 500 * time.Millisecond
-	p := newProvider(t, c.Database(db.Name()), mongolock.WithExpiry(expiry))
-	other := newProvider(t, db, mongolock.WithExpiry(expiry))
+	// Acquire (creating the document), be waited for, be extended twice,
+	// release, and Do: all as the restricted user. Extensions every 100ms
+	// of a 10s lease: a machine stalled for seconds loses nothing, and the
+	// wait ends only once replies said the lock was held.
+	opts := []mongolock.Option{mongolock.WithExpiry(10 * time.Second), mongolock.WithExtensionCadence(100 * time.Millisecond)}
+	p := newProvider(t, c.Database(db.Name()), opts...)
+	var count commandCounter
+	other := newProvider(t, ownClient(t, db, &count), opts...)
 	h, err := p.Lock("restricted").Acquire(ctx)
 	require.NoError(t, err)
-	staysOpen(t, h.Lost(), 3*expiry, "Lost of a handle extended by the restricted user")
-	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	_, err = other.Lock("restricted").Acquire(wctx)
-	cancel()
+	for range 2 {
+		since := rawLockDoc(t, db.Collection(mongolock.DefaultCollection), "restricted").Lookup("expiresAt").Time()
+		pollUntil(t, 20*time.Second, "an extension by the restricted user", func() bool {
+			return rawLockDoc(t, db.Collection(mongolock.DefaultCollection), "restricted").Lookup("expiresAt").Time().After(since)
+		})
+	}
+	require.False(t, closedNow(h.Lost()), "Lost of a handle extended by the restricted user")
+	err = endOnceAnswered(t, ctx, &count, func(ctx context.Context) error { return <-acquireInBackground(ctx, other.Lock("restricted")) })
 	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
 	require.NoError(t, h.Release(ctx))
 	require.NoError(t, p.Lock("restricted").Do(ctx, func(context.Context) error { return nil }))
