@@ -219,23 +219,27 @@ func TestCompositeTryAcquireIsAllOrNone(t *testing.T) {
 // released the others before it returns, and says that the lock was held
 // by someone else the whole time.
 func TestCompositeAcquireWhoseCtxEndsLeavesNothingHeld(t *testing.T) {
-	e := newLockEnv(t)
-	ctx := boundedCtx(t, time.Minute)
-	// The semaphores' collection comes after the locks', "slots" after "rw".
-	held, err := e.other.Semaphore("slots", 1).TryAcquire(ctx)
-	require.NoError(t, err)
-	releaseAtCleanup(t, held)
-	c := mustComposite(t, e.p.Semaphore("slots", 1), e.p.Lock("z"), e.p.RWLock("rw").Writer(), e.p.Lock("a"))
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := newMemDB(t)
+		p, net, other := d.holderAndRival()
+		net.Delay(time.Millisecond) // a round trip takes time, as a server's does
+		// The semaphores' collection comes after the locks', "slots" after "rw".
+		held, err := other.Semaphore("slots", 1).TryAcquire(ctx)
+		require.NoError(t, err)
+		releaseAtCleanup(t, held)
+		c := mustComposite(t, p.Semaphore("slots", 1), p.Lock("z"), p.RWLock("rw").Writer(), p.Lock("a"))
 
-	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancel()
-	_, err = c.Acquire(short)
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
-	var lerr *mongolock.Error
-	require.ErrorAs(t, err, &lerr)
-	require.Equal(t, "slots", lerr.Name, "the error names the part it waited for")
-	requireFree(t, ctx, e.other.Lock("a"), e.other.Lock("z"), e.other.RWLock("rw").Writer())
+		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, err = c.Acquire(short)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+		var lerr *mongolock.Error
+		require.ErrorAs(t, err, &lerr)
+		require.Equal(t, "slots", lerr.Name, "the error names the part it waited for")
+		requireFree(t, ctx, other.Lock("a"), other.Lock("z"), other.RWLock("rw").Writer())
+	})
 }
 
 // A part that fails otherwise than by contention fails the composite with
