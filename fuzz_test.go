@@ -231,7 +231,7 @@ func optionsWork(t *testing.T, opts []mongolock.Option) {
 	net.Delay(time.Millisecond)
 	otherNet.Delay(time.Millisecond)
 	h := mustAcquire(t, ctx, p.Lock("fuzz"))
-	wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	wctx, wcancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	_, err := other.Lock("fuzz").Acquire(wctx)
 	wcancel()
 	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
