@@ -2,6 +2,7 @@ package mongolock_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -243,7 +244,8 @@ func optionsWork(t *testing.T, opts []mongolock.Option) {
 }
 
 // What the server makes of every valid set of FuzzOptions' seeds: a lease
-// of its arithmetic that keeps a second client out until the release, or,
+// of its arithmetic that keeps a second client out until the release (for
+// the leases that a stalled machine cannot outlast), or,
 // for a collection name it refuses, a clear error at once rather than an
 // Acquire that retries until its ctx ends. One attempt each: how the
 // options wait is FuzzOptions', over the model.
@@ -267,9 +269,17 @@ func TestOptionsOfTheFuzzSeedsOnTheServer(t *testing.T) {
 				return
 			}
 			releaseAtCleanup(t, h)
-			_, err = newProvider(t, otherDB, opts...).Lock(name).TryAcquire(ctx)
-			require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a second client while held")
-			require.NoError(t, h.Release(ctx))
+			// A lease that a loaded machine's stall can outlast may end
+			// before the second client asks, or before the release: such
+			// a seed shows only that the server takes its options.
+			long := time.Duration(s.expiry) >= 10*time.Second
+			if long {
+				_, err = newProvider(t, otherDB, opts...).Lock(name).TryAcquire(ctx)
+				require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a second client while held")
+			}
+			if err := h.Release(ctx); long || !errors.Is(err, mongolock.ErrLockLost) {
+				require.NoError(t, err)
+			}
 			t.Logf("works (token %d)", h.FencingToken())
 		})
 	}
