@@ -7,31 +7,17 @@ package mongolock_test
 import (
 	"time"
 
-	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// liveModes counts name's live readers (upgradeable ones included) and
-// writers, by the model's clock.
-func (d *memDB) liveModes(name string) (readers, writers int) {
+// liveReadersAndWriters counts name's live readers (upgradeable ones
+// included) and writers, by the model's clock.
+func (d *memDB) liveReadersAndWriters(name string) (readers, writers int) {
 	d.t.Helper()
-	raw := d.doc(memSemColl, name)
-	if raw == nil {
-		return 0, 0
-	}
-	var doc struct {
-		Holders []struct {
-			Mode      string    `bson:"mode"`
-			ExpiresAt time.Time `bson:"expiresAt"`
-		} `bson:"holders"`
-	}
-	require.NoError(d.t, bson.Unmarshal(raw, &doc))
-	for _, h := range doc.Holders {
-		switch {
-		case !h.ExpiresAt.After(time.Now()):
-		case h.Mode == "r" || h.Mode == "u":
+	for _, m := range d.liveModes(name) {
+		if m == "r" || m == "u" {
 			readers++
-		default:
+		} else {
 			writers++
 		}
 	}

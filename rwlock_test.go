@@ -220,7 +220,7 @@ func TestRWLockWaitingWriterIsNotStarvedByReaders(t *testing.T) {
 				})
 			}
 		})
-		d.await("readers overlap", func() bool { r, _ := d.liveModes("busy"); return r >= 2 })
+		d.await("readers overlap", func() bool { r, _ := d.liveReadersAndWriters("busy"); return r >= 2 })
 
 		wrote := make(chan *mongolock.Handle, 1)
 		go func() {
@@ -240,7 +240,7 @@ func TestRWLockWaitingWriterIsNotStarvedByReaders(t *testing.T) {
 			t.Fatal("the writer starved behind the readers")
 		}
 		require.NotNil(t, w)
-		r, wr := d.liveModes("busy")
+		r, wr := d.liveReadersAndWriters("busy")
 		require.Equal(t, [2]int{0, 1}, [2]int{r, wr}, "live readers, writers")
 		require.NoError(t, w.Release(ctx))
 		stopOnce()
