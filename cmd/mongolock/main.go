@@ -50,7 +50,7 @@ func (c *cli) dispatch(args []string) error {
 	global := flag.NewFlagSet("mongolock", flag.ContinueOnError)
 	version := global.Bool("version", false, "print the version and exit")
 	c.conn.register(global)
-	c.commands = []*command{c.runCommand(), c.listCommand(), c.inspectCommand(), c.releaseCommand()}
+	c.commands = []*command{c.runCommand(), c.acquireCommand(), c.extendCommand(), c.listCommand(), c.inspectCommand(), c.releaseCommand()}
 	for _, cmd := range c.commands {
 		c.conn.register(cmd.flags)
 	}

@@ -42,16 +42,30 @@ func (c *cli) releaseCommand() *command {
 	force := fs.Bool("force", false, "required: release what someone else holds")
 	holder := fs.String("holder", "", "release only the acquisition `ID` (inspect lists them)")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
-	cmd := &command{name: "release", synopsis: "release --force [--holder ID] [flags] NAME", help: releaseHelp, flags: fs}
+	t := &ticketFlags{runFlags: runFlags{expiry: mongolock.DefaultExpiry}}
+	t.registerTicket(fs)
+	cmd := &command{name: "release", synopsis: "release --force [--holder ID] [flags] NAME | release [--ticket TICKET] [flags]", help: releaseHelp, flags: fs}
 	cmd.run = func(args []string) error {
-		name, err := c.nameArg(cmd, args)
-		switch {
-		case err != nil:
+		pos, rest, err := c.parseArgs(cmd, args, 1)
+		if err != nil {
 			return err
+		}
+		set := c.given(fs, map[string][]string{"ticket": {"force", "holder"}})
+		switch {
+		case set["ticket"] && (*force || set["holder"]):
+			return fail(exitUsage, "release: --ticket and --force exclude each other")
+		case set["ticket"] && len(pos) > 0:
+			return fail(exitUsage, "release: --ticket takes no name, not %q", pos[0])
+		case set["ticket"]:
+			return c.releaseByTicket(t)
+		case len(pos) == 0:
+			return fail(exitUsage, "release: no name, and no --ticket (mongolock release --help)")
+		case len(rest) > 0:
+			return fail(exitUsage, "release: one name, not %q too", rest[0])
 		case !*force:
 			return fail(exitUsage, "release: give --force: it ends someone else's acquisition (a mongolock run releases its own when its command exits)")
 		}
-		return c.forceRelease(name, *holder, *yes)
+		return c.forceRelease(pos[0], *holder, *yes)
 	}
 	return cmd
 }
