@@ -1,11 +1,14 @@
 // Command mongolock runs a command under a distributed lock on MongoDB,
-// and shows and frees locks, elections, semaphores and reader-writer locks
-// from a shell:
+// holds one across the steps of a script, and shows and frees locks,
+// elections, semaphores and reader-writer locks from a shell:
 //
 //	mongolock run [flags] NAME [--] CMD [ARGS...]
+//	mongolock acquire [flags] NAME
+//	mongolock extend [--ticket TICKET] [flags]
 //	mongolock list [flags] [PREFIX]
 //	mongolock inspect [flags] NAME
 //	mongolock release --force [--holder ID] [flags] NAME
+//	mongolock release [--ticket TICKET] [flags]
 //
 // Install it with
 //

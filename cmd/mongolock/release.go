@@ -30,11 +30,19 @@ It shows the holders and asks for confirmation, reading y or yes from stdin, unl
 that nothing holds (with --holder: that ID does not hold) is refused, with status 1; so
 is one whose holders were released, or whose leases ran out, while it asked.
 
+With --ticket TICKET (or MONGOLOCK_TICKET), and no NAME, it releases the acquisition
+that acquire or extend printed the ticket of, at once, in place of its holder: it takes
+it over by the ticket (nobody can get in between), then releases it, and prints what it
+released. It needs no --force, and asks nothing. A stale ticket (its acquisition was
+released, taken over, force released, or its lease ran out) releases nothing, with
+status 76: the lock was lost before.
+
 Examples:
   mongolock release --force nightly
   mongolock release --force --yes nightly    # in a script
   mongolock inspect exports                  # lists the holders' IDs
   mongolock release --force --holder 5f0c4b0e9d2a7c1e8b3f6a4d2c1e0f9a exports
+  . ./deploy.lock; MONGOLOCK_TICKET=$MONGOLOCK_TICKET mongolock release   # acquire's output
 `
 
 func (c *cli) releaseCommand() *command {
@@ -44,7 +52,7 @@ func (c *cli) releaseCommand() *command {
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
 	t := &ticketFlags{runFlags: runFlags{expiry: mongolock.DefaultExpiry}}
 	t.registerTicket(fs)
-	cmd := &command{name: "release", synopsis: "release --force [--holder ID] [flags] NAME | release [--ticket TICKET] [flags]", help: releaseHelp, flags: fs}
+	cmd := &command{name: "release", synopsis: "release --force [--holder ID] [flags] NAME, or --ticket TICKET [flags]", help: releaseHelp, flags: fs}
 	cmd.run = func(args []string) error {
 		pos, rest, err := c.parseArgs(cmd, args, 1)
 		if err != nil {

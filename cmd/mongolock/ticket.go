@@ -41,7 +41,7 @@ secret store, never in a log.
 
 Examples:
   umask 077; mongolock acquire --expiry 30m deploy > deploy.lock
-  set -a; . ./deploy.lock; set +a      # a later step: MONGOLOCK_TICKET for extend and release
+  . ./deploy.lock; MONGOLOCK_TICKET=$MONGOLOCK_TICKET mongolock release   # a later step
   mongolock acquire --try --semaphore 3 exports > exports.lock || exit
 `
 
@@ -59,8 +59,9 @@ was lost, and what it protects may have been changed by another holder since. Us
 the same --db and --collection as the acquisition.
 
 Examples:
-  set -a; . ./deploy.lock; set +a
-  mongolock extend --expiry 30m > deploy.lock.new && mv deploy.lock.new deploy.lock
+  . ./deploy.lock    # acquire's or extend's output, its variables not exported
+  umask 077; MONGOLOCK_TICKET=$MONGOLOCK_TICKET mongolock extend --expiry 30m > deploy.lock.new &&
+    mv deploy.lock.new deploy.lock
 `
 
 // ticketFlags are extend's flags, and release's --ticket.

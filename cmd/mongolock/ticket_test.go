@@ -162,6 +162,7 @@ func TestTicketInvocations(t *testing.T) {
 		{[]string{"extend", "--ticket", "mlt1_nope"}, exitUsage, "extend: malformed ticket"},
 		{[]string{"release", "--ticket", "x", "--force", "name"}, exitUsage, "--ticket and --force exclude each other"},
 		{[]string{"release", "--ticket", "x", "name"}, exitUsage, "release: --ticket takes no name"},
+		{[]string{"release"}, exitUsage, "release: no name, and no --ticket"},
 		{[]string{"acquire"}, exitUsage, "acquire: no lock name"},
 		{[]string{"acquire", "--try", "--wait", "1s", "x"}, exitUsage, "--try and --wait exclude each other"},
 		{[]string{"acquire", "--read", "--semaphore", "2", "x"}, exitUsage, "exclude each other"},
@@ -174,8 +175,15 @@ func TestTicketInvocations(t *testing.T) {
 			t.Errorf("%s: stdout %q, stderr %q; want one line with %q", what, r.stdout, r.stderr, c.says)
 		}
 	}
-	if info := inspectOne(t, conn, "other-db"); info.FencingToken != first.token {
+	if info := inspectOne(t, conn, "other-db"); info.FencingToken != first.token || !info.Held {
 		t.Errorf("after bad invocations: %+v; want the lock as acquire left it", info)
+	}
+	// --force on the command line wins over MONGOLOCK_TICKET, as a flag
+	// on the command line over one it excludes from the environment.
+	r := invokeEnv(t, env("MONGOLOCK_TICKET=mlt1_nope"), "", append(slices.Clone(conn), "release", "--force", "--yes", "other-db")...)
+	requireCode(t, r, 0, "release --force with MONGOLOCK_TICKET set")
+	if info := inspectOne(t, conn, "other-db"); info.Held {
+		t.Errorf("after release --force: %+v; want it free", info)
 	}
 }
 
