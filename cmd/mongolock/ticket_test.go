@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/testdb"
 )
 
 // ticketOut is what acquire and extend print: the ticket and the fencing token.
@@ -202,5 +206,40 @@ func TestAcquireLeavesTheLockToItsLease(t *testing.T) {
 			t.Fatal("the lock acquire left is still held 15s after its lease of 300ms")
 		}
 		time.Sleep(50 * time.Millisecond) // a poll until the deadline
+	}
+}
+
+// An election's leadership that a Go program made a ticket of goes on
+// with extend, with its value, and ends with release.
+func TestExtendAndReleaseAGoProgramsLeadership(t *testing.T) {
+	t.Parallel()
+	conn := server(t)
+	ctx := boundedCtx(t, time.Minute)
+	p, err := mongolock.NewProvider(testdb.Client(t).Database(conn[3]), mongolock.WithOwner("scheduler-1"),
+		mongolock.WithExpiry(2*time.Second)) // its next extension, which finds the take-over, comes soon
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	l, err := p.Election("scheduler").Campaign(ctx, "http://10.0.0.7:8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticket, err := l.Ticket()
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := heldOf(t, invoke(t, "", append(slices.Clone(conn), "extend", "--owner", "ops", "--ticket", ticket)...), "extend a leadership")
+	select {
+	case <-l.Lost():
+	case <-ctx.Done():
+		t.Fatal("the Go program's leadership was not lost after extend took it over")
+	}
+	if info := inspectOne(t, conn, "scheduler"); info.Kind != "election" || info.Owner != "ops" || info.Value != "http://10.0.0.7:8080" || info.FencingToken != next.token || next.token <= l.FencingToken() {
+		t.Fatalf("after extend: %+v; want the election led by ops with the same value and token %d", info, next.token)
+	}
+	requireCode(t, invoke(t, "", append(slices.Clone(conn), "release", "--ticket", next.ticket)...), 0, "release a leadership")
+	if info := inspectOne(t, conn, "scheduler"); info.Held {
+		t.Errorf("after release: %+v; want nobody leading", info)
 	}
 }
