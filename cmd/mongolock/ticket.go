@@ -64,7 +64,7 @@ Examples:
     mv deploy.lock.new deploy.lock
 `
 
-// ticketFlags are extend's flags, and release's --ticket.
+// ticketFlags are acquire's and extend's flags, and release's --ticket.
 type ticketFlags struct {
 	ticket string
 	asJSON bool
