@@ -41,9 +41,9 @@ type Trace struct {
 	// Waiting is called when an Acquire call (or Campaign, or an RWLock
 	// handle's Upgrade) joins its process's line for its lock, and again
 	// when it leaves: it acquired, was handed the lock, gave up (its ctx
-	// ended), failed, or its provider closed. Every call of the two is
-	// called once each, the first before the second; TryAcquire waits in
-	// no line.
+	// ended), failed, or its provider closed. Twice per call, joining
+	// first, between its AcquireStart and AcquireDone; TryAcquire waits
+	// in no line.
 	Waiting func(info WaitingInfo)
 
 	// ReleaseStart is called when a Release (or Resign) of a handle that

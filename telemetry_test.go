@@ -589,3 +589,27 @@ func TestTraceOverTheModelCountsTheCallsWaitingForALock(t *testing.T) {
 		count.requireWaiting("queue", 0, "the provider closed")
 	})
 }
+
+// Over the model: an Upgrade that waits for another process's reader to
+// leave counts as waiting for its RWLock until it holds for writing.
+func TestTraceOverTheModelCountsAnUpgradeWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		count := waitingCounter{t: t}
+		d := newMemDB(t)
+		other, _ := d.process()
+		p, _ := d.process(mongolock.WithTrace(count.trace()))
+		reader, err := other.RWLock("rw").Reader().TryAcquire(ctx)
+		require.NoError(t, err)
+		u := mustTryAcquire(t, ctx, p.RWLock("rw").Upgradeable())
+		count.requireWaiting("rw", 0, "a TryAcquire that acquired")
+
+		upgraded := make(chan error, 1)
+		go func() { upgraded <- u.Upgrade(ctx) }()
+		count.requireWaiting("rw", 1, "the Upgrade waits for the reader")
+		require.NoError(t, reader.Release(ctx))
+		require.NoError(t, <-upgraded)
+		count.requireWaiting("rw", 0, "upgraded")
+		require.NoError(t, u.Release(ctx))
+	})
+}
