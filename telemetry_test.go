@@ -520,6 +520,16 @@ type waitingCounter struct {
 	last map[string]int // the last Count reported
 }
 
+// newWaitingCounter returns a counter of p's Waiting hook, and two
+// processes over one model: other, and p.
+func newWaitingCounter(t *testing.T) (count *waitingCounter, other, p *mongolock.Provider) {
+	count = &waitingCounter{t: t}
+	d := newMemDB(t)
+	other, _ = d.process()
+	p, _ = d.process(mongolock.WithTrace(count.trace()))
+	return count, other, p
+}
+
 func (c *waitingCounter) trace() *mongolock.Trace {
 	c.sums, c.last = map[string]int{}, map[string]int{}
 	return &mongolock.Trace{Waiting: func(i mongolock.WaitingInfo) {
@@ -550,10 +560,7 @@ func (c *waitingCounter) requireWaiting(name string, n int, when string) {
 func TestTraceOverTheModelCountsTheCallsWaitingForALock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
-		count := waitingCounter{t: t}
-		d := newMemDB(t)
-		other, _ := d.process()
-		p, _ := d.process(mongolock.WithTrace(count.trace()))
+		count, other, p := newWaitingCounter(t)
 		held := mustTryAcquire(t, ctx, other.Lock("queue"))
 
 		short, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -595,10 +602,7 @@ func TestTraceOverTheModelCountsTheCallsWaitingForALock(t *testing.T) {
 func TestTraceOverTheModelCountsAnUpgradeWaiting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
-		count := waitingCounter{t: t}
-		d := newMemDB(t)
-		other, _ := d.process()
-		p, _ := d.process(mongolock.WithTrace(count.trace()))
+		count, other, p := newWaitingCounter(t)
 		reader, err := other.RWLock("rw").Reader().TryAcquire(ctx)
 		require.NoError(t, err)
 		u := mustTryAcquire(t, ctx, p.RWLock("rw").Upgradeable())
