@@ -42,7 +42,8 @@ type Trace struct {
 	// handle's Upgrade) joins its process's line for its lock, and again
 	// when it leaves: it acquired, was handed the lock, gave up (its ctx
 	// ended), failed, or its provider closed. Twice per call, joining
-	// first, between its AcquireStart and AcquireDone; TryAcquire waits
+	// first (an Acquire's between its AcquireStart and AcquireDone; an
+	// Upgrade's with its handle's mode, "upgradeable"); TryAcquire waits
 	// in no line.
 	Waiting func(info WaitingInfo)
 
