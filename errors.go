@@ -262,6 +262,16 @@ const (
 	opClose        = "close"
 )
 
+// The fenced writes' operations (Error.Op).
+const (
+	opFencedUpdateOne        = "fenced update one"
+	opFencedFindOneAndUpdate = "fenced find one and update"
+)
+
+// isFencedOp reports whether op is a fenced write's, whose token source
+// may have no name.
+func isFencedOp(op string) bool { return op == opFencedUpdateOne || op == opFencedFindOneAndUpdate }
+
 // renamed returns err as the error of op, if it is an *Error: a call
 // reports itself rather than the call beneath it (an election's, its
 // lock's; a Do, its Acquire's or Release's). It copies: the error beneath

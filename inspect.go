@@ -11,18 +11,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
-// Kind is what a name of a Provider's collections is.
-type Kind string
-
-// The kinds. A semaphore or an RWLock lives apart from locks and
-// elections: one of each may share a name.
-const (
-	KindLock      Kind = "lock"      // a Lock's, or DistributedLock.MongoDB's
-	KindElection  Kind = "election"  // an Election's: a lock whose last mongolock acquisition carried a value
-	KindSemaphore Kind = "semaphore" // a Semaphore's
-	KindRWLock    Kind = "rwlock"    // an RWLock's
-)
-
 // LockInfo is the state of one lock, election, semaphore or RWLock as the
 // server saw it at ServerTime.
 type LockInfo struct {

@@ -35,6 +35,25 @@ type attempt struct {
 	mode      attemptMode
 }
 
+// reply is what the engine reads of an acquisition's reply, the document
+// after the update, of any kind.
+type reply struct {
+	LockID         string    `bson:"lockId"` // the holder's; a slot's newest holder's
+	FencingToken   int64     `bson:"fencingToken"`
+	LastProcess    string    `bson:"lastProcess"`
+	ProcessStreak  int       `bson:"processStreak"`
+	WaitingProcess string    `bson:"waitingProcess"`
+	WaitingUntil   time.Time `bson:"waitingUntil"`
+	NextProcess    string    `bson:"nextProcess"` // a lock's: the process next after the claim
+	AcquiredAt     time.Time `bson:"acquiredAt"`  // the holder's acquisition (a slot's newest), server time
+	turn           int       // the kind's turnLength; 0: no turns to time (a slot's)
+	wrong          error     // the document is of another kind or size: an error, not contention
+}
+
+// placed reports whether the reply shows process proc claiming the next
+// turn or next after the claim.
+func (r reply) placed(proc string) bool { return r.WaitingProcess == proc || r.NextProcess == proc }
+
 // acquireFilter selects name's document, for an acquisition or inspection.
 func acquireFilter(name string) bson.D { return obj("_id", name) }
 
