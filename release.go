@@ -74,26 +74,6 @@ func (a *acquisition) abandon() {
 // Done's channel is closed already.
 func (h *Handle) Context() context.Context { return &h.lctx }
 
-// leaseContext is a Handle's or a CompositeHandle's context, which looks
-// at the lease whenever it is asked whether it is done. Everything else,
-// Value (and so context.Cause, and the cancellation of contexts derived
-// from it) among it, is the handle's cancelable context's. Each handle
-// keeps one, so that Context allocates nothing.
-type leaseContext struct {
-	context.Context
-	h interface{ look() }
-}
-
-func (c leaseContext) Done() <-chan struct{} {
-	c.h.look()
-	return c.Context.Done()
-}
-
-func (c leaseContext) Err() error {
-	c.h.look()
-	return c.Context.Err()
-}
-
 // Lost returns a channel that is closed when the lock is lost. It is never
 // closed by a normal Release. Like the Context's Err and Done, it first
 // looks at the lease: once its local deadline has passed, the channel it
