@@ -80,3 +80,16 @@ func ttlSeconds(ctx context.Context, st store) (int64, bool) {
 	}
 	return 0, false
 }
+
+// indexFailed tells the hooks, and logs (Info), err, if not nil, of
+// creating or raising the TTL index of coll.
+func (t *telemetry) indexFailed(db, coll string, err error) {
+	if err == nil {
+		return
+	}
+	if hook := t.trace.IndexFailed; hook != nil {
+		hook(IndexInfo{Database: db, Collection: coll, Index: TTLIndexName, Err: err})
+	}
+	t.log.Info("mongolock: could not create the TTL index; idle lock documents stay in the collection",
+		"collection", coll, "index", TTLIndexName, "error", err)
+}
