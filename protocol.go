@@ -103,6 +103,27 @@ func placeTaken(place, proc string, token bson.D, lifetime time.Duration) bson.D
 		op("$and", not(mine), op("$lt", token, ifNull(waitedSince, int64(math.MaxInt64)))))
 }
 
+// The slots of a semaphore's or an RWLock's document.
+
+// liveHolders are the holders whose lease has not ended.
+var liveHolders = filterOf(ifNull("$holders", bson.A{}), op("$gt", "$$this.expiresAt", "$$NOW"))
+
+// liveStage sets _live to liveHolders.
+var liveStage = set("_live", liveHolders)
+
+// otherClaim is whether another process than proc has a live claim.
+func otherClaim(proc string) bson.D {
+	return op("$and", future("$waitingUntil"), op("$ne", "$waitingProcess", proc))
+}
+
+// releaseStamp is the releasedAt of a slot's release written by a
+// pipeline: the server's time, or a millisecond past the stamp before if
+// that is not earlier. From MongoDB 5.0, a pipeline's update event lists
+// only the fields whose value changed, and releaseEvents look for this
+// one: a second release within the same millisecond must change it too.
+// semReleaseUpdate's $currentDate is listed in any case.
+var releaseStamp = op("$max", "$$NOW", op("$add", "$releasedAt", 1))
+
 // lastWrite is what the last write of a pipeline did to a document, for the
 // change streams' filters (releaseEvents, leaderEvents): MongoDB may report
 // a pipeline's update as a replace event, with only the document after it.
