@@ -255,15 +255,12 @@ func (e *Error) Error() string {
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
-// The operations of a Provider as a whole, whose errors name no lock.
+// The operations whose errors may name no lock: a Provider's as a whole,
+// and the fenced writes' (isFencedOp).
 const (
-	opNewProvider  = "new provider"
-	opNewComposite = "new composite"
-	opClose        = "close"
-)
-
-// The fenced writes' operations (Error.Op).
-const (
+	opNewProvider            = "new provider"
+	opNewComposite           = "new composite"
+	opClose                  = "close"
 	opFencedUpdateOne        = "fenced update one"
 	opFencedFindOneAndUpdate = "fenced find one and update"
 )

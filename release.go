@@ -43,12 +43,12 @@ func newHandle(l *Lock, lockID string, doc reply, sent time.Time) *Handle {
 }
 
 // abandoned runs once a's Handle is unreachable, in the runtime's cleanup
-// goroutine. A provider over the in-memory store may run in a
-// testing/synctest bubble, where that goroutine must not touch a's
-// channels or timers (a fatal error): there it only marks a, and the next
-// tick of the provider's leases abandons it.
+// goroutine. A provider over the in-memory store, the one store not on
+// MongoDB, may run in a testing/synctest bubble, where that goroutine must
+// not touch a's channels or timers (a fatal error): there it only marks a,
+// and the next tick of the provider's leases abandons it.
 func (a *acquisition) abandoned() {
-	if _, ok := a.lock.collection().store.(memStore); ok {
+	if _, onServer := a.lock.collection().store.(mongoStore); !onServer {
 		a.dropped.Store(true)
 		return
 	}
