@@ -46,7 +46,7 @@ const indexTimeout = 30 * time.Second
 // depends on it (expiry is judged on every acquisition). The index keeps
 // the collection small, and its grace keeps documents long enough for their
 // fencing tokens to count.
-func (p *Provider) ensureIndex(sp *collection) {
+func (p *Provider) ensureIndex(sp *lockCollection) {
 	st, db, name := sp.store, sp.db, sp.name
 	sp.indexOnce.Do(func() {
 		p.background(indexTimeout, func(ctx context.Context) {

@@ -132,7 +132,7 @@ func merged(a, b iter.Seq2[LockInfo, error]) iter.Seq2[LockInfo, error] {
 // collection of s, p's locks' or slots'; an error, wrapped with op and
 // name, is yielded once and ends it. The cursor is closed when the
 // iteration ends, also early.
-func (p *Provider) infos(ctx context.Context, s *collection, op, name string, pipeline mongo.Pipeline) iter.Seq2[LockInfo, error] {
+func (p *Provider) infos(ctx context.Context, s *lockCollection, op, name string, pipeline mongo.Pipeline) iter.Seq2[LockInfo, error] {
 	decode := infoOf[infoDoc]
 	if s == &p.slots {
 		decode = infoOf[slotsDoc]
@@ -213,7 +213,7 @@ func (p *Provider) ForceReleaseHolder(ctx context.Context, name, id string) (boo
 
 // forceUpdate is an updateOne statement on a lock collection.
 type forceUpdate struct {
-	sp     *collection
+	sp     *lockCollection
 	filter bson.D
 	update any
 }

@@ -22,7 +22,7 @@ type Lock struct {
 func (l *Lock) Name() string { return l.name }
 
 // collection is where l's document is.
-func (l *Lock) collection() *collection { return l.kind.collection(l.p) }
+func (l *Lock) collection() *lockCollection { return l.kind.collection(l.p) }
 
 const (
 	// maxCreateTries bounds how often one attempt creates the lock document

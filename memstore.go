@@ -33,8 +33,8 @@ func newMemProvider(s *memdb.Store, db string, opts []Option) (*Provider, error)
 
 // memCollection is the collection coll of s, whose state is kept per s as a
 // database's is per client.
-func memCollection(s *memdb.Store, db, coll string) collection {
-	return collection{memStore{s, coll}, db, coll, collStateOf(s, db, coll)}
+func memCollection(s *memdb.Store, db, coll string) lockCollection {
+	return lockCollection{memStore{s, coll}, db, coll, collStateOf(s, db, coll)}
 }
 
 // do runs op as one round trip. A ctx that has ended sends nothing, as the

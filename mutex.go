@@ -32,7 +32,7 @@ func (p *Provider) Lock(name string) *Lock { return &Lock{p: p, name: name, kind
 // lockDriver is a lock's kind; an election's shares its documents.
 type lockDriver struct{}
 
-func (lockDriver) collection(p *Provider) *collection { return &p.locks }
+func (lockDriver) collection(p *Provider) *lockCollection { return &p.locks }
 
 func (lockDriver) create(name string) bson.D { return createDoc(name) }
 

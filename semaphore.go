@@ -141,7 +141,7 @@ type semDriver struct {
 	n int
 }
 
-func (semDriver) collection(p *Provider) *collection { return &p.slots }
+func (semDriver) collection(p *Provider) *lockCollection { return &p.slots }
 
 func (d semDriver) create(name string) bson.D { return createSemDoc(name, d.n) }
 
