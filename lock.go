@@ -460,6 +460,13 @@ func roundTrip[T any](ctx context.Context, p *Provider, send func(context.Contex
 	return none, cmp.Or(ctx.Err(), ErrClosed)
 }
 
+// withdraw removes this process's claim on l's next turn, and its place as
+// next after another's, in the background, then wakes the head of its line,
+// if any, to claim again: a claim is its maker's, and must not outlive it.
+func (l *Lock) withdraw() {
+	l.p.background(cleanupTimeout, func(ctx context.Context) { _ = l.withdrawNow(ctx) })
+}
+
 // withdrawNow is withdraw within ctx, in the caller's goroutine.
 func (l *Lock) withdrawNow(ctx context.Context) error {
 	lc := l.collection()
