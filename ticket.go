@@ -23,11 +23,11 @@ import (
 // it is of this program (ticketed), else when its next owner-checked
 // write (an extension) matches nothing.
 
-// A ticket is what a taker needs of an acquisition. Its encoding is
+// A ticket's contents: what a taker needs of an acquisition. Its encoding is
 // ticketPrefix, then the BSON document, base64url without padding: the
 // prefix carries the format's version, and lets a secret scanner find a
 // ticket that leaked.
-type ticket struct {
+type ticketContents struct {
 	Kind       Kind   `bson:"k"`
 	Database   string `bson:"d"`
 	Collection string `bson:"c"` // the provider's collection (WithCollection)
@@ -41,19 +41,19 @@ const ticketPrefix = "mlt1_"
 // errTicket reports a string that is not a ticket of this library's.
 var errTicket error = invalid("malformed ticket: not one that Handle.Ticket made")
 
-func (t ticket) encode() string {
+func (t ticketContents) encode() string {
 	return ticketPrefix + base64.RawURLEncoding.EncodeToString(mustMarshal(bson.D{
 		{Key: "k", Value: t.Kind}, {Key: "d", Value: t.Database}, {Key: "c", Value: t.Collection}, {Key: "n", Value: t.Name},
 		{Key: "i", Value: t.ID}, {Key: "m", Value: t.Mode}}))
 }
 
 // parseTicket decodes s, or returns errTicket.
-func parseTicket(s string) (ticket, error) {
-	var t ticket
+func parseTicket(s string) (ticketContents, error) {
+	var t ticketContents
 	payload, ok := strings.CutPrefix(s, ticketPrefix)
 	raw, err := base64.RawURLEncoding.Strict().DecodeString(payload)
 	if !ok || err != nil || bson.Raw(raw).Validate() != nil || bson.Unmarshal(raw, &t) != nil {
-		return ticket{}, errTicket
+		return ticketContents{}, errTicket
 	}
 	mode := t.Mode == "" // no mode but an RWLock's, which has one
 	if t.Kind == KindRWLock {
@@ -62,7 +62,7 @@ func parseTicket(s string) (ticket, error) {
 	switch {
 	case !mode, t.Database == "", t.Collection == "", t.ID == "",
 		t.Kind != KindLock && t.Kind != KindElection && t.Kind != KindSemaphore && t.Kind != KindRWLock:
-		return ticket{}, errTicket
+		return ticketContents{}, errTicket
 	}
 	return t, nil
 }
@@ -111,10 +111,10 @@ func (h *Handle) Ticket() (string, error) {
 }
 
 // ticket is a's ticket.
-func (a *acquisition) ticket() ticket {
+func (a *acquisition) ticket() ticketContents {
 	k := a.lock.kind.describe()
 	lc := a.lock.p.locks
-	t := ticket{Kind: k.kind, Database: lc.db, Collection: lc.name, Name: a.lock.name, ID: a.lockID}
+	t := ticketContents{Kind: k.kind, Database: lc.db, Collection: lc.name, Name: a.lock.name, ID: a.lockID}
 	if k.mode != 0 {
 		t.Mode = string(k.mode)
 	}
@@ -179,7 +179,7 @@ func (e *Election) TakeOver(ctx context.Context, ticket, value string) (*Leaders
 
 // takeOver takes t's acquisition over, with value if not nil (an
 // election's).
-func (p *Provider) takeOver(ctx context.Context, t ticket, value *string) (*Handle, error) {
+func (p *Provider) takeOver(ctx context.Context, t ticketContents, value *string) (*Handle, error) {
 	const op = "take over"
 	l := t.lock(p, 0)
 	switch {
@@ -209,10 +209,10 @@ func (p *Provider) takeOver(ctx context.Context, t ticket, value *string) (*Hand
 // takeOver sends t's take-over by l's provider, and returns the handle
 // of what it took. A statement whose reply nobody takes, or that fails
 // ambiguously, is undone as an acquisition's (acquireRoundTrip).
-func (l *Lock) takeOver(ctx context.Context, t ticket, value *string) (*Handle, error) {
+func (l *Lock) takeOver(ctx context.Context, t ticketContents, value *string) (*Handle, error) {
 	p := l.p
 	id, sent := newLockID(), p.now()
-	send := func(ctx context.Context) (taken, error) {
+	send := func(ctx context.Context) (takeOverReply, error) {
 		r, err := t.send(ctx, p, id, value)
 		if err == nil && r.LockID == id {
 			t.tellTaken()
@@ -222,7 +222,7 @@ func (l *Lock) takeOver(ctx context.Context, t ticket, value *string) (*Handle, 
 		}
 		return r, err
 	}
-	r, err := roundTrip(ctx, p, send, func(r taken, err error) {
+	r, err := roundTrip(ctx, p, send, func(r takeOverReply, err error) {
 		if err == nil && r.LockID == id {
 			l.releaseInBackground(id, afterReply, 0, true)
 		}
@@ -245,7 +245,7 @@ func (l *Lock) takeOver(ctx context.Context, t ticket, value *string) (*Handle, 
 }
 
 // lock is p's Lock of t's name and kind; a semaphore's of n slots.
-func (t ticket) lock(p *Provider, n int) *Lock {
+func (t ticketContents) lock(p *Provider, n int) *Lock {
 	var k kindDriver = lockDriver{}
 	switch t.Kind {
 	case KindElection:
@@ -258,9 +258,9 @@ func (t ticket) lock(p *Provider, n int) *Lock {
 	return &Lock{p: p, name: t.Name, kind: k}
 }
 
-// taken is a take-over's reply: a lock's, and a slot's semaphore's n and
+// takeOverReply is a take-over's reply: a lock's, and a slot's semaphore's n and
 // holder's mode (0: a lock's, or a semaphore's).
-type taken struct {
+type takeOverReply struct {
 	reply
 	n    int
 	mode rwMode
@@ -268,8 +268,8 @@ type taken struct {
 
 // send sends the take-over of t by a new acquisition id, held with value
 // if not nil: taken if the reply's LockID is id.
-func (t ticket) send(ctx context.Context, p *Provider, id string, value *string) (taken, error) {
-	var r taken
+func (t ticketContents) send(ctx context.Context, p *Provider, id string, value *string) (takeOverReply, error) {
+	var r takeOverReply
 	if t.Kind == KindLock || t.Kind == KindElection {
 		turn := turnLength
 		if t.Kind == KindElection {
@@ -309,7 +309,7 @@ func (t ticket) send(ctx context.Context, p *Provider, id string, value *string)
 
 // tellTaken tells t's acquisition, if it is of this program, that it was
 // taken over.
-func (t ticket) tellTaken() {
+func (t ticketContents) tellTaken() {
 	v, ok := ticketed.LoadAndDelete(t.ID)
 	if !ok {
 		return

@@ -14,7 +14,7 @@ func UntrackedTicket(h *Handle) string { return h.ticket().encode() }
 // A ticket holds what a taker needs, and nothing that is not a ticket
 // passes for one.
 func TestParseTicket(t *testing.T) {
-	for _, want := range []ticket{
+	for _, want := range []ticketContents{
 		{Kind: KindLock, Database: "db", Collection: "locks", Name: "a", ID: "0123"},
 		{Kind: KindElection, Database: "db", Collection: "locks", Name: "", ID: "0123"},
 		{Kind: KindSemaphore, Database: "db", Collection: "c", Name: "\x00\xff", ID: "0123"},
@@ -24,16 +24,16 @@ func TestParseTicket(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, got)
 	}
-	good := ticket{Kind: KindLock, Database: "db", Collection: "locks", Name: "a", ID: "0123"}.encode()
+	good := ticketContents{Kind: KindLock, Database: "db", Collection: "locks", Name: "a", ID: "0123"}.encode()
 	for _, bad := range []string{
 		"", "mlt1_", "mlt2_" + good[len(ticketPrefix):], good + "=", good[:len(good)-1], good + "A",
-		ticket{Kind: "mutex", Database: "db", Collection: "locks", Name: "a", ID: "0123"}.encode(),
-		ticket{Kind: KindLock, Database: "db", Name: "a", ID: "0123"}.encode(),
-		ticket{Kind: KindLock, Collection: "locks", Name: "a", ID: "0123"}.encode(),
-		ticket{Kind: KindLock, Database: "db", Collection: "locks", Name: "a"}.encode(),
-		ticket{Kind: KindRWLock, Database: "db", Collection: "locks", Name: "a", ID: "0123"}.encode(),
-		ticket{Kind: KindRWLock, Database: "db", Collection: "locks", Name: "a", ID: "0123", Mode: "x"}.encode(),
-		ticket{Kind: KindLock, Database: "db", Collection: "locks", Name: "a", ID: "0123", Mode: "r"}.encode(),
+		ticketContents{Kind: "mutex", Database: "db", Collection: "locks", Name: "a", ID: "0123"}.encode(),
+		ticketContents{Kind: KindLock, Database: "db", Name: "a", ID: "0123"}.encode(),
+		ticketContents{Kind: KindLock, Collection: "locks", Name: "a", ID: "0123"}.encode(),
+		ticketContents{Kind: KindLock, Database: "db", Collection: "locks", Name: "a"}.encode(),
+		ticketContents{Kind: KindRWLock, Database: "db", Collection: "locks", Name: "a", ID: "0123"}.encode(),
+		ticketContents{Kind: KindRWLock, Database: "db", Collection: "locks", Name: "a", ID: "0123", Mode: "x"}.encode(),
+		ticketContents{Kind: KindLock, Database: "db", Collection: "locks", Name: "a", ID: "0123", Mode: "r"}.encode(),
 	} {
 		_, err := parseTicket(bad)
 		require.ErrorIs(t, err, ErrInvalidArgument, "%q", bad)
