@@ -84,19 +84,11 @@ func (invalid) Is(target error) bool { return target == ErrInvalidArgument }
 func invalidf(format string, args ...any) error { return invalid(fmt.Sprintf(format, args...)) }
 
 // Server error codes that mean "try again" rather than "this request is
-// wrong": the drivers' retryable-reads specification's list, which is the
-// retryable-writes specification's (6 HostUnreachable, 7 HostNotFound, 89
-// NetworkTimeout, 91 ShutdownInProgress, 189 PrimarySteppedDown, 262
-// ExceededTimeLimit, 9001 SocketException, 10107 NotWritablePrimary, 11600
-// InterruptedAtShutdown, 11602 InterruptedDueToReplStateChange, 13435
-// NotPrimaryNoSecondaryOk, 13436 NotPrimaryOrSecondary) and 134
-// ReadConcernMajorityNotAvailableYet (a primary just elected has no
-// majority snapshot yet; an attempt reads the document as it writes it),
-// plus 64 WriteConcernFailed, which neither list has, since a driver
-// cannot tell whether the write was applied: an attempt that gets it is
-// cleaned up as ambiguous (isAmbiguous), and the next attempt starts
-// afresh, so a write concern that timed out while a secondary lagged is
-// waited out rather than returned.
+// wrong": the drivers' retryable-reads and retryable-writes
+// specifications' list, 134 ReadConcernMajorityNotAvailableYet (a primary
+// just elected), and 64 WriteConcernFailed, which neither has: the write
+// may have applied, so the attempt is cleaned up as ambiguous
+// (isAmbiguous) and the next one starts afresh.
 var transientCodes = []int{6, 7, 64, 89, 91, 134, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436}
 
 // postgresUnavailable are FerretDB's messages, under code 1

@@ -8,7 +8,7 @@ import (
 )
 
 // A lock's statements, in the order a lock meets them. A lock is one
-// document:
+// document (docs/document-format.md says what each field means):
 //
 //	{_id: name, lockId, acquiredAt, expiresAt, fencingToken,
 //	 owner, value,
@@ -16,29 +16,10 @@ import (
 //	 waitingProcess, waitingSince, waitingUntil,
 //	 nextProcess, nextSince, nextUntil, lastWrite}
 //
-// The first five are DistributedLock.MongoDB's: both libraries judge "free"
-// the same way, so Go and .NET services can share a lock. It ignores the
-// others:
-//
-//   - owner: who made the last mongolock acquisition (WithOwner; by default
-//     the host name and process id); value: what that acquisition carries
-//     (an election's leader value), absent for a plain lock.
-//
-// The rest only decide whose turn it is between processes (the rule:
-// the pacer, backoff.go):
-//
-//   - lastProcess, lastLockId: the process that made the last mongolock
-//     acquisition, and that acquisition's lockId.
-//   - processStreak: how many times in a row lastProcess acquired.
-//   - waitingProcess, waitingSince, waitingUntil: the claim of a process
-//     waiting in Acquire on the next turn; the fencing token it saw when it
-//     began to wait (a smaller one has waited longer, and takes the claim
-//     over); and the server time until which the claim counts unless renewed.
-//     While it counts, a freed lock is the claimant's: only a release of the
-//     process on its turn hands it on within that process.
-//   - nextProcess, nextSince, nextUntil: the same for the process next after
-//     the claim, which claims when the claim is met.
-//   - lastWrite: what the last pipeline update did (releaseEvents).
+// The first five are DistributedLock.MongoDB's, which judges "free" as
+// mongolock does and ignores the rest, so Go and .NET services can share
+// a lock. The fields from lastProcess on only decide whose turn it is
+// between processes (the rule: the pacer, backoff.go).
 
 // turnLength is how many acquisitions in a row make a process's turn: while
 // another process claims the next turn, a release hands the lock on within
