@@ -219,23 +219,27 @@ func TestCompositeTryAcquireIsAllOrNone(t *testing.T) {
 // released the others before it returns, and says that the lock was held
 // by someone else the whole time.
 func TestCompositeAcquireWhoseCtxEndsLeavesNothingHeld(t *testing.T) {
-	e := newLockEnv(t)
-	ctx := boundedCtx(t, time.Minute)
-	// The semaphores' collection comes after the locks', "slots" after "rw".
-	held, err := e.other.Semaphore("slots", 1).TryAcquire(ctx)
-	require.NoError(t, err)
-	releaseAtCleanup(t, held)
-	c := mustComposite(t, e.p.Semaphore("slots", 1), e.p.Lock("z"), e.p.RWLock("rw").Writer(), e.p.Lock("a"))
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := newMemDB(t)
+		p, net, other := d.holderAndRival()
+		net.Delay(time.Millisecond) // a round trip takes time, as a server's does
+		// The semaphores' collection comes after the locks', "slots" after "rw".
+		held, err := other.Semaphore("slots", 1).TryAcquire(ctx)
+		require.NoError(t, err)
+		releaseAtCleanup(t, held)
+		c := mustComposite(t, p.Semaphore("slots", 1), p.Lock("z"), p.RWLock("rw").Writer(), p.Lock("a"))
 
-	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancel()
-	_, err = c.Acquire(short)
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
-	var lerr *mongolock.Error
-	require.ErrorAs(t, err, &lerr)
-	require.Equal(t, "slots", lerr.Name, "the error names the part it waited for")
-	requireFree(t, ctx, e.other.Lock("a"), e.other.Lock("z"), e.other.RWLock("rw").Writer())
+		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, err = c.Acquire(short)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+		var lerr *mongolock.Error
+		require.ErrorAs(t, err, &lerr)
+		require.Equal(t, "slots", lerr.Name, "the error names the part it waited for")
+		requireFree(t, ctx, other.Lock("a"), other.Lock("z"), other.RWLock("rw").Writer())
+	})
 }
 
 // A part that fails otherwise than by contention fails the composite with
@@ -384,40 +388,46 @@ func TestCompositeContextEndsWhenAPartIsReleasedOnItsOwn(t *testing.T) {
 // An Acquire that loses a part it took while it waits for a later one lets
 // go and starts again: the composite it returns holds every part.
 func TestCompositeAcquireStartsAgainWhenAPartIsLostWhileItWaits(t *testing.T) {
-	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
-	ctx := boundedCtx(t, time.Minute)
-	b := mustTryAcquire(t, ctx, e.other.Lock("b"))
-	releaseAtCleanup(t, b)
-	type result struct {
-		h   *mongolock.CompositeHandle
-		err error
-	}
-	c := mustComposite(t, e.p.Lock("b"), e.p.Lock("a"))
-	got := make(chan result, 1)
-	go func() {
-		h, err := c.Acquire(ctx)
-		got <- result{h, err}
-	}()
-	awaitQueueLen(t, e.p, "b", 1) // it holds a, and waits for b
-	first, err := e.other.Inspect(ctx, "a")
-	require.NoError(t, err)
-	require.True(t, first.Held)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := newMemDB(t)
+		p, net, other := d.holderAndRival(mongolock.WithExpiry(shortExpiry))
+		net.Delay(time.Millisecond) // a round trip takes time, as a server's does
+		b := mustTryAcquire(t, ctx, other.Lock("b"))
+		releaseAtCleanup(t, b)
+		type result struct {
+			h   *mongolock.CompositeHandle
+			err error
+		}
+		c := mustComposite(t, p.Lock("b"), p.Lock("a"))
+		got := make(chan result, 1)
+		go func() {
+			h, err := c.Acquire(ctx)
+			got <- result{h, err}
+		}()
+		awaitQueueLen(t, p, "b", 1) // it holds a, and waits for b
+		first, err := other.Inspect(ctx, "a")
+		require.NoError(t, err)
+		require.True(t, first.Held)
 
-	_, err = e.other.ForceRelease(ctx, "a")
-	require.NoError(t, err)
-	pollUntil(t, 10*time.Second, "a taken again", func() bool {
-		info, err := e.other.Inspect(ctx, "a")
-		return err == nil && info.Held && info.FencingToken > first.FencingToken
+		_, err = other.ForceRelease(ctx, "a")
+		require.NoError(t, err)
+		d.await("a taken again", func() bool {
+			info, err := other.Inspect(ctx, "a")
+			return err == nil && info.Held && info.FencingToken > first.FencingToken
+		})
+		require.NoError(t, b.Release(ctx))
+		r := <-got
+		require.NoError(t, r.err)
+		releaseCompositeAtCleanup(t, r.h)
+		// Past several extensions: every part is held, and stays so.
+		time.Sleep(2 * shortExpiry)
+		require.False(t, closedNow(r.h.Lost()), "the composite's Lost: every part is held")
+		again, err := other.Inspect(ctx, "a")
+		require.NoError(t, err)
+		require.Equal(t, again.FencingToken, r.h.Handles()[1].FencingToken(), "a's new acquisition")
+		require.NoError(t, r.h.Release(ctx))
 	})
-	require.NoError(t, b.Release(ctx))
-	r := <-got
-	require.NoError(t, r.err)
-	releaseCompositeAtCleanup(t, r.h)
-	staysOpen(t, r.h.Lost(), lossDetectionBound, "the composite's Lost: every part is held")
-	again, err := e.other.Inspect(ctx, "a")
-	require.NoError(t, err)
-	require.Equal(t, again.FencingToken, r.h.Handles()[1].FencingToken(), "a's new acquisition")
-	require.NoError(t, r.h.Release(ctx))
 }
 
 // Do runs fn holding every part, returns fn's error, and releases them;

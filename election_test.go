@@ -318,27 +318,31 @@ func TestLeaderReportsTheLeaderOrErrNoLeader(t *testing.T) {
 // when someone else led the whole time, and ErrClosed after Close, also for
 // a campaign waiting then.
 func TestCampaignEndsWithItsContextOrTheProvider(t *testing.T) {
-	ctx := boundedCtx(t, 30*time.Second)
-	e := newLockEnv(t, fastPolls)
-	leader, err := e.other.Election("contested").Campaign(ctx, "incumbent")
-	require.NoError(t, err)
-	releaseAtCleanup(t, leader.Handle)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := newMemDB(t)
+		p, net, other := d.holderAndRival(fastPolls)
+		net.Delay(time.Millisecond) // a round trip takes time, as a server's does
+		leader, err := other.Election("contested").Campaign(ctx, "incumbent")
+		require.NoError(t, err)
+		releaseAtCleanup(t, leader.Handle)
 
-	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	defer cancel()
-	_, err = e.p.Election("contested").Campaign(cctx, "challenger")
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
-	require.ErrorContains(t, err, `campaign "contested"`)
+		cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		_, err = p.Election("contested").Campaign(cctx, "challenger")
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+		require.ErrorContains(t, err, `campaign "contested"`)
 
-	p := newProvider(t, e.db, fastPolls)
-	waiting := make(chan error, 1)
-	go func() { _, err := p.Election("contested").Campaign(ctx, "challenger"); waiting <- err }()
-	awaitQueueLen(t, p, "contested", 1)
-	require.NoError(t, p.Close(ctx))
-	require.ErrorIs(t, <-waiting, mongolock.ErrClosed)
-	_, err = p.Election("contested").Campaign(ctx, "challenger")
-	require.ErrorIs(t, err, mongolock.ErrClosed)
+		closing, _ := d.process(fastPolls)
+		waiting := make(chan error, 1)
+		go func() { _, err := closing.Election("contested").Campaign(ctx, "challenger"); waiting <- err }()
+		awaitQueueLen(t, closing, "contested", 1)
+		require.NoError(t, closing.Close(ctx))
+		require.ErrorIs(t, <-waiting, mongolock.ErrClosed)
+		_, err = closing.Election("contested").Campaign(ctx, "challenger")
+		require.ErrorIs(t, err, mongolock.ErrClosed)
+	})
 }
 
 // term is one run of Run's function: its leadership's token and ctx.

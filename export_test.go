@@ -33,6 +33,10 @@ func LeaseUnkept(h *Handle) <-chan struct{} { return h.extendingStopped }
 // waitingProcess).
 func Process(p *Provider) string { return p.locks.process }
 
+// SlotsProcess is the id of p's process in semaphores' and RWLocks'
+// documents.
+func SlotsProcess(p *Provider) string { return p.slots.process }
+
 // ClaimLifetime is how long a claim of p's process counts after it last
 // asked.
 func ClaimLifetime(p *Provider) time.Duration { return p.opts.claimLifetime() }

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.uber.org/goleak"
 
 	"github.com/mongolock/mongolock"
@@ -92,78 +96,105 @@ func FuzzLockName(f *testing.F) {
 	})
 }
 
+// optionSeed is one input of FuzzOptions.
+type optionSeed struct {
+	coll               string
+	expiry, cadence    int64
+	setCadence         bool
+	sleepMin, sleepMax int64
+	adaptive           bool
+	label              string // for the log
+}
+
+// options returns the options s stands for, and whether the documented
+// bounds call them valid.
+func (s optionSeed) options() (opts []mongolock.Option, valid bool) {
+	opts = []mongolock.Option{
+		mongolock.WithCollection(s.coll),
+		mongolock.WithExpiry(time.Duration(s.expiry)),
+		mongolock.WithBusyWaitSleep(time.Duration(s.sleepMin), time.Duration(s.sleepMax)),
+		mongolock.WithAdaptiveBackoff(s.adaptive),
+	}
+	if s.setCadence {
+		opts = append(opts, mongolock.WithExtensionCadence(time.Duration(s.cadence)))
+	}
+	cadence := s.effectiveCadence()
+	valid = s.coll != "" && s.expiry >= int64(100*time.Millisecond) &&
+		cadence >= s.expiry/100 && cadence <= (s.expiry-s.margin())/2 && s.sleepMin > 0 && s.sleepMin <= s.sleepMax
+	return opts, valid
+}
+
+// effectiveCadence is the extension cadence: the one set, else a third of
+// the expiry.
+func (s optionSeed) effectiveCadence() int64 {
+	if !s.setCadence {
+		return s.expiry / 3
+	}
+	return s.cadence
+}
+
+// margin is the documented safety margin: a tenth of the expiry, at most 1s.
+func (s optionSeed) margin() int64 { return min(s.expiry/10, int64(time.Second)) }
+
+const optMS = int64(time.Millisecond)
+
+var optionSeeds = []optionSeed{
+	{mongolock.DefaultCollection, int64(mongolock.DefaultExpiry), 0, false, 10 * optMS, 800 * optMS, false, "defaults"},
+	{"locks", 100 * optMS, 0, false, 1, 1, true, "shortest expiry, 1ns sleeps"},
+	{"locks", 100*optMS - 1, 0, false, 10 * optMS, 800 * optMS, false, "expiry too short"},
+	{"locks", -1, 0, false, 10 * optMS, 800 * optMS, false, "negative expiry"},
+	{"locks", math.MaxInt64, 0, false, 10 * optMS, 800 * optMS, false, "longest expiry"},
+	{"locks", 1000 * optMS, 1000*optMS - 1, true, 10 * optMS, 800 * optMS, false, "cadence just below expiry"},
+	{"locks", 1000 * optMS, 450 * optMS, true, 10 * optMS, 800 * optMS, false, "longest cadence"},
+	{"locks", 1000 * optMS, 450*optMS + 1, true, 10 * optMS, 800 * optMS, false, "cadence just above the longest"},
+	{"locks", 1000 * optMS, 10 * optMS, true, 10 * optMS, 800 * optMS, false, "shortest cadence"},
+	{"locks", 1000 * optMS, 10*optMS - 1, true, 10 * optMS, 800 * optMS, false, "cadence just below the shortest"},
+	{"locks", 1000 * optMS, 1000 * optMS, true, 10 * optMS, 800 * optMS, false, "cadence = expiry"},
+	{"locks", 1000 * optMS, 0, true, 10 * optMS, 800 * optMS, false, "cadence 0"},
+	{"locks", 1000 * optMS, -1, true, 10 * optMS, 800 * optMS, false, "negative cadence"},
+	{"locks", 1000 * optMS, 0, false, 0, 800 * optMS, false, "sleep min 0"},
+	{"locks", 1000 * optMS, 0, false, 20 * optMS, 10 * optMS, true, "sleep min > max"},
+	{"locks", 1000 * optMS, 0, false, 10 * optMS, math.MaxInt64, true, "longest sleep max"},
+	{"locks", 1000 * optMS, 0, false, math.MaxInt64, math.MaxInt64, false, "longest sleeps"},
+	{"", 1000 * optMS, 0, false, 10 * optMS, 800 * optMS, false, "empty collection"},
+	{"a.b", 1000 * optMS, 0, false, 10 * optMS, 800 * optMS, false, "dotted collection"},
+	{"$locks", 1000 * optMS, 0, false, 10 * optMS, 800 * optMS, false, "collection with $"},
+	{"lo\x00cks", 1000 * optMS, 0, false, 10 * optMS, 800 * optMS, false, "collection with NUL"},
+	{"system.locks", 1000 * optMS, 0, false, 10 * optMS, 800 * optMS, false, "system collection"},
+	{"\xff\xfe", 1000 * optMS, 0, false, 10 * optMS, 800 * optMS, false, "collection not UTF-8"},
+	{strings.Repeat("c", 300), 1000 * optMS, 0, false, 10 * optMS, 800 * optMS, false, "300-byte collection"},
+}
+
 // FuzzOptions: any option values are either refused by NewProvider, with an
 // error naming the option, or satisfy the documented bounds; never a panic.
-// The seed corpus also uses each valid set against the server (fuzzing does
-// not, so as not to create a collection per input): acquire, wait, release,
-// or, for a collection name the server refuses, a clear error at once.
+// Each valid set then works, over the model in simulated time: a process
+// acquires, a second one with the same options waits (its sleeps, however
+// long or short, end with its ctx) and is told the lock was held, the
+// first releases and the second gets the lock. What a server makes of the
+// same sets (the collection names it refuses):
+// TestOptionsOfTheFuzzSeedsOnTheServer.
 func FuzzOptions(f *testing.F) {
-	const ms = int64(time.Millisecond)
-	type seed struct {
-		coll               string
-		expiry, cadence    int64
-		setCadence         bool
-		sleepMin, sleepMax int64
-		adaptive           bool
-		label              string // for the log
-	}
-	seeds := []seed{
-		{mongolock.DefaultCollection, int64(mongolock.DefaultExpiry), 0, false, 10 * ms, 800 * ms, false, "defaults"},
-		{"locks", 100 * ms, 0, false, 1, 1, true, "shortest expiry, 1ns sleeps"},
-		{"locks", 100*ms - 1, 0, false, 10 * ms, 800 * ms, false, "expiry too short"},
-		{"locks", -1, 0, false, 10 * ms, 800 * ms, false, "negative expiry"},
-		{"locks", math.MaxInt64, 0, false, 10 * ms, 800 * ms, false, "longest expiry"},
-		{"locks", 1000 * ms, 1000*ms - 1, true, 10 * ms, 800 * ms, false, "cadence just below expiry"},
-		{"locks", 1000 * ms, 450 * ms, true, 10 * ms, 800 * ms, false, "longest cadence"},
-		{"locks", 1000 * ms, 450*ms + 1, true, 10 * ms, 800 * ms, false, "cadence just above the longest"},
-		{"locks", 1000 * ms, 10 * ms, true, 10 * ms, 800 * ms, false, "shortest cadence"},
-		{"locks", 1000 * ms, 10*ms - 1, true, 10 * ms, 800 * ms, false, "cadence just below the shortest"},
-		{"locks", 1000 * ms, 1000 * ms, true, 10 * ms, 800 * ms, false, "cadence = expiry"},
-		{"locks", 1000 * ms, 0, true, 10 * ms, 800 * ms, false, "cadence 0"},
-		{"locks", 1000 * ms, -1, true, 10 * ms, 800 * ms, false, "negative cadence"},
-		{"locks", 1000 * ms, 0, false, 0, 800 * ms, false, "sleep min 0"},
-		{"locks", 1000 * ms, 0, false, 20 * ms, 10 * ms, true, "sleep min > max"},
-		{"locks", 1000 * ms, 0, false, 10 * ms, math.MaxInt64, true, "longest sleep max"},
-		{"locks", 1000 * ms, 0, false, math.MaxInt64, math.MaxInt64, false, "longest sleeps"},
-		{"", 1000 * ms, 0, false, 10 * ms, 800 * ms, false, "empty collection"},
-		{"a.b", 1000 * ms, 0, false, 10 * ms, 800 * ms, false, "dotted collection"},
-		{"$locks", 1000 * ms, 0, false, 10 * ms, 800 * ms, false, "collection with $"},
-		{"lo\x00cks", 1000 * ms, 0, false, 10 * ms, 800 * ms, false, "collection with NUL"},
-		{"system.locks", 1000 * ms, 0, false, 10 * ms, 800 * ms, false, "system collection"},
-		{"\xff\xfe", 1000 * ms, 0, false, 10 * ms, 800 * ms, false, "collection not UTF-8"},
-		{strings.Repeat("c", 300), 1000 * ms, 0, false, 10 * ms, 800 * ms, false, "300-byte collection"},
-	}
-	labels := map[string]string{}
-	for _, s := range seeds {
+	labels := map[optionSeed]string{}
+	for _, s := range optionSeeds {
 		f.Add(s.coll, s.expiry, s.cadence, s.setCadence, s.sleepMin, s.sleepMax, s.adaptive)
-		labels[s.coll+"|"+time.Duration(s.expiry).String()+"|"+time.Duration(s.cadence).String()+"|"+time.Duration(s.sleepMin).String()+"|"+time.Duration(s.sleepMax).String()] = s.label
+		label := s.label
+		s.label = ""
+		labels[s] = label
 	}
-	useServer := !fuzzing()
-	var db, otherDB = testdb.Database(f), testdb.Database(f)
-	if useServer {
-		otherDB = ownClient(f, db, nil)
-	}
+	// A client that never reaches a server: New and NewProvider only
+	// validate.
+	client, err := mongo.Connect(options.Client().ApplyURI("mongodb://127.0.0.1:1/?connect=direct"))
+	require.NoError(f, err)
+	f.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	db := client.Database(testdb.Prefix + "fuzz_options")
 
 	f.Fuzz(func(t *testing.T, coll string, expiry, cadence int64, setCadence bool, sleepMin, sleepMax int64, adaptive bool) {
-		label := labels[coll+"|"+time.Duration(expiry).String()+"|"+time.Duration(cadence).String()+"|"+time.Duration(sleepMin).String()+"|"+time.Duration(sleepMax).String()]
-		opts := []mongolock.Option{
-			mongolock.WithCollection(coll),
-			mongolock.WithExpiry(time.Duration(expiry)),
-			mongolock.WithBusyWaitSleep(time.Duration(sleepMin), time.Duration(sleepMax)),
-			mongolock.WithAdaptiveBackoff(adaptive),
-		}
-		if setCadence {
-			opts = append(opts, mongolock.WithExtensionCadence(time.Duration(cadence)))
-		}
+		s := optionSeed{coll, expiry, cadence, setCadence, sleepMin, sleepMax, adaptive, ""}
+		label := labels[s]
+		opts, valid := s.options()
 		p, err := mongolock.NewProvider(db, opts...)
 		_, errNew := mongolock.New(db, "x", opts...)
 		require.Equal(t, err == nil, errNew == nil, "New and NewProvider disagree")
-		if !setCadence {
-			cadence = expiry / 3
-		}
-		margin := min(expiry/10, int64(time.Second))
-		valid := coll != "" && expiry >= int64(100*time.Millisecond) &&
-			cadence >= expiry/100 && cadence <= (expiry-margin)/2 && sleepMin > 0 && sleepMin <= sleepMax
 		if err != nil {
 			require.Nil(t, p)
 			require.False(t, valid, "documented-valid options refused: %v", err)
@@ -177,38 +208,79 @@ func FuzzOptions(f *testing.F) {
 		require.True(t, valid, "documented-invalid options accepted")
 		require.Equal(t, coll, mongolock.CollectionName(p))
 		m := mongolock.SafetyMargin(p)
-		require.Equal(t, time.Duration(margin), m, "the margin: a tenth of the expiry, at most 1s")
+		require.Equal(t, time.Duration(s.margin()), m, "the margin: a tenth of the expiry, at most 1s")
 		require.GreaterOrEqual(t, m, 10*time.Millisecond)
-		require.LessOrEqual(t, 2*cadence, expiry-margin, "no room to extend twice within the lease")
-		if !useServer {
-			return
-		}
-
-		// On the server: acquire, be refused to a second client with the
-		// same options (its sleeps, however long or short, end with ctx),
-		// release.
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		other := newProvider(t, otherDB, opts...)
-		defer mongolock.WaitBackground(p)
-		start := time.Now()
-		h, err := p.Lock("fuzz").Acquire(ctx)
-		if err != nil {
-			// A collection the server refuses: at once, clearly.
-			require.NotErrorIs(t, err, mongolock.ErrNotAcquired)
-			require.NoError(t, ctx.Err(), "%s: returned only when ctx ended: retried a refusal?", label)
-			require.Less(t, time.Since(start), 5*time.Second)
-			t.Logf("%s: on the server: %v", label, err)
-			return
-		}
-		wctx, wcancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		_, err = other.Lock("fuzz").Acquire(wctx)
-		wcancel()
-		require.ErrorIs(t, err, mongolock.ErrNotAcquired)
-		require.True(t, errors.Is(err, context.DeadlineExceeded), "%v", err)
-		require.NoError(t, h.Release(ctx))
+		require.LessOrEqual(t, 2*s.effectiveCadence(), expiry-s.margin(), "no room to extend twice within the lease")
+		synctest.Test(t, func(t *testing.T) { optionsWork(t, opts) })
 		if label != "" {
-			t.Logf("%s: works (token %d)", label, h.FencingToken())
+			t.Logf("%s: works", label)
 		}
 	})
+}
+
+// optionsWork checks, over the model, that two processes with opts
+// exclude each other: the second one's Acquire, whose ctx ends while the
+// first holds the lock, says it was held; once the first releases, the
+// second gets the lock, with a greater token.
+func optionsWork(t *testing.T, opts []mongolock.Option) {
+	ctx := t.Context()
+	d := newMemDB(t)
+	p, net := d.process(opts...)
+	other, otherNet := d.process(opts...)
+	// Round trips take time, as a server's do: sleeps of 1ns do not spin
+	// without end at one instant.
+	net.Delay(time.Millisecond)
+	otherNet.Delay(time.Millisecond)
+	h := mustAcquire(t, ctx, p.Lock("fuzz"))
+	wctx, wcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err := other.Lock("fuzz").Acquire(wctx)
+	wcancel()
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, h.Release(ctx))
+	h2 := mustAcquire(t, ctx, other.Lock("fuzz"))
+	require.Greater(t, h2.FencingToken(), h.FencingToken())
+	require.NoError(t, h2.Release(ctx))
+}
+
+// What the server makes of every valid set of FuzzOptions' seeds: a lease
+// of its arithmetic that keeps a second client out until the release (for
+// the leases that a stalled machine cannot outlast), or,
+// for a collection name it refuses, a clear error at once rather than an
+// Acquire that retries until its ctx ends. One attempt each: how the
+// options wait is FuzzOptions', over the model.
+func TestOptionsOfTheFuzzSeedsOnTheServer(t *testing.T) {
+	db := testdb.Database(t)
+	otherDB := ownClient(t, db, nil)
+	for i, s := range optionSeeds {
+		opts, valid := s.options()
+		if !valid {
+			continue
+		}
+		t.Run(s.label, func(t *testing.T) {
+			// A bound for failing only: a refusal comes at the first reply.
+			ctx := boundedCtx(t, 20*time.Second)
+			name := fmt.Sprintf("options-%d", i)
+			h, err := newProvider(t, db, opts...).Lock(name).Acquire(ctx)
+			if err != nil {
+				require.NotErrorIs(t, err, mongolock.ErrNotAcquired)
+				require.NoError(t, ctx.Err(), "returned only when ctx ended: retried a refusal?")
+				t.Logf("refused: %v", err)
+				return
+			}
+			releaseAtCleanup(t, h)
+			// A lease that a loaded machine's stall can outlast may end
+			// before the second client asks, or before the release: such
+			// a seed shows only that the server takes its options.
+			long := time.Duration(s.expiry) >= 10*time.Second
+			if long {
+				_, err = newProvider(t, otherDB, opts...).Lock(name).TryAcquire(ctx)
+				require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a second client while held")
+			}
+			if err := h.Release(ctx); long || !errors.Is(err, mongolock.ErrLockLost) {
+				require.NoError(t, err)
+			}
+			t.Logf("works (token %d)", h.FencingToken())
+		})
+	}
 }

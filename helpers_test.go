@@ -501,13 +501,18 @@ type slotHolder struct {
 }
 
 // slotHolders returns the holders in the document of the semaphore or RW
-// lock name, in its order, and those of them whose lease has not ended.
+// lock name, in its order, and those of them whose lease has not ended;
+// none while it has no document.
 func (d *memDB) slotHolders(name string) (all, live []slotHolder) {
 	d.t.Helper()
 	var doc struct {
 		Holders []slotHolder `bson:"holders"`
 	}
-	require.NoError(d.t, bson.Unmarshal(d.doc(memSemColl, name), &doc))
+	raw := d.doc(memSemColl, name)
+	if raw == nil {
+		return nil, nil
+	}
+	require.NoError(d.t, bson.Unmarshal(raw, &doc))
 	for _, h := range doc.Holders {
 		if h.ExpiresAt.After(time.Now()) {
 			live = append(live, h)

@@ -49,6 +49,12 @@ type LockInfo struct {
 	// WriterWaiting reports, of an RWLock, whether that claim is a
 	// writer's: while it lasts, new readers are refused.
 	WriterWaiting bool
+	// Claim is what the document says of the claim that Waiting reports;
+	// nil when Waiting is false.
+	Claim *ClaimInfo
+	// Next is, of a lock or an election, the place of the process that
+	// claims the turn after Claim's; nil when none counts.
+	Next *ClaimInfo
 	// N is a semaphore's number of slots, as SemaphoreInfo's; 0 for the
 	// other kinds.
 	N int
@@ -58,6 +64,30 @@ type LockInfo struct {
 	Holders []HolderInfo
 	// ServerTime is the server's clock when it was read.
 	ServerTime time.Time
+}
+
+// ClaimInfo is a waiting process's place in the turns of a lock, an
+// election, a semaphore or an RWLock, as its document keeps it.
+type ClaimInfo struct {
+	// Process is the waiting process's id: one per client, database and
+	// collection of a process, random (its owner is not stored).
+	Process string
+	// Since is the fencing token its process saw when it began to wait:
+	// the longest waiting process has the smallest. While one wait goes
+	// on, Since stays as it was.
+	Since int64
+	// Until is the server time until which the place counts unless the
+	// waiting process renews it, as it does while it waits.
+	Until time.Time
+}
+
+// claimAt is a place whose fields were process, since and until, if it
+// counts at now; else nil.
+func claimAt(process string, since int64, until, now time.Time) *ClaimInfo {
+	if !until.After(now) {
+		return nil
+	}
+	return &ClaimInfo{Process: process, Since: since, Until: until}
 }
 
 // Inspect returns the state of the lock or election called name, in one
@@ -270,6 +300,13 @@ type infoDoc struct {
 	FencingToken int64     `bson:"fencingToken"`
 	Waiting      bool      `bson:"waiting"`
 	Now          time.Time `bson:"now"`
+
+	WaitingProcess string    `bson:"waitingProcess"`
+	WaitingSince   int64     `bson:"waitingSince"`
+	WaitingUntil   time.Time `bson:"waitingUntil"`
+	NextProcess    string    `bson:"nextProcess"`
+	NextSince      int64     `bson:"nextSince"`
+	NextUntil      time.Time `bson:"nextUntil"`
 }
 
 // infoOf decodes an inspection's document as D, and reads its state.
@@ -281,7 +318,8 @@ func infoOf[D interface{ info() LockInfo }](raw bson.Raw) (LockInfo, error) {
 
 func (d infoDoc) info() LockInfo {
 	info := LockInfo{Name: d.Name, Kind: d.Kind, Held: d.Held, AcquiredAt: d.AcquiredAt, ExpiresAt: d.ExpiresAt,
-		FencingToken: d.FencingToken, Waiting: d.Waiting, ServerTime: d.Now}
+		FencingToken: d.FencingToken, Waiting: d.Waiting, ServerTime: d.Now,
+		Claim: claimAt(d.WaitingProcess, d.WaitingSince, d.WaitingUntil, d.Now), Next: claimAt(d.NextProcess, d.NextSince, d.NextUntil, d.Now)}
 	if d.Held && d.Mine {
 		info.Owner, info.Value = d.Owner, d.Value
 	}
@@ -293,7 +331,7 @@ func (d infoDoc) info() LockInfo {
 
 func (d slotsDoc) info() LockInfo {
 	info := LockInfo{Name: d.Name, Kind: d.Kind, FencingToken: d.FencingToken, Waiting: d.Waiting,
-		WriterWaiting: d.WriterWaiting, ServerTime: d.Now}
+		WriterWaiting: d.WriterWaiting, ServerTime: d.Now, Claim: claimAt(d.WaitingProcess, d.WaitingSince, d.WaitingUntil, d.Now)}
 	if d.Kind == KindSemaphore {
 		info.N = d.N
 	}
@@ -383,6 +421,10 @@ type slotsDoc struct {
 	Waiting       bool      `bson:"waiting"`
 	WriterWaiting bool      `bson:"writerWaiting"`
 	Now           time.Time `bson:"now"`
+
+	WaitingProcess string    `bson:"waitingProcess"`
+	WaitingSince   int64     `bson:"waitingSince"`
+	WaitingUntil   time.Time `bson:"waitingUntil"`
 }
 
 // inspectSlots reads the state of l, a Semaphore's or an RWLock's (semInspectPipeline).

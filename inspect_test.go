@@ -732,6 +732,73 @@ func TestLocksOverTheModelMergesInNameOrderAndStopsWhereTheCallerBreaks(t *testi
 	})
 }
 
+// Over the model: Inspect shows what a lock's document says of the
+// processes that wait for it: the claim of the first, the fencing token
+// it saw as it began to wait, and until when the claim counts; the place
+// of the second, next; and a semaphore's claim alike. Both are gone once
+// their waits give up (the claims withdrawn).
+func TestInspectOverTheModelShowsTheClaimsOfWaitingProcesses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := newMemDB(t)
+		holder, _ := d.process()
+		first, _ := d.process()
+		second, _ := d.process()
+		lock := mustTryAcquire(t, ctx, holder.Lock("q"))
+		slot, err := holder.Semaphore("q", 1).TryAcquire(ctx)
+		require.NoError(t, err)
+		info, err := holder.Inspect(ctx, "q")
+		require.NoError(t, err)
+		require.Nil(t, info.Claim, "nobody waits")
+		require.Nil(t, info.Next)
+
+		waits, giveUp := context.WithCancel(ctx)
+		semEnded := make(chan error, 1)
+		go func() {
+			_, err := first.Semaphore("q", 1).Acquire(waits)
+			semEnded <- err
+		}()
+		ended := []<-chan error{acquireInBackground(waits, first.Lock("q")), semEnded}
+		synctest.Wait()
+		ended = append(ended, acquireInBackground(waits, second.Lock("q")))
+		synctest.Wait()
+
+		info, err = holder.Inspect(ctx, "q")
+		require.NoError(t, err)
+		require.True(t, info.Waiting)
+		require.NotNil(t, info.Claim)
+		require.Equal(t, mongolock.Process(first), info.Claim.Process)
+		require.Equal(t, lock.FencingToken(), info.Claim.Since, "the token it saw as it began to wait")
+		require.True(t, info.Claim.Until.After(info.ServerTime), "a claim that counts")
+		require.NotNil(t, info.Next)
+		require.Equal(t, mongolock.Process(second), info.Next.Process)
+		require.True(t, info.Next.Until.After(info.ServerTime))
+
+		var sem mongolock.LockInfo
+		for i, err := range holder.Locks(ctx, "q") {
+			require.NoError(t, err)
+			sem = i
+		}
+		require.Equal(t, mongolock.KindSemaphore, sem.Kind)
+		require.NotNil(t, sem.Claim)
+		require.Equal(t, mongolock.SlotsProcess(first), sem.Claim.Process)
+		require.Equal(t, slot.FencingToken(), sem.Claim.Since)
+		require.Nil(t, sem.Next, "a semaphore keeps no place next")
+
+		giveUp()
+		for _, e := range ended {
+			require.ErrorIs(t, <-e, context.Canceled)
+		}
+		synctest.Wait()
+		for info, err := range holder.Locks(ctx, "q") {
+			require.NoError(t, err)
+			require.False(t, info.Waiting, info.Kind)
+			require.Nil(t, info.Claim, info.Kind)
+			require.Nil(t, info.Next, info.Kind)
+		}
+	})
+}
+
 // Inspect reports a lock's state by the server's clock: held with its owner
 // and value, free after release (the token kept), and ErrNoLock for a name
 // never used.

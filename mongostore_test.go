@@ -4,6 +4,7 @@ package mongolock_test
 // library's concerns on every command, whatever the database's.
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -73,9 +74,15 @@ func TestEveryCommandOnTheLockCollectionCarriesTheLibrarysConcerns(t *testing.T)
 			awaitClosed(t, b.Lost(), 5*time.Second, "Lost of the handle taken over")
 			// aggregate: a waiter for a lock of another process opens the
 			// release events' change stream.
+			// It gives up once the stream is opened, which a refusal's reply
+			// starts: a deadline could end it before any reply.
 			c := releaseAtCleanup(t, mustTryAcquire(t, ctx, rival.Lock("c")))
-			_, err = p.Lock("c").Acquire(boundedCtx(t, 300*time.Millisecond))
-			require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			waited := acquireInBackground(wctx, p.Lock("c"))
+			pollUntil(t, 20*time.Second, "the release events' stream", func() bool { return len(log.commands()["aggregate"]) > 0 })
+			cancel()
+			require.ErrorIs(t, <-waited, mongolock.ErrNotAcquired)
 			require.NoError(t, c.Release(ctx))
 			require.NoError(t, a.Release(ctx))
 			mongolock.WaitBackground(p)

@@ -301,7 +301,8 @@ func inspectPipeline(match bson.D) mongo.Pipeline {
 		"kind", cond(op("$eq", op("$type", "$value"), "missing"), string(KindLock), string(KindElection)),
 		"held", held, "lockId", 1, "mongolock", op("$eq", "$lockId", "$lastLockId"),
 		"owner", 1, "value", 1, "acquiredAt", 1, "expiresAt", 1, "fencingToken", 1,
-		"waiting", future("$waitingUntil"), "now", "$$NOW"))}
+		"waiting", future("$waitingUntil"), "now", "$$NOW",
+		"waitingProcess", 1, "waitingSince", 1, "waitingUntil", 1, "nextProcess", 1, "nextSince", 1, "nextUntil", 1))}
 }
 
 // listPipeline: list, inspectPipeline over prefixFilter(prefix), sorted by

@@ -230,7 +230,7 @@ func semInspectPipeline(match bson.D) mongo.Pipeline {
 	return mongo.Pipeline{obj("$match", match), obj("$project", obj(
 		"kind", 1, "n", 1, "holders", liveHolders, "fencingToken", 1, "waiting", claimLive,
 		"writerWaiting", op("$or", op("$and", claimLive, op("$eq", "$waitingMode", "w")), op("$gt", op("$size", upgrading), 0)),
-		"now", "$$NOW"))}
+		"now", "$$NOW", "waitingProcess", 1, "waitingSince", 1, "waitingUntil", 1))}
 }
 
 // semListPipeline: list semaphores and RWLocks, as listPipeline lists locks.

@@ -110,27 +110,31 @@ func (qs *queues) drop(name string, q *queue) {
 // wakes it too, and it is never handed a lock.
 func (qs *queues) join(l *Lock, upgrade bool) *waiter {
 	qs.mu.Lock()
-	defer qs.mu.Unlock()
 	w := &waiter{wake: make(chan struct{}, 1), lock: l, q: qs.get(l.name), upgrade: upgrade}
-	if upgrade {
+	switch {
+	case upgrade:
 		w.q.upgrades = append(w.q.upgrades, w)
 		w.signal()
-		return w
-	}
-	if len(w.q.waiters) == 0 {
+	case len(w.q.waiters) == 0:
 		w.q.pace.begin() // a new wait
-	}
-	if w.q.waiters = append(w.q.waiters, w); len(w.q.waiters) == 1 {
 		w.signal()
+		fallthrough
+	default:
+		w.q.waiters = append(w.q.waiters, w)
 	}
+	n := w.q.waiting()
+	qs.mu.Unlock()
+	l.p.tel.waiting(l, true, n)
 	return w
 }
+
+// waiting is how many calls wait in q: its waiters, and Upgrade calls.
+func (q *queue) waiting() int { return len(q.waiters) + len(q.upgrades) }
 
 // leave takes w out of its line and signals the next head if w was the
 // head. It returns a handle handed over to w that w did not take.
 func (qs *queues) leave(w *waiter) (handedOver *Handle) {
 	qs.mu.Lock()
-	defer qs.mu.Unlock()
 	q := w.q
 	if w.upgrade {
 		q.upgrades = slices.DeleteFunc(q.upgrades, func(u *waiter) bool { return u == w })
@@ -143,6 +147,9 @@ func (qs *queues) leave(w *waiter) (handedOver *Handle) {
 	}
 	qs.drop(w.lock.name, q)
 	handedOver, w.handedOver, w.q = w.handedOver, nil, nil
+	n := q.waiting()
+	qs.mu.Unlock()
+	w.lock.p.tel.waiting(w.lock, false, n)
 	return handedOver
 }
 

@@ -38,6 +38,14 @@ type Trace struct {
 	AcquireAttempt func(ctx context.Context, info AttemptInfo)
 	// AcquireDone is called when the call returns.
 	AcquireDone func(ctx context.Context, info AcquireDoneInfo)
+	// Waiting is called when an Acquire call (or Campaign, or an RWLock
+	// handle's Upgrade) joins its process's line for its lock, and again
+	// when it leaves: it acquired, was handed the lock, gave up (its ctx
+	// ended), failed, or its provider closed. Twice per call, joining
+	// first (an Acquire's between its AcquireStart and AcquireDone; an
+	// Upgrade's with its handle's mode, "upgradeable"); TryAcquire waits
+	// in no line.
+	Waiting func(info WaitingInfo)
 
 	// ReleaseStart is called when a Release (or Resign) of a handle that
 	// has not been released yet begins, or a Proclaim. The context it
@@ -127,6 +135,20 @@ type AcquireDoneInfo struct {
 	TraceResult
 }
 
+// WaitingInfo is about an acquisition call that joins or leaves its
+// process's line for its lock.
+type WaitingInfo struct {
+	Lock TraceLock
+	// Waiting is true when the call joins the line, false when it leaves.
+	Waiting bool
+	// Count is how many calls of this process wait in the lock's line just
+	// after this change (the head, which asks the database, and those
+	// behind it; of every mode of an RWLock). Calls of different
+	// goroutines may be reported out of order: add +1 when Waiting, -1
+	// when not, for a count that is exact once they are all reported.
+	Count int
+}
+
 // ReleaseStartInfo is about a release, or a Proclaim, that begins.
 type ReleaseStartInfo struct {
 	Lock         TraceLock
@@ -198,7 +220,7 @@ func (t *Trace) then(u *Trace) *Trace {
 	}
 	return &Trace{
 		AcquireStart: chainStart(t.AcquireStart, u.AcquireStart), AcquireAttempt: chainCtx(t.AcquireAttempt, u.AcquireAttempt),
-		AcquireDone:  chainCtx(t.AcquireDone, u.AcquireDone),
+		AcquireDone: chainCtx(t.AcquireDone, u.AcquireDone), Waiting: chain(t.Waiting, u.Waiting),
 		ReleaseStart: chainStart(t.ReleaseStart, u.ReleaseStart), HandOver: chainCtx(t.HandOver, u.HandOver),
 		ReleaseDone: chainCtx(t.ReleaseDone, u.ReleaseDone),
 		Acquired:    chain(t.Acquired, u.Acquired), Unheld: chain(t.Unheld, u.Unheld), Lost: chain(t.Lost, u.Lost),
@@ -347,6 +369,14 @@ func (c *acquireCall) end(ctx context.Context, h *Handle, err error) {
 			info.FencingToken = h.token.Load()
 		}
 		hook(ctx, info)
+	}
+}
+
+// waiting tells the hooks that an acquisition call of l joined its line
+// (joined) or left it, which n calls wait in now.
+func (t *telemetry) waiting(l *Lock, joined bool, n int) {
+	if hook := t.trace.Waiting; hook != nil {
+		hook(WaitingInfo{Lock: l.info(), Waiting: joined, Count: n})
 	}
 }
 

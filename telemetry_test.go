@@ -437,6 +437,7 @@ func everyHook(rec *traceRecorder, name string) *mongolock.Trace {
 		},
 		AcquireAttempt: func(context.Context, mongolock.AttemptInfo) { add("attempt") },
 		AcquireDone:    func(context.Context, mongolock.AcquireDoneInfo) { add("acquire-done") },
+		Waiting:        func(mongolock.WaitingInfo) { add("waiting") },
 		ReleaseStart: func(ctx context.Context, _ mongolock.ReleaseStartInfo) context.Context {
 			return start(ctx, "release-start")
 		},
@@ -502,9 +503,117 @@ func TestTraceOverTheModelCallsEveryHookOfEachWithTraceInOrder(t *testing.T) {
 		for hook, n := range pending {
 			require.Zero(t, n, "the second trace's %s", hook)
 		}
-		for _, hook := range []string{"acquire-start", "attempt", "acquire-done", "release-start", "hand-over", "release-done",
+		for _, hook := range []string{"acquire-start", "attempt", "acquire-done", "waiting", "release-start", "hand-over", "release-done",
 			"acquired", "unheld", "lost", "extend-start", "extend-done", "abandoned"} {
 			require.True(t, seen[hook], "%s called: %q", hook, events)
 		}
+	})
+}
+
+// waitingCounter sums the Waiting hook's reports per lock name: +1 as a
+// call joins its line, -1 as it leaves; it fails the test if a sum, or a
+// reported Count, goes below zero.
+type waitingCounter struct {
+	t    *testing.T
+	mu   sync.Mutex
+	sums map[string]int
+	last map[string]int // the last Count reported
+}
+
+// newWaitingCounter returns a counter of p's Waiting hook, and two
+// processes over one model: other, and p.
+func newWaitingCounter(t *testing.T) (count *waitingCounter, other, p *mongolock.Provider) {
+	count = &waitingCounter{t: t}
+	d := newMemDB(t)
+	other, _ = d.process()
+	p, _ = d.process(mongolock.WithTrace(count.trace()))
+	return count, other, p
+}
+
+func (c *waitingCounter) trace() *mongolock.Trace {
+	c.sums, c.last = map[string]int{}, map[string]int{}
+	return &mongolock.Trace{Waiting: func(i mongolock.WaitingInfo) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.sums[i.Lock.Name] += map[bool]int{true: 1, false: -1}[i.Waiting]
+		c.last[i.Lock.Name] = i.Count
+		assert(c.t, c.sums[i.Lock.Name] >= 0 && i.Count >= 0, "%s: %d waiting, %d reported", i.Lock.Name, c.sums[i.Lock.Name], i.Count)
+	}}
+}
+
+// requireWaiting checks that n calls wait for name, by the sum and by the
+// last Count reported.
+func (c *waitingCounter) requireWaiting(name string, n int, when string) {
+	c.t.Helper()
+	synctest.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.Equal(c.t, n, c.sums[name], "sum, %s", when)
+	require.Equal(c.t, n, c.last[name], "Count, %s", when)
+}
+
+// Over the model: the calls of a process that wait for a lock held by
+// another are counted as they join the line, and as they leave it: one
+// gives up (its ctx ends), one acquires when the holder releases, the one
+// behind it ends as its provider closes. A TryAcquire refused waits in no
+// line; the count never goes below zero and ends at zero.
+func TestTraceOverTheModelCountsTheCallsWaitingForALock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		count, other, p := newWaitingCounter(t)
+		held := mustTryAcquire(t, ctx, other.Lock("queue"))
+
+		short, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		givesUp := acquireInBackground(short, p.Lock("queue"))
+		count.requireWaiting("queue", 1, "one call waits")
+		type got struct {
+			h   *mongolock.Handle
+			err error
+		}
+		acquired := make(chan got, 2)
+		for range 2 {
+			go func() {
+				h, err := p.Lock("queue").Acquire(ctx)
+				acquired <- got{h, err}
+			}()
+		}
+		count.requireWaiting("queue", 3, "three calls wait")
+		_, err := p.Lock("queue").TryAcquire(ctx)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+		count.requireWaiting("queue", 3, "after a refused TryAcquire")
+
+		require.ErrorIs(t, <-givesUp, context.DeadlineExceeded)
+		count.requireWaiting("queue", 2, "one gave up")
+
+		require.NoError(t, held.Release(ctx))
+		first := <-acquired
+		require.NoError(t, first.err)
+		count.requireWaiting("queue", 1, "one acquired, one waits behind it")
+
+		require.NoError(t, p.Close(ctx))
+		require.ErrorIs(t, (<-acquired).err, mongolock.ErrClosed)
+		count.requireWaiting("queue", 0, "the provider closed")
+	})
+}
+
+// Over the model: an Upgrade that waits for another process's reader to
+// leave counts as waiting for its RWLock until it holds for writing.
+func TestTraceOverTheModelCountsAnUpgradeWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		count, other, p := newWaitingCounter(t)
+		reader, err := other.RWLock("rw").Reader().TryAcquire(ctx)
+		require.NoError(t, err)
+		u := mustTryAcquire(t, ctx, p.RWLock("rw").Upgradeable())
+		count.requireWaiting("rw", 0, "a TryAcquire that acquired")
+
+		upgraded := make(chan error, 1)
+		go func() { upgraded <- u.Upgrade(ctx) }()
+		count.requireWaiting("rw", 1, "the Upgrade waits for the reader")
+		require.NoError(t, reader.Release(ctx))
+		require.NoError(t, <-upgraded)
+		count.requireWaiting("rw", 0, "upgraded")
+		require.NoError(t, u.Release(ctx))
 	})
 }

@@ -63,6 +63,7 @@ func ExampleTrace() {
 	// metric mongolock.acquire.attempts
 	// metric mongolock.acquisitions
 	// metric mongolock.handles.held
+	// metric mongolock.acquire.pending
 }
 
 // printTelemetry prints the outcome of each span that tp exported to

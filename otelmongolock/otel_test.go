@@ -387,6 +387,50 @@ func TestHeldHandlesGoUpAndBackToZero(t *testing.T) {
 	require.Zero(t, tel.total(t, "mongolock.losses"))
 }
 
+// The Acquire calls that wait for a lock held by another process count
+// as pending, with the lock's attributes, from their call until they give
+// up (ctx ends) or acquire; a refused TryAcquire does not; the count goes
+// back to zero.
+func TestWaitingCallsArePendingUntilTheyGiveUpOrAcquire(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	db := testdb.Database(t)
+	tel := newSDKTelemetry(t)
+	p := newProvider(t, db, tel.options(nil)...)
+	held := mustTryAcquire(t, ctx, newProvider(t, db).Lock("queue"))
+	pending := func() int64 {
+		return tel.total(t, "mongolock.acquire.pending", attribute.String("mongolock.kind", "lock"),
+			attribute.String("db.collection.name", mongolock.DefaultCollection), attribute.String("db.namespace", db.Name()))
+	}
+
+	short, cancel := context.WithCancel(ctx)
+	defer cancel()
+	givesUp, acquired := make(chan error, 1), make(chan *mongolock.Handle, 1)
+	go func() {
+		_, err := p.Lock("queue").Acquire(short)
+		givesUp <- err
+	}()
+	go func() {
+		h, err := p.Lock("queue").Acquire(ctx)
+		assert(t, err == nil, "Acquire: %v", err)
+		acquired <- h
+	}()
+	pollUntil(t, 5*time.Second, "two calls pending", func() bool { return pending() == 2 })
+	_, err := p.Lock("queue").TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+	require.Equal(t, int64(2), pending(), "after a refused TryAcquire")
+
+	cancel()
+	require.ErrorIs(t, <-givesUp, context.Canceled)
+	require.Equal(t, int64(1), pending(), "one gave up")
+	require.NoError(t, held.Release(ctx))
+	h := <-acquired
+	require.Equal(t, int64(0), pending(), "the other acquired")
+	require.NoError(t, h.Release(ctx))
+	for _, pt := range tel.points(t, "mongolock.acquire.pending") {
+		require.Zero(t, pt.value, "%v", pt.attrs.ToSlice())
+	}
+}
+
 // A lock taken over (its document deleted) is a loss for that reason.
 func TestADeletedDocumentIsALossTakenOver(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)

@@ -7,10 +7,11 @@
 //
 // Spans: mongolock.acquire, mongolock.try_acquire, mongolock.release,
 // mongolock.proclaim and mongolock.extend. Metrics: mongolock.acquire.duration,
-// mongolock.acquire.attempts, mongolock.acquisitions, mongolock.losses,
-// mongolock.handles.held, mongolock.extension.duration and
-// mongolock.orphans.released. Their attributes follow the semantic
-// conventions for databases where they have one.
+// mongolock.acquire.attempts, mongolock.acquire.pending,
+// mongolock.acquisitions, mongolock.losses, mongolock.handles.held,
+// mongolock.extension.duration and mongolock.orphans.released. Their
+// attributes follow the semantic conventions for databases where they have
+// one.
 package otelmongolock
 
 import (
@@ -112,7 +113,7 @@ func Trace(opts ...Option) *mongolock.Trace {
 	}
 	t := newTelemetry(c)
 	return &mongolock.Trace{
-		AcquireStart: t.acquireStart, AcquireAttempt: t.acquireAttempt, AcquireDone: t.acquireDone,
+		AcquireStart: t.acquireStart, AcquireAttempt: t.acquireAttempt, AcquireDone: t.acquireDone, Waiting: t.waiting,
 		ReleaseStart: t.releaseStart, HandOver: t.handOver, ReleaseDone: t.releaseDone,
 		Acquired: t.acquired, Unheld: t.unheld, Lost: t.lost,
 		ExtendStart: t.extendStart, ExtendDone: t.extendDone,
@@ -125,10 +126,11 @@ type telemetry struct {
 	tracer                 trace.Tracer
 	spanNames, metricNames bool
 
-	waited       metric.Float64Histogram // acquisition call time
-	attempts     metric.Int64Histogram   // attempts per acquisition call
-	acquisitions metric.Int64Counter     // handles made
-	losses       metric.Int64Counter     // handles lost
+	waited       metric.Float64Histogram   // acquisition call time
+	attempts     metric.Int64Histogram     // attempts per acquisition call
+	pending      metric.Int64UpDownCounter // acquisition calls waiting in their line
+	acquisitions metric.Int64Counter       // handles made
+	losses       metric.Int64Counter       // handles lost
 	held         metric.Int64UpDownCounter
 	extensions   metric.Float64Histogram // extension round trips
 	orphans      metric.Int64Counter     // acquisitions nobody got, released
@@ -138,7 +140,7 @@ func newTelemetry(c config) *telemetry {
 	m := c.meters.Meter(instrumentation)
 	secs := []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
 	t := &telemetry{tracer: c.tracers.Tracer(instrumentation), spanNames: c.spanNames, metricNames: c.metricNames}
-	var errs [7]error
+	var errs [8]error
 	t.waited, errs[0] = m.Float64Histogram("mongolock.acquire.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time from an Acquire or TryAcquire call to its return, by outcome."),
 		metric.WithExplicitBucketBoundaries(secs...))
@@ -156,6 +158,10 @@ func newTelemetry(c config) *telemetry {
 		metric.WithExplicitBucketBoundaries(secs[:13]...))
 	t.orphans, errs[6] = m.Int64Counter("mongolock.orphans.released", metric.WithUnit("{acquisition}"),
 		metric.WithDescription("Acquisitions nobody got a handle for, released in the background."))
+	// Named as the conventions name a pool's waiting requests
+	// (db.client.connection.pending_requests), under the acquisition's.
+	t.pending, errs[7] = m.Int64UpDownCounter("mongolock.acquire.pending", metric.WithUnit("{call}"),
+		metric.WithDescription("Acquire calls of this process that wait in line for their lock."))
 	if err := errors.Join(errs[:]...); err != nil {
 		otel.Handle(err)
 	}
@@ -248,6 +254,17 @@ func (t *telemetry) acquireDone(ctx context.Context, i mongolock.AcquireDoneInfo
 		m := t.measure(i.Lock, keyOperation.String(i.Operation), keyOutcome.String(i.Outcome))
 		t.waited.Record(ctx, i.Waited.Seconds(), m)
 		t.attempts.Record(ctx, int64(i.Attempts), m)
+	}
+}
+
+// waiting counts a call that joins its line up, one that leaves it down.
+func (t *telemetry) waiting(i mongolock.WaitingInfo) {
+	if ctx := context.Background(); t.pending.Enabled(ctx) {
+		n := int64(-1)
+		if i.Waiting {
+			n = 1
+		}
+		t.pending.Add(ctx, n, t.measure(i.Lock))
 	}
 }
 

@@ -178,7 +178,7 @@ func (c *cli) helpOf(args []string) error {
 
 func (c *cli) usage() string {
 	var b strings.Builder
-	b.WriteString("mongolock runs a command under a distributed lock on MongoDB, and shows and frees locks,\nelections, semaphores and reader-writer locks.\n\nUsage:\n")
+	b.WriteString("mongolock runs a command under a distributed lock on MongoDB, holds one across the steps\nof a script, and shows and frees locks, elections, semaphores and reader-writer locks.\n\nUsage:\n")
 	for _, cmd := range c.commands {
 		fmt.Fprintf(&b, "  mongolock %s\n", cmd.synopsis)
 	}
@@ -197,6 +197,7 @@ Without --uri or MONGOLOCK_URI, the URI is MONGODB_URI's.
   export MONGODB_URI=mongodb://db.example.net/ops
   mongolock run nightly -- ./report.sh          # waits for the lock, then runs the report
   mongolock run --try nightly -- ./report.sh    # skips the run (status 75) if it is held
+  mongolock acquire --expiry 30m deploy > deploy.lock   # held across steps: extend, release
   mongolock list
   mongolock inspect --json nightly
   mongolock release --force nightly

@@ -12,8 +12,8 @@ const (
 	exitFailed      = 1   // nothing done: nothing called so, nothing held, not confirmed
 	exitUsage       = 2   // bad flags or arguments, no URI or database
 	exitUnavailable = 69  // could not talk to the server
-	exitNotAcquired = 75  // run: the lock was held by someone else
-	exitLost        = 76  // run: the lock was lost while the command ran
+	exitNotAcquired = 75  // run, acquire: the lock was held by someone else
+	exitLost        = 76  // run: the lock was lost while the command ran; extend, release: a stale ticket
 	exitNoExec      = 126 // run: the command could not be executed
 	exitNotFound    = 127 // run: the command was not found
 )
@@ -24,9 +24,10 @@ const exitStatuses = `Exit status:
   1        nothing done: no such lock, a free lock not released, not confirmed
   2        bad flags or arguments, no URI or no database
   69       could not talk to the server (unreachable, or it refused the request)
-  75       run: not acquired: the lock was held (--try, or --wait ran out)
+  75       run, acquire: not acquired: the lock was held (--try, or --wait ran out)
   76       run: the lock was lost while the command ran (it got SIGTERM), or the
-           release found it lost after the command exited, whatever its status
+           release found it lost after the command exited, whatever its status;
+           extend, release: the ticket is stale (its acquisition is over: lost)
   126, 127 run: the command could not be executed, or was not found
 `
 

@@ -1,11 +1,14 @@
 // Command mongolock runs a command under a distributed lock on MongoDB,
-// and shows and frees locks, elections, semaphores and reader-writer locks
-// from a shell:
+// holds one across the steps of a script, and shows and frees locks,
+// elections, semaphores and reader-writer locks from a shell:
 //
 //	mongolock run [flags] NAME [--] CMD [ARGS...]
+//	mongolock acquire [flags] NAME
+//	mongolock extend [--ticket TICKET] [flags]
 //	mongolock list [flags] [PREFIX]
 //	mongolock inspect [flags] NAME
 //	mongolock release --force [--holder ID] [flags] NAME
+//	mongolock release [--ticket TICKET] [flags]
 //
 // Install it with
 //
@@ -50,7 +53,7 @@ func (c *cli) dispatch(args []string) error {
 	global := flag.NewFlagSet("mongolock", flag.ContinueOnError)
 	version := global.Bool("version", false, "print the version and exit")
 	c.conn.register(global)
-	c.commands = []*command{c.runCommand(), c.listCommand(), c.inspectCommand(), c.releaseCommand()}
+	c.commands = []*command{c.runCommand(), c.acquireCommand(), c.extendCommand(), c.listCommand(), c.inspectCommand(), c.releaseCommand()}
 	for _, cmd := range c.commands {
 		c.conn.register(cmd.flags)
 	}

@@ -213,7 +213,7 @@ func TestHelpAndVersion(t *testing.T) {
 	t.Parallel()
 	top := invoke(t, "", "help")
 	requireCode(t, top, 0, "help")
-	for _, want := range []string{"mongolock run [flags] NAME [--] CMD [ARGS...]", "mongolock list", "mongolock inspect", "mongolock release --force",
+	for _, want := range []string{"mongolock run [flags] NAME [--] CMD [ARGS...]", "mongolock acquire [flags] NAME", "mongolock extend", "mongolock list", "mongolock inspect", "mongolock release --force",
 		"--uri URI", "Exit status:", "75", "76", "69", "Examples:", "mongolock run --try nightly -- ./report.sh"} {
 		if !strings.Contains(top.stdout, want) {
 			t.Errorf("mongolock help: no %q in\n%s", want, top.stdout)
@@ -226,7 +226,9 @@ func TestHelpAndVersion(t *testing.T) {
 		"run":     {"--try", "--wait DURATION", "--grace DURATION", "--expiry DURATION", "--semaphore N", "--read", "--write", "MONGOLOCK_FENCING_TOKEN", "before anyone else can take the lock", "Examples:"},
 		"list":    {"--json", "one object per line", "election", "semaphore", "rwlock", "Examples:"},
 		"inspect": {"--json", "semaphore", "Examples:"},
-		"release": {"--force", "--holder ID", "--yes", "fencing token", "semaphore", "Examples:"},
+		"release": {"--force", "--holder ID", "--yes", "fencing token", "semaphore", "--ticket TICKET", "MONGOLOCK_TICKET", "Examples:"},
+		"acquire": {"--try", "--wait DURATION", "--expiry DURATION", "--semaphore N", "--read", "--write", "--json", "MONGOLOCK_TICKET=", "MONGOLOCK_FENCING_TOKEN=", "bearer credential", "Examples:"},
+		"extend":  {"--ticket TICKET", "--expiry DURATION", "--owner NAME", "--json", "stale", "76", "Examples:"},
 	} {
 		r := invoke(t, "", cmd, "--help")
 		requireCode(t, r, 0, cmd+" --help")

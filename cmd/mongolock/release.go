@@ -30,11 +30,19 @@ It shows the holders and asks for confirmation, reading y or yes from stdin, unl
 that nothing holds (with --holder: that ID does not hold) is refused, with status 1; so
 is one whose holders were released, or whose leases ran out, while it asked.
 
+With --ticket TICKET (or MONGOLOCK_TICKET), and no NAME, it releases the acquisition
+that acquire or extend printed the ticket of, at once, in place of its holder: it takes
+it over by the ticket (nobody can get in between), then releases it, and prints what it
+released. It needs no --force, and asks nothing. A stale ticket (its acquisition was
+released, taken over, force released, or its lease ran out) releases nothing, with
+status 76: the lock was lost before.
+
 Examples:
   mongolock release --force nightly
   mongolock release --force --yes nightly    # in a script
   mongolock inspect exports                  # lists the holders' IDs
   mongolock release --force --holder 5f0c4b0e9d2a7c1e8b3f6a4d2c1e0f9a exports
+  . ./deploy.lock; MONGOLOCK_TICKET=$MONGOLOCK_TICKET mongolock release   # acquire's output
 `
 
 func (c *cli) releaseCommand() *command {
@@ -42,16 +50,30 @@ func (c *cli) releaseCommand() *command {
 	force := fs.Bool("force", false, "required: release what someone else holds")
 	holder := fs.String("holder", "", "release only the acquisition `ID` (inspect lists them)")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
-	cmd := &command{name: "release", synopsis: "release --force [--holder ID] [flags] NAME", help: releaseHelp, flags: fs}
+	t := &ticketFlags{runFlags: runFlags{expiry: mongolock.DefaultExpiry}}
+	t.registerTicket(fs)
+	cmd := &command{name: "release", synopsis: "release --force [--holder ID] [flags] NAME, or --ticket TICKET [flags]", help: releaseHelp, flags: fs}
 	cmd.run = func(args []string) error {
-		name, err := c.nameArg(cmd, args)
-		switch {
-		case err != nil:
+		pos, rest, err := c.parseArgs(cmd, args, 1)
+		if err != nil {
 			return err
+		}
+		set := c.given(fs, map[string][]string{"ticket": {"force", "holder"}})
+		switch {
+		case set["ticket"] && (*force || set["holder"]):
+			return fail(exitUsage, "release: --ticket and --force exclude each other")
+		case set["ticket"] && len(pos) > 0:
+			return fail(exitUsage, "release: --ticket takes no name, not %q", pos[0])
+		case set["ticket"]:
+			return c.releaseByTicket(t)
+		case len(pos) == 0:
+			return fail(exitUsage, "release: no name, and no --ticket (mongolock release --help)")
+		case len(rest) > 0:
+			return fail(exitUsage, "release: one name, not %q too", rest[0])
 		case !*force:
 			return fail(exitUsage, "release: give --force: it ends someone else's acquisition (a mongolock run releases its own when its command exits)")
 		}
-		return c.forceRelease(name, *holder, *yes)
+		return c.forceRelease(pos[0], *holder, *yes)
 	}
 	return cmd
 }

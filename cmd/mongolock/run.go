@@ -99,20 +99,59 @@ var runExcludes = map[string][]string{
 	"hold-at-most":  {"semaphore", "read", "write"},
 }
 
-func (c *cli) runCommand() *command {
-	f := new(runFlags)
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+// register adds the flags of an acquisition to fs: run's and acquire's.
+func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.wait, "wait", 0, "give up after waiting `DURATION` for the lock (default: wait as long as it takes)")
 	fs.BoolVar(&f.try, "try", false, "make one attempt: exit with 75 at once if the lock is held")
 	fs.DurationVar(&f.expiry, "expiry", mongolock.DefaultExpiry, "the lease `DURATION`: how long the server keeps the lock for a mongolock that stopped extending it (at least 100ms)")
-	fs.DurationVar(&f.grace, "grace", 0, "on loss, CMD has `DURATION` after SIGTERM before SIGKILL (default: half of min(--expiry/10, 1s))")
-	fs.DurationVar(&f.atLeast, "hold-at-least", 0, "keep the lock held until `DURATION` after it was acquired, also after CMD exited (default: release it when CMD exits)")
-	fs.DurationVar(&f.atMost, "hold-at-most", 0, "lose the lock (and stop CMD) `DURATION` after it was acquired; at least --expiry (default: no bound)")
 	fs.StringVar(&f.owner, "owner", "", "who holds the lock (`NAME`), as list and inspect show it (default: host/pid of mongolock)")
 	fs.IntVar(&f.slots, "semaphore", 0, "hold one of `N` slots (1 to 4096) of the semaphore NAME, not the lock NAME")
 	fs.IntVar(&f.units, "units", 1, "with --semaphore, hold `K` of its slots at once (1 to N), released together")
 	fs.BoolVar(&f.read, "read", false, "hold the reader-writer lock NAME for reading, with other readers")
 	fs.BoolVar(&f.write, "write", false, "hold the reader-writer lock NAME for writing, alone")
+}
+
+// check refuses the flags of an acquisition (register's) that exclude
+// each other or are out of range, for the command called cmd; set is
+// given's.
+func (f *runFlags) check(cmd string, set map[string]bool) error {
+	switch {
+	case f.try && set["wait"]:
+		return fail(exitUsage, "%s: --try and --wait exclude each other", cmd)
+	case f.wait < 0:
+		return fail(exitUsage, "%s: --wait must not be negative", cmd)
+	case f.expiry < 100*time.Millisecond:
+		return fail(exitUsage, "%s: --expiry %v: the lease must be at least 100ms", cmd, f.expiry)
+	case set["semaphore"] && f.slots < 1:
+		return fail(exitUsage, "%s: --semaphore %d: a semaphore has at least 1 slot", cmd, f.slots)
+	case set["semaphore"] && f.slots > mongolock.MaxSemaphoreSlots:
+		return fail(exitUsage, "%s: --semaphore %d: a semaphore has at most %d slots", cmd, f.slots, mongolock.MaxSemaphoreSlots)
+	case set["units"] && !set["semaphore"]:
+		return fail(exitUsage, "%s: --units applies to a semaphore: give --semaphore N", cmd)
+	case set["units"] && (f.units < 1 || f.units > f.slots):
+		return fail(exitUsage, "%s: --units %d: a semaphore of %d slots is held with 1 to %d units", cmd, f.units, f.slots, f.slots)
+	case set["semaphore"] && (f.read || f.write) || f.read && f.write:
+		return fail(exitUsage, "%s: --semaphore, --read and --write exclude each other", cmd)
+	}
+	return nil
+}
+
+// options are the Provider's options for f's acquisition.
+func (f *runFlags) options() []mongolock.Option {
+	opts := []mongolock.Option{mongolock.WithExpiry(f.expiry)}
+	if f.owner != "" {
+		opts = append(opts, mongolock.WithOwner(f.owner))
+	}
+	return opts
+}
+
+func (c *cli) runCommand() *command {
+	f := new(runFlags)
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	f.register(fs)
+	fs.DurationVar(&f.grace, "grace", 0, "on loss, CMD has `DURATION` after SIGTERM before SIGKILL (default: half of min(--expiry/10, 1s))")
+	fs.DurationVar(&f.atLeast, "hold-at-least", 0, "keep the lock held until `DURATION` after it was acquired, also after CMD exited (default: release it when CMD exits)")
+	fs.DurationVar(&f.atMost, "hold-at-most", 0, "lose the lock (and stop CMD) `DURATION` after it was acquired; at least --expiry (default: no bound)")
 	fs.BoolVar(&f.verbose, "verbose", false, "say on stderr when the lock is acquired, refused and released")
 	cmd := &command{name: "run", synopsis: "run [flags] NAME [--] CMD [ARGS...]", help: runHelp, flags: fs}
 	cmd.run = func(args []string) error { return c.run(cmd, f, args) }
@@ -130,26 +169,15 @@ func (c *cli) run(cmd *command, f *runFlags, args []string) error {
 		return fail(exitUsage, "run: no lock name (mongolock run --help)")
 	case len(argv) == 0:
 		return fail(exitUsage, "run: no command to run after the lock's name (mongolock run --help)")
-	case f.try && set["wait"]:
-		return fail(exitUsage, "run: --try and --wait exclude each other")
-	case f.wait < 0 || f.grace < 0 || f.atLeast < 0:
-		return fail(exitUsage, "run: --wait, --grace and --hold-at-least must not be negative")
+	case f.grace < 0 || f.atLeast < 0:
+		return fail(exitUsage, "run: --grace and --hold-at-least must not be negative")
 	case set["hold-at-most"] && f.atMost < max(f.expiry, f.atLeast):
 		return fail(exitUsage, "run: --hold-at-most %v: must be at least --expiry (%v) and --hold-at-least (%v)", f.atMost, f.expiry, f.atLeast)
 	case (set["hold-at-least"] || set["hold-at-most"]) && (set["semaphore"] || f.read || f.write):
 		return fail(exitUsage, "run: --hold-at-least and --hold-at-most apply to a lock, not with --semaphore, --read or --write")
-	case f.expiry < 100*time.Millisecond:
-		return fail(exitUsage, "run: --expiry %v: the lease must be at least 100ms", f.expiry)
-	case set["semaphore"] && f.slots < 1:
-		return fail(exitUsage, "run: --semaphore %d: a semaphore has at least 1 slot", f.slots)
-	case set["semaphore"] && f.slots > mongolock.MaxSemaphoreSlots:
-		return fail(exitUsage, "run: --semaphore %d: a semaphore has at most %d slots", f.slots, mongolock.MaxSemaphoreSlots)
-	case set["units"] && !set["semaphore"]:
-		return fail(exitUsage, "run: --units applies to a semaphore: give --semaphore N")
-	case set["units"] && (f.units < 1 || f.units > f.slots):
-		return fail(exitUsage, "run: --units %d: a semaphore of %d slots is held with 1 to %d units", f.units, f.slots, f.slots)
-	case set["semaphore"] && (f.read || f.write) || f.read && f.write:
-		return fail(exitUsage, "run: --semaphore, --read and --write exclude each other")
+	}
+	if err := f.check("run", set); err != nil {
+		return err
 	}
 	name := pos[0]
 	grace := f.grace
@@ -164,12 +192,9 @@ func (c *cli) run(cmd *command, f *runFlags, args []string) error {
 		return fail(exitNoExec, "run: %s", oneLine(err))
 	}
 
-	opts := []mongolock.Option{mongolock.WithExpiry(f.expiry), mongolock.WithHoldAtLeast(f.atLeast)}
+	opts := append(f.options(), mongolock.WithHoldAtLeast(f.atLeast))
 	if set["hold-at-most"] {
 		opts = append(opts, mongolock.WithHoldAtMost(f.atMost))
-	}
-	if f.owner != "" {
-		opts = append(opts, mongolock.WithOwner(f.owner))
 	}
 	s, err := c.conn.open(opts...)
 	if err != nil {
@@ -182,7 +207,7 @@ func (c *cli) run(cmd *command, f *runFlags, args []string) error {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwardedSignals...)
 	defer signal.Stop(sigs)
-	h, err := c.acquire(s, name, f, sigs)
+	h, err := c.acquire(s, "run", name, f, sigs)
 	if err != nil {
 		return err
 	}
@@ -207,9 +232,9 @@ type interrupted struct{ sig os.Signal }
 
 func (i interrupted) Error() string { return i.sig.String() }
 
-// acquire takes the lock (or slot) as f says, and ends the wait on the
-// first of sigs.
-func (c *cli) acquire(s *session, name string, f *runFlags, sigs <-chan os.Signal) (*mongolock.Handle, error) {
+// acquire takes the lock (or slot) as f says, for the command called cmd,
+// and ends the wait on the first of sigs.
+func (c *cli) acquire(s *session, cmd, name string, f *runFlags, sigs <-chan os.Signal) (*mongolock.Handle, error) {
 	var try, wait func(context.Context) (*mongolock.Handle, error)
 	switch {
 	case f.slots > 0:
@@ -256,14 +281,14 @@ func (c *cli) acquire(s *session, name string, f *runFlags, sigs <-chan os.Signa
 		if h != nil {
 			c.release(s, h)
 		}
-		return nil, fail(signalStatus(sig.sig), "run: %s while waiting for %q: not run", sig.sig, name)
+		return nil, fail(signalStatus(sig.sig), "%s: %s while waiting for %q: not acquired", cmd, sig.sig, name)
 	}
 	switch {
 	case err == nil:
 		return h, nil
 	case errors.Is(err, mongolock.ErrNotAcquired):
 		if f.verbose {
-			return nil, fail(exitNotAcquired, "run: %s", oneLine(err))
+			return nil, fail(exitNotAcquired, "%s: %s", cmd, oneLine(err))
 		}
 		return nil, fail(exitNotAcquired, "")
 	case isServerError(err):

@@ -37,7 +37,11 @@ several units counts each), a reader-writer lock's the number of readers or writ
 kind is lock, election, semaphore or rwlock. heldBy ("mongolock" or
 "DistributedLock.MongoDB") is a lock's or an election's, absent when it is free; value
 an election's; n a semaphore's slots and a holder's units its own; a holder's mode
-("read" or "write") and writerWaiting a reader-writer lock's.
+("read" or "write") and writerWaiting a reader-writer lock's. claim, present while waiting is true, is the
+waiting process's place: {"process":"...","since":1757930000000000001,"until":"..."},
+its id, the fencing token it saw as it began to wait (the same while one wait goes
+on), and until when the claim counts unless renewed; next, of a lock or an election,
+the place of the process that waits after it.
 
 Examples:
   mongolock list
@@ -188,7 +192,14 @@ type (
 		ExpiresAt     time.Time      `json:"expiresAt,omitzero"`
 		Waiting       bool           `json:"waiting"`
 		WriterWaiting *bool          `json:"writerWaiting,omitempty"`
+		Claim         *claimJSON     `json:"claim,omitempty"`
+		Next          *claimJSON     `json:"next,omitempty"`
 		ServerTime    time.Time      `json:"serverTime"`
+	}
+	claimJSON struct {
+		Process string    `json:"process"`
+		Since   int64     `json:"since"`
+		Until   time.Time `json:"until"`
 	}
 	holderJSON struct {
 		ID           string    `json:"id"`
@@ -200,6 +211,14 @@ type (
 		ExpiresAt    time.Time `json:"expiresAt"`
 	}
 )
+
+// claimOf is c in JSON; nil if c is.
+func claimOf(c *mongolock.ClaimInfo) *claimJSON {
+	if c == nil {
+		return nil
+	}
+	return &claimJSON{Process: c.Process, Since: c.Since, Until: c.Until}
+}
 
 // isLock reports whether info is a lock's or an election's: one holder,
 // which may be DistributedLock.MongoDB's.
@@ -236,6 +255,7 @@ func (p *printer) info(info mongolock.LockInfo) {
 		if info.Kind == mongolock.KindRWLock {
 			j.WriterWaiting = &info.WriterWaiting
 		}
+		j.Claim, j.Next = claimOf(info.Claim), claimOf(info.Next)
 		_ = p.enc.Encode(j)
 		return
 	}

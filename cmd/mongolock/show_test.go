@@ -374,7 +374,8 @@ func TestListShowsEveryKind(t *testing.T) {
 	}
 	for i, o := range objs {
 		if o.Name != want[i][0] || string(o.Kind) != want[i][1] || !o.Held || o.FencingToken != tokens[want[i][0]+" "+want[i][1]] ||
-			(o.N == 3) != (o.Kind == "semaphore") || (o.WriterWaiting != nil) != (o.Kind == "rwlock") || len(o.Holders) != strings.Count(want[i][3], ",")+1 {
+			(o.N == 3) != (o.Kind == "semaphore") || (o.WriterWaiting != nil) != (o.Kind == "rwlock") || len(o.Holders) != strings.Count(want[i][3], ",")+1 ||
+			o.Claim != nil || o.Next != nil {
 			t.Errorf("list --json jobs/: %+v; want %q", o, want[i])
 		}
 		for _, h := range o.Holders {
@@ -406,7 +407,9 @@ func holdAndWait(t *testing.T, conn []string, name string, holders [][]string, w
 	start(t, env(), run(conn, append(append(slices.Clone(waiter), name, "--"), helperCmd(t, "started", file)...)...)...)
 	deadline := time.Now().Add(15 * time.Second)
 	for !slices.ContainsFunc(jsonLines[infoJSON](t, invoke(t, "", append(slices.Clone(conn), "inspect", "--json", name)...).stdout),
-		func(o infoJSON) bool { return o.Waiting }) {
+		func(o infoJSON) bool {
+			return o.Waiting && o.Claim != nil && o.Claim.Process != "" && o.Claim.Since > 0
+		}) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: the waiter did not claim the next turn", name)
 		}

@@ -45,3 +45,20 @@ func TestRunHoldsSeveralUnitsOfASemaphore(t *testing.T) {
 		requireCode(t, invoke(t, "", run(conn, append(args, "--", "true")...)...), exitUsage, strings.Join(args, " "))
 	}
 }
+
+// acquire --units K leaves K units held; extend by its ticket keeps them,
+// and release by the new ticket frees them all.
+func TestAcquireSeveralUnitsAcrossSteps(t *testing.T) {
+	t.Parallel()
+	conn := server(t)
+	step := func(args ...string) result { return invoke(t, "", append(slices.Clone(conn), args...)...) }
+	a := heldOf(t, step("acquire", "--semaphore", "3", "--units", "2", "--expiry", "1m", "gpus"), "2 units of 3")
+	requireCode(t, step("acquire", "--semaphore", "3", "--units", "2", "--try", "gpus"), exitNotAcquired, "2 more of 3")
+	requireCode(t, step("acquire", "--units", "2", "--try", "gpus"), exitUsage, "--units without --semaphore")
+	b := heldOf(t, step("extend", "--ticket", a.ticket), "extend 2 units")
+	if info := inspectOne(t, conn, "gpus"); len(info.Holders) != 1 || info.Holders[0].Units != 2 || info.Holders[0].FencingToken != b.token {
+		t.Fatalf("after extend of 2 units: %+v", info)
+	}
+	requireCode(t, step("release", "--ticket", b.ticket), 0, "release 2 units")
+	heldOf(t, step("acquire", "--semaphore", "3", "--units", "3", "--try", "gpus"), "all 3 units once released")
+}
