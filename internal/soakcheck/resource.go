@@ -208,6 +208,9 @@ func (b *Board) Enter(s Section, floor int64, waited time.Duration) bool {
 	r.holders = append(r.holders, me)
 	r.last = max(r.last, s.Tok)
 	c.Peak = max(c.Peak, int64(len(r.holders)))
+	if s.Kind == Semaphore {
+		c.Peak = max(c.Peak, int64(units+me.units))
+	}
 	if s.Write {
 		r.lastW = max(r.lastW, s.Tok)
 		c.WriteTrials++
