@@ -6,6 +6,7 @@ package mongolock_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/memdb"
+	"github.com/mongolock/mongolock/internal/testdb"
 )
 
 // A request of fewer than one unit or more than the semaphore's n is
@@ -215,4 +217,25 @@ func TestSemaphoreUnitsAreTakenOverWhole(t *testing.T) {
 		_, err = other.Semaphore("handed", 3).Units(2).TryAcquire(ctx)
 		require.ErrorIs(t, err, mongolock.ErrNotAcquired)
 	})
+}
+
+// One holder of all MaxSemaphoreSlots units, with the longest owner, is
+// one statement on the server, and its document stays as far under the
+// server's 16 MB as n holders of a slot do; its release frees them all.
+func TestSemaphoreUnitsAtMaxSlotsOnTheServer(t *testing.T) {
+	n := mongolock.MaxSemaphoreSlots
+	db := testdb.Database(t)
+	ctx := boundedCtx(t, time.Minute)
+	p := newProvider(t, ownClient(t, db, nil), mongolock.WithOwner(strings.Repeat("o", mongolock.MaxOwnerLen)))
+	name := strings.Repeat("n", 64)
+	h, err := p.Semaphore(name, n).Units(n).TryAcquire(ctx)
+	require.NoError(t, err)
+	size := len(semDoc(t, semColl(db), name))
+	require.Less(t, size, 2<<20, "the document of one holder of %d units", n)
+	require.Equal(t, n, liveHolders(t, semColl(db), name), "entries")
+	_, err = p.Semaphore(name, n).TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired)
+	require.NoError(t, h.Release(ctx))
+	require.Zero(t, liveHolders(t, semColl(db), name))
+	t.Logf("one holder of %d units: %d bytes", n, size)
 }
