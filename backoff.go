@@ -68,7 +68,7 @@ type pacer struct {
 	unrefusedWaits int           // waits in a row that were never refused
 	perAcquisition time.Duration // time between a streak's acquisitions; 0: unknown
 	holdTime       time.Duration // how long holders keep the lock, as this process saw; 0: unknown
-	roundTrip      time.Duration // an attempt's: the quickest, drifting up slowly
+	quickestTrip   time.Duration // an attempt's: the quickest, drifting up slowly
 	lastAcquired   time.Time     // this process's last acquisition
 }
 
@@ -77,7 +77,7 @@ func (w *pacer) begin() { *w = w.learnt() }
 
 // learnt is w without what only its wait needs.
 func (w *pacer) learnt() pacer {
-	return pacer{unrefusedWaits: w.unrefusedWaits, perAcquisition: w.perAcquisition, holdTime: w.holdTime, roundTrip: w.roundTrip, lastAcquired: w.lastAcquired}
+	return pacer{unrefusedWaits: w.unrefusedWaits, perAcquisition: w.perAcquisition, holdTime: w.holdTime, quickestTrip: w.quickestTrip, lastAcquired: w.lastAcquired}
 }
 
 // unclaimedAfter is how many waits in a row must have gone unrefused before
@@ -104,18 +104,18 @@ func average(running, sample time.Duration) time.Duration {
 	return running + (sample-running)/4
 }
 
-// look is what one refusal showed, as the rules read it. first: the wait's
-// first refusal; claimant: this process claims the next turn; next: it is
-// next after the claim; ownWasLast: it made the lock's last acquisition;
-// changing: the holder's process is on a streak, or the lock changed hands
-// since a recent look; slot: a semaphore's or an RWLock's, no turns to time;
-// watched: release events arrive.
-type look struct {
+// observation is what one refusal showed, as the rules read it. first:
+// the wait's first refusal; claimant: this process claims the next turn;
+// next: it is next after the claim; ownWasLast: it made the lock's last
+// acquisition; changing: the holder's process is on a streak, or the lock
+// changed hands since a recent observation; slot: a semaphore's or an
+// RWLock's, no turns to time; watched: release events arrive.
+type observation struct {
 	*pacer
 	o           config
 	doc         reply
 	now         time.Time
-	prevStandby time.Duration // the standby sleep before this look
+	prevStandby time.Duration // the standby sleep before this observation
 
 	first, claimant, next, ownWasLast, changing, slot, watched bool
 }
@@ -137,62 +137,62 @@ func (w *pacer) refused(o config, proc string, doc reply, now time.Time, trip ti
 // first that applies gives the sleep, and where none does,
 // theTurnAfterTheClaimants. Each says when it applies, then why.
 var rules = [...]struct {
-	applies func(*look) bool
-	sleep   func(*look) time.Duration
+	applies func(*observation) bool
+	sleep   func(*observation) time.Duration
 }{
 	// The claimant, watched: a lease that runs out sends no event, so it looks twice per claim lifetime.
-	{func(s *look) bool { return s.watched && s.claimant }, func(s *look) time.Duration { return s.o.watchingClaimantSleep() }},
+	{func(s *observation) bool { return s.watched && s.claimant }, func(s *observation) time.Duration { return s.o.watchingClaimantSleep() }},
 	// Watched: a release wakes every waiter, so polls are a safety net.
-	{func(s *look) bool { return s.watched }, func(s *look) time.Duration { return s.o.standbySleep() }},
+	{func(s *observation) bool { return s.watched }, func(s *observation) time.Duration { return s.o.standbySleep() }},
 	// The lock is the claimant's once freed: look again as its holder should leave.
-	{(*look).freedForTheClaimant, (*look).halfAHold},
+	{(*observation).freedForTheClaimant, (*observation).halfAHold},
 	// A slot's claimant: no turns to time, so look again as the newest holder may leave.
-	{func(s *look) bool { return s.slot && s.claimant }, func(s *look) time.Duration { return s.o.slotClaimantSleep(s.heldFor()) }},
+	{func(s *observation) bool { return s.slot && s.claimant }, func(s *observation) time.Duration { return s.o.slotClaimantSleep(s.heldFor()) }},
 	// The first refusal: look again soon, to see whether the lock is changing hands.
-	{func(s *look) bool { return s.first }, func(s *look) time.Duration { return s.o.sleepMin }},
+	{func(s *observation) bool { return s.first }, func(s *observation) time.Duration { return s.o.sleepMin }},
 	// The claimant of a lock that stays with one holder, or that its own process took last: nothing to time,
 	// and its longest sleep keeps the claim.
-	{func(s *look) bool { return s.claimant && (!s.changing || s.ownWasLast) }, func(s *look) time.Duration { return max(s.o.claimantSleep(), s.o.sleepMin) }},
+	{func(s *observation) bool { return s.claimant && (!s.changing || s.ownWasLast) }, func(s *observation) time.Duration { return max(s.o.claimantSleep(), s.o.sleepMin) }},
 	// The claimant while turns pass, at a known pace: close in on the turn's end, timing the pace again each look.
-	{func(s *look) bool { return s.claimant && s.perAcquisition > 0 }, func(s *look) time.Duration {
+	{func(s *observation) bool { return s.claimant && s.perAcquisition > 0 }, func(s *observation) time.Duration {
 		return max(min(s.o.claimantSleep(), s.after(s.turnLeft())/2), s.o.sleepMin)
 	}},
 	// Next after the claim while turns pass: it claims once the claimant has the lock, and must ask before its place lapses.
-	{func(s *look) bool { return s.next && s.changing }, func(s *look) time.Duration { return max(min(s.o.claimantSleep(), s.configured()), s.o.sleepMin) }},
+	{func(s *observation) bool { return s.next && s.changing }, func(s *observation) time.Duration { return max(min(s.o.claimantSleep(), s.configured()), s.o.sleepMin) }},
 	// One holder keeps the lock: a lock held for long costs little to wait for, so the sleep quadruples.
-	{(*look).oneHolderKeepsIt, (*look).standbySleep},
+	{(*observation).oneHolderKeepsIt, (*observation).standbySleep},
 	// A slot's other waiters: no turns to time, so the configured sleep.
-	{func(s *look) bool { return s.slot }, (*look).configured},
+	{func(s *observation) bool { return s.slot }, (*observation).configured},
 	// The pace unknown: learn it.
-	{func(s *look) bool { return s.perAcquisition == 0 }, func(s *look) time.Duration { return s.o.sleepMin }},
+	{func(s *observation) bool { return s.perAcquisition == 0 }, func(s *observation) time.Duration { return s.o.sleepMin }},
 }
 
 // freedForTheClaimant: this process claims, or is next after the claim
 // while the lock changes hands or is free; its holder frees it for the
 // claimant rather than handing it on; and how long holders hold is known.
-func (s *look) freedForTheClaimant() bool {
+func (s *observation) freedForTheClaimant() bool {
 	return (s.claimant || s.next && (s.changing || s.doc.LockID == "")) && (s.slot || !s.retakenUnderClaim) && s.holdTime > 0
 }
 
 // oneHolderKeepsIt: the same acquisition seen across the longest sleep, or
 // a standby sleep under way, or a lock whose pace is unknown, not changing hands.
-func (s *look) oneHolderKeepsIt() bool {
+func (s *observation) oneHolderKeepsIt() bool {
 	return !s.changing && (s.heldFor() >= s.o.sleepMax || s.prevStandby > 0 || s.perAcquisition == 0)
 }
 
 // halfAHold is half as long as holders held, or as this one has if longer:
 // sooner than the minimum sleep if they are that quick, never within a
 // round trip.
-func (s *look) halfAHold() time.Duration {
-	return max(min(max(s.holdTime, s.heldFor())/2, s.o.claimantSleep()), s.roundTrip)
+func (s *observation) halfAHold() time.Duration {
+	return max(min(max(s.holdTime, s.heldFor())/2, s.o.claimantSleep()), s.quickestTrip)
 }
 
 // heldFor is how long the holder seen last has held, as far as this process saw.
-func (s *look) heldFor() time.Duration { return s.now.Sub(s.holderSince) }
+func (s *observation) heldFor() time.Duration { return s.now.Sub(s.holderSince) }
 
-func (s *look) configured() time.Duration { return s.o.backoff().next(s.failures) }
+func (s *observation) configured() time.Duration { return s.o.backoff().next(s.failures) }
 
-func (s *look) standbySleep() time.Duration {
+func (s *observation) standbySleep() time.Duration {
 	s.standby = min(max(s.prevStandby*4, s.configured()), s.o.standbySleep())
 	return max(s.standby, s.o.sleepMin)
 }
@@ -200,7 +200,7 @@ func (s *look) standbySleep() time.Duration {
 // theTurnAfterTheClaimants sleeps until the claimant has had its
 // acquisition, with one to spare, so that this process claims the turn
 // after; if its own process just stepped aside, a whole turn first.
-func (s *look) theTurnAfterTheClaimants() time.Duration {
+func (s *observation) theTurnAfterTheClaimants() time.Duration {
 	left := s.turnLeft()
 	if s.ownWasLast {
 		left = s.doc.turn
@@ -210,18 +210,18 @@ func (s *look) theTurnAfterTheClaimants() time.Duration {
 
 // turnLeft is how many acquisitions the holder's process has left before
 // it steps aside.
-func (s *look) turnLeft() int { return max(s.doc.turn-s.doc.ProcessStreak, 0) }
+func (s *observation) turnLeft() int { return max(s.doc.turn-s.doc.ProcessStreak, 0) }
 
 // after is how long n more acquisitions of a streak take, to the middle of the last.
 func (w *pacer) after(n int) time.Duration { return time.Duration(2*n+1) * w.perAcquisition / 2 }
 
 // observe learns from a refusal that returned doc and took trip.
-func (w *pacer) observe(o config, proc string, doc reply, now time.Time, trip time.Duration) look {
+func (w *pacer) observe(o config, proc string, doc reply, now time.Time, trip time.Duration) observation {
 	w.failure()
-	rt := cmp.Or(w.roundTrip, trip)
-	w.roundTrip = min(trip, rt+(trip-rt)/16) // the quickest: a slow one (a new connection) must not slow the claimant
+	rt := cmp.Or(w.quickestTrip, trip)
+	w.quickestTrip = min(trip, rt+(trip-rt)/16) // the quickest: a slow one (a new connection) must not slow the claimant
 	w.firstToken = cmp.Or(w.firstToken, doc.FencingToken)
-	s := look{pacer: w, o: o, doc: doc, now: now, first: w.lookedAt.IsZero(), slot: doc.turn == 0,
+	s := observation{pacer: w, o: o, doc: doc, now: now, first: w.lookedAt.IsZero(), slot: doc.turn == 0,
 		claimant: doc.WaitingProcess == proc, next: doc.NextProcess == proc, ownWasLast: doc.LastProcess == proc}
 	moved := !s.first && doc.LockID != w.lockID
 	s.changing = doc.ProcessStreak > 1 || moved && now.Sub(w.lookedAt) <= o.sleepMax

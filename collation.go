@@ -11,7 +11,7 @@ import (
 // statements: its default collation is checked, once per process (one
 // round trip, listCollections), before the first statement; the TTL index
 // is created in the background, for a lock's acquisitions (index).
-func (p *Provider) ensureCollection(ctx context.Context, sp *collection) error {
+func (p *Provider) ensureCollection(ctx context.Context, sp *lockCollection) error {
 	if ctx == nil {
 		return errNilContext
 	}
@@ -56,7 +56,7 @@ func (p *Provider) ensureCollection(ctx context.Context, sp *collection) error {
 // refusal of a non-simple default collation, or err if they could not be
 // read. Missing privilege to list collections decides too: the check is
 // skipped, and logged, so that it never blocks locking.
-func (p *Provider) checkCollation(ctx context.Context, sp *collection) (refused, err error) {
+func (p *Provider) checkCollation(ctx context.Context, sp *lockCollection) (refused, err error) {
 	opts, err := sp.store.listCollections(ctx)
 	if testHookListCollections != nil {
 		opts, err = testHookListCollections(p, sp.name, opts, err)

@@ -14,7 +14,7 @@ import (
 // documents: extensions of both are batched together.
 type kindDriver interface {
 	// collection is where the kind's documents are.
-	collection(p *Provider) *collection
+	collection(p *Provider) *lockCollection
 	// create is the free document of a name never used.
 	create(name string) bson.D
 	// acquire sends one acquisition, or a hand-over from a.releasing.

@@ -260,12 +260,19 @@ func (e *Error) Error() string {
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
-// The operations of a Provider as a whole, whose errors name no lock.
+// The operations whose errors may name no lock: a Provider's as a whole,
+// and the fenced writes' (isFencedOp).
 const (
-	opNewProvider  = "new provider"
-	opNewComposite = "new composite"
-	opClose        = "close"
+	opNewProvider            = "new provider"
+	opNewComposite           = "new composite"
+	opClose                  = "close"
+	opFencedUpdateOne        = "fenced update one"
+	opFencedFindOneAndUpdate = "fenced find one and update"
 )
+
+// isFencedOp reports whether op is a fenced write's, whose token source
+// may have no name.
+func isFencedOp(op string) bool { return op == opFencedUpdateOne || op == opFencedFindOneAndUpdate }
 
 // renamed returns err as the error of op, if it is an *Error: a call
 // reports itself rather than the call beneath it (an election's, its

@@ -371,16 +371,6 @@ func (w *fencedWrite) duplicate(ctx context.Context, tries int, err error) (agai
 	return false, err
 }
 
-// The fenced writes' operations (Error.Op).
-const (
-	opFencedUpdateOne        = "fenced update one"
-	opFencedFindOneAndUpdate = "fenced find one and update"
-)
-
-// isFencedOp reports whether op is a fenced write's, whose token source
-// may have no name.
-func isFencedOp(op string) bool { return op == opFencedUpdateOne || op == opFencedFindOneAndUpdate }
-
 // fenceError is err, if any, as the error of the fenced write op with
 // the token source h: every error of a fenced write is made here.
 func fenceError(op string, h TokenSource, err error) error {

@@ -119,3 +119,23 @@ func (h *acquisition) lossError() error {
 	}
 	return nil
 }
+
+// leaseContext is a Handle's or a CompositeHandle's context, which looks
+// at the lease whenever it is asked whether it is done. Everything else,
+// Value (and so context.Cause, and the cancellation of contexts derived
+// from it) among it, is the handle's cancelable context's. Each handle
+// keeps one, so that Context allocates nothing.
+type leaseContext struct {
+	context.Context
+	h interface{ look() }
+}
+
+func (c leaseContext) Done() <-chan struct{} {
+	c.h.look()
+	return c.Context.Done()
+}
+
+func (c leaseContext) Err() error {
+	c.h.look()
+	return c.Context.Err()
+}

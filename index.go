@@ -46,7 +46,7 @@ const indexTimeout = 30 * time.Second
 // depends on it (expiry is judged on every acquisition). The index keeps
 // the collection small, and its grace keeps documents long enough for their
 // fencing tokens to count.
-func (p *Provider) ensureIndex(sp *collection) {
+func (p *Provider) ensureIndex(sp *lockCollection) {
 	st, db, name := sp.store, sp.db, sp.name
 	sp.indexOnce.Do(func() {
 		p.background(indexTimeout, func(ctx context.Context) {
@@ -79,4 +79,17 @@ func ttlSeconds(ctx context.Context, st store) (int64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// indexFailed tells the hooks, and logs (Info), err, if not nil, of
+// creating or raising the TTL index of coll.
+func (t *telemetry) indexFailed(db, coll string, err error) {
+	if err == nil {
+		return
+	}
+	if hook := t.trace.IndexFailed; hook != nil {
+		hook(IndexInfo{Database: db, Collection: coll, Index: TTLIndexName, Err: err})
+	}
+	t.log.Info("mongolock: could not create the TTL index; idle lock documents stay in the collection",
+		"collection", coll, "index", TTLIndexName, "error", err)
 }

@@ -11,18 +11,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
-// Kind is what a name of a Provider's collections is.
-type Kind string
-
-// The kinds. A semaphore or an RWLock lives apart from locks and
-// elections: one of each may share a name.
-const (
-	KindLock      Kind = "lock"      // a Lock's, or DistributedLock.MongoDB's
-	KindElection  Kind = "election"  // an Election's: a lock whose last mongolock acquisition carried a value
-	KindSemaphore Kind = "semaphore" // a Semaphore's
-	KindRWLock    Kind = "rwlock"    // an RWLock's
-)
-
 // LockInfo is the state of one lock, election, semaphore or RWLock as the
 // server saw it at ServerTime.
 type LockInfo struct {
@@ -174,7 +162,7 @@ func merged(a, b iter.Seq2[LockInfo, error]) iter.Seq2[LockInfo, error] {
 // collection of s, p's locks' or slots'; an error, wrapped with op and
 // name, is yielded once and ends it. The cursor is closed when the
 // iteration ends, also early.
-func (p *Provider) infos(ctx context.Context, s *collection, op, name string, pipeline mongo.Pipeline) iter.Seq2[LockInfo, error] {
+func (p *Provider) infos(ctx context.Context, s *lockCollection, op, name string, pipeline mongo.Pipeline) iter.Seq2[LockInfo, error] {
 	decode := infoOf[infoDoc]
 	if s == &p.slots {
 		decode = infoOf[slotsDoc]
@@ -255,7 +243,7 @@ func (p *Provider) ForceReleaseHolder(ctx context.Context, name, id string) (boo
 
 // forceUpdate is an updateOne statement on a lock collection.
 type forceUpdate struct {
-	sp     *collection
+	sp     *lockCollection
 	filter bson.D
 	update any
 }
@@ -375,33 +363,6 @@ type HolderInfo struct {
 	// Units is how many of a Semaphore's slots the holder holds
 	// (Semaphore.Units); 1 for every other holder.
 	Units int
-}
-
-// SemaphoreInfo is the state of a Semaphore as the server saw it at
-// ServerTime.
-type SemaphoreInfo struct {
-	Name string
-	// N is the number of slots the holders hold it with; with no holder,
-	// the last acquisition's (the next may set another).
-	N int
-	// Holders are those whose lease had not ended at ServerTime, in the
-	// order they acquired; empty when no slot is held.
-	Holders []HolderInfo
-	// FencingToken is the last acquisition's token: the greatest issued.
-	FencingToken int64
-	// ServerTime is the server's clock when it was read.
-	ServerTime time.Time
-}
-
-// Inspect returns the semaphore's state in one round trip, judged by the
-// server's clock: a holder whose lease has ended is not listed, though it
-// was never released. It returns an error wrapping ErrNoLock if the
-// semaphore has no document, and an *Error wrapping the server's, the
-// network's or ctx's error if the round trip failed. It changes nothing,
-// and ignores the Semaphore's n.
-func (s *Semaphore) Inspect(ctx context.Context) (SemaphoreInfo, error) {
-	d, err := s.lock.inspectSlots(ctx)
-	return SemaphoreInfo{Name: d.Name, N: d.N, Holders: d.holders(false), FencingToken: d.FencingToken, ServerTime: d.Now}, err
 }
 
 // slotsDoc is what semInspectPipeline returns.

@@ -207,7 +207,7 @@ func (p *Provider) tick() {
 		return
 	}
 	ls.timer.Reset(p.opts.cadence)
-	due := map[*collection][]*acquisition{} // a batch is of one collection
+	due := map[*lockCollection][]*acquisition{} // a batch is of one collection
 	var dropped []*acquisition
 	for h, l := range ls.held {
 		if h.dropped.CompareAndSwap(true, false) {

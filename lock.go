@@ -22,7 +22,7 @@ type Lock struct {
 func (l *Lock) Name() string { return l.name }
 
 // collection is where l's document is.
-func (l *Lock) collection() *collection { return l.kind.collection(l.p) }
+func (l *Lock) collection() *lockCollection { return l.kind.collection(l.p) }
 
 const (
 	// maxCreateTries bounds how often one attempt creates the lock document
@@ -458,6 +458,13 @@ func roundTrip[T any](ctx context.Context, p *Provider, send func(context.Contex
 	close(abandoned)
 	time.AfterFunc(cleanupTimeout, cancelOp)
 	return none, cmp.Or(ctx.Err(), ErrClosed)
+}
+
+// withdraw removes this process's claim on l's next turn, and its place as
+// next after another's, in the background, then wakes the head of its line,
+// if any, to claim again: a claim is its maker's, and must not outlive it.
+func (l *Lock) withdraw() {
+	l.p.background(cleanupTimeout, func(ctx context.Context) { _ = l.withdrawNow(ctx) })
 }
 
 // withdrawNow is withdraw within ctx, in the caller's goroutine.

@@ -33,8 +33,8 @@ func newMemProvider(s *memdb.Store, db string, opts []Option) (*Provider, error)
 
 // memCollection is the collection coll of s, whose state is kept per s as a
 // database's is per client.
-func memCollection(s *memdb.Store, db, coll string) collection {
-	return collection{memStore{s, coll}, db, coll, collStateOf(s, db, coll)}
+func memCollection(s *memdb.Store, db, coll string) lockCollection {
+	return lockCollection{memStore{s, coll}, db, coll, collStateOf(s, db, coll)}
 }
 
 // do runs op as one round trip. A ctx that has ended sends nothing, as the
@@ -46,8 +46,8 @@ func (m memStore) do(ctx context.Context, op func(c *memdb.Table, now time.Time)
 	return m.db.Do(ctx, m.coll, op)
 }
 
-// call is do of op, a statement with a result.
-func call[T any](ctx context.Context, m memStore, op func(c *memdb.Table, now time.Time) (T, error)) (res T, err error) {
+// doReturning is do of op, a statement with a result.
+func doReturning[T any](ctx context.Context, m memStore, op func(c *memdb.Table, now time.Time) (T, error)) (res T, err error) {
 	err = m.do(ctx, func(c *memdb.Table, now time.Time) (err error) {
 		res, err = op(c, now)
 		return err
@@ -56,7 +56,7 @@ func call[T any](ctx context.Context, m memStore, op func(c *memdb.Table, now ti
 }
 
 func (m memStore) findOneAndUpdate(ctx context.Context, filter, update, projection any) (bson.Raw, error) {
-	return call(ctx, m, func(c *memdb.Table, now time.Time) (bson.Raw, error) {
+	return doReturning(ctx, m, func(c *memdb.Table, now time.Time) (bson.Raw, error) {
 		return c.FindOneAndUpdate(now, filter, update, memdb.FindOneAndUpdateOptions{After: true, Projection: projection})
 	})
 }
@@ -84,14 +84,14 @@ func (m memStore) insertOne(ctx context.Context, doc any) error {
 }
 
 func (m memStore) find(ctx context.Context, filter, projection any) ([]bson.Raw, error) {
-	return call(ctx, m, func(c *memdb.Table, now time.Time) ([]bson.Raw, error) { return c.Find(now, filter, projection) })
+	return doReturning(ctx, m, func(c *memdb.Table, now time.Time) ([]bson.Raw, error) { return c.Find(now, filter, projection) })
 }
 
 // aggregate runs the whole pipeline in one round trip (one $$NOW, as the
 // server's), then hands the documents over one by one: batchSize changes
 // nothing.
 func (m memStore) aggregate(ctx context.Context, pipeline any, _ int32, each func(bson.Raw) bool) error {
-	docs, err := call(ctx, m, func(c *memdb.Table, now time.Time) ([]bson.Raw, error) { return c.Aggregate(now, pipeline) })
+	docs, err := doReturning(ctx, m, func(c *memdb.Table, now time.Time) ([]bson.Raw, error) { return c.Aggregate(now, pipeline) })
 	for _, d := range docs {
 		if !each(d) {
 			break
@@ -128,7 +128,7 @@ func (m memStore) listCollections(ctx context.Context) ([]bson.Raw, error) {
 // events within a read, so the stream is never idle while it runs, and a
 // stream whose reply was lost, which nobody reads, times out.
 func (m memStore) watch(ctx context.Context, pipeline mongo.Pipeline, ready func(), event func(bson.RawValue)) error {
-	s, err := call(ctx, m, func(c *memdb.Table, _ time.Time) (*memdb.Stream, error) { return c.Watch(pipeline) })
+	s, err := doReturning(ctx, m, func(c *memdb.Table, _ time.Time) (*memdb.Stream, error) { return c.Watch(pipeline) })
 	if err != nil {
 		return err
 	}

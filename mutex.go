@@ -32,32 +32,13 @@ func (p *Provider) Lock(name string) *Lock { return &Lock{p: p, name: name, kind
 // lockDriver is a lock's kind; an election's shares its documents.
 type lockDriver struct{}
 
-func (lockDriver) collection(p *Provider) *collection { return &p.locks }
+func (lockDriver) collection(p *Provider) *lockCollection { return &p.locks }
 
 func (lockDriver) create(name string) bson.D { return createDoc(name) }
 
 func (lockDriver) acquire(ctx context.Context, p *Provider, name string, a attempt) (reply, error) {
 	return acquireMutex(ctx, p, name, a, nil, p.acquire[a.mode], turnLength)
 }
-
-// reply is what the engine reads of an acquisition's reply, the document
-// after the update, of any kind.
-type reply struct {
-	LockID         string    `bson:"lockId"` // the holder's; a slot's newest holder's
-	FencingToken   int64     `bson:"fencingToken"`
-	LastProcess    string    `bson:"lastProcess"`
-	ProcessStreak  int       `bson:"processStreak"`
-	WaitingProcess string    `bson:"waitingProcess"`
-	WaitingUntil   time.Time `bson:"waitingUntil"`
-	NextProcess    string    `bson:"nextProcess"` // a lock's: the process next after the claim
-	AcquiredAt     time.Time `bson:"acquiredAt"`  // the holder's acquisition (a slot's newest), server time
-	turn           int       // the kind's turnLength; 0: no turns to time (a slot's)
-	wrong          error     // the document is of another kind or size: an error, not contention
-}
-
-// placed reports whether the reply shows process proc claiming the next
-// turn or next after the claim.
-func (r reply) placed(proc string) bool { return r.WaitingProcess == proc || r.NextProcess == proc }
 
 // acquireMutex sends one acquisition of a lock's document, held with value (nil: a lock's).
 func acquireMutex(ctx context.Context, p *Provider, name string, a attempt, value *string, parts acquireParts, turn int) (doc reply, err error) {

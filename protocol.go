@@ -35,6 +35,25 @@ type attempt struct {
 	mode      attemptMode
 }
 
+// reply is what the engine reads of an acquisition's reply, the document
+// after the update, of any kind.
+type reply struct {
+	LockID         string    `bson:"lockId"` // the holder's; a slot's newest holder's
+	FencingToken   int64     `bson:"fencingToken"`
+	LastProcess    string    `bson:"lastProcess"`
+	ProcessStreak  int       `bson:"processStreak"`
+	WaitingProcess string    `bson:"waitingProcess"`
+	WaitingUntil   time.Time `bson:"waitingUntil"`
+	NextProcess    string    `bson:"nextProcess"` // a lock's: the process next after the claim
+	AcquiredAt     time.Time `bson:"acquiredAt"`  // the holder's acquisition (a slot's newest), server time
+	turn           int       // the kind's turnLength; 0: no turns to time (a slot's)
+	wrong          error     // the document is of another kind or size: an error, not contention
+}
+
+// placed reports whether the reply shows process proc claiming the next
+// turn or next after the claim.
+func (r reply) placed(proc string) bool { return r.WaitingProcess == proc || r.NextProcess == proc }
+
 // acquireFilter selects name's document, for an acquisition or inspection.
 func acquireFilter(name string) bson.D { return obj("_id", name) }
 
@@ -83,6 +102,27 @@ func placeTaken(place, proc string, token bson.D, lifetime time.Duration) bson.D
 		op("$and", mine, op("$lt", until, later(lifetime/2))),
 		op("$and", not(mine), op("$lt", token, ifNull(waitedSince, int64(math.MaxInt64)))))
 }
+
+// The slots of a semaphore's or an RWLock's document.
+
+// liveHolders are the holders whose lease has not ended.
+var liveHolders = filterOf(ifNull("$holders", bson.A{}), op("$gt", "$$this.expiresAt", "$$NOW"))
+
+// liveStage sets _live to liveHolders.
+var liveStage = set("_live", liveHolders)
+
+// otherClaim is whether another process than proc has a live claim.
+func otherClaim(proc string) bson.D {
+	return op("$and", future("$waitingUntil"), op("$ne", "$waitingProcess", proc))
+}
+
+// releaseStamp is the releasedAt of a slot's release written by a
+// pipeline: the server's time, or a millisecond past the stamp before if
+// that is not earlier. From MongoDB 5.0, a pipeline's update event lists
+// only the fields whose value changed, and releaseEvents look for this
+// one: a second release within the same millisecond must change it too.
+// semReleaseUpdate's $currentDate is listed in any case.
+var releaseStamp = op("$max", "$$NOW", op("$add", "$releasedAt", 1))
 
 // lastWrite is what the last write of a pipeline did to a document, for the
 // change streams' filters (releaseEvents, leaderEvents): MongoDB may report

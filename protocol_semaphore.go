@@ -25,12 +25,6 @@ import (
 // live holder sets n to its own. The top-level expiresAt is never before a
 // live holder's: the TTL index deletes an idle document as it does a lock's.
 
-// liveHolders are the holders whose lease has not ended.
-var liveHolders = filterOf(ifNull("$holders", bson.A{}), op("$gt", "$$this.expiresAt", "$$NOW"))
-
-// liveStage sets _live to liveHolders.
-var liveStage = set("_live", liveHolders)
-
 // createSemDoc: create a semaphore, insertOne, as a lock's.
 func createSemDoc(name string, n int) bson.D {
 	return obj("_id", name, "kind", "semaphore", "n", n, "holders", bson.A{}, "expiresAt", epoch)
@@ -90,11 +84,6 @@ func (a slotAttempt) unitsTaken() int { return max(a.units, 1) }
 // a caller with another n is refused with an error, and claims nothing.
 func (a slotAttempt) agreed() bson.D {
 	return op("$or", op("$eq", op("$size", "$_live"), 0), op("$eq", "$n", a.n))
-}
-
-// otherClaim is whether another process than proc has a live claim.
-func otherClaim(proc string) bson.D {
-	return op("$and", future("$waitingUntil"), op("$ne", "$waitingProcess", proc))
 }
 
 // claiming is _claims: whether a refused Acquire claims the next free slot
@@ -189,14 +178,6 @@ func semHolderFilter(name, id string) bson.D { return obj("_id", name, "holders.
 func semReleaseUpdate(id string) bson.D {
 	return obj("$pull", obj("holders", obj("id", id)), "$currentDate", obj("releasedAt", true))
 }
-
-// releaseStamp is the releasedAt of a slot's release written by a
-// pipeline: the server's time, or a millisecond past the stamp before if
-// that is not earlier. From MongoDB 5.0, a pipeline's update event lists
-// only the fields whose value changed, and releaseEvents look for this
-// one: a second release within the same millisecond must change it too.
-// semReleaseUpdate's $currentDate is listed in any case.
-var releaseStamp = op("$max", "$$NOW", op("$add", "$releasedAt", 1))
 
 // semExtendUpdate: extend slots' leases, one or a batch across semaphores,
 // updateMany(semExtendFilter, semExtendUpdate). Each listed holder still in

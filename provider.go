@@ -18,8 +18,8 @@ import (
 // safe for concurrent use and cheap to keep for the life of a process;
 // inject it where code needs locks.
 type Provider struct {
-	locks collection // the locks' and elections' collection
-	slots collection // the semaphores' and RWLocks': <collection>_semaphores
+	locks lockCollection // the locks' and elections' collection
+	slots lockCollection // the semaphores' and RWLocks': <collection>_semaphores
 	opts  config
 
 	// The statements of this provider that do not change per attempt:
@@ -71,7 +71,7 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 
 // newProvider returns a Provider with the options o over the collections
 // locks and slots.
-func newProvider(o config, locks, slots collection) *Provider {
+func newProvider(o config, locks, slots lockCollection) *Provider {
 	p := &Provider{
 		locks:        locks,
 		slots:        slots,
@@ -92,16 +92,16 @@ func newProvider(o config, locks, slots collection) *Provider {
 	return p
 }
 
-// A collection of lock documents: its store, its database's
-// name and its own, and what this process keeps for it.
-type collection struct {
+// A lockCollection is a collection of lock documents: its store, its
+// database's name and its own, and what this process keeps for it.
+type lockCollection struct {
 	store    store
 	db, name string
 	*collState
 }
 
-func newCollection(db *mongo.Database, coll string) collection {
-	return collection{newMongoStore(db, coll), db.Name(), coll, collStateFor(db, coll)}
+func newCollection(db *mongo.Database, coll string) lockCollection {
+	return lockCollection{newMongoStore(db, coll), db.Name(), coll, collStateFor(db, coll)}
 }
 
 // collState is what this process keeps for one collection of one client, shared

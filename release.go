@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
@@ -43,12 +44,12 @@ func newHandle(l *Lock, lockID string, doc reply, sent time.Time) *Handle {
 }
 
 // abandoned runs once a's Handle is unreachable, in the runtime's cleanup
-// goroutine. A provider over the in-memory store may run in a
-// testing/synctest bubble, where that goroutine must not touch a's
-// channels or timers (a fatal error): there it only marks a, and the next
-// tick of the provider's leases abandons it.
+// goroutine. A provider over the in-memory store, the one store not on
+// MongoDB, may run in a testing/synctest bubble, where that goroutine must
+// not touch a's channels or timers (a fatal error): there it only marks a,
+// and the next tick of the provider's leases abandons it.
 func (a *acquisition) abandoned() {
-	if _, ok := a.lock.collection().store.(memStore); ok {
+	if _, onServer := a.lock.collection().store.(mongoStore); !onServer {
 		a.dropped.Store(true)
 		return
 	}
@@ -73,26 +74,6 @@ func (a *acquisition) abandon() {
 // stopped past it, a machine suspended), the first answer says done, and
 // Done's channel is closed already.
 func (h *Handle) Context() context.Context { return &h.lctx }
-
-// leaseContext is a Handle's or a CompositeHandle's context, which looks
-// at the lease whenever it is asked whether it is done. Everything else,
-// Value (and so context.Cause, and the cancellation of contexts derived
-// from it) among it, is the handle's cancelable context's. Each handle
-// keeps one, so that Context allocates nothing.
-type leaseContext struct {
-	context.Context
-	h interface{ look() }
-}
-
-func (c leaseContext) Done() <-chan struct{} {
-	c.h.look()
-	return c.Context.Done()
-}
-
-func (c leaseContext) Err() error {
-	c.h.look()
-	return c.Context.Err()
-}
 
 // Lost returns a channel that is closed when the lock is lost. It is never
 // closed by a normal Release. Like the Context's Err and Done, it first
@@ -311,4 +292,73 @@ func (h *acquisition) serverEnd() time.Time {
 		return h.atMostFromReply.Round(0) // by the wall clock, which counts suspended time
 	}
 	return end
+}
+
+// Releasing in the background what no caller will keep: an acquisition
+// nobody got a handle for, a Release whose round trip failed, a mark of a
+// failed upgrade (updateInBackground). A claim whose maker left is
+// withdrawn by the engine (Lock.withdraw).
+
+// Schedules for releaseInBackground. Once an acquisition's reply has
+// arrived, one try does. Without the reply, the request may still be on its
+// way to the server, and a release on another connection can overtake it:
+// the release is repeated for a while.
+var (
+	afterReply   = []time.Duration{0}
+	afterNoReply = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond, 1500 * time.Millisecond}
+)
+
+// undoSchedule is the schedule of the undo of a request that failed with
+// err: repeated if no reply came, as the request may still be in flight.
+func undoSchedule(err error) []time.Duration {
+	if isReply(err) {
+		return afterReply
+	}
+	return afterNoReply
+}
+
+// releaseInBackground releases lockID's acquisition of l, if it holds it,
+// without waiting: for acquisitions nobody will get a handle for, and for a
+// Release whose round trip failed. It is owner-checked, so it can never free
+// someone else's acquisition. It stops once a try matches
+// (updateInBackground). It holds the lock until hold after its acquisition
+// (WithHoldAtLeast's, for a handle's release). An orphan (an acquisition
+// nobody got a handle for, so nobody used it: hold 0) is counted and
+// logged as it is released.
+func (l *Lock) releaseInBackground(lockID string, schedule []time.Duration, hold time.Duration, orphan bool) {
+	filter, update := l.kind.release(l.name, lockID, hold)
+	l.updateInBackground(filter, update, schedule, func() bool {
+		if orphan {
+			l.p.tel.orphanReleased(l)
+		}
+		return true
+	})
+}
+
+// updateInBackground sends updateOne(filter, update) to l's collection
+// without waiting. It tries after each wait of schedule, and again after a
+// short, growing backoff while a try fails transiently; it stops once a try
+// matches and matched returns true, an error is not transient (the client
+// closed), or cleanupTimeout has passed.
+func (l *Lock) updateInBackground(filter bson.D, update any, schedule []time.Duration, matched func() bool) {
+	l.p.background(cleanupTimeout+schedule[0], func(ctx context.Context) { // a delayed schedule's time to wait too
+		for _, wait := range schedule {
+			for retry := 20 * time.Millisecond; ; retry = min(2*retry, 500*time.Millisecond) {
+				select {
+				case <-time.After(wait):
+				case <-ctx.Done():
+					return
+				}
+				n, _, err := l.collection().store.updateOne(ctx, filter, update)
+				if err == nil && n > 0 && matched() || err != nil && !isTransient(err) {
+					return
+				}
+				if err == nil {
+					break // no match: try again at the schedule's next wait, if any
+				}
+				l.p.tel.retrying(l, err)
+				wait = retry
+			}
+		}
+	})
 }

@@ -126,13 +126,40 @@ func (s *Semaphore) check(ctx context.Context) error {
 	return s.err
 }
 
+// SemaphoreInfo is the state of a Semaphore as the server saw it at
+// ServerTime.
+type SemaphoreInfo struct {
+	Name string
+	// N is the number of slots the holders hold it with; with no holder,
+	// the last acquisition's (the next may set another).
+	N int
+	// Holders are those whose lease had not ended at ServerTime, in the
+	// order they acquired; empty when no slot is held.
+	Holders []HolderInfo
+	// FencingToken is the last acquisition's token: the greatest issued.
+	FencingToken int64
+	// ServerTime is the server's clock when it was read.
+	ServerTime time.Time
+}
+
+// Inspect returns the semaphore's state in one round trip, judged by the
+// server's clock: a holder whose lease has ended is not listed, though it
+// was never released. It returns an error wrapping ErrNoLock if the
+// semaphore has no document, and an *Error wrapping the server's, the
+// network's or ctx's error if the round trip failed. It changes nothing,
+// and ignores the Semaphore's n.
+func (s *Semaphore) Inspect(ctx context.Context) (SemaphoreInfo, error) {
+	d, err := s.lock.inspectSlots(ctx)
+	return SemaphoreInfo{Name: d.Name, N: d.N, Holders: d.holders(false), FencingToken: d.FencingToken, ServerTime: d.Now}, err
+}
+
 // semDriver is a Semaphore's kind: its documents list the holders. A
 // reader-writer lock's share them.
 type semDriver struct {
 	n int
 }
 
-func (semDriver) collection(p *Provider) *collection { return &p.slots }
+func (semDriver) collection(p *Provider) *lockCollection { return &p.slots }
 
 func (d semDriver) create(name string) bson.D { return createSemDoc(name, d.n) }
 

@@ -485,19 +485,6 @@ func (t *telemetry) abandoned(h *acquisition) {
 		"lock", shortName(h.lock.name), "fencingToken", h.token.Load())
 }
 
-// indexFailed tells the hooks, and logs (Info), err, if not nil, of
-// creating or raising the TTL index of coll.
-func (t *telemetry) indexFailed(db, coll string, err error) {
-	if err == nil {
-		return
-	}
-	if hook := t.trace.IndexFailed; hook != nil {
-		hook(IndexInfo{Database: db, Collection: coll, Index: TTLIndexName, Err: err})
-	}
-	t.log.Info("mongolock: could not create the TTL index; idle lock documents stay in the collection",
-		"collection", coll, "index", TTLIndexName, "error", err)
-}
-
 // telemetryConfig is what WithTrace and WithLogger set.
 type telemetryConfig struct {
 	trace    *Trace
