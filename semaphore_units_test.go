@@ -239,3 +239,13 @@ func TestSemaphoreUnitsAtMaxSlotsOnTheServer(t *testing.T) {
 	require.Zero(t, liveHolders(t, semColl(db), name))
 	t.Logf("one holder of %d units: %d bytes", n, size)
 }
+
+// unitsOf is the guarantee suite's mode of k units of a semaphore of n
+// slots: two holders of 2 of 5 units hold it at once, as two of a
+// semaphore of 2 slots do.
+func unitsOf(n, k int) func(p *mongolock.Provider, name string) modeLock {
+	return func(p *mongolock.Provider, name string) modeLock {
+		s := p.Semaphore(name, n).Units(k)
+		return modeLock{s.Acquire, s.TryAcquire}
+	}
+}
