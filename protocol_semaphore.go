@@ -16,7 +16,7 @@ import (
 //	{_id: name, kind: "semaphore", n,
 //	 holders: [{id, owner, acquiredAt, expiresAt, token}],
 //	 fencingToken, expiresAt, waitingProcess, waitingSince, waitingUntil,
-//	 releasedAt, lastWrite}
+//	 waitingUnits, releasedAt, lastWrite}
 //
 // At most n holders are live (expiresAt after the server's $$NOW) at any
 // server instant: an acquisition drops the expired holders and adds itself
@@ -24,6 +24,13 @@ import (
 // slot; an acquisition with another n is refused, and one that finds no
 // live holder sets n to its own. The top-level expiresAt is never before a
 // live holder's: the TTL index deletes an idle document as it does a lock's.
+//
+// An acquisition of k units (Semaphore.Units) is one holder written as k
+// entries of holders, alike to the last field: n bounds the entries, so
+// every statement that counts, extends, releases, hands over or takes over
+// a holder by its id moves its units with it, and the document holds at
+// most n entries, as with slots. A claim keeps waitingUnits free for its
+// process (a claim without the field: one).
 
 // createSemDoc: create a semaphore, insertOne, as a lock's.
 func createSemDoc(name string, n int) bson.D {

@@ -65,10 +65,11 @@ func (p *Provider) Semaphore(name string, n int) *Semaphore {
 // within one process: Acquire, TryAcquire and Do are s's, and each Handle
 // holds its k units with one lease and one fencing token, and releases
 // them all at once. Holders of one unit and of several share the n slots
-// (s.Units(1) acquires as s does): the units held never exceed n. A k below 1 or above n
-// makes every acquisition fail with ErrInvalidArgument, before anything is
-// sent. A waiting Acquire's claim (see Acquire) keeps k units free for its
-// process, so a stream of smaller requests cannot starve a larger one.
+// (s.Units(1) acquires as s does): the units held never exceed n. A k
+// below 1 or above n makes every acquisition fail with ErrInvalidArgument,
+// before anything is sent. A waiting Acquire's claim (see Acquire) keeps k
+// units free for its process, so a stream of smaller requests cannot
+// starve a larger one.
 func (s *Semaphore) Units(k int) *Semaphore {
 	n := s.lock.kind.describe().slots
 	w := &Semaphore{lock: &Lock{p: s.lock.p, name: s.lock.name, kind: unitsDriver{semDriver{n}, k}}, err: s.err}
