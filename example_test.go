@@ -461,6 +461,40 @@ func ExampleSemaphore() {
 	// exporting
 }
 
+func ExampleSemaphore_Units() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, disconnect := exampleDatabase(ctx, "distributed_locks_semaphores") // (for the checked output)
+	defer disconnect()                                                     // (for the checked output)
+
+	locks, err := mongolock.NewProvider(db)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Eight GPUs, shared by jobs that need one to eight of them.
+	gpus := locks.Semaphore("gpus", 8)
+
+	h, err := gpus.Units(3).Acquire(ctx) // waits until 3 are free
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer h.Release(context.Background())
+
+	_, err = gpus.Units(6).TryAcquire(ctx)
+	fmt.Println("6 more are refused:", errors.Is(err, mongolock.ErrNotAcquired))
+	_, err = gpus.Units(9).TryAcquire(ctx)
+	fmt.Println("9 of 8 are invalid:", errors.Is(err, mongolock.ErrInvalidArgument))
+	info, err := gpus.Inspect(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("holders:", len(info.Holders), "units:", info.Holders[0].Units)
+	// Output:
+	// 6 more are refused: true
+	// 9 of 8 are invalid: true
+	// holders: 1 units: 3
+}
+
 func ExampleRWLock() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

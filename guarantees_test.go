@@ -60,6 +60,7 @@ type kindRow struct {
 var kindRows = []kindRow{
 	{kind: "lock", n: 1, this: lockMode, other: lockMode},
 	{kind: "semaphore", n: 2, slots: true, this: semaphoreOf(2), other: semaphoreOf(2), refused: semaphoreOf(3)},
+	{kind: "semaphore-units", n: 2, slots: true, this: unitsOf(5, 2), other: unitsOf(5, 2), refused: unitsOf(6, 2)},
 	{kind: "read", otherN: 1, slots: true, rw: true, this: readerMode, other: writerMode},
 	{kind: "write", n: 1, slots: true, rw: true, this: writerMode, other: readerMode},
 	{kind: "upgradeable", n: 1, otherN: 1, slots: true, rw: true, this: upgradeableMode, other: writerMode},
@@ -671,7 +672,8 @@ var busyProcessesOf = map[string]busyProcesses{
 	"lock": {procs: 2, callers: 2, hold: time.Millisecond, sleeps: eagerSleeps, askerSleeps: lazySleeps, most: 2 * mongolock.TurnLength},
 	// One process with a steady stream of waiters, which hands its slot
 	// on, beside a steady holder of the other slot.
-	"semaphore": {procs: 1, callers: 3, hold: 50 * time.Millisecond, sleeps: eagerSleeps, askerSleeps: lazySleeps, most: 12},
+	"semaphore":       {procs: 1, callers: 3, hold: 50 * time.Millisecond, sleeps: eagerSleeps, askerSleeps: lazySleeps, most: 12},
+	"semaphore-units": {procs: 1, callers: 3, hold: 50 * time.Millisecond, sleeps: eagerSleeps, askerSleeps: lazySleeps, most: 12},
 	// Three writer processes, alternating short holds.
 	"read": {procs: 3, callers: 1, hold: 50 * time.Millisecond, sleeps: eagerSleeps, askerSleeps: lazySleeps, most: 12},
 	// Three writer processes, alternating short holds, as a reader's.

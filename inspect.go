@@ -312,7 +312,7 @@ func (d infoDoc) info() LockInfo {
 		info.Owner, info.Value = d.Owner, d.Value
 	}
 	if d.Held {
-		info.Holders = []HolderInfo{{ID: d.LockID, Owner: info.Owner, AcquiredAt: d.AcquiredAt, ExpiresAt: d.ExpiresAt, FencingToken: d.FencingToken}}
+		info.Holders = []HolderInfo{{ID: d.LockID, Owner: info.Owner, AcquiredAt: d.AcquiredAt, ExpiresAt: d.ExpiresAt, FencingToken: d.FencingToken, Units: 1}}
 	}
 	return info
 }
@@ -360,6 +360,9 @@ type HolderInfo struct {
 	AcquiredAt, ExpiresAt time.Time
 	// FencingToken is the acquisition's token.
 	FencingToken int64
+	// Units is how many of a Semaphore's slots the holder holds
+	// (Semaphore.Units); 1 for every other holder.
+	Units int
 }
 
 // slotsDoc is what semInspectPipeline returns.
@@ -406,13 +409,20 @@ func (l *Lock) inspectSlots(ctx context.Context) (slotsDoc, error) {
 }
 
 // holders returns d's holders; of an RWLock if rw, where a holder without
-// a mode (a Semaphore's) counts as a writer, as acquisitions count it.
+// a mode (a Semaphore's) counts as a writer, as acquisitions count it. The
+// entries of one holder of several units are one HolderInfo.
 func (d slotsDoc) holders(rw bool) []HolderInfo {
 	var hs []HolderInfo
+	at := map[string]int{}
 	for _, h := range d.Holders {
+		if i, ok := at[h.ID]; ok {
+			hs[i].Units++
+			continue
+		}
+		at[h.ID] = len(hs)
 		reads := h.Mode == string(readMode) || h.Mode == string(upgradeMode)
 		hs = append(hs, HolderInfo{ID: h.ID, Owner: h.Owner, Write: rw && !reads, Upgradeable: rw && h.Mode == string(upgradeMode),
-			AcquiredAt: h.AcquiredAt, ExpiresAt: h.ExpiresAt, FencingToken: h.Token})
+			AcquiredAt: h.AcquiredAt, ExpiresAt: h.ExpiresAt, FencingToken: h.Token, Units: 1})
 	}
 	return hs
 }

@@ -252,6 +252,8 @@ func slotDoc(c chooser, now bson.DateTime) bson.D {
 		d = maybe(c, d, "waitingUntil", func() any { return date(c, now) })
 		if kind == "rwlock" {
 			d = maybe(c, d, "waitingMode", func() any { return pick(c, "r", "u", "w") })
+		} else {
+			d = maybe(c, d, "waitingUnits", func() any { return pick[any](c, int32(1), int32(2), int64(3)) })
 		}
 	}
 	d = maybe(c, d, "releasedAt", func() any { return date(c, now) })

@@ -16,7 +16,7 @@ import (
 //	{_id: name, kind: "semaphore", n,
 //	 holders: [{id, owner, acquiredAt, expiresAt, token}],
 //	 fencingToken, expiresAt, waitingProcess, waitingSince, waitingUntil,
-//	 releasedAt, lastWrite}
+//	 waitingUnits, releasedAt, lastWrite}
 //
 // At most n holders are live (expiresAt after the server's $$NOW) at any
 // server instant: an acquisition drops the expired holders and adds itself
@@ -24,6 +24,13 @@ import (
 // slot; an acquisition with another n is refused, and one that finds no
 // live holder sets n to its own. The top-level expiresAt is never before a
 // live holder's: the TTL index deletes an idle document as it does a lock's.
+//
+// An acquisition of k units (Semaphore.Units) is one holder written as k
+// entries of holders, alike to the last field: n bounds the entries, so
+// every statement that counts, extends, releases, hands over or takes over
+// a holder by its id moves its units with it, and the document holds at
+// most n entries, as with slots. A claim keeps waitingUnits free for its
+// process (a claim without the field: one).
 
 // createSemDoc: create a semaphore, insertOne, as a lock's.
 func createSemDoc(name string, n int) bson.D {
@@ -36,6 +43,7 @@ type slotAttempt struct {
 	waitToken     int64  // the token its line saw when it began to wait
 	proc, owner   string
 	n             int    // a semaphore's slots
+	units         int    // a semaphore's units taken (0: one); an RWLock's: 0
 	rw            rwMode // an RWLock's mode; 0 for a semaphore
 	mode          attemptMode
 	expiry, claim time.Duration
@@ -63,17 +71,21 @@ func slotPipeline(a slotAttempt) bson.A {
 // ofKind is whether the document is of the attempt's kind.
 func (a slotAttempt) ofKind() bson.D { return op("$eq", "$kind", slotKind(a.rw)) }
 
-// acquirable is whether the live holders and the claim leave the attempt a
-// slot: a semaphore's takes one only if fewer than n are live, with n
-// agreed, and, while another process's claim is live, one more stays free
-// for it. An RWLock's: rwAcquirable.
+// acquirable is whether the live holders and the claim leave the attempt
+// its units: a semaphore's takes k only if at most n-k are live, with n
+// agreed, and, while another process's claim is live, that claim's units
+// stay free for it. An RWLock's: rwAcquirable.
 func (a slotAttempt) acquirable() bson.D {
 	if a.rw != 0 {
 		return rwAcquirable(a.rw, a.proc)
 	}
-	size := op("$size", "$_live")
-	return op("$and", op("$lt", size, a.n), a.agreed(), op("$or", not(otherClaim(a.proc)), op("$lt", size, a.n-1)))
+	size, room := op("$size", "$_live"), a.n-a.unitsTaken()+1 // fits if fewer than room are live
+	return op("$and", op("$lt", size, room), a.agreed(),
+		op("$or", not(otherClaim(a.proc)), op("$lt", op("$add", size, ifNull("$waitingUnits", 1)), room)))
 }
+
+// unitsTaken is how many of a semaphore's entries the attempt adds.
+func (a slotAttempt) unitsTaken() int { return max(a.units, 1) }
 
 // agreed is whether the caller's n is the semaphore's, or nobody holds it:
 // a caller with another n is refused with an error, and claims nothing.
@@ -115,7 +127,11 @@ func (a slotAttempt) holderWrites() bson.D {
 		holder = append(holder, bson.E{Key: "mode", Value: string(a.rw)})
 	}
 	holder = append(holder, obj("acquiredAt", "$$NOW", "expiresAt", until, "token", nextToken)...)
-	write := obj("holders", cond("$_acquired", op("$concatArrays", "$_live", bson.A{holder}), "$holders"),
+	added := any(bson.A{holder})
+	if a.unitsTaken() > 1 { // one entry per unit, alike
+		added = obj("$map", obj("input", op("$range", 0, a.unitsTaken()), "in", holder))
+	}
+	write := obj("holders", cond("$_acquired", op("$concatArrays", "$_live", added), "$holders"),
 		"fencingToken", cond("$_acquired", nextToken, "$fencingToken"),
 		"expiresAt", cond("$_acquired", op("$max", ifNull("$expiresAt", epoch), until), "$expiresAt"))
 	if a.rw == 0 {
@@ -130,6 +146,8 @@ func (a slotAttempt) claimWrites() bson.D {
 	fields, claiming := claimFields[:], []any{a.proc, claimToken(a.waitToken), later(a.claim)}
 	if a.rw != 0 {
 		fields, claiming = append(fields, "waitingMode"), append(claiming, string(a.rw))
+	} else {
+		fields, claiming = append(fields, "waitingUnits"), append(claiming, a.unitsTaken())
 	}
 	var writes bson.D
 	for i, f := range fields {

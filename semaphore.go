@@ -46,7 +46,7 @@ const MaxSemaphoreSlots = 4096
 // concurrent use.
 type Semaphore struct {
 	lock *Lock
-	err  error // a bad n, returned by every acquisition
+	err  error // a bad n or number of units, returned by every acquisition
 }
 
 // Semaphore returns the semaphore called name with n slots; names are used
@@ -58,6 +58,25 @@ func (p *Provider) Semaphore(name string, n int) *Semaphore {
 		s.err = invalidf("semaphore of %d slots: need 1 <= n <= %d", n, MaxSemaphoreSlots)
 	}
 	return s
+}
+
+// Units returns the semaphore whose every acquisition takes k of its n
+// slots at once, as golang.org/x/sync/semaphore's Acquire(ctx, k) does
+// within one process: Acquire, TryAcquire and Do are s's, and each Handle
+// holds its k units with one lease and one fencing token, and releases
+// them all at once. Holders of one unit and of several share the n slots
+// (s.Units(1) acquires as s does): the units held never exceed n. A k
+// below 1 or above n makes every acquisition fail with ErrInvalidArgument,
+// before anything is sent. A waiting Acquire's claim (see Acquire) keeps k
+// units free for its process, so a stream of smaller requests cannot
+// starve a larger one.
+func (s *Semaphore) Units(k int) *Semaphore {
+	n := s.lock.kind.describe().slots
+	w := &Semaphore{lock: &Lock{p: s.lock.p, name: s.lock.name, kind: unitsDriver{semDriver{n}, k}}, err: s.err}
+	if w.err == nil && (k < 1 || k > n) {
+		w.err = invalidf("%d units of a semaphore of %d slots: need 1 <= k <= n", k, n)
+	}
+	return w
 }
 
 // Name returns the semaphore's name, exactly as given.
@@ -149,6 +168,18 @@ func (d semDriver) acquire(ctx context.Context, p *Provider, name string, a atte
 	return acquireSlot(ctx, p, name, a, d.n, 0)
 }
 
+// unitsDriver is a Semaphore's kind whose acquisitions take units slots
+// each (Semaphore.Units). Only the acquisition differs: the rest finds the
+// holder by its id, whatever its units.
+type unitsDriver struct {
+	semDriver
+	units int
+}
+
+func (d unitsDriver) acquire(ctx context.Context, p *Provider, name string, a attempt) (reply, error) {
+	return acquireUnits(ctx, p, name, a, slotAttempt{n: d.n, units: d.units})
+}
+
 // semDoc is a slot's acquisition's reply: the document after the update.
 type semDoc struct {
 	Kind           string      `bson:"kind"`
@@ -169,12 +200,17 @@ type semHolder struct {
 // returns its reply as a lock's: LockID is the newest holder's, a.id if it
 // took a slot.
 func acquireSlot(ctx context.Context, p *Provider, name string, a attempt, n int, rw rwMode) (reply, error) {
-	filter := acquireFilter(name)
+	return acquireUnits(ctx, p, name, a, slotAttempt{n: n, rw: rw})
+}
+
+// acquireUnits is acquireSlot of sa's n, units and mode rw.
+func acquireUnits(ctx context.Context, p *Provider, name string, a attempt, sa slotAttempt) (reply, error) {
+	filter, n, rw := acquireFilter(name), sa.n, sa.rw
 	if a.releasing != "" {
 		filter = semHolderFilter(name, a.releasing)
 	}
-	sa := slotAttempt{id: a.id, releasing: a.releasing, waitToken: a.waitToken, proc: p.slots.process, owner: p.opts.owner,
-		n: n, rw: rw, mode: a.mode, expiry: p.opts.expiry, claim: p.opts.claimLifetime()}
+	sa.id, sa.releasing, sa.waitToken, sa.proc, sa.owner = a.id, a.releasing, a.waitToken, p.slots.process, p.opts.owner
+	sa.mode, sa.expiry, sa.claim = a.mode, p.opts.expiry, p.opts.claimLifetime()
 	var doc semDoc
 	raw, err := p.slots.store.findOneAndUpdate(ctx, filter, slotPipeline(sa), slotReplyFields)
 	if err == nil {

@@ -61,6 +61,10 @@ stopped as on any loss (status 76). It must be at least --expiry. A CMD that can
 start never ran: the lock is freed at once, --hold-at-least or not. Both apply to the
 lock NAME only, not with --semaphore, --read or --write.
 
+With --semaphore N, --units K holds K of its N slots at once, with one lease and one
+fencing token, and releases them together; a waiting run keeps later requests of
+other processes from taking the slots it waits for, so small ones cannot starve it.
+
 Without --verbose, run prints nothing of its own unless something went wrong; a
 lock held by someone else is not wrong: the exit status (75) says it. So cron
 mails only what CMD prints.
@@ -70,6 +74,7 @@ Examples:
   mongolock run --try nightly -- ./report.sh            # in a crontab: skip if held
   mongolock run --wait 10m --expiry 1m migrate -- ./migrate.sh up
   mongolock run --semaphore 3 exports -- ./export.sh    # at most 3 at a time
+  mongolock run --semaphore 8 --units 3 gpus -- ./train.sh  # 3 of 8 units at once
   mongolock run --read catalog -- ./read-catalog.sh     # with other readers; --write alone
   mongolock run nightly -- sh -c 'exec ./report.sh --token "$MONGOLOCK_FENCING_TOKEN"'
   mongolock run --try --hold-at-least 50s --hold-at-most 10m hourly -- ./hourly.sh  # once an hour, from every replica's cron
@@ -81,7 +86,7 @@ type runFlags struct {
 	try, read, write    bool
 	verbose             bool
 	owner               string
-	slots               int
+	slots, units        int
 }
 
 // runExcludes says which of run's flags exclude which: given together,
@@ -101,6 +106,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.expiry, "expiry", mongolock.DefaultExpiry, "the lease `DURATION`: how long the server keeps the lock for a mongolock that stopped extending it (at least 100ms)")
 	fs.StringVar(&f.owner, "owner", "", "who holds the lock (`NAME`), as list and inspect show it (default: host/pid of mongolock)")
 	fs.IntVar(&f.slots, "semaphore", 0, "hold one of `N` slots (1 to 4096) of the semaphore NAME, not the lock NAME")
+	fs.IntVar(&f.units, "units", 1, "with --semaphore, hold `K` of its slots at once (1 to N), released together")
 	fs.BoolVar(&f.read, "read", false, "hold the reader-writer lock NAME for reading, with other readers")
 	fs.BoolVar(&f.write, "write", false, "hold the reader-writer lock NAME for writing, alone")
 }
@@ -120,6 +126,10 @@ func (f *runFlags) check(cmd string, set map[string]bool) error {
 		return fail(exitUsage, "%s: --semaphore %d: a semaphore has at least 1 slot", cmd, f.slots)
 	case set["semaphore"] && f.slots > mongolock.MaxSemaphoreSlots:
 		return fail(exitUsage, "%s: --semaphore %d: a semaphore has at most %d slots", cmd, f.slots, mongolock.MaxSemaphoreSlots)
+	case set["units"] && !set["semaphore"]:
+		return fail(exitUsage, "%s: --units applies to a semaphore: give --semaphore N", cmd)
+	case set["units"] && (f.units < 1 || f.units > f.slots):
+		return fail(exitUsage, "%s: --units %d: a semaphore of %d slots is held with 1 to %d units", cmd, f.units, f.slots, f.slots)
 	case set["semaphore"] && (f.read || f.write) || f.read && f.write:
 		return fail(exitUsage, "%s: --semaphore, --read and --write exclude each other", cmd)
 	}
@@ -228,7 +238,7 @@ func (c *cli) acquire(s *session, cmd, name string, f *runFlags, sigs <-chan os.
 	var try, wait func(context.Context) (*mongolock.Handle, error)
 	switch {
 	case f.slots > 0:
-		sem := s.p.Semaphore(name, f.slots)
+		sem := s.p.Semaphore(name, f.slots).Units(f.units)
 		try, wait = sem.TryAcquire, sem.Acquire
 	case f.read:
 		r := s.p.RWLock(name).Reader()

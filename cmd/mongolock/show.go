@@ -26,8 +26,8 @@ a semaphore's or reader-writer lock's holders, comma-separated), its last fencin
 token, when it was last acquired and when its lease ends (of a semaphore or
 reader-writer lock: the newest holder's, and the last lease's end), whether a waiting
 process claims the next turn (writer: a writer's claim, which keeps new readers out),
-and an election's value. A semaphore's HELD is holders/slots, a reader-writer lock's
-the number of readers or writer. Held is judged by the server's clock.
+and an election's value. A semaphore's HELD is units held/slots (a holder of
+several units counts each), a reader-writer lock's the number of readers or writer. Held is judged by the server's clock.
 
 --json prints one object per line, with the times in RFC 3339:
   {"kind":"lock","name":"nightly","held":true,"heldBy":"mongolock","owner":"web-1/4242",
@@ -36,8 +36,8 @@ the number of readers or writer. Held is judged by the server's clock.
    "acquiredAt":"...","expiresAt":"...","waiting":false,"serverTime":"..."}
 kind is lock, election, semaphore or rwlock. heldBy ("mongolock" or
 "DistributedLock.MongoDB") is a lock's or an election's, absent when it is free; value
-an election's; n a semaphore's slots; a holder's mode ("read" or "write") and
-writerWaiting a reader-writer lock's. claim, present while waiting is true, is the
+an election's; n a semaphore's slots and a holder's units its own; a holder's mode
+("read" or "write") and writerWaiting a reader-writer lock's. claim, present while waiting is true, is the
 waiting process's place: {"process":"...","since":1757930000000000001,"until":"..."},
 its id, the fencing token it saw as it began to wait (the same while one wait goes
 on), and until when the claim counts unless renewed; next, of a lock or an election,
@@ -53,8 +53,9 @@ Examples:
 const inspectHelp = `
 Shows everything called NAME, as list does, one row per live holder: the lock or
 election NAME, and the semaphore or reader-writer lock NAME (they live apart from the
-lock of the same name). A semaphore's HELD is holders/slots, a reader-writer lock's
-each holder's mode. ID is the holder's acquisition, which release --force --holder
+lock of the same name). A semaphore's HELD is units held/slots, with the holder's
+units after it if more than one ("4/4 (3 units)"), a reader-writer lock's each
+holder's mode. ID is the holder's acquisition, which release --force --holder
 takes. Exits with 1 if nothing is called NAME.
 
 --json prints list's objects, one per line.
@@ -204,6 +205,7 @@ type (
 		ID           string    `json:"id"`
 		Owner        string    `json:"owner"`
 		Mode         string    `json:"mode,omitempty"`
+		Units        int       `json:"units,omitempty"`
 		FencingToken int64     `json:"fencingToken"`
 		AcquiredAt   time.Time `json:"acquiredAt"`
 		ExpiresAt    time.Time `json:"expiresAt"`
@@ -245,6 +247,8 @@ func (p *printer) info(info mongolock.LockInfo) {
 			hj := holderJSON{ID: h.ID, Owner: h.Owner, FencingToken: h.FencingToken, AcquiredAt: h.AcquiredAt, ExpiresAt: h.ExpiresAt}
 			if info.Kind == mongolock.KindRWLock {
 				hj.Mode = mode(h)
+			} else if info.Kind == mongolock.KindSemaphore {
+				hj.Units = h.Units
 			}
 			j.Holders = append(j.Holders, hj)
 		}
@@ -284,12 +288,18 @@ func (p *printer) row(info mongolock.LockInfo, held, owner, tok string, acquired
 }
 
 // held is the HELD cell of info, or of its holder h: yes or no; a
-// semaphore's holders/slots; a reader-writer lock's readers or writer, or
-// h's mode.
+// semaphore's units held/slots, and h's units if more than one; a
+// reader-writer lock's readers or writer, or h's mode.
 func held(info mongolock.LockInfo, h *mongolock.HolderInfo) string {
 	switch {
+	case info.Kind == mongolock.KindSemaphore && h != nil && h.Units > 1:
+		return fmt.Sprintf("%s (%d units)", held(info, nil), h.Units)
 	case info.Kind == mongolock.KindSemaphore:
-		return fmt.Sprintf("%d/%d", len(info.Holders), info.N)
+		units := 0
+		for _, h := range info.Holders {
+			units += h.Units
+		}
+		return fmt.Sprintf("%d/%d", units, info.N)
 	case info.Kind != mongolock.KindRWLock || len(info.Holders) == 0:
 		return yesNo(info.Held)
 	case h != nil:

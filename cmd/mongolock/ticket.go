@@ -22,8 +22,8 @@ Acquires the lock NAME as run does (waiting up to --wait; --try makes one attemp
 and exits with 75 at once if it is held), prints a ticket of the acquisition and its
 fencing token, and exits, leaving the lock held until its lease (--expiry) ends:
 nothing extends it. A later step extends it (mongolock extend) or releases it
-(mongolock release) by its ticket. --semaphore N holds one of N slots of a semaphore,
---read and --write a reader-writer lock, as with run.
+(mongolock release) by its ticket. --semaphore N holds one of N slots of a semaphore
+(--units K: K of them), --read and --write a reader-writer lock, as with run.
 
 It prints two lines that a shell can source, the second what run gives its command:
 

@@ -84,6 +84,7 @@ var cases = []struct {
 	{"DoReportsALossDuringFn", doReportsLoss},
 	{"SemaphoreAdmitsN", semaphoreAdmitsN},
 	{"SemaphoreOfAnotherSizeOrKindIsErrMismatch", semaphoreMismatch},
+	{"SemaphoreUnitsAreHeldWholeAndNeverExceedN", semaphoreUnits},
 	{"RWLockReadersShareAndAWaitingWriterHoldsOffReaders", rwLockReadersAndWriter},
 	{"UpgradeableReaderSharesWithReadersAndExcludesUpgradeablesAndWriters", upgradeableSharesWithReadersOnly},
 	{"UpgradeWaitsForReadersRefusesNewOnesAndNoWriterGetsInBetween", upgradeWaitsForReaders},

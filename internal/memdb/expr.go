@@ -141,6 +141,18 @@ var operators = map[string]struct {
 	}},
 	"$add": {-1, arithmetic}, "$multiply": {-1, arithmetic},
 	"$min": {-1, extreme}, "$max": {-1, extreme},
+	"$range": {2, func(name string, v []any) any {
+		from, ok1 := integer(v[0])
+		to, ok2 := integer(v[1])
+		if !ok1 || !ok2 {
+			panic(notModelled("%s of a %s and a %s", name, typeName(v[0]), typeName(v[1])))
+		}
+		out := bson.A{}
+		for i := from; i < to; i++ {
+			out = append(out, int32(i))
+		}
+		return out
+	}},
 	"$concat": {-1, func(name string, v []any) any { return strings.Join(allAs[string](name, v), "") }},
 	"$concatArrays": {-1, func(name string, v []any) any {
 		return append(bson.A{}, slices.Concat(allAs[bson.A](name, v)...)...)

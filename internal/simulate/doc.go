@@ -20,7 +20,8 @@
 // store (memdb.Store.Client), with a network of its own, and its
 // expiry[/extension cadence] is the (i mod count)-th of -simulate.expiries
 // (1s/50ms, 20s and 3s by default), on the same names. Its goroutines
-// pick, as the soak's do, a mutex, a semaphore of 3 slots, an rwlock's
+// pick, as the soak's do, a mutex, a semaphore of 3 slots (two of them at
+// once one time in four, Semaphore.Units), an rwlock's
 // reader, writer or upgradeable reader that upgrades, or an election, by
 // the waiting call or a loop of Try calls, and run a critical section on
 // the name's fenced resource; one section in eight (not a long holder's)

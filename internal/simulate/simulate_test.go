@@ -743,6 +743,7 @@ type target struct {
 	k       int
 	write   bool
 	upgrade bool // the writer is an upgradeable reader that Upgrade made the writer
+	units   int  // a semaphore's units; 0: one
 	try     bool
 	long    bool
 }
@@ -761,10 +762,10 @@ func (t target) name() string {
 
 // pick chooses the next trial, as the soak's children do: a kind, then
 // one of its names; an rwlock's holder writes one time in three (half of
-// the writers as an upgradeable reader that upgrades), and one
-// acquisition in four loops on the Try call (an election campaigns). A
-// long holder's is a slot of the first semaphore or a read lock of the
-// first rwlock.
+// the writers as an upgradeable reader that upgrades), a semaphore's
+// holder takes two units one time in four, and one acquisition in four
+// loops on the Try call (an election campaigns). A long holder's is a
+// slot of the first semaphore or a read lock of the first rwlock.
 func (s *sim) pick(rng *rand.Rand, long bool) target {
 	var ks []kind
 	for kd := range numKinds {
@@ -777,13 +778,17 @@ func (s *sim) pick(rng *rand.Rand, long bool) target {
 		return target{kind: kd, long: true}
 	}
 	write := kd == rwlock && rng.IntN(3) == 0
-	return target{kind: kd, k: rng.IntN(s.cfg.names[kd]), write: write, upgrade: write && rng.IntN(2) == 0, try: kd != election && rng.IntN(4) == 0}
+	units := 1
+	if kd == semaphore && rng.IntN(4) == 0 {
+		units = 2
+	}
+	return target{kind: kd, k: rng.IntN(s.cfg.names[kd]), write: write, upgrade: write && rng.IntN(2) == 0, units: units, try: kd != election && rng.IntN(4) == 0}
 }
 
 // acquire takes t with g's provider, waiting until ctx ends; an
 // election's leadership is returned too.
 func (s *sim) acquire(ctx context.Context, rng *rand.Rand, p *proc, g *generation, t target) (*mongolock.Handle, *mongolock.Leadership, error) {
-	tr := soakcheck.Trial{Kind: t.kind, Name: t.name(), Write: t.write, Upgrade: t.upgrade, Try: t.try}
+	tr := soakcheck.Trial{Kind: t.kind, Name: t.name(), Write: t.write, Upgrade: t.upgrade, Units: t.units, Try: t.try}
 	return soakcheck.Acquire(ctx, g.locks, tr, p.id, s.cfg.slots, func() time.Duration { return 10*time.Millisecond + dur(rng, 20*time.Millisecond) })
 }
 
@@ -915,7 +920,7 @@ func (s *sim) takeOver(p *proc, rng *rand.Rand, t target, h *mongolock.Handle) {
 func (s *sim) section(p *proc, rng *rand.Rand, t target, floor int64, waited time.Duration, h *mongolock.Handle, lead *mongolock.Leadership, g *generation) (dropped bool) {
 	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
 	defer cancel()
-	sec := soakcheck.Section{Kind: t.kind, Name: t.name(), Tok: h.FencingToken(), Proc: p.id, Write: t.write, Upgrade: t.upgrade,
+	sec := soakcheck.Section{Kind: t.kind, Name: t.name(), Tok: h.FencingToken(), Proc: p.id, Write: t.write, Upgrade: t.upgrade, Units: t.units,
 		Note: fmt.Sprintf("expiry %v, acquired at %s after %v, lease end %s%s%s", p.lease, clock(h.AcquiredAt()), waited, clock(h.LeaseEnd()),
 			map[bool]string{true: ", upgraded"}[t.upgrade], map[bool]string{true: ", long"}[t.long])}
 	var phase atomic.Pointer[string]

@@ -11,12 +11,14 @@ import (
 
 // A Trial is what one trial acquires: the lock of a kind called Name, for
 // writing (an RWLock's writer), as an upgradeable reader that Upgrade makes
-// the writer, with a loop of Try calls or with the waiting call.
+// the writer, Units of a semaphore's slots, with a loop of Try calls or
+// with the waiting call.
 type Trial struct {
 	Kind    Kind
 	Name    string
 	Write   bool
 	Upgrade bool // the writer is an upgradeable reader that Upgrade made the writer
+	Units   int  // a semaphore's units; 0: one
 	Try     bool
 }
 
@@ -39,7 +41,7 @@ func Acquire(ctx context.Context, locks *mongolock.Provider, tr Trial, owner str
 	case Mutex:
 		l = locks.Lock(tr.Name)
 	case Semaphore:
-		l = locks.Semaphore(tr.Name, slots)
+		l = locks.Semaphore(tr.Name, slots).Units(max(tr.Units, 1))
 	case RWLock:
 		rw := locks.RWLock(tr.Name)
 		switch {

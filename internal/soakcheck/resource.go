@@ -60,6 +60,7 @@ type occupant struct {
 	tok   int64
 	proc  string
 	write bool // an rwlock's writer
+	units int  // a semaphore's units
 	dead  bool
 	note  string
 	state func() string
@@ -67,6 +68,9 @@ type occupant struct {
 
 func (h *occupant) String() string {
 	s := fmt.Sprintf("%d of %s%s", h.tok, h.proc, role(h.write))
+	if h.units > 1 {
+		s += fmt.Sprintf(", %d units", h.units)
+	}
 	if h.note != "" {
 		s += " (" + h.note + ")"
 	}
@@ -97,6 +101,7 @@ type Section struct {
 	Proc    string
 	Write   bool          // an rwlock's writer
 	Upgrade bool          // a writer that Upgrade made one
+	Units   int           // a semaphore's units; 0: one
 	Note    string        // said with the holder in reports
 	State   func() string // if set, what the holder is doing, said with it in reports
 }
@@ -154,7 +159,7 @@ func (b *Board) Enter(s Section, floor int64, waited time.Duration) bool {
 		return false
 	}
 	r, c := b.resource(s.Kind, s.Name), &b.per[s.Kind]
-	me := &occupant{tok: s.Tok, proc: s.Proc, write: s.Write, note: s.Note, state: s.State}
+	me := &occupant{tok: s.Tok, proc: s.Proc, write: s.Write, units: max(s.Units, 1), note: s.Note, state: s.State}
 	before := c.Violations()
 	defer func() {
 		if c.Violations() > before && b.Explain != nil && len(b.reports) < 20 {
@@ -177,11 +182,12 @@ func (b *Board) Enter(s Section, floor int64, waited time.Duration) bool {
 		return true
 	}
 	var inside []string
-	dup, writer := false, false
+	dup, writer, units := false, false, 0
 	for _, h := range r.holders {
 		inside = append(inside, h.String())
 		dup = dup || h.tok == s.Tok
 		writer = writer || h.write
+		units += h.units
 	}
 	switch {
 	case s.Kind == Semaphore && s.Tok <= floor:
@@ -194,14 +200,17 @@ func (b *Board) Enter(s Section, floor int64, waited time.Duration) bool {
 		b.violation(s.Kind, &c.OutOfOrder, "%s acquired after writer's token %d had entered", s.who(), r.lastW)
 	}
 	switch {
-	case s.Kind == Semaphore && len(r.holders) >= b.n:
-		b.violation(s.Kind, &c.Overlap, "%s entered while %d of %d slots were taken: [%s]", s.who(), b.n, b.n, strings.Join(inside, ", "))
+	case s.Kind == Semaphore && units+me.units > b.n:
+		b.violation(s.Kind, &c.Overlap, "%s entered, %d units, while %d of %d slots were taken: [%s]", s.who(), me.units, units, b.n, strings.Join(inside, ", "))
 	case s.Kind == RWLock && (s.Write && len(r.holders) > 0 || writer):
 		b.violation(s.Kind, &c.Overlap, "%s entered while a conflicting holder was inside: [%s]", s.who(), strings.Join(inside, ", "))
 	}
 	r.holders = append(r.holders, me)
 	r.last = max(r.last, s.Tok)
 	c.Peak = max(c.Peak, int64(len(r.holders)))
+	if s.Kind == Semaphore {
+		c.Peak = max(c.Peak, int64(units+me.units))
+	}
 	if s.Write {
 		r.lastW = max(r.lastW, s.Tok)
 		c.WriteTrials++
