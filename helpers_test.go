@@ -298,6 +298,23 @@ const shortExpiry = 500 * time.Millisecond
 // cadence; the rest is slack for a round trip under -race on a busy machine.
 const lossDetectionBound = shortExpiry/3 + 250*time.Millisecond
 
+// stallProof is a lease that a loaded machine's stall of a second or two
+// does not lose, extended often enough that a loss is still seen soon:
+// for a holder on the real clock that must keep its lock.
+var stallProof = []mongolock.Option{mongolock.WithExpiry(3 * time.Second), mongolock.WithExtensionCadence(250 * time.Millisecond)}
+
+// lossWatch returns the options of a holder whose loss the test awaits,
+// and how long the loss may take to be seen. Over the model, in simulated
+// time: shortExpiry, and lossDetectionBound, the promise. Over a server,
+// on the real clock, where a loaded machine can stall the process past any
+// bound: stallProof, and a bound that fails only a loss never seen.
+func lossWatch(e *conformance.Env) (opts []mongolock.Option, within time.Duration) {
+	if e.Model != nil {
+		return []mongolock.Option{mongolock.WithExpiry(shortExpiry)}, lossDetectionBound
+	}
+	return stallProof, 10 * time.Second
+}
+
 func mustTryAcquire(t *testing.T, ctx context.Context, l *mongolock.Lock) *mongolock.Handle {
 	t.Helper()
 	h, err := l.TryAcquire(ctx)

@@ -22,6 +22,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/conformance"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
@@ -277,32 +278,38 @@ func TestLocksWithAPrefixListsExactlyTheNamesThatBeginWithIt(t *testing.T) {
 // the loss at its next extension (Lost, Context's cause, Release). On a
 // free lock, or one never used, it reports that there was nothing to end.
 func TestForceReleaseFreesAHeldLockAndItsHolderSeesTheLoss(t *testing.T) {
-	ctx := boundedCtx(t, 30*time.Second)
-	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
-	h := releaseAtCleanup(t, mustTryAcquire(t, ctx, e.p.Lock("stuck")))
+	conformance.Over(t, forceReleaseSeenByTheHolder)
+}
+
+func forceReleaseSeenByTheHolder(e *conformance.Env) {
+	t, ctx := e.T, e.Ctx
+	opts, within := lossWatch(e)
+	p, _ := e.Process(opts...)
+	other, _ := e.Process(opts...)
+	h := releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock("stuck")))
 
 	start := time.Now()
-	released, err := e.other.ForceRelease(ctx, "stuck")
+	released, err := other.ForceRelease(ctx, "stuck")
 	require.NoError(t, err)
 	require.True(t, released)
-	info, err := e.other.Inspect(ctx, "stuck")
+	info, err := other.Inspect(ctx, "stuck")
 	require.NoError(t, err)
 	require.False(t, info.Held)
 	require.Equal(t, h.FencingToken(), info.FencingToken, "the token is kept")
 
-	next := releaseAtCleanup(t, mustTryAcquire(t, ctx, e.other.Lock("stuck")))
+	next := releaseAtCleanup(t, mustTryAcquire(t, ctx, other.Lock("stuck")))
 	require.Greater(t, next.FencingToken(), h.FencingToken())
-	awaitClosed(t, h.Lost(), lossDetectionBound-time.Since(start), "the old holder's Lost")
+	awaitClosed(t, h.Lost(), within-time.Since(start), "the old holder's Lost")
 	require.ErrorIs(t, context.Cause(h.Context()), mongolock.ErrLockLost)
 	require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
-	info, err = e.other.Inspect(ctx, "stuck")
+	info, err = other.Inspect(ctx, "stuck")
 	require.NoError(t, err)
 	require.True(t, info.Held, "the old holder's release freed the next holder's lock")
 	require.Equal(t, next.FencingToken(), info.FencingToken)
 
 	require.NoError(t, next.Release(ctx))
 	for _, name := range []string{"stuck", "never-used"} {
-		released, err = e.other.ForceRelease(ctx, name)
+		released, err = other.ForceRelease(ctx, name)
 		require.NoError(t, err, name)
 		require.False(t, released, "%s: nothing to release", name)
 	}

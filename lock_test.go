@@ -665,21 +665,22 @@ func TestHandleLostClosesWhenDocumentIsDeleted(t *testing.T) {
 
 func handleLostWhenDeleted(e *conformance.Env) {
 	t, ctx := e.T, e.Ctx
-	p, _ := e.Process(mongolock.WithExpiry(shortExpiry))
+	opts, within := lossWatch(e)
+	p, _ := e.Process(opts...)
 	h, err := p.Lock("deleted").TryAcquire(ctx)
 	require.NoError(t, err)
 
 	e.Remove(mongolock.DefaultCollection, "deleted")
 	deleted := time.Now()
 
-	lost := awaitClosed(t, h.Lost(), lossDetectionBound, "Lost after the document was deleted")
+	lost := awaitClosed(t, h.Lost(), within, "Lost after the document was deleted")
 	t.Logf("loss signalled %v after the deletion", lost.Sub(deleted))
 
 	hctx := h.Context()
-	awaitClosed(t, hctx.Done(), time.Second, "Context after loss")
+	awaitClosed(t, hctx.Done(), within, "Context after loss")
 	require.ErrorIs(t, context.Cause(hctx), mongolock.ErrLockLost)
 	require.ErrorIs(t, hctx.Err(), context.Canceled)
-	awaitClosed(t, mongolock.LeaseUnkept(h), time.Second, "the extension goroutine after loss")
+	awaitClosed(t, mongolock.LeaseUnkept(h), within, "the extension goroutine after loss")
 
 	err = h.Release(ctx)
 	require.ErrorIs(t, err, mongolock.ErrLockLost)
@@ -700,8 +701,9 @@ func TestHandleLostClosesWhenSomeoneElseTakesOver(t *testing.T) {
 
 func handleLostWhenTaken(e *conformance.Env) {
 	t, ctx := e.T, e.Ctx
-	p, _ := e.Process(mongolock.WithExpiry(shortExpiry))
-	other, _ := e.Process(mongolock.WithExpiry(shortExpiry))
+	opts, within := lossWatch(e)
+	p, _ := e.Process(opts...)
+	other, _ := e.Process(opts...)
 	h, err := p.Lock("taken").TryAcquire(ctx)
 	require.NoError(t, err)
 
@@ -714,11 +716,11 @@ func handleLostWhenTaken(e *conformance.Env) {
 	}}})
 	taken := time.Now()
 
-	lost := awaitClosed(t, h.Lost(), lossDetectionBound, "Lost after a takeover")
+	lost := awaitClosed(t, h.Lost(), within, "Lost after a takeover")
 	t.Logf("loss signalled %v after the takeover", lost.Sub(taken))
-	awaitClosed(t, h.Context().Done(), time.Second, "Context after loss")
+	awaitClosed(t, h.Context().Done(), within, "Context after loss")
 	require.ErrorIs(t, context.Cause(h.Context()), mongolock.ErrLockLost)
-	awaitClosed(t, mongolock.LeaseUnkept(h), time.Second, "the extension goroutine after loss")
+	awaitClosed(t, mongolock.LeaseUnkept(h), within, "the extension goroutine after loss")
 
 	require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
 	require.NoError(t, h.Release(ctx))
@@ -958,11 +960,12 @@ func TestDoReportsLossToFnAndInItsError(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			conformance.Over(t, func(e *conformance.Env) {
 				t, ctx := e.T, e.Ctx
-				p, _ := e.Process(mongolock.WithExpiry(shortExpiry))
-				other, _ := e.Process(mongolock.WithExpiry(shortExpiry))
+				opts, within := lossWatch(e)
+				p, _ := e.Process(opts...)
+				other, _ := e.Process(opts...)
 				err := p.Lock("do-lost").Do(ctx, func(fctx context.Context) error {
 					e.Remove(mongolock.DefaultCollection, "do-lost")
-					awaitClosed(t, fctx.Done(), lossDetectionBound, "fn's ctx after the document was deleted")
+					awaitClosed(t, fctx.Done(), within, "fn's ctx after the document was deleted")
 					require.ErrorIs(t, context.Cause(fctx), mongolock.ErrLockLost)
 					return tc.returns(fctx)
 				})
