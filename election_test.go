@@ -389,9 +389,7 @@ func TestRunLeadsWhileItCanAndCampaignsAgainAfterALoss(t *testing.T) {
 
 func runCampaignsAgainAfterALoss(e *conformance.Env) {
 	t, ctx := e.T, e.Ctx
-	opts, within := lossWatch(e)
-	p, _ := e.Process(append(opts, fastPolls)...)
-	other, _ := e.Process(opts...)
+	p, other, within := lossWatch(e, fastPolls)
 	el := p.Election("run")
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()

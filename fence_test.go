@@ -863,9 +863,7 @@ func TestFencingTokenIncreasesAfterTheDocumentIsDeleted(t *testing.T) {
 
 func tokenIncreasesAfterDeletion(e *conformance.Env) {
 	t, ctx := e.T, e.Ctx
-	opts, within := lossWatch(e)
-	p, _ := e.Process(opts...)
-	other, _ := e.Process(opts...)
+	p, other, within := lossWatch(e)
 	log := &tokenLog{t: t}
 	inDocument := func(h *mongolock.Handle) {
 		t.Helper()

@@ -303,16 +303,22 @@ const lossDetectionBound = shortExpiry/3 + 250*time.Millisecond
 // for a holder on the real clock that must keep its lock.
 var stallProof = []mongolock.Option{mongolock.WithExpiry(3 * time.Second), mongolock.WithExtensionCadence(250 * time.Millisecond)}
 
-// lossWatch returns the options of a holder whose loss the test awaits,
-// and how long the loss may take to be seen. Over the model, in simulated
-// time: shortExpiry, and lossDetectionBound, the promise. Over a server,
-// on the real clock, where a loaded machine can stall the process past any
-// bound: stallProof, and a bound that fails only a loss never seen.
-func lossWatch(e *conformance.Env) (opts []mongolock.Option, within time.Duration) {
+// lossWatch returns two processes of e with opts, a holder whose loss the
+// test awaits and a rival, and how long the loss may take to be seen. Over
+// the model, in simulated time: a lease of shortExpiry, and
+// lossDetectionBound, the promise. Over a server, on the real clock, where
+// a loaded machine can stall the process past any bound: stallProof, and a
+// bound that fails only a loss never seen.
+func lossWatch(e *conformance.Env, opts ...mongolock.Option) (holder, rival *mongolock.Provider, within time.Duration) {
+	e.T.Helper()
+	lease, within := stallProof, 10*time.Second
 	if e.Model != nil {
-		return []mongolock.Option{mongolock.WithExpiry(shortExpiry)}, lossDetectionBound
+		lease, within = []mongolock.Option{mongolock.WithExpiry(shortExpiry)}, lossDetectionBound
 	}
-	return stallProof, 10 * time.Second
+	opts = append(slices.Clip(lease), opts...)
+	holder, _ = e.Process(opts...)
+	rival, _ = e.Process(opts...)
+	return holder, rival, within
 }
 
 func mustTryAcquire(t *testing.T, ctx context.Context, l *mongolock.Lock) *mongolock.Handle {

@@ -304,9 +304,7 @@ func TestForceReleaseFreesAHeldLockAndItsHolderSeesTheLoss(t *testing.T) {
 
 func forceReleaseSeenByTheHolder(e *conformance.Env) {
 	t, ctx := e.T, e.Ctx
-	opts, within := lossWatch(e)
-	p, _ := e.Process(opts...)
-	other, _ := e.Process(opts...)
+	p, other, within := lossWatch(e)
 	h := releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock("stuck")))
 
 	start := time.Now()

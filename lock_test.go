@@ -665,8 +665,7 @@ func TestHandleLostClosesWhenDocumentIsDeleted(t *testing.T) {
 
 func handleLostWhenDeleted(e *conformance.Env) {
 	t, ctx := e.T, e.Ctx
-	opts, within := lossWatch(e)
-	p, _ := e.Process(opts...)
+	p, _, within := lossWatch(e)
 	h, err := p.Lock("deleted").TryAcquire(ctx)
 	require.NoError(t, err)
 
@@ -701,9 +700,7 @@ func TestHandleLostClosesWhenSomeoneElseTakesOver(t *testing.T) {
 
 func handleLostWhenTaken(e *conformance.Env) {
 	t, ctx := e.T, e.Ctx
-	opts, within := lossWatch(e)
-	p, _ := e.Process(opts...)
-	other, _ := e.Process(opts...)
+	p, other, within := lossWatch(e)
 	h, err := p.Lock("taken").TryAcquire(ctx)
 	require.NoError(t, err)
 
@@ -963,9 +960,7 @@ func TestDoReportsLossToFnAndInItsError(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			conformance.Over(t, func(e *conformance.Env) {
 				t, ctx := e.T, e.Ctx
-				opts, within := lossWatch(e)
-				p, _ := e.Process(opts...)
-				other, _ := e.Process(opts...)
+				p, other, within := lossWatch(e)
 				err := p.Lock("do-lost").Do(ctx, func(fctx context.Context) error {
 					e.Remove(mongolock.DefaultCollection, "do-lost")
 					awaitClosed(t, fctx.Done(), within, "fn's ctx after the document was deleted")

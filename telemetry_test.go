@@ -134,8 +134,7 @@ func TestADeletedDocumentIsALossTakenOver(t *testing.T) {
 	conformance.Over(t, func(e *conformance.Env) {
 		t := e.T
 		var rec traceRecorder
-		opts, within := lossWatch(e)
-		p, _ := e.Process(append(opts, mongolock.WithTrace(rec.trace()))...)
+		p, _, within := lossWatch(e, mongolock.WithTrace(rec.trace()))
 		h := mustTryAcquire(t, e.Ctx, p.Lock("deleted"))
 		e.Remove(mongolock.DefaultCollection, "deleted")
 		awaitClosed(t, h.Lost(), within, "Lost")
