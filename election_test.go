@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/conformance"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
@@ -383,9 +384,13 @@ func runReportingTerms(t *testing.T, ctx context.Context, el *mongolock.Election
 // when Run's ctx ends, fn's ctx ends, leadership is given up, and Run
 // returns ctx's error.
 func TestRunLeadsWhileItCanAndCampaignsAgainAfterALoss(t *testing.T) {
-	ctx := boundedCtx(t, time.Minute)
-	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry), fastPolls)
-	el := e.p.Election("run")
+	conformance.Over(t, runCampaignsAgainAfterALoss)
+}
+
+func runCampaignsAgainAfterALoss(e *conformance.Env) {
+	t, ctx := e.T, e.Ctx
+	p, other, within := lossWatch(e, fastPolls)
+	el := p.Election("run")
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	next, ran := runReportingTerms(t, rctx, el)
@@ -394,22 +399,20 @@ func TestRunLeadsWhileItCanAndCampaignsAgainAfterALoss(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "runner", leader.Value)
 	require.Equal(t, first.token, leader.FencingToken)
-	_, err = e.other.Lock("run").TryAcquire(ctx)
+	_, err = other.Lock("run").TryAcquire(ctx)
 	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "fn runs while Run leads")
 
-	_, err = e.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "run"}})
-	require.NoError(t, err)
-	awaitClosed(t, first.ctx.Done(), lossDetectionBound, "fn's ctx after the document was deleted")
+	e.Remove(mongolock.DefaultCollection, "run")
+	awaitClosed(t, first.ctx.Done(), within, "fn's ctx after the document was deleted")
 	require.ErrorIs(t, context.Cause(first.ctx), mongolock.ErrLockLost)
 	second := next()
 	require.Greater(t, second.token, first.token)
 
-	_, err = e.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "run"}}, bson.D{{Key: "$set", Value: bson.D{
+	e.Edit(mongolock.DefaultCollection, "run", bson.D{{Key: "$set", Value: bson.D{
 		{Key: "lockId", Value: "0123456789abcdef0123456789abcdef"},
 		{Key: "expiresAt", Value: time.Now().Add(300 * time.Millisecond)},
 	}}})
-	require.NoError(t, err)
-	awaitClosed(t, second.ctx.Done(), lossDetectionBound, "fn's ctx after a takeover")
+	awaitClosed(t, second.ctx.Done(), within, "fn's ctx after a takeover")
 	require.ErrorIs(t, context.Cause(second.ctx), mongolock.ErrLockLost)
 	third := next() // once the intruder's lease has run out
 	require.Greater(t, third.token, second.token)

@@ -19,6 +19,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/xoptions"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/conformance"
 	"github.com/mongolock/mongolock/internal/testdb"
 	"github.com/mongolock/mongolock/mongolocktest"
 )
@@ -776,7 +777,14 @@ func TestFencedFindOneAndUpdateOfNoDocumentReturned(t *testing.T) {
 // h's token, stored as an int64.
 func requireTokenInDocument(t *testing.T, e *lockEnv, h *mongolock.Handle) {
 	t.Helper()
-	doc := rawLockDoc(t, e.coll, h.Name())
+	requireToken(t, rawLockDoc(t, e.coll, h.Name()), h)
+}
+
+// requireToken checks that doc, h's lock's document, holds h's token as
+// an int64.
+func requireToken(t *testing.T, doc bson.Raw, h *mongolock.Handle) {
+	t.Helper()
+	require.NotNil(t, doc, "the document of %q", h.Name())
 	v := doc.Lookup("fencingToken")
 	require.Equal(t, bson.TypeInt64, v.Type, "fencingToken is stored as %v", v.Type)
 	require.Equal(t, h.FencingToken(), v.Int64())
@@ -850,45 +858,47 @@ func TestFencingTokenIncreasesAfterAnExpiryTakeover(t *testing.T) {
 }
 
 func TestFencingTokenIncreasesAfterTheDocumentIsDeleted(t *testing.T) {
-	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
-	ctx := boundedCtx(t, 30*time.Second)
+	conformance.Over(t, tokenIncreasesAfterDeletion)
+}
+
+func tokenIncreasesAfterDeletion(e *conformance.Env) {
+	t, ctx := e.T, e.Ctx
+	p, other, within := lossWatch(e)
 	log := &tokenLog{t: t}
-	deleteDoc := func() {
+	inDocument := func(h *mongolock.Handle) {
 		t.Helper()
-		res, err := e.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "deleted"}})
-		require.NoError(t, err)
-		require.EqualValues(t, 1, res.DeletedCount)
+		requireToken(t, e.Doc(mongolock.DefaultCollection, h.Name()), h)
 	}
 
 	// Build up a few tokens by +1 steps first, so that a reset to a floor
 	// that is merely close to the old tokens would show.
 	for range 10 {
-		h, err := e.p.Lock("deleted").TryAcquire(ctx)
+		h, err := p.Lock("deleted").TryAcquire(ctx)
 		require.NoError(t, err)
 		log.add(h.FencingToken(), "a release")
 		require.NoError(t, h.Release(ctx))
 	}
 
 	for i := range 20 {
-		p := e.p
+		p := p
 		if i%2 == 1 {
-			p = e.other
+			p = other
 		}
 		h, err := p.Lock("deleted").TryAcquire(ctx)
 		require.NoError(t, err)
 		acquired := time.Now()
 		log.add(h.FencingToken(), "a deletion of the free document")
-		requireTokenInDocument(t, e, h)
+		inDocument(h)
 		if i%4 == 0 {
 			// Deleted while held: the holder loses it.
 			afterTheMillisecondOf(acquired)
-			deleteDoc()
-			awaitClosed(t, h.Lost(), lossDetectionBound, "Lost after the document was deleted")
+			e.Remove(mongolock.DefaultCollection, "deleted")
+			awaitClosed(t, h.Lost(), within, "Lost after the document was deleted")
 			require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
 			continue
 		}
 		require.NoError(t, h.Release(ctx))
 		afterTheMillisecondOf(acquired)
-		deleteDoc()
+		e.Remove(mongolock.DefaultCollection, "deleted")
 	}
 }

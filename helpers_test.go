@@ -298,6 +298,29 @@ const shortExpiry = 500 * time.Millisecond
 // cadence; the rest is slack for a round trip under -race on a busy machine.
 const lossDetectionBound = shortExpiry/3 + 250*time.Millisecond
 
+// stallProof is a lease that a loaded machine's stall of a second or two
+// does not lose, extended often enough that a loss is still seen soon:
+// for a holder on the real clock that must keep its lock.
+var stallProof = []mongolock.Option{mongolock.WithExpiry(3 * time.Second), mongolock.WithExtensionCadence(250 * time.Millisecond)}
+
+// lossWatch returns two processes of e with opts, a holder whose loss the
+// test awaits and a rival, and how long the loss may take to be seen. Over
+// the model, in simulated time: a lease of shortExpiry, and
+// lossDetectionBound, the promise. Over a server, on the real clock, where
+// a loaded machine can stall the process past any bound: stallProof, and a
+// bound that fails only a loss never seen.
+func lossWatch(e *conformance.Env, opts ...mongolock.Option) (holder, rival *mongolock.Provider, within time.Duration) {
+	e.T.Helper()
+	lease, within := stallProof, 10*time.Second
+	if e.Model != nil {
+		lease, within = []mongolock.Option{mongolock.WithExpiry(shortExpiry)}, lossDetectionBound
+	}
+	opts = append(slices.Clip(lease), opts...)
+	holder, _ = e.Process(opts...)
+	rival, _ = e.Process(opts...)
+	return holder, rival, within
+}
+
 func mustTryAcquire(t *testing.T, ctx context.Context, l *mongolock.Lock) *mongolock.Handle {
 	t.Helper()
 	h, err := l.TryAcquire(ctx)

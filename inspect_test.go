@@ -22,14 +22,17 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/conformance"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
 // Inspect judges every kind of document by the server's clock, and names an
 // owner only while a mongolock acquisition holds the lock: not for a lease
-// that ran out unreleased, not for a DistributedLock.MongoDB holder (even
-// where an earlier mongolock acquisition left its owner), not for a
-// document that is not a lock at all.
+// that ran out unreleased (over the model, in
+// TestInspectNamesNoOwnerOnceALeaseRanOutUnreleased), not for a
+// DistributedLock.MongoDB holder (even where an earlier mongolock
+// acquisition left its owner), not for a document that is not a lock at
+// all.
 func TestInspectJudgesEveryKindOfDocument(t *testing.T) {
 	ctx := boundedCtx(t, 30*time.Second)
 	e := newLockEnv(t)
@@ -41,26 +44,10 @@ func TestInspectJudgesEveryKindOfDocument(t *testing.T) {
 		return info
 	}
 
-	// A mongolock holder whose process went away: its client is
-	// disconnected, so nothing extends or releases the lock.
-	c := testdb.NewClient(t)
-	gone := newProvider(t, c.Database(e.db.Name()), mongolock.WithExpiry(100*time.Millisecond), mongolock.WithOwner("crashed-1"))
-	h := mustTryAcquire(t, ctx, gone.Lock("expired"))
-	require.NoError(t, c.Disconnect(ctx))
-	owner, _ := rawLockDoc(t, e.coll, "expired").Lookup("owner").StringValueOK()
-	require.Equal(t, "crashed-1", owner)
-	pollUntil(t, 5*time.Second, "the lease ends on the server", func() bool { return !inspect("expired").Held })
-	info := inspect("expired")
-	require.Empty(t, info.Owner, "a lease that ran out has no holder")
-	require.Equal(t, h.FencingToken(), info.FencingToken)
-	require.False(t, info.ExpiresAt.After(info.ServerTime))
-	_, hasLockID := rawLockDoc(t, e.coll, "expired").Lookup("lockId").StringValueOK()
-	require.True(t, hasLockID, "the lease ended without a release")
-
 	// DistributedLock.MongoDB holders: one on a fresh name, one after a
 	// mongolock acquisition that left its owner in the document.
 	svc := newProvider(t, e.db, mongolock.WithOwner("billing-7f9c"))
-	h = mustTryAcquire(t, ctx, svc.Lock("dotnet-after-go"))
+	h := mustTryAcquire(t, ctx, svc.Lock("dotnet-after-go"))
 	require.NoError(t, h.Release(ctx))
 	for _, name := range []string{"dotnet", "dotnet-after-go"} {
 		dh, err := newDotnetLock(e.db, name).tryAcquire(ctx)
@@ -78,7 +65,9 @@ func TestInspectJudgesEveryKindOfDocument(t *testing.T) {
 	dh, err := dl.tryAcquire(ctx)
 	require.NoError(t, err)
 	require.NotNil(t, dh)
-	pollUntil(t, 5*time.Second, "the .NET lease ends on the server", func() bool { return !inspect("dotnet-expired").Held })
+	// A lease that only a stall could make run out sooner: the bound fails
+	// only a lease that never ends.
+	pollUntil(t, 15*time.Second, "the .NET lease ends on the server", func() bool { return !inspect("dotnet-expired").Held })
 
 	// Documents that mongolock did not write: no fields of a lock, or a
 	// lockId without an expiresAt.
@@ -92,6 +81,39 @@ func TestInspectJudgesEveryKindOfDocument(t *testing.T) {
 		require.Equal(t, mongolock.LockInfo{Name: name, Kind: mongolock.KindLock, ServerTime: info.ServerTime}, info, "%s: free, nothing else known", name)
 		require.False(t, info.ServerTime.IsZero())
 	}
+}
+
+// A mongolock holder whose process went away (its client disconnected:
+// nothing extends or releases the lock) is held, by its owner, until its
+// lease runs out by the database's clock; then inspection names no owner,
+// and the document keeps its lockId and token. Over the model, in
+// simulated time: on a server, a lease short enough to wait for is one
+// that a loaded machine's stall can end before the acquisition's reply.
+func TestInspectNamesNoOwnerOnceALeaseRanOutUnreleased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newMemDB(t)
+		ctx := d.Ctx
+		inspector, _ := d.process()
+		inspect := func() mongolock.LockInfo {
+			t.Helper()
+			info, err := inspector.Inspect(ctx, "expired")
+			require.NoError(t, err)
+			return info
+		}
+		gone, net := d.process(mongolock.WithExpiry(shortExpiry), mongolock.WithOwner("crashed-1"))
+		h := mustTryAcquire(t, ctx, gone.Lock("expired"))
+		net.Disconnect()
+		info := inspect()
+		require.True(t, info.Held)
+		require.Equal(t, "crashed-1", info.Owner)
+		d.await("the lease ends by the database's clock", func() bool { return !inspect().Held })
+		info = inspect()
+		require.Empty(t, info.Owner, "a lease that ran out has no holder")
+		require.Equal(t, h.FencingToken(), info.FencingToken)
+		require.False(t, info.ExpiresAt.After(info.ServerTime))
+		_, hasLockID := d.doc(mongolock.DefaultCollection, "expired").Lookup("lockId").StringValueOK()
+		require.True(t, hasLockID, "the lease ended without a release")
+	})
 }
 
 // cursorLog records, from a client's events, the size of each batch of
@@ -277,32 +299,36 @@ func TestLocksWithAPrefixListsExactlyTheNamesThatBeginWithIt(t *testing.T) {
 // the loss at its next extension (Lost, Context's cause, Release). On a
 // free lock, or one never used, it reports that there was nothing to end.
 func TestForceReleaseFreesAHeldLockAndItsHolderSeesTheLoss(t *testing.T) {
-	ctx := boundedCtx(t, 30*time.Second)
-	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
-	h := releaseAtCleanup(t, mustTryAcquire(t, ctx, e.p.Lock("stuck")))
+	conformance.Over(t, forceReleaseSeenByTheHolder)
+}
+
+func forceReleaseSeenByTheHolder(e *conformance.Env) {
+	t, ctx := e.T, e.Ctx
+	p, other, within := lossWatch(e)
+	h := releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock("stuck")))
 
 	start := time.Now()
-	released, err := e.other.ForceRelease(ctx, "stuck")
+	released, err := other.ForceRelease(ctx, "stuck")
 	require.NoError(t, err)
 	require.True(t, released)
-	info, err := e.other.Inspect(ctx, "stuck")
+	info, err := other.Inspect(ctx, "stuck")
 	require.NoError(t, err)
 	require.False(t, info.Held)
 	require.Equal(t, h.FencingToken(), info.FencingToken, "the token is kept")
 
-	next := releaseAtCleanup(t, mustTryAcquire(t, ctx, e.other.Lock("stuck")))
+	next := releaseAtCleanup(t, mustTryAcquire(t, ctx, other.Lock("stuck")))
 	require.Greater(t, next.FencingToken(), h.FencingToken())
-	awaitClosed(t, h.Lost(), lossDetectionBound-time.Since(start), "the old holder's Lost")
+	awaitClosed(t, h.Lost(), within-time.Since(start), "the old holder's Lost")
 	require.ErrorIs(t, context.Cause(h.Context()), mongolock.ErrLockLost)
 	require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
-	info, err = e.other.Inspect(ctx, "stuck")
+	info, err = other.Inspect(ctx, "stuck")
 	require.NoError(t, err)
 	require.True(t, info.Held, "the old holder's release freed the next holder's lock")
 	require.Equal(t, next.FencingToken(), info.FencingToken)
 
 	require.NoError(t, next.Release(ctx))
 	for _, name := range []string{"stuck", "never-used"} {
-		released, err = e.other.ForceRelease(ctx, name)
+		released, err = other.ForceRelease(ctx, name)
 		require.NoError(t, err, name)
 		require.False(t, released, "%s: nothing to release", name)
 	}

@@ -21,6 +21,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/conformance"
 	"github.com/mongolock/mongolock/internal/memdb"
 	"github.com/mongolock/mongolock/internal/syncbuf"
 	"github.com/mongolock/mongolock/internal/testdb"
@@ -130,16 +131,16 @@ func TestAPartitionIsOneLossReportedWithItsReason(t *testing.T) {
 // A lock taken over (its document deleted) is a loss for that reason, and
 // the extension that found it says so.
 func TestADeletedDocumentIsALossTakenOver(t *testing.T) {
-	ctx := boundedCtx(t, time.Minute)
-	e := newLockEnv(t)
-	var rec traceRecorder
-	p := newProvider(t, e.db, mongolock.WithExpiry(shortExpiry), mongolock.WithTrace(rec.trace()))
-	h := mustTryAcquire(t, ctx, p.Lock("deleted"))
-	_, err := e.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "deleted"}})
-	require.NoError(t, err)
-	awaitClosed(t, h.Lost(), lossDetectionBound, "Lost")
-	require.Equal(t, []string{"lost deleted taken_over"}, rec.with("lost "))
-	require.Len(t, rec.with("extend-done extend "+mongolock.DefaultCollection+" handles=1 matched=0 lost=1 extended"), 1)
+	conformance.Over(t, func(e *conformance.Env) {
+		t := e.T
+		var rec traceRecorder
+		p, _, within := lossWatch(e, mongolock.WithTrace(rec.trace()))
+		h := mustTryAcquire(t, e.Ctx, p.Lock("deleted"))
+		e.Remove(mongolock.DefaultCollection, "deleted")
+		awaitClosed(t, h.Lost(), within, "Lost")
+		require.Equal(t, []string{"lost deleted taken_over"}, rec.with("lost "))
+		require.Len(t, rec.with("extend-done extend "+mongolock.DefaultCollection+" handles=1 matched=0 lost=1 extended"), 1)
+	})
 }
 
 // An acquisition that took the lock but whose caller saw an error (a write
@@ -231,7 +232,7 @@ func TestWithoutWithLoggerNothingIsLogged(t *testing.T) {
 	prev := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&defaults, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	t.Cleanup(func() { slog.SetDefault(prev) })
-	e := newLockEnv(t, mongolock.WithExpiry(shortExpiry))
+	e := newLockEnv(t, stallProof...)
 	_, err := e.coll.Indexes().CreateOne(ctx, mongo.IndexModel{
 		Keys: bson.D{{Key: "expiresAt", Value: 1}}, Options: options.Index().SetName("my_expiresAt"),
 	})
@@ -240,7 +241,7 @@ func TestWithoutWithLoggerNothingIsLogged(t *testing.T) {
 	h := mustTryAcquire(t, ctx, e.p.Lock("lost"))
 	_, err = e.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "lost"}})
 	require.NoError(t, err)
-	awaitClosed(t, h.Lost(), lossDetectionBound, "Lost")
+	awaitClosed(t, h.Lost(), 10*time.Second, "Lost")
 	require.NoError(t, mustTryAcquire(t, ctx, e.p.Lock("orphan")).Release(ctx)) // the document exists
 	replaceNextReply(e.p)(wce(64))
 	_, err = e.p.Lock("orphan").TryAcquire(ctx)
