@@ -8,6 +8,9 @@ package mongolock_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -620,4 +623,19 @@ func (l *tokenLog) add(token int64, how string) {
 // its document.
 func afterTheMillisecondOf(acquired time.Time) {
 	time.Sleep(time.Until(acquired.Add(2 * time.Millisecond)))
+}
+
+// defaultSlogTo makes slog.Default write to w until the test ends.
+// slog.SetDefault also sends the standard log package's output to the new
+// handler, and setting the old default back does not undo that: so the
+// log's output and flags are put back too, or an example's log.Fatal
+// would later write into this test's buffer and exit without a word.
+func defaultSlogTo(t testing.TB, w io.Writer, opts *slog.HandlerOptions) {
+	prev, out, flags := slog.Default(), log.Writer(), log.Flags()
+	slog.SetDefault(slog.New(slog.NewTextHandler(w, opts)))
+	t.Cleanup(func() {
+		slog.SetDefault(prev)
+		log.SetOutput(out)
+		log.SetFlags(flags)
+	})
 }

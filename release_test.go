@@ -613,9 +613,7 @@ func TestAnAbandonedHandleIsReleasedWithAWarning(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
 		var logs, defaults syncbuf.Buffer
-		prev := slog.Default()
-		slog.SetDefault(slog.New(slog.NewTextHandler(&defaults, nil)))
-		t.Cleanup(func() { slog.SetDefault(prev) })
+		defaultSlogTo(t, &defaults, nil)
 		db := newMemDB(t)
 		logged, _ := db.process(mongolock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		quiet, _ := db.process()

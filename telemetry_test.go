@@ -6,8 +6,10 @@ package mongolock_test
 // hooks are otelmongolock's tests.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log"
 	"log/slog"
 	"strings"
 	"sync"
@@ -229,9 +231,7 @@ func TestTelemetryOptionsRefuseNil(t *testing.T) {
 func TestWithoutWithLoggerNothingIsLogged(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
 	var defaults syncbuf.Buffer
-	prev := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&defaults, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	t.Cleanup(func() { slog.SetDefault(prev) })
+	defaultSlogTo(t, &defaults, &slog.HandlerOptions{Level: slog.LevelDebug})
 	e := newLockEnv(t, stallProof...)
 	_, err := e.coll.Indexes().CreateOne(ctx, mongo.IndexModel{
 		Keys: bson.D{{Key: "expiresAt", Value: 1}}, Options: options.Index().SetName("my_expiresAt"),
@@ -617,4 +617,18 @@ func TestTraceOverTheModelCountsAnUpgradeWaiting(t *testing.T) {
 		count.requireWaiting("rw", 0, "upgraded")
 		require.NoError(t, u.Release(ctx))
 	})
+}
+
+// A test that replaces slog's default leaves the standard log package as it
+// found it.
+func TestDefaultSlogToPutsTheStandardLogBack(t *testing.T) {
+	out, flags := log.Writer(), log.Flags()
+	t.Run("replaced", func(t *testing.T) {
+		var buf bytes.Buffer
+		defaultSlogTo(t, &buf, nil)
+		log.Print("to the buffer")
+		require.Contains(t, buf.String(), "to the buffer")
+	})
+	require.Equal(t, out, log.Writer(), "the standard log's output")
+	require.Equal(t, flags, log.Flags())
 }
