@@ -313,7 +313,7 @@ func ExampleProvider_ForceRelease() {
 	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
 	defer disconnect()                                          // (for the checked output)
 
-	locks, err := mongolock.NewProvider(db, mongolock.WithExpiry(time.Second))
+	locks, err := mongolock.NewProvider(db, mongolock.WithExpiry(3*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
