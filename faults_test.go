@@ -48,7 +48,7 @@ const faultExpiry = time.Second
 type lossRace struct {
 	cutToLost     time.Duration // from the cut to Lost closing
 	cutToAcquired time.Duration // from the cut to sending the rival's winning attempt
-	margin        time.Duration // Lost closed this long before that attempt was sent
+	margin        time.Duration // Lost closed this long before the server let the rival in (its acquiredAt)
 	beforeExpiry  time.Duration // Lost closed this long before the document's expiresAt (server clock)
 	violation     string        // not "": the guarantee was broken, and how
 }
@@ -56,8 +56,10 @@ type lossRace struct {
 // raceLoss acquires name (whose document is in coll) with the holder's one
 // attempt take, waits phase, calls cut (which keeps the holder from
 // extending), then records when Lost closes and when the rival's first
-// successful attempt rivalTake, which the holder keeps out, was sent. Lost
-// must close first. It does not use t: trials run in goroutines.
+// successful attempt rivalTake, which the holder keeps out, was sent and
+// when the server let it in. Lost must close before the server let the
+// rival in (by the wall clock, which the server on this host shares): a
+// rival's attempt sent earlier may be on its way while the lease ends. It does not use t: trials run in goroutines.
 func raceLoss(ctx context.Context, coll *mongo.Collection, name string,
 	take, rivalTake func(context.Context) (*mongolock.Handle, error), phase time.Duration, cut func(),
 ) (r lossRace, err error) {
@@ -109,7 +111,7 @@ func raceLoss(ctx context.Context, coll *mongo.Collection, name string,
 		lostCh <- li
 	}()
 
-	var sentAt time.Time
+	var sentAt, rivalIn time.Time
 	for {
 		if time.Since(cutAt) > 10*time.Second {
 			return r, errors.New("the rival did not acquire within 10s of the cut")
@@ -117,7 +119,7 @@ func raceLoss(ctx context.Context, coll *mongo.Collection, name string,
 		sent := time.Now()
 		h2, err := rivalTake(ctx)
 		if err == nil {
-			sentAt = sent
+			sentAt, rivalIn = sent, h2.AcquiredAt()
 			if !closedNow(h.Lost()) {
 				r.violation = fmt.Sprintf("the rival acquired (attempt sent %v after the cut) while the holder's Lost was still open", sent.Sub(cutAt))
 			}
@@ -148,12 +150,12 @@ func raceLoss(ctx context.Context, coll *mongo.Collection, name string,
 	case <-time.After(5 * time.Second):
 		return r, fmt.Errorf("%sLost never closed", r.violation+"; ")
 	}
-	r.cutToLost, r.cutToAcquired, r.margin = li.at.Sub(cutAt), sentAt.Sub(cutAt), sentAt.Sub(li.at)
+	r.cutToLost, r.cutToAcquired, r.margin = li.at.Sub(cutAt), sentAt.Sub(cutAt), rivalIn.Sub(li.at.Round(0))
 	if !li.expiresAt.IsZero() {
 		r.beforeExpiry = li.expiresAt.Sub(li.at.Round(0)) // wall clocks: the server runs on this host
 	}
-	if r.violation == "" && !li.at.Before(sentAt) {
-		r.violation = fmt.Sprintf("Lost closed %v after the cut, the rival's winning attempt was sent %v after it", r.cutToLost, r.cutToAcquired)
+	if r.violation == "" && !li.at.Round(0).Before(rivalIn) {
+		r.violation = fmt.Sprintf("Lost closed %v after the cut, %v after the server let the rival in (its winning attempt was sent %v after the cut)", r.cutToLost, -r.margin, r.cutToAcquired)
 	}
 	if cause := context.Cause(h.Context()); !errors.Is(cause, mongolock.ErrLockLost) {
 		return r, fmt.Errorf("Context's cause after loss is %v, not ErrLockLost", cause)
@@ -317,7 +319,7 @@ func lossTrials(t *testing.T, n, workers int, fault string, cut func(px *faultpr
 			before = append(before, r.beforeExpiry)
 		}
 	}
-	t.Logf("%s: %d trials, %d faults injected, %d violations; Lost closed before the rival's winning attempt was sent by %s; "+
+	t.Logf("%s: %d trials, %d faults injected, %d violations; Lost closed before the server let the rival in by %s; "+
 		"before the server's expiresAt by %s; from the cut to Lost: %s (expiry %v, safety margin %v)",
 		fault, n, n, violations, spread(margins), spread(before), spread(toLost), faultExpiry, mongolock.SafetyMargin(rival))
 	return results
