@@ -40,9 +40,9 @@ type LockInfo struct {
 	// Claim is what the document says of the claim that Waiting reports;
 	// nil when Waiting is false.
 	Claim *ClaimInfo
-	// Next is, of a lock or an election, the place of the process that
+	// NextClaim is, of a lock or an election, the place of the process that
 	// claims the turn after Claim's; nil when none counts.
-	Next *ClaimInfo
+	NextClaim *ClaimInfo
 	// N is a semaphore's number of slots, as SemaphoreInfo's; 0 for the
 	// other kinds.
 	N int
@@ -307,7 +307,7 @@ func infoOf[D interface{ info() LockInfo }](raw bson.Raw) (LockInfo, error) {
 func (d infoDoc) info() LockInfo {
 	info := LockInfo{Name: d.Name, Kind: d.Kind, Held: d.Held, AcquiredAt: d.AcquiredAt, ExpiresAt: d.ExpiresAt,
 		FencingToken: d.FencingToken, Waiting: d.Waiting, ServerTime: d.Now,
-		Claim: claimAt(d.WaitingProcess, d.WaitingSince, d.WaitingUntil, d.Now), Next: claimAt(d.NextProcess, d.NextSince, d.NextUntil, d.Now)}
+		Claim: claimAt(d.WaitingProcess, d.WaitingSince, d.WaitingUntil, d.Now), NextClaim: claimAt(d.NextProcess, d.NextSince, d.NextUntil, d.Now)}
 	if d.Held && d.Mine {
 		info.Owner, info.Value = d.Owner, d.Value
 	}

@@ -776,7 +776,7 @@ func TestInspectOverTheModelShowsTheClaimsOfWaitingProcesses(t *testing.T) {
 		info, err := holder.Inspect(ctx, "q")
 		require.NoError(t, err)
 		require.Nil(t, info.Claim, "nobody waits")
-		require.Nil(t, info.Next)
+		require.Nil(t, info.NextClaim)
 
 		waits, giveUp := context.WithCancel(ctx)
 		semEnded := make(chan error, 1)
@@ -796,9 +796,9 @@ func TestInspectOverTheModelShowsTheClaimsOfWaitingProcesses(t *testing.T) {
 		require.Equal(t, mongolock.Process(first), info.Claim.Process)
 		require.Equal(t, lock.FencingToken(), info.Claim.Since, "the token it saw as it began to wait")
 		require.True(t, info.Claim.Until.After(info.ServerTime), "a claim that counts")
-		require.NotNil(t, info.Next)
-		require.Equal(t, mongolock.Process(second), info.Next.Process)
-		require.True(t, info.Next.Until.After(info.ServerTime))
+		require.NotNil(t, info.NextClaim)
+		require.Equal(t, mongolock.Process(second), info.NextClaim.Process)
+		require.True(t, info.NextClaim.Until.After(info.ServerTime))
 
 		var sem mongolock.LockInfo
 		for i, err := range holder.Locks(ctx, "q") {
@@ -809,7 +809,7 @@ func TestInspectOverTheModelShowsTheClaimsOfWaitingProcesses(t *testing.T) {
 		require.NotNil(t, sem.Claim)
 		require.Equal(t, mongolock.SlotsProcess(first), sem.Claim.Process)
 		require.Equal(t, slot.FencingToken(), sem.Claim.Since)
-		require.Nil(t, sem.Next, "a semaphore keeps no place next")
+		require.Nil(t, sem.NextClaim, "a semaphore keeps no place next")
 
 		giveUp()
 		for _, e := range ended {
@@ -820,7 +820,7 @@ func TestInspectOverTheModelShowsTheClaimsOfWaitingProcesses(t *testing.T) {
 			require.NoError(t, err)
 			require.False(t, info.Waiting, info.Kind)
 			require.Nil(t, info.Claim, info.Kind)
-			require.Nil(t, info.Next, info.Kind)
+			require.Nil(t, info.NextClaim, info.Kind)
 		}
 	})
 }

@@ -255,7 +255,7 @@ func (p *printer) info(info mongolock.LockInfo) {
 		if info.Kind == mongolock.KindRWLock {
 			j.WriterWaiting = &info.WriterWaiting
 		}
-		j.Claim, j.Next = claimOf(info.Claim), claimOf(info.Next)
+		j.Claim, j.Next = claimOf(info.Claim), claimOf(info.NextClaim)
 		_ = p.enc.Encode(j)
 		return
 	}
