@@ -107,11 +107,11 @@ func (h *Handle) Ticket() (string, error) {
 	if _, loaded := ticketed.LoadOrStore(a.lockID, a); !loaded {
 		context.AfterFunc(a.ctx, func() { ticketed.CompareAndDelete(a.lockID, a) })
 	}
-	return a.ticket().encode(), nil
+	return a.ticketContents().encode(), nil
 }
 
-// ticket is a's ticket.
-func (a *acquisition) ticket() ticketContents {
+// ticketContents is what a's ticket says.
+func (a *acquisition) ticketContents() ticketContents {
 	k := a.lock.kind.describe()
 	lc := a.lock.p.locks
 	t := ticketContents{Kind: k.kind, Database: lc.db, Collection: lc.name, Name: a.lock.name, ID: a.lockID}

@@ -9,7 +9,7 @@ import (
 // UntrackedTicket is h's ticket as another program would present it: a
 // take-over in this one does not tell h, which learns of it as a holder
 // elsewhere would, at its next extension.
-func UntrackedTicket(h *Handle) string { return h.ticket().encode() }
+func UntrackedTicket(h *Handle) string { return h.ticketContents().encode() }
 
 // A ticket holds what a taker needs, and nothing that is not a ticket
 // passes for one.
