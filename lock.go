@@ -267,6 +267,7 @@ func (a *acquireWait) attempt(ctx context.Context, mode attemptMode, waitToken i
 		a.handle = h
 		return waitOver, nil, nil
 	case errors.Is(err, errUnclaimedRefused):
+		a.contended = true // held, or kept for another process's turn
 		qs.unclaimedRefused(a.w)
 		return tryAtOnce, nil, nil // claiming
 	case errors.Is(err, ErrNotAcquired):

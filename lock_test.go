@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -217,6 +218,39 @@ func TestAcquireTimesOutOnHeldLockWithDeadlineExceededAndErrNotAcquired(t *testi
 		require.ErrorIs(t, err, mongolock.ErrNotAcquired)
 		require.Equal(t, timeout, time.Since(start), "returned other than at its deadline")
 		require.NoError(t, holder.Release(ctx))
+	})
+}
+
+// An Acquire's first attempt, the statement for a lock nobody waits for, is
+// refused by a held lock: that reply shows the lock held, so an Acquire
+// whose deadline falls in the claiming attempt right after it returns
+// ErrNotAcquired with DeadlineExceeded.
+func TestAnAcquireEndedAfterOnlyItsFirstRefusalIsErrNotAcquired(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		db := newMemDB(t)
+		holder, _ := db.process()
+		p, network := db.process()
+		for range mongolock.CalmWaits { // waits nobody refused: the next sends the unclaimed statement first
+			require.NoError(t, mustAcquire(t, ctx, p.Lock("held")).Release(ctx))
+		}
+		h := releaseAtCleanup(t, mustTryAcquire(t, ctx, holder.Lock("held")))
+		var unclaimedSent atomic.Bool
+		mongolock.SetStatementHook(p, func(unclaimed bool) {
+			if unclaimed {
+				unclaimedSent.Store(true)
+			} else {
+				network.Delay(time.Hour) // the claiming attempt's reply comes after the deadline
+			}
+		})
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, err := p.Lock("held").Acquire(wctx)
+		network.Delay(0)
+		require.True(t, unclaimedSent.Load(), "the first attempt was not the unclaimed statement")
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a reply had shown the lock held")
+		require.NoError(t, h.Release(ctx))
 	})
 }
 
