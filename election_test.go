@@ -200,7 +200,9 @@ func TestResignHandsOverToAWaitingCampaigner(t *testing.T) {
 		require.NoError(t, second.Resign(ctx))
 	})
 	t.Run("another process", func(t *testing.T) {
-		const sleepMax = 3 * time.Second // the claimant polls every sleepMax/6
+		// The claimant polls every sleepMax/6; the bound below is half of
+		// sleepMax, long enough that a stalled machine only slows the test.
+		const sleepMax = 12 * time.Second
 		e := newLockEnv(t, mongolock.WithBusyWaitSleep(5*time.Millisecond, sleepMax))
 		first, err := e.other.Election("handed").Campaign(ctx, "first")
 		require.NoError(t, err)

@@ -558,10 +558,10 @@ func TestReleaseAfterTheClientIsDisconnectedReturnsPromptly(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.Disconnect(ctx))
 
-	rctx := boundedCtx(t, 2*time.Second)
+	rctx := boundedCtx(t, 30*time.Second)
 	start := time.Now()
 	err = h.Release(rctx)
-	require.Less(t, time.Since(start), time.Second, "Release on a disconnected client took too long")
+	require.Less(t, time.Since(start), 10*time.Second, "Release on a disconnected client waited for its ctx")
 	require.Error(t, err, "Release cannot have reached the server")
 	require.NotErrorIs(t, err, mongolock.ErrLockLost, "the lock was not lost; the release failed")
 	require.True(t, closedNow(mongolock.LeaseUnkept(h)))
