@@ -35,6 +35,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/conformance"
 	"github.com/mongolock/mongolock/internal/faultproxy"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
@@ -409,7 +410,7 @@ func TestFaultSlowExtensionsBelowTheLeaseKeepTheLock(t *testing.T) {
 	// A lease of seconds, extended often: a machine loaded with other test
 	// runs may stall the holder for a second or two, which is no latency
 	// of the wire.
-	const expiry, cadence = 3 * time.Second, 250 * time.Millisecond
+	const expiry, cadence = conformance.StallProofExpiry, conformance.StallProofCadence
 	rival := newProvider(t, db, mongolock.WithExpiry(expiry))
 	uri := testdb.Info(t).URI
 	ctx := boundedCtx(t, time.Minute)

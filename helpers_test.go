@@ -301,10 +301,10 @@ const shortExpiry = 500 * time.Millisecond
 // cadence; the rest is slack for a round trip under -race on a busy machine.
 const lossDetectionBound = shortExpiry/3 + 250*time.Millisecond
 
-// stallProof is a lease that a loaded machine's stall of a second or two
-// does not lose, extended often enough that a loss is still seen soon:
-// for a holder on the real clock that must keep its lock.
-var stallProof = []mongolock.Option{mongolock.WithExpiry(3 * time.Second), mongolock.WithExtensionCadence(250 * time.Millisecond)}
+// stallProof is conformance.StallProof: a lease that a loaded machine's
+// stall of a second or two does not lose, for a holder on the real clock
+// that must keep its lock.
+var stallProof = conformance.StallProof
 
 // lossWatch returns two processes of e with opts, a holder whose loss the
 // test awaits and a rival, and how long the loss may take to be seen. Over

@@ -461,8 +461,8 @@ func TestHostileNamesAreLocksOfTheirOwnOrAClearError(t *testing.T) {
 	// Frequent extensions (batched by $in over the names), each of which
 	// must match every name; a lease long enough that a machine loaded
 	// with other test runs, stalling a batch for seconds, loses nothing.
-	const expiry, cadence = 3 * time.Second, 200 * time.Millisecond
-	e := newLockEnv(t, mongolock.WithExpiry(expiry), mongolock.WithExtensionCadence(cadence), mongolock.WithBusyWaitSleep(5*time.Millisecond, 20*time.Millisecond))
+	const expiry = conformance.StallProofExpiry
+	e := newLockEnv(t, append(slices.Clone(stallProof), mongolock.WithBusyWaitSleep(5*time.Millisecond, 20*time.Millisecond))...)
 
 	handles := map[string]*mongolock.Handle{}
 	var refused []string

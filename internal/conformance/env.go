@@ -37,6 +37,15 @@ type Env struct {
 	open func(opts []mongolock.Option) (*mongolock.Provider, *memdb.Faults, error)
 }
 
+// StallProofExpiry and StallProofCadence make a lease that a machine
+// loaded with other test runs, stalling a process for a second or two,
+// does not lose, extended often enough that a loss is still seen soon: for
+// a holder on the real clock whose point is not the lease's length.
+const StallProofExpiry, StallProofCadence = 3 * time.Second, 250 * time.Millisecond
+
+// StallProof is that lease, as options.
+var StallProof = []mongolock.Option{mongolock.WithExpiry(StallProofExpiry), mongolock.WithExtensionCadence(StallProofCadence)}
+
 // ModelDB is the name of the model's database.
 const ModelDB = "mongolock_test_memory"
 

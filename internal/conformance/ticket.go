@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -15,7 +16,7 @@ import (
 // with a token above the holder's; the holder is lost, and its Release
 // frees nothing.
 func takeOverEveryKind(e *Env) {
-	holder, taker := e.provider(append(steadyLease, mongolock.WithOwner("holder"))...), e.provider(append(steadyLease, mongolock.WithOwner("taker"))...)
+	holder, taker := e.provider(slices.Concat(StallProof, []mongolock.Option{mongolock.WithOwner("holder")})...), e.provider(slices.Concat(StallProof, []mongolock.Option{mongolock.WithOwner("taker")})...)
 	for _, k := range []struct {
 		name  string
 		take  func(p *mongolock.Provider) (*mongolock.Handle, error)
@@ -69,16 +70,12 @@ func takeOverEveryKind(e *Env) {
 	e.requireFree(holder.Lock("a"), "the taker's release frees the lock")
 }
 
-// steadyLease is the take-over cases' lease: long enough that a machine
-// that stalls for a second or two does not let it run out before the
-// ticket is taken (a ticket of a lease that ran out is rightly stale), and
-// extended often, so that a holder taken over elsewhere learns it soon.
-var steadyLease = []mongolock.Option{mongolock.WithExpiry(5 * time.Second), mongolock.WithExtensionCadence(250 * time.Millisecond)}
-
+// The take-over cases hold a StallProof lease: a ticket of a lease that ran
+// out in a stall is rightly stale.
 // ticketWorksOnce: a ticket taken, or of an acquisition released, is
 // ErrStaleTicket, and leaves the lock as it was.
 func ticketWorksOnce(e *Env) {
-	holder, taker := e.provider(steadyLease...), e.provider(steadyLease...)
+	holder, taker := e.provider(StallProof...), e.provider(StallProof...)
 	old := e.acquire(holder.Lock("a"))
 	ticket, err := old.Ticket()
 	require.NoError(e.T, err)
@@ -117,7 +114,7 @@ func (e *Env) inspectLock(p *mongolock.Provider, name string) mongolock.LockInfo
 // electionTakeOver: a successor leads with its value from the take-over
 // on; the old leader is lost, and cannot proclaim.
 func electionTakeOver(e *Env) {
-	old, next := e.provider(append(steadyLease, mongolock.WithOwner("v1"))...), e.provider(append(steadyLease, mongolock.WithOwner("v2"))...)
+	old, next := e.provider(slices.Concat(StallProof, []mongolock.Option{mongolock.WithOwner("v1")})...), e.provider(slices.Concat(StallProof, []mongolock.Option{mongolock.WithOwner("v2")})...)
 	l, err := old.Election("e").Campaign(e.Ctx, "http://v1")
 	require.NoError(e.T, err)
 	ticket, err := l.Ticket()
