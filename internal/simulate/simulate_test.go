@@ -304,6 +304,7 @@ type result struct {
 	delays, lostReplies, refusals, cuts int64
 	fenced, losses, errs                int64
 	takeOvers                           int64 // acquisitions taken over by ticket
+	weighted                            int64 // semaphore sections of several units
 	ops                                 int64 // operations the store applied
 	reports                             []string
 	simulated, wall                     time.Duration
@@ -342,6 +343,7 @@ func (r *result) add(o *result) {
 	r.losses += o.losses
 	r.errs += o.errs
 	r.takeOvers += o.takeOvers
+	r.weighted += o.weighted
 	r.ops += o.ops
 	r.simulated += o.simulated
 	r.reports = append(r.reports, o.reports...)
@@ -372,8 +374,8 @@ func (r *result) String() string {
 		r.kills+r.drops+r.delays+r.lostReplies+r.refusals+r.cuts, r.kills, r.drops, r.delays, r.lostReplies, r.refusals, r.cuts)
 	var b strings.Builder
 	b.WriteString(soakcheck.Summary(&r.per, r.cfg.slots, r.cfg.giveUp(), faults))
-	fmt.Fprintf(&b, "\n  also: %d writes accepted, %d refused after a loss, %d losses reported, %d take-overs by ticket, %d errors, %d operations applied by the store; %v simulated in %v of wall time (seed %d, %d worlds, change events of MongoDB %s, histories of %s events)",
-		r.writes, r.fenced, r.losses, r.takeOvers, r.errs, r.ops, r.simulated.Round(time.Millisecond), r.wall.Round(time.Millisecond), r.cfg.seed, r.cfg.worlds,
+	fmt.Fprintf(&b, "\n  also: %d writes accepted, %d refused after a loss, %d losses reported, %d take-overs by ticket, %d semaphore sections of %d units, %d errors, %d operations applied by the store; %v simulated in %v of wall time (seed %d, %d worlds, change events of MongoDB %s, histories of %s events)",
+		r.writes, r.fenced, r.losses, r.takeOvers, r.weighted, weightedUnits, r.errs, r.ops, r.simulated.Round(time.Millisecond), r.wall.Round(time.Millisecond), r.cfg.seed, r.cfg.worlds,
 		join(r.cfg.events[:min(len(r.cfg.events), r.cfg.worlds)], " and "), join(r.cfg.history[:min(len(r.cfg.history), r.cfg.worlds)], " and "))
 	return b.String()
 }
@@ -401,7 +403,7 @@ type sim struct {
 	seq   int
 
 	kills, drops, delays, lostReplies, refusals, cuts atomic.Int64
-	fenced, losses, errs, takeOvers                   atomic.Int64
+	fenced, losses, errs, takeOvers, weighted         atomic.Int64
 	errLogged                                         atomic.Int64
 	stalled                                           bool          // set by chaos, read once it ended
 	lastEntry                                         time.Duration // since the start, as chaos last saw the entries grow
@@ -494,7 +496,7 @@ func run(t *testing.T, cfg config, board *soakcheck.Board) *result {
 			r.entries += c.Trials
 		}
 		r.kills, r.drops, r.delays, r.lostReplies, r.refusals, r.cuts = s.kills.Load(), s.drops.Load(), s.delays.Load(), s.lostReplies.Load(), s.refusals.Load(), s.cuts.Load()
-		r.fenced, r.losses, r.errs, r.takeOvers = s.fenced.Load(), s.losses.Load(), s.errs.Load(), s.takeOvers.Load()
+		r.fenced, r.losses, r.errs, r.takeOvers, r.weighted = s.fenced.Load(), s.losses.Load(), s.errs.Load(), s.takeOvers.Load(), s.weighted.Load()
 		r.stalled, r.lastEntry = s.stalled, s.lastEntry
 	})
 	r.wall = time.Since(wallStart)
@@ -780,10 +782,13 @@ func (s *sim) pick(rng *rand.Rand, long bool) target {
 	write := kd == rwlock && rng.IntN(3) == 0
 	units := 1
 	if kd == semaphore && rng.IntN(4) == 0 {
-		units = 2
+		units = weightedUnits
 	}
 	return target{kind: kd, k: rng.IntN(s.cfg.names[kd]), write: write, upgrade: write && rng.IntN(2) == 0, units: units, try: kd != election && rng.IntN(4) == 0}
 }
+
+// weightedUnits: the units of one semaphore acquisition in four.
+const weightedUnits = 2
 
 // acquire takes t with g's provider, waiting until ctx ends; an
 // election's leadership is returned too.
@@ -923,6 +928,9 @@ func (s *sim) section(p *proc, rng *rand.Rand, t target, floor int64, waited tim
 	sec := soakcheck.Section{Kind: t.kind, Name: t.name(), Tok: h.FencingToken(), Proc: p.id, Write: t.write, Upgrade: t.upgrade, Units: t.units,
 		Note: fmt.Sprintf("expiry %v, acquired at %s after %v, lease end %s%s%s", p.lease, clock(h.AcquiredAt()), waited, clock(h.LeaseEnd()),
 			map[bool]string{true: ", upgraded"}[t.upgrade], map[bool]string{true: ", long"}[t.long])}
+	if t.units > 1 {
+		s.weighted.Add(1)
+	}
 	var phase atomic.Pointer[string]
 	at := func(what string) { what += " since " + clock(time.Now()); phase.Store(&what) }
 	at("entering")
