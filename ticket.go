@@ -237,8 +237,8 @@ func (l *Lock) takeOver(ctx context.Context, t ticketContents, value *string, ca
 	if isNoMatch(err) || err == nil && r.LockID != id {
 		err = ErrStaleTicket
 	}
-	call.attempted(ctx, err)
 	if err != nil {
+		call.attempted(ctx, err)
 		return nil, err
 	}
 	h := newHandle(l, id, r.reply, sent)
@@ -246,6 +246,7 @@ func (l *Lock) takeOver(ctx context.Context, t ticketContents, value *string, ca
 		h.mode.Store(uint32(r.mode))
 		l.collection().queues.setExclusive(h.acquisition, r.mode == writeMode)
 	}
+	call.attempted(ctx, nil) // after Acquired, as an Acquire's
 	return h, nil
 }
 
