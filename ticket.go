@@ -34,8 +34,8 @@ type ticketContents struct {
 	Name       string `bson:"n"`
 	ID         string `bson:"i"`           // the acquisition's lockId, a slot's holder id
 	Mode       string `bson:"m,omitempty"` // an RWLock's: the mode of its Lock (Reader, Writer, Upgradeable)
-	// A semaphore's n and units, for the take-over's telemetry: the
-	// lock it names from its start.
+	// A semaphore's n and the acquisition's units: the taker's Lock is
+	// of them, and its telemetry names them from the take-over's start.
 	Slots int `bson:"s,omitempty"`
 	Units int `bson:"u,omitempty"`
 }
