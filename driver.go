@@ -48,6 +48,7 @@ type kindInfo struct {
 	modeName string // mode's name in telemetry
 	modePart string // the kind's name in a composite's order and its errors, if not kind's
 	slots    int    // a semaphore's; 0 for the other kinds
+	units    int    // the slots a semaphore's acquisition takes; 0 for the other kinds
 }
 
 // part names the kind in a composite's order and its errors.

@@ -365,7 +365,8 @@ type HolderInfo struct {
 	Units int
 }
 
-// slotsDoc is what semInspectPipeline returns.
+// slotsDoc is what semInspectPipeline returns; a slot's take-over's reply
+// is read into it too.
 type slotsDoc struct {
 	Name    string `bson:"_id"`
 	Kind    Kind   `bson:"kind"`

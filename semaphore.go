@@ -176,6 +176,10 @@ type unitsDriver struct {
 	units int
 }
 
+func (d unitsDriver) describe() kindInfo {
+	return kindInfo{kind: KindSemaphore, slots: d.n, units: d.units}
+}
+
 func (d unitsDriver) acquire(ctx context.Context, p *Provider, name string, a attempt) (reply, error) {
 	return acquireUnits(ctx, p, name, a, slotAttempt{n: d.n, units: d.units})
 }
@@ -257,4 +261,4 @@ func (semDriver) unclaimed() bool { return false }
 
 func (semDriver) holdsApply() bool { return false }
 
-func (d semDriver) describe() kindInfo { return kindInfo{kind: KindSemaphore, slots: d.n} }
+func (d semDriver) describe() kindInfo { return kindInfo{kind: KindSemaphore, slots: d.n, units: 1} }

@@ -29,9 +29,11 @@ import (
 // added later; set them by name.
 type Trace struct {
 	// AcquireStart is called when an Acquire or TryAcquire call on the
-	// server begins (or Campaign, of kind "election"). The context it
-	// returns is the call's from then on: its round trips are sent with
-	// it, and AcquireAttempt and AcquireDone get it. Nil: ctx stays.
+	// server begins (or Campaign, of kind "election"), or a TakeOver
+	// (Provider's or Election's, whose one round trip is its attempt).
+	// The context it returns is the call's from then on: its round trips
+	// are sent with it, and AcquireAttempt and AcquireDone get it. Nil:
+	// ctx stays.
 	AcquireStart func(ctx context.Context, info AcquireStartInfo) context.Context
 	// AcquireAttempt is called after each acquisition round trip of the
 	// call, with its error (nil: it acquired).
@@ -92,6 +94,7 @@ type TraceLock struct {
 	Kind       Kind
 	Mode       string // an RWLock's: "read", "write" or "upgradeable"; "" for the other kinds
 	Slots      int    // a Semaphore's number of slots; 0 for the other kinds
+	Units      int    // the slots each acquisition of a Semaphore takes: k of Semaphore.Units(k), else 1; 0 for the other kinds
 	Database   string
 	Collection string
 }
@@ -101,25 +104,26 @@ type TraceResult struct {
 	Err error
 	// Outcome names how it ended: on success the operation's word
 	// ("acquired", "released", "proclaimed", "extended"), else "lost"
-	// (ErrLockLost), "not_acquired" (ErrNotAcquired) or "error".
+	// (ErrLockLost), "not_acquired" (ErrNotAcquired), "stale_ticket"
+	// (ErrStaleTicket, a take-over's) or "error".
 	Outcome string
 	// ErrorType classifies Err, few values for low cardinality: "lock_lost",
 	// "closed" (ErrClosed), "deadline_exceeded", "canceled",
 	// "client_closed" (its client was disconnected), "transient" (retried)
-	// or "_OTHER"; "" if Err is nil or ErrNotAcquired.
+	// or "_OTHER"; "" if Err is nil, ErrNotAcquired or ErrStaleTicket.
 	ErrorType string
 }
 
 // AcquireStartInfo is about an acquisition call that begins.
 type AcquireStartInfo struct {
 	Lock      TraceLock
-	Operation string // "acquire" or "try_acquire"
+	Operation string // "acquire", "try_acquire" or "take_over"
 }
 
 // AttemptInfo is about one acquisition round trip.
 type AttemptInfo struct {
 	Lock      TraceLock
-	Operation string // "acquire" or "try_acquire"
+	Operation string // "acquire", "try_acquire" or "take_over"
 	Attempt   int    // its number in the call, from 1
 	TraceResult
 }
@@ -127,8 +131,8 @@ type AttemptInfo struct {
 // AcquireDoneInfo is about an acquisition call that returned.
 type AcquireDoneInfo struct {
 	Lock         TraceLock
-	Operation    string        // "acquire" or "try_acquire"
-	Attempts     int           // acquisition round trips sent; 0 if it was handed over at once
+	Operation    string        // "acquire", "try_acquire" or "take_over"
+	Attempts     int           // acquisition round trips sent; 0 if it was handed over at once (or a take-over sent none)
 	Waited       time.Duration // from the call to its return
 	FencingToken int64         // the handle's; 0 if none
 	HandedOver   bool          // it got a handle handed over by a Release of this process
@@ -182,9 +186,9 @@ type LossInfo struct {
 	Lock         TraceLock
 	FencingToken int64
 	// Reason says why: "expired" (the lease ran out before an extension
-	// succeeded), "taken_over" (someone else holds the lock, or its
-	// document was deleted) or "client_closed" (the handle's client was
-	// disconnected).
+	// succeeded), "taken_over" (someone else holds the lock, or took it
+	// over by its ticket, or its document was deleted) or "client_closed"
+	// (the handle's client was disconnected).
 	Reason string
 	Err    error // the loss as Handle.Context's cause says it
 }
@@ -273,6 +277,7 @@ const (
 const (
 	opAcquireTrace    = "acquire"
 	opTryAcquireTrace = "try_acquire"
+	opTakeOverTrace   = "take_over"
 	opReleaseTrace    = "release"
 	opProclaimTrace   = "proclaim"
 )
@@ -292,16 +297,15 @@ func result(err error, ok string) TraceResult {
 	r := TraceResult{Err: err, Outcome: ok}
 	switch {
 	case err == nil:
-		return r
 	case errors.Is(err, ErrLockLost):
-		r.Outcome = "lost"
+		r.Outcome, r.ErrorType = "lost", errorType(err)
 	case errors.Is(err, ErrNotAcquired):
 		r.Outcome = "not_acquired"
-		return r
+	case errors.Is(err, ErrStaleTicket):
+		r.Outcome = "stale_ticket"
 	default:
-		r.Outcome = "error"
+		r.Outcome, r.ErrorType = "error", errorType(err)
 	}
-	r.ErrorType = errorType(err)
 	return r
 }
 
@@ -324,19 +328,19 @@ func errorType(err error) string {
 	return "_OTHER"
 }
 
-// acquireCall follows one Acquire or TryAcquire call for its hooks.
+// acquireCall follows one Acquire, TryAcquire or TakeOver call for its hooks.
 type acquireCall struct {
 	t          *telemetry
 	l          *Lock
-	op         string // opAcquireTrace or opTryAcquireTrace
+	op         string // opAcquireTrace, opTryAcquireTrace or opTakeOverTrace
 	start      time.Time
 	attempts   int
 	handedOver bool // the handle was handed over by a release of this process
 }
 
-// startAcquire tells the hooks that l's Acquire or TryAcquire (op) begins,
-// and returns its context and the call that counts its attempts; the call
-// ends with end.
+// startAcquire tells the hooks that l's Acquire, TryAcquire or TakeOver
+// (op) begins, and returns its context and the call that counts its
+// attempts; the call ends with end.
 func (t *telemetry) startAcquire(ctx context.Context, l *Lock, op string) (context.Context, acquireCall) {
 	call := acquireCall{t: t, l: l, op: op}
 	if t.trace.AcquireDone != nil {
@@ -510,5 +514,5 @@ func (c telemetryConfig) check() error {
 // info says which lock l is.
 func (l *Lock) info() TraceLock {
 	sp, d := l.collection(), l.kind.describe()
-	return TraceLock{Name: shortName(l.name), Kind: d.kind, Mode: d.modeName, Slots: d.slots, Database: sp.db, Collection: sp.name}
+	return TraceLock{Name: shortName(l.name), Kind: d.kind, Mode: d.modeName, Slots: d.slots, Units: d.units, Database: sp.db, Collection: sp.name}
 }

@@ -634,3 +634,140 @@ func TestDefaultSlogToPutsTheStandardLogBack(t *testing.T) {
 	require.Equal(t, out, log.Writer(), "the standard log's output")
 	require.Equal(t, flags, log.Flags())
 }
+
+// A take-over reports as an acquisition call of its own operation,
+// take_over, of the ticket's kind: its start, the handle made, its one
+// round trip as its attempt, and its end with the taker's fencing token,
+// the attempt and the end in the context the start hook returned. The
+// holder, in this program, is lost at once for the reason taken_over.
+func TestATakeOverIsAnAcquisitionCallOfItsOwn(t *testing.T) {
+	for _, kind := range []mongolock.Kind{mongolock.KindLock, mongolock.KindElection} {
+		t.Run(string(kind), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := t.Context()
+				d := newMemDB(t)
+				var held, took traceRecorder
+				var done []mongolock.AcquireDoneInfo
+				holder, _ := d.process(mongolock.WithTrace(held.trace()))
+				taker, _ := d.process(mongolock.WithTrace(took.trace()), mongolock.WithTrace(&mongolock.Trace{
+					AcquireDone: func(_ context.Context, i mongolock.AcquireDoneInfo) { done = append(done, i) }}))
+				var old, h *mongolock.Handle
+				if kind == mongolock.KindLock {
+					old = mustTryAcquire(t, ctx, holder.Lock("x"))
+					h = must(taker.TakeOver(ctx, must(old.Ticket())))
+				} else {
+					old = must(holder.Election("x").Campaign(ctx, "v1")).Handle
+					h = must(taker.Election("x").TakeOver(ctx, must(old.Ticket()), "v2")).Handle
+				}
+				require.Equal(t, []string{
+					"acquire-start take_over x " + string(kind),
+					"acquired x " + string(kind) + "  0",
+					"attempt take_over x 1 acquired ",
+					"acquire-done take_over x acquired attempts=1 handedOver=false token=true",
+				}, took.with(""))
+				require.Len(t, done, 1)
+				require.Equal(t, h.FencingToken(), done[0].FencingToken)
+				require.Equal(t, kind, done[0].Lock.Kind)
+				require.Equal(t, []string{"lost x taken_over"}, held.with("lost "))
+				require.Equal(t, []string{"unheld x"}, held.with("unheld "))
+				require.NoError(t, h.Release(ctx))
+			})
+		})
+	}
+}
+
+// A stale ticket (its acquisition released) is a take-over whose attempt
+// and end say so, stale_ticket, with no error type: an outcome of the
+// race, as not_acquired is, not a failure; no handle is made.
+func TestAStaleTicketIsItsOwnOutcome(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := newMemDB(t)
+		var rec traceRecorder
+		holder, _ := d.process()
+		taker, _ := d.process(mongolock.WithTrace(rec.trace()))
+		old := must(holder.Semaphore("x", 2).Units(2).TryAcquire(ctx))
+		ticket := must(old.Ticket())
+		require.NoError(t, old.Release(ctx))
+		_, err := taker.TakeOver(ctx, ticket)
+		require.ErrorIs(t, err, mongolock.ErrStaleTicket)
+		require.Equal(t, []string{
+			"acquire-start take_over x semaphore",
+			"attempt take_over x 1 stale_ticket ",
+			"acquire-done take_over x stale_ticket attempts=1 handedOver=false token=false",
+		}, rec.with(""))
+	})
+}
+
+// lockTrace returns hooks that give every TraceLock they get to seen, with
+// the hook's name.
+func lockTrace(seen func(hook string, l mongolock.TraceLock)) *mongolock.Trace {
+	return &mongolock.Trace{
+		AcquireStart: func(ctx context.Context, i mongolock.AcquireStartInfo) context.Context {
+			seen("AcquireStart", i.Lock)
+			return ctx
+		},
+		AcquireAttempt: func(_ context.Context, i mongolock.AttemptInfo) { seen("AcquireAttempt", i.Lock) },
+		AcquireDone:    func(_ context.Context, i mongolock.AcquireDoneInfo) { seen("AcquireDone", i.Lock) },
+		Waiting:        func(i mongolock.WaitingInfo) { seen("Waiting", i.Lock) },
+		ReleaseStart: func(ctx context.Context, i mongolock.ReleaseStartInfo) context.Context {
+			seen("ReleaseStart", i.Lock)
+			return ctx
+		},
+		HandOver:       func(_ context.Context, i mongolock.HandOverInfo) { seen("HandOver", i.Lock) },
+		ReleaseDone:    func(_ context.Context, i mongolock.ReleaseDoneInfo) { seen("ReleaseDone", i.Lock) },
+		Acquired:       func(l mongolock.TraceLock) { seen("Acquired", l) },
+		Unheld:         func(l mongolock.TraceLock) { seen("Unheld", l) },
+		Lost:           func(i mongolock.LossInfo) { seen("Lost", i.Lock) },
+		OrphanReleased: func(l mongolock.TraceLock) { seen("OrphanReleased", l) },
+		Abandoned:      func(i mongolock.HandleInfo) { seen("Abandoned", i.Lock) },
+	}
+}
+
+// Every hook names a weighted semaphore's acquisition with its units and
+// slots: its TryAcquire, an Acquire that waits in line and is handed the
+// units by a release, the take-over of its ticket, the loss it makes and
+// the releases. A plain semaphore's acquisition takes 1 unit; the other
+// kinds' none.
+func TestEveryHookSaysTheUnitsOfASemaphoresAcquisition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := newMemDB(t)
+		var mu sync.Mutex
+		units := map[string][]int{} // by name and hook: each TraceLock's units and slots
+		trace := mongolock.WithTrace(lockTrace(func(hook string, l mongolock.TraceLock) {
+			mu.Lock()
+			defer mu.Unlock()
+			units[l.Name+" "+hook] = append(units[l.Name+" "+hook], l.Units, l.Slots)
+		}))
+		p, _ := d.process(trace)
+		taker, _ := d.process(trace)
+		weighted := p.Semaphore("weighted", 4).Units(3)
+		first := must(weighted.TryAcquire(ctx))
+		waiting := start(func() (*mongolock.Handle, error) { return weighted.Acquire(ctx) })
+		synctest.Wait() // refused, it waits in line
+		require.NoError(t, first.Release(ctx))
+		got := <-waiting
+		require.NoError(t, got.err)
+		second := got.h
+		taken := must(taker.TakeOver(ctx, must(second.Ticket())))
+		require.NoError(t, taken.Release(ctx))
+
+		hooks := []string{"AcquireStart", "AcquireAttempt", "AcquireDone", "Waiting", "Acquired",
+			"ReleaseStart", "HandOver", "ReleaseDone", "Unheld", "Lost"}
+		for _, hook := range hooks {
+			seen := units["weighted "+hook]
+			require.NotEmpty(t, seen, "%s not called", hook)
+			for i := 0; i < len(seen); i += 2 {
+				require.Equal(t, []int{3, 4}, seen[i:i+2], "%s: units and slots", hook)
+			}
+		}
+
+		releaseAtCleanup(t, must(p.Semaphore("plain", 2).TryAcquire(ctx)))
+		releaseAtCleanup(t, mustTryAcquire(t, ctx, p.Lock("lock")))
+		releaseAtCleanup(t, mustTryAcquire(t, ctx, p.RWLock("rw").Reader()))
+		require.Equal(t, []int{1, 2}, units["plain Acquired"])
+		require.Equal(t, []int{0, 0}, units["lock Acquired"])
+		require.Equal(t, []int{0, 0}, units["rw Acquired"])
+	})
+}

@@ -34,6 +34,10 @@ type ticketContents struct {
 	Name       string `bson:"n"`
 	ID         string `bson:"i"`           // the acquisition's lockId, a slot's holder id
 	Mode       string `bson:"m,omitempty"` // an RWLock's: the mode of its Lock (Reader, Writer, Upgradeable)
+	// A semaphore's n and the acquisition's units: the taker's Lock is
+	// of them, and its telemetry names them from the take-over's start.
+	Slots int `bson:"s,omitempty"`
+	Units int `bson:"u,omitempty"`
 }
 
 const ticketPrefix = "mlt1_"
@@ -44,7 +48,7 @@ var errTicket error = invalid("malformed ticket: not one that Handle.Ticket made
 func (t ticketContents) encode() string {
 	return ticketPrefix + base64.RawURLEncoding.EncodeToString(mustMarshal(bson.D{
 		{Key: "k", Value: t.Kind}, {Key: "d", Value: t.Database}, {Key: "c", Value: t.Collection}, {Key: "n", Value: t.Name},
-		{Key: "i", Value: t.ID}, {Key: "m", Value: t.Mode}}))
+		{Key: "i", Value: t.ID}, {Key: "m", Value: t.Mode}, {Key: "s", Value: t.Slots}, {Key: "u", Value: t.Units}}))
 }
 
 // parseTicket decodes s, or returns errTicket.
@@ -60,7 +64,8 @@ func parseTicket(s string) (ticketContents, error) {
 		mode = len(t.Mode) == 1 && modeNames[rwMode(t.Mode[0])].mode != ""
 	}
 	switch {
-	case !mode, t.Database == "", t.Collection == "", t.ID == "",
+	case !mode, t.Database == "", t.Collection == "", t.ID == "", t.Units < 0, t.Units > t.Slots, t.Slots > MaxSemaphoreSlots,
+		(t.Units != 0) != (t.Kind == KindSemaphore), (t.Slots != 0) != (t.Kind == KindSemaphore),
 		t.Kind != KindLock && t.Kind != KindElection && t.Kind != KindSemaphore && t.Kind != KindRWLock:
 		return ticketContents{}, errTicket
 	}
@@ -112,9 +117,8 @@ func (h *Handle) Ticket() (string, error) {
 
 // ticketContents is what a's ticket says.
 func (a *acquisition) ticketContents() ticketContents {
-	k := a.lock.kind.describe()
-	lc := a.lock.p.locks
-	t := ticketContents{Kind: k.kind, Database: lc.db, Collection: lc.name, Name: a.lock.name, ID: a.lockID}
+	k, lc := a.lock.kind.describe(), a.lock.p.locks
+	t := ticketContents{Kind: k.kind, Database: lc.db, Collection: lc.name, Name: a.lock.name, ID: a.lockID, Slots: k.slots, Units: k.units}
 	if k.mode != 0 {
 		t.Mode = string(k.mode)
 	}
@@ -179,37 +183,40 @@ func (e *Election) TakeOver(ctx context.Context, ticket, value string) (*Leaders
 
 // takeOver takes t's acquisition over, with value if not nil (an
 // election's).
-func (p *Provider) takeOver(ctx context.Context, t ticketContents, value *string) (*Handle, error) {
+func (p *Provider) takeOver(ctx context.Context, t ticketContents, value *string) (h *Handle, err error) {
 	const op = "take over"
-	l := t.lock(p, 0)
+	l := t.lock(p)
 	switch {
 	case ctx == nil:
 		return nil, l.errorf(op, errNilContext)
 	case t.Database != p.locks.db || t.Collection != p.locks.name:
 		return nil, l.errorf(op, invalidf("the ticket is of the collection %q of the database %q, the provider's is %q of %q",
 			t.Collection, t.Database, p.locks.name, p.locks.db))
-	case !p.enter():
+	}
+	ctx, call := p.tel.startAcquire(ctx, l, opTakeOverTrace)
+	defer func() { call.end(ctx, h, err) }()
+	if !p.enter() {
 		return nil, l.errorf(op, ErrClosed)
 	}
 	defer p.calls.Done()
 	if p.opts.holdOptionSet() && !l.kind.holdsApply() {
 		return nil, l.errorf(op, errHoldKind)
 	}
-	if err := p.ensureCollection(ctx, l.collection()); err != nil {
-		return nil, l.errorf(op, err)
+	if err = p.ensureCollection(ctx, l.collection()); err == nil {
+		p.ensureIndex(l.collection())
+		h, err = l.takeOver(ctx, t, value, &call)
 	}
-	p.ensureIndex(l.collection())
-	h, err := l.takeOver(ctx, t, value)
 	if err != nil {
 		return nil, l.errorf(op, err)
 	}
 	return h, nil
 }
 
-// takeOver sends t's take-over by l's provider, and returns the handle
-// of what it took. A statement whose reply nobody takes, or that fails
-// ambiguously, is undone as an acquisition's (acquireRoundTrip).
-func (l *Lock) takeOver(ctx context.Context, t ticketContents, value *string) (*Handle, error) {
+// takeOver sends t's take-over by l's provider, counted by call, and
+// returns the handle of what it took. A statement whose reply nobody takes,
+// or that fails ambiguously, is undone as an acquisition's
+// (acquireRoundTrip).
+func (l *Lock) takeOver(ctx context.Context, t ticketContents, value *string, call *acquireCall) (*Handle, error) {
 	p := l.p
 	id, sent := newLockID(), p.now()
 	send := func(ctx context.Context) (takeOverReply, error) {
@@ -227,42 +234,42 @@ func (l *Lock) takeOver(ctx context.Context, t ticketContents, value *string) (*
 			l.releaseInBackground(id, afterReply, 0, true)
 		}
 	})
-	switch {
-	case isNoMatch(err) || err == nil && r.LockID != id:
-		return nil, ErrStaleTicket
-	case err != nil:
-		return nil, err
+	if isNoMatch(err) || err == nil && r.LockID != id {
+		err = ErrStaleTicket
 	}
-	if t.Kind == KindSemaphore {
-		l = t.lock(p, r.n)
+	if err != nil {
+		call.attempted(ctx, err)
+		return nil, err
 	}
 	h := newHandle(l, id, r.reply, sent)
 	if r.mode != 0 && r.mode != rwMode(h.mode.Load()) { // upgraded or downgraded
 		h.mode.Store(uint32(r.mode))
 		l.collection().queues.setExclusive(h.acquisition, r.mode == writeMode)
 	}
+	call.attempted(ctx, nil) // after Acquired, as an Acquire's
 	return h, nil
 }
 
-// lock is p's Lock of t's name and kind; a semaphore's of n slots.
-func (t ticketContents) lock(p *Provider, n int) *Lock {
+// lock is p's Lock of t's name and kind; a semaphore's of the slots and
+// units the ticket says, which are the document's while the ticket's
+// holder is live (holders agree on n).
+func (t ticketContents) lock(p *Provider) *Lock {
 	var k kindDriver = lockDriver{}
 	switch t.Kind {
 	case KindElection:
 		k = electionDriver{} // its value is only for campaigns to acquire with
 	case KindSemaphore:
-		k = semDriver{n}
+		k = unitsDriver{semDriver{t.Slots}, t.Units}
 	case KindRWLock:
 		k = rwDriver{semDriver{1}, rwMode(t.Mode[0])}
 	}
 	return &Lock{p: p, name: t.Name, kind: k}
 }
 
-// takeOverReply is a take-over's reply: a lock's, and a slot's semaphore's n and
-// holder's mode (0: a lock's, or a semaphore's).
+// takeOverReply is a take-over's reply: a lock's, and a slot's holder's
+// mode (0: a lock's, or a semaphore's).
 type takeOverReply struct {
 	reply
-	n    int
 	mode rwMode
 }
 
@@ -282,21 +289,12 @@ func (t ticketContents) send(ctx context.Context, p *Provider, id string, value 
 		}
 		return r, err
 	}
-	var doc struct {
-		N       int `bson:"n"`
-		Holders []struct {
-			ID         string    `bson:"id"`
-			Mode       string    `bson:"mode"`
-			Token      int64     `bson:"token"`
-			AcquiredAt time.Time `bson:"acquiredAt"`
-		} `bson:"holders"`
-	}
+	var doc slotsDoc // the taker's holder only (takeOverReplyFields)
 	raw, err := p.slots.store.findOneAndUpdate(ctx, semHolderFilter(t.Name, t.ID),
 		slotTakeOverPipeline(id, t.ID, p.opts.owner, p.opts.expiry), takeOverReplyFields(id))
 	if err == nil {
 		err = bson.Unmarshal(raw, &doc)
 	}
-	r.n = doc.N
 	if len(doc.Holders) == 1 {
 		h := doc.Holders[0]
 		r.LockID, r.FencingToken, r.AcquiredAt = h.ID, h.Token, h.AcquiredAt
@@ -366,7 +364,7 @@ func slotTakeOverPipeline(id, taking, owner string, expiry time.Duration) bson.A
 }
 
 // takeOverReplyFields return, of the document after a slot's take-over,
-// its n and the taker's holder, if it took one.
+// its n (the ticket says it too) and the taker's holder, if it took one.
 func takeOverReplyFields(id string) bson.D {
 	return obj("n", 1, "holders", obj("$elemMatch", obj("id", id)))
 }

@@ -5,8 +5,8 @@
 //
 //	p, err := mongolock.NewProvider(db, mongolock.WithTrace(otelmongolock.Trace()))
 //
-// Spans: mongolock.acquire, mongolock.try_acquire, mongolock.release,
-// mongolock.proclaim and mongolock.extend. Metrics: mongolock.acquire.duration,
+// Spans: mongolock.acquire, mongolock.try_acquire, mongolock.take_over,
+// mongolock.release, mongolock.proclaim and mongolock.extend. Metrics: mongolock.acquire.duration,
 // mongolock.acquire.attempts, mongolock.acquire.pending,
 // mongolock.acquisitions, mongolock.losses, mongolock.handles.held,
 // mongolock.extension.duration and mongolock.orphans.released. Their
@@ -44,6 +44,7 @@ const (
 	keyKind       = attribute.Key("mongolock.kind")
 	keyMode       = attribute.Key("mongolock.rwlock.mode")
 	keySlots      = attribute.Key("mongolock.semaphore.slots")
+	keyUnits      = attribute.Key("mongolock.semaphore.units")
 	keyOperation  = attribute.Key("mongolock.operation")
 	keyOutcome    = attribute.Key("mongolock.outcome")
 	keyAttempts   = attribute.Key("mongolock.attempts")
@@ -142,10 +143,10 @@ func newTelemetry(c config) *telemetry {
 	t := &telemetry{tracer: c.tracers.Tracer(instrumentation), spanNames: c.spanNames, metricNames: c.metricNames}
 	var errs [8]error
 	t.waited, errs[0] = m.Float64Histogram("mongolock.acquire.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time from an Acquire or TryAcquire call to its return, by outcome."),
+		metric.WithDescription("Time from an Acquire, TryAcquire or TakeOver call to its return, by outcome."),
 		metric.WithExplicitBucketBoundaries(secs...))
 	t.attempts, errs[1] = m.Int64Histogram("mongolock.acquire.attempts", metric.WithUnit("{attempt}"),
-		metric.WithDescription("Acquisition attempts (round trips) per Acquire or TryAcquire call."),
+		metric.WithDescription("Acquisition attempts (round trips) per Acquire, TryAcquire or TakeOver call."),
 		metric.WithExplicitBucketBoundaries(0, 1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000))
 	t.acquisitions, errs[2] = m.Int64Counter("mongolock.acquisitions", metric.WithUnit("{acquisition}"),
 		metric.WithDescription("Locks and slots acquired, hand-overs included."))
@@ -168,7 +169,9 @@ func newTelemetry(c config) *telemetry {
 	return t
 }
 
-// lockAttrs are the attributes of l (names: with its name), then extra.
+// lockAttrs are the attributes of l (names: with its name), then extra. A
+// semaphore's slots and units are in metrics too: the code that takes a
+// semaphore fixes both, so they add few series, as its kind does.
 func lockAttrs(l mongolock.TraceLock, names bool, extra ...attribute.KeyValue) []attribute.KeyValue {
 	kv := make([]attribute.KeyValue, 0, 7+len(extra))
 	kv = append(dbAttrs(kv, l.Database, l.Collection), keyKind.String(string(l.Kind)))
@@ -176,7 +179,7 @@ func lockAttrs(l mongolock.TraceLock, names bool, extra ...attribute.KeyValue) [
 	case l.Mode != "":
 		kv = append(kv, keyMode.String(l.Mode))
 	case l.Kind == mongolock.KindSemaphore:
-		kv = append(kv, keySlots.Int(l.Slots))
+		kv = append(kv, keySlots.Int(l.Slots), keyUnits.Int(l.Units))
 	}
 	if names {
 		kv = append(kv, keyName.String(l.Name))
