@@ -59,7 +59,12 @@ type goldenStatement struct {
 }
 
 func goldenStatements(t testing.TB) []goldenStatement {
-	files, err := filepath.Glob(filepath.Join("testdata", "protocol", "*.json"))
+	return statementsIn(t, filepath.Join("testdata", "protocol"))
+}
+
+// statementsIn are the statements of dir's golden files.
+func statementsIn(t testing.TB, dir string) []goldenStatement {
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
 	var out []goldenStatement
@@ -102,9 +107,19 @@ type diffCase struct {
 	file   string
 	prefix string
 	now    bson.DateTime
+	params caseParams
 	cmd    bson.D
 	docs   []bson.D
 }
+
+// caseParams are a case's values in place of the golden statement's.
+type caseParams struct {
+	proc, lockID, holding string
+	token                 int64
+}
+
+// goldenParams are the golden statements' own values.
+var goldenParams = caseParams{goldenProc, goldenLockID, goldenHolding, goldenToken}
 
 var (
 	procPool = []string{goldenProc, "p-other", "p-third"}
@@ -116,28 +131,8 @@ func newCase(c chooser, i int, g goldenStatement, now bson.DateTime) diffCase {
 	dc := diffCase{file: g.file, prefix: fmt.Sprintf("c%05d-", i), now: now}
 	proc, lockID, holding := pick(c, procPool...), pick(c, idPool...), pick(c, idPool...)
 	token := pick(c, goldenToken, 1, int64(now)*tokenFloorScale-5, int64(now)*tokenFloorScale+5)
-	dc.cmd = substitute(g.cmd, func(v any) any {
-		switch x := v.(type) {
-		case string:
-			switch {
-			case x == "$$NOW":
-				return bson.D{{Key: "$literal", Value: now}}
-			case x == goldenProc:
-				return proc
-			case x == goldenLockID:
-				return lockID
-			case x == goldenHolding:
-				return holding
-			case strings.HasPrefix(x, "reports"), strings.HasPrefix(x, "invoices"):
-				return dc.prefix + x
-			}
-		case int64:
-			if x == goldenToken {
-				return token
-			}
-		}
-		return v
-	}).(bson.D)
+	dc.params = caseParams{proc, lockID, holding, token}
+	dc.cmd = dc.statement(g.cmd)
 	slots := strings.Contains(g.file, "semaphore") || strings.Contains(g.file, "rwlock")
 	names := []string{"reports", "invoices", "reports/a", "reports/b", "reports0", "reports."}
 	for k, name := range names {
@@ -151,6 +146,33 @@ func newCase(c chooser, i int, g goldenStatement, now bson.DateTime) diffCase {
 		dc.docs = append(dc.docs, append(bson.D{{Key: "_id", Value: dc.prefix + name}}, doc...))
 	}
 	return dc
+}
+
+// statement is cmd, a golden statement, with dc's parameters, names and
+// $$NOW in place of the golden's.
+func (dc diffCase) statement(cmd bson.D) bson.D {
+	return substitute(cmd, func(v any) any {
+		switch x := v.(type) {
+		case string:
+			switch {
+			case x == "$$NOW":
+				return bson.D{{Key: "$literal", Value: dc.now}}
+			case x == goldenProc:
+				return dc.params.proc
+			case x == goldenLockID:
+				return dc.params.lockID
+			case x == goldenHolding:
+				return dc.params.holding
+			case strings.HasPrefix(x, "reports"), strings.HasPrefix(x, "invoices"):
+				return dc.prefix + x
+			}
+		case int64:
+			if x == goldenToken {
+				return dc.params.token
+			}
+		}
+		return v
+	}).(bson.D)
 }
 
 func substitute(v any, f func(any) any) any {
@@ -455,20 +477,16 @@ func currentDateFields(cmd bson.D) []string {
 	return out
 }
 
-// compareCases runs the cases on the server (in coll, which it empties
-// first) and on the model, and reports each difference.
-func compareCases(t testing.TB, ctx context.Context, coll *mongo.Collection, cases []diffCase) {
+// runOnServer empties coll, inserts the cases' documents and runs their
+// statements on it, four at a time (a case's statements name only its
+// documents): it returns their replies and the documents they leave, each
+// with one _id.
+func runOnServer(t testing.TB, ctx context.Context, coll *mongo.Collection, cases []diffCase) ([]outcome, []bson.Raw) {
 	require.NoError(t, coll.Drop(ctx))
-	// A case's statements name only its documents (the server runs the
-	// cases at once on one collection), so the model gives each case a
-	// table of its own: a statement scans every document of its table.
 	var all []any
-	model := make([]*memdb.Table, len(cases))
-	for i, dc := range cases {
-		model[i] = &memdb.Table{}
+	for _, dc := range cases {
 		for _, d := range dc.docs {
 			all = append(all, d)
-			require.NoError(t, model[i].InsertOne(dc.now.Time(), d))
 		}
 	}
 	if len(all) > 0 {
@@ -482,6 +500,7 @@ func compareCases(t testing.TB, ctx context.Context, coll *mongo.Collection, cas
 		wg.Go(func() {
 			for i := range next {
 				server[i] = onServer(ctx, coll, cases[i].cmd)
+				server[i].docs = oneID(server[i].docs)
 			}
 		})
 	}
@@ -494,13 +513,30 @@ func compareCases(t testing.TB, ctx context.Context, coll *mongo.Collection, cas
 	require.NoError(t, err)
 	var final []bson.Raw
 	require.NoError(t, cur.All(ctx, &final))
-	final = oneID(final)
+	return server, byID(oneID(final))
+}
+
+// runOnModel runs dc's statement on a table of its own, holding dc's
+// documents, at now: it returns the reply and the documents left.
+func runOnModel(t testing.TB, dc diffCase, now bson.DateTime) (outcome, []bson.Raw, error) {
+	table := &memdb.Table{}
+	for _, d := range dc.docs {
+		require.NoError(t, table.InsertOne(dc.now.Time(), d))
+	}
+	o, err := onModel(table, now, dc.cmd)
+	return o, table.Docs(), err
+}
+
+// compareCases runs the cases on the server (in coll, which it empties
+// first) and on the model, and reports each difference.
+func compareCases(t testing.TB, ctx context.Context, coll *mongo.Collection, cases []diffCase) {
+	server, final := runOnServer(t, ctx, coll, cases)
 	finalByID := map[string]bson.Raw{}
 	for _, d := range final {
 		finalByID[d.Lookup("_id").StringValue()] = d
 	}
+	var mine []bson.Raw
 	for i, dc := range cases {
-		server[i].docs = oneID(server[i].docs)
 		now := dc.now
 		if fields := currentDateFields(dc.cmd); len(fields) > 0 {
 			if id, ok := dc.cmd[0].Value.(bson.D)[0].Value.(string); ok {
@@ -509,7 +545,10 @@ func compareCases(t testing.TB, ctx context.Context, coll *mongo.Collection, cas
 				}
 			}
 		}
-		got, err := onModel(model[i], now, dc.cmd)
+		// Each case has a table of its own on the model: a statement
+		// scans every document of its table.
+		got, docs, err := runOnModel(t, dc, now)
+		mine = append(mine, docs...)
 		if err != nil {
 			t.Errorf("%s (case %s): %v", dc.file, dc.prefix, err)
 			continue
@@ -525,12 +564,7 @@ func compareCases(t testing.TB, ctx context.Context, coll *mongo.Collection, cas
 			t.Errorf("%s (case %s): the reply differs\nstatement: %v\nstate: %v\nserver: %v\nmodel:  %v", dc.file, dc.prefix, dc.cmd, dc.docs, server[i], got)
 		}
 	}
-	var mine []bson.Raw
-	for _, m := range model {
-		mine = append(mine, m.Docs()...)
-	}
 	mine = byID(mine)
-	final = byID(final)
 	for i := range max(len(final), len(mine)) {
 		if i >= len(final) || i >= len(mine) || !bytes.Equal(final[i], mine[i]) {
 			var s, m bson.Raw
