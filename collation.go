@@ -32,6 +32,12 @@ func (p *Provider) ensureCollection(ctx context.Context, sp *lockCollection) err
 				return ctx.Err()
 			}
 		}
+		if err := ctx.Err(); err != nil {
+			// A done ctx sends nothing: the driver would send the check
+			// all the same when its client has a connection at hand.
+			c.mu.Unlock()
+			return err
+		}
 		running := make(chan struct{})
 		c.running = running
 		c.mu.Unlock()
