@@ -33,8 +33,8 @@ func (p *Provider) ensureCollection(ctx context.Context, sp *lockCollection) err
 			}
 		}
 		if err := ctx.Err(); err != nil {
-			// A done ctx sends nothing: the driver would send the check
-			// all the same when its client has a connection at hand.
+			// A done ctx starts nothing: the driver would start the
+			// check, and fail it, when its client has a server at hand.
 			c.mu.Unlock()
 			return err
 		}

@@ -881,11 +881,12 @@ func TestADoneContextSendsNothingAndReleaseStillFreesTheLock(t *testing.T) {
 	})
 }
 
-// On the wire too, a done ctx sends nothing, not even the TTL index of the
-// provider's first call, which the model does not keep, nor the check of
-// the collection's collation: the driver sends a command whose ctx is done
-// when its client already has a connection to hand, so the client here
-// has one first.
+// On the wire too, a done ctx starts no command, not even the TTL index of
+// the provider's first call, which the model does not keep, nor the check
+// of the collection's collation: the driver starts a command whose ctx is
+// done (command monitors see it start, then fail before it is written)
+// when its client already has a server at hand, so the client here has
+// one first.
 func TestADoneContextSendsNothingOnTheWire(t *testing.T) {
 	count := &commandCounter{}
 	db := ownClient(t, testdb.Database(t), count)
