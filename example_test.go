@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/testdb"
 )
 
 func ExampleNew() {
@@ -25,7 +26,7 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	defer func() { _ = client.Disconnect(context.Background()) }()
-	db := client.Database("mongolock_test_examples")
+	db := client.Database(testdb.ExamplesDatabase()) // (for the checked output)
 	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
 
 	lock, err := mongolock.New(db, "nightly-report")
@@ -669,7 +670,7 @@ func exampleDatabase(ctx context.Context, collection string) (*mongo.Database, f
 	if err != nil {
 		log.Fatal(err)
 	}
-	db := client.Database("mongolock_test_examples")
+	db := client.Database(testdb.ExamplesDatabase())
 	_ = db.Collection(collection).Drop(ctx)
 	return db, func() { _ = client.Disconnect(context.Background()) }
 }

@@ -17,6 +17,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/testdb"
 	"github.com/mongolock/mongolock/otelmongolock"
 )
 
@@ -106,7 +107,7 @@ func exampleDatabase(ctx context.Context, collection string) (*mongo.Database, f
 	if err != nil {
 		log.Fatal(err)
 	}
-	db := client.Database("mongolock_test_examples_otel")
+	db := client.Database(testdb.ExamplesDatabase())
 	_ = db.Collection(collection).Drop(ctx)
 	return db, func() { _ = client.Disconnect(context.Background()) }
 }

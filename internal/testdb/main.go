@@ -1,11 +1,17 @@
 package testdb
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.uber.org/goleak"
 )
 
@@ -13,8 +19,9 @@ import (
 // code, for a TestMain. It points EnvURI at the test server for the
 // examples, which connect as applications do; where there is none and none
 // is required, it leaves the examples out (they cannot skip). After the
-// tests it disconnects the shared client, then checks that no goroutine
-// outlived them: every extension loop and background cleanup has an end.
+// tests it drops the examples' database (ExamplesDatabase) and disconnects
+// the shared client, then checks that no goroutine outlived them: every
+// extension loop and background cleanup has an end.
 func RunWithExamples(m *testing.M) int {
 	flag.Parse()
 	if os.Getenv(EnvURI) == "" {
@@ -41,6 +48,7 @@ func RunWithExamples(m *testing.M) int {
 		}
 	}
 	code := m.Run()
+	dropExamplesDatabase()
 	Close()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
@@ -49,4 +57,38 @@ func RunWithExamples(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// examples is the database of this test binary's examples.
+var examples struct {
+	once sync.Once
+	name string
+	used atomic.Bool
+}
+
+// ExamplesDatabase is the name of the database the examples of this test
+// binary share, with a random suffix: two runs against one server (two
+// make test beside each other, two CI jobs) then never drop each other's
+// collections under a holder. RunWithExamples drops it after the run.
+func ExamplesDatabase() string {
+	examples.once.Do(func() { examples.name = dbName("examples") })
+	examples.used.Store(true)
+	return examples.name
+}
+
+// dropExamplesDatabase drops the examples' database, if they made one.
+func dropExamplesDatabase() {
+	if !examples.used.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := mongo.Connect(options.Client().ApplyURI(envURI()))
+	if err != nil {
+		return
+	}
+	defer func() { _ = c.Disconnect(ctx) }()
+	if err := DropDatabase(ctx, c.Database(examples.name)); err != nil {
+		fmt.Fprintln(os.Stderr, "mongolock tests: examples' database:", err)
+	}
 }
