@@ -15,6 +15,12 @@ func (p *Provider) ensureCollection(ctx context.Context, sp *lockCollection) err
 	if ctx == nil {
 		return errNilContext
 	}
+	if err := ctx.Err(); err != nil {
+		// Every operation passes here before its first statement, and a
+		// done ctx starts none: the driver would start it, and fail it,
+		// when its client has a server at hand.
+		return err
+	}
 	c := &sp.collation
 	for !c.passed.Load() {
 		c.mu.Lock()
@@ -31,12 +37,6 @@ func (p *Provider) ensureCollection(ctx context.Context, sp *lockCollection) err
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-		}
-		if err := ctx.Err(); err != nil {
-			// A done ctx starts nothing: the driver would start the
-			// check, and fail it, when its client has a server at hand.
-			c.mu.Unlock()
-			return err
 		}
 		running := make(chan struct{})
 		c.running = running

@@ -360,11 +360,8 @@ func doError(fnErr, rerr error) error {
 // match; or a duplicate key on FerretDB, racing another client that creates
 // it) is created with a plain insert and the attempt repeated.
 func (l *Lock) attempt(ctx context.Context, mode attemptMode, waitToken int64) (*Handle, reply, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, reply{}, err // nothing sent, not even the index
-	}
 	if err := l.p.ensureCollection(ctx, l.collection()); err != nil {
-		return nil, reply{}, err
+		return nil, reply{}, err // a done ctx's: nothing sent, not even the index
 	}
 	l.p.ensureIndex(l.collection())
 	for tries := 1; ; tries++ {

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"regexp"
@@ -881,21 +882,38 @@ func TestADoneContextSendsNothingAndReleaseStillFreesTheLock(t *testing.T) {
 	})
 }
 
-// On the wire too, a done ctx starts no command, not even the TTL index of
-// the provider's first call, which the model does not keep, nor the check
-// of the collection's collation: the driver starts a command whose ctx is
+// On the wire too, a done ctx starts no command, of an acquisition or an
+// inspection or a forced release, not even the TTL index of the provider's
+// first call, which the model does not keep, nor the check of the
+// collection's collation: the driver starts a command whose ctx is
 // done (command monitors see it start, then fail before it is written)
 // when its client already has a server at hand, so the client here has
 // one first.
 func TestADoneContextSendsNothingOnTheWire(t *testing.T) {
 	count := &commandCounter{}
 	db := ownClient(t, testdb.Database(t), count)
-	require.NoError(t, db.Client().Ping(boundedCtx(t, 10*time.Second), nil))
+	live := boundedCtx(t, 10*time.Second)
+	require.NoError(t, db.Client().Ping(live, nil))
 	p := newProvider(t, db)
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
 	l := p.Lock("done")
 	_, err := l.TryAcquire(done)
+	require.ErrorIs(t, err, context.Canceled, "TryAcquire, the provider's first call")
+	mongolock.WaitBackground(p)
+	count.mu.Lock()
+	require.Equal(t, map[string]int64{"ping": 1}, count.byNames, "commands sent: the ping, and nothing with a done ctx")
+	count.mu.Unlock()
+
+	// Once the collection has been checked, each operation's own statement
+	// is not started either.
+	require.NoError(t, mustTryAcquire(t, live, p.Lock("checked")).Release(live))
+	require.NoError(t, must(p.Semaphore("checked", 2).TryAcquire(live)).Release(live))
+	mongolock.WaitBackground(p)
+	count.mu.Lock()
+	before := maps.Clone(count.byNames)
+	count.mu.Unlock()
+	_, err = l.TryAcquire(done)
 	require.ErrorIs(t, err, context.Canceled, "TryAcquire")
 	_, err = l.Acquire(done)
 	require.ErrorIs(t, err, context.Canceled, "Acquire")
@@ -903,10 +921,19 @@ func TestADoneContextSendsNothingOnTheWire(t *testing.T) {
 		t.Error("fn ran with a done ctx")
 		return nil
 	}), context.Canceled, "Do")
+	_, err = p.Inspect(done, "done")
+	require.ErrorIs(t, err, context.Canceled, "Inspect")
+	for _, err := range p.Locks(done, "") {
+		require.ErrorIs(t, err, context.Canceled, "Locks")
+	}
+	_, err = p.ForceRelease(done, "done")
+	require.ErrorIs(t, err, context.Canceled, "ForceRelease")
+	_, err = p.Semaphore("done", 2).Inspect(done)
+	require.ErrorIs(t, err, context.Canceled, "Semaphore.Inspect")
 	mongolock.WaitBackground(p)
 	count.mu.Lock()
 	defer count.mu.Unlock()
-	require.Equal(t, map[string]int64{"ping": 1}, count.byNames, "commands sent: the ping, and nothing with a done ctx")
+	require.Equal(t, before, count.byNames, "commands sent with a done ctx")
 }
 
 // Every operation on a client that was disconnected fails at once with an
