@@ -3,6 +3,9 @@ GO          ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 ACTIONLINT  ?= $(GO) run github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
 TESTFLAGS   ?=
+# gotestsum runs go test -json and prints each test as it ends, so that a
+# run of several minutes shows its progress from its first seconds.
+GOTESTSUM   ?= $(GO) run gotest.tools/gotestsum@v1.13.0 --format testname --hide-summary=skipped --
 # GoReleaser is a large program (minutes to build on two cores): built once
 # per version into a cache directory that CI keeps too, rather than by go run.
 GORELEASER_VERSION ?= v2.15.1
@@ -22,16 +25,26 @@ GORELEASER         ?= $(TOOLS)/goreleaser-$(GORELEASER_VERSION)/goreleaser
 # The tests, the benchmark and the soak create and drop only databases whose
 # names begin with mongolock_test_.
 
-.PHONY: test lint demo demo-schedule bench soak simulate testdb testdb-stop
+.PHONY: test lint api demo demo-schedule bench soak simulate testdb testdb-stop
 
 # One package at a time (-p 1): the root package's fault and guarantee tests
 # time leases to tens of milliseconds, and on two cores the other packages'
 # tests (the command's, the soak's, the examples', each running processes of
 # their own) beside them make timers late by hundreds.
 test: testdb
-	MONGOLOCK_TEST_REQUIRED=1 $(GO) test -race -count=1 -p 1 -timeout 15m $(TESTFLAGS) ./...
-	cd otelmongolock && MONGOLOCK_TEST_REQUIRED=1 $(GO) test -race -count=1 -timeout 15m $(TESTFLAGS) ./...
-	cd gocronmongolock && MONGOLOCK_TEST_REQUIRED=1 $(GO) test -race -count=1 -timeout 15m $(TESTFLAGS) ./...
+	MONGOLOCK_TEST_REQUIRED=1 $(GOTESTSUM) -race -count=1 -p 1 -timeout 15m $(TESTFLAGS) ./...
+	cd otelmongolock && MONGOLOCK_TEST_REQUIRED=1 $(GOTESTSUM) -race -count=1 -timeout 15m $(TESTFLAGS) ./...
+	cd gocronmongolock && MONGOLOCK_TEST_REQUIRED=1 $(GOTESTSUM) -race -count=1 -timeout 15m $(TESTFLAGS) ./...
+
+# The exported API of each module is recorded in api/, a feature a line, as
+# Go's own api/ files are: make lint fails when the code's API differs from
+# its record. After a change made on purpose (said in CHANGELOG.md), `make
+# api` records it anew.
+APIFLAGS ?= -w
+api:
+	$(GO) run ./internal/apicheck $(APIFLAGS) api/mongolock.txt . ./mongolocktest
+	$(GO) run ./internal/apicheck $(APIFLAGS) -C otelmongolock api/otelmongolock.txt .
+	$(GO) run ./internal/apicheck $(APIFLAGS) -C gocronmongolock api/gocronmongolock.txt .
 
 # Besides the code (the root module's, otelmongolock's, the OpenTelemetry
 # instrumentation, and gocronmongolock's, the gocron adapters: modules of
@@ -41,6 +54,7 @@ test: testdb
 # (goreleaser check), and the offline install of the next release prepared
 # from this tree (scripts/release-check, RELEASING.md).
 lint: $(filter $(TOOLS)/%,$(GORELEASER))
+	$(MAKE) --no-print-directory api APIFLAGS=
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 	cd otelmongolock && $(GO) vet ./... && $(STATICCHECK) ./...
