@@ -10,10 +10,18 @@ import (
 
 // Defaults, as in DistributedLock.MongoDB.
 const (
-	DefaultCollection   = "distributed_locks"
-	DefaultExpiry       = 30 * time.Second
-	DefaultBusyWaitMin  = 10 * time.Millisecond
-	DefaultBusyWaitMax  = 800 * time.Millisecond
+	// DefaultCollection is the collection of the lock documents unless
+	// WithCollection names another.
+	DefaultCollection = "distributed_locks"
+	// DefaultExpiry is a lease's length unless WithExpiry sets another.
+	DefaultExpiry = 30 * time.Second
+	// DefaultBusyWaitMin is the shortest sleep between a waiting Acquire's
+	// attempts unless WithBusyWaitSleep sets another.
+	DefaultBusyWaitMin = 10 * time.Millisecond
+	// DefaultBusyWaitMax is the longest sleep between a waiting Acquire's
+	// attempts unless WithBusyWaitSleep sets another.
+	DefaultBusyWaitMax = 800 * time.Millisecond
+
 	minExpiry           = 100 * time.Millisecond
 	maxSafetyMargin     = time.Second
 	safetyMarginDivisor = 10
@@ -44,10 +52,11 @@ type config struct {
 }
 
 // WithOwner sets who the locks' acquisitions say holds them, as inspection
-// and elections show it (default: the host name and process id, as
-// "host/pid"). At most MaxOwnerLen bytes, not empty. It identifies; it
-// does not exclude: two providers with the same owner still exclude each
-// other.
+// and elections show it. The owner must be 1 to MaxOwnerLen bytes long.
+// Default: the host name and process id, as "host/pid".
+//
+// It identifies; it does not exclude: two providers with the same owner
+// still exclude each other.
 func WithOwner(owner string) Option {
 	return func(o *config) { o.owner = owner }
 }
@@ -69,6 +78,7 @@ func WithCollection(name string) Option {
 
 // WithExpiry sets the lease: how long the server keeps a lock for a holder
 // that stops extending it (crashed, partitioned). At least 100ms; default 30s.
+//
 // It also bounds how long a crashed holder blocks everyone else. The server
 // counts whole milliseconds: a fraction of a millisecond is dropped.
 func WithExpiry(d time.Duration) Option {
@@ -77,16 +87,18 @@ func WithExpiry(d time.Duration) Option {
 
 // WithExtensionCadence sets how often a held lock's lease is extended
 // (default expiry/3). It must be at least expiry/100 and at most
-// (expiry - min(expiry/10, 1s)) / 2: from 300ms to 14.5s for an expiry of
-// 30s, from 10ms to 450ms for 1s. So an extension that fails or comes back
-// late is followed by another before the lease ends, and extensions never
-// flood the server.
+// (expiry - min(expiry/10, 1s)) / 2.
+//
+// That is from 300ms to 14.5s for an expiry of 30s, from 10ms to 450ms for
+// 1s. So an extension that fails or comes back late is followed by another
+// before the lease ends, and extensions never flood the server.
 func WithExtensionCadence(d time.Duration) Option {
 	return func(o *config) { o.cadence, o.cadenceSet = d, true }
 }
 
 // WithBusyWaitSleep sets the bounds of the sleep between attempts while
 // Acquire waits for a held lock (default 10ms..800ms); 0 < min <= max.
+//
 // They bound the sleeps of the waiter that is next in line (its process
 // claims the lock's next turn or free slot: it finds the lock free within
 // max of its release), and of every waiter while the lock changes hands.
@@ -101,12 +113,15 @@ func WithBusyWaitSleep(min, max time.Duration) Option {
 }
 
 // WithStandbySleep sets the longest sleep of a waiting Acquire that is not
-// next in line (another process claims the next turn) while the lock stays
-// with one holder, and of every waiter's poll where release events arrive
-// (default 16 times WithBusyWaitSleep's max; at least that max). It is what
-// keeps a lock held for hours cheap to wait for; its cost: a lock that
-// frees while no process claims it (its claimant has just taken it, and
-// given it up at once) may stay free that long.
+// next in line while the lock stays with one holder, and of every waiter's
+// poll where release events arrive. Default 16 times WithBusyWaitSleep's
+// max.
+//
+// It must be at least WithBusyWaitSleep's max. A waiter is not next in line
+// while another process claims the next turn. It is what keeps a lock held
+// for hours cheap to wait for; its cost: a lock that frees while no process
+// claims it (its claimant has just taken it, and given it up at once) may
+// stay free that long.
 func WithStandbySleep(d time.Duration) Option {
 	return func(o *config) { o.standby = d }
 }
@@ -119,15 +134,17 @@ func WithAdaptiveBackoff(on bool) Option {
 }
 
 // WithHoldAtLeast keeps a released lock held until d after its acquisition,
-// by the server's clock: for a job every replica starts at once that must
-// run once per period, however soon it ends. Release (so Do and Close too)
-// writes the hold into the document in its one round trip, so it outlasts
-// the process, and hands the lock to no Acquire of this process; a failed
-// release and a lease that runs out hold it too. Until the hold ends every
-// process's Acquire is refused, and Inspect shows the lock held;
-// ForceRelease ends it. An acquisition under which no job ran (nobody got
-// its handle, a Composite call failed) is freed at once. The server counts
-// whole milliseconds. Default 0: a release frees the lock at once.
+// by the server's clock. Default 0: a release frees the lock at once.
+//
+// It is for a job every replica starts at once that must run once per
+// period, however soon it ends. Release (so Do and Close too) writes the
+// hold into the document in its one round trip, so it outlasts the process,
+// and hands the lock to no Acquire of this process; a failed release and a
+// lease that runs out hold it too. Until the hold ends every process's
+// Acquire is refused, and Inspect shows the lock held; ForceRelease ends
+// it. An acquisition under which no job ran (nobody got its handle, a
+// Composite call failed) is freed at once. The server counts whole
+// milliseconds.
 //
 // It applies to locks (Lock, Do). A Semaphore's, an RWLock's or an
 // Election's acquisitions with a Provider that has it return an error.
@@ -135,17 +152,17 @@ func WithHoldAtLeast(d time.Duration) Option {
 	return func(o *config) { o.atLeast = d }
 }
 
-// WithHoldAtMost bounds how long one acquisition may hold a lock: its
-// lease is extended to at most d after the acquisition, by the server's
-// clock, so that a stuck job cannot keep the lock for ever. The handle is
-// then lost as it is when its lease runs out: Lost closes and Context ends
-// with the cause ErrLockLost, a safety margin before the bound
+// WithHoldAtMost bounds how long one acquisition may hold a lock: its lease
+// is extended to at most d after the acquisition, by the server's clock, so
+// that a stuck job cannot keep the lock for ever. Default: no bound.
+//
+// The handle is then lost as it is when its lease runs out: Lost closes and
+// Context ends with the cause ErrLockLost, a safety margin before the bound
 // (min(expiry/10, 1s)), and Release and Do report ErrLockLost. The lock
 // stays held until the bound, the job's time to stop, unless the lost
 // handle's Release (call it once the job has stopped) frees it at once. d
 // must be at least the expiry (WithExpiry), which an acquisition's lease
 // lasts from the start, and at least WithHoldAtLeast's.
-// Default: no bound.
 //
 // It applies to locks, as WithHoldAtLeast.
 func WithHoldAtMost(d time.Duration) Option {
@@ -268,11 +285,12 @@ func (o config) standbySleep() time.Duration {
 	return min(o.sleepMax, maxDerived/16) * 16
 }
 
-// WithTrace sets hooks the provider calls on its operations' events;
-// NewProvider copies them, so changing t later changes nothing. Given more
-// than once, every Trace's hooks are called, in the order given, and the
-// context an earlier start hook returns is passed to the later ones. A nil
+// WithTrace sets hooks the provider calls on its operations' events.
+// NewProvider copies them, so changing t later changes nothing. A nil
 // Trace is an error.
+//
+// Given more than once, every Trace's hooks are called, in the order given,
+// and the context an earlier start hook returns is passed to the later ones.
 func WithTrace(t *Trace) Option {
 	return func(o *config) {
 		if t == nil {
@@ -283,11 +301,13 @@ func WithTrace(t *Trace) Option {
 	}
 }
 
-// WithLogger sets where the provider logs: losses and handles dropped while
-// held (Warn), acquisitions released in the background because nobody got
-// their handle, and failures to create the TTL index (Info), and transient
-// errors that are retried (Debug). Default: it logs nothing. A nil logger is
-// an error.
+// WithLogger sets where the provider logs. Default: it logs nothing. A nil
+// logger is an error.
+//
+// It logs losses and handles dropped while held (Warn), acquisitions
+// released in the background because nobody got their handle, and failures
+// to create the TTL index (Info), and transient errors that are retried
+// (Debug).
 func WithLogger(l *slog.Logger) Option {
 	return func(o *config) { o.logger = l }
 }

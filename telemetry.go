@@ -15,12 +15,12 @@ import (
 // Info structs are built only for a hook that is set.
 
 // Trace is a set of hooks that the provider calls on its operations'
-// events, as net/http/httptrace.ClientTrace does for HTTP requests: the
-// way to add tracing and metrics (the module
-// github.com/mongolock/mongolock/otelmongolock makes OpenTelemetry spans and
-// metrics with it) without the library depending on a telemetry SDK.
+// events (WithTrace), as net/http/httptrace.ClientTrace does for HTTP
+// requests. Every field is optional: a nil hook is not called.
 //
-// Every field is optional: a nil hook is not called, and a provider without
+// It is the way to add tracing and metrics without the library depending
+// on a telemetry SDK: the module github.com/mongolock/mongolock/otelmongolock
+// makes OpenTelemetry spans and metrics with it. A provider without
 // WithTrace does no telemetry work. Hooks are called synchronously, from
 // the goroutine of the operation or of the background work (extensions,
 // losses, background releases), and may run concurrently with each other:
@@ -28,25 +28,27 @@ import (
 // mongolocktest calls them as one over a database does. Fields may be
 // added later; set them by name.
 type Trace struct {
-	// AcquireStart is called when an Acquire or TryAcquire call on the
-	// server begins (or Campaign, of kind "election"), or a TakeOver
-	// (Provider's or Election's, whose one round trip is its attempt).
-	// The context it returns is the call's from then on: its round trips
-	// are sent with it, and AcquireAttempt and AcquireDone get it. Nil:
-	// ctx stays.
+	// AcquireStart is called when an acquisition call begins. The context
+	// it returns is the call's from then on: its round trips are sent with
+	// it, and AcquireAttempt and AcquireDone get it. Nil: ctx stays.
+	//
+	// The calls are Acquire and TryAcquire on the server (or Campaign, of
+	// kind "election"), and TakeOver (Provider's or Election's, whose one
+	// round trip is its attempt).
 	AcquireStart func(ctx context.Context, info AcquireStartInfo) context.Context
 	// AcquireAttempt is called after each acquisition round trip of the
 	// call, with its error (nil: it acquired).
 	AcquireAttempt func(ctx context.Context, info AttemptInfo)
 	// AcquireDone is called when the call returns.
 	AcquireDone func(ctx context.Context, info AcquireDoneInfo)
-	// Waiting is called when an Acquire call (or Campaign, or an RWLock
-	// handle's Upgrade) joins its process's line for its lock, and again
-	// when it leaves: it acquired, was handed the lock, gave up (its ctx
-	// ended), failed, or its provider closed. Twice per call, joining
-	// first (an Acquire's between its AcquireStart and AcquireDone; an
-	// Upgrade's with its handle's mode, "upgradeable"); TryAcquire waits
-	// in no line.
+	// Waiting is called twice per waiting call, joining first: when an
+	// Acquire call (or Campaign, or an RWLock handle's Upgrade) joins its
+	// process's line for its lock, and again when it leaves.
+	//
+	// It leaves when it acquired, was handed the lock, gave up (its ctx
+	// ended), failed, or its provider closed. An Acquire's calls come
+	// between its AcquireStart and AcquireDone; an Upgrade's carry its
+	// handle's mode, "upgradeable". TryAcquire waits in no line.
 	Waiting func(info WaitingInfo)
 
 	// ReleaseStart is called when a Release (or Resign) of a handle that
@@ -91,46 +93,50 @@ type Trace struct {
 // TraceLock says which lock a Trace event is about.
 type TraceLock struct {
 	Name       string // the lock's name, shortened past 64 bytes as Error.Name is
-	Kind       Kind
+	Kind       Kind   // which kind of lock it is
 	Mode       string // an RWLock's: "read", "write" or "upgradeable"; "" for the other kinds
 	Slots      int    // a Semaphore's number of slots; 0 for the other kinds
 	Units      int    // the slots each acquisition of a Semaphore takes: k of Semaphore.Units(k), else 1; 0 for the other kinds
-	Database   string
-	Collection string
+	Database   string // the database of its collection
+	Collection string // its document's: WithCollection's, or "<collection>_semaphores" for a Semaphore or an RWLock
 }
 
 // TraceResult is how a call or round trip ended, as the hooks of Trace see it.
 type TraceResult struct {
-	Err error
+	Err error // the error it ended with; nil on success
 	// Outcome names how it ended: on success the operation's word
-	// ("acquired", "released", "proclaimed", "extended"), else "lost"
-	// (ErrLockLost), "not_acquired" (ErrNotAcquired), "stale_ticket"
-	// (ErrStaleTicket, a take-over's) or "error".
+	// ("acquired", "released", "proclaimed", "extended"), else "lost",
+	// "not_acquired", "stale_ticket" or "error".
+	//
+	// "lost" is ErrLockLost, "not_acquired" ErrNotAcquired and
+	// "stale_ticket" ErrStaleTicket (a take-over's).
 	Outcome string
-	// ErrorType classifies Err, few values for low cardinality: "lock_lost",
-	// "closed" (ErrClosed), "deadline_exceeded", "canceled",
-	// "client_closed" (its client was disconnected), "transient" (retried)
-	// or "_OTHER"; "" if Err is nil, ErrNotAcquired or ErrStaleTicket.
+	// ErrorType classifies Err in few values, for low cardinality; "" if
+	// Err is nil, ErrNotAcquired or ErrStaleTicket.
+	//
+	// The values: "lock_lost", "closed" (ErrClosed), "deadline_exceeded",
+	// "canceled", "client_closed" (its client was disconnected),
+	// "transient" (retried) or "_OTHER".
 	ErrorType string
 }
 
 // AcquireStartInfo is about an acquisition call that begins.
 type AcquireStartInfo struct {
-	Lock      TraceLock
-	Operation string // "acquire", "try_acquire" or "take_over"
+	Lock      TraceLock // the lock it is about
+	Operation string    // "acquire", "try_acquire" or "take_over"
 }
 
 // AttemptInfo is about one acquisition round trip.
 type AttemptInfo struct {
-	Lock      TraceLock
-	Operation string // "acquire", "try_acquire" or "take_over"
-	Attempt   int    // its number in the call, from 1
+	Lock      TraceLock // the lock it is about
+	Operation string    // "acquire", "try_acquire" or "take_over"
+	Attempt   int       // its number in the call, from 1
 	TraceResult
 }
 
 // AcquireDoneInfo is about an acquisition call that returned.
 type AcquireDoneInfo struct {
-	Lock         TraceLock
+	Lock         TraceLock     // the lock it is about
 	Operation    string        // "acquire", "try_acquire" or "take_over"
 	Attempts     int           // acquisition round trips sent; 0 if it was handed over at once (or a take-over sent none)
 	Waited       time.Duration // from the call to its return
@@ -142,67 +148,72 @@ type AcquireDoneInfo struct {
 // WaitingInfo is about an acquisition call that joins or leaves its
 // process's line for its lock.
 type WaitingInfo struct {
-	Lock TraceLock
+	Lock TraceLock // the lock it is about
 	// Waiting is true when the call joins the line, false when it leaves.
 	Waiting bool
 	// Count is how many calls of this process wait in the lock's line just
-	// after this change (the head, which asks the database, and those
-	// behind it; of every mode of an RWLock). Calls of different
-	// goroutines may be reported out of order: add +1 when Waiting, -1
-	// when not, for a count that is exact once they are all reported.
+	// after this change: the head, which asks the database, and those
+	// behind it; of every mode of an RWLock.
+	//
+	// Calls of different goroutines may be reported out of order: add +1
+	// when Waiting, -1 when not, for a count that is exact once they are
+	// all reported.
 	Count int
 }
 
 // ReleaseStartInfo is about a release, or a Proclaim, that begins.
 type ReleaseStartInfo struct {
-	Lock         TraceLock
-	Operation    string // "release" or "proclaim"
-	FencingToken int64
+	Lock         TraceLock // the lock it is about
+	Operation    string    // "release" or "proclaim"
+	FencingToken int64     // the handle's (of a Proclaim: its Leadership's)
 }
 
 // HandOverInfo is about a Release that offered its lock to an Acquire of
 // this process.
 type HandOverInfo struct {
-	Lock       TraceLock
-	HandedOver bool // the Acquire got the lock in the release's round trip
+	Lock       TraceLock // the lock it is about
+	HandedOver bool      // the Acquire got the lock in the release's round trip
 }
 
 // ReleaseDoneInfo is about a release, or a Proclaim, that returned.
 type ReleaseDoneInfo struct {
-	Lock         TraceLock
-	Operation    string // "release" or "proclaim"
-	FencingToken int64
+	Lock         TraceLock // the lock it is about
+	Operation    string    // "release" or "proclaim"
+	FencingToken int64     // the handle's (of a Proclaim: its Leadership's)
 	TraceResult
 }
 
 // HandleInfo is about one handle.
 type HandleInfo struct {
-	Lock         TraceLock
-	FencingToken int64
+	Lock         TraceLock // the lock it is about
+	FencingToken int64     // the handle's
 }
 
 // LossInfo is about a handle lost while held.
 type LossInfo struct {
-	Lock         TraceLock
-	FencingToken int64
-	// Reason says why: "expired" (the lease ran out before an extension
-	// succeeded), "taken_over" (someone else holds the lock, or took it
-	// over by its ticket, or its document was deleted) or "client_closed"
-	// (the handle's client was disconnected).
+	Lock         TraceLock // the lock it is about
+	FencingToken int64     // the lost handle's
+	// Reason says why it was lost: "expired", "taken_over" or
+	// "client_closed".
+	//
+	// "expired": the lease ran out before an extension succeeded.
+	// "taken_over": someone else holds the lock, or took it over by its
+	// ticket, or its document was deleted. "client_closed": the handle's
+	// client was disconnected.
 	Reason string
 	Err    error // the loss as Handle.Context's cause says it
 }
 
 // ExtendStartInfo is about one extension round trip that begins.
 type ExtendStartInfo struct {
-	Database, Collection string
-	Handles              int // the handles whose leases it extends
+	Database, Collection string // where the handles' documents are, as TraceLock's
+	Handles              int    // the handles whose leases it extends
 }
 
 // ExtendDoneInfo is about one extension round trip that ended.
 type ExtendDoneInfo struct {
-	Database, Collection string
-	Handles              int
+	Database, Collection string        // where the handles' documents are, as TraceLock's
+	Handles              int           // the handles whose leases it extends
 	Matched              int           // the handles it extended
 	Lost                 int           // the handles found lost
 	Took                 time.Duration // the round trip's time
@@ -211,9 +222,9 @@ type ExtendDoneInfo struct {
 
 // IndexInfo is about the TTL index of a collection.
 type IndexInfo struct {
-	Database, Collection string
+	Database, Collection string // the collection the index is on
 	Index                string // TTLIndexName
-	Err                  error
+	Err                  error  // why it could not be created or raised
 }
 
 // then returns hooks that call t's, then u's; t may be nil.
