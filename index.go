@@ -10,11 +10,12 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// TTLIndexName is the name of the TTL index on expiresAt, which the library
-// creates once per process and collection, in the background: the server
-// deletes a document ttlGraceSeconds after its lease ended.
-// DistributedLock.MongoDB creates the same index with expireAfterSeconds 0,
-// and ignores the conflict when it finds ours.
+// TTLIndexName is the name of the TTL index on expiresAt, with which the
+// server deletes a lock document an hour after its lease ended.
+//
+// The library creates it once per process and collection, in the
+// background. DistributedLock.MongoDB creates the same index with
+// expireAfterSeconds 0, and ignores the conflict when it finds ours.
 const TTLIndexName = "expiresAt_ttl"
 
 // ttlGraceSeconds is how long a released or expired document stays: one

@@ -14,6 +14,7 @@ import (
 // LockInfo is the state of one lock, election, semaphore or RWLock as the
 // server saw it at ServerTime.
 type LockInfo struct {
+	// Name is the lock's name, exactly as given.
 	Name string
 	// Kind says which of them Name is.
 	Kind Kind
@@ -21,9 +22,10 @@ type LockInfo struct {
 	// semaphore or an RWLock: any), judged by the server's clock.
 	Held bool
 	// Owner and Value are the holder's (WithOwner; an election's value),
-	// when a mongolock acquisition holds a lock or an election; otherwise ""
-	// (a free lock, one held by DistributedLock.MongoDB, a semaphore or an
-	// RWLock: see Holders).
+	// when a mongolock acquisition holds a lock or an election; otherwise "".
+	//
+	// They are "" for a free lock, one held by DistributedLock.MongoDB, a
+	// semaphore or an RWLock: see Holders.
 	Owner, Value string
 	// AcquiredAt and ExpiresAt are the last acquisition's, in server time.
 	// A semaphore's or an RWLock's are its newest holder's acquisition and
@@ -78,11 +80,13 @@ func claimAt(process string, since int64, until, now time.Time) *ClaimInfo {
 	return &ClaimInfo{Process: process, Since: since, Until: until}
 }
 
-// Inspect returns the state of the lock or election called name, in one
-// round trip; if there is none, that of the semaphore or RWLock called
-// name, in a second. It returns an error wrapping ErrNoLock if none of
-// them has a document. A name used by both a lock and a semaphore shows
-// the lock's: Locks lists both.
+// Inspect returns the state of the lock or election called name, or if
+// there is none, that of the semaphore or RWLock called name. If none of
+// them has a document, the error wraps ErrNoLock.
+//
+// It reads the lock's in one round trip, the semaphore's or RWLock's in a
+// second. A name used by both a lock and a semaphore shows the lock's:
+// Locks lists both.
 func (p *Provider) Inspect(ctx context.Context, name string) (LockInfo, error) {
 	info, err := p.inspectLock(ctx, name)
 	if !errors.Is(err, ErrNoLock) {
@@ -202,23 +206,24 @@ func (p *Provider) listBatchSize() int32 {
 }
 
 // ForceRelease ends whatever acquisitions hold name, of any process
-// (DistributedLock.MongoDB's too): the lock's or the election's holder,
-// and every holder of the semaphore or RWLock of that name, in one round
-// trip per collection. It is an operator's tool for a holder that is
-// stuck. The documents and their fencing tokens stay, so the next holder
-// outranks the old ones, and a waiter takes the freed lock or slots at
-// its next attempt. An old holder is not told at once: it finds out at its
-// next extension, within one extension cadence (its Lost closes, its
-// Context ends with cause ErrLockLost), and until then only fencing
-// tokens keep its writes out.
+// (DistributedLock.MongoDB's too), and reports whether it ended one that
+// held. It is an operator's tool for a holder that is stuck.
 //
-// It reports whether it ended an acquisition that held: one whose lease
-// had not ended, by the server's clock, as Inspect judges Held. false and
-// no error mean that name was released already, that its holders' leases
-// ran out (a crashed holder's, a WithHoldAtLeast hold's that ended: their
-// documents may still name them, and are left as they are), or that it
-// has no document. After an error, the lock's holder may have been ended,
-// and not the semaphore's.
+// It ends the lock's or the election's holder, and every holder of the
+// semaphore or RWLock of that name, in one round trip per collection. The
+// documents and their fencing tokens stay, so the next holder outranks the
+// old ones, and a waiter takes the freed lock or slots at its next attempt.
+// An old holder is not told at once: it finds out at its next extension,
+// within one extension cadence (its Lost closes, its Context ends with
+// cause ErrLockLost), and until then only fencing tokens keep its writes
+// out.
+//
+// An acquisition held if its lease had not ended, by the server's clock, as
+// Inspect judges Held. false and no error mean that name was released
+// already, that its holders' leases ran out (a crashed holder's, a
+// WithHoldAtLeast hold's that ended: their documents may still name them,
+// and are left as they are), or that it has no document. After an error,
+// the lock's holder may have been ended, and not the semaphore's.
 func (p *Provider) ForceRelease(ctx context.Context, name string) (bool, error) {
 	return p.forceRelease(ctx, "force release", name, false,
 		forceUpdate{&p.locks, forceReleaseFilter(name), forceReleaseUpdate},
@@ -226,11 +231,13 @@ func (p *Provider) ForceRelease(ctx context.Context, name string) (bool, error) 
 }
 
 // ForceReleaseHolder ends one acquisition of name, the one whose
-// HolderInfo.ID is id: a lock's or an election's holder, a semaphore's
-// slot, an RWLock's reader or writer. The other holders keep theirs. It
-// is ForceRelease otherwise, in one round trip, or two for a semaphore's
-// or an RWLock's holder. It reports whether id held name: false if its
+// HolderInfo.ID is id, and reports whether id held name: false if its
 // lease had ended, even unreleased. An empty id is ErrInvalidArgument.
+//
+// The acquisition is a lock's or an election's holder, a semaphore's slot,
+// an RWLock's reader or writer. The other holders keep theirs. It is
+// ForceRelease otherwise, in one round trip, or two for a semaphore's or
+// an RWLock's holder.
 func (p *Provider) ForceReleaseHolder(ctx context.Context, name, id string) (bool, error) {
 	const op = "force release holder"
 	if id == "" {

@@ -14,7 +14,9 @@ import (
 // which DistributedLock.MongoDB shares. An
 // election's documents are a lock's, with a value (election.go).
 
-// New returns the lock called name in db; see NewProvider for the options.
+// New returns the lock called name in db, minted by a Provider of its own.
+// As NewProvider, it returns an error naming a bad option, and a nil db is
+// an error; it does no I/O.
 func New(db *mongo.Database, name string, opts ...Option) (*Lock, error) {
 	p, err := NewProvider(db, opts...)
 	if err != nil {
@@ -23,10 +25,12 @@ func New(db *mongo.Database, name string, opts ...Option) (*Lock, error) {
 	return p.Lock(name), nil
 }
 
-// Lock returns the lock called name. Names are arbitrary strings, used as
-// the document's _id exactly as given (case-sensitive, not hashed). Locks
-// with the same name, collection and database exclude each other, in this
-// process and in any other, whichever Provider minted them.
+// Lock returns the lock called name. Locks with the same name, collection
+// and database exclude each other, in this process and in any other,
+// whichever Provider minted them.
+//
+// Names are arbitrary strings, used as the document's _id exactly as given
+// (case-sensitive, not hashed).
 func (p *Provider) Lock(name string) *Lock { return &Lock{p: p, name: name, kind: lockDriver{}} }
 
 // lockDriver is a lock's kind; an election's shares its documents.

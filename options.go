@@ -114,10 +114,9 @@ func WithBusyWaitSleep(min, max time.Duration) Option {
 
 // WithStandbySleep sets the longest sleep of a waiting Acquire that is not
 // next in line while the lock stays with one holder, and of every waiter's
-// poll where release events arrive. Default 16 times WithBusyWaitSleep's
-// max.
+// poll where release events arrive. At least WithBusyWaitSleep's max.
 //
-// It must be at least WithBusyWaitSleep's max. A waiter is not next in line
+// Default 16 times WithBusyWaitSleep's max. A waiter is not next in line
 // while another process claims the next turn. It is what keeps a lock held
 // for hours cheap to wait for; its cost: a lock that frees while no process
 // claims it (its claimant has just taken it, and given it up at once) may

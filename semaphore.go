@@ -31,19 +31,21 @@ func (m mismatch) Error() string { return string(m) }
 
 func (mismatch) Is(target error) bool { return target == ErrMismatch }
 
-// MaxSemaphoreSlots is the most slots a Semaphore can have. Its holders
-// share one document, which must stay far below the server's 16 MB: at
-// this many, with owners of MaxOwnerLen bytes, it is about 1.5 MB
-// (BENCHMARKS.md).
+// MaxSemaphoreSlots is the most slots a Semaphore can have.
+//
+// Its holders share one document, which must stay far below the server's
+// 16 MB: at this many, with owners of MaxOwnerLen bytes, it is about
+// 1.5 MB (BENCHMARKS.md).
 const MaxSemaphoreSlots = 4096
 
 // A Semaphore lets at most n holders at a time hold it, in this process and
-// in others, by the server's clock. Semaphores live in the collection
-// "<collection>_semaphores": a Lock and a Semaphore of the same name are
-// unrelated. Processes must agree on n: while any slot is held, an
-// acquisition with another n fails at once with an error (not retried); the
-// first acquisition that finds no slot held sets n. A Semaphore is safe for
-// concurrent use.
+// in others, by the server's clock. A Semaphore is safe for concurrent use.
+//
+// Semaphores live in the collection "<collection>_semaphores": a Lock and a
+// Semaphore of the same name are unrelated. Processes must agree on n:
+// while any slot is held, an acquisition with another n fails at once with
+// an error (not retried); the first acquisition that finds no slot held
+// sets n.
 type Semaphore struct {
 	lock *Lock
 	err  error // a bad n or number of units, returned by every acquisition
@@ -61,15 +63,16 @@ func (p *Provider) Semaphore(name string, n int) *Semaphore {
 }
 
 // Units returns the semaphore whose every acquisition takes k of its n
-// slots at once, as golang.org/x/sync/semaphore's Acquire(ctx, k) does
-// within one process: Acquire, TryAcquire and Do are s's, and each Handle
-// holds its k units with one lease and one fencing token, and releases
-// them all at once. Holders of one unit and of several share the n slots
-// (s.Units(1) acquires as s does): the units held never exceed n. A k
-// below 1 or above n makes every acquisition fail with ErrInvalidArgument,
-// before anything is sent. A waiting Acquire's claim (see Acquire) keeps k
-// units free for its process, so a stream of smaller requests cannot
-// starve a larger one.
+// slots at once. A k below 1 or above n makes every acquisition fail with
+// ErrInvalidArgument, before anything is sent.
+//
+// It does across processes what golang.org/x/sync/semaphore's
+// Acquire(ctx, k) does within one. Acquire, TryAcquire and Do are s's, and
+// each Handle holds its k units with one lease and one fencing token, and
+// releases them all at once. Holders of one unit and of several share the
+// n slots (s.Units(1) acquires as s does): the units held never exceed n.
+// A waiting Acquire's claim (see Acquire) keeps k units free for its
+// process, so a stream of smaller requests cannot starve a larger one.
 func (s *Semaphore) Units(k int) *Semaphore {
 	n := s.lock.kind.describe().slots
 	w := &Semaphore{lock: &Lock{p: s.lock.p, name: s.lock.name, kind: unitsDriver{semDriver{n}, k}}, err: s.err}
@@ -83,11 +86,12 @@ func (s *Semaphore) Units(k int) *Semaphore {
 func (s *Semaphore) Name() string { return s.lock.name }
 
 // TryAcquire makes one attempt to take a slot. It returns a Handle if fewer
-// than n slots were held, ErrNotAcquired if all were (or all but one, while
-// an Acquire of another process claims the next free slot), or another
-// error if the attempt failed (the server, the network, ctx, or n, see
-// Semaphore). A refused TryAcquire claims nothing.
-// ctx bounds only the round trip; the Handle lives until released or lost.
+// than n slots were held, ErrNotAcquired if all were, or another error if
+// the attempt failed (the server, the network, ctx, or n, see Semaphore).
+//
+// All but one held count as all while an Acquire of another process claims
+// the next free slot. A refused TryAcquire claims nothing. ctx bounds only
+// the round trip; the Handle lives until released or lost.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Handle, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, s.lock.errorf("try acquire", err)
@@ -96,14 +100,15 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Handle, error) {
 }
 
 // Acquire waits until it holds a slot or ctx ends, as Lock.Acquire waits
-// for a lock: Acquire calls of one process wait in line, first come first
-// served, and a release in this process hands its slot to the next in line
-// in the same round trip. Between processes, a refused Acquire claims the
-// next free slot for its process, or takes it over from a process that has
-// waited less: while the claim lasts, other processes take a slot only if
-// another stays free. Errors are as Lock.Acquire's; a semaphore held with
-// another n (or a name an RWLock holds) is ErrMismatch, returned at once,
-// and claims nothing.
+// for a lock. Errors are as Lock.Acquire's; a semaphore held with another n
+// (or a name an RWLock holds) is ErrMismatch, returned at once.
+//
+// Acquire calls of one process wait in line, first come first served, and a
+// release in this process hands its slot to the next in line in the same
+// round trip. Between processes, a refused Acquire claims the next free
+// slot for its process, or takes it over from a process that has waited
+// less: while the claim lasts, other processes take a slot only if another
+// stays free. A mismatch claims nothing.
 func (s *Semaphore) Acquire(ctx context.Context) (*Handle, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, s.lock.errorf("acquire", err)
@@ -130,6 +135,7 @@ func (s *Semaphore) check(ctx context.Context) error {
 // SemaphoreInfo is the state of a Semaphore as the server saw it at
 // ServerTime.
 type SemaphoreInfo struct {
+	// Name is the semaphore's name, exactly as given.
 	Name string
 	// N is the number of slots the holders hold it with; with no holder,
 	// the last acquisition's (the next may set another).
@@ -144,11 +150,12 @@ type SemaphoreInfo struct {
 }
 
 // Inspect returns the semaphore's state in one round trip, judged by the
-// server's clock: a holder whose lease has ended is not listed, though it
-// was never released. It returns an error wrapping ErrNoLock if the
-// semaphore has no document, and an *Error wrapping the server's, the
-// network's or ctx's error if the round trip failed. It changes nothing,
-// and ignores the Semaphore's n.
+// server's clock. It returns an error wrapping ErrNoLock if the semaphore
+// has no document, or an *Error wrapping the round trip's if it failed.
+//
+// A holder whose lease has ended is not listed, though it was never
+// released. The round trip's error is the server's, the network's or
+// ctx's. It changes nothing, and ignores the Semaphore's n.
 func (s *Semaphore) Inspect(ctx context.Context) (SemaphoreInfo, error) {
 	d, err := s.lock.inspectSlots(ctx)
 	return SemaphoreInfo{Name: d.Name, N: d.N, Holders: d.holders(false), FencingToken: d.FencingToken, ServerTime: d.Now}, err

@@ -107,9 +107,11 @@ func WithTimeout(d time.Duration) LockerOption {
 }
 
 // WithOnLost sets a function called, in a goroutine of its own, when a
-// job's lock is lost while the job runs: with the lock's name and why,
-// an error wrapping mongolock.ErrLockLost. The job goes on running (gocron
-// cannot stop it); log it, or stop the job's work by means of your own.
+// job's lock is lost while the job runs: with the lock's name and why, an
+// error wrapping mongolock.ErrLockLost.
+//
+// The job goes on running (gocron cannot stop it); log it, or stop the
+// job's work by means of your own.
 func WithOnLost(f func(name string, err error)) LockerOption {
 	return func(l *Locker) { l.onLost = f }
 }
@@ -135,9 +137,11 @@ func NewLocker(p *mongolock.Provider, opts ...LockerOption) (*Locker, error) {
 }
 
 // Lock takes the lock of the job called key with one attempt, bounded by
-// ctx and the Locker's timeout. If another replica holds it, or holds it
-// still for WithHoldAtLeast, the error wraps mongolock.ErrNotAcquired and
-// gocron skips the run. Other errors (the server, the network) skip it too.
+// ctx and the Locker's timeout. On any error gocron skips the run; if
+// another replica holds the lock, the error wraps mongolock.ErrNotAcquired.
+//
+// A lock held still for WithHoldAtLeast counts as held. Other errors are
+// the server's or the network's.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	if ctx == nil {
 		return nil, errors.New("gocronmongolock: Lock with a nil context")
@@ -174,12 +178,14 @@ var _ gocron.Lock = (*Lock)(nil)
 // Context.
 func (l *Lock) Handle() *mongolock.Handle { return l.h }
 
-// Unlock releases the lock (mongolock.Handle.Release), keeping it held
-// until WithHoldAtLeast's hold ends if the Provider has one. It releases
-// also when ctx is already cancelled, as gocron's is once the scheduler
-// shuts down: the round trip is bounded by the Locker's timeout instead.
-// It returns an error wrapping mongolock.ErrLockLost if the lock was lost
-// while the job ran; later calls return nil.
+// Unlock releases the lock (mongolock.Handle.Release). It returns an error
+// wrapping mongolock.ErrLockLost if the lock was lost while the job ran;
+// later calls return nil.
+//
+// If the Provider has WithHoldAtLeast, the lock stays held until the hold
+// ends. Unlock releases also when ctx is already cancelled, as gocron's is
+// once the scheduler shuts down: the round trip is bounded by the Locker's
+// timeout instead.
 func (l *Lock) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
@@ -219,15 +225,16 @@ func WithValue(value string) ElectorOption {
 	return func(c *electorConfig) { c.value = value }
 }
 
-// NewElector starts campaigning for the election called name among p's
-// and other processes' Electors (mongolock.Provider.Election): it leads
-// whenever it can, keeps leadership in the background (extending its
-// lease as a held lock's), and campaigns again when leadership is lost.
-// Make one per process and election, and Close it before p. A nil p or
-// option is an error. An election cannot be held with p's
-// mongolock.WithHoldAtLeast or WithHoldAtMost (give a Locker's holds a
-// Provider of its own): the campaign then ends at once, and IsLeader and
-// Close return its error.
+// NewElector starts campaigning in the background for the election called
+// name (mongolock.Provider.Election), among p's and other processes'
+// Electors. A nil p or option is an error.
+//
+// It leads whenever it can, keeps leadership in the background (extending
+// its lease as a held lock's), and campaigns again when leadership is lost.
+// Make one per process and election, and Close it before p. An election
+// cannot be held with p's mongolock.WithHoldAtLeast or WithHoldAtMost (give
+// a Locker's holds a Provider of its own): the campaign then ends at once,
+// and IsLeader and Close return its error.
 func NewElector(p *mongolock.Provider, name string, opts ...ElectorOption) (*Elector, error) {
 	if p == nil {
 		return nil, errors.New("gocronmongolock: nil *mongolock.Provider")
@@ -253,12 +260,13 @@ func NewElector(p *mongolock.Provider, name string, opts ...ElectorOption) (*Ele
 	return e, nil
 }
 
-// IsLeader returns nil while this process leads the election, and
-// otherwise an error wrapping ErrNotLeader (and, once the campaign has
-// ended on an error, that error). It asks nothing of the server: it reads
-// the campaign's state, and a leadership whose lease this process could
-// not extend in time counts as lost before anyone else can lead. ctx is
-// not used.
+// IsLeader returns nil while this process leads the election, and otherwise
+// an error wrapping ErrNotLeader (and, once the campaign has ended on an
+// error, that error).
+//
+// It asks nothing of the server: it reads the campaign's state, and a
+// leadership whose lease this process could not extend in time counts as
+// lost before anyone else can lead. ctx is not used.
 func (e *Elector) IsLeader(context.Context) error {
 	if l := e.leading.Load(); l != nil && l.Context().Err() == nil {
 		return nil
@@ -282,11 +290,13 @@ func (e *Elector) Leadership() *mongolock.Leadership {
 	return nil
 }
 
-// Close ends the campaign and resigns leadership if it leads, so that
-// another process can lead at once, and waits for that, bounded by ctx.
-// It returns ctx's error if ctx ends first (the resignation goes on in the
-// background), else nil, or the error that ended the campaign before
-// Close (such as a missing permission). Later calls do the same.
+// Close ends the campaign and resigns leadership if it leads, and waits
+// for that, bounded by ctx. It returns nil, or ctx's error if ctx ends
+// first, or the error that ended the campaign before Close.
+//
+// Resigning lets another process lead at once. If ctx ends first, the
+// resignation goes on in the background. The campaign may have ended on
+// an error such as a missing permission. Later calls do the same.
 func (e *Elector) Close(ctx context.Context) error {
 	e.closing.Do(e.cancel)
 	select {

@@ -103,10 +103,12 @@ func WithNamesInMetrics(on bool) Option {
 }
 
 // Trace returns hooks, for mongolock.WithTrace, that make the spans and
-// metrics of a provider's operations. With no SDK installed, a hook costs a
-// span context and an Enabled check: attributes are built only for a span
-// that records or an instrument that is enabled. The instruments are made
-// once per call of Trace; a provider's hooks may serve several providers.
+// metrics of a provider's operations. The instruments are made once per
+// call of Trace; its hooks may serve several providers.
+//
+// With no SDK installed, a hook costs a span context and an Enabled check:
+// attributes are built only for a span that records or an instrument that
+// is enabled.
 func Trace(opts ...Option) *mongolock.Trace {
 	c := config{tracers: otel.GetTracerProvider(), meters: otel.GetMeterProvider(), spanNames: true}
 	for _, opt := range opts {
