@@ -218,12 +218,12 @@ func (p *Provider) listBatchSize() int32 {
 // cause ErrLockLost), and until then only fencing tokens keep its writes
 // out.
 //
-// An acquisition held if its lease had not ended, by the server's clock, as
-// Inspect judges Held. false and no error mean that name was released
-// already, that its holders' leases ran out (a crashed holder's, a
-// WithHoldAtLeast hold's that ended: their documents may still name them,
-// and are left as they are), or that it has no document. After an error,
-// the lock's holder may have been ended, and not the semaphore's.
+// It counts an acquisition as held if its lease had not ended by the
+// server's clock, as Inspect judges Held. false and no error mean that name
+// was released already, that its holders' leases ran out (a crashed
+// holder's, a WithHoldAtLeast hold's that ended: their documents may still
+// name them, and are left as they are), or that it has no document. After
+// an error, the lock's holder may have been ended, and not the semaphore's.
 func (p *Provider) ForceRelease(ctx context.Context, name string) (bool, error) {
 	return p.forceRelease(ctx, "force release", name, false,
 		forceUpdate{&p.locks, forceReleaseFilter(name), forceReleaseUpdate},
