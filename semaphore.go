@@ -34,8 +34,8 @@ func (mismatch) Is(target error) bool { return target == ErrMismatch }
 // MaxSemaphoreSlots is the most slots a Semaphore can have.
 //
 // Its holders share one document, which must stay far below the server's
-// 16 MB: at this many, with owners of MaxOwnerLen bytes, it is about
-// 1.5 MB (BENCHMARKS.md).
+// 16 MB limit even with owners of MaxOwnerLen bytes (BENCHMARKS.md gives
+// the size at this bound).
 const MaxSemaphoreSlots = 4096
 
 // A Semaphore lets at most n holders at a time hold it, in this process and
