@@ -24,14 +24,6 @@ import (
 	"github.com/mongolock/mongolock"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Getenv("MONGODB_URI"), "app"); err != nil {
-		log.Fatal(err)
-	}
-}
-
 // run does the job once, holding the lock, and returns its error, or the
 // lock's: not acquired, or lost.
 func run(ctx context.Context, uri, database string) (err error) {
@@ -54,6 +46,14 @@ func run(ctx context.Context, uri, database string) (err error) {
 	defer func() { err = errors.Join(err, h.Release(context.Background())) }() // reports a loss
 	// h.Context() ends if the lock is lost: stop working then.
 	return report(h.Context())
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Getenv("MONGODB_URI"), "app"); err != nil {
+		log.Fatal(err)
+	}
 }
 
 // report is the job. It stops when ctx ends: the lock was lost, or the
