@@ -15,19 +15,18 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
-	"github.com/mongolock/mongolock/internal/testdb"
 )
 
 func ExampleNew() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer func() { _ = client.Disconnect(context.Background()) }()
-	db := client.Database(testdb.ExamplesDatabase()) // (for the checked output)
-	_ = db.Collection("distributed_locks").Drop(ctx) // start afresh (for the checked output)
+	db := client.Database(os.Getenv("MONGODB_DATABASE")) // the application's database
+	_ = db.Collection("distributed_locks").Drop(ctx)     // start afresh (for the checked output)
 
 	lock, err := mongolock.New(db, "nightly-report")
 	if err != nil {
@@ -51,8 +50,13 @@ func ExampleNew() {
 func ExampleLock_TryAcquire() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
-	defer disconnect()                                          // (for the checked output)
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(os.Getenv("MONGODB_DATABASE")) // the application's database
+	_ = db.Collection("distributed_locks").Drop(ctx)     // start afresh (for the checked output)
 
 	lock, err := mongolock.New(db, "inventory-sync")
 	if err != nil {
@@ -86,8 +90,13 @@ func ExampleLock_TryAcquire() {
 func ExampleProvider() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
-	defer disconnect()                                          // (for the checked output)
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(os.Getenv("MONGODB_DATABASE")) // the application's database
+	_ = db.Collection("distributed_locks").Drop(ctx)     // start afresh (for the checked output)
 
 	// One provider for the whole application: its options apply to every
 	// lock it mints.
@@ -118,8 +127,13 @@ func ExampleProvider() {
 func ExampleLock_Do() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
-	defer disconnect()                                          // (for the checked output)
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(os.Getenv("MONGODB_DATABASE")) // the application's database
+	_ = db.Collection("distributed_locks").Drop(ctx)     // start afresh (for the checked output)
 
 	lock, err := mongolock.New(db, "schema-migration")
 	if err != nil {
@@ -152,8 +166,13 @@ func ExampleLock_Do() {
 func ExampleWithHoldAtLeast() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
-	defer disconnect()                                          // (for the checked output)
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(os.Getenv("MONGODB_DATABASE")) // the application's database
+	_ = db.Collection("distributed_locks").Drop(ctx)     // start afresh (for the checked output)
 
 	locks, err := mongolock.NewProvider(db,
 		mongolock.WithHoldAtLeast(50*time.Minute), // longer than the replicas' clocks differ, shorter than the period
@@ -188,8 +207,13 @@ func ExampleWithHoldAtLeast() {
 func ExampleHandle_FencingToken() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
-	defer disconnect()                                          // (for the checked output)
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(os.Getenv("MONGODB_DATABASE")) // the application's database
+	_ = db.Collection("distributed_locks").Drop(ctx)     // start afresh (for the checked output)
 
 	lock, err := mongolock.New(db, "ledger")
 	if err != nil {
@@ -225,8 +249,13 @@ func ExampleHandle_FencingToken() {
 func ExampleHandle_Context() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, disconnect := exampleDatabase(ctx, "reports") // (for the checked output)
-	defer disconnect()                                // (for the checked output)
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(os.Getenv("MONGODB_DATABASE")) // the application's database
+	_ = db.Collection("reports").Drop(ctx)               // start afresh (for the checked output)
 
 	locks, err := mongolock.NewProvider(db)
 	if err != nil {
@@ -268,8 +297,13 @@ func ExampleHandle_Context() {
 func ExampleProvider_Locks() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
-	defer disconnect()                                          // (for the checked output)
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(os.Getenv("MONGODB_DATABASE")) // the application's database
+	_ = db.Collection("distributed_locks").Drop(ctx)     // start afresh (for the checked output)
 
 	locks, err := mongolock.NewProvider(db, mongolock.WithOwner("billing-worker-1"))
 	if err != nil {
@@ -311,8 +345,13 @@ func ExampleProvider_Locks() {
 func ExampleProvider_ForceRelease() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
-	defer disconnect()                                          // (for the checked output)
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(os.Getenv("MONGODB_DATABASE")) // the application's database
+	_ = db.Collection("distributed_locks").Drop(ctx)     // start afresh (for the checked output)
 
 	locks, err := mongolock.NewProvider(db, mongolock.WithExpiry(3*time.Second))
 	if err != nil {
@@ -348,8 +387,13 @@ func ExampleProvider_ForceRelease() {
 func ExampleElection() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
-	defer disconnect()                                          // (for the checked output)
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(os.Getenv("MONGODB_DATABASE")) // the application's database
+	_ = db.Collection("distributed_locks").Drop(ctx)     // start afresh (for the checked output)
 
 	locks, err := mongolock.NewProvider(db, mongolock.WithOwner("node-a"))
 	if err != nil {
@@ -396,8 +440,13 @@ func ExampleElection() {
 func ExampleElection_Run() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
-	defer disconnect()                                          // (for the checked output)
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(os.Getenv("MONGODB_DATABASE")) // the application's database
+	_ = db.Collection("distributed_locks").Drop(ctx)     // start afresh (for the checked output)
 
 	locks, err := mongolock.NewProvider(db)
 	if err != nil {
@@ -422,8 +471,13 @@ func ExampleElection_Run() {
 func ExampleSemaphore() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, disconnect := exampleDatabase(ctx, "distributed_locks_semaphores") // (for the checked output)
-	defer disconnect()                                                     // (for the checked output)
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(os.Getenv("MONGODB_DATABASE"))        // the application's database
+	_ = db.Collection("distributed_locks_semaphores").Drop(ctx) // start afresh (for the checked output)
 
 	locks, err := mongolock.NewProvider(db)
 	if err != nil {
@@ -465,8 +519,13 @@ func ExampleSemaphore() {
 func ExampleSemaphore_Units() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, disconnect := exampleDatabase(ctx, "distributed_locks_semaphores") // (for the checked output)
-	defer disconnect()                                                     // (for the checked output)
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(os.Getenv("MONGODB_DATABASE"))        // the application's database
+	_ = db.Collection("distributed_locks_semaphores").Drop(ctx) // start afresh (for the checked output)
 
 	locks, err := mongolock.NewProvider(db)
 	if err != nil {
@@ -499,8 +558,13 @@ func ExampleSemaphore_Units() {
 func ExampleRWLock() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, disconnect := exampleDatabase(ctx, "distributed_locks_semaphores") // (for the checked output)
-	defer disconnect()                                                     // (for the checked output)
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(os.Getenv("MONGODB_DATABASE"))        // the application's database
+	_ = db.Collection("distributed_locks_semaphores").Drop(ctx) // start afresh (for the checked output)
 
 	locks, err := mongolock.NewProvider(db)
 	if err != nil {
@@ -542,8 +606,13 @@ func ExampleRWLock() {
 func ExampleRWLock_Upgradeable() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, disconnect := exampleDatabase(ctx, "distributed_locks_semaphores") // (for the checked output)
-	defer disconnect()                                                     // (for the checked output)
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(os.Getenv("MONGODB_DATABASE"))        // the application's database
+	_ = db.Collection("distributed_locks_semaphores").Drop(ctx) // start afresh (for the checked output)
 
 	locks, err := mongolock.NewProvider(db)
 	if err != nil {
@@ -581,8 +650,13 @@ func ExampleRWLock_Upgradeable() {
 func ExampleComposite() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
-	defer disconnect()                                          // (for the checked output)
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(os.Getenv("MONGODB_DATABASE"))        // the application's database
+	_ = db.Collection("distributed_locks").Drop(ctx)            // start afresh (for the checked output)
 	_ = db.Collection("distributed_locks_semaphores").Drop(ctx) // (for the checked output)
 
 	locks, err := mongolock.NewProvider(db)
@@ -633,8 +707,13 @@ func ExampleComposite() {
 func ExampleWithTrace() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
-	defer disconnect()                                          // (for the checked output)
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(os.Getenv("MONGODB_DATABASE")) // the application's database
+	_ = db.Collection("distributed_locks").Drop(ctx)     // start afresh (for the checked output)
 
 	// Hooks on the library's events; those left nil cost nothing.
 	// OpenTelemetry spans and metrics: otelmongolock.Trace().
@@ -663,23 +742,16 @@ func ExampleWithTrace() {
 	// acquire nightly-report acquired after 1 attempt(s)
 }
 
-// exampleDatabase connects as ExampleNew does and empties collection, so
-// that the checked output starts afresh.
-func exampleDatabase(ctx context.Context, collection string) (*mongo.Database, func()) {
-	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
-	if err != nil {
-		log.Fatal(err)
-	}
-	db := client.Database(testdb.ExamplesDatabase())
-	_ = db.Collection(collection).Drop(ctx)
-	return db, func() { _ = client.Disconnect(context.Background()) }
-}
-
 func ExampleFencedUpdateOne() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, disconnect := exampleDatabase(ctx, "accounts") // (for the checked output)
-	defer disconnect()                                 // (for the checked output)
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(os.Getenv("MONGODB_DATABASE")) // the application's database
+	_ = db.Collection("accounts").Drop(ctx)              // start afresh (for the checked output)
 
 	locks, err := mongolock.NewProvider(db)
 	if err != nil {
@@ -757,8 +829,13 @@ func ExampleFencedUpdateOne_transaction() {
 func ExampleElection_TakeOver() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
-	defer disconnect()                                          // (for the checked output)
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(os.Getenv("MONGODB_DATABASE")) // the application's database
+	_ = db.Collection("distributed_locks").Drop(ctx)     // start afresh (for the checked output)
 
 	// A rolling deploy: version 1 of the scheduler leads.
 	v1, err := mongolock.NewProvider(db, mongolock.WithOwner("scheduler-v1"))

@@ -10,15 +10,15 @@ import (
 	"github.com/mongolock/mongolock/mongolocktest"
 )
 
-// refresh is code under test: it takes a *mongolock.Provider, as in
-// production, and works under the lock.
-func refresh(ctx context.Context, locks *mongolock.Provider, work func(ctx context.Context) error) error {
-	return locks.Lock("cache-refresh").Do(ctx, work)
-}
-
 // A test gives the code under test an in-memory Provider instead of one
 // over a database; the rest of the code is the same.
 func Example() {
+	// refresh is the code under test: it takes a *mongolock.Provider, as
+	// in production, and works under the lock.
+	refresh := func(ctx context.Context, locks *mongolock.Provider, work func(ctx context.Context) error) error {
+		return locks.Lock("cache-refresh").Do(ctx, work)
+	}
+
 	ctx := context.Background()
 	locks, err := mongolocktest.NewProvider(mongolock.WithOwner("test")) // not mongolock.NewProvider(db, ...)
 	if err != nil {
@@ -62,17 +62,17 @@ func Example() {
 	// lost: true
 }
 
-// record is code under test that is handed a held lock: it writes only
-// while the lock is held.
-func record(h *mongolock.Handle, write func(token int64)) error {
-	if h.Context().Err() != nil {
-		return context.Cause(h.Context())
-	}
-	write(h.FencingToken())
-	return nil
-}
-
 func ExampleLose() {
+	// record is the code under test, handed a held lock: it writes only
+	// while the lock is held.
+	record := func(h *mongolock.Handle, write func(token int64)) error {
+		if h.Context().Err() != nil {
+			return context.Cause(h.Context())
+		}
+		write(h.FencingToken())
+		return nil
+	}
+
 	ctx := context.Background()
 	locks, _ := mongolocktest.NewProvider()
 	defer locks.Close(ctx)

@@ -17,16 +17,20 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/mongolock/mongolock"
-	"github.com/mongolock/mongolock/internal/testdb"
 	"github.com/mongolock/mongolock/otelmongolock"
 )
 
 func ExampleTrace() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, disconnect := exampleDatabase(ctx, "distributed_locks") // (for the checked output)
-	defer disconnect()                                          // (for the checked output)
-	var spans bytes.Buffer                                      // what the exporter writes (for the checked output)
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(os.Getenv("MONGODB_DATABASE")) // the application's database
+	_ = db.Collection("distributed_locks").Drop(ctx)     // start afresh (for the checked output)
+	var spans bytes.Buffer                               // what the exporter writes (for the checked output)
 
 	// Spans exported in batches (to stdout without WithWriter), metrics
 	// read on demand; in production, OTLP exporters and a periodic reader.
@@ -97,17 +101,4 @@ func printTelemetry(ctx context.Context, tp *sdktrace.TracerProvider, spans *byt
 	for _, m := range rm.ScopeMetrics[0].Metrics {
 		fmt.Println("metric", m.Name)
 	}
-}
-
-// exampleDatabase connects as mongolock's ExampleNew does, to a database
-// of this package's own, and empties collection, so that the checked
-// output starts afresh.
-func exampleDatabase(ctx context.Context, collection string) (*mongo.Database, func()) {
-	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGOLOCK_TEST_URI")))
-	if err != nil {
-		log.Fatal(err)
-	}
-	db := client.Database(testdb.ExamplesDatabase())
-	_ = db.Collection(collection).Drop(ctx)
-	return db, func() { _ = client.Disconnect(context.Background()) }
 }

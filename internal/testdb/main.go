@@ -16,14 +16,22 @@ import (
 )
 
 // RunWithExamples runs the tests and examples of m and returns the exit
-// code, for a TestMain. It points EnvURI at the test server for the
-// examples, which connect as applications do; where there is none and none
-// is required, it leaves the examples out (they cannot skip). After the
-// tests it drops the examples' database (ExamplesDatabase) and disconnects
-// the shared client, then checks that no goroutine outlived them: every
-// extension loop and background cleanup has an end.
+// code, for a TestMain. The examples connect as applications do, to
+// MONGODB_URI and the database MONGODB_DATABASE: it points them at the
+// test server (EnvURI's, whatever MONGODB_URI said before) and at this
+// binary's ExamplesDatabase. Where there is no server and none is
+// required, it leaves the examples out (they cannot skip). After the
+// tests it drops the examples' database and disconnects the shared
+// client, then checks that no goroutine outlived them: every extension
+// loop and background cleanup has an end.
 func RunWithExamples(m *testing.M) int {
 	flag.Parse()
+	// MONGODB_URI may name real data: nothing here reads it, and the
+	// examples get the test server's in its place, or run not at all.
+	if err := os.Unsetenv(ExampleEnvURI); err != nil {
+		fmt.Fprintln(os.Stderr, "mongolock tests:", err)
+		return 1
+	}
 	if os.Getenv(EnvURI) == "" {
 		uri, err := URI()
 		switch {
@@ -47,6 +55,14 @@ func RunWithExamples(m *testing.M) int {
 			}
 		}
 	}
+	if uri := os.Getenv(EnvURI); uri != "" {
+		for k, v := range map[string]string{ExampleEnvURI: uri, ExampleEnvDatabase: ExamplesDatabase()} {
+			if err := os.Setenv(k, v); err != nil {
+				fmt.Fprintln(os.Stderr, "mongolock tests:", err)
+				return 1
+			}
+		}
+	}
 	code := m.Run()
 	dropExamplesDatabase()
 	Close()
@@ -58,6 +74,13 @@ func RunWithExamples(m *testing.M) int {
 	}
 	return code
 }
+
+// The variables the examples read, as an application would: the
+// connection string and the database.
+const (
+	ExampleEnvURI      = "MONGODB_URI"
+	ExampleEnvDatabase = "MONGODB_DATABASE"
+)
 
 // examples is the database of this test binary's examples.
 var examples struct {
