@@ -15,6 +15,8 @@ type cli struct {
 	stdout, stderr io.Writer
 	conn           connFlags
 	commands       []*command
+	// global is mongolock's own flags, current the command being run's.
+	global, current *flag.FlagSet
 	// fromEnv holds, per flag set, the flags the environment set;
 	// FlagSet.Visit sees only those the command line set.
 	fromEnv map[*flag.FlagSet]map[string]bool
@@ -141,7 +143,7 @@ func (c *cli) parseArgs(cmd *command, args []string, n int) (pos, rest []string,
 			if len(rest) > 0 && rest[0] == "--" {
 				rest = rest[1:]
 			}
-			return pos, rest, nil
+			return pos, rest, c.checkValues(cmd.name)
 		}
 		pos, args = append(pos, left[0]), left[1:]
 	}

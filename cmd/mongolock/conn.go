@@ -58,9 +58,6 @@ func (c *connFlags) open(opts ...mongolock.Option) (*session, error) {
 	if uri == "" {
 		return nil, fail(exitUsage, "no server: give --uri or set MONGOLOCK_URI or MONGODB_URI")
 	}
-	if c.timeout <= 0 {
-		return nil, fail(exitUsage, "--timeout %v: must be positive", c.timeout)
-	}
 	cs, err := connstring.ParseAndValidate(uri)
 	if err != nil {
 		if errors.As(err, new(*net.DNSError)) { // a mongodb+srv:// name that does not resolve

@@ -51,6 +51,7 @@ func (c *cli) main(args []string) int {
 
 func (c *cli) dispatch(args []string) error {
 	global := flag.NewFlagSet("mongolock", flag.ContinueOnError)
+	c.global = global
 	version := global.Bool("version", false, "print the version and exit")
 	c.conn.register(global)
 	c.commands = []*command{c.runCommand(), c.acquireCommand(), c.extendCommand(), c.listCommand(), c.inspectCommand(), c.releaseCommand()}
@@ -83,6 +84,7 @@ func (c *cli) dispatch(args []string) error {
 	}
 	for _, cmd := range c.commands {
 		if cmd.name == args[0] {
+			c.current = cmd.flags
 			return cmd.run(args[1:])
 		}
 	}

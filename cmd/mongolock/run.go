@@ -111,27 +111,41 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.write, "write", false, "hold the reader-writer lock NAME for writing, alone")
 }
 
-// check refuses the flags of an acquisition (register's) that exclude
-// each other or are out of range, for the command called cmd; set is
-// given's.
-func (f *runFlags) check(cmd string, set map[string]bool) error {
+// checkAcquisition refuses the flags of an acquisition (register's) that
+// exclude each other or are out of range, for the command called cmd; set
+// is given's. Durations and the owner are checkValues'.
+func (c *cli) checkAcquisition(cmd string, f *runFlags, set map[string]bool) error {
+	on := map[string]bool{"try": f.try, "wait": set["wait"], "semaphore": set["semaphore"], "read": f.read, "write": f.write}
+	if err := c.excluded(cmd, on, "try", "wait"); err != nil {
+		return err
+	}
+	if err := c.excluded(cmd, on, "semaphore", "read", "write"); err != nil {
+		return err
+	}
 	switch {
-	case f.try && set["wait"]:
-		return fail(exitUsage, "%s: --try and --wait exclude each other", cmd)
-	case f.wait < 0:
-		return fail(exitUsage, "%s: --wait must not be negative", cmd)
-	case f.expiry < 100*time.Millisecond:
-		return fail(exitUsage, "%s: --expiry %v: the lease must be at least 100ms", cmd, f.expiry)
 	case set["semaphore"] && f.slots < 1:
-		return fail(exitUsage, "%s: --semaphore %d: a semaphore has at least 1 slot", cmd, f.slots)
+		return fail(exitUsage, "%s: %s: a semaphore has at least 1 slot", cmd, c.srcValue("semaphore"))
 	case set["semaphore"] && f.slots > mongolock.MaxSemaphoreSlots:
-		return fail(exitUsage, "%s: --semaphore %d: a semaphore has at most %d slots", cmd, f.slots, mongolock.MaxSemaphoreSlots)
+		return fail(exitUsage, "%s: %s: a semaphore has at most %d slots", cmd, c.srcValue("semaphore"), mongolock.MaxSemaphoreSlots)
 	case set["units"] && !set["semaphore"]:
-		return fail(exitUsage, "%s: --units applies to a semaphore: give --semaphore N", cmd)
+		return fail(exitUsage, "%s: %s applies to a semaphore: give --semaphore N", cmd, c.src("units"))
 	case set["units"] && (f.units < 1 || f.units > f.slots):
-		return fail(exitUsage, "%s: --units %d: a semaphore of %d slots is held with 1 to %d units", cmd, f.units, f.slots, f.slots)
-	case set["semaphore"] && (f.read || f.write) || f.read && f.write:
-		return fail(exitUsage, "%s: --semaphore, --read and --write exclude each other", cmd)
+		return fail(exitUsage, "%s: %s: a semaphore of %d slots is held with 1 to %d units", cmd, c.srcValue("units"), f.slots, f.slots)
+	}
+	return nil
+}
+
+// checkRun refuses run's own flags that are out of range or exclude
+// others, once checkAcquisition has passed; set is given's.
+func (c *cli) checkRun(f *runFlags, set map[string]bool) error {
+	holds := set["hold-at-least"] || set["hold-at-most"]
+	switch {
+	case set["hold-at-most"] && f.atMost < f.expiry && f.expiry >= f.atLeast:
+		return fail(exitUsage, "run: %s: must be at least %s (%v)", c.srcValue("hold-at-most"), c.src("expiry"), f.expiry)
+	case set["hold-at-most"] && f.atMost < f.atLeast:
+		return fail(exitUsage, "run: %s: must be at least %s (%v)", c.srcValue("hold-at-most"), c.src("hold-at-least"), f.atLeast)
+	case holds && (set["semaphore"] || f.read || f.write):
+		return fail(exitUsage, "run: --hold-at-least and --hold-at-most apply to a lock, not with --semaphore, --read or --write")
 	}
 	return nil
 }
@@ -169,39 +183,56 @@ func (c *cli) run(cmd *command, f *runFlags, args []string) error {
 		return fail(exitUsage, "run: no lock name (mongolock run --help)")
 	case len(argv) == 0:
 		return fail(exitUsage, "run: no command to run after the lock's name (mongolock run --help)")
-	case f.grace < 0 || f.atLeast < 0:
-		return fail(exitUsage, "run: --grace and --hold-at-least must not be negative")
-	case set["hold-at-most"] && f.atMost < max(f.expiry, f.atLeast):
-		return fail(exitUsage, "run: --hold-at-most %v: must be at least --expiry (%v) and --hold-at-least (%v)", f.atMost, f.expiry, f.atLeast)
-	case (set["hold-at-least"] || set["hold-at-most"]) && (set["semaphore"] || f.read || f.write):
-		return fail(exitUsage, "run: --hold-at-least and --hold-at-most apply to a lock, not with --semaphore, --read or --write")
 	}
-	if err := f.check("run", set); err != nil {
+	if err := c.checkAcquisition("run", f, set); err != nil {
 		return err
 	}
-	name := pos[0]
-	grace := f.grace
-	if !set["grace"] {
-		grace = min(f.expiry/10, time.Second) / 2
+	if err := c.checkRun(f, set); err != nil {
+		return err
 	}
 	// A command that cannot run is found out before the lock is taken.
-	if _, err := exec.LookPath(argv[0]); err != nil {
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return fail(exitNotFound, "run: %s", oneLine(err))
-		}
-		return fail(exitNoExec, "run: %s", oneLine(err))
+	if err := lookPath(argv[0]); err != nil {
+		return err
 	}
-
-	opts := append(f.options(), mongolock.WithHoldAtLeast(f.atLeast))
-	if set["hold-at-most"] {
-		opts = append(opts, mongolock.WithHoldAtMost(f.atMost))
-	}
-	s, err := c.conn.open(opts...)
+	s, err := c.conn.open(f.runOptions(set)...)
 	if err != nil {
 		return err
 	}
 	defer s.close()
+	return c.runUnder(s, f, pos[0], argv, f.graceOf(set))
+}
 
+// lookPath fails as run does for a command that cannot be run.
+func lookPath(cmd string) error {
+	_, err := exec.LookPath(cmd)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist):
+		return fail(exitNotFound, "run: %s", oneLine(err))
+	}
+	return fail(exitNoExec, "run: %s", oneLine(err))
+}
+
+// graceOf is --grace, or its default: half of the safety margin.
+func (f *runFlags) graceOf(set map[string]bool) time.Duration {
+	if set["grace"] {
+		return f.grace
+	}
+	return min(f.expiry/10, time.Second) / 2
+}
+
+// runOptions are the Provider's options for run's acquisition.
+func (f *runFlags) runOptions(set map[string]bool) []mongolock.Option {
+	opts := append(f.options(), mongolock.WithHoldAtLeast(f.atLeast))
+	if set["hold-at-most"] {
+		opts = append(opts, mongolock.WithHoldAtMost(f.atMost))
+	}
+	return opts
+}
+
+// runUnder acquires name as f says, runs argv holding it, and releases it.
+func (c *cli) runUnder(s *session, f *runFlags, name string, argv []string, grace time.Duration) error {
 	// Signals are caught from now on: while waiting they end the wait,
 	// while CMD runs they are passed on to it.
 	sigs := make(chan os.Signal, 8)

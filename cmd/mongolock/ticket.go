@@ -92,7 +92,7 @@ func (c *cli) acquireCommand() *command {
 		case len(rest) > 0:
 			return fail(exitUsage, "acquire: one name, not %q too", rest[0])
 		}
-		if err := f.check("acquire", c.given(fs, runExcludes)); err != nil {
+		if err := c.checkAcquisition("acquire", &f.runFlags, c.given(fs, runExcludes)); err != nil {
 			return err
 		}
 		return c.acquireAndLeave(pos[0], f)
@@ -113,9 +113,6 @@ func (c *cli) extendCommand() *command {
 			return err
 		} else if len(rest) > 0 {
 			return fail(exitUsage, "extend: takes no arguments, not %q", rest[0])
-		}
-		if err := f.check("extend", nil); err != nil {
-			return err
 		}
 		s, h, err := c.takeOver("extend", f)
 		if err != nil {
