@@ -34,6 +34,10 @@ func init() {
 	}
 	backend.ReleaseUnused = func(ctx context.Context, h any) error { return h.(*Handle).releaseUnused(ctx) }
 	backend.LossOf = func(h any) error { return h.(*Handle).lossError() }
+	backend.TicketHolder = func(ticket string) (string, string, bool) {
+		t, err := parseTicket(ticket)
+		return t.Name, t.ID, err == nil
+	}
 }
 
 // lose ends a's acquisition as a force release of its holder does, and

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/backend"
 )
 
 // A lock across the steps of a shell script or a pipeline: acquire takes
@@ -49,7 +51,8 @@ const extendHelp = `
 Takes over the acquisition that the ticket (--ticket, or MONGOLOCK_TICKET) was made
 of, while its lease lasts, with a fresh lease (--expiry), and prints its new ticket
 and fencing token as acquire does: the old ticket is stale then, and the new token
-is greater than the old one. A lock, a semaphore's slot, a reader or writer of a
+is greater than the old one. The owner stays the acquisition's unless --owner names
+a new one. A lock, a semaphore's slot, a reader or writer of a
 reader-writer lock, an election's leadership: whatever acquire (or a Go program's
 Handle.Ticket) made the ticket of. Nobody else can take the lock in between.
 
@@ -105,7 +108,7 @@ func (c *cli) extendCommand() *command {
 	fs := flag.NewFlagSet("extend", flag.ContinueOnError)
 	f.registerTicket(fs)
 	fs.DurationVar(&f.expiry, "expiry", mongolock.DefaultExpiry, "the new lease `DURATION` (at least 100ms)")
-	fs.StringVar(&f.owner, "owner", "", "who holds the lock (`NAME`) from now on, as list and inspect show it (default: host/pid of mongolock)")
+	fs.StringVar(&f.owner, "owner", "", "who holds the lock (`NAME`) from now on, as list and inspect show it (default: the acquisition's owner, kept)")
 	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object")
 	cmd := &command{name: "extend", synopsis: "extend [--ticket TICKET] [flags]", help: extendHelp, flags: fs}
 	cmd.run = func(args []string) error {
@@ -114,7 +117,7 @@ func (c *cli) extendCommand() *command {
 		} else if len(rest) > 0 {
 			return fail(exitUsage, "extend: takes no arguments, not %q", rest[0])
 		}
-		s, h, err := c.takeOver("extend", f)
+		s, h, err := c.takeOver("extend", f, !c.fromCmdLine("owner") && !c.fromEnvironment("owner"))
 		if err != nil {
 			return err
 		}
@@ -142,8 +145,9 @@ func (c *cli) acquireAndLeave(name string, f *ticketFlags) error {
 }
 
 // takeOver takes over the acquisition of f's ticket, for the command cmd,
-// and returns its handle, with the session to leave or close.
-func (c *cli) takeOver(cmd string, f *ticketFlags) (*session, *mongolock.Handle, error) {
+// and returns its handle, with the session to leave or close. With
+// keepOwner, the taker is of the acquisition's owner, not of f's.
+func (c *cli) takeOver(cmd string, f *ticketFlags, keepOwner bool) (*session, *mongolock.Handle, error) {
 	if f.ticket == "" {
 		return nil, nil, fail(exitUsage, "%s: no ticket: give --ticket or set MONGOLOCK_TICKET", cmd)
 	}
@@ -153,6 +157,12 @@ func (c *cli) takeOver(cmd string, f *ticketFlags) (*session, *mongolock.Handle,
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
+	if keepOwner {
+		if err := c.keepOwner(ctx, s, f); err != nil {
+			s.close()
+			return nil, nil, err
+		}
+	}
 	h, err := s.p.TakeOver(ctx, f.ticket)
 	if err == nil {
 		return s, h, nil
@@ -171,6 +181,36 @@ func (c *cli) takeOver(cmd string, f *ticketFlags) (*session, *mongolock.Handle,
 		return nil, nil, serverError(err)
 	}
 	return nil, nil, fail(exitFailed, "%s: %s", cmd, oneLine(err))
+}
+
+// keepOwner makes s's provider one of the owner of the acquisition of f's
+// ticket, as the server has it: a take-over writes its provider's owner.
+// An acquisition that is not found is left for the take-over to call
+// stale; a string that is not a ticket, for it to refuse.
+func (c *cli) keepOwner(ctx context.Context, s *session, f *ticketFlags) error {
+	name, id, ok := backend.TicketHolder(f.ticket)
+	if !ok {
+		return nil
+	}
+	infos, err := named(ctx, s.p, name)
+	if err != nil {
+		return serverError(err)
+	}
+	for _, info := range infos {
+		for _, h := range info.Holders {
+			if h.ID != id || h.Owner == "" {
+				continue
+			}
+			p, err := mongolock.NewProvider(s.client.Database(s.db), append(f.options(), mongolock.WithCollection(c.conn.collection), mongolock.WithOwner(h.Owner))...)
+			if err != nil {
+				return fail(exitFailed, "%s", oneLine(err))
+			}
+			_ = s.p.Close(ctx) // it holds nothing yet
+			s.p = p
+			return nil
+		}
+	}
+	return nil
 }
 
 // leave prints h's ticket and fencing token, and ends the session without
@@ -205,7 +245,7 @@ func (c *cli) leave(s *session, h *mongolock.Handle, asJSON bool) error {
 // releaseByTicket takes over the acquisition of f's ticket and releases
 // it: the ticket's holder is checked by the take-over.
 func (c *cli) releaseByTicket(f *ticketFlags) error {
-	s, h, err := c.takeOver("release", f)
+	s, h, err := c.takeOver("release", f, false)
 	if err != nil {
 		return err
 	}

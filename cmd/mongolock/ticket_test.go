@@ -243,3 +243,38 @@ func TestExtendAndReleaseAGoProgramsLeadership(t *testing.T) {
 		t.Errorf("after release: %+v; want nobody leading", info)
 	}
 }
+
+// extend keeps the owner of the acquisition it takes over, of every kind,
+// unless --owner (or MONGOLOCK_OWNER) names a new one.
+func TestExtendKeepsTheOwnerUnlessGivenOne(t *testing.T) {
+	t.Parallel()
+	conn := server(t)
+	step := func(env []string, args ...string) ticketOut {
+		return heldOf(t, invokeEnv(t, env, "", append(slices.Clone(conn), args...)...), strings.Join(args, " "))
+	}
+	ownerOf := func(name string, token int64) string {
+		for _, h := range inspectOne(t, conn, name).Holders {
+			if h.FencingToken == token {
+				return h.Owner
+			}
+		}
+		t.Fatalf("%s: no holder of token %d", name, token)
+		return ""
+	}
+	for _, kind := range [][]string{nil, {"--semaphore", "3"}, {"--read"}} {
+		name := "owned" + strings.Join(kind, "")
+		held := step(env(), append(append([]string{"acquire", "--owner", "deploy/7"}, kind...), name)...)
+		kept := step(env(), "extend", "--ticket", held.ticket)
+		if got := ownerOf(name, kept.token); got != "deploy/7" {
+			t.Errorf("%s: extend without --owner: owner %q, want deploy/7 kept", name, got)
+		}
+		mine := step(env(), "extend", "--owner", "deploy/8", "--ticket", kept.ticket)
+		if got := ownerOf(name, mine.token); got != "deploy/8" {
+			t.Errorf("%s: extend --owner deploy/8: owner %q", name, got)
+		}
+		fromEnv := step(env("MONGOLOCK_OWNER=deploy/9"), "extend", "--ticket", mine.ticket)
+		if got := ownerOf(name, fromEnv.token); got != "deploy/9" {
+			t.Errorf("%s: MONGOLOCK_OWNER=deploy/9 extend: owner %q", name, got)
+		}
+	}
+}

@@ -34,4 +34,9 @@ var (
 	// releasing it: the mongolock command says why at once, and releases
 	// only once its command has stopped.
 	LossOf func(h any) error
+	// TicketHolder returns the name and the holder's id (as
+	// mongolock.HolderInfo's ID) of the acquisition that ticket was made
+	// of, or ok false for a string that is not a ticket: the mongolock
+	// command's extend keeps that holder's owner.
+	TicketHolder func(ticket string) (name, id string, ok bool)
 )
