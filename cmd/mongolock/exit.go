@@ -22,7 +22,8 @@ const (
 const exitStatuses = `Exit status:
   0        done; run: the command's own status (128+N if signal N ended it)
   1        nothing done: no such lock, a free lock not released, not confirmed
-  2        bad flags or arguments, no URI or no database
+  2        bad flags or arguments, no URI or no database; release --force that
+           got no answer (stdin ended: pass --yes)
   69       could not talk to the server (unreachable, or it refused the request)
   75       run, acquire: not acquired: the lock was held (--try, or --wait ran out)
   76       run: the lock was lost while the command ran (it got SIGTERM), or the

@@ -26,7 +26,8 @@ stops its command), or at its release if that comes first (a mongolock run exits
 76 either way); until then only fencing tokens keep its writes out.
 
 It shows the holders and asks for confirmation, reading y or yes from stdin, unless
---yes is given; anything else (or no input) releases nothing and exits with 1. A NAME
+--yes is given; anything else releases nothing and exits with 1, and no answer at all
+(stdin ends first: no terminal, /dev/null) exits with 2 and says to pass --yes. A NAME
 that nothing holds (with --holder: that ID does not hold) is refused, with status 1; so
 is one whose holders were released, or whose leases ran out, while it asked.
 
@@ -99,13 +100,8 @@ func (c *cli) forceRelease(name, id string, yes bool) error {
 		return err
 	}
 	if !yes {
-		fmt.Fprintf(c.stderr, "Release %s, %s? [y/N] ", what, was)
-		answer, _ := bufio.NewReader(c.stdin).ReadString('\n')
-		if !isTerminal(c.stdin) { // nobody typed the answer's newline
-			fmt.Fprintln(c.stderr)
-		}
-		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
-			return fail(exitFailed, "release: %q not released", name)
+		if err := c.confirm(name, fmt.Sprintf("Release %s, %s? [y/N] ", what, was)); err != nil {
+			return err
 		}
 	}
 	// A new time limit: the answer may have taken a while.
@@ -125,6 +121,25 @@ func (c *cli) forceRelease(name, id string, yes bool) error {
 	}
 	fmt.Fprintf(c.stdout, "released %s (was %s; the next holder's token will be greater)\n", what, was)
 	return nil
+}
+
+// confirm asks question on stderr and reads the answer from stdin: nil
+// for y or yes. An input that ends before any answer (none from a
+// terminal, /dev/null, a closed pipe) is a refusal that says --yes.
+func (c *cli) confirm(name, question string) error {
+	fmt.Fprint(c.stderr, question)
+	answer, err := bufio.NewReader(c.stdin).ReadString('\n')
+	if !isTerminal(c.stdin) { // nobody typed the answer's newline
+		fmt.Fprintln(c.stderr)
+	}
+	a := strings.ToLower(strings.TrimSpace(answer))
+	switch {
+	case a == "y" || a == "yes":
+		return nil
+	case err != nil && answer == "":
+		return fail(exitUsage, "release: no answer (its input ended): %q not released; pass --yes to release without asking", name)
+	}
+	return fail(exitFailed, "release: %q not released", name)
 }
 
 // toRelease says what a release of name (of its holder id, if not "")

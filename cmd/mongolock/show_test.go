@@ -245,18 +245,25 @@ func TestForceReleaseAsksKeepsTheTokenAndStopsTheHolder(t *testing.T) {
 	before := inspectLock(t, conn, "stuck")
 	release := append(slices.Clone(conn), "release", "--force", "stuck")
 
-	for _, answer := range []string{"n\n", "", "whatever\n"} {
+	for _, answer := range []string{"n\n", "whatever\n", "no"} {
 		r := invoke(t, answer, release...)
 		requireCode(t, r, exitFailed, "release --force answered "+strconv.Quote(answer))
 		if !strings.HasPrefix(r.stderr, `Release "stuck", held by stuck-1 since `) || !strings.HasSuffix(r.stderr, "? [y/N] \nmongolock: release: \"stuck\" not released\n") {
 			t.Errorf("release --force answered %q said %q", answer, r.stderr)
 		}
 	}
+	// No answer at all (no terminal, an input that ends) is a refusal
+	// that says how to release without one.
+	r := invoke(t, "", release...)
+	requireCode(t, r, exitUsage, "release --force with no answer")
+	if !strings.HasSuffix(r.stderr, "? [y/N] \nmongolock: release: no answer (its input ended): \"stuck\" not released; pass --yes to release without asking\n") {
+		t.Errorf("release --force with no answer said %q", r.stderr)
+	}
 	if info := inspectLock(t, conn, "stuck"); !info.Held || info.Owner != "stuck-1" {
 		t.Fatalf("after no confirmation: %+v", info)
 	}
 
-	r := invoke(t, "yes\n", release...)
+	r = invoke(t, "yes\n", release...)
 	requireCode(t, r, 0, "release --force answered yes")
 	if !strings.HasPrefix(r.stdout, `released "stuck" (was held by stuck-1 since `) || !strings.Contains(r.stdout, strconv.FormatInt(before.FencingToken, 10)) {
 		t.Errorf("release --force said %q", r.stdout)
