@@ -160,7 +160,7 @@ func (c *cli) nameArg(cmd *command, args []string) (string, error) {
 	case len(rest) > 0:
 		return "", fail(exitUsage, "%s: one name, not %q too", cmd.name, rest[0])
 	}
-	return pos[0], nil
+	return readName(cmd.name, pos[0])
 }
 
 func (c *cli) helpOf(args []string) error {

@@ -74,7 +74,11 @@ func (c *cli) releaseCommand() *command {
 		case !*force:
 			return fail(exitUsage, "release: give --force: it ends someone else's acquisition (a mongolock run releases its own when its command exits)")
 		}
-		return c.forceRelease(pos[0], *holder, *yes)
+		name, err := readName("release", pos[0])
+		if err != nil {
+			return err
+		}
+		return c.forceRelease(name, *holder, *yes)
 	}
 	return cmd
 }

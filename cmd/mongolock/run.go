@@ -194,12 +194,16 @@ func (c *cli) run(cmd *command, f *runFlags, args []string) error {
 	if err := lookPath(argv[0]); err != nil {
 		return err
 	}
+	name, err := readName("run", pos[0])
+	if err != nil {
+		return err
+	}
 	s, err := c.conn.open(f.runOptions(set)...)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	return c.runUnder(s, f, pos[0], argv, f.graceOf(set))
+	return c.runUnder(s, f, name, argv, f.graceOf(set))
 }
 
 // lookPath fails as run does for a command that cannot be run.

@@ -29,11 +29,17 @@ process claims the next turn (writer: a writer's claim, which keeps new readers 
 and an election's value. A semaphore's HELD is units held/slots (a holder of
 several units counts each), a reader-writer lock's the number of readers or writer. Held is judged by the server's clock.
 
+A name that could be misread (empty, with spaces or characters that do not print, not
+UTF-8, beginning with " or -) is printed quoted, as Go quotes a string; every command
+reads a name argument that begins with " as such a quoted string, so the printed form,
+given as one argument ('"a\nb"' in a shell), names the lock.
+
 --json prints one object per line, with the times in RFC 3339:
   {"kind":"lock","name":"nightly","held":true,"heldBy":"mongolock","owner":"web-1/4242",
    "holders":[{"id":"...","owner":"web-1/4242","fencingToken":1757930000000000001,
    "acquiredAt":"...","expiresAt":"..."}],"fencingToken":1757930000000000001,
    "acquiredAt":"...","expiresAt":"...","waiting":false,"serverTime":"..."}
+name is exact; one that is not UTF-8 is quoted, with "nameQuoted":true.
 kind is lock, election, semaphore or rwlock. heldBy ("mongolock" or
 "DistributedLock.MongoDB") is a lock's or an election's, absent when it is free; value
 an election's; n a semaphore's slots and a holder's units its own; a holder's mode
@@ -77,7 +83,10 @@ func (c *cli) listCommand() *command {
 		if len(rest) > 0 {
 			return fail(exitUsage, "list: one prefix at most, not %q too", rest[0])
 		}
-		prefix := strings.Join(pos, "")
+		prefix, err := readName("list", strings.Join(pos, ""))
+		if err != nil {
+			return err
+		}
 		s, err := c.conn.open()
 		if err != nil {
 			return err
@@ -181,6 +190,7 @@ type (
 	infoJSON struct {
 		Kind          mongolock.Kind `json:"kind"`
 		Name          string         `json:"name"`
+		NameQuoted    bool           `json:"nameQuoted,omitempty"`
 		Held          bool           `json:"held"`
 		HeldBy        string         `json:"heldBy,omitempty"`
 		Owner         string         `json:"owner"`
@@ -240,7 +250,7 @@ func heldBy(info mongolock.LockInfo) string {
 
 func (p *printer) info(info mongolock.LockInfo) {
 	if p.json {
-		j := infoJSON{Kind: info.Kind, Name: info.Name, Held: info.Held, HeldBy: heldBy(info), Owner: info.Owner,
+		j := infoJSON{Kind: info.Kind, Name: info.Name, NameQuoted: !utf8.ValidString(info.Name), Held: info.Held, HeldBy: heldBy(info), Owner: info.Owner,
 			Value: info.Value, N: info.N, Holders: []holderJSON{}, FencingToken: info.FencingToken,
 			AcquiredAt: known(info.AcquiredAt), ExpiresAt: known(info.ExpiresAt), Waiting: info.Waiting, ServerTime: info.ServerTime}
 		for _, h := range info.Holders {
@@ -251,6 +261,9 @@ func (p *printer) info(info mongolock.LockInfo) {
 				hj.Units = h.Units
 			}
 			j.Holders = append(j.Holders, hj)
+		}
+		if j.NameQuoted { // JSON's strings are UTF-8: the quoted form is exact
+			j.Name = printName(info.Name)
 		}
 		if info.Kind == mongolock.KindRWLock {
 			j.WriterWaiting = &info.WriterWaiting
@@ -279,7 +292,7 @@ func (p *printer) info(info mongolock.LockInfo) {
 
 // row prints one row of info's; the ID column only with holders.
 func (p *printer) row(info mongolock.LockInfo, held, owner, tok string, acquired, expires time.Time, waiting, value, id string) {
-	cells := []string{cell(info.Name, 64), string(info.Kind), held, owner, tok, ago(acquired, info.ServerTime),
+	cells := []string{printName(info.Name), string(info.Kind), held, owner, tok, ago(acquired, info.ServerTime),
 		ago(expires, info.ServerTime), waiting, value}
 	if p.holders {
 		cells = append(cells, id)

@@ -98,7 +98,11 @@ func (c *cli) acquireCommand() *command {
 		if err := c.checkAcquisition("acquire", &f.runFlags, c.given(fs, runExcludes)); err != nil {
 			return err
 		}
-		return c.acquireAndLeave(pos[0], f)
+		name, err := readName("acquire", pos[0])
+		if err != nil {
+			return err
+		}
+		return c.acquireAndLeave(name, f)
 	}
 	return cmd
 }
