@@ -30,6 +30,7 @@ const exitStatuses = `Exit status:
            release found it lost after the command exited, whatever its status;
            extend, release: the ticket is stale (its acquisition is over: lost)
   126, 127 run: the command could not be executed, or was not found
+  130, 143 list --watch: ended by SIGINT or SIGTERM (128+N)
 `
 
 // exitError ends the program with code, after printing msg (if any) as

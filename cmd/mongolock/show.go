@@ -49,8 +49,17 @@ its id, the fencing token it saw as it began to wait (the same while one wait go
 on), and until when the claim counts unless renewed; next, of a lock or an election,
 the place of the process that waits after it.
 
+--watch prints the list, then a row for each change as it is seen, looking every
+--interval (1s): a lock that appears, changes holder, token, value or whether it is
+held or waited for, or goes, as kubectl get --watch does. The table has an EVENT
+column first (ADDED, MODIFIED, DELETED), and --json's objects an "event" (added,
+modified, deleted). A lease's end moving at each extension is no change. It runs until
+SIGINT or SIGTERM, and exits with 130 or 143 (128+N) then, or with 69 when the server
+does not answer a look within --timeout.
+
 Examples:
   mongolock list
+  mongolock list --watch
   mongolock list billing/
   mongolock list --json | jq -r 'select(.held) | .name'
   mongolock list --json | jq -r 'select(.kind == "semaphore") | "\(.name) \(.holders | length)/\(.n)"'
@@ -74,6 +83,8 @@ Examples:
 func (c *cli) listCommand() *command {
 	fs := flag.NewFlagSet("list", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print one JSON object per line")
+	watch := fs.Bool("watch", false, "after the list, print each change as it is seen, until SIGINT or SIGTERM")
+	interval := fs.Duration("interval", time.Second, "with --watch, look for changes every `DURATION` (100ms to 1h)")
 	cmd := &command{name: "list", synopsis: "list [flags] [PREFIX]", help: listHelp, flags: fs}
 	cmd.run = func(args []string) error {
 		pos, rest, err := c.parseArgs(cmd, args, 1)
@@ -92,6 +103,9 @@ func (c *cli) listCommand() *command {
 			return err
 		}
 		defer s.close()
+		if *watch {
+			return c.watchList(s, prefix, *asJSON, *interval)
+		}
 		out := newPrinter(c.stdout, *asJSON, false)
 		ctx, cancel := s.ctx()
 		defer cancel()
@@ -169,13 +183,18 @@ func newPrinter(w io.Writer, asJSON, holders bool) *printer {
 	p.enc.SetEscapeHTML(false)
 	if !asJSON {
 		p.tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		header := "NAME\tKIND\tHELD\tOWNER\tTOKEN\tACQUIRED\tEXPIRES\tWAITING\tVALUE"
-		if holders {
-			header += "\tID"
-		}
-		fmt.Fprintln(p.tw, header)
+		fmt.Fprintln(p.tw, strings.Join(header(holders), "\t"))
 	}
 	return p
+}
+
+// header is the table's first row; with holders, an ID column.
+func header(holders bool) []string {
+	h := []string{"NAME", "KIND", "HELD", "OWNER", "TOKEN", "ACQUIRED", "EXPIRES", "WAITING", "VALUE"}
+	if holders {
+		h = append(h, "ID")
+	}
+	return h
 }
 
 func (p *printer) flush() error {
@@ -250,54 +269,66 @@ func heldBy(info mongolock.LockInfo) string {
 
 func (p *printer) info(info mongolock.LockInfo) {
 	if p.json {
-		j := infoJSON{Kind: info.Kind, Name: info.Name, NameQuoted: !utf8.ValidString(info.Name), Held: info.Held, HeldBy: heldBy(info), Owner: info.Owner,
-			Value: info.Value, N: info.N, Holders: []holderJSON{}, FencingToken: info.FencingToken,
-			AcquiredAt: known(info.AcquiredAt), ExpiresAt: known(info.ExpiresAt), Waiting: info.Waiting, ServerTime: info.ServerTime}
-		for _, h := range info.Holders {
-			hj := holderJSON{ID: h.ID, Owner: h.Owner, FencingToken: h.FencingToken, AcquiredAt: h.AcquiredAt, ExpiresAt: h.ExpiresAt}
-			if info.Kind == mongolock.KindRWLock {
-				hj.Mode = mode(h)
-			} else if info.Kind == mongolock.KindSemaphore {
-				hj.Units = h.Units
-			}
-			j.Holders = append(j.Holders, hj)
-		}
-		if j.NameQuoted { // JSON's strings are UTF-8: the quoted form is exact
-			j.Name = printName(info.Name)
-		}
-		if info.Kind == mongolock.KindRWLock {
-			j.WriterWaiting = &info.WriterWaiting
-		}
-		j.Claim, j.Next = claimOf(info.Claim), claimOf(info.NextClaim)
-		_ = p.enc.Encode(j)
+		_ = p.enc.Encode(infoJSONOf(info))
 		return
 	}
+	for _, row := range rowsOf(info, p.holders) {
+		fmt.Fprintln(p.tw, strings.Join(row, "\t"))
+	}
+}
+
+// infoJSONOf is info's JSON form.
+func infoJSONOf(info mongolock.LockInfo) infoJSON {
+	j := infoJSON{Kind: info.Kind, Name: info.Name, NameQuoted: !utf8.ValidString(info.Name), Held: info.Held, HeldBy: heldBy(info), Owner: info.Owner,
+		Value: info.Value, N: info.N, Holders: []holderJSON{}, FencingToken: info.FencingToken,
+		AcquiredAt: known(info.AcquiredAt), ExpiresAt: known(info.ExpiresAt), Waiting: info.Waiting, ServerTime: info.ServerTime}
+	for _, h := range info.Holders {
+		hj := holderJSON{ID: h.ID, Owner: h.Owner, FencingToken: h.FencingToken, AcquiredAt: h.AcquiredAt, ExpiresAt: h.ExpiresAt}
+		if info.Kind == mongolock.KindRWLock {
+			hj.Mode = mode(h)
+		} else if info.Kind == mongolock.KindSemaphore {
+			hj.Units = h.Units
+		}
+		j.Holders = append(j.Holders, hj)
+	}
+	if j.NameQuoted { // JSON's strings are UTF-8: the quoted form is exact
+		j.Name = printName(info.Name)
+	}
+	if info.Kind == mongolock.KindRWLock {
+		j.WriterWaiting = &info.WriterWaiting
+	}
+	j.Claim, j.Next = claimOf(info.Claim), claimOf(info.NextClaim)
+	return j
+}
+
+// rowsOf is info's rows of a table: one, or with holders one per holder
+// of a semaphore or a reader-writer lock, with an ID column.
+func rowsOf(info mongolock.LockInfo, holders bool) [][]string {
 	waiting := yesNo(info.Waiting)
 	if info.WriterWaiting {
 		waiting = "writer"
 	}
 	value := cell(info.Value, 40)
-	if !p.holders || len(info.Holders) == 0 || isLock(info) {
+	row := func(held, owner, tok string, acquired, expires time.Time, id string) []string {
+		cells := []string{printName(info.Name), string(info.Kind), held, owner, tok, ago(acquired, info.ServerTime),
+			ago(expires, info.ServerTime), waiting, value}
+		if holders {
+			cells = append(cells, id)
+		}
+		return cells
+	}
+	if !holders || len(info.Holders) == 0 || isLock(info) {
 		id := "-"
 		if len(info.Holders) > 0 {
 			id = info.Holders[0].ID
 		}
-		p.row(info, held(info, nil), owners(info), token(info.FencingToken), info.AcquiredAt, info.ExpiresAt, waiting, value, id)
-		return
+		return [][]string{row(held(info, nil), owners(info), token(info.FencingToken), info.AcquiredAt, info.ExpiresAt, id)}
 	}
+	var rows [][]string
 	for _, h := range info.Holders {
-		p.row(info, held(info, &h), cell(h.Owner, 40), token(h.FencingToken), h.AcquiredAt, h.ExpiresAt, waiting, value, h.ID)
+		rows = append(rows, row(held(info, &h), cell(h.Owner, 40), token(h.FencingToken), h.AcquiredAt, h.ExpiresAt, h.ID))
 	}
-}
-
-// row prints one row of info's; the ID column only with holders.
-func (p *printer) row(info mongolock.LockInfo, held, owner, tok string, acquired, expires time.Time, waiting, value, id string) {
-	cells := []string{printName(info.Name), string(info.Kind), held, owner, tok, ago(acquired, info.ServerTime),
-		ago(expires, info.ServerTime), waiting, value}
-	if p.holders {
-		cells = append(cells, id)
-	}
-	fmt.Fprintln(p.tw, strings.Join(cells, "\t"))
+	return rows
 }
 
 // held is the HELD cell of info, or of its holder h: yes or no; a
