@@ -9,6 +9,7 @@
 //	mongolock inspect [flags] NAME
 //	mongolock release --force [--holder ID] [flags] NAME
 //	mongolock release [--ticket TICKET] [flags]
+//	mongolock completion bash|zsh|fish
 //
 // Install it with
 //
@@ -49,15 +50,22 @@ func (c *cli) main(args []string) int {
 	}
 }
 
-func (c *cli) dispatch(args []string) error {
-	global := flag.NewFlagSet("mongolock", flag.ContinueOnError)
-	c.global = global
-	version := global.Bool("version", false, "print the version and exit")
-	c.conn.register(global)
-	c.commands = []*command{c.runCommand(), c.acquireCommand(), c.extendCommand(), c.listCommand(), c.inspectCommand(), c.releaseCommand()}
+// define makes mongolock's own flags (c.global) and its commands, each
+// with the connection flags; version is --version's.
+func (c *cli) define() (version *bool) {
+	c.global = flag.NewFlagSet("mongolock", flag.ContinueOnError)
+	version = c.global.Bool("version", false, "print the version and exit")
+	c.conn.register(c.global)
+	c.commands = []*command{c.runCommand(), c.acquireCommand(), c.extendCommand(), c.listCommand(), c.inspectCommand(), c.releaseCommand(), c.completionCommand()}
 	for _, cmd := range c.commands {
 		c.conn.register(cmd.flags)
 	}
+	return version
+}
+
+func (c *cli) dispatch(args []string) error {
+	version := c.define()
+	global := c.global
 	// Defaults from the environment, before anything is parsed: the
 	// command line wins, whichever flag set parses it.
 	c.fromEnv = map[*flag.FlagSet]map[string]bool{}
