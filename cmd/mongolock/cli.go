@@ -20,6 +20,8 @@ type cli struct {
 	// fromEnv holds, per flag set, the flags the environment set;
 	// FlagSet.Visit sees only those the command line set.
 	fromEnv map[*flag.FlagSet]map[string]bool
+	// releaseJSON is release's --json.
+	releaseJSON bool
 }
 
 // A command is one of mongolock's subcommands.

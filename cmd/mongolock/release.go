@@ -2,10 +2,12 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -38,6 +40,11 @@ released. It needs no --force, and asks nothing. A stale ticket (its acquisition
 released, taken over, force released, or its lease ran out) releases nothing, with
 status 76: the lock was lost before.
 
+--json prints, one object per line, each lock released and the holders it ended, as
+list has them: {"name":"nightly","kind":"lock","holders":[{"id":"...","owner":"web-1/4242",
+"fencingToken":1757930000000000001,"acquiredAt":"...","expiresAt":"..."}]}; with
+--ticket, the holder that took it over to release it (its owner and token).
+
 Examples:
   mongolock release --force nightly
   mongolock release --force --yes nightly    # in a script
@@ -51,6 +58,7 @@ func (c *cli) releaseCommand() *command {
 	force := fs.Bool("force", false, "required: release what someone else holds")
 	holder := fs.String("holder", "", "release only the acquisition `ID` (inspect lists them)")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
+	fs.BoolVar(&c.releaseJSON, "json", false, "print what was released as JSON, one object per line")
 	t := &ticketFlags{runFlags: runFlags{expiry: mongolock.DefaultExpiry}}
 	t.registerTicket(fs)
 	cmd := &command{name: "release", synopsis: "release --force [--holder ID] [flags] NAME, or --ticket TICKET [flags]", help: releaseHelp, flags: fs}
@@ -99,7 +107,7 @@ func (c *cli) forceRelease(name, id string, yes bool) error {
 	if len(infos) == 0 {
 		return fail(exitFailed, "release: no lock, election, semaphore or reader-writer lock called %q in %s.%s: nothing to release", name, s.db, c.conn.collection)
 	}
-	what, was, err := toRelease(name, id, infos)
+	what, was, ended, err := toRelease(name, id, infos)
 	if err != nil {
 		return err
 	}
@@ -123,7 +131,42 @@ func (c *cli) forceRelease(name, id string, yes bool) error {
 	case !released:
 		return fail(exitFailed, "release: %q is held no more (released, or its lease ran out, meanwhile): nothing released", name)
 	}
+	if c.releaseJSON {
+		return printReleased(c.stdout, ended)
+	}
 	fmt.Fprintf(c.stdout, "released %s (was %s; the next holder's token will be greater)\n", what, was)
+	return nil
+}
+
+// releasedJSON is what release --json prints of each lock it released:
+// its name and kind, and the holders it ended, as list has them.
+type releasedJSON struct {
+	Name       string         `json:"name"`
+	NameQuoted bool           `json:"nameQuoted,omitempty"`
+	Kind       mongolock.Kind `json:"kind,omitempty"`
+	Holders    []holderJSON   `json:"holders"`
+}
+
+// releasedOf is what release --json prints of info's holders hs.
+func releasedOf(info mongolock.LockInfo, hs []mongolock.HolderInfo) releasedJSON {
+	j := infoJSONOf(info)
+	r := releasedJSON{Name: j.Name, NameQuoted: j.NameQuoted, Kind: j.Kind, Holders: []holderJSON{}}
+	for _, h := range j.Holders {
+		if slices.ContainsFunc(hs, func(x mongolock.HolderInfo) bool { return x.ID == h.ID }) {
+			r.Holders = append(r.Holders, h)
+		}
+	}
+	return r
+}
+
+func printReleased(w io.Writer, released []releasedJSON) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	for _, r := range released {
+		if err := enc.Encode(r); err != nil {
+			return fail(exitFailed, "could not print what was released: %s", oneLine(err))
+		}
+	}
 	return nil
 }
 
@@ -147,28 +190,31 @@ func (c *cli) confirm(name, question string) error {
 }
 
 // toRelease says what a release of name (of its holder id, if not "")
-// ends, and who holds it, or why there is nothing to end.
-func toRelease(name, id string, infos []mongolock.LockInfo) (what, was string, err error) {
+// ends, and who holds it, as words and as JSON, or why there is nothing
+// to end.
+func toRelease(name, id string, infos []mongolock.LockInfo) (what, was string, released []releasedJSON, err error) {
 	var held []string
 	for _, info := range infos {
 		if id == "" && info.Held {
 			held = append(held, describe(info, info.Holders))
+			released = append(released, releasedOf(info, info.Holders))
 		}
 		for _, h := range info.Holders {
 			if id != "" && h.ID == id {
-				return fmt.Sprintf("holder %s of %q", id, name), describe(info, []mongolock.HolderInfo{h}), nil
+				one := []mongolock.HolderInfo{h}
+				return fmt.Sprintf("holder %s of %q", id, name), describe(info, one), []releasedJSON{releasedOf(info, one)}, nil
 			}
 		}
 	}
 	switch {
 	case id != "":
-		return "", "", fail(exitFailed, "release: %q has no holder %s (mongolock inspect lists them): nothing to release", name, id)
+		return "", "", nil, fail(exitFailed, "release: %q has no holder %s (mongolock inspect lists them): nothing to release", name, id)
 	case len(held) > 0:
-		return strconv.Quote(name), strings.Join(held, ", and "), nil
+		return strconv.Quote(name), strings.Join(held, ", and "), released, nil
 	case len(infos) == 1 && isLock(infos[0]):
-		return "", "", fail(exitFailed, "release: %q is not held (its last lease ended %s): nothing to release", name, ago(infos[0].ExpiresAt, infos[0].ServerTime))
+		return "", "", nil, fail(exitFailed, "release: %q is not held (its last lease ended %s): nothing to release", name, ago(infos[0].ExpiresAt, infos[0].ServerTime))
 	}
-	return "", "", fail(exitFailed, "release: %q is not held: nothing to release", name)
+	return "", "", nil, fail(exitFailed, "release: %q is not held: nothing to release", name)
 }
 
 // describe says who holds info: hs, its holders or one of them.

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -14,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
@@ -69,6 +72,11 @@ Without --verbose, run prints nothing of its own unless something went wrong; a
 lock held by someone else is not wrong: the exit status (75) says it. So cron
 mails only what CMD prints.
 
+--json says how run ended in one JSON object on stderr (stdout is CMD's), in place
+of its last message: {"name":"nightly","acquired":true,"fencingToken":1757930000000000001,
+"lost":false,"status":0}, with "error" when mongolock failed. A loss while CMD runs is
+still said as it happens, in a line of text before it.
+
 Examples:
   mongolock run nightly -- ./report.sh
   mongolock run --try nightly -- ./report.sh            # in a crontab: skip if held
@@ -84,7 +92,7 @@ type runFlags struct {
 	wait, grace, expiry time.Duration
 	atLeast, atMost     time.Duration
 	try, read, write    bool
-	verbose             bool
+	verbose, asJSON     bool
 	owner               string
 	slots, units        int
 }
@@ -168,11 +176,51 @@ func (c *cli) runCommand() *command {
 	fs.DurationVar(&f.atMost, "hold-at-most", 0, "lose the lock (and stop CMD) `DURATION` after it was acquired; at least --expiry (default: no bound)")
 	fs.BoolVar(&f.verbose, "verbose", false, "say on stderr when the lock is acquired, refused and released")
 	cmd := &command{name: "run", synopsis: "run [flags] NAME [--] CMD [ARGS...]", help: runHelp, flags: fs}
-	cmd.run = func(args []string) error { return c.run(cmd, f, args) }
+	fs.BoolVar(&f.asJSON, "json", false, "say how it ended in one JSON object on stderr, in place of a message")
+	cmd.run = func(args []string) error {
+		r := new(runReport)
+		err := c.run(cmd, f, args, r)
+		if !f.asJSON {
+			return err
+		}
+		return r.print(c.stderr, err)
+	}
 	return cmd
 }
 
-func (c *cli) run(cmd *command, f *runFlags, args []string) error {
+// A runReport is what run --json says of how it ended.
+type runReport struct {
+	Name         string `json:"name"`
+	NameQuoted   bool   `json:"nameQuoted,omitempty"`
+	Acquired     bool   `json:"acquired"`
+	FencingToken int64  `json:"fencingToken,omitempty"`
+	Lost         bool   `json:"lost"`
+	Status       int    `json:"status"`
+	Error        string `json:"error,omitempty"`
+}
+
+// print writes r, with err's status and message, as one line on w, and
+// returns err's status alone.
+func (r *runReport) print(w io.Writer, err error) error {
+	var e *exitError
+	switch {
+	case err == nil:
+	case errors.As(err, &e):
+		r.Status, r.Error = e.code, e.msg
+	default:
+		r.Status, r.Error = exitFailed, oneLine(err)
+	}
+	if r.NameQuoted = !utf8.ValidString(r.Name); r.NameQuoted {
+		r.Name = printName(r.Name)
+	}
+	_ = json.NewEncoder(w).Encode(r)
+	if r.Status == 0 {
+		return nil
+	}
+	return &exitError{code: r.Status}
+}
+
+func (c *cli) run(cmd *command, f *runFlags, args []string, report *runReport) error {
 	pos, argv, err := c.parseArgs(cmd, args, 1)
 	if err != nil {
 		return err
@@ -198,12 +246,14 @@ func (c *cli) run(cmd *command, f *runFlags, args []string) error {
 	if err != nil {
 		return err
 	}
+	report.Name = name
 	s, err := c.conn.open(f.runOptions(set)...)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	return c.runUnder(s, f, name, argv, f.graceOf(set))
+	defer func() { report.Lost = s.lost }()
+	return c.runUnder(s, f, report, argv, f.graceOf(set))
 }
 
 // lookPath fails as run does for a command that cannot be run.
@@ -236,7 +286,8 @@ func (f *runFlags) runOptions(set map[string]bool) []mongolock.Option {
 }
 
 // runUnder acquires name as f says, runs argv holding it, and releases it.
-func (c *cli) runUnder(s *session, f *runFlags, name string, argv []string, grace time.Duration) error {
+func (c *cli) runUnder(s *session, f *runFlags, report *runReport, argv []string, grace time.Duration) error {
+	name := report.Name
 	// Signals are caught from now on: while waiting they end the wait,
 	// while CMD runs they are passed on to it.
 	sigs := make(chan os.Signal, 8)
@@ -246,6 +297,7 @@ func (c *cli) runUnder(s *session, f *runFlags, name string, argv []string, grac
 	if err != nil {
 		return err
 	}
+	report.Acquired, report.FencingToken = true, h.FencingToken()
 	if f.verbose {
 		fmt.Fprintf(c.stderr, "mongolock: run: acquired %q, fencing token %d\n", name, h.FencingToken())
 	}

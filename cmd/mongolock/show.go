@@ -231,13 +231,13 @@ type (
 		Until   time.Time `json:"until"`
 	}
 	holderJSON struct {
-		ID           string    `json:"id"`
+		ID           string    `json:"id,omitempty"`
 		Owner        string    `json:"owner"`
 		Mode         string    `json:"mode,omitempty"`
 		Units        int       `json:"units,omitempty"`
 		FencingToken int64     `json:"fencingToken"`
 		AcquiredAt   time.Time `json:"acquiredAt"`
-		ExpiresAt    time.Time `json:"expiresAt"`
+		ExpiresAt    time.Time `json:"expiresAt,omitzero"`
 	}
 )
 

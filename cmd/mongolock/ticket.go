@@ -262,6 +262,11 @@ func (c *cli) releaseByTicket(f *ticketFlags) error {
 		}
 		return fail(exitUnavailable, "release: %s; what the ticket held of %q stays held until its lease ends", reason(err), h.Name())
 	}
+	if c.releaseJSON {
+		r := releasedOf(mongolock.LockInfo{Name: h.Name()}, nil)
+		r.Holders = append(r.Holders, holderJSON{Owner: h.Owner(), FencingToken: h.FencingToken(), AcquiredAt: h.AcquiredAt()})
+		return printReleased(c.stdout, []releasedJSON{r})
+	}
 	fmt.Fprintf(c.stdout, "released what the ticket held of %q (fencing token %d)\n", h.Name(), h.FencingToken())
 	return nil
 }
