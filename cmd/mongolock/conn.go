@@ -31,7 +31,7 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.uri, "uri", "", "the server's connection string `URI` (default $MONGOLOCK_URI, else $MONGODB_URI)")
 	fs.StringVar(&c.db, "db", "", "the database `NAME` (default: the URI's, as in mongodb://host/NAME)")
 	fs.StringVar(&c.collection, "collection", mongolock.DefaultCollection, "the locks' collection `NAME`; semaphores and reader-writer locks are in NAME_semaphores")
-	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "give up reaching the server after `DURATION`; also the limit of each request")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "give up reaching the server after `DURATION`; also the limit of each request (at most 1h)")
 }
 
 // sample is a FlagSet of the connection flags alone, for the help.

@@ -109,9 +109,9 @@ var runExcludes = map[string][]string{
 
 // register adds the flags of an acquisition to fs: run's and acquire's.
 func (f *runFlags) register(fs *flag.FlagSet) {
-	fs.DurationVar(&f.wait, "wait", 0, "give up after waiting `DURATION` for the lock (default: wait as long as it takes)")
+	fs.DurationVar(&f.wait, "wait", 0, "give up after waiting `DURATION` for the lock, at most 744h (default: wait as long as it takes)")
 	fs.BoolVar(&f.try, "try", false, "make one attempt: exit with 75 at once if the lock is held")
-	fs.DurationVar(&f.expiry, "expiry", mongolock.DefaultExpiry, "the lease `DURATION`: how long the server keeps the lock for a mongolock that stopped extending it (at least 100ms)")
+	fs.DurationVar(&f.expiry, "expiry", mongolock.DefaultExpiry, "the lease `DURATION`: how long the server keeps the lock for a mongolock that stopped extending it (100ms to 24h)")
 	fs.StringVar(&f.owner, "owner", "", "who holds the lock (`NAME`), as list and inspect show it (default: host/pid of mongolock)")
 	fs.IntVar(&f.slots, "semaphore", 0, "hold one of `N` slots (1 to 4096) of the semaphore NAME, not the lock NAME")
 	fs.IntVar(&f.units, "units", 1, "with --semaphore, hold `K` of its slots at once (1 to N), released together")
@@ -171,9 +171,9 @@ func (c *cli) runCommand() *command {
 	f := new(runFlags)
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	f.register(fs)
-	fs.DurationVar(&f.grace, "grace", 0, "on loss, CMD has `DURATION` after SIGTERM before SIGKILL (default: half of min(--expiry/10, 1s))")
-	fs.DurationVar(&f.atLeast, "hold-at-least", 0, "keep the lock held until `DURATION` after it was acquired, also after CMD exited (default: release it when CMD exits)")
-	fs.DurationVar(&f.atMost, "hold-at-most", 0, "lose the lock (and stop CMD) `DURATION` after it was acquired; at least --expiry (default: no bound)")
+	fs.DurationVar(&f.grace, "grace", 0, "on loss, CMD has `DURATION` after SIGTERM before SIGKILL, at most 1h (default: half of min(--expiry/10, 1s))")
+	fs.DurationVar(&f.atLeast, "hold-at-least", 0, "keep the lock held until `DURATION` after it was acquired, also after CMD exited, at most 744h (default: release it when CMD exits)")
+	fs.DurationVar(&f.atMost, "hold-at-most", 0, "lose the lock (and stop CMD) `DURATION` after it was acquired; at least --expiry, at most 744h (default: no bound)")
 	fs.BoolVar(&f.verbose, "verbose", false, "say on stderr when the lock is acquired, refused and released")
 	cmd := &command{name: "run", synopsis: "run [flags] NAME [--] CMD [ARGS...]", help: runHelp, flags: fs}
 	fs.BoolVar(&f.asJSON, "json", false, "say how it ended in one JSON object on stderr, in place of a message")

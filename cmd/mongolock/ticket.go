@@ -111,7 +111,7 @@ func (c *cli) extendCommand() *command {
 	f := new(ticketFlags)
 	fs := flag.NewFlagSet("extend", flag.ContinueOnError)
 	f.registerTicket(fs)
-	fs.DurationVar(&f.expiry, "expiry", mongolock.DefaultExpiry, "the new lease `DURATION` (at least 100ms)")
+	fs.DurationVar(&f.expiry, "expiry", mongolock.DefaultExpiry, "the new lease `DURATION` (100ms to 24h)")
 	fs.StringVar(&f.owner, "owner", "", "who holds the lock (`NAME`) from now on, as list and inspect show it (default: the acquisition's owner, kept)")
 	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object")
 	cmd := &command{name: "extend", synopsis: "extend [--ticket TICKET] [flags]", help: extendHelp, flags: fs}
