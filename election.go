@@ -23,7 +23,7 @@ import (
 // MaxValueLen bounds an election's value, in bytes.
 const MaxValueLen = 16 << 10
 
-var errResigned = errors.New("the leadership was resigned")
+var errResigned = errors.New("the leadership was released")
 
 // An Election elects one leader at a time among those that campaign on its
 // name, in this process and in others. It is the lock of that name: a
@@ -39,10 +39,14 @@ func (p *Provider) Election(name string) *Election { return &Election{p.Lock(nam
 // Name returns the election's name, exactly as given.
 func (e *Election) Name() string { return e.lock.name }
 
-// A Leadership is a campaign that won: the Handle of the election's lock.
+// A Leadership is a campaign that won: the Handle of the election's lock,
+// and Proclaim. Release resigns: others can lead at once, and a campaign
+// of this process that waits for the election leads from the same round
+// trip on.
+//
 // Its FencingToken, Context and Lost are the Handle's: Context ends (cause
 // ErrLockLost) and Lost closes when leadership is lost, before anyone else
-// can lead. Resign and Release are the same.
+// can lead.
 type Leadership struct {
 	*Handle
 }
@@ -67,11 +71,12 @@ type Leader struct {
 // resigned campaigns again behind a campaign that waits in another process.
 // Transient errors are retried.
 //
-// On success, the caller leads until it resigns or leadership is lost. When
-// ctx ends first, the error satisfies errors.Is(err, ctx.Err()), and also
-// errors.Is(err, ErrNotAcquired) if someone else led the whole time. After
-// the provider's Close, it returns ErrClosed. A value longer than
-// MaxValueLen, or an error that retrying cannot fix, is returned at once.
+// On success, the caller leads until it releases the Leadership, or
+// leadership is lost. When ctx ends first, the error satisfies
+// errors.Is(err, ctx.Err()), and also errors.Is(err, ErrNotAcquired) if
+// someone else led the whole time. After the provider's Close, it returns
+// ErrClosed. A value longer than MaxValueLen, or an error that retrying
+// cannot fix, is returned at once.
 func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
 	l := &Lock{p: e.lock.p, name: e.lock.name, kind: electionDriver{value: value}}
 	if err := checkValue(value); err != nil {
@@ -89,7 +94,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 // else leads, or the election's document was deleted), it writes nothing,
 // signals the loss (Lost, Context) and returns an error wrapping
 // ErrLockLost; a leadership known lost, or whose lease's local deadline
-// has passed, sends nothing. After Resign, or with a value longer than
+// has passed, sends nothing. After Release, or with a value longer than
 // MaxValueLen, it returns an error and sends nothing. A failed round trip
 // returns its error: the value may or may not have been written.
 func (l *Leadership) Proclaim(ctx context.Context, value string) (err error) {
@@ -118,16 +123,6 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) (err error) {
 		return fail(cmp.Or(h.lossError(), lost))
 	}
 	return nil
-}
-
-// Resign gives leadership up: it is Release. Others can lead at once, and a
-// campaign of this process that waits for the election leads from the same
-// round trip on. The first call returns nil if the caller still led, and an
-// error wrapping ErrLockLost if leadership had been lost; later calls
-// return nil. If the round trip fails, leadership is given up in the
-// background.
-func (l *Leadership) Resign(ctx context.Context) error {
-	return renamed("resign", l.Release(ctx))
 }
 
 // Leader returns who leads the election, judged by the server's clock, in

@@ -147,7 +147,7 @@ func (r *electionRecord) lead(ctx context.Context, t *testing.T, e *mongolock.El
 		case <-ctx.Done():
 		}
 		r.inside.Add(-1)
-		assert(t, l.Resign(ctx) == nil, "resign")
+		assert(t, l.Release(ctx) == nil, "resign")
 	}
 }
 
@@ -185,7 +185,7 @@ func TestResignHandsOverToAWaitingCampaigner(t *testing.T) {
 			next <- l
 		}()
 		awaitQueueLen(t, e.p, "handed", 1)
-		require.NoError(t, first.Resign(ctx))
+		require.NoError(t, first.Release(ctx))
 		var second *mongolock.Leadership
 		select {
 		case second = <-next:
@@ -197,7 +197,7 @@ func TestResignHandsOverToAWaitingCampaigner(t *testing.T) {
 		leader, err := el.Leader(ctx)
 		require.NoError(t, err)
 		require.Equal(t, "second", leader.Value, "the hand-over carries the new leader's value")
-		require.NoError(t, second.Resign(ctx))
+		require.NoError(t, second.Release(ctx))
 	})
 	t.Run("another process", func(t *testing.T) {
 		// The claimant polls every sleepMax/6; the bound below is half of
@@ -214,12 +214,12 @@ func TestResignHandsOverToAWaitingCampaigner(t *testing.T) {
 		}()
 		awaitClaim(t, e.p, "handed")
 		resigned := time.Now()
-		require.NoError(t, first.Resign(ctx))
+		require.NoError(t, first.Release(ctx))
 		second := <-next
 		took := time.Since(resigned)
 		require.NotNil(t, second)
 		require.Less(t, took, sleepMax/2, "leadership changed hands %v after the resignation", took)
-		require.NoError(t, second.Resign(ctx))
+		require.NoError(t, second.Release(ctx))
 		t.Logf("led by the other process %v after the resignation", took.Round(time.Millisecond))
 	})
 }
@@ -252,7 +252,7 @@ func TestProclaimIsRefusedToAStaleLeader(t *testing.T) {
 	require.True(t, closedNow(l.Lost()), "the refused proclamation signalled the loss")
 	require.ErrorIs(t, context.Cause(l.Context()), mongolock.ErrLockLost)
 	require.Equal(t, "v2", rawLockDoc(t, e.coll, "proclaimed").Lookup("value").StringValue())
-	require.ErrorIs(t, l.Resign(ctx), mongolock.ErrLockLost)
+	require.ErrorIs(t, l.Release(ctx), mongolock.ErrLockLost)
 	require.Equal(t, usurper, rawLockDoc(t, e.coll, "proclaimed").Lookup("lockId").StringValue())
 }
 
@@ -274,7 +274,7 @@ func TestValuesAreBoundedAndAResignedLeaderCannotProclaim(t *testing.T) {
 	l, err := el.Campaign(ctx, strings.Repeat("v", mongolock.MaxValueLen))
 	require.NoError(t, err)
 	require.ErrorContains(t, l.Proclaim(ctx, tooLong), "MaxValueLen")
-	require.NoError(t, l.Resign(ctx))
+	require.NoError(t, l.Release(ctx))
 	sent := e.count.commands.Load()
 	err = l.Proclaim(ctx, "after")
 	require.ErrorContains(t, err, "resigned")
@@ -303,7 +303,7 @@ func TestLeaderReportsTheLeaderOrErrNoLeader(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, mongolock.Leader{Value: "http://10.0.0.7:8080", Owner: "node-a", FencingToken: l.FencingToken(), Since: info.AcquiredAt}, leader)
 
-	require.NoError(t, l.Resign(ctx))
+	require.NoError(t, l.Release(ctx))
 	_, err = watcher.Leader(ctx)
 	require.ErrorIs(t, err, mongolock.ErrNoLeader, "after resigning")
 
@@ -496,8 +496,8 @@ func TestRunEndsWithCloseAndRefusesNilArguments(t *testing.T) {
 	l, err := el.Campaign(ctx, "v")
 	require.NoError(t, err)
 	require.ErrorContains(t, l.Proclaim(nilCtx, "w"), "nil context")
-	require.ErrorContains(t, l.Resign(nilCtx), "nil context")
-	require.NoError(t, l.Resign(ctx))
+	require.ErrorContains(t, l.Release(nilCtx), "nil context")
+	require.NoError(t, l.Release(ctx))
 
 	running := make(chan context.Context, 1)
 	ran := make(chan error, 1)
@@ -537,14 +537,14 @@ func TestObserveDeliversTheStateThenEachChange(t *testing.T) {
 	got = receive(t, observed, 10*time.Second)
 	require.Equal(t, l.FencingToken(), got.FencingToken)
 	require.Equal(t, "b", got.Value)
-	require.NoError(t, l.Resign(ctx))
+	require.NoError(t, l.Release(ctx))
 	require.Equal(t, mongolock.Leader{}, receive(t, observed, 10*time.Second), "nobody leads after a resignation")
 	l, err = el.Campaign(ctx, "c")
 	require.NoError(t, err)
 	got = receive(t, observed, 10*time.Second)
 	require.Greater(t, got.FencingToken, l.FencingToken()-1)
 	require.Equal(t, "c", got.Value)
-	require.NoError(t, l.Resign(ctx))
+	require.NoError(t, l.Release(ctx))
 
 	stop()
 	awaitChannelClosed(t, observed, 5*time.Second)
@@ -601,7 +601,7 @@ func TestObserveSeesANewLeaderAtOnceByChangeStream(t *testing.T) {
 	require.Equal(t, l.FencingToken(), receive(t, observed, 10*time.Second).FencingToken)
 	require.NoError(t, l.Proclaim(ctx, "b"))
 	require.Equal(t, "b", receive(t, observed, 10*time.Second).Value)
-	require.NoError(t, l.Resign(ctx))
+	require.NoError(t, l.Release(ctx))
 	require.Equal(t, mongolock.Leader{}, receive(t, observed, 10*time.Second))
 }
 
@@ -639,7 +639,7 @@ func TestElectionOverTheModelProclaimOfAStaleLeaderSignalsTheLoss(t *testing.T) 
 		require.NoError(t, err)
 		require.Equal(t, "usurper", now.Value)
 		require.Equal(t, usurper.FencingToken(), now.FencingToken)
-		require.NoError(t, usurper.Resign(ctx))
+		require.NoError(t, usurper.Release(ctx))
 
 		var nilCtx context.Context
 		awaitChannelClosed(t, el.Observe(nilCtx), time.Second)

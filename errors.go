@@ -217,7 +217,7 @@ type Error struct {
 	// Op names the call: "new", "new provider", "new composite", "close",
 	// "acquire", "try acquire", "do", "release", "upgrade", "downgrade",
 	// "inspect", "list", "force release", "force release holder",
-	// "campaign", "proclaim", "resign", "leader", "run", "fenced update
+	// "campaign", "proclaim", "leader", "run", "fenced update
 	// one", "fenced find one and update", "ticket", "take over".
 	Op string
 	// Name is the lock's name, a listing's prefix, or a composite's names

@@ -389,7 +389,7 @@ func errorCases() []errorCase {
 		}},
 		{call: "Leadership.Proclaim", path: "resigned", op: "proclaim", name: "e", run: func(t *testing.T, e *errorEnv) error {
 			l := lead(t, e)
-			require.NoError(t, l.Resign(e.ctx))
+			require.NoError(t, l.Release(e.ctx))
 			return l.Proclaim(e.ctx, "w")
 		}},
 		{call: "Leadership.Proclaim", path: "lost", op: "proclaim", name: "e", is: lost, run: func(t *testing.T, e *errorEnv) error {
@@ -397,13 +397,13 @@ func errorCases() []errorCase {
 			mongolocktest.Lose(l.Handle)
 			return l.Proclaim(e.ctx, "w")
 		}},
-		{call: "Leadership.Resign", path: "a nil context", op: "resign", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			return lead(t, e).Resign(noCtx)
+		{call: "Handle.Release", path: "a leadership's, with a nil context", op: "release", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return lead(t, e).Release(noCtx)
 		}},
-		{call: "Leadership.Resign", path: "lost", op: "resign", name: "e", is: lost, run: func(t *testing.T, e *errorEnv) error {
+		{call: "Handle.Release", path: "a leadership's, lost", op: "release", name: "e", is: lost, run: func(t *testing.T, e *errorEnv) error {
 			l := lead(t, e)
 			mongolocktest.Lose(l.Handle)
-			return l.Resign(e.ctx)
+			return l.Release(e.ctx)
 		}},
 
 		{call: "Lock.Acquire", path: "a nil context", op: "acquire", name: "x", is: inv, run: func(t *testing.T, e *errorEnv) error {

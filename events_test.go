@@ -634,7 +634,7 @@ func TestObserverReopensItsStreamAfterItLostItsHistory(t *testing.T) {
 		require.Equal(t, opens, store.Cursors(), "the observer's stream was not reopened")
 
 		stop()
-		require.NoError(t, l.Resign(ctx))
+		require.NoError(t, l.Release(ctx))
 		require.NoError(t, observer.Close(ctx))
 		require.NoError(t, leader.Close(ctx))
 		synctest.Wait()
@@ -670,7 +670,7 @@ func testObserverReopensItsStream(t *testing.T, form memdb.Events) {
 	}()
 	l, err := other.Election("observed").Campaign(ctx, "a")
 	require.NoError(t, err)
-	defer func() { require.NoError(t, l.Resign(ctx)) }()
+	defer func() { require.NoError(t, l.Release(ctx)) }()
 	// The observer's collection is set up: what Observe sends next is the
 	// stream's open and the first read, both refused.
 	_, err = observer.Election("observed").Leader(ctx)

@@ -424,7 +424,7 @@ func ExampleElection() {
 	}
 	fmt.Println("observed:", (<-updates).Value)
 
-	if err := leadership.Resign(ctx); err != nil {
+	if err := leadership.Release(ctx); err != nil {
 		log.Fatal(err)
 	}
 	_, err = election.Leader(ctx)
@@ -875,11 +875,11 @@ func ExampleElection_TakeOver() {
 
 	// Version 1 sees its leadership lost, and exits.
 	<-old.Lost()
-	fmt.Println("version 1 lost it:", errors.Is(old.Resign(ctx), mongolock.ErrLockLost))
+	fmt.Println("version 1 lost it:", errors.Is(old.Release(ctx), mongolock.ErrLockLost))
 	_, err = v2.Election("scheduler").TakeOver(ctx, ticket, "http://10.0.0.9:8080")
 	fmt.Println("the ticket again:", errors.Is(err, mongolock.ErrStaleTicket))
 	// ... version 2 schedules while it leads ...
-	if err := leadership.Resign(ctx); err != nil {
+	if err := leadership.Release(ctx); err != nil {
 		log.Fatal(err)
 	}
 	// Output:

@@ -306,10 +306,10 @@ func TestFencedWritesPerKind(t *testing.T) {
 		e := p.Election("e")
 		first, err := e.Campaign(ctx, "a")
 		require.NoError(t, err)
-		require.NoError(t, first.Resign(ctx))
+		require.NoError(t, first.Release(ctx))
 		second, err := e.Campaign(ctx, "b")
 		require.NoError(t, err)
-		t.Cleanup(func() { _ = second.Resign(context.Background()) })
+		t.Cleanup(func() { _ = second.Release(context.Background()) })
 		require.NoError(t, write(second, "e", "b"))
 		require.ErrorIs(t, write(first, "e", "a"), mongolock.ErrFenced)
 	})
@@ -765,7 +765,7 @@ func TestFencedFindOneAndUpdateOfNoDocumentReturned(t *testing.T) {
 		require.ErrorAs(t, err, &me)
 		require.Equal(t, mongolock.Error{Op: "fenced find one and update", Name: "billing", Err: me.Err}, *me)
 		require.ErrorContains(t, err, "not authorized")
-		require.NoError(t, leader.Resign(t.Context()))
+		require.NoError(t, leader.Release(t.Context()))
 		time.Sleep(time.Second) // simulated: the idle senders end
 	})
 }

@@ -172,6 +172,6 @@ func TestALeaderStoppedPastItsLeaseProclaimsNothing(t *testing.T) {
 		leader, err := e.Leader(t.Context())
 		require.NoError(t, err)
 		require.Equal(t, "before", leader.Value)
-		require.ErrorIs(t, l.Resign(t.Context()), mongolock.ErrLockLost)
+		require.ErrorIs(t, l.Release(t.Context()), mongolock.ErrLockLost)
 	})
 }

@@ -82,7 +82,7 @@ func TestUncontendedAcquisitionsSendTheStatementForALockNobodyWaitsFor(t *testin
 			leader, err := e.Leader(ctx)
 			require.NoError(t, err)
 			require.Equal(t, fmt.Sprint("v", i), leader.Value, "campaign %d", i)
-			require.NoError(t, l.Resign(ctx))
+			require.NoError(t, l.Release(ctx))
 		}
 		want := make([]bool, n)
 		want[n-2], want[n-1] = true, true

@@ -51,8 +51,8 @@ type Trace struct {
 	// handle's mode, "upgradeable". TryAcquire waits in no line.
 	Waiting func(info WaitingInfo)
 
-	// ReleaseStart is called when a Release (or Resign) of a handle that
-	// has not been released yet begins, or a Proclaim. The context it
+	// ReleaseStart is called when a Release of a handle (a Leadership's
+	// too) that has not been released yet begins, or a Proclaim. The context it
 	// returns is the call's from then on, as AcquireStart's.
 	ReleaseStart func(ctx context.Context, info ReleaseStartInfo) context.Context
 	// HandOver is called when a Release has offered the lock to an Acquire

@@ -299,7 +299,7 @@ func TestTraceOverTheModelReportsAHandlesWholeLife(t *testing.T) {
 		for _, h := range []*mongolock.Handle{handedOver, slot, reader} {
 			require.NoError(t, h.Release(ctx))
 		}
-		require.NoError(t, leader.Resign(ctx))
+		require.NoError(t, leader.Release(ctx))
 		require.ElementsMatch(t, []string{"unheld lock", "unheld lock", "unheld semaphore", "unheld rwlock", "unheld election"}, rec.with("unheld "))
 		require.ElementsMatch(t, []string{"release-done release lock released", "release-done release lock released",
 			"release-done release semaphore released", "release-done release rwlock released", "release-done release election released"},

@@ -472,7 +472,7 @@ func ticketErrorCases() []errorCase {
 		{call: "Election.TakeOver", path: "a stale ticket", op: "take over", name: "e", is: stale, run: func(t *testing.T, e *errorEnv) error {
 			l := lead(t, e)
 			ticket := must(l.Ticket())
-			require.NoError(t, l.Resign(e.ctx))
+			require.NoError(t, l.Release(e.ctx))
 			_, err := e.rival.Election("e").TakeOver(e.ctx, ticket, "v")
 			return err
 		}},

@@ -389,7 +389,7 @@ func (r *report) electionMarkdown(b *strings.Builder) {
 		"every other term by resigning and the others by stopping: its client is disconnected without resigning (a crash; " +
 		"the endSessions a disconnection sends is not counted), and a new process with a new client takes its place. " +
 		"Either way it campaigns again after its time away. raw is not run: it excludes no one.\n" +
-		"- mongolock: Provider.Election, Campaign, Leadership.Resign (WithExpiry as above, other options default). " +
+		"- mongolock: Provider.Election, Campaign, Leadership.Release (WithExpiry as above, other options default). " +
 		"baseline: its acquire (one try, then random 10–800 ms sleeps) as Campaign, deleteOne as Resign, and " +
 		"DistributedLock.MongoDB's lease extension, which terms longer than the expiry need (updateOne every expiry/3); " +
 		"it stores no value.\n" +

@@ -382,7 +382,7 @@ func TestHeldHandlesGoUpAndBackToZero(t *testing.T) {
 	require.NoError(t, lock.Release(ctx))
 	require.NoError(t, slot.Release(ctx))
 	require.NoError(t, reader.Release(ctx))
-	require.NoError(t, leader.Resign(ctx))
+	require.NoError(t, leader.Release(ctx))
 	require.Equal(t, int64(0), held())
 	for _, pt := range tel.points(t, "mongolock.handles.held") {
 		require.Zero(t, pt.value, "%v", pt.attrs.ToSlice())
@@ -491,7 +491,7 @@ func TestNoAttributeCarriesTheLockNameWhenNamesAreOff(t *testing.T) {
 		_, err = db.Collection(mongolock.DefaultCollection).DeleteOne(ctx, bson.D{{Key: "_id", Value: name + "-election"}})
 		require.NoError(t, err)
 		require.ErrorIs(t, leader.Proclaim(ctx, "x"), mongolock.ErrLockLost)
-		require.ErrorIs(t, leader.Resign(ctx), mongolock.ErrLockLost)
+		require.ErrorIs(t, leader.Release(ctx), mongolock.ErrLockLost)
 		require.NoError(t, p.Close(ctx)) // and its background work
 		return tel
 	}

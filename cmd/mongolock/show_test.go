@@ -170,7 +170,7 @@ func TestListAndInspectShowHeldFreeAndDistributedLockDocuments(t *testing.T) {
 	if want := `mongolock: inspect: no lock, election, semaphore or reader-writer lock called "app/none" in ` + conn[3] + ".distributed_locks\n"; r.stderr != want {
 		t.Errorf("inspect app/none said %q; want %q", r.stderr, want)
 	}
-	if err := leader.Resign(ctx); err != nil {
+	if err := leader.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

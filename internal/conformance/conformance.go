@@ -396,13 +396,13 @@ func electionLeaderProclaimResign(e *Env) {
 	require.Equal(e.T, "b", got.Value)
 	_, err = p.Lock("leader").TryAcquire(e.Ctx)
 	require.ErrorIs(e.T, err, mongolock.ErrNotAcquired, "an election is the lock of its name")
-	require.NoError(e.T, l.Resign(e.Ctx))
+	require.NoError(e.T, l.Release(e.Ctx))
 	_, err = el.Leader(e.Ctx)
 	require.ErrorIs(e.T, err, mongolock.ErrNoLeader)
 	err = l.Proclaim(e.Ctx, "c")
 	require.Error(e.T, err, "no Proclaim after Resign")
 	requireOp(e.T, err, "proclaim")
-	require.NoError(e.T, l.Resign(e.Ctx))
+	require.NoError(e.T, l.Release(e.Ctx))
 
 	l, err = el.Campaign(e.Ctx, "d")
 	require.NoError(e.T, err)
@@ -425,7 +425,7 @@ func electionCampaignWaits(e *Env) {
 		return l.Handle, nil
 	})
 	e.notYet(second, "a campaign while another leads")
-	require.NoError(e.T, first.Resign(e.Ctx))
+	require.NoError(e.T, first.Release(e.Ctx))
 	h := e.receive(second)
 	got, err := p.Election("leader").Leader(e.Ctx)
 	require.NoError(e.T, err)
@@ -442,7 +442,7 @@ func electionCampaignWaits(e *Env) {
 	require.ErrorIs(e.T, err, context.DeadlineExceeded)
 	require.ErrorIs(e.T, err, mongolock.ErrNotAcquired)
 	requireOp(e.T, err, "campaign")
-	require.NoError(e.T, third.Resign(e.Ctx))
+	require.NoError(e.T, third.Release(e.Ctx))
 }
 
 func electionObserve(e *Env) {
@@ -471,7 +471,7 @@ func electionObserve(e *Env) {
 	next("the leader", func(got mongolock.Leader) bool { return got.Value == "a" && got.FencingToken == l.FencingToken() })
 	require.NoError(e.T, l.Proclaim(e.Ctx, "b"))
 	next("the new value", func(got mongolock.Leader) bool { return got.Value == "b" })
-	require.NoError(e.T, l.Resign(e.Ctx))
+	require.NoError(e.T, l.Release(e.Ctx))
 	next("nobody leads again", func(got mongolock.Leader) bool { return got == mongolock.Leader{} })
 	cancel()
 	for range states { // closes once ctx ended

@@ -129,5 +129,5 @@ func electionTakeOver(e *Env) {
 	require.ErrorIs(e.T, l.Proclaim(e.Ctx, "http://v1/again"), mongolock.ErrLockLost)
 	_, err = next.Election("other").TakeOver(e.Ctx, ticket, "v")
 	require.ErrorIs(e.T, err, mongolock.ErrInvalidArgument)
-	require.NoError(e.T, successor.Resign(e.Ctx))
+	require.NoError(e.T, successor.Release(e.Ctx))
 }
