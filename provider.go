@@ -17,6 +17,19 @@ import (
 // A Provider mints named locks that share options and a collection. It is
 // safe for concurrent use and cheap to keep for the life of a process;
 // inject it where code needs locks.
+//
+// Providers of one client, database and collection are one process to the
+// lock documents, however many there are: what the library keeps per
+// collection, it keeps once per client for them all, while the client is
+// reachable. They share an id in lock documents (ClaimInfo's Process, the
+// process of the turn rule); one line of waiters per name, so that their
+// Acquire calls wait first come first served, a release by one hands the
+// lock over to a waiter of another, and a handle of one keeps the others'
+// waiters from polling; one stream of release events; one check of the
+// collection's default collation; and one creation of its TTL index. Each
+// keeps its own options, leases and Close. Providers of different clients
+// are different processes, also in one program, and take turns as processes
+// do.
 type Provider struct {
 	locks lockCollection // the locks' and elections' collection
 	slots lockCollection // the semaphores' and RWLocks': <collection>_semaphores
@@ -51,6 +64,12 @@ const semSuffix = "_semaphores"
 // NewProvider returns a Provider for locks in db. It validates every option
 // and returns an error naming the bad one; it does no I/O. A nil db is an
 // error.
+//
+// A second Provider of the same client, database and collection
+// (WithCollection) joins the first's process: its lines of waiters, its
+// release events, its collation check and TTL index (see Provider). To be
+// a process of its own, as in a test of several processes, give it a
+// client of its own.
 //
 // The lock collection's write concern, read preference and read concern are
 // the library's, whatever db and its client say: writes wait for a majority

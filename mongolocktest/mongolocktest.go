@@ -58,6 +58,10 @@ const dbName = "mongolocktest"
 // share its locks, as providers of one database do (by collection and
 // name), and exclude each other. The zero Store is not usable; NewStore
 // makes one. A Store is safe for concurrent use.
+//
+// A Store is also the client of its Providers: they are one process, as
+// Providers of one client are (mongolock.Provider), with one line of
+// waiters per name, in which a release hands the lock over to the next.
 type Store struct {
 	db *memdb.Store
 }
