@@ -80,7 +80,7 @@ func (m mongolockElector) campaign(ctx context.Context, name, value string) (ter
 	}
 	// The provider extends the lease; a crash disconnects its client, after
 	// which nothing it tries is sent.
-	return term{held: held{release: l.Resign, lost: l.Lost()}, abandon: func() {}}, nil
+	return term{held: held{release: l.Release, lost: l.Lost()}, abandon: func() {}}, nil
 }
 
 func (m mongolockElector) close(ctx context.Context) { _ = m.p.Close(ctx) }
