@@ -20,11 +20,12 @@ import (
 // Semaphore and a Handle offer every caller, but for the order of its parts.
 
 // A Part is a lock that a Composite can hold: a *Lock (an RWLock's Reader or
-// Writer included) or a *Semaphore, whose part is one slot.
+// Writer included), a *Semaphore, whose part is one slot, or an
+// *UpgradeableLock, whose part is a reader's that does not upgrade.
 type Part interface {
 	Name() string
-	Acquire(ctx context.Context) (*Handle, error)
-	TryAcquire(ctx context.Context) (*Handle, error)
+	// acquirePart is the part's Acquire (wait) or TryAcquire, as a Handle.
+	acquirePart(ctx context.Context, wait bool) (*Handle, error)
 	// compositeKey is the part's place in every Composite's order, or why
 	// it cannot be a part.
 	compositeKey() (partKey, error)
@@ -56,6 +57,33 @@ func (s *Semaphore) compositeKey() (partKey, error) {
 	}
 	k, _ := s.lock.compositeKey()
 	return k, s.err
+}
+
+func (u *UpgradeableLock) compositeKey() (partKey, error) {
+	if u == nil {
+		return partKey{}, invalid("nil *UpgradeableLock")
+	}
+	return u.lock.compositeKey()
+}
+
+func (l *Lock) acquirePart(ctx context.Context, wait bool) (*Handle, error) {
+	if wait {
+		return l.Acquire(ctx)
+	}
+	return l.TryAcquire(ctx)
+}
+
+func (s *Semaphore) acquirePart(ctx context.Context, wait bool) (*Handle, error) {
+	if wait {
+		return s.Acquire(ctx)
+	}
+	return s.TryAcquire(ctx)
+}
+
+// acquirePart: the handle is the upgradeable reader's, as a Handle (a
+// Composite's handles are Handles), which does not upgrade.
+func (u *UpgradeableLock) acquirePart(ctx context.Context, wait bool) (*Handle, error) {
+	return u.lock.acquirePart(ctx, wait)
 }
 
 // A Composite is several locks held as one, all or none: locks, slots of
@@ -183,11 +211,7 @@ func (c *Composite) acquire(ctx context.Context, wait bool) (*CompositeHandle, e
 	wctx, lose := context.WithCancelCause(ctx)
 	defer lose(nil)
 	for _, i := range c.order {
-		get := c.parts[i].TryAcquire
-		if wait {
-			get = c.parts[i].Acquire
-		}
-		h, err := get(wctx)
+		h, err := c.parts[i].acquirePart(wctx, wait)
 		if err == nil && wait {
 			// Waiting for the next part while this one is lost would keep
 			// the others from locks it no longer needs.

@@ -45,7 +45,9 @@ func releaseCompositeAtCleanup(t *testing.T, h *mongolock.CompositeHandle) *mong
 func requireFree(t *testing.T, ctx context.Context, parts ...mongolock.Part) {
 	t.Helper()
 	for _, p := range parts {
-		h, err := p.TryAcquire(ctx)
+		c, err := mongolock.NewComposite(p) // a Part is taken through a Composite
+		require.NoError(t, err)
+		h, err := c.TryAcquire(ctx)
 		require.NoError(t, err, "%q should be free", p.Name())
 		require.NoError(t, h.Release(ctx))
 	}

@@ -123,6 +123,23 @@ func (e *errorEnv) hold(t *testing.T, l tryAcquirer) *mongolock.Handle {
 	return h
 }
 
+// holdUpgradeable returns a handle of rw's upgradeable reader, which must
+// be free.
+func (e *errorEnv) holdUpgradeable(t *testing.T, rw *mongolock.RWLock) *mongolock.UpgradeableHandle {
+	h, err := rw.Upgradeable().TryAcquire(e.ctx)
+	require.NoError(t, err, "TryAcquire(%q)", rw.Name())
+	e.handles = append(e.handles, h.Handle)
+	return h
+}
+
+// upgraded returns a handle of rw's upgradeable reader, upgraded: the
+// writer.
+func (e *errorEnv) upgraded(t *testing.T, rw *mongolock.RWLock) *mongolock.UpgradeableHandle {
+	h := e.holdUpgradeable(t, rw)
+	require.NoError(t, h.Upgrade(e.ctx))
+	return h
+}
+
 // lost returns a handle of l that has been lost.
 func (e *errorEnv) lost(t *testing.T, l *mongolock.Lock) *mongolock.Handle {
 	h := e.hold(t, l)
@@ -342,43 +359,80 @@ func errorCases() []errorCase {
 			e.net.Faults.Partition()
 			return h.Release(e.ctx)
 		}},
-		{call: "Handle.Upgrade", path: "a nil context", op: "upgrade", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			return e.hold(t, e.p.RWLock("rw").Upgradeable()).Upgrade(noCtx)
+		{call: "UpgradeableHandle.Upgrade", path: "a nil context", op: "upgrade", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.holdUpgradeable(t, e.p.RWLock("rw")).Upgrade(noCtx)
 		}},
-		{call: "Handle.Upgrade", path: "not an upgradeable reader's", op: "upgrade", name: "x", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
-			return e.hold(t, e.p.Lock("x")).Upgrade(e.ctx)
+		{call: "UpgradeableHandle.Upgrade", path: "the writer already", op: "upgrade", name: "rw", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
+			return e.upgraded(t, e.p.RWLock("rw")).Upgrade(e.ctx)
 		}},
-		{call: "Handle.Upgrade", path: "lost", op: "upgrade", name: "rw", is: lost, run: func(t *testing.T, e *errorEnv) error {
-			return e.lost(t, e.p.RWLock("rw").Upgradeable()).Upgrade(e.ctx)
+		{call: "UpgradeableHandle.Upgrade", path: "lost", op: "upgrade", name: "rw", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			h := e.holdUpgradeable(t, e.p.RWLock("rw"))
+			mongolocktest.Lose(h.Handle)
+			return h.Upgrade(e.ctx)
 		}},
-		{call: "Handle.Upgrade", path: "another reader holds until ctx ends", op: "upgrade", name: "rw", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
-			h := e.hold(t, e.p.RWLock("rw").Upgradeable())
+		{call: "UpgradeableHandle.Upgrade", path: "another reader holds until ctx ends", op: "upgrade", name: "rw", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
+			h := e.holdUpgradeable(t, e.p.RWLock("rw"))
 			e.hold(t, e.rival.RWLock("rw").Reader())
 			return h.Upgrade(e.within(t, time.Minute))
 		}},
-		{call: "Handle.Upgrade", path: "its provider closed while it waits", op: "upgrade", name: "rw", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
-			h := e.hold(t, e.p.RWLock("rw").Upgradeable())
+		{call: "UpgradeableHandle.Upgrade", path: "its provider closed while it waits", op: "upgrade", name: "rw", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
+			h := e.holdUpgradeable(t, e.p.RWLock("rw"))
 			e.hold(t, e.rival.RWLock("rw").Reader())
 			return later(func() error { return h.Upgrade(e.ctx) }, func() { require.NoError(t, e.p.Close(e.ctx)) })
 		}},
-		{call: "Handle.Downgrade", path: "a nil context", op: "downgrade", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			return e.hold(t, e.p.RWLock("rw").Writer()).Downgrade(noCtx)
+		{call: "UpgradeableHandle.Downgrade", path: "a nil context", op: "downgrade", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.upgraded(t, e.p.RWLock("rw")).Downgrade(noCtx)
 		}},
-		{call: "Handle.Downgrade", path: "not a writer's", op: "downgrade", name: "rw", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
-			return e.hold(t, e.p.RWLock("rw").Reader()).Downgrade(e.ctx)
+		{call: "UpgradeableHandle.Downgrade", path: "not the writer", op: "downgrade", name: "rw", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
+			return e.holdUpgradeable(t, e.p.RWLock("rw")).Downgrade(e.ctx)
 		}},
-		{call: "Handle.Downgrade", path: "lost", op: "downgrade", name: "rw", is: lost, run: func(t *testing.T, e *errorEnv) error {
-			return e.lost(t, e.p.RWLock("rw").Writer()).Downgrade(e.ctx)
+		{call: "UpgradeableHandle.Downgrade", path: "lost", op: "downgrade", name: "rw", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			h := e.upgraded(t, e.p.RWLock("rw"))
+			mongolocktest.Lose(h.Handle)
+			return h.Downgrade(e.ctx)
 		}},
-		{call: "Handle.Downgrade", path: "released", op: "downgrade", name: "rw", run: func(t *testing.T, e *errorEnv) error {
-			h := e.hold(t, e.p.RWLock("rw").Writer())
+		{call: "UpgradeableHandle.Downgrade", path: "released", op: "downgrade", name: "rw", run: func(t *testing.T, e *errorEnv) error {
+			h := e.upgraded(t, e.p.RWLock("rw"))
 			require.NoError(t, h.Release(e.ctx))
 			return h.Downgrade(e.ctx)
 		}},
-		{call: "Handle.Downgrade", path: "the server unreachable", op: "downgrade", name: "rw", run: func(t *testing.T, e *errorEnv) error {
-			h := e.hold(t, e.p.RWLock("rw").Writer())
+		{call: "UpgradeableHandle.Downgrade", path: "the server unreachable", op: "downgrade", name: "rw", run: func(t *testing.T, e *errorEnv) error {
+			h := e.upgraded(t, e.p.RWLock("rw"))
 			e.net.Faults.Partition()
 			return h.Downgrade(e.ctx)
+		}},
+		{call: "UpgradeableLock.Acquire", path: "a nil context", op: "acquire", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.RWLock("rw").Upgradeable().Acquire(noCtx)
+			return err
+		}},
+		{call: "UpgradeableLock.Acquire", path: "a writer holds until ctx ends", op: "acquire", name: "rw", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.RWLock("rw").Writer())
+			_, err := e.p.RWLock("rw").Upgradeable().Acquire(e.within(t, time.Minute))
+			return err
+		}},
+		{call: "UpgradeableLock.TryAcquire", path: "a nil context", op: "try acquire", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.RWLock("rw").Upgradeable().TryAcquire(noCtx)
+			return err
+		}},
+		{call: "UpgradeableLock.TryAcquire", path: "another upgradeable reader holds", op: "try acquire", name: "rw", is: []error{mongolock.ErrNotAcquired}, run: func(t *testing.T, e *errorEnv) error {
+			e.holdUpgradeable(t, e.rival.RWLock("rw"))
+			_, err := e.p.RWLock("rw").Upgradeable().TryAcquire(e.ctx)
+			return err
+		}},
+		{call: "UpgradeableLock.TryAcquire", path: "a semaphore's name", op: "try acquire", name: "rw", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Semaphore("rw", 2))
+			_, err := e.p.RWLock("rw").Upgradeable().TryAcquire(e.ctx)
+			return err
+		}},
+		{call: "UpgradeableLock.Do", path: "a nil context", op: "do", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.RWLock("rw").Upgradeable().Do(noCtx, func(context.Context, *mongolock.UpgradeableHandle) error { return nil })
+		}},
+		{call: "UpgradeableLock.Do", path: "a nil function", op: "do", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.RWLock("rw").Upgradeable().Do(e.ctx, nil)
+		}},
+		{call: "UpgradeableLock.Do", path: "a closed provider", op: "do", name: "rw", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
+			require.NoError(t, e.p.Close(e.ctx))
+			return e.p.RWLock("rw").Upgradeable().Do(e.ctx, func(context.Context, *mongolock.UpgradeableHandle) error { return nil })
 		}},
 
 		{call: "Leadership.Proclaim", path: "a nil context", op: "proclaim", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {

@@ -637,7 +637,7 @@ func ExampleRWLock_Upgradeable() {
 	}
 	reader, err := prices.Reader().TryAcquire(ctx)
 	fmt.Println("a reader is let in:", err == nil)
-	for _, h := range []*mongolock.Handle{h, reader} {
+	for _, h := range []*mongolock.Handle{h.Handle, reader} {
 		if err := h.Release(ctx); err != nil {
 			log.Fatal(err)
 		}

@@ -92,7 +92,16 @@ func writerMode(p *mongolock.Provider, name string) modeLock {
 
 func upgradeableMode(p *mongolock.Provider, name string) modeLock {
 	u := p.RWLock(name).Upgradeable()
-	return modeLock{u.Acquire, u.TryAcquire}
+	return modeLock{
+		func(ctx context.Context) (*mongolock.Handle, error) {
+			h, err := u.Acquire(ctx)
+			return handleOf(h), err
+		},
+		func(ctx context.Context) (*mongolock.Handle, error) {
+			h, err := u.TryAcquire(ctx)
+			return handleOf(h), err
+		},
+	}
 }
 
 // campaignMode campaigns with the value "leader"; its one attempt is the

@@ -332,6 +332,24 @@ func mustTryAcquire(t *testing.T, ctx context.Context, l *mongolock.Lock) *mongo
 	return h
 }
 
+// mustTryUpgradeable takes u's upgradeable reader at once, or fails the
+// test.
+func mustTryUpgradeable(t *testing.T, ctx context.Context, u *mongolock.UpgradeableLock) *mongolock.UpgradeableHandle {
+	t.Helper()
+	h, err := u.TryAcquire(ctx)
+	require.NoError(t, err, "TryAcquire(%q)", u.Name())
+	require.NotNil(t, h)
+	return h
+}
+
+// handleOf is h's Handle, nil if h is: for helpers of every kind.
+func handleOf(h *mongolock.UpgradeableHandle) *mongolock.Handle {
+	if h == nil {
+		return nil
+	}
+	return h.Handle
+}
+
 func mustAcquire(t *testing.T, ctx context.Context, l *mongolock.Lock) *mongolock.Handle {
 	t.Helper()
 	h, err := l.Acquire(ctx)

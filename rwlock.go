@@ -16,9 +16,9 @@ import (
 // this process and in others, by the server's clock. It is a semaphore-like
 // document whose holders carry a mode, and its Handles are a Semaphore's in
 // every way (createRWDoc creates it; a slot's statements acquire, hand
-// over, release and extend), but that a writer's can downgrade (holderModeUpdate) and an
-// upgradeable reader's upgrade (upgradePipeline, undone by upgradeTagFilter
-// when it gives up).
+// over, release and extend), but that an upgradeable reader's can upgrade
+// (upgradePipeline, undone by upgradeTagFilter when it gives up) and
+// downgrade again (holderModeUpdate).
 
 // An RWLock is a distributed reader-writer lock, named as Lock's are.
 // RWLocks live in the collection "<collection>_semaphores" with the
@@ -39,9 +39,9 @@ import (
 // read or write, takes the next fencing token of the lock: a writer's
 // token is greater than that of every reader before it, and a reader's
 // greater than that of every writer before it. Its Upgradeable reader can
-// become the writer (Handle.Upgrade), and a writer can become a reader
-// (Handle.Downgrade), without another writer getting in between. An RWLock
-// is safe for concurrent use.
+// become the writer (UpgradeableHandle.Upgrade), and a reader again
+// (UpgradeableHandle.Downgrade), without another writer getting in
+// between. An RWLock is safe for concurrent use.
 //
 // Readers are not counted against a limit, but they share the lock's one
 // document: each live reader takes at most 400 bytes of it (with an owner
@@ -50,13 +50,14 @@ import (
 // returned. Where more may read at once, a Semaphore of at most
 // MaxSemaphoreSlots slots bounds them.
 type RWLock struct {
-	r, w, u *Lock
+	r, w *Lock
+	u    *UpgradeableLock
 }
 
 // RWLock returns the reader-writer lock called name.
 func (p *Provider) RWLock(name string) *RWLock {
 	mode := func(rw rwMode) *Lock { return &Lock{p: p, name: name, kind: rwDriver{semDriver{1}, rw}} }
-	return &RWLock{r: mode(readMode), w: mode(writeMode), u: mode(upgradeMode)}
+	return &RWLock{r: mode(readMode), w: mode(writeMode), u: &UpgradeableLock{mode(upgradeMode)}}
 }
 
 // Name returns the lock's name, exactly as given.
@@ -76,20 +77,95 @@ func (rw *RWLock) Reader() *Lock { return rw.r }
 func (rw *RWLock) Writer() *Lock { return rw.w }
 
 // Upgradeable returns the lock held by an upgradeable reader: a reader that
-// can become the writer (Handle.Upgrade) without another writer getting in
-// between. It shares the lock with readers, but excludes writers and other
+// can become the writer (UpgradeableHandle.Upgrade) without another writer
+// getting in between.
+func (rw *RWLock) Upgradeable() *UpgradeableLock { return rw.u }
+
+// An UpgradeableLock is an RWLock held by an upgradeable reader, whose
+// handles can become the writer and a reader again (UpgradeableHandle).
+// It is a Part of a Composite, whose handle of it is a reader's that does
+// not upgrade.
+//
+// It shares the lock with readers, but excludes writers and other
 // upgradeable readers: at most one holds it at a time, so two upgrades can
-// never wait for each other. Acquire, TryAcquire and Do are a reader's,
-// with that rule; an Acquire that waits holds off writers of other
-// processes, as a reader's does, and other processes' upgradeable readers.
-func (rw *RWLock) Upgradeable() *Lock { return rw.u }
+// never wait for each other. Acquire, TryAcquire and Do are a Lock's, with
+// that rule; an Acquire that waits holds off writers of other processes,
+// as a reader's does, and other processes' upgradeable readers. It is safe
+// for concurrent use.
+type UpgradeableLock struct {
+	lock *Lock
+}
+
+// Name returns the lock's name, exactly as given.
+func (u *UpgradeableLock) Name() string { return u.lock.name }
+
+// Acquire waits until it holds the lock as its upgradeable reader, or ctx
+// ends, as Lock.Acquire waits, with its errors.
+func (u *UpgradeableLock) Acquire(ctx context.Context) (*UpgradeableHandle, error) {
+	return upgradeable(u.lock.Acquire(ctx))
+}
+
+// TryAcquire makes one attempt to hold the lock as its upgradeable reader,
+// as Lock.TryAcquire does: ErrNotAcquired if a writer or another
+// upgradeable reader holds it, or a writer waits for it.
+func (u *UpgradeableLock) TryAcquire(ctx context.Context) (*UpgradeableHandle, error) {
+	return upgradeable(u.lock.TryAcquire(ctx))
+}
+
+// Do acquires the lock (waiting, as Acquire), runs fn with its handle, and
+// releases it, as Lock.Do does, with its errors; fn may upgrade the
+// handle, and need not downgrade it.
+func (u *UpgradeableLock) Do(ctx context.Context, fn func(ctx context.Context, h *UpgradeableHandle) error) error {
+	switch {
+	case ctx == nil:
+		return u.lock.errorf("do", errNilContext)
+	case fn == nil:
+		return u.lock.errorf("do", errNilFunction)
+	}
+	h, err := u.Acquire(ctx)
+	if err != nil {
+		return renamed("do", err)
+	}
+	return do(ctx, h, func(ctx context.Context) error { return fn(ctx, h) })
+}
+
+// TakeOver takes over the upgradeable reader's acquisition of which ticket
+// was made (Handle.Ticket), as Provider.TakeOver does, with its errors,
+// and returns it as an UpgradeableHandle, upgraded if it was. A ticket of
+// another name, kind or mode is ErrInvalidArgument, and sends nothing.
+func (u *UpgradeableLock) TakeOver(ctx context.Context, ticket string) (*UpgradeableHandle, error) {
+	t, err := parseTicket(ticket)
+	if err == nil && (t.Kind != KindRWLock || t.Mode != string(upgradeMode) || t.Name != u.lock.name) {
+		err = invalidf("the ticket is of the %s %q, not of this upgradeable reader", t.lock(u.lock.p).kind.describe().part(), shortName(t.Name))
+	}
+	if err != nil {
+		return nil, u.lock.errorf("take over", err)
+	}
+	return upgradeable(u.lock.p.takeOver(ctx, t, nil))
+}
+
+// upgradeable is an upgradeable reader's acquisition's outcome, as its
+// handle's type.
+func upgradeable(h *Handle, err error) (*UpgradeableHandle, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &UpgradeableHandle{h}, nil
+}
+
+// An UpgradeableHandle is an upgradeable reader's acquisition of an
+// RWLock (UpgradeableLock), which Upgrade makes the writer and Downgrade
+// an upgradeable reader again, as often as needed: one Handle throughout,
+// its lease and owner going on.
+type UpgradeableHandle struct {
+	*Handle
+}
 
 // errReleased reports an Upgrade or Downgrade of a released handle.
 var errReleased = errors.New("the handle was released")
 
-// Upgrade makes h, an upgradeable reader's handle (RWLock.Upgradeable), the
-// writer of its lock, without a moment in which another writer could get
-// in. New readers are refused from its first round trip on; it waits until
+// Upgrade makes h, an upgradeable reader, the writer of its lock, without a
+// moment in which another writer could get in. New readers are refused from its first round trip on; it waits until
 // the other readers have released (or lost) the lock, polling as a
 // claimant of the next turn does, at least as often as the longest sleep
 // (WithBusyWaitSleep). It waits beside its process's line: what wakes the
@@ -109,9 +185,9 @@ var errReleased = errors.New("the handle was released")
 // again: its hold on them is withdrawn in the background at once, and
 // lapses by itself soon after if that fails. A loss of the lock, before or
 // while it waits, is the handle's loss (Lost, Context), and Upgrade returns
-// an error wrapping ErrLockLost. A handle that is not an upgradeable
-// reader's (a reader's, a writer's, an upgraded one) is ErrMismatch.
-func (h *Handle) Upgrade(ctx context.Context) error {
+// an error wrapping ErrLockLost. A handle that is the writer already is
+// ErrMismatch.
+func (h *UpgradeableHandle) Upgrade(ctx context.Context) error {
 	const op = "upgrade"
 	l, p := h.lock, h.lock.p
 	if err := h.beginSwitch(ctx, upgradeMode); err != nil {
@@ -122,7 +198,7 @@ func (h *Handle) Upgrade(ctx context.Context) error {
 		return l.errorf(op, ErrClosed)
 	}
 	defer p.calls.Done()
-	u := &upgradeWait{waitLoop: waitLoop{l: l, op: op, w: l.collection().queues.join(l, true), ended: h.ctx.Done()}, h: h, start: time.Now()}
+	u := &upgradeWait{waitLoop: waitLoop{l: l, op: op, w: l.collection().queues.join(l, true), ended: h.ctx.Done()}, h: h.Handle, start: time.Now()}
 	defer u.leave(false)
 	err := u.run(ctx, u.try)
 	switch {
@@ -217,29 +293,25 @@ func (h *acquisition) undoUpgrade(tag string, schedule []time.Duration) {
 	l.updateInBackground(upgradeTagFilter(l.name, h.lockID, tag), holderModeUpdate(h.lockID, upgradeMode), schedule, func() bool { return false })
 }
 
-// Downgrade makes h, a writer's handle, a reader's, in one owner-checked
-// round trip bounded by ctx: the same handle, its lease and fencing token
-// going on, without a moment in which a writer could get in. Readers can
-// enter at once, unless a writer of another process claimed the next turn
-// first, as with any writer's release. A handle that Upgrade made the
-// writer becomes an upgradeable reader again, and can upgrade again; one
-// of RWLock.Writer becomes a plain reader.
+// Downgrade makes h, upgraded, an upgradeable reader again, in one
+// owner-checked round trip bounded by ctx, without a moment in which a
+// writer could get in: the same handle, its lease and fencing token going
+// on, and it can upgrade again.
 //
-// If the round trip fails, h is a reader all the same, and the downgrade
-// is retried in the background: stop writing either way. A loss of the
-// lock is the handle's loss, and Downgrade returns an error wrapping
-// ErrLockLost. A handle that is not a writer's is ErrMismatch.
-func (h *Handle) Downgrade(ctx context.Context) error {
+// Readers can enter at once, unless a writer of another process claimed
+// the next turn first, as with any writer's release. If the round trip
+// fails, h is a reader all the same, and the downgrade is retried in the
+// background: stop writing either way. A loss of the lock is the handle's
+// loss, and Downgrade returns an error wrapping ErrLockLost. A handle that
+// is not the writer is ErrMismatch.
+func (h *UpgradeableHandle) Downgrade(ctx context.Context) error {
 	const op = "downgrade"
 	l := h.lock
 	if err := h.beginSwitch(ctx, writeMode); err != nil {
 		return l.errorf(op, err)
 	}
 	defer h.changing.Store(false)
-	to := readMode
-	if l.kind.describe().mode == upgradeMode {
-		to = upgradeMode
-	}
+	to := upgradeMode
 	h.mode.Store(uint32(to)) // a reader from now on, whatever the round trip does
 	l.collection().queues.setExclusive(h.acquisition, false)
 	filter, update := semHolderFilter(l.name, h.lockID), holderModeUpdate(h.lockID, to)

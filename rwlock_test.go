@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -492,7 +493,7 @@ func TestRWLockAndSemaphoreOfOneNameAreAnError(t *testing.T) {
 
 // upgradeInBackground starts h's Upgrade and returns where its error
 // arrives.
-func upgradeInBackground(ctx context.Context, h *mongolock.Handle) <-chan error {
+func upgradeInBackground(ctx context.Context, h *mongolock.UpgradeableHandle) <-chan error {
 	done := make(chan error, 1)
 	go func() { done <- h.Upgrade(ctx) }()
 	return done
@@ -502,11 +503,11 @@ func upgradeInBackground(ctx context.Context, h *mongolock.Handle) <-chan error 
 // provider of its own, and k readers beside it through another, all
 // released when the test ends. It returns the upgradeable reader, the
 // readers' RWLock and the readers.
-func upgradeableBesideReaders(t *testing.T, ctx context.Context, db *mongo.Database, name string, k int) (*mongolock.Handle, *mongolock.RWLock, []*mongolock.Handle) {
+func upgradeableBesideReaders(t *testing.T, ctx context.Context, db *mongo.Database, name string, k int) (*mongolock.UpgradeableHandle, *mongolock.RWLock, []*mongolock.Handle) {
 	t.Helper()
 	u, err := newProvider(t, ownClient(t, db, nil), fastPolls).RWLock(name).Upgradeable().TryAcquire(ctx)
 	require.NoError(t, err)
-	releaseAtCleanup(t, u)
+	releaseAtCleanup(t, u.Handle)
 	readers := newProvider(t, ownClient(t, db, nil), fastPolls).RWLock(name)
 	var held []*mongolock.Handle
 	for range k {
@@ -642,7 +643,7 @@ func TestRWLockCancelledUpgradeLeavesNoMark(t *testing.T) {
 	other := newProvider(t, ownClient(t, db, nil), fastPolls).RWLock(name)
 	u, err := newProvider(t, pdb, fastPolls).RWLock(name).Upgradeable().TryAcquire(ctx)
 	require.NoError(t, err)
-	releaseAtCleanup(t, u)
+	releaseAtCleanup(t, u.Handle)
 	token := u.FencingToken()
 	px.SetLatency(0, 400*time.Millisecond) // replies come late
 	uctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
@@ -670,8 +671,8 @@ func TestRWLockCancelledUpgradeLeavesNoMark(t *testing.T) {
 
 // A downgrade lets in at once a reader of another process that waits,
 // with its claim on the next turn, while a writer that waits stays out
-// until the readers leave. The writer of RWLock.Writer is a plain reader
-// then: it cannot upgrade.
+// until the readers leave. The downgraded handle is an upgradeable reader
+// then: a second one is refused.
 func TestRWLockDowngradeLetsReadersInAndKeepsWritersOut(t *testing.T) {
 	db := testdb.Database(t)
 	ctx := boundedCtx(t, 30*time.Second)
@@ -680,9 +681,9 @@ func TestRWLockDowngradeLetsReadersInAndKeepsWritersOut(t *testing.T) {
 	other := newProvider(t, ownClient(t, db, nil), fastPolls)
 	late := newProvider(t, ownClient(t, db, nil), fastPolls)
 
-	w, err := mine.RWLock(name).Writer().TryAcquire(ctx)
-	require.NoError(t, err)
-	releaseAtCleanup(t, w)
+	w := mustTryUpgradeable(t, ctx, mine.RWLock(name).Upgradeable())
+	releaseAtCleanup(t, w.Handle)
+	require.NoError(t, w.Upgrade(ctx), "alone, at once")
 	token := w.FencingToken()
 	read := startAcquire(ctx, readerMode(other, name))
 	pollUntil(t, 10*time.Second, "the reader's claim", func() bool {
@@ -702,7 +703,8 @@ func TestRWLockDowngradeLetsReadersInAndKeepsWritersOut(t *testing.T) {
 		t.Fatalf("a writer got in beside the downgraded reader: %v", o.err)
 	default:
 	}
-	require.ErrorIs(t, w.Upgrade(ctx), mongolock.ErrMismatch, "a plain reader's upgrade")
+	_, err := late.RWLock(name).Upgradeable().TryAcquire(ctx)
+	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a second upgradeable reader beside the downgraded one")
 	require.ErrorIs(t, w.Downgrade(ctx), mongolock.ErrMismatch, "a reader's downgrade")
 
 	require.NoError(t, w.Release(ctx))
@@ -717,9 +719,9 @@ func TestRWLockDowngradeLetsReadersInAndKeepsWritersOut(t *testing.T) {
 func TestRWLockDowngradeWakesTheReadersOfItsProcess(t *testing.T) {
 	ctx := boundedCtx(t, 30*time.Second)
 	e := newLockEnv(t, fastPolls)
-	w, err := e.p.RWLock("local").Writer().TryAcquire(ctx)
-	require.NoError(t, err)
-	releaseAtCleanup(t, w)
+	w := mustTryUpgradeable(t, ctx, e.p.RWLock("local").Upgradeable())
+	releaseAtCleanup(t, w.Handle)
+	require.NoError(t, w.Upgrade(ctx), "alone, at once")
 	read := startAcquire(ctx, readerMode(e.p, "local"))
 	awaitSlotQueueLen(t, e.p, "local", 1)
 	require.NoError(t, w.Downgrade(ctx))
@@ -741,7 +743,7 @@ func TestRWLockOneUpgradeableReaderAtATime(t *testing.T) {
 
 	u, err := first.RWLock(name).Upgradeable().TryAcquire(ctx)
 	require.NoError(t, err)
-	releaseAtCleanup(t, u)
+	releaseAtCleanup(t, u.Handle)
 	r, err := second.RWLock(name).Reader().TryAcquire(ctx)
 	require.NoError(t, err, "a reader beside an upgradeable reader")
 	info, err := second.RWLock(name).Inspect(ctx)
@@ -752,7 +754,7 @@ func TestRWLockOneUpgradeableReaderAtATime(t *testing.T) {
 	require.NoError(t, r.Release(ctx))
 	_, err = second.RWLock(name).Upgradeable().TryAcquire(ctx)
 	require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a second upgradeable reader")
-	got := startAcquire(ctx, modeLock{second.RWLock(name).Upgradeable().Acquire, nil})
+	got := startAcquire(ctx, upgradeableMode(second, name))
 	pollUntil(t, 10*time.Second, "the second upgradeable reader's claim", func() bool {
 		m, ok := semDoc(t, semColl(db), name).Lookup("waitingMode").StringValueOK()
 		return ok && m == "u"
@@ -784,38 +786,48 @@ func TestRWLockOneUpgradeableReaderAtATime(t *testing.T) {
 	require.Greater(t, u2.FencingToken(), u.FencingToken())
 }
 
+// Upgrade and Downgrade are an upgradeable reader's alone: a Handle, of
+// every kind, has neither, so that no handle has a method that fails for
+// its kind.
+func TestOnlyAnUpgradeableReadersHandleUpgradesAndDowngrades(t *testing.T) {
+	for _, m := range []string{"Upgrade", "Downgrade"} {
+		_, ok := reflect.TypeFor[*mongolock.Handle]().MethodByName(m)
+		require.False(t, ok, "a Handle of every kind has %s", m)
+		_, ok = reflect.TypeFor[*mongolock.Leadership]().MethodByName(m)
+		require.False(t, ok, "a Leadership has %s", m)
+		_, ok = reflect.TypeFor[*mongolock.UpgradeableHandle]().MethodByName(m)
+		require.True(t, ok, "an UpgradeableHandle has no %s", m)
+	}
+}
+
 // Upgrade and Downgrade of a handle in the wrong mode, or of a released
 // one, fail at once with an error that says so, and change nothing.
-func TestRWLockUpgradeAndDowngradeOfTheWrongHandle(t *testing.T) {
+func TestRWLockUpgradeAndDowngradeInTheWrongMode(t *testing.T) {
 	ctx := boundedCtx(t, 30*time.Second)
 	e := newLockEnv(t)
 	r, err := e.p.RWLock("modes").Reader().TryAcquire(ctx)
 	require.NoError(t, err)
 	releaseAtCleanup(t, r)
-	l, err := e.p.Lock("plain").TryAcquire(ctx)
-	require.NoError(t, err)
-	releaseAtCleanup(t, l)
-	s, err := e.p.Semaphore("counted", 2).TryAcquire(ctx)
-	require.NoError(t, err)
-	releaseAtCleanup(t, s)
-	for what, h := range map[string]*mongolock.Handle{"a reader's": r, "a lock's": l, "a semaphore's": s} {
-		err := h.Upgrade(ctx)
-		require.ErrorIs(t, err, mongolock.ErrMismatch, "%s upgrade", what)
-		require.ErrorContains(t, err, "not an upgradeable reader's", what)
-		require.ErrorIs(t, h.Downgrade(ctx), mongolock.ErrMismatch, "%s downgrade", what)
-	}
+	u := mustTryUpgradeable(t, ctx, e.p.RWLock("modes").Upgradeable())
+	releaseAtCleanup(t, u.Handle)
+	token := u.FencingToken()
+	err = u.Downgrade(ctx)
+	require.ErrorIs(t, err, mongolock.ErrMismatch, "an upgradeable reader's downgrade")
+	require.ErrorContains(t, err, "not a writer's")
+	require.Equal(t, token, u.FencingToken())
 	rs, ws := liveModes(t, semColl(e.db), "modes")
-	require.Equal(t, [2]int{1, 0}, [2]int{rs, ws})
-
-	u, err := e.p.RWLock("modes").Upgradeable().TryAcquire(ctx)
-	require.NoError(t, err)
-	require.NoError(t, u.Release(ctx))
-	err = u.Upgrade(ctx)
-	require.ErrorContains(t, err, "released")
-	require.NotErrorIs(t, err, mongolock.ErrMismatch)
+	require.Equal(t, [2]int{2, 0}, [2]int{rs, ws})
 	var nilCtx context.Context
-	require.Error(t, r.Upgrade(nilCtx))
-	require.Error(t, r.Downgrade(nilCtx))
+	require.Error(t, u.Upgrade(nilCtx))
+	require.Error(t, u.Downgrade(nilCtx))
+	rs, ws = liveModes(t, semColl(e.db), "modes")
+	require.Equal(t, [2]int{2, 0}, [2]int{rs, ws}, "after the calls with a nil ctx")
+
+	require.NoError(t, u.Release(ctx))
+	for what, err := range map[string]error{"upgrade": u.Upgrade(ctx), "downgrade": u.Downgrade(ctx)} {
+		require.ErrorContains(t, err, "released", what)
+		require.NotErrorIs(t, err, mongolock.ErrMismatch, what)
+	}
 }
 
 // A loss while an upgrade waits (the holder taken away on the server) is
@@ -831,7 +843,7 @@ func TestRWLockUpgradeSeesTheLoss(t *testing.T) {
 	upgraded := upgradeInBackground(ctx, u)
 	awaitUpgradeWaiting(t, ctx, e.other.RWLock("taken"))
 	_, err = semColl(e.db).UpdateOne(ctx, bson.D{{Key: "_id", Value: "taken"}},
-		bson.D{{Key: "$pull", Value: bson.D{{Key: "holders", Value: bson.D{{Key: "id", Value: mongolock.LockID(u)}}}}}})
+		bson.D{{Key: "$pull", Value: bson.D{{Key: "holders", Value: bson.D{{Key: "id", Value: mongolock.LockID(u.Handle)}}}}}})
 	require.NoError(t, err)
 	select {
 	case err := <-upgraded:
@@ -926,7 +938,7 @@ func TestRWLockUpgradeWakesWhenAReaderOfItsProcessReleases(t *testing.T) {
 	rw := newProvider(t, db, mongolock.WithBusyWaitSleep(time.Minute, 2*time.Minute)).RWLock(name)
 	u, err := rw.Upgradeable().TryAcquire(ctx)
 	require.NoError(t, err)
-	releaseAtCleanup(t, u)
+	releaseAtCleanup(t, u.Handle)
 	r, err := rw.Reader().TryAcquire(ctx)
 	require.NoError(t, err, "a reader of the same process beside the upgradeable reader")
 	releaseAtCleanup(t, r)
@@ -955,7 +967,8 @@ func TestRWLockUpgradeAndDowngradeOverTheModelRideOutFaults(t *testing.T) {
 		pr, _ := d.process()
 		rw := pu.RWLock("ledger")
 		require.Equal(t, "ledger", rw.Name())
-		u := releaseAtCleanup(t, mustTryAcquire(t, ctx, rw.Upgradeable()))
+		u := mustTryUpgradeable(t, ctx, rw.Upgradeable())
+		releaseAtCleanup(t, u.Handle)
 		reader := mustTryAcquire(t, ctx, pr.RWLock("ledger").Reader())
 		first := u.FencingToken()
 
@@ -993,7 +1006,7 @@ func TestRWLockUpgradeAndDowngradeOverTheModelRideOutFaults(t *testing.T) {
 }
 
 // Over the model: an Upgrade that waits ends when its handle is released
-// meanwhile, saying so; a Downgrade of a writer whose holder was force
+// meanwhile, saying so; a Downgrade of an upgraded handle whose holder was force
 // released is ErrLockLost, and signals the loss at once.
 func TestRWLockUpgradeAndDowngradeOverTheModelSeeTheirHandleEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -1001,14 +1014,15 @@ func TestRWLockUpgradeAndDowngradeOverTheModelSeeTheirHandleEnd(t *testing.T) {
 		d := newMemDB(t)
 		pu, _ := d.process()
 		pr, _ := d.process()
-		u := mustTryAcquire(t, ctx, pu.RWLock("released").Upgradeable())
+		u := mustTryUpgradeable(t, ctx, pu.RWLock("released").Upgradeable())
 		releaseAtCleanup(t, mustTryAcquire(t, ctx, pr.RWLock("released").Reader()))
 		upgraded := upgradeInBackground(ctx, u)
 		synctest.Wait()
 		require.NoError(t, u.Release(ctx))
 		require.ErrorContains(t, <-upgraded, "the handle was released")
 
-		w := mustTryAcquire(t, ctx, pu.RWLock("forced").Writer())
+		w := mustTryUpgradeable(t, ctx, pu.RWLock("forced").Upgradeable())
+		require.NoError(t, w.Upgrade(ctx), "alone, at once")
 		forced, err := pr.ForceRelease(ctx, "forced")
 		require.NoError(t, err)
 		require.True(t, forced)

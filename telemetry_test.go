@@ -608,7 +608,7 @@ func TestTraceOverTheModelCountsAnUpgradeWaiting(t *testing.T) {
 		count, other, p := newWaitingCounter(t)
 		reader, err := other.RWLock("rw").Reader().TryAcquire(ctx)
 		require.NoError(t, err)
-		u := mustTryAcquire(t, ctx, p.RWLock("rw").Upgradeable())
+		u := mustTryUpgradeable(t, ctx, p.RWLock("rw").Upgradeable())
 		count.requireWaiting("rw", 0, "a TryAcquire that acquired")
 
 		upgraded := make(chan error, 1)

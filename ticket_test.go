@@ -30,6 +30,9 @@ type ticketed struct {
 	// an RWLock's writer); shared: another reader may join it.
 	write, shared bool
 	coll          string // its document's collection
+	// upgradeable: an upgradeable reader's, which UpgradeableLock.TakeOver
+	// takes over as one.
+	upgradeable bool
 }
 
 func ticketedKinds() []ticketed {
@@ -38,11 +41,18 @@ func ticketedKinds() []ticketed {
 		return func(t *testing.T, p *mongolock.Provider) *mongolock.Handle { return mustTryAcquire(t, ctx, l(p)) }
 	}
 	rw := func(p *mongolock.Provider) *mongolock.RWLock { return p.RWLock("x") }
-	switched := func(l func(p *mongolock.Provider) *mongolock.Lock, sw func(h *mongolock.Handle, ctx context.Context) error) func(t *testing.T, p *mongolock.Provider) *mongolock.Handle {
+	// upgradeable takes an upgradeable reader, and upgrades it up times
+	// and downgrades it down times, in turn.
+	upgradeable := func(up, down int) func(t *testing.T, p *mongolock.Provider) *mongolock.Handle {
 		return func(t *testing.T, p *mongolock.Provider) *mongolock.Handle {
-			h := mustTryAcquire(t, ctx, l(p))
-			require.NoError(t, sw(h, ctx))
-			return h
+			h := mustTryUpgradeable(t, ctx, rw(p).Upgradeable())
+			for i := range up {
+				require.NoError(t, h.Upgrade(ctx))
+				if i < down {
+					require.NoError(t, h.Downgrade(ctx))
+				}
+			}
+			return h.Handle
 		}
 	}
 	return []ticketed{
@@ -58,10 +68,10 @@ func ticketedKinds() []ticketed {
 			return h
 		}, coll: memSemColl},
 		{name: "reader", take: try(func(p *mongolock.Provider) *mongolock.Lock { return rw(p).Reader() }), shared: true, coll: memSemColl},
-		{name: "upgradeable reader", take: try(func(p *mongolock.Provider) *mongolock.Lock { return rw(p).Upgradeable() }), shared: true, coll: memSemColl},
+		{name: "upgradeable reader", take: upgradeable(0, 0), shared: true, coll: memSemColl, upgradeable: true},
 		{name: "writer", take: try(func(p *mongolock.Provider) *mongolock.Lock { return rw(p).Writer() }), write: true, coll: memSemColl},
-		{name: "upgraded reader", take: switched(func(p *mongolock.Provider) *mongolock.Lock { return rw(p).Upgradeable() }, (*mongolock.Handle).Upgrade), write: true, coll: memSemColl},
-		{name: "downgraded writer", take: switched(func(p *mongolock.Provider) *mongolock.Lock { return rw(p).Writer() }, (*mongolock.Handle).Downgrade), shared: true, coll: memSemColl},
+		{name: "upgraded reader", take: upgradeable(1, 0), write: true, coll: memSemColl, upgradeable: true},
+		{name: "downgraded upgraded reader", take: upgradeable(1, 1), shared: true, coll: memSemColl, upgradeable: true},
 	}
 }
 
@@ -101,9 +111,18 @@ func TestTakeOverHandsEveryKindOver(t *testing.T) {
 				ticket, err := old.Ticket()
 				require.NoError(t, err)
 
-				h, err := taker.TakeOver(ctx, ticket)
+				// An upgradeable reader's is taken over as one, that can
+				// upgrade and downgrade.
+				var u *mongolock.UpgradeableHandle
+				if k.upgradeable {
+					u, err = taker.RWLock("x").Upgradeable().TakeOver(ctx, ticket)
+				} else {
+					var h *mongolock.Handle
+					h, err = taker.TakeOver(ctx, ticket)
+					u = &mongolock.UpgradeableHandle{Handle: h}
+				}
 				require.NoError(t, err)
-				releaseAtCleanup(t, h)
+				h := releaseAtCleanup(t, u.Handle)
 				require.Equal(t, "x", h.Name())
 				require.Equal(t, "taker", h.Owner())
 				require.Greater(t, h.FencingToken(), old.FencingToken())
@@ -128,12 +147,12 @@ func TestTakeOverHandsEveryKindOver(t *testing.T) {
 				require.ErrorIs(t, old.Release(ctx), mongolock.ErrLockLost)
 				requireHeldBy(t, rival, h, k.write)
 				switch k.name { // the taker's handle is in the holder's mode
-				case "upgradeable reader":
-					require.NoError(t, h.Upgrade(ctx))
-				case "writer", "upgraded reader":
-					require.NoError(t, h.Downgrade(ctx))
-				case "reader", "downgraded writer":
-					require.ErrorIs(t, h.Downgrade(ctx), mongolock.ErrMismatch)
+				case "upgradeable reader", "downgraded upgraded reader":
+					require.ErrorIs(t, u.Downgrade(ctx), mongolock.ErrMismatch)
+					require.NoError(t, u.Upgrade(ctx))
+				case "upgraded reader":
+					require.ErrorIs(t, u.Upgrade(ctx), mongolock.ErrMismatch)
+					require.NoError(t, u.Downgrade(ctx))
 				}
 				require.NoError(t, h.Release(ctx))
 				info, err := rival.Inspect(ctx, "x")
@@ -447,6 +466,29 @@ func ticketErrorCases() []errorCase {
 			ticket := ticketOf(t, e, true)
 			e.net.Faults.Partition()
 			_, err := e.p.TakeOver(e.ctx, ticket)
+			return err
+		}},
+		{call: "UpgradeableLock.TakeOver", path: "no ticket", op: "take over", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.rival.RWLock("rw").Upgradeable().TakeOver(e.ctx, "")
+			return err
+		}},
+		{call: "UpgradeableLock.TakeOver", path: "a writer's ticket", op: "take over", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.rival.RWLock("rw").Upgradeable().TakeOver(e.ctx, must(e.hold(t, e.p.RWLock("rw").Writer()).Ticket()))
+			return err
+		}},
+		{call: "UpgradeableLock.TakeOver", path: "a ticket of another name", op: "take over", name: "other", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.rival.RWLock("other").Upgradeable().TakeOver(e.ctx, must(e.holdUpgradeable(t, e.p.RWLock("rw")).Ticket()))
+			return err
+		}},
+		{call: "UpgradeableLock.TakeOver", path: "a nil context", op: "take over", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.rival.RWLock("rw").Upgradeable().TakeOver(noCtx, must(e.holdUpgradeable(t, e.p.RWLock("rw")).Ticket()))
+			return err
+		}},
+		{call: "UpgradeableLock.TakeOver", path: "a stale ticket", op: "take over", name: "rw", is: stale, run: func(t *testing.T, e *errorEnv) error {
+			h := e.holdUpgradeable(t, e.p.RWLock("rw"))
+			ticket := must(h.Ticket())
+			require.NoError(t, h.Release(e.ctx))
+			_, err := e.rival.RWLock("rw").Upgradeable().TakeOver(e.ctx, ticket)
 			return err
 		}},
 		{call: "Election.TakeOver", path: "no ticket", op: "take over", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {

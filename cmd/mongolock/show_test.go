@@ -330,11 +330,17 @@ func TestListShowsEveryKind(t *testing.T) {
 	}
 	tokens := map[string]int64{}
 	for i, p := range ps {
-		reader := p.RWLock("jobs/catalog").Reader()
+		reader := p.RWLock("jobs/catalog").Reader().TryAcquire
 		if i == 1 {
-			reader = p.RWLock("jobs/catalog").Upgradeable()
+			reader = func(ctx context.Context) (*mongolock.Handle, error) {
+				u, err := p.RWLock("jobs/catalog").Upgradeable().TryAcquire(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return u.Handle, nil
+			}
 		}
-		tokens["jobs/catalog rwlock"] = hold(reader.TryAcquire(ctx)).FencingToken()
+		tokens["jobs/catalog rwlock"] = hold(reader(ctx)).FencingToken()
 		tokens["jobs/exports semaphore"] = hold(p.Semaphore("jobs/exports", 3).TryAcquire(ctx)).FencingToken()
 	}
 	tokens["jobs/exports lock"] = hold(ps[0].Lock("jobs/exports").TryAcquire(ctx)).FencingToken()

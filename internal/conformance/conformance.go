@@ -91,7 +91,7 @@ var cases = []struct {
 	{"UpgradeWhoseCtxEndsLetsReadersInAgainAndStaysUpgradeable", upgradeCtxEnds},
 	{"UpgradeSeesTheLossOfItsHandle", upgradeSeesTheLoss},
 	{"DowngradeLetsAWaitingReaderInAndKeepsWritersOut", downgradeLetsReadersIn},
-	{"UpgradeAndDowngradeOfTheWrongHandleAreErrMismatch", wrongHandles},
+	{"UpgradeAndDowngradeInTheWrongModeAreErrMismatch", wrongHandles},
 	{"ElectionLeaderProclaimResign", electionLeaderProclaimResign},
 	{"ElectionCampaignWaitsForTheResignation", electionCampaignWaits},
 	{"ElectionObserveDeliversChanges", electionObserve},

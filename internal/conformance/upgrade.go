@@ -13,7 +13,7 @@ import (
 
 // upgrading runs h's Upgrade with ctx in a goroutine; its error arrives on
 // the channel.
-func upgrading(ctx context.Context, h *mongolock.Handle) <-chan error {
+func upgrading(ctx context.Context, h *mongolock.UpgradeableHandle) <-chan error {
 	ch := make(chan error, 1)
 	go func() { ch <- h.Upgrade(ctx) }()
 	return ch
@@ -33,9 +33,9 @@ func (e *Env) upgraded(ch <-chan error, what string) error {
 
 // upgradeableBesideAReader takes an upgradeable reader of "rw" and a
 // reader beside it, of providers of their own; rw is the reader's.
-func (e *Env) upgradeableBesideAReader() (u, r *mongolock.Handle, rw *mongolock.RWLock) {
+func (e *Env) upgradeableBesideAReader() (u *mongolock.UpgradeableHandle, r *mongolock.Handle, rw *mongolock.RWLock) {
 	e.T.Helper()
-	u = e.try(e.provider().RWLock("rw").Upgradeable())
+	u = e.tryUpgradeable(e.provider().RWLock("rw").Upgradeable())
 	rw = e.provider().RWLock("rw")
 	return u, e.try(rw.Reader()), rw
 }
@@ -65,6 +65,14 @@ func (e *Env) refused(l *mongolock.Lock, why string) {
 	require.ErrorIs(e.T, err, mongolock.ErrNotAcquired, why)
 }
 
+// tryUpgradeable takes u at once, or fails the test.
+func (e *Env) tryUpgradeable(u *mongolock.UpgradeableLock) *mongolock.UpgradeableHandle {
+	e.T.Helper()
+	h, err := u.TryAcquire(e.Ctx)
+	require.NoError(e.T, err)
+	return h
+}
+
 // modes returns the Write and Upgradeable of each holder of rw.
 func (e *Env) modes(rw *mongolock.RWLock) [][2]bool {
 	e.T.Helper()
@@ -79,21 +87,28 @@ func (e *Env) modes(rw *mongolock.RWLock) [][2]bool {
 
 func upgradeableSharesWithReadersOnly(e *Env) {
 	pu, pr, pq := e.provider(), e.provider(), e.provider()
-	u := e.try(pu.RWLock("rw").Upgradeable())
+	u := e.tryUpgradeable(pu.RWLock("rw").Upgradeable())
 	r := e.try(pr.RWLock("rw").Reader())
 	require.Equal(e.T, [][2]bool{{false, true}, {false, false}}, e.modes(pr.RWLock("rw")), "the upgradeable reader, then the reader")
 	info := e.inspect(pr, "rw")
 	require.Equal(e.T, mongolock.KindRWLock, info.Kind)
 	require.Len(e.T, info.Holders, 2)
 	require.True(e.T, info.Holders[0].Upgradeable, "Provider.Inspect shows the upgradeable reader")
-	e.refused(pq.RWLock("rw").Upgradeable(), "a second upgradeable reader")
+	_, err := pq.RWLock("rw").Upgradeable().TryAcquire(e.Ctx)
+	require.ErrorIs(e.T, err, mongolock.ErrNotAcquired, "a second upgradeable reader")
 	e.refused(pq.RWLock("rw").Writer(), "a writer beside an upgradeable reader")
 
-	second := start(func() (*mongolock.Handle, error) { return pq.RWLock("rw").Upgradeable().Acquire(e.Ctx) })
+	second := start(func() (*mongolock.Handle, error) {
+		h, err := pq.RWLock("rw").Upgradeable().Acquire(e.Ctx)
+		if err != nil {
+			return nil, err
+		}
+		return h.Handle, nil
+	})
 	e.awaitWaiting(pq, "rw")
 	e.release(e.try(pr.RWLock("rw").Reader())) // a waiting upgradeable reader keeps no reader out
 	e.notYet(second, "a second upgradeable reader")
-	e.release(u)
+	e.release(u.Handle)
 	u2 := e.receive(second)
 	require.Greater(e.T, u2.FencingToken(), r.FencingToken())
 	e.release(r)
@@ -120,8 +135,8 @@ func upgradeWaitsForReaders(e *Env) {
 	require.Equal(e.T, [][2]bool{{true, false}}, e.modes(rw), "the upgraded writer, alone")
 	e.refused(rw.Reader(), "a reader beside the upgraded writer")
 	e.notYet(writer, "the waiting writer, beside the upgraded one")
-	e.notLost(u, "the upgrade lost the handle")
-	e.release(u)
+	e.notLost(u.Handle, "the upgrade lost the handle")
+	e.release(u.Handle)
 	w := e.receive(writer)
 	require.Greater(e.T, w.FencingToken(), u.FencingToken())
 	e.release(w)
@@ -153,7 +168,7 @@ func upgradeCtxEnds(e *Env) {
 	require.NoError(e.T, u.Context().Err(), "the handle is held still")
 	require.Equal(e.T, [][2]bool{{false, true}, {false, false}, {false, false}}, e.modes(rw), "still an upgradeable reader")
 	require.ErrorIs(e.T, u.Downgrade(e.Ctx), mongolock.ErrMismatch, "it is not a writer")
-	e.release(u)
+	e.release(u.Handle)
 	e.release(r)
 	e.release(r2)
 	e.requireFree(rw.Writer(), "nothing is left held")
@@ -178,7 +193,8 @@ func upgradeSeesTheLoss(e *Env) {
 func downgradeLetsReadersIn(e *Env) {
 	pw, pl := e.provider(), e.provider()
 	rw := e.provider().RWLock("rw")
-	w := e.try(pw.RWLock("rw").Writer())
+	w := e.tryUpgradeable(pw.RWLock("rw").Upgradeable())
+	require.NoError(e.T, w.Upgrade(e.Ctx), "alone, at once")
 	token := w.FencingToken()
 	// Whether the reader waits yet is not told alike (the server's
 	// providers of one client are one process, whose reader waits without
@@ -189,52 +205,51 @@ func downgradeLetsReadersIn(e *Env) {
 	require.NoError(e.T, w.Downgrade(e.Ctx))
 	require.Equal(e.T, token, w.FencingToken(), "a downgrade keeps the token")
 	r := e.receive(reader) // while the downgraded handle holds
-	require.Equal(e.T, [][2]bool{{false, false}, {false, false}}, e.modes(rw), "two readers")
+	require.Equal(e.T, [][2]bool{{false, true}, {false, false}}, e.modes(rw), "the downgraded upgradeable reader and a reader")
 	e.refused(rw.Writer(), "a writer beside the downgraded reader")
 	writer := start(func() (*mongolock.Handle, error) { return pl.RWLock("rw").Writer().Acquire(e.Ctx) })
 	e.notYet(writer, "a writer beside the downgraded reader")
-	require.ErrorIs(e.T, w.Upgrade(e.Ctx), mongolock.ErrMismatch, "a downgraded writer is a plain reader")
-	e.release(w)
+	_, err := rw.Upgradeable().TryAcquire(e.Ctx)
+	require.ErrorIs(e.T, err, mongolock.ErrNotAcquired, "a downgraded writer is an upgradeable reader: a second one is refused")
+	e.release(w.Handle)
 	e.release(r)
 	w2 := e.receive(writer)
 	require.Greater(e.T, w2.FencingToken(), r.FencingToken())
 	e.release(w2)
 
-	u := e.try(pw.RWLock("rw").Upgradeable())
+	u := e.tryUpgradeable(pw.RWLock("rw").Upgradeable())
 	require.NoError(e.T, u.Upgrade(e.Ctx), "alone, at once")
 	upgraded := u.FencingToken()
 	require.NoError(e.T, u.Downgrade(e.Ctx))
 	require.Equal(e.T, [][2]bool{{false, true}}, e.modes(rw), "an upgraded handle downgrades to an upgradeable reader")
 	require.NoError(e.T, u.Upgrade(e.Ctx), "and can upgrade again")
 	require.Greater(e.T, u.FencingToken(), upgraded)
-	e.release(u)
+	e.release(u.Handle)
 }
 
 func wrongHandles(e *Env) {
 	p := e.provider()
-	r := e.try(p.RWLock("read").Reader())
 	w := e.try(p.RWLock("written").Writer())
-	u := e.try(p.RWLock("upgradeable").Upgradeable())
-	l := e.try(p.Lock("plain"))
-	s := e.try(p.Semaphore("counted", 2))
-	for what, h := range map[string]*mongolock.Handle{"a reader's": r, "a writer's": w, "a lock's": l, "a semaphore's": s} {
-		err := h.Upgrade(e.Ctx)
-		require.ErrorIs(e.T, err, mongolock.ErrMismatch, "%s upgrade", what)
-		require.ErrorContains(e.T, err, "not an upgradeable reader's", what)
-		requireOp(e.T, err, "upgrade")
-	}
-	for what, h := range map[string]*mongolock.Handle{"a reader's": r, "an upgradeable reader's": u, "a lock's": l, "a semaphore's": s} {
-		err := h.Downgrade(e.Ctx)
-		require.ErrorIs(e.T, err, mongolock.ErrMismatch, "%s downgrade", what)
-		require.ErrorContains(e.T, err, "not a writer's", what)
-		requireOp(e.T, err, "downgrade")
-	}
-	e.refused(p.RWLock("written").Reader(), "the writer writes still")
+	u := e.tryUpgradeable(p.RWLock("upgradeable").Upgradeable())
+	err := u.Downgrade(e.Ctx)
+	require.ErrorIs(e.T, err, mongolock.ErrMismatch, "an upgradeable reader's downgrade")
+	require.ErrorContains(e.T, err, "not a writer's")
+	requireOp(e.T, err, "downgrade")
 	require.Equal(e.T, [][2]bool{{false, true}}, e.modes(p.RWLock("upgradeable")), "the upgradeable reader is one still")
-	for _, h := range []*mongolock.Handle{r, w, u, l, s} {
-		e.release(h)
+
+	require.NoError(e.T, u.Upgrade(e.Ctx), "alone, at once")
+	token := u.FencingToken()
+	err = u.Upgrade(e.Ctx)
+	require.ErrorIs(e.T, err, mongolock.ErrMismatch, "an upgraded handle's upgrade")
+	require.ErrorContains(e.T, err, "not an upgradeable reader's")
+	requireOp(e.T, err, "upgrade")
+	require.Equal(e.T, token, u.FencingToken(), "a refused upgrade takes no token")
+	require.Equal(e.T, [][2]bool{{true, false}}, e.modes(p.RWLock("upgradeable")), "the upgraded handle is the writer still")
+	e.refused(p.RWLock("written").Reader(), "the writer writes still")
+	e.release(w)
+	e.release(u.Handle)
+	for what, err := range map[string]error{"upgrade": u.Upgrade(e.Ctx), "downgrade": u.Downgrade(e.Ctx)} {
+		require.ErrorContains(e.T, err, "released", what)
+		require.NotErrorIs(e.T, err, mongolock.ErrMismatch, what)
 	}
-	err := u.Upgrade(e.Ctx)
-	require.ErrorContains(e.T, err, "released")
-	require.NotErrorIs(e.T, err, mongolock.ErrMismatch)
 }

@@ -46,7 +46,7 @@ func Acquire(ctx context.Context, locks *mongolock.Provider, tr Trial, owner str
 		rw := locks.RWLock(tr.Name)
 		switch {
 		case tr.Upgrade:
-			l = rw.Upgradeable()
+			l = upgradeable{rw.Upgradeable()}
 		case tr.Write:
 			l = rw.Writer()
 		default:
@@ -71,11 +71,30 @@ func Acquire(ctx context.Context, locks *mongolock.Provider, tr Trial, owner str
 	if err != nil || !tr.Upgrade {
 		return h, nil, err
 	}
-	if err := h.Upgrade(ctx); err != nil {
+	if err := (&mongolock.UpgradeableHandle{Handle: h}).Upgrade(ctx); err != nil {
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = h.Release(rctx)
 		return nil, nil, err
 	}
 	return h, nil, nil
+}
+
+// upgradeable is an upgradeable reader's lock, whose calls return their
+// UpgradeableHandle's Handle.
+type upgradeable struct{ u *mongolock.UpgradeableLock }
+
+func (u upgradeable) Acquire(ctx context.Context) (*mongolock.Handle, error) {
+	return handle(u.u.Acquire(ctx))
+}
+
+func (u upgradeable) TryAcquire(ctx context.Context) (*mongolock.Handle, error) {
+	return handle(u.u.TryAcquire(ctx))
+}
+
+func handle(h *mongolock.UpgradeableHandle, err error) (*mongolock.Handle, error) {
+	if err != nil {
+		return nil, err
+	}
+	return h.Handle, nil
 }
