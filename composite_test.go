@@ -320,6 +320,14 @@ func TestCompositeOfMixedKindsHoldsEachPartAsItsKindDoes(t *testing.T) {
 		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "one upgradeable reader at a time")
 		requireFree(t, ctx, e.other.Semaphore("exports", 2), e.other.RWLock("catalog").Reader(), e.other.RWLock("prices").Reader())
 
+		// The upgradeable reader's part upgrades as an UpgradeableHandle.
+		u := &mongolock.UpgradeableHandle{Handle: handles[3]}
+		require.NoError(t, u.Upgrade(ctx))
+		_, err = e.other.RWLock("prices").Reader().TryAcquire(ctx)
+		require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a reader beside the upgraded part")
+		require.NoError(t, u.Downgrade(ctx))
+		requireFree(t, ctx, e.other.RWLock("prices").Reader())
+
 		require.NoError(t, h.Release(ctx))
 		require.ErrorIs(t, context.Cause(h.Context()), context.Canceled)
 		require.False(t, closedNow(h.Lost()), "Release does not close Lost")

@@ -257,7 +257,7 @@ func TestProclaimIsRefusedToAStaleLeader(t *testing.T) {
 }
 
 // Values are bounded: a campaign or a proclamation with a longer one is
-// refused before anything is sent; and a proclamation after Resign is an
+// refused before anything is sent; and a proclamation after Release is an
 // error that sends nothing.
 func TestValuesAreBoundedAndAResignedLeaderCannotProclaim(t *testing.T) {
 	ctx := boundedCtx(t, 30*time.Second)
@@ -279,7 +279,7 @@ func TestValuesAreBoundedAndAResignedLeaderCannotProclaim(t *testing.T) {
 	err = l.Proclaim(ctx, "after")
 	require.ErrorContains(t, err, "resigned")
 	require.NotErrorIs(t, err, mongolock.ErrLockLost)
-	require.Equal(t, sent, e.count.commands.Load(), "a proclamation after Resign sent nothing")
+	require.Equal(t, sent, e.count.commands.Load(), "a proclamation after Release sent nothing")
 }
 
 // Leader shows the leader's value, owner, token and election time, and

@@ -36,8 +36,7 @@ import (
 )
 
 // modeLock is how a row acquires: Acquire (waiting) and TryAcquire (one
-// attempt). Every handle is given up with Release (an election's Resign is
-// Release).
+// attempt). Every handle is given up with Release (a leadership's too).
 type modeLock struct {
 	acquire, try func(ctx context.Context) (*mongolock.Handle, error)
 }

@@ -83,8 +83,8 @@ func (rw *RWLock) Upgradeable() *UpgradeableLock { return rw.u }
 
 // An UpgradeableLock is an RWLock held by an upgradeable reader, whose
 // handles can become the writer and a reader again (UpgradeableHandle).
-// It is a Part of a Composite, whose handle of it is a reader's that does
-// not upgrade.
+// It can be a Part of a Composite: the composite's Handle of it upgrades
+// as UpgradeableHandle{Handle: h}.
 //
 // It shares the lock with readers, but excludes writers and other
 // upgradeable readers: at most one holds it at a time, so two upgrades can
@@ -131,7 +131,7 @@ func (u *UpgradeableLock) Do(ctx context.Context, fn func(ctx context.Context, h
 
 // TakeOver takes over the upgradeable reader's acquisition of which ticket
 // was made (Handle.Ticket), as Provider.TakeOver does, with its errors,
-// and returns it as an UpgradeableHandle, upgraded if it was. A ticket of
+// and returns it as an UpgradeableHandle, the writer if it was upgraded. A ticket of
 // another name, kind or mode is ErrInvalidArgument, and sends nothing.
 func (u *UpgradeableLock) TakeOver(ctx context.Context, ticket string) (*UpgradeableHandle, error) {
 	t, err := parseTicket(ticket)
@@ -157,6 +157,10 @@ func upgradeable(h *Handle, err error) (*UpgradeableHandle, error) {
 // RWLock (UpgradeableLock), which Upgrade makes the writer and Downgrade
 // an upgradeable reader again, as often as needed: one Handle throughout,
 // its lease and owner going on.
+//
+// UpgradeableLock's calls return one; a Composite's Handle of an
+// UpgradeableLock part becomes one as UpgradeableHandle{Handle: h}. Of
+// any other Handle, Upgrade and Downgrade are ErrMismatch.
 type UpgradeableHandle struct {
 	*Handle
 }
@@ -164,15 +168,17 @@ type UpgradeableHandle struct {
 // errReleased reports an Upgrade or Downgrade of a released handle.
 var errReleased = errors.New("the handle was released")
 
-// Upgrade makes h, an upgradeable reader, the writer of its lock, without a
-// moment in which another writer could get in. New readers are refused from its first round trip on; it waits until
+// Upgrade makes h, an upgradeable reader, the writer of its lock, with no
+// moment in which another writer could get in: the same handle, its lease
+// going on, with a new fencing token greater than every earlier one.
+//
+// New readers are refused from its first round trip on; it waits until
 // the other readers have released (or lost) the lock, polling as a
 // claimant of the next turn does, at least as often as the longest sleep
 // (WithBusyWaitSleep). It waits beside its process's line: what wakes the
 // line's head (a release in its process, or a release event where the
-// server has change streams) wakes it at once. Then h is the writer: the same handle, its lease
-// going on, with a new fencing token, greater than every earlier token of
-// the lock. If no other reader holds, that takes one round trip.
+// server has change streams) wakes it at once. If no other reader holds,
+// it takes one round trip.
 //
 // An Upgrade that waits for a reader of the same lock that its own caller
 // holds, or that the caller needs to release, waits until ctx ends: a

@@ -1031,3 +1031,34 @@ func TestRWLockUpgradeAndDowngradeOverTheModelSeeTheirHandleEnd(t *testing.T) {
 		require.ErrorIs(t, w.Release(ctx), mongolock.ErrLockLost)
 	})
 }
+
+// Over the model: an upgradeable reader's Do gives fn its handle, which
+// upgrades and writes; the lock is free once Do returns, whatever mode fn
+// left it in, and fn's error is Do's.
+func TestRWLockUpgradeableDoRunsFnWithItsHandle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := newMemDB(t)
+		p, _ := d.process()
+		other, _ := d.process()
+		failed := errors.New("fn failed")
+		for _, upgrade := range []bool{false, true} {
+			var token int64
+			err := p.RWLock("catalog").Upgradeable().Do(ctx, func(ctx context.Context, h *mongolock.UpgradeableHandle) error {
+				require.NoError(t, ctx.Err())
+				token = h.FencingToken()
+				if upgrade {
+					require.NoError(t, h.Upgrade(ctx))
+					_, err := other.RWLock("catalog").Reader().TryAcquire(ctx)
+					require.ErrorIs(t, err, mongolock.ErrNotAcquired, "a reader beside the upgraded handle")
+				}
+				return failed
+			})
+			require.ErrorIs(t, err, failed, "fn's error")
+			require.NotZero(t, token, "fn did not run")
+			w, err := other.RWLock("catalog").Writer().TryAcquire(ctx)
+			require.NoError(t, err, "a writer once Do returned (upgraded: %v)", upgrade)
+			require.NoError(t, w.Release(ctx))
+		}
+	})
+}

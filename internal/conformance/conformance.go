@@ -400,7 +400,7 @@ func electionLeaderProclaimResign(e *Env) {
 	_, err = el.Leader(e.Ctx)
 	require.ErrorIs(e.T, err, mongolock.ErrNoLeader)
 	err = l.Proclaim(e.Ctx, "c")
-	require.Error(e.T, err, "no Proclaim after Resign")
+	require.Error(e.T, err, "no Proclaim after Release")
 	requireOp(e.T, err, "proclaim")
 	require.NoError(e.T, l.Release(e.Ctx))
 

@@ -9,8 +9,8 @@
 // Each trial picks a kind, then one of its names: -k mutexes
 // (Provider.Lock), -ks semaphores of -n slots (Provider.Semaphore), -kr
 // reader-writer locks (Provider.RWLock; a writer one time in three, half
-// of the writers an upgradeable reader that Handle.Upgrade makes the
-// writer), or -ke
+// of the writers an upgradeable reader that UpgradeableHandle.Upgrade
+// makes the writer), or -ke
 // elections (Provider.Election: Campaign, and the leadership is held as a
 // mutex is). One acquisition in four (not a campaign) loops on the Try
 // call instead of waiting.
