@@ -23,7 +23,7 @@ import (
 // MaxValueLen bounds an election's value, in bytes.
 const MaxValueLen = 16 << 10
 
-var errResigned = errors.New("the leadership was released")
+var errResigned = errors.New("the leadership was resigned")
 
 // An Election elects one leader at a time among those that campaign on its
 // name, in this process and in others. It is the lock of that name: a
