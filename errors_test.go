@@ -359,6 +359,17 @@ func errorCases() []errorCase {
 			e.net.Faults.Partition()
 			return h.Release(e.ctx)
 		}},
+		{call: "UpgradeableHandle.Upgrade", path: "a nil handle", op: "upgrade", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			var h *mongolock.UpgradeableHandle // a failed Acquire's
+			return h.Upgrade(e.ctx)
+		}},
+		{call: "UpgradeableHandle.Upgrade", path: "a zero handle", op: "upgrade", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return (&mongolock.UpgradeableHandle{}).Upgrade(e.ctx)
+		}},
+		{call: "UpgradeableHandle.Downgrade", path: "a nil handle", op: "downgrade", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			var h *mongolock.UpgradeableHandle
+			return h.Downgrade(e.ctx)
+		}},
 		{call: "UpgradeableHandle.Upgrade", path: "a nil context", op: "upgrade", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
 			return e.holdUpgradeable(t, e.p.RWLock("rw")).Upgrade(noCtx)
 		}},

@@ -192,9 +192,13 @@ var errReleased = errors.New("the handle was released")
 // lapses by itself soon after if that fails. A loss of the lock, before or
 // while it waits, is the handle's loss (Lost, Context), and Upgrade returns
 // an error wrapping ErrLockLost. A handle that is the writer already is
-// ErrMismatch.
-func (h *UpgradeableHandle) Upgrade(ctx context.Context) error {
+// ErrMismatch; a nil one, ErrInvalidArgument.
+func (u *UpgradeableHandle) Upgrade(ctx context.Context) error {
 	const op = "upgrade"
+	h := u.held()
+	if h == nil {
+		return &Error{Op: op, Err: errNilUpgradeable}
+	}
 	l, p := h.lock, h.lock.p
 	if err := h.beginSwitch(ctx, upgradeMode); err != nil {
 		return l.errorf(op, err)
@@ -204,16 +208,28 @@ func (h *UpgradeableHandle) Upgrade(ctx context.Context) error {
 		return l.errorf(op, ErrClosed)
 	}
 	defer p.calls.Done()
-	u := &upgradeWait{waitLoop: waitLoop{l: l, op: op, w: l.collection().queues.join(l, true), ended: h.ctx.Done()}, h: h.Handle, start: time.Now()}
-	defer u.leave(false)
-	err := u.run(ctx, u.try)
+	w := &upgradeWait{waitLoop: waitLoop{l: l, op: op, w: l.collection().queues.join(l, true), ended: h.ctx.Done()}, h: h, start: time.Now()}
+	defer w.leave(false)
+	err := w.run(ctx, w.try)
 	switch {
 	case err == errHandleEnded:
 		return h.noHolder(op)
-	case err != nil && u.marked != "":
-		h.undoUpgrade(u.marked, afterReply) // readers are let in again
+	case err != nil && w.marked != "":
+		h.undoUpgrade(w.marked, afterReply) // readers are let in again
 	}
 	return err
+}
+
+// errNilUpgradeable reports an Upgrade or Downgrade of a nil or zero
+// UpgradeableHandle (a failed Acquire's), which holds nothing.
+var errNilUpgradeable = invalid("a nil handle: its Acquire failed")
+
+// held returns u's acquisition, nil for a nil or zero UpgradeableHandle.
+func (u *UpgradeableHandle) held() *acquisition {
+	if u == nil || u.Handle == nil {
+		return nil
+	}
+	return u.acquisition
 }
 
 // An upgradeWait is an Upgrade's wait, an Acquire's but for one
@@ -222,7 +238,7 @@ func (h *UpgradeableHandle) Upgrade(ctx context.Context) error {
 // until the handle ends.
 type upgradeWait struct {
 	waitLoop
-	h      *Handle
+	h      *acquisition
 	start  time.Time
 	marked string // the tag of the last poll seen holding readers off
 }
@@ -238,7 +254,7 @@ func (u *upgradeWait) try(ctx context.Context) (afterTry, <-chan time.Time, erro
 	case err == nil && token != 0:
 		u.h.token.Store(token)
 		u.h.mode.Store(uint32(writeMode))
-		u.l.collection().queues.setExclusive(u.h.acquisition, true)
+		u.l.collection().queues.setExclusive(u.h, true)
 		return waitOver, nil, nil
 	case err == nil:
 		u.marked, u.lastErr = tag, nil // contended since the last error
@@ -309,18 +325,21 @@ func (h *acquisition) undoUpgrade(tag string, schedule []time.Duration) {
 // fails, h is a reader all the same, and the downgrade is retried in the
 // background: stop writing either way. A loss of the lock is the handle's
 // loss, and Downgrade returns an error wrapping ErrLockLost. A handle that
-// is not the writer is ErrMismatch.
-func (h *UpgradeableHandle) Downgrade(ctx context.Context) error {
+// is not the writer is ErrMismatch; a nil one, ErrInvalidArgument.
+func (u *UpgradeableHandle) Downgrade(ctx context.Context) error {
 	const op = "downgrade"
+	h := u.held()
+	if h == nil {
+		return &Error{Op: op, Err: errNilUpgradeable}
+	}
 	l := h.lock
 	if err := h.beginSwitch(ctx, writeMode); err != nil {
 		return l.errorf(op, err)
 	}
 	defer h.changing.Store(false)
-	to := upgradeMode
-	h.mode.Store(uint32(to)) // a reader from now on, whatever the round trip does
-	l.collection().queues.setExclusive(h.acquisition, false)
-	filter, update := semHolderFilter(l.name, h.lockID), holderModeUpdate(h.lockID, to)
+	h.mode.Store(uint32(upgradeMode)) // a reader from now on, whatever the round trip does
+	l.collection().queues.setExclusive(h, false)
+	filter, update := semHolderFilter(l.name, h.lockID), holderModeUpdate(h.lockID, upgradeMode)
 	err := ctx.Err()
 	if err == nil {
 		var matched int64
