@@ -21,7 +21,8 @@ import (
 
 // A Part is a lock that a Composite can hold: a *Lock (an RWLock's Reader or
 // Writer included), a *Semaphore, whose part is one slot, or an
-// *UpgradeableLock, whose part is a reader's that does not upgrade.
+// *UpgradeableLock. Its methods but Name are the library's: the library's
+// types alone are parts.
 type Part interface {
 	Name() string
 	// acquirePart is the part's Acquire (wait) or TryAcquire, as a Handle.
@@ -81,7 +82,8 @@ func (s *Semaphore) acquirePart(ctx context.Context, wait bool) (*Handle, error)
 }
 
 // acquirePart: the handle is the upgradeable reader's, as a Handle (a
-// Composite's handles are Handles), which does not upgrade.
+// Composite's handles are Handles); UpgradeableHandle{Handle: h} upgrades
+// it.
 func (u *UpgradeableLock) acquirePart(ctx context.Context, wait bool) (*Handle, error) {
 	return u.lock.acquirePart(ctx, wait)
 }
