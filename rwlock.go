@@ -129,21 +129,6 @@ func (u *UpgradeableLock) Do(ctx context.Context, fn func(ctx context.Context, h
 	return do(ctx, h, func(ctx context.Context) error { return fn(ctx, h) })
 }
 
-// TakeOver takes over the upgradeable reader's acquisition of which ticket
-// was made (Handle.Ticket), as Provider.TakeOver does, with its errors,
-// and returns it as an UpgradeableHandle, the writer if it was upgraded. A ticket of
-// another name, kind or mode is ErrInvalidArgument, and sends nothing.
-func (u *UpgradeableLock) TakeOver(ctx context.Context, ticket string) (*UpgradeableHandle, error) {
-	t, err := parseTicket(ticket)
-	if err == nil && (t.Kind != KindRWLock || t.Mode != string(upgradeMode) || t.Name != u.lock.name) {
-		err = invalidf("the ticket is of the %s %q, not of this upgradeable reader", t.lock(u.lock.p).kind.describe().part(), shortName(t.Name))
-	}
-	if err != nil {
-		return nil, u.lock.errorf("take over", err)
-	}
-	return upgradeable(u.lock.p.takeOver(ctx, t, nil))
-}
-
 // upgradeable is an upgradeable reader's acquisition's outcome, as its
 // handle's type.
 func upgradeable(h *Handle, err error) (*UpgradeableHandle, error) {
@@ -158,8 +143,9 @@ func upgradeable(h *Handle, err error) (*UpgradeableHandle, error) {
 // an upgradeable reader again, as often as needed: one Handle throughout,
 // its lease and owner going on.
 //
-// UpgradeableLock's calls return one; a Composite's Handle of an
-// UpgradeableLock part becomes one as UpgradeableHandle{Handle: h}. Of
+// UpgradeableLock's Acquire, TryAcquire and Do give one. A Handle of an
+// upgradeable reader that comes as a Handle (a Composite's part's,
+// Provider.TakeOver's) becomes one as UpgradeableHandle{Handle: h}. Of
 // any other Handle, Upgrade and Downgrade are ErrMismatch.
 type UpgradeableHandle struct {
 	*Handle
@@ -368,6 +354,8 @@ func (h *acquisition) beginSwitch(ctx context.Context, mode rwMode) error {
 		return errReleased
 	case h.lossError() != nil:
 		return h.lossError()
+	case h.lock.kind.describe().mode != upgradeMode: // a Handle of another kind, made an UpgradeableHandle
+		return notInMode(upgradeMode)
 	case rwMode(h.mode.Load()) != mode:
 		return notInMode(mode)
 	case !h.changing.CompareAndSwap(false, true):

@@ -30,9 +30,6 @@ type ticketed struct {
 	// an RWLock's writer); shared: another reader may join it.
 	write, shared bool
 	coll          string // its document's collection
-	// upgradeable: an upgradeable reader's, which UpgradeableLock.TakeOver
-	// takes over as one.
-	upgradeable bool
 }
 
 func ticketedKinds() []ticketed {
@@ -68,10 +65,10 @@ func ticketedKinds() []ticketed {
 			return h
 		}, coll: memSemColl},
 		{name: "reader", take: try(func(p *mongolock.Provider) *mongolock.Lock { return rw(p).Reader() }), shared: true, coll: memSemColl},
-		{name: "upgradeable reader", take: upgradeable(0, 0), shared: true, coll: memSemColl, upgradeable: true},
+		{name: "upgradeable reader", take: upgradeable(0, 0), shared: true, coll: memSemColl},
 		{name: "writer", take: try(func(p *mongolock.Provider) *mongolock.Lock { return rw(p).Writer() }), write: true, coll: memSemColl},
-		{name: "upgraded reader", take: upgradeable(1, 0), write: true, coll: memSemColl, upgradeable: true},
-		{name: "downgraded upgraded reader", take: upgradeable(1, 1), shared: true, coll: memSemColl, upgradeable: true},
+		{name: "upgraded reader", take: upgradeable(1, 0), write: true, coll: memSemColl},
+		{name: "downgraded upgraded reader", take: upgradeable(1, 1), shared: true, coll: memSemColl},
 	}
 }
 
@@ -111,18 +108,9 @@ func TestTakeOverHandsEveryKindOver(t *testing.T) {
 				ticket, err := old.Ticket()
 				require.NoError(t, err)
 
-				// An upgradeable reader's is taken over as one, that can
-				// upgrade and downgrade.
-				var u *mongolock.UpgradeableHandle
-				if k.upgradeable {
-					u, err = taker.RWLock("x").Upgradeable().TakeOver(ctx, ticket)
-				} else {
-					var h *mongolock.Handle
-					h, err = taker.TakeOver(ctx, ticket)
-					u = &mongolock.UpgradeableHandle{Handle: h}
-				}
+				h, err := taker.TakeOver(ctx, ticket)
 				require.NoError(t, err)
-				h := releaseAtCleanup(t, u.Handle)
+				releaseAtCleanup(t, h)
 				require.Equal(t, "x", h.Name())
 				require.Equal(t, "taker", h.Owner())
 				require.Greater(t, h.FencingToken(), old.FencingToken())
@@ -146,13 +134,19 @@ func TestTakeOverHandsEveryKindOver(t *testing.T) {
 				require.False(t, closedNow(h.Lost()), "the taker lost it")
 				require.ErrorIs(t, old.Release(ctx), mongolock.ErrLockLost)
 				requireHeldBy(t, rival, h, k.write)
-				switch k.name { // the taker's handle is in the holder's mode
+				// The taker's handle is in the holder's mode; an upgradeable
+				// reader's upgrades and downgrades as one.
+				u := &mongolock.UpgradeableHandle{Handle: h}
+				switch k.name {
 				case "upgradeable reader", "downgraded upgraded reader":
 					require.ErrorIs(t, u.Downgrade(ctx), mongolock.ErrMismatch)
 					require.NoError(t, u.Upgrade(ctx))
 				case "upgraded reader":
 					require.ErrorIs(t, u.Upgrade(ctx), mongolock.ErrMismatch)
 					require.NoError(t, u.Downgrade(ctx))
+				default: // not an upgradeable reader's, a writer's neither
+					require.ErrorIs(t, u.Upgrade(ctx), mongolock.ErrMismatch)
+					require.ErrorIs(t, u.Downgrade(ctx), mongolock.ErrMismatch)
 				}
 				require.NoError(t, h.Release(ctx))
 				info, err := rival.Inspect(ctx, "x")
@@ -466,29 +460,6 @@ func ticketErrorCases() []errorCase {
 			ticket := ticketOf(t, e, true)
 			e.net.Faults.Partition()
 			_, err := e.p.TakeOver(e.ctx, ticket)
-			return err
-		}},
-		{call: "UpgradeableLock.TakeOver", path: "no ticket", op: "take over", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			_, err := e.rival.RWLock("rw").Upgradeable().TakeOver(e.ctx, "")
-			return err
-		}},
-		{call: "UpgradeableLock.TakeOver", path: "a writer's ticket", op: "take over", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			_, err := e.rival.RWLock("rw").Upgradeable().TakeOver(e.ctx, must(e.hold(t, e.p.RWLock("rw").Writer()).Ticket()))
-			return err
-		}},
-		{call: "UpgradeableLock.TakeOver", path: "a ticket of another name", op: "take over", name: "other", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			_, err := e.rival.RWLock("other").Upgradeable().TakeOver(e.ctx, must(e.holdUpgradeable(t, e.p.RWLock("rw")).Ticket()))
-			return err
-		}},
-		{call: "UpgradeableLock.TakeOver", path: "a nil context", op: "take over", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			_, err := e.rival.RWLock("rw").Upgradeable().TakeOver(noCtx, must(e.holdUpgradeable(t, e.p.RWLock("rw")).Ticket()))
-			return err
-		}},
-		{call: "UpgradeableLock.TakeOver", path: "a stale ticket", op: "take over", name: "rw", is: stale, run: func(t *testing.T, e *errorEnv) error {
-			h := e.holdUpgradeable(t, e.p.RWLock("rw"))
-			ticket := must(h.Ticket())
-			require.NoError(t, h.Release(e.ctx))
-			_, err := e.rival.RWLock("rw").Upgradeable().TakeOver(e.ctx, ticket)
 			return err
 		}},
 		{call: "Election.TakeOver", path: "no ticket", op: "take over", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
