@@ -154,7 +154,7 @@ type UpgradeableHandle struct {
 // errReleased reports an Upgrade or Downgrade of a released handle.
 var errReleased = errors.New("the handle was released")
 
-// Upgrade makes h, an upgradeable reader, the writer of its lock, with no
+// Upgrade makes u, an upgradeable reader, the writer of its lock, with no
 // moment in which another writer could get in: the same handle, its lease
 // going on, with a new fencing token greater than every earlier one.
 //
@@ -173,7 +173,7 @@ var errReleased = errors.New("the handle was released")
 //
 // When ctx ends first, the error satisfies errors.Is(err, ctx.Err()), and
 // also errors.Is(err, ErrNotAcquired) if other readers held the lock the
-// whole time. h then stays an upgradeable reader, and readers are let in
+// whole time. u then stays an upgradeable reader, and readers are let in
 // again: its hold on them is withdrawn in the background at once, and
 // lapses by itself soon after if that fails. A loss of the lock, before or
 // while it waits, is the handle's loss (Lost, Context), and Upgrade returns
@@ -301,14 +301,14 @@ func (h *acquisition) undoUpgrade(tag string, schedule []time.Duration) {
 	l.updateInBackground(upgradeTagFilter(l.name, h.lockID, tag), holderModeUpdate(h.lockID, upgradeMode), schedule, func() bool { return false })
 }
 
-// Downgrade makes h, upgraded, an upgradeable reader again, in one
+// Downgrade makes u, upgraded, an upgradeable reader again, in one
 // owner-checked round trip bounded by ctx, without a moment in which a
 // writer could get in: the same handle, its lease and fencing token going
 // on, and it can upgrade again.
 //
 // Readers can enter at once, unless a writer of another process claimed
 // the next turn first, as with any writer's release. If the round trip
-// fails, h is a reader all the same, and the downgrade is retried in the
+// fails, u is a reader all the same, and the downgrade is retried in the
 // background: stop writing either way. A loss of the lock is the handle's
 // loss, and Downgrade returns an error wrapping ErrLockLost. A handle that
 // is not the writer is ErrMismatch; a nil one, ErrInvalidArgument.
