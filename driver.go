@@ -23,11 +23,12 @@ type kindDriver interface {
 	// until hold after it (WithHoldAtLeast) if holdsApply.
 	release(name, id string, hold time.Duration) (filter bson.D, update any)
 	// extend is the owner-checked extension of a batch, and holders the
-	// query that tells its lost handles when it matched too few.
+	// query that tells its lost handles when it matched too few, and
+	// which of them were taken over by ticket.
 	extend(p *Provider, names, ids bson.A) (filter bson.D, update any)
 	holders(names bson.A) (filter, projection bson.D)
-	// heldBy reads one document of holders' reply into held: its holders' ids.
-	heldBy(doc bson.Raw, held map[string]bool) error
+	// heldBy reads one document of holders' reply into seen.
+	heldBy(doc bson.Raw, seen holderIDs) error
 	// limit is how many handles of one process may hold the name at once
 	// (0: any number); an exclusive handle keeps every other out.
 	limit() (n int, exclusive bool)
@@ -40,6 +41,13 @@ type kindDriver interface {
 	// composite's order.
 	describe() kindInfo
 }
+
+// holderIDs are what a holders statement's reply says of acquisitions,
+// by lock id: those that hold, and those that a take-over by ticket took
+// (the documents keep the last ones taken).
+type holderIDs struct{ held, takenOver map[string]bool }
+
+func newHolderIDs() holderIDs { return holderIDs{map[string]bool{}, map[string]bool{}} }
 
 // kindInfo is what a kind says of itself.
 type kindInfo struct {

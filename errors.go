@@ -30,7 +30,9 @@ var (
 
 	// ErrLockLost reports that a lock was lost while held: its lease expired
 	// before an extension succeeded, someone else took it over, or its document
-	// was deleted. Handle.Context's cause, Release and Do report it.
+	// was deleted. Handle.Context's cause, Release and Do report it; a
+	// take-over by ticket is ErrTakenOver, which is an ErrLockLost too,
+	// and which Release does not report.
 	ErrLockLost = errors.New("mongolock: lock lost")
 
 	// ErrInvalidArgument reports a bad argument: an option's value (New and
@@ -73,6 +75,18 @@ var (
 // over: released, lost, run out, or taken over already (a ticket works
 // once). TakeOver returns it having changed nothing.
 var ErrStaleTicket = errors.New("mongolock: stale ticket: its acquisition is over")
+
+// ErrTakenOver reports that a holder's acquisition was taken over by its
+// ticket (Provider.TakeOver): a hand-off by choice, which is a loss of the
+// lock for the holder, so errors.Is(ErrTakenOver, ErrLockLost) holds. It
+// is the cause of the holder's Context, whose Release then returns nil.
+var ErrTakenOver error = takenOver{}
+
+type takenOver struct{}
+
+func (takenOver) Error() string { return "mongolock: lock lost: taken over by its ticket" }
+
+func (takenOver) Is(target error) bool { return target == ErrLockLost }
 
 // An invalid is an ErrInvalidArgument that says which argument and why.
 type invalid string
@@ -204,14 +218,14 @@ var errNilFunction error = invalid("nil function")
 // iteration yields. It names the call (Op) and its lock (Name), and wraps
 // the cause, which errors.Is and errors.As see through: ErrNotAcquired,
 // ErrLockLost, ErrClosed, ErrMismatch, ErrInvalidArgument, ErrNoLock,
-// ErrNoLeader, ErrFenced, ErrCollation, ErrStaleTicket, ctx's error, or
-// the server's or the network's.
+// ErrNoLeader, ErrFenced, ErrCollation, ErrStaleTicket, ErrTakenOver,
+// ctx's error, or the server's or the network's.
 //
 // Three errors are not the library's, and are passed on as they are: the
 // error fn returned to Do, when Do has nothing to add to it (with a loss
 // or a failed release, Do returns an *Error that wraps both); a Handle's
-// or a CompositeHandle's Context cause (ErrLockLost itself, or
-// context.Canceled); and FencedFindOneAndUpdate's mongo.ErrNoDocuments,
+// or a CompositeHandle's Context cause (ErrLockLost itself, ErrTakenOver,
+// or context.Canceled); and FencedFindOneAndUpdate's mongo.ErrNoDocuments,
 // which reports no match as FindOneAndUpdate does.
 type Error struct {
 	// Op names the call: "new", "new provider", "new composite", "close",

@@ -298,13 +298,13 @@ func delayed(schedule []time.Duration, d time.Duration) []time.Duration {
 func (p *Provider) extend(hs []*acquisition) {
 	retry := min(p.opts.cadence/4, 250*time.Millisecond)
 	for len(hs) > 0 {
-		sent, replied, lost, err := p.sendExtension(hs)
+		sent, replied, lost, takenOver, err := p.sendExtension(hs)
 		if refusedAsABatch(hs, err) {
 			go p.extend(hs[len(hs)/2:])
 			hs = hs[:len(hs)/2]
 			continue
 		}
-		p.loseUnmatched(hs, lost, err)
+		p.loseUnmatched(hs, lost, takenOver, err)
 		if hs = p.recordExtension(hs, err, sent, replied); err != nil && len(hs) > 0 {
 			time.Sleep(retry)
 		}
@@ -312,9 +312,9 @@ func (p *Provider) extend(hs []*acquisition) {
 }
 
 // sendExtension is one extension round trip of hs, given until the latest
-// of their deadlines: when it was sent, when its reply came, and the
-// handles it did not match.
-func (p *Provider) sendExtension(hs []*acquisition) (sent, replied time.Time, lost []*acquisition, err error) {
+// of their deadlines: when it was sent, when its reply came, the handles
+// it did not match, and the lock ids of those taken over by ticket.
+func (p *Provider) sendExtension(hs []*acquisition) (sent, replied time.Time, lost []*acquisition, takenOver map[string]bool, err error) {
 	p.leases.mu.Lock()
 	var latest time.Time
 	for _, h := range hs {
@@ -327,10 +327,10 @@ func (p *Provider) sendExtension(hs []*acquisition) (sent, replied time.Time, lo
 	ctx, cancel := context.WithTimeout(context.Background(), latest.Sub(sent))
 	defer cancel()
 	ctx = p.tel.startExtension(ctx, hs)
-	lost, err = p.extendLeases(ctx, hs)
+	lost, takenOver, err = p.extendLeases(ctx, hs)
 	replied = time.Now()
 	p.tel.endExtension(ctx, hs, lost, err, sent)
-	return sent, replied, lost, err
+	return sent, replied, lost, takenOver, err
 }
 
 // refusedAsABatch reports whether hs failed together by an error that
@@ -341,16 +341,22 @@ func refusedAsABatch(hs []*acquisition, err error) bool {
 	return err != nil && len(hs) > 1 && !isTransient(err) && !isClosed(err)
 }
 
-// loseUnmatched marks lost the handles an extension did not match, and
-// every one of hs if their client was disconnected: nothing sent through it
-// will ever succeed.
-func (p *Provider) loseUnmatched(hs, lost []*acquisition, err error) {
+// loseUnmatched marks lost the handles an extension did not match (those
+// whose lock ids are in takenOver, as taken over by ticket), and every one
+// of hs if their client was disconnected: nothing sent through it will
+// ever succeed.
+func (p *Provider) loseUnmatched(hs, lost []*acquisition, takenOver map[string]bool, err error) {
 	reason, why := lossTakenOver, fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost)
 	if isClosed(err) {
 		lost, reason, why = hs, lossClientClosed, fmt.Errorf("%w: its client was disconnected (%w)", ErrLockLost, err)
 	}
 	for _, h := range lost {
-		if p.forget(h) != nil {
+		if p.forget(h) == nil {
+			continue
+		}
+		if takenOver[h.lockID] {
+			h.markLost(lossTakenOver, ErrTakenOver)
+		} else {
 			h.markLost(reason, why)
 		}
 	}
@@ -391,35 +397,36 @@ func (p *Provider) recordExtension(hs []*acquisition, err error, sent, replied t
 // extendLeases pushes the leases of hs, all locks' or all slots', to
 // $$NOW + expiry (a lock's at most to WithHoldAtMost's bound) in one
 // owner-checked round trip (the extend statement), and returns the handles
-// it did not match. Only when a batch may have matched some but not all
-// does it read their documents to find out which (the holders statement).
-func (p *Provider) extendLeases(ctx context.Context, hs []*acquisition) ([]*acquisition, error) {
-	names, ids, seen := make(bson.A, 0, len(hs)), make(bson.A, len(hs)), make(map[string]bool, len(hs))
+// it did not match, and the lock ids of those taken over by ticket. Only
+// when a batch matched fewer than all does it read their documents to find
+// out which, and whether by a take-over (the holders statement).
+func (p *Provider) extendLeases(ctx context.Context, hs []*acquisition) (lost []*acquisition, takenOver map[string]bool, err error) {
+	names, ids, named := make(bson.A, 0, len(hs)), make(bson.A, len(hs)), make(map[string]bool, len(hs))
 	for i, h := range hs {
-		if !seen[h.lock.name] {
-			seen[h.lock.name], names = true, append(names, h.lock.name)
+		if !named[h.lock.name] {
+			named[h.lock.name], names = true, append(names, h.lock.name)
 		}
 		ids[i] = h.lockID
 	}
 	kind, st := hs[0].lock.kind, hs[0].lock.collection().store
 	filter, update := kind.extend(p, names, ids)
 	matched, _, err := st.updateMany(ctx, filter, update)
-	switch {
-	case err != nil || len(names) == len(hs) && int(matched) == len(hs):
-		return nil, err // one handle per document: a match is its own
-	case matched == 0:
-		return hs, nil
+	if err != nil || len(names) == len(hs) && int(matched) == len(hs) {
+		return nil, nil, err // one handle per document: a match is its own
 	}
 	f, projection := kind.holders(names)
 	docs, err := st.find(ctx, f, projection)
-	if err != nil {
-		return nil, err
-	}
-	held := make(map[string]bool, len(hs))
+	seen := newHolderIDs()
 	for _, raw := range docs {
-		if err := kind.heldBy(raw, held); err != nil {
-			return nil, err
+		if err == nil {
+			err = kind.heldBy(raw, seen)
 		}
 	}
-	return slices.DeleteFunc(slices.Clone(hs), func(h *acquisition) bool { return held[h.lockID] }), nil
+	switch {
+	case err != nil && matched == 0:
+		return hs, nil, nil // every one lost, a take-over or not: no match is a loss at once
+	case err != nil:
+		return nil, nil, err
+	}
+	return slices.DeleteFunc(slices.Clone(hs), func(h *acquisition) bool { return seen.held[h.lockID] }), seen.takenOver, nil
 }

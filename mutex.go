@@ -80,10 +80,16 @@ func (lockDriver) extend(p *Provider, names, ids bson.A) (bson.D, any) {
 
 func (lockDriver) holders(names bson.A) (bson.D, bson.D) { return holdersQuery(names) }
 
-func (lockDriver) heldBy(raw bson.Raw, held map[string]bool) error {
-	var doc reply
+func (lockDriver) heldBy(raw bson.Raw, seen holderIDs) error {
+	var doc struct {
+		LockID    string `bson:"lockId"`
+		TakenOver string `bson:"takenOverLockId"`
+	}
 	err := bson.Unmarshal(raw, &doc)
-	held[doc.LockID] = true
+	seen.held[doc.LockID] = true
+	if doc.TakenOver != "" {
+		seen.takenOver[doc.TakenOver] = true
+	}
 	return err
 }
 

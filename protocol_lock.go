@@ -248,9 +248,11 @@ func extendFilter(names, lockIDs bson.A) bson.D {
 }
 
 // holdersQuery: after a batch that matched fewer documents than it had
-// handles, read their holders to find the lost ones.
+// handles, or a release that matched none, read their holders to find the
+// lost ones, and the acquisition last taken over by ticket
+// (takenOverLockId), to tell a hand-off from a loss.
 func holdersQuery(names bson.A) (filter, projection bson.D) {
-	return obj("_id", obj("$in", names)), obj("lockId", 1)
+	return obj("_id", obj("$in", names)), obj("lockId", 1, "takenOverLockId", 1)
 }
 
 // withdrawUpdate: withdraw a claim, updateOne(withdrawFilter,

@@ -203,9 +203,11 @@ func semExtendUpdate(ids bson.A, expiry time.Duration) bson.A {
 }
 
 // semHoldersQuery: after a batch of slots that may have matched fewer
-// holders than it had handles, read their holders to find the lost ones.
+// holders than it had handles, or a release that matched none, read their
+// holders to find the lost ones, and the slots last taken over by ticket
+// (takenOverIds), to tell a hand-off from a loss.
 func semHoldersQuery(names bson.A) (filter, projection bson.D) {
-	return obj("_id", obj("$in", names)), obj("holders.id", 1)
+	return obj("_id", obj("$in", names)), obj("holders.id", 1, "takenOverIds", 1)
 }
 
 // semInspectPipeline: inspect a semaphore or an RWLock,

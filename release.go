@@ -2,6 +2,7 @@ package mongolock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"time"
@@ -67,7 +68,8 @@ func (a *acquisition) abandon() {
 }
 
 // Context returns a context that is done when the lock is lost or released.
-// On loss, context.Cause returns ErrLockLost; on release, context.Canceled.
+// On loss, context.Cause returns ErrLockLost, or ErrTakenOver if the
+// acquisition was taken over by its ticket; on release, context.Canceled.
 // A Release whose round trip outlasts the lease signals the loss at the
 // lease's end, as if it had not been called. The context's Err and Done
 // first look at the lease: once its local deadline has passed (a process
@@ -98,8 +100,10 @@ func (h *acquisition) knownLost() error {
 // the same round trip hands the lock over to it (a new acquisition, with a
 // higher fencing token), unless another process's turn has come.
 //
-// The first call returns nil if the lock was still held, and an error
-// wrapping ErrLockLost if it had been lost. A handle lost because its lease
+// The first call returns nil if the lock was still held, nil if the
+// acquisition was taken over by its ticket (Handle.Ticket: a hand-off by
+// choice, also when the taker runs in another process), and an error
+// wrapping ErrLockLost if it had been lost otherwise. A handle lost because its lease
 // ran out (extensions kept failing, or WithHoldAtMost's bound) leaves the
 // lock held on the server until that lease has ended there, so that nobody
 // else gets in while its work may still run; Release then frees it at
@@ -155,9 +159,33 @@ func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (e
 			// frees it now, without waiting for the round trip.
 			h.lock.releaseInBackground(h.lockID, afterReply, hold, false)
 		}
+		if errors.Is(err, ErrTakenOver) {
+			return nil // a hand-off by choice, not a failure
+		}
 		return h.lock.errorf("release", err)
 	}
-	return h.releaseAnswered(h.sendRelease(ctx, hold), hold)
+	err = h.sendRelease(ctx, hold)
+	return h.releaseAnswered(err, hold, isNoMatch(err) && h.wasTakenOver(ctx))
+}
+
+// wasTakenOver reports whether h's document records that h's acquisition
+// was taken over by its ticket: asked when h's owner-checked write matched
+// nothing, to tell a hand-off from a loss. It reads no more than an
+// extension does when it finds a handle lost (the holders statement).
+func (h *acquisition) wasTakenOver(ctx context.Context) bool {
+	kind := h.lock.kind
+	f, projection := kind.holders(bson.A{h.lock.name})
+	docs, err := h.lock.collection().store.find(ctx, f, projection)
+	if err != nil {
+		return false // a loss, as it was before it could be told apart
+	}
+	seen := newHolderIDs()
+	for _, raw := range docs {
+		if kind.heldBy(raw, seen) != nil {
+			return false
+		}
+	}
+	return seen.takenOver[h.lockID]
 }
 
 // sendRelease releases h in one round trip: a hand-over to the head of its
@@ -181,12 +209,16 @@ func (h *acquisition) sendRelease(ctx context.Context, hold time.Duration) error
 	return err
 }
 
-// releaseAnswered ends h by the release's answer err: released, found lost
-// (its filter matched nothing), or to be freed in the background.
-func (h *acquisition) releaseAnswered(err error, hold time.Duration) error {
+// releaseAnswered ends h by the release's answer err: released, found
+// taken over by its ticket or lost (its filter matched nothing), or to be
+// freed in the background.
+func (h *acquisition) releaseAnswered(err error, hold time.Duration, takenOver bool) error {
 	switch {
 	case err == nil:
 		h.cancel(context.Canceled)
+		return nil
+	case takenOver:
+		h.markLost(lossTakenOver, ErrTakenOver)
 		return nil
 	case isNoMatch(err):
 		h.markLost(lossTakenOver, fmt.Errorf("%w: at release, the lock was held by someone else or its document was gone", ErrLockLost))
@@ -236,10 +268,14 @@ func (a *acquisition) releaseUntaken() {
 func (h *acquisition) markLost(reason lossReason, why error) {
 	h.lostOnce.Do(func() {
 		h.lostErr = why
+		cause := ErrLockLost
+		if errors.Is(why, ErrTakenOver) {
+			cause = ErrTakenOver
+		}
 		// Cancel first: whoever wakes on Lost sees the cause already, and
 		// the loss counted (a few microseconds); logging may be slow, so
 		// it comes after the signal.
-		h.cancel(ErrLockLost)
+		h.cancel(cause)
 		h.unhold()
 		h.lock.p.tel.countLoss(h, reason, why)
 		h.isLost.Store(true)

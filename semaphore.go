@@ -252,11 +252,17 @@ func (semDriver) extend(p *Provider, names, ids bson.A) (bson.D, any) {
 
 func (semDriver) holders(names bson.A) (bson.D, bson.D) { return semHoldersQuery(names) }
 
-func (semDriver) heldBy(raw bson.Raw, held map[string]bool) error {
-	var doc semDoc
+func (semDriver) heldBy(raw bson.Raw, seen holderIDs) error {
+	var doc struct {
+		Holders   []semHolder `bson:"holders"`
+		TakenOver []string    `bson:"takenOverIds"`
+	}
 	err := bson.Unmarshal(raw, &doc)
 	for _, h := range doc.Holders {
-		held[h.ID] = true
+		seen.held[h.ID] = true
+	}
+	for _, id := range doc.TakenOver {
+		seen.takenOver[id] = true
 	}
 	return err
 }

@@ -3,7 +3,6 @@ package mongolock
 import (
 	"context"
 	"encoding/base64"
-	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -19,9 +18,11 @@ import (
 // acquisition only while its lease is live, by the server's clock, and
 // makes it the taker's: a new lockId, lease and owner, and the next fencing
 // token (27 for a lock's or an election's, 28 for a slot's). Claims and
-// places as next stay where they are. The old handle is lost: at once if
-// it is of this program (ticketed), else when its next owner-checked
-// write (an extension) matches nothing.
+// places as next stay where they are. The document records the lock id
+// taken over, so that the old holder can tell a hand-off from a loss. The
+// old handle is lost (ErrTakenOver): at once if it is of this program
+// (ticketed), else when its next owner-checked write (an extension, its
+// release) matches nothing and the holders statement finds that record.
 
 // A ticket's contents: what a taker needs of an acquisition. Its encoding is
 // ticketPrefix, then the BSON document, base64url without padding: the
@@ -94,9 +95,10 @@ var ticketed sync.Map // lockId -> *acquisition
 //
 // Making a ticket sends nothing: h holds as before until it is taken over,
 // released or lost. Taken over, h is lost (Lost closes, Context ends with
-// ErrLockLost): at once if the taker runs in this program, else at h's
-// next extension, within the extension cadence; h's Release then frees
-// nothing. So stop the work the lock protects before passing the ticket:
+// ErrTakenOver, which is an ErrLockLost): at once if the taker runs in
+// this program, else at h's next extension, within the extension cadence;
+// h's Release then frees nothing and returns nil, as the hand-off was
+// chosen. So stop the work the lock protects before passing the ticket:
 // the taker's fencing token outranks h's, and a fenced write of h's is
 // refused once the taker has written. A released handle, or one known
 // lost, has no ticket: Ticket returns an error, wrapping ErrLockLost if it
@@ -313,7 +315,7 @@ func (t ticketContents) tellTaken() {
 		return
 	}
 	if a := v.(*acquisition); a.lock.p.forget(a) != nil {
-		a.markLost(lossTakenOver, fmt.Errorf("%w: it was taken over by its ticket", ErrLockLost))
+		a.markLost(lossTakenOver, ErrTakenOver)
 	}
 }
 
@@ -322,7 +324,9 @@ func (t ticketContents) tellTaken() {
 // takeOverPipeline, returnDocument: after). While the acquisition is live
 // (expiresAt after $$NOW), it is the taker's: the fields an acquisition
 // writes, with a fresh lockId, lease and owner, the next fencing token, and
-// value if given (an election's successor's), else the value it had. Its
+// value if given (an election's successor's), else the value it had; and
+// takenOverLockId, the lockId it took (which stays until the next
+// take-over), for the old holder to tell a hand-off from a loss. Its
 // process is the last (lastProcess, lastLockId), at the end of a turn
 // (processStreak at least turn): a live claim of another process is met at
 // its release. Claims and places as next stay. An acquisition that is not
@@ -338,6 +342,7 @@ func takeOverPipeline(proc, owner string, expiry time.Duration, lockID string, v
 			fields[i].Value = op("$max", op("$add", ifNull("$processStreak", 0), 1), turn)
 		}
 	}
+	fields = append(fields, bson.E{Key: "takenOverLockId", Value: "$lockId"}) // the filter's: the ticket's
 	return bson.A{obj("$replaceWith", cond(future("$expiresAt"), op("$mergeObjects", "$$ROOT", fields), "$$ROOT"))}
 }
 
@@ -347,7 +352,9 @@ func takeOverPipeline(proc, owner string, expiry time.Duration, lockID string, v
 // taking is live, it is replaced with holder id, the taker's, in the same
 // mode, with a fresh lease and the next fencing token, after the others,
 // as an acquisition appends its holder; an upgrade's mark on it is
-// dropped. The claim stays. A holder that is not live is left as it is.
+// dropped; its id is appended to takenOverIds, which keeps the last
+// takenOverKept, for the old holder to tell a hand-off from a loss. The
+// claim stays. A holder that is not live is left as it is.
 func slotTakeOverPipeline(id, taking, owner string, expiry time.Duration) bson.A {
 	const now, old = "$$NOW", "$_taken"
 	until := op("$add", now, expiry.Milliseconds())
@@ -360,8 +367,14 @@ func slotTakeOverPipeline(id, taking, owner string, expiry time.Duration) bson.A
 		"fencingToken", cond(took, nextToken, "$fencingToken"),
 		"expiresAt", cond(took, op("$max", ifNull("$expiresAt", epoch), until), "$expiresAt"),
 		"lastWrite", cond(took, wroteAcquire, "$lastWrite"),
+		"takenOverIds", cond(took, op("$slice", op("$concatArrays", ifNull("$takenOverIds", bson.A{}), bson.A{literal(taking)}), -takenOverKept), "$takenOverIds"),
 		"_taken", "$$REMOVE")}
 }
+
+// takenOverKept is how many of the slots taken over by ticket a document
+// records: each old holder reads it at its next extension or release,
+// within an extension cadence, and several take-overs may come meanwhile.
+const takenOverKept = 32
 
 // takeOverReplyFields return, of the document after a slot's take-over,
 // its n (the ticket says it too) and the taker's holder, if it took one.

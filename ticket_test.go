@@ -93,8 +93,9 @@ func TestATicketIsURLSafeAndVersioned(t *testing.T) {
 
 // Every kind and mode is taken over whole: the taker's handle is of the
 // same mode, held by the taker's owner with a token above the holder's;
-// the holder, in this program, is lost at once, its Release frees
-// nothing, and the taker keeps its lease until it releases.
+// the holder, in this program, is lost at once, taken over, its Release
+// frees nothing and returns nil (a hand-off is not a failure), and the
+// taker keeps its lease until it releases.
 func TestTakeOverHandsEveryKindOver(t *testing.T) {
 	for _, k := range ticketedKinds() {
 		t.Run(k.name, func(t *testing.T) {
@@ -115,7 +116,7 @@ func TestTakeOverHandsEveryKindOver(t *testing.T) {
 				require.Equal(t, "taker", h.Owner())
 				require.Greater(t, h.FencingToken(), old.FencingToken())
 				require.True(t, closedNow(old.Lost()), "the holder is not told at once")
-				require.ErrorIs(t, context.Cause(old.Context()), mongolock.ErrLockLost)
+				requireTakenOver(t, old)
 
 				require.Equal(t, h.FencingToken(), requireHeldBy(t, rival, h, k.write).FencingToken, "not the greatest token")
 				// The modes: a writer's keeps a reader out; a reader's lets
@@ -132,7 +133,7 @@ func TestTakeOverHandsEveryKindOver(t *testing.T) {
 
 				time.Sleep(3 * memExpiry) // the taker's lease is extended
 				require.False(t, closedNow(h.Lost()), "the taker lost it")
-				require.ErrorIs(t, old.Release(ctx), mongolock.ErrLockLost)
+				require.NoError(t, old.Release(ctx), "the Release of a handle taken over")
 				requireHeldBy(t, rival, h, k.write)
 				// The taker's handle is in the holder's mode; an upgradeable
 				// reader's upgrades and downgrades as one.
@@ -157,6 +158,15 @@ func TestTakeOverHandsEveryKindOver(t *testing.T) {
 	}
 }
 
+// requireTakenOver checks that h's Context ended with the cause of a
+// take-over by ticket, which is a loss too.
+func requireTakenOver(t *testing.T, h *mongolock.Handle) {
+	t.Helper()
+	cause := context.Cause(h.Context())
+	require.ErrorIs(t, cause, mongolock.ErrTakenOver)
+	require.ErrorIs(t, cause, mongolock.ErrLockLost)
+}
+
 // requireHeldBy checks, through p, that h's acquisition alone holds its
 // name, with h's token, and returns what p saw.
 func requireHeldBy(t *testing.T, p *mongolock.Provider, h *mongolock.Handle, write bool) mongolock.LockInfo {
@@ -174,7 +184,8 @@ func requireHeldBy(t *testing.T, p *mongolock.Provider, h *mongolock.Handle, wri
 
 // A holder in another program learns of the take-over at its next
 // extension, within the extension cadence, and not before: until then the
-// taker's token fences it.
+// taker's token fences it. It learns that it was taken over, and its
+// Release returns nil.
 func TestATakeOverElsewhereIsLostAtTheNextExtension(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
@@ -187,7 +198,8 @@ func TestATakeOverElsewhereIsLostAtTheNextExtension(t *testing.T) {
 		time.Sleep(memExpiry / 3) // one cadence
 		synctest.Wait()
 		require.True(t, closedNow(old.Lost()), "not lost at the next extension")
-		require.ErrorIs(t, old.Release(ctx), mongolock.ErrLockLost)
+		requireTakenOver(t, old)
+		require.NoError(t, old.Release(ctx), "the Release of a handle taken over elsewhere")
 		require.False(t, closedNow(h.Lost()))
 	})
 }

@@ -13,8 +13,8 @@ import (
 // Take-over by ticket.
 
 // takeOverEveryKind: each kind, taken over by its ticket, is the taker's,
-// with a token above the holder's; the holder is lost, and its Release
-// frees nothing.
+// with a token above the holder's; the holder is lost, taken over, and its
+// Release frees nothing and returns nil.
 func takeOverEveryKind(e *Env) {
 	holder, taker := e.provider(slices.Concat(StallProof, []mongolock.Option{mongolock.WithOwner("holder")})...), e.provider(slices.Concat(StallProof, []mongolock.Option{mongolock.WithOwner("taker")})...)
 	for _, k := range []struct {
@@ -48,8 +48,9 @@ func takeOverEveryKind(e *Env) {
 		require.Equal(e.T, "taker", h.Owner())
 		require.Greater(e.T, h.FencingToken(), old.FencingToken(), k.name)
 		e.await(old.Lost(), "the holder of a "+k.name+" taken over is lost")
+		require.ErrorIs(e.T, context.Cause(old.Context()), mongolock.ErrTakenOver)
 		require.ErrorIs(e.T, context.Cause(old.Context()), mongolock.ErrLockLost)
-		require.ErrorIs(e.T, old.Release(e.Ctx), mongolock.ErrLockLost)
+		require.NoError(e.T, old.Release(e.Ctx), "a hand-off is not a failure")
 		info, err := holder.Inspect(e.Ctx, h.Name())
 		require.NoError(e.T, err)
 		require.Len(e.T, info.Holders, 1, "%s: %+v", k.name, info)

@@ -153,6 +153,20 @@ var operators = map[string]struct {
 		}
 		return out
 	}},
+	"$slice": {2, func(name string, v []any) any { // [array, n]: its first n, or last -n
+		n, ok := integer(v[1])
+		if !ok {
+			panic(notModelled("%s of a count of a %s", name, typeName(v[1])))
+		}
+		if nullish(v[0]) {
+			return nil
+		}
+		arr := as[bson.A](v[0], name)
+		if n < 0 {
+			return append(bson.A{}, arr[len(arr)-min(len(arr), int(-n)):]...)
+		}
+		return append(bson.A{}, arr[:min(len(arr), int(n))]...)
+	}},
 	"$concat": {-1, func(name string, v []any) any { return strings.Join(allAs[string](name, v), "") }},
 	"$concatArrays": {-1, func(name string, v []any) any {
 		return append(bson.A{}, slices.Concat(allAs[bson.A](name, v)...)...)
