@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/backend"
+	"github.com/mongolock/mongolock/internal/conformance"
 	"github.com/mongolock/mongolock/internal/memdb"
 )
 
@@ -61,6 +64,11 @@ func ticketedKinds() []ticketed {
 		}, write: true, coll: mongolock.DefaultCollection},
 		{name: "semaphore slot", take: func(t *testing.T, p *mongolock.Provider) *mongolock.Handle {
 			h, err := p.Semaphore("x", 2).TryAcquire(ctx)
+			require.NoError(t, err)
+			return h
+		}, coll: memSemColl},
+		{name: "weighted semaphore", take: func(t *testing.T, p *mongolock.Provider) *mongolock.Handle {
+			h, err := p.Semaphore("x", 3).Units(2).TryAcquire(ctx)
 			require.NoError(t, err)
 			return h
 		}, coll: memSemColl},
@@ -121,7 +129,7 @@ func TestTakeOverHandsEveryKindOver(t *testing.T) {
 				require.Equal(t, h.FencingToken(), requireHeldBy(t, rival, h, k.write).FencingToken, "not the greatest token")
 				// The modes: a writer's keeps a reader out; a reader's lets
 				// one in.
-				if k.coll == memSemColl && k.name != "semaphore slot" {
+				if k.coll == memSemColl && k.name != "semaphore slot" && k.name != "weighted semaphore" {
 					r, err := rival.RWLock("x").Reader().TryAcquire(ctx)
 					if k.shared {
 						require.NoError(t, err, "a reader is kept out by a taken %s", k.name)
@@ -202,6 +210,84 @@ func TestATakeOverElsewhereIsLostAtTheNextExtension(t *testing.T) {
 		require.NoError(t, old.Release(ctx), "the Release of a handle taken over elsewhere")
 		require.False(t, closedNow(h.Lost()))
 	})
+}
+
+// A hand-off is not a failure, also where the taker is another process,
+// for every kind and mode: the old holder, which this program does not
+// tell, learns that it was taken over at its Release if that comes first
+// (its release matches nothing, and the document records the take-over),
+// else at its next extension; either way its Release returns nil, its
+// Context ends with ErrTakenOver, an ErrLockLost, Lost closes, and the
+// loss's hook says taken_over. A loss that was not a take-over is still
+// ErrLockLost, though the document records an earlier take-over. Over the
+// model and the server.
+func TestAHandOffElsewhereIsNotAFailure(t *testing.T) {
+	for _, k := range ticketedKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			conformance.Over(t, func(e *conformance.Env) { handOffElsewhere(e, k) })
+		})
+	}
+}
+
+func handOffElsewhere(e *conformance.Env, k ticketed) {
+	t, ctx := e.T, e.Ctx
+	var mu sync.Mutex
+	var losses []mongolock.LossInfo
+	trace := mongolock.WithTrace(&mongolock.Trace{Lost: func(info mongolock.LossInfo) {
+		mu.Lock()
+		defer mu.Unlock()
+		losses = append(losses, info)
+	}})
+	// A lease of a minute: its next extension comes long after the test's
+	// Release. A StallProof one: its next extension comes within 250 ms.
+	slow, _ := e.Process(mongolock.WithOwner("holder"), mongolock.WithExpiry(time.Minute), trace)
+	quick, _ := e.Process(append(slices.Clone(conformance.StallProof), mongolock.WithOwner("holder"), trace)...)
+	taker, _ := e.Process(append(slices.Clone(conformance.StallProof), mongolock.WithOwner("taker"))...)
+	takeOver := func(old *mongolock.Handle) *mongolock.Handle {
+		t.Helper()
+		h, err := taker.TakeOver(ctx, mongolock.UntrackedTicket(old))
+		require.NoError(t, err)
+		require.False(t, closedNow(old.Lost()), "told, though not of this program")
+		return h
+	}
+
+	old := k.take(t, slow)
+	h := takeOver(old)
+	require.NoError(t, old.Release(ctx), "the Release of a handle taken over, before its next extension")
+	require.True(t, closedNow(old.Lost()), "taken over, and Lost not closed")
+	requireTakenOver(t, old)
+	require.NoError(t, old.Release(ctx), "a second Release")
+	requireHeldBy(t, slow, h, k.write) // the old holder's Release freed nothing
+	require.NoError(t, h.Release(ctx))
+
+	old = k.take(t, quick)
+	h = takeOver(old)
+	select {
+	case <-old.Lost():
+	case <-ctx.Done():
+		t.Fatal("not lost at the next extension")
+	}
+	requireTakenOver(t, old)
+	require.NoError(t, old.Release(ctx), "the Release of a handle taken over, after its extension saw it")
+	require.NoError(t, h.Release(ctx))
+
+	mu.Lock()
+	require.Len(t, losses, 2)
+	for _, l := range losses {
+		require.Equal(t, "taken_over", l.Reason)
+		require.ErrorIs(t, l.Err, mongolock.ErrTakenOver)
+	}
+	mu.Unlock()
+
+	// Lost otherwise, where the document records the take-overs above.
+	old = k.take(t, slow)
+	ended, err := taker.ForceRelease(ctx, old.Name())
+	require.NoError(t, err)
+	require.True(t, ended)
+	err = old.Release(ctx)
+	require.ErrorIs(t, err, mongolock.ErrLockLost)
+	require.NotErrorIs(t, err, mongolock.ErrTakenOver)
+	require.NotErrorIs(t, context.Cause(old.Context()), mongolock.ErrTakenOver)
 }
 
 // A ticket works once. A ticket whose acquisition was taken over, released,
