@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -242,4 +243,246 @@ func roomStates(now bson.DateTime) []roomState {
 		}
 	}
 	return out
+}
+
+// TestStatementsOfBeforeTakeOverRecordsDoTheSameOnTheirDocuments: the five
+// statements that changed when a take-over came to record what it took
+// (takenOverLockId, takenOverIds) and the holders statements to read it,
+// each beside its earlier form (testdata/protocol/before-take-over-records)
+// on every document the statements of before could leave (none has a
+// record): the same reply and the same document, but for the record a
+// take-over that took writes, and the reply of a lock's take-over, which
+// shows it. And an older process beside a newer one: each statement an
+// older process sends (the earlier forms of those five, and every other
+// as it is) does on a document with records what it does on the same
+// document without, and leaves the records as they were. The documents
+// are the differential test's states and the claimant's-room ones, which
+// hold the ticket's acquisition live. Over the model, and over the test
+// server outside -short, where the model and the server also agree on
+// every current statement over documents with records.
+func TestStatementsOfBeforeTakeOverRecordsDoTheSameOnTheirDocuments(t *testing.T) {
+	current := map[string]bson.D{}
+	for _, g := range goldenStatements(t) {
+		current[g.file] = g.cmd
+	}
+	earlier := statementsIn(t, filepath.Join("testdata", "protocol", "before-take-over-records"))
+	require.Len(t, earlier, 5)
+	now := bson.DateTime(1_790_000_000_000)
+	c := randChooser{rand.New(rand.NewPCG(27, 28))}
+
+	// The current forms beside the earlier ones, on documents without records.
+	var thenCases, nowCases []diffCase
+	add := func(dc diffCase, before bson.D) {
+		dc.cmd = dc.statement(before)
+		thenCases = append(thenCases, dc)
+		dc.cmd = dc.statement(current[dc.file])
+		nowCases = append(nowCases, dc)
+	}
+	older := map[string]goldenStatement{} // what an older process sends, by file
+	for _, g := range goldenStatements(t) {
+		older[g.file] = g
+	}
+	for _, g := range earlier {
+		require.Contains(t, current, g.file)
+		older[g.file] = g
+		for range 96 {
+			add(newCase(c, len(nowCases), goldenStatement{g.file, current[g.file]}, now), g.cmd)
+		}
+		for _, s := range roomStates(now) {
+			dc := diffCase{file: g.file, prefix: fmt.Sprintf("c%05d-", len(nowCases)), now: now, params: s.params}
+			dc.docs = append(dc.docs, append(bson.D{{Key: "_id", Value: dc.prefix + "reports"}}, s.doc...))
+			add(dc, g.cmd)
+		}
+	}
+	// An older process's statements on documents without records (bare)
+	// and the same with them (recorded); every current statement on
+	// documents with records (recordedNow).
+	var bare, recorded, recordedNow []diffCase
+	for _, file := range slices.Sorted(maps.Keys(older)) {
+		for range 24 {
+			dc := newCase(c, len(bare), older[file], now)
+			bare = append(bare, dc)
+			dc.docs = withRecords(c, dc.docs)
+			recorded = append(recorded, dc)
+			dc.cmd = dc.statement(current[file])
+			recordedNow = append(recordedNow, dc)
+		}
+	}
+
+	check := func(t *testing.T, then, got, bareOut, recordedOut []outcome, thenDocs, gotDocs, bareDocs, recordedDocs map[string][]bson.Raw) {
+		took := map[string]int{} // by file, the cases whose take-over took
+		for i, dc := range nowCases {
+			if checkRecordedOnly(t, dc, then[i], got[i], thenDocs[dc.prefix], gotDocs[dc.prefix]) {
+				took[dc.file]++
+			}
+		}
+		for _, g := range earlier {
+			if strings.Contains(g.file, "take-over") && took[g.file] == 0 {
+				t.Errorf("%s: no case took the ticket's acquisition over", g.file)
+			}
+		}
+		for i, dc := range recorded {
+			checkRecordsCarried(t, dc, bareOut[i], recordedOut[i], bareDocs[dc.prefix], recordedDocs[dc.prefix])
+		}
+	}
+	t.Run("model", func(t *testing.T) {
+		run := func(cases []diffCase) ([]outcome, map[string][]bson.Raw) {
+			outs, docs := make([]outcome, len(cases)), map[string][]bson.Raw{}
+			for i, dc := range cases {
+				o, d, err := runOnModel(t, dc, now)
+				require.NoError(t, err, "%s (case %s)", dc.file, dc.prefix)
+				outs[i], docs[dc.prefix] = o, byID(d)
+			}
+			return outs, docs
+		}
+		then, thenDocs := run(thenCases)
+		got, gotDocs := run(nowCases)
+		bareOut, bareDocs := run(bare)
+		recordedOut, recordedDocs := run(recorded)
+		check(t, then, got, bareOut, recordedOut, thenDocs, gotDocs, bareDocs, recordedDocs)
+	})
+	t.Run("server", func(t *testing.T) {
+		ctx, db := context.Background(), testdb.Database(t)
+		run := func(coll string, cases []diffCase) ([]outcome, map[string][]bson.Raw) {
+			outs, final := runOnServer(t, ctx, db.Collection(coll), cases)
+			return outs, byPrefix(final)
+		}
+		then, thenDocs := run("then", thenCases)
+		got, gotDocs := run("now", nowCases)
+		bareOut, bareDocs := run("bare", bare)
+		recordedOut, recordedDocs := run("recorded", recorded)
+		check(t, then, got, bareOut, recordedOut, thenDocs, gotDocs, bareDocs, recordedDocs)
+		compareCases(t, ctx, db.Collection("memdb"), recordedNow)
+	})
+}
+
+// byPrefix is docs by the prefix of their _id, its case's, in the order
+// of _id.
+func byPrefix(docs []bson.Raw) map[string][]bson.Raw {
+	out := map[string][]bson.Raw{}
+	for _, d := range docs {
+		id := d.Lookup("_id").StringValue()
+		prefix := id[:strings.IndexByte(id, '-')+1]
+		out[prefix] = append(out[prefix], d)
+	}
+	return out
+}
+
+// takeOverRecords are the fields in which a take-over records what it took.
+var takeOverRecords = []string{"takenOverLockId", "takenOverIds"}
+
+// withRecords is docs, most of them with records of earlier take-overs: a
+// lock's takenOverLockId, a slot document's takenOverIds.
+func withRecords(c chooser, docs []bson.D) []bson.D {
+	out := make([]bson.D, len(docs))
+	for i, d := range docs {
+		out[i] = slices.Clone(d)
+		switch {
+		case c.intn(4) == 0:
+		case slices.ContainsFunc(d, func(e bson.E) bool { return e.Key == "kind" }):
+			ids := bson.A{}
+			for range 1 + c.intn(3) {
+				ids = append(ids, pick(c, idPool...))
+			}
+			out[i] = append(out[i], bson.E{Key: "takenOverIds", Value: ids})
+		default:
+			out[i] = append(out[i], bson.E{Key: "takenOverLockId", Value: pick(c, idPool...)})
+		}
+	}
+	return out
+}
+
+// checkRecordedOnly reports where dc's statement of now did not do what its
+// earlier form did, on documents without records: then and thenDocs are
+// the earlier's reply and the documents it left, got and gotDocs the
+// current one's. Where the earlier took the ticket's acquisition over
+// (changed the document), the current one records it, and only there. It
+// returns whether it took.
+func checkRecordedOnly(t *testing.T, dc diffCase, then, got outcome, thenDocs, gotDocs []bson.Raw) (tookAny bool) {
+	t.Helper()
+	before := map[string]bson.Raw{}
+	for _, d := range dc.docs {
+		raw, err := bson.Marshal(d)
+		require.NoError(t, err)
+		before[d[0].Value.(string)] = raw
+	}
+	shown := got
+	shown.docs = nil
+	for _, r := range got.docs {
+		shown.docs = append(shown.docs, withoutFields(r, takeOverRecords...))
+	}
+	if shown.String() != then.String() {
+		t.Errorf("%s (case %s): the reply differs\nstate: %v\nbefore: %v\nnow:    %v", dc.file, dc.prefix, dc.docs, then, got)
+	}
+	require.Equal(t, len(thenDocs), len(gotDocs))
+	for i, d := range gotDocs {
+		took := !bytes.Equal(thenDocs[i], before[d.Lookup("_id").StringValue()])
+		lockID, lockRecord := d.Lookup("takenOverLockId").StringValueOK()
+		ids, slotRecord := d.Lookup("takenOverIds").ArrayOK()
+		has, other := lockRecord || slotRecord, false // a record, and one of the other kind's
+		switch {
+		case strings.HasPrefix(dc.file, "27-"):
+			has, other = lockRecord, slotRecord
+			if lockRecord && lockID != dc.params.holding {
+				t.Errorf("%s (case %s): takenOverLockId %q, not the ticket's %q", dc.file, dc.prefix, lockID, dc.params.holding)
+			}
+		case strings.HasPrefix(dc.file, "28-"):
+			has, other = slotRecord, lockRecord
+			if vals, _ := ids.Values(); slotRecord && (len(vals) != 1 || vals[0].StringValue() != dc.params.holding) {
+				t.Errorf("%s (case %s): takenOverIds %v, not the ticket's [%q]", dc.file, dc.prefix, ids, dc.params.holding)
+			}
+		default:
+			took = false // the holders statements write nothing
+		}
+		tookAny = tookAny || took
+		if has != took || other {
+			t.Errorf("%s (case %s): recorded %v, where the earlier statement took %v\nbefore: %v\nnow:    %v", dc.file, dc.prefix, has || other, took, thenDocs[i], d)
+		}
+		if !bytes.Equal(withoutFields(d, takeOverRecords...), thenDocs[i]) {
+			t.Errorf("%s (case %s): the document differs\nstate: %v\nbefore: %v\nnow:    %v", dc.file, dc.prefix, dc.docs, thenDocs[i], d)
+		}
+	}
+	return tookAny
+}
+
+// checkRecordsCarried reports where an older process's statement did on a
+// document with records (recorded, recordedDocs) other than on the same
+// document without (bare, bareDocs), or changed a record.
+func checkRecordsCarried(t *testing.T, dc diffCase, bare, recorded outcome, bareDocs, recordedDocs []bson.Raw) {
+	t.Helper()
+	records := map[string]bson.Raw{}
+	for _, d := range dc.docs {
+		raw, err := bson.Marshal(d)
+		require.NoError(t, err)
+		records[d[0].Value.(string)] = raw
+	}
+	shown := recorded
+	shown.docs = nil
+	for _, r := range recorded.docs {
+		shown.docs = append(shown.docs, withoutFields(r, takeOverRecords...))
+	}
+	if shown.String() != bare.String() {
+		t.Errorf("%s (case %s): the reply differs with records\nstate: %v\nwithout: %v\nwith:    %v", dc.file, dc.prefix, dc.docs, bare, recorded)
+	}
+	require.Equal(t, len(bareDocs), len(recordedDocs), "%s (case %s)", dc.file, dc.prefix)
+	for i, d := range recordedDocs {
+		added := records[d.Lookup("_id").StringValue()]
+		for _, k := range takeOverRecords {
+			if v, err := d.LookupErr(k); err == nil && !v.Equal(added.Lookup(k)) {
+				t.Errorf("%s (case %s): the record %s is %v, was %v", dc.file, dc.prefix, k, v, added.Lookup(k))
+			}
+		}
+		// $currentDate writes the server's time of each run: present in both, or neither.
+		stamped := currentDateFields(dc.cmd)
+		for _, k := range stamped {
+			_, errWith := d.LookupErr(k)
+			_, errWithout := bareDocs[i].LookupErr(k)
+			if (errWith == nil) != (errWithout == nil) {
+				t.Errorf("%s (case %s): %s written with records %v, without %v", dc.file, dc.prefix, k, errWith == nil, errWithout == nil)
+			}
+		}
+		if !bytes.Equal(withoutFields(d, append(stamped, takeOverRecords...)...), withoutFields(bareDocs[i], stamped...)) {
+			t.Errorf("%s (case %s): the document differs with records\nstate: %v\nwithout: %v\nwith:    %v", dc.file, dc.prefix, dc.docs, bareDocs[i], d)
+		}
+	}
 }
