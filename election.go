@@ -117,9 +117,7 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) (err error) {
 	}
 	if matched == 0 {
 		lost := fmt.Errorf("%w: at proclaim, someone else led, or the election's document was gone", ErrLockLost)
-		if h.lock.p.forget(h) != nil {
-			h.markLost(lossTakenOver, lost)
-		}
+		h.loseUnmatched(ctx, lost)
 		return fail(cmp.Or(h.lossError(), lost))
 	}
 	return nil

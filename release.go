@@ -168,6 +168,19 @@ func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (e
 	return h.releaseAnswered(err, hold, isNoMatch(err) && h.wasTakenOver(ctx))
 }
 
+// loseUnmatched marks h lost, if it was not yet, after an owner-checked
+// write of it matched nothing (why): as taken over by its ticket
+// (ErrTakenOver) if its document records so, else for why.
+func (h *acquisition) loseUnmatched(ctx context.Context, why error) {
+	if h.lock.p.forget(h) == nil {
+		return
+	}
+	if h.wasTakenOver(ctx) {
+		why = ErrTakenOver
+	}
+	h.markLost(lossTakenOver, why)
+}
+
 // wasTakenOver reports whether h's document records that h's acquisition
 // was taken over by its ticket: asked when h's owner-checked write matched
 // nothing, to tell a hand-off from a loss. It reads no more than an

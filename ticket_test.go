@@ -470,6 +470,32 @@ func TestElectionTakeOverLeavesNoGap(t *testing.T) {
 	})
 }
 
+// A leader taken over in another program that proclaims before its next
+// extension learns there that it was taken over: the proclamation fails
+// with ErrTakenOver, an ErrLockLost, and its Release returns nil. Over the
+// model and the server.
+func TestAProclamationAfterATakeOverElsewhereSaysTakenOver(t *testing.T) {
+	conformance.Over(t, func(e *conformance.Env) {
+		t, ctx := e.T, e.Ctx
+		// A lease of a minute: its next extension comes after the test.
+		old, _ := e.Process(mongolock.WithOwner("v1"), mongolock.WithExpiry(time.Minute))
+		next, _ := e.Process(append(slices.Clone(conformance.StallProof), mongolock.WithOwner("v2"))...)
+		oldLead := must(old.Election("e").Campaign(ctx, "http://v1"))
+		lead, err := next.Election("e").TakeOver(ctx, mongolock.UntrackedTicket(oldLead.Handle), "http://v2")
+		require.NoError(t, err)
+		require.False(t, closedNow(oldLead.Lost()), "told, though not of this program")
+
+		err = oldLead.Proclaim(ctx, "http://v1/again")
+		require.ErrorIs(t, err, mongolock.ErrTakenOver)
+		require.ErrorIs(t, err, mongolock.ErrLockLost)
+		require.True(t, closedNow(oldLead.Lost()))
+		requireTakenOver(t, oldLead.Handle)
+		require.NoError(t, oldLead.Release(ctx), "the Release of a leadership taken over")
+		require.NoError(t, lead.Proclaim(ctx, "http://v2/b"))
+		require.NoError(t, lead.Release(ctx))
+	})
+}
+
 // What is not a ticket of the provider's database and collection sends
 // nothing.
 func TestTakeOverOfWhatIsNoTicketSendsNothing(t *testing.T) {
