@@ -873,9 +873,10 @@ func ExampleElection_TakeOver() {
 	fmt.Println("leader:", leader.Owner, leader.Value)
 	fmt.Println("a greater token:", leadership.FencingToken() > old.FencingToken())
 
-	// Version 1 sees its leadership lost, and exits.
+	// Version 1 sees its leadership taken over, and exits: a hand-off, not
+	// a failure, so its Release returns nil.
 	<-old.Lost()
-	fmt.Println("version 1 lost it:", errors.Is(old.Release(ctx), mongolock.ErrLockLost))
+	fmt.Println("version 1 was taken over:", errors.Is(context.Cause(old.Context()), mongolock.ErrTakenOver), old.Release(ctx) == nil)
 	_, err = v2.Election("scheduler").TakeOver(ctx, ticket, "http://10.0.0.9:8080")
 	fmt.Println("the ticket again:", errors.Is(err, mongolock.ErrStaleTicket))
 	// ... version 2 schedules while it leads ...
@@ -885,6 +886,6 @@ func ExampleElection_TakeOver() {
 	// Output:
 	// leader: scheduler-v2 http://10.0.0.8:8080
 	// a greater token: true
-	// version 1 lost it: true
+	// version 1 was taken over: true true
 	// the ticket again: true
 }
