@@ -259,7 +259,8 @@ func roomStates(now bson.DateTime) []roomState {
 // are the differential test's states and the claimant's-room ones, which
 // hold the ticket's acquisition live. Over the model, and over the test
 // server outside -short, where the model and the server also agree on
-// every current statement over documents with records.
+// every current statement over documents with records; a slot's take-over
+// on a full record drops its first.
 func TestStatementsOfBeforeTakeOverRecordsDoTheSameOnTheirDocuments(t *testing.T) {
 	current := map[string]bson.D{}
 	for _, g := range goldenStatements(t) {
@@ -308,6 +309,18 @@ func TestStatementsOfBeforeTakeOverRecordsDoTheSameOnTheirDocuments(t *testing.T
 			recordedNow = append(recordedNow, dc)
 		}
 	}
+	// A slot's take-over where the record is full: it drops the first.
+	full := bson.A{}
+	for k := range takenOverKept {
+		full = append(full, fmt.Sprintf("id-%d", k))
+	}
+	fullCase := diffCase{file: "28-semaphore-take-over", prefix: fmt.Sprintf("c%05d-", len(recordedNow)), now: now, params: goldenParams}
+	fullCase.cmd = fullCase.statement(current[fullCase.file])
+	fullCase.docs = []bson.D{{{Key: "_id", Value: fullCase.prefix + "reports"}, {Key: "kind", Value: "semaphore"}, {Key: "n", Value: int32(2)},
+		{Key: "holders", Value: bson.A{bson.D{{Key: "id", Value: goldenHolding}, {Key: "owner", Value: "host/2"},
+			{Key: "acquiredAt", Value: now - 1000}, {Key: "expiresAt", Value: now + 30_000}, {Key: "token", Value: int64(now) * tokenFloorScale}}}},
+		{Key: "expiresAt", Value: now + 30_000}, {Key: "fencingToken", Value: int64(now) * tokenFloorScale}, {Key: "takenOverIds", Value: full}}}
+	recordedNow = append(recordedNow, fullCase)
 
 	check := func(t *testing.T, then, got, bareOut, recordedOut []outcome, thenDocs, gotDocs, bareDocs, recordedDocs map[string][]bson.Raw) {
 		took := map[string]int{} // by file, the cases whose take-over took
@@ -340,6 +353,13 @@ func TestStatementsOfBeforeTakeOverRecordsDoTheSameOnTheirDocuments(t *testing.T
 		bareOut, bareDocs := run(bare)
 		recordedOut, recordedDocs := run(recorded)
 		check(t, then, got, bareOut, recordedOut, thenDocs, gotDocs, bareDocs, recordedDocs)
+		_, docs, err := runOnModel(t, fullCase, now)
+		require.NoError(t, err)
+		ids, err := docs[0].Lookup("takenOverIds").Array().Values()
+		require.NoError(t, err)
+		require.Len(t, ids, takenOverKept)
+		require.Equal(t, "id-1", ids[0].StringValue())
+		require.Equal(t, goldenHolding, ids[takenOverKept-1].StringValue())
 	})
 	t.Run("server", func(t *testing.T) {
 		ctx, db := context.Background(), testdb.Database(t)
@@ -381,7 +401,7 @@ func withRecords(c chooser, docs []bson.D) []bson.D {
 		case c.intn(4) == 0:
 		case slices.ContainsFunc(d, func(e bson.E) bool { return e.Key == "kind" }):
 			ids := bson.A{}
-			for range 1 + c.intn(3) {
+			for range pick(c, 1, 2, 3, takenOverKept) { // full: a take-over drops the first
 				ids = append(ids, pick(c, idPool...))
 			}
 			out[i] = append(out[i], bson.E{Key: "takenOverIds", Value: ids})
