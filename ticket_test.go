@@ -470,6 +470,62 @@ func TestElectionTakeOverLeavesNoGap(t *testing.T) {
 	})
 }
 
+// A Release that would hand the lock over to an Acquire of its process,
+// of an acquisition taken over in another program, offers it (the
+// hand-over matches nothing), learns that it was taken over, and returns
+// nil; the Acquire goes on waiting, and gets the lock at the taker's
+// release. A lock and a semaphore's one slot, over the model and the
+// server.
+func TestAHandOverOfWhatWasTakenOverElsewhereReturnsNil(t *testing.T) {
+	type acquirer interface {
+		TryAcquire(ctx context.Context) (*mongolock.Handle, error)
+		Acquire(ctx context.Context) (*mongolock.Handle, error)
+	}
+	for _, k := range []struct {
+		name string
+		of   func(p *mongolock.Provider) acquirer
+	}{
+		{"lock", func(p *mongolock.Provider) acquirer { return p.Lock("x") }},
+		{"semaphore", func(p *mongolock.Provider) acquirer { return p.Semaphore("x", 1) }},
+	} {
+		t.Run(k.name, func(t *testing.T) {
+			conformance.Over(t, func(e *conformance.Env) {
+				t, ctx := e.T, e.Ctx
+				waiting, offered := make(chan struct{}), make(chan bool, 1)
+				trace := mongolock.WithTrace(&mongolock.Trace{
+					Waiting: func(i mongolock.WaitingInfo) {
+						if i.Waiting && i.Count == 1 {
+							close(waiting)
+						}
+					},
+					HandOver: func(_ context.Context, i mongolock.HandOverInfo) { offered <- i.HandedOver },
+				})
+				// A lease of a minute: its next extension comes after the test.
+				holder, _ := e.Process(mongolock.WithExpiry(time.Minute), trace)
+				taker, _ := e.Process(conformance.StallProof...)
+				old := must(k.of(holder).TryAcquire(ctx))
+				h, err := taker.TakeOver(ctx, mongolock.UntrackedTicket(old))
+				require.NoError(t, err)
+				next := start(func() (*mongolock.Handle, error) { return k.of(holder).Acquire(ctx) })
+				select {
+				case <-waiting:
+				case <-ctx.Done():
+					t.Fatal("the Acquire did not wait")
+				}
+
+				require.NoError(t, old.Release(ctx), "the Release of a handle taken over, offering a hand-over")
+				require.False(t, <-offered, "handed over what the taker holds")
+				requireTakenOver(t, old)
+				require.NoError(t, h.Release(ctx))
+				got := <-next
+				require.NoError(t, got.err)
+				require.Greater(t, got.h.FencingToken(), h.FencingToken())
+				require.NoError(t, got.h.Release(ctx))
+			})
+		})
+	}
+}
+
 // A leader taken over in another program that proclaims before its next
 // extension learns there that it was taken over: the proclamation fails
 // with ErrTakenOver, an ErrLockLost, and its Release returns nil. Over the
