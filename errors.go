@@ -71,6 +71,12 @@ var (
 	ErrCollation = errors.New("mongolock: the lock collection has a non-simple default collation")
 )
 
+// ErrReleased reports a call that needs a held handle on one that was
+// released (Release, or its Provider's Close): a fenced write, Ticket,
+// Upgrade, Downgrade. Nothing is sent. A released handle was not lost:
+// its holder gave the lock up, and errors.Is(err, ErrLockLost) is false.
+var ErrReleased = errors.New("mongolock: the handle was released")
+
 // ErrStaleTicket reports a ticket (Handle.Ticket) whose acquisition is
 // over: released, lost, run out, or taken over already (a ticket works
 // once). TakeOver returns it having changed nothing.
@@ -219,7 +225,7 @@ var errNilFunction error = invalid("nil function")
 // the cause, which errors.Is and errors.As see through: ErrNotAcquired,
 // ErrLockLost, ErrClosed, ErrMismatch, ErrInvalidArgument, ErrNoLock,
 // ErrNoLeader, ErrFenced, ErrCollation, ErrStaleTicket, ErrTakenOver,
-// ctx's error, or the server's or the network's.
+// ErrReleased, ctx's error, or the server's or the network's.
 //
 // Three errors are not the library's, and are passed on as they are: the
 // error fn returned to Do, when Do has nothing to add to it (with a loss

@@ -54,7 +54,7 @@ type errorCase struct {
 var sentinels = []error{
 	mongolock.ErrMismatch, mongolock.ErrNotAcquired, mongolock.ErrLockLost, mongolock.ErrInvalidArgument,
 	mongolock.ErrClosed, mongolock.ErrCollation, mongolock.ErrFenced, mongolock.ErrNoLeader, mongolock.ErrNoLock,
-	mongolock.ErrStaleTicket, context.Canceled, context.DeadlineExceeded,
+	mongolock.ErrStaleTicket, mongolock.ErrReleased, context.Canceled, context.DeadlineExceeded,
 }
 
 // errJob is a job's own error, as Do's fn returns it.
@@ -402,7 +402,7 @@ func errorCases() []errorCase {
 			mongolocktest.Lose(h.Handle)
 			return h.Downgrade(e.ctx)
 		}},
-		{call: "UpgradeableHandle.Downgrade", path: "released", op: "downgrade", name: "rw", run: func(t *testing.T, e *errorEnv) error {
+		{call: "UpgradeableHandle.Downgrade", path: "released", op: "downgrade", name: "rw", is: []error{mongolock.ErrReleased}, run: func(t *testing.T, e *errorEnv) error {
 			h := e.upgraded(t, e.p.RWLock("rw"))
 			require.NoError(t, h.Release(e.ctx))
 			return h.Downgrade(e.ctx)
@@ -665,6 +665,11 @@ func errorCases() []errorCase {
 			errorCase{call: f.call, path: "an upsert without an _id equality", op: f.op, name: "f", is: inv, run: func(t *testing.T, e *errorEnv) error {
 				return f.write(e.ctx, e.coll, e.hold(t, e.p.Lock("f")), bson.D{{Key: "by", Value: "w"}}, setWriter("w"), true)
 			}},
+			errorCase{call: f.call, path: "a released handle", op: f.op, name: "f", is: []error{mongolock.ErrReleased}, run: func(t *testing.T, e *errorEnv) error {
+				h := e.hold(t, e.p.Lock("f"))
+				require.NoError(t, h.Release(e.ctx))
+				return f.write(e.ctx, e.coll, h, byID("doc"), setWriter("w"), false)
+			}},
 			errorCase{call: f.call, path: "a token source that is no acquisition", op: f.op, is: inv, run: func(t *testing.T, e *errorEnv) error {
 				return f.write(e.ctx, e.coll, tokenOnly(0), byID("doc"), setWriter("w"), false)
 			}},
@@ -731,7 +736,9 @@ func holdComposite(t *testing.T, e *errorEnv) *mongolock.CompositeHandle {
 // next, acquired after it.
 func staleAndNext(t *testing.T, e *errorEnv) (old, next *mongolock.Handle) {
 	old = e.hold(t, e.p.Lock("f"))
-	require.NoError(t, old.Release(e.ctx))
+	released, err := e.rival.ForceRelease(e.ctx, "f") // old does not know it yet
+	require.NoError(t, err)
+	require.True(t, released)
 	return old, e.hold(t, e.p.Lock("f"))
 }
 

@@ -771,13 +771,26 @@ func ExampleFencedUpdateOne() {
 		return err
 	}
 
-	lock := locks.Lock("acct-1")
-	stale, err := lock.Acquire(ctx)
+	// Another process holds the lock, and loses it without knowing yet
+	// (as after a long pause; here, an operator's force release).
+	other, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI"))) // its own client
 	if err != nil {
 		log.Fatal(err)
 	}
-	_ = stale.Release(ctx) // as if its lease had expired during a pause
-	current, err := lock.Acquire(ctx)
+	defer func() { _ = other.Disconnect(context.Background()) }()
+	elsewhere, err := mongolock.NewProvider(other.Database(db.Name()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer elsewhere.Close(ctx)
+	stale, err := elsewhere.Lock("acct-1").Acquire(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := locks.ForceRelease(ctx, "acct-1"); err != nil {
+		log.Fatal(err)
+	}
+	current, err := locks.Lock("acct-1").Acquire(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}

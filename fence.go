@@ -22,6 +22,15 @@ const FenceField = "_mongolockFencingToken"
 // of any kind (a Lock's, a Semaphore's slot, an RWLock's reader or
 // writer), a *Leadership, or one part of a CompositeHandle
 // (CompositeHandle.Handles()[i], for the resource that part guards).
+//
+// A fenced write asks its source whether it still holds before it sends
+// anything: a Handle or a Leadership looks at its lease and whether it was
+// released. A type of another package that also has a method
+// Context() context.Context (as a Handle has) is asked through it: once
+// that context is done, the write is refused unsent, with an error
+// wrapping ErrLockLost if context.Cause says so, else ErrReleased. A type
+// with FencingToken alone is trusted to hold; the token check on the
+// server still refuses it once a later holder has written.
 type TokenSource interface {
 	FencingToken() int64
 }
@@ -60,7 +69,9 @@ type TokenSource interface {
 // (its process stopped past it, the machine suspended), it sends nothing
 // and returns an error wrapping ErrLockLost: it looks at the lease first,
 // as the handle's Context's Err does, so that the first write after the
-// holder runs again is refused.
+// holder runs again is refused. With a released handle (Release, its
+// Provider's Close; a CompositeHandle's part once the CompositeHandle is
+// released) it sends nothing and returns an error wrapping ErrReleased.
 func FencedUpdateOne(ctx context.Context, coll *mongo.Collection, h TokenSource, filter, update any,
 	opts ...options.Lister[options.UpdateOneOptions]) (_ *mongo.UpdateResult, err error) {
 	defer func() { err = fenceError(opFencedUpdateOne, h, err) }()
@@ -171,10 +182,8 @@ func fence[O any](coll *mongo.Collection, h TokenSource, filter, update any, opt
 	if token <= 0 {
 		return nil, invalidf("mongolock: fenced write: fencing token %d: not an acquisition's", token)
 	}
-	if a, ok := h.(interface{ knownLost() error }); ok {
-		if err := a.knownLost(); err != nil { // lost, or its deadline passed: nothing sent
-			return nil, fmt.Errorf("mongolock: fenced write with token %d: not sent: %w", token, err)
-		}
+	if err := notHeld(h); err != nil {
+		return nil, fmt.Errorf("mongolock: fenced write with token %d: not sent: %w", token, err)
 	}
 	raw, err := marshalDoc(filter)
 	if err != nil {
@@ -188,6 +197,26 @@ func fence[O any](coll *mongo.Collection, h TokenSource, filter, update any, opt
 	w.filter = obj("$and", bson.A{raw, obj("$or", bson.A{obj(FenceField, obj("$exists", false)), obj(FenceField, obj("$lte", token))})})
 	w.update, err = fenceUpdate(update, token)
 	return w, err
+}
+
+// notHeld returns why h's acquisition no longer holds, as far as this
+// process knows, or nil: a handle's loss (looking at its lease first) or
+// release; for another type, its Context's end, if it has one.
+func notHeld(h TokenSource) error {
+	switch s := h.(type) {
+	case interface{ heldState() error }: // a *Handle, a *Leadership
+		return s.heldState()
+	case interface{ Context() context.Context }:
+		ctx := s.Context()
+		if ctx == nil || ctx.Err() == nil {
+			return nil
+		}
+		if cause := context.Cause(ctx); !errors.Is(cause, ErrLockLost) {
+			return fmt.Errorf("%w: its Context ended: %w", ErrReleased, cause)
+		}
+		return context.Cause(ctx)
+	}
+	return nil
 }
 
 // marshalDoc marshals a filter or an update document.

@@ -284,30 +284,37 @@ func TestFencedWriteOfAHolderThatDoesNotKnowItLostIsErrFenced(t *testing.T) {
 	require.Equal(t, fencedDoc{ID: "ledger", Writer: "rival", N: 2, Fence: rival.FencingToken()}, readFenced(t, coll, "ledger"))
 }
 
-// What the token fences, per kind.
+// What the token fences, per kind. Each stale holder, of another
+// process, does not know it is stale yet (force-released, its next
+// extension a minute away): a released one would be refused unsent.
 func TestFencedWritesPerKind(t *testing.T) {
 	ctx := boundedCtx(t, 60*time.Second)
 	db := testdb.Database(t)
 	p := newProvider(t, ownClient(t, db, nil))
+	staleP := newProvider(t, ownClient(t, db, nil), mongolock.WithExpiry(3*time.Minute))
 	coll := db.Collection("resources")
+	forceRelease := func(t *testing.T, name string) {
+		released, err := p.ForceRelease(ctx, name)
+		require.NoError(t, err)
+		require.True(t, released)
+	}
 	write := func(src mongolock.TokenSource, id, w string) error {
 		_, err := mongolock.FencedUpdateOne(ctx, coll, src, byID(id), setWriter(w), upsert)
 		return err
 	}
 
 	t.Run("lock: the next holder fences out the last", func(t *testing.T) {
-		first := mustAcquire(t, ctx, p.Lock("l"))
-		require.NoError(t, first.Release(ctx))
+		first := mustAcquire(t, ctx, staleP.Lock("l"))
+		forceRelease(t, "l")
 		second := releaseAtCleanup(t, mustAcquire(t, ctx, p.Lock("l")))
 		require.NoError(t, write(second, "l", "second"))
 		require.ErrorIs(t, write(first, "l", "first"), mongolock.ErrFenced)
 	})
 	t.Run("election: the next leader fences out the last", func(t *testing.T) {
-		e := p.Election("e")
-		first, err := e.Campaign(ctx, "a")
+		first, err := staleP.Election("e").Campaign(ctx, "a")
 		require.NoError(t, err)
-		require.NoError(t, first.Release(ctx))
-		second, err := e.Campaign(ctx, "b")
+		forceRelease(t, "e")
+		second, err := p.Election("e").Campaign(ctx, "b")
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = second.Release(context.Background()) })
 		require.NoError(t, write(second, "e", "b"))
@@ -328,15 +335,15 @@ func TestFencedWritesPerKind(t *testing.T) {
 	})
 	t.Run("rwlock: a writer fences out the readers before it, and a reader after it fences out the writer", func(t *testing.T) {
 		rw := p.RWLock("rw")
-		r1 := mustAcquire(t, ctx, rw.Reader())
+		r1 := mustAcquire(t, ctx, staleP.RWLock("rw").Reader())
 		require.NoError(t, write(r1, "rw", "reader 1"))
-		require.NoError(t, r1.Release(ctx))
+		forceRelease(t, "rw")
 		w := mustAcquire(t, ctx, rw.Writer())
 		require.Greater(t, w.FencingToken(), r1.FencingToken())
 		require.NoError(t, write(w, "rw", "writer"))
 		require.ErrorIs(t, write(r1, "rw", "reader 1"), mongolock.ErrFenced)
-		require.NoError(t, w.Release(ctx))
-		r2 := releaseAtCleanup(t, mustAcquire(t, ctx, rw.Reader()))
+		forceRelease(t, "rw")
+		r2 := releaseAtCleanup(t, mustAcquire(t, ctx, staleP.RWLock("rw").Reader()))
 		require.Greater(t, r2.FencingToken(), w.FencingToken())
 		require.NoError(t, write(r2, "rw", "reader 2"))
 		require.ErrorIs(t, write(w, "rw", "writer"), mongolock.ErrFenced)
@@ -344,9 +351,12 @@ func TestFencedWritesPerKind(t *testing.T) {
 	t.Run("composite: each part's token fences its own resource", func(t *testing.T) {
 		c, err := mongolock.NewComposite(p.Lock("c1"), p.Lock("c2"))
 		require.NoError(t, err)
-		first, err := c.Acquire(ctx)
+		staleC, err := mongolock.NewComposite(staleP.Lock("c1"), staleP.Lock("c2"))
 		require.NoError(t, err)
-		require.NoError(t, first.Release(ctx))
+		first, err := staleC.Acquire(ctx)
+		require.NoError(t, err)
+		forceRelease(t, "c1")
+		forceRelease(t, "c2")
 		second, err := c.Acquire(ctx)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = second.Release(context.Background()) })
@@ -473,6 +483,101 @@ func TestAFencedWriteOfAHandleKnownLostIsNotSent(t *testing.T) {
 				require.ErrorIs(t, ferr, mongolock.ErrLockLost)
 				require.ErrorIs(t, h.Context().Err(), context.Canceled)
 				require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
+			})
+		})
+	}
+}
+
+// sourceWithContext is a TokenSource of another package with a Context,
+// as a wrapper of a Handle might be.
+type sourceWithContext struct {
+	tok int64
+	ctx context.Context
+}
+
+func (s sourceWithContext) FencingToken() int64      { return s.tok }
+func (s sourceWithContext) Context() context.Context { return s.ctx }
+
+// A fenced write of a released handle is refused before anything is
+// sent, with an error wrapping ErrReleased and not ErrLockLost: its holder
+// gave the lock up, so the write is no longer protected, though the token
+// check would accept it until a later holder writes. So for every way a
+// handle is released (its Release, a Leadership's, a CompositeHandle's,
+// its Provider's Close), and for a TokenSource of another type whose
+// Context has ended.
+func TestAFencedWriteOfAReleasedHandleIsNotSent(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// hold returns a token source that holds, and how to release it.
+		hold func(t *testing.T, p *mongolock.Provider) (mongolock.TokenSource, func() error)
+		is   error
+	}{
+		{"a handle, released", func(t *testing.T, p *mongolock.Provider) (mongolock.TokenSource, func() error) {
+			h := mustTryAcquire(t, t.Context(), p.Lock("ledger"))
+			return h, func() error { return h.Release(t.Context()) }
+		}, mongolock.ErrReleased},
+		{"a semaphore's slot, released", func(t *testing.T, p *mongolock.Provider) (mongolock.TokenSource, func() error) {
+			h, err := p.Semaphore("ledger", 2).TryAcquire(t.Context())
+			require.NoError(t, err)
+			return h, func() error { return h.Release(t.Context()) }
+		}, mongolock.ErrReleased},
+		{"a leadership, released", func(t *testing.T, p *mongolock.Provider) (mongolock.TokenSource, func() error) {
+			l, err := p.Election("ledger").Campaign(t.Context(), "me")
+			require.NoError(t, err)
+			return l, func() error { return l.Release(t.Context()) }
+		}, mongolock.ErrReleased},
+		{"a composite's part, the composite released", func(t *testing.T, p *mongolock.Provider) (mongolock.TokenSource, func() error) {
+			c, err := mongolock.NewComposite(p.Lock("ledger"), p.Lock("other"))
+			require.NoError(t, err)
+			ch, err := c.TryAcquire(t.Context())
+			require.NoError(t, err)
+			return ch.Handles()[0], func() error { return ch.Release(t.Context()) }
+		}, mongolock.ErrReleased},
+		{"a handle, its provider closed", func(t *testing.T, p *mongolock.Provider) (mongolock.TokenSource, func() error) {
+			h := mustTryAcquire(t, t.Context(), p.Lock("ledger"))
+			return h, func() error { return p.Close(t.Context()) }
+		}, mongolock.ErrReleased},
+		{"another type with a Context, released", func(t *testing.T, p *mongolock.Provider) (mongolock.TokenSource, func() error) {
+			h := mustTryAcquire(t, t.Context(), p.Lock("ledger"))
+			return sourceWithContext{h.FencingToken(), h.Context()}, func() error { return h.Release(t.Context()) }
+		}, mongolock.ErrReleased},
+		{"another type with a Context, lost", func(t *testing.T, p *mongolock.Provider) (mongolock.TokenSource, func() error) {
+			h := mustTryAcquire(t, t.Context(), p.Lock("ledger"))
+			return sourceWithContext{h.FencingToken(), h.Context()}, func() error {
+				mongolocktest.Lose(h)
+				return nil
+			}
+		}, mongolock.ErrLockLost},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := t.Context()
+				store := mongolocktest.NewStore()
+				p, err := store.NewProvider()
+				require.NoError(t, err)
+				defer func() {
+					require.NoError(t, p.Close(context.Background()))
+					time.Sleep(time.Second) // simulated: the idle senders end
+				}()
+				coll, replies, sent := scriptedColl(t)
+				src, release := tc.hold(t, p)
+				replies.AddResponses(updated)
+				_, err = mongolock.FencedUpdateOne(ctx, coll, src, byID("ledger"), setWriter("holder"))
+				require.NoError(t, err)
+				require.Equal(t, int64(1), sent.Load(), "the holder's write was sent")
+
+				require.NoError(t, release())
+				_, err = mongolock.FencedUpdateOne(ctx, coll, src, byID("ledger"), setWriter("released holder"))
+				ferr := mongolock.FencedFindOneAndUpdate(ctx, coll, src, byID("ledger"), setWriter("released holder")).Err()
+				require.Equal(t, int64(1), sent.Load(), "a released holder's fenced write was sent")
+				for _, err := range []error{err, ferr} {
+					require.ErrorIs(t, err, tc.is)
+					if tc.is == mongolock.ErrReleased {
+						require.NotErrorIs(t, err, mongolock.ErrLockLost)
+					}
+					var e *mongolock.Error
+					require.ErrorAs(t, err, &e)
+				}
 			})
 		})
 	}

@@ -139,3 +139,16 @@ func (c leaseContext) Err() error {
 	c.h.look()
 	return c.Context.Err()
 }
+
+// heldState returns why h no longer holds, looking at its lease first, or
+// nil: its loss, else ErrReleased once Release was called. A fenced write
+// asks before it is sent.
+func (h *acquisition) heldState() error {
+	if err := h.knownLost(); err != nil {
+		return err
+	}
+	if h.released.Load() {
+		return ErrReleased
+	}
+	return nil
+}

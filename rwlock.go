@@ -152,7 +152,7 @@ type UpgradeableHandle struct {
 }
 
 // errReleased reports an Upgrade or Downgrade of a released handle.
-var errReleased = errors.New("the handle was released")
+var errReleased = ErrReleased
 
 // Upgrade makes u, an upgradeable reader, the writer of its lock, with no
 // moment in which another writer could get in: the same handle, its lease

@@ -596,7 +596,7 @@ func ticketErrorCases() []errorCase {
 	}
 	leaderTicket := func(t *testing.T, e *errorEnv) string { return must(lead(t, e).Ticket()) }
 	return []errorCase{
-		{call: "Handle.Ticket", path: "a released handle", op: "ticket", name: "x", run: func(t *testing.T, e *errorEnv) error {
+		{call: "Handle.Ticket", path: "a released handle", op: "ticket", name: "x", is: []error{mongolock.ErrReleased}, run: func(t *testing.T, e *errorEnv) error {
 			h := e.hold(t, e.p.Lock("x"))
 			require.NoError(t, h.Release(e.ctx))
 			_, err := h.Ticket()
