@@ -270,7 +270,8 @@ func compositeError[P interface{ Name() string }](op string, parts []P, err erro
 // part (see Handle) closes Lost and cancels Context with the cause
 // ErrLockLost. It is safe for concurrent use. Call Release when done; a
 // CompositeHandle that becomes unreachable while held is released as its
-// Handles are.
+// Handles are. A nil *CompositeHandle holds nothing, and no method of it
+// panics, as a nil Handle's.
 type CompositeHandle struct {
 	handles []*Handle // in the order of the Composite's parts
 	*compositeState
@@ -338,20 +339,44 @@ func (s *compositeState) look() {
 // given to NewComposite: each part's FencingToken, for the resource it
 // guards, is its Handle's. Release the CompositeHandle rather than its
 // Handles; releasing one ends the CompositeHandle's Context.
-func (h *CompositeHandle) Handles() []*Handle { return slices.Clone(h.handles) }
+//
+// A nil CompositeHandle's are none.
+func (h *CompositeHandle) Handles() []*Handle {
+	if h.held() == nil {
+		return nil
+	}
+	return slices.Clone(h.handles)
+}
+
+// held returns h's state, or nil for a nil CompositeHandle (or its zero
+// value), whose methods answer as for nothing held.
+func (h *CompositeHandle) held() *compositeState {
+	if h == nil {
+		return nil
+	}
+	return h.compositeState
+}
 
 // Context returns a context that is done when a part is lost or released
 // (by Release, by the part's own Release, or by its Provider's Close). On
 // loss, context.Cause returns ErrLockLost; on release, context.Canceled.
 // Its Err and Done first look at every part's lease, as a Handle's
 // Context's do: once a part's local deadline has passed, the first answer
-// says done.
-func (h *CompositeHandle) Context() context.Context { return &h.lctx }
+// says done. A nil CompositeHandle's is done, as a nil Handle's.
+func (h *CompositeHandle) Context() context.Context {
+	if h.held() == nil {
+		return nothingHeld
+	}
+	return &h.lctx
+}
 
 // Lost returns a channel that is closed when any part is lost. It is never
 // closed by a normal Release. Like the Context's Err and Done, it first
-// looks at every part's lease.
+// looks at every part's lease. A nil CompositeHandle's is closed.
 func (h *CompositeHandle) Lost() <-chan struct{} {
+	if h.held() == nil {
+		return closedChan
+	}
 	h.look()
 	return h.lost
 }
@@ -362,8 +387,11 @@ func (h *CompositeHandle) Lost() <-chan struct{} {
 // of the composite that joins theirs: errors.Is(err, ErrLockLost) holds if
 // a part had been lost. A part whose release fails is freed in the
 // background. Either way every part is released and Context is done. Later
-// calls return nil.
+// calls return nil, and so does Release of a nil CompositeHandle.
 func (h *CompositeHandle) Release(ctx context.Context) error {
+	if h.held() == nil {
+		return nil
+	}
 	if ctx == nil {
 		return compositeError("release", h.handles, errNilContext)
 	}

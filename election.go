@@ -98,7 +98,10 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 // MaxValueLen, it returns an error and sends nothing. A failed round trip
 // returns its error: the value may or may not have been written.
 func (l *Leadership) Proclaim(ctx context.Context, value string) (err error) {
-	h := l.acquisition
+	h := l.handle().held()
+	if h == nil {
+		return &Error{Op: "proclaim", Err: errNilHandle}
+	}
 	fail := func(err error) error { return h.lock.errorf("proclaim", err) }
 	switch {
 	case ctx == nil:
@@ -327,3 +330,47 @@ func (electionDriver) describe() kindInfo { return kindInfo{kind: KindElection} 
 // holds: a leader that resigns steps aside at once, and one that leads is
 // not bounded.
 func (electionDriver) holdsApply() bool { return false }
+
+// A Leadership's methods of its Handle, each the Handle's, so that a nil
+// *Leadership (a failed Campaign's) answers as a nil Handle does rather
+// than panic: Release returns nil, Context is done, Lost closed, the
+// accessors zero values.
+
+// handle returns l's Handle, nil for a nil Leadership.
+func (l *Leadership) handle() *Handle {
+	if l == nil {
+		return nil
+	}
+	return l.Handle
+}
+
+// Name is the Handle's: the election's name.
+func (l *Leadership) Name() string { return l.handle().Name() }
+
+// FencingToken is the Handle's: greater for each new leader.
+func (l *Leadership) FencingToken() int64 { return l.handle().FencingToken() }
+
+// AcquiredAt is the Handle's: when the leadership began, by the server's
+// clock.
+func (l *Leadership) AcquiredAt() time.Time { return l.handle().AcquiredAt() }
+
+// Owner is the Handle's.
+func (l *Leadership) Owner() string { return l.handle().Owner() }
+
+// LeaseEnd is the Handle's.
+func (l *Leadership) LeaseEnd() time.Time { return l.handle().LeaseEnd() }
+
+// Context is the Handle's: done when leadership is lost (cause
+// ErrLockLost) or given up.
+func (l *Leadership) Context() context.Context { return l.handle().Context() }
+
+// Lost is the Handle's: closed when leadership is lost, before anyone else
+// can lead.
+func (l *Leadership) Lost() <-chan struct{} { return l.handle().Lost() }
+
+// Release is the Handle's: it gives leadership up.
+func (l *Leadership) Release(ctx context.Context) error { return l.handle().Release(ctx) }
+
+// Ticket is the Handle's: a ticket of the leadership, for
+// Election.TakeOver.
+func (l *Leadership) Ticket() (string, error) { return l.handle().Ticket() }

@@ -470,6 +470,26 @@ func errorCases() []errorCase {
 			mongolocktest.Lose(l.Handle)
 			return l.Release(e.ctx)
 		}},
+		{call: "Leadership.Release", path: "a nil context", op: "release", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return lead(t, e).Release(noCtx)
+		}},
+		{call: "Leadership.Release", path: "lost", op: "release", name: "e", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			l := lead(t, e)
+			mongolocktest.Lose(l.Handle)
+			return l.Release(e.ctx)
+		}},
+		{call: "Leadership.Ticket", path: "released", op: "ticket", name: "e", is: []error{mongolock.ErrReleased}, run: func(t *testing.T, e *errorEnv) error {
+			l := lead(t, e)
+			require.NoError(t, l.Release(e.ctx))
+			_, err := l.Ticket()
+			return err
+		}},
+		{call: "Leadership.Ticket", path: "lost", op: "ticket", name: "e", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			l := lead(t, e)
+			mongolocktest.Lose(l.Handle)
+			_, err := l.Ticket()
+			return err
+		}},
 
 		{call: "Lock.Acquire", path: "a nil context", op: "acquire", name: "x", is: inv, run: func(t *testing.T, e *errorEnv) error {
 			_, err := e.p.Lock("x").Acquire(noCtx)

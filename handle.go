@@ -27,9 +27,42 @@ import (
 // A Handle is safe for concurrent use. Call Release when done: a Handle
 // that becomes unreachable while it holds its lock is released when the
 // garbage collector finds it, with a warning logged (WithLogger).
+//
+// A nil *Handle (a failed Acquire's) holds nothing, and no method of it
+// panics: Release returns nil, so that a deferred Release written before
+// the error check is harmless; Context is done and Lost closed; the
+// accessors return zero values; Ticket is ErrInvalidArgument.
 type Handle struct {
 	*acquisition
 }
+
+// held returns h's acquisition, or nil for a nil Handle (or its zero
+// value), whose methods answer as for nothing held.
+func (h *Handle) held() *acquisition {
+	if h == nil {
+		return nil
+	}
+	return h.acquisition
+}
+
+// errNilHandle is the error of a call that needs a held handle on a nil
+// one.
+var errNilHandle error = invalid("a nil handle: its Acquire failed")
+
+// nothingHeld is the Context of a nil handle: done, as nothing is held;
+// context.Cause says why.
+var nothingHeld = func() context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errNilHandle)
+	return ctx
+}()
+
+// closedChan is the Lost of a nil handle: closed, as nothing is held.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // acquisition is what the library keeps of a Handle while it is held. It
 // never refers to its Handle, so that a Handle its owner dropped becomes
@@ -78,31 +111,58 @@ type acquisition struct {
 	changing atomic.Bool   // an Upgrade or Downgrade is under way
 }
 
-// Name returns the name of the lock this handle holds.
-func (h *Handle) Name() string { return h.lock.name }
+// Name returns the name of the lock this handle holds ("" for a nil
+// Handle).
+func (h *Handle) Name() string {
+	if h.held() == nil {
+		return ""
+	}
+	return h.lock.name
+}
 
 // FencingToken returns this acquisition's fencing token. Tokens of one lock
 // name strictly increase across acquisitions, including after an expiry, a
 // takeover or the deletion of the lock document. Pass it to the resource the
 // lock protects so that it can refuse writes from a holder that lost the
 // lock and does not know it yet (a write with a token lower than the last
-// one it accepted).
-func (h *Handle) FencingToken() int64 { return h.token.Load() }
+// one it accepted). A nil Handle's is 0, which no acquisition has.
+func (h *Handle) FencingToken() int64 {
+	if h.held() == nil {
+		return 0
+	}
+	return h.token.Load()
+}
 
 // AcquiredAt returns when the lock (a semaphore's slot, an RWLock's read or
-// write lock, a leadership) was acquired, by the server's clock.
-func (h *Handle) AcquiredAt() time.Time { return h.acquiredAt }
+// write lock, a leadership) was acquired, by the server's clock (the zero
+// time for a nil Handle).
+func (h *Handle) AcquiredAt() time.Time {
+	if h.held() == nil {
+		return time.Time{}
+	}
+	return h.acquiredAt
+}
 
 // Owner returns the owner the acquisition was made with (WithOwner; by
-// default the host name and process id), as Inspect shows it.
-func (h *Handle) Owner() string { return h.lock.p.opts.owner }
+// default the host name and process id), as Inspect shows it ("" for a
+// nil Handle).
+func (h *Handle) Owner() string {
+	if h.held() == nil {
+		return ""
+	}
+	return h.lock.p.opts.owner
+}
 
 // LeaseEnd returns until when, by this machine's wall clock, the lease is
 // known to last: the time the last acquisition or extension that the server
 // confirmed was sent, plus the expiry, but no later than WithHoldAtMost's
 // bound after the acquisition was sent. The server's lease ends at that or
-// later. After a release or a loss it stays what it was last.
+// later. After a release or a loss it stays what it was last. A nil
+// Handle's is the zero time.
 func (h *Handle) LeaseEnd() time.Time {
+	if h.held() == nil {
+		return time.Time{}
+	}
 	end := time.Unix(0, h.lastSentAt.Load()).Add(h.lock.p.opts.expiry)
 	if !h.atMostFromSent.IsZero() && h.atMostFromSent.Before(end) {
 		return h.atMostFromSent.Round(0) // by the wall clock, which counts suspended time

@@ -74,14 +74,23 @@ func (a *acquisition) abandon() {
 // lease's end, as if it had not been called. The context's Err and Done
 // first look at the lease: once its local deadline has passed (a process
 // stopped past it, a machine suspended), the first answer says done, and
-// Done's channel is closed already.
-func (h *Handle) Context() context.Context { return &h.lctx }
+// Done's channel is closed already. A nil Handle's is done, its cause
+// ErrInvalidArgument.
+func (h *Handle) Context() context.Context {
+	if h.held() == nil {
+		return nothingHeld
+	}
+	return &h.lctx
+}
 
 // Lost returns a channel that is closed when the lock is lost. It is never
 // closed by a normal Release. Like the Context's Err and Done, it first
 // looks at the lease: once its local deadline has passed, the channel it
-// returns is closed.
+// returns is closed. A nil Handle's is closed: nothing is held.
 func (h *Handle) Lost() <-chan struct{} {
+	if h.held() == nil {
+		return closedChan
+	}
 	h.look()
 	return h.lost
 }
@@ -117,7 +126,15 @@ func (h *acquisition) knownLost() error {
 // With WithHoldAtLeast, the same round trip keeps the lock held until the
 // hold ends (by the server's clock) instead of freeing it, and hands it to
 // nobody.
-func (h *Handle) Release(ctx context.Context) error { return h.release(ctx) }
+//
+// Release of a nil Handle returns nil: a deferred Release written before
+// the Acquire's error check does nothing.
+func (h *Handle) Release(ctx context.Context) error {
+	if h.held() == nil {
+		return nil
+	}
+	return h.release(ctx)
+}
 
 // releaseUnused is Release of a handle whose job never ran (a part of a
 // composite call that failed): it frees the lock at once, whatever

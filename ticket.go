@@ -104,7 +104,10 @@ var ticketed sync.Map // lockId -> *acquisition
 // lost, has no ticket: Ticket returns an error, wrapping ErrLockLost if it
 // was lost.
 func (h *Handle) Ticket() (string, error) {
-	a := h.acquisition
+	a := h.held()
+	if a == nil {
+		return "", &Error{Op: "ticket", Err: errNilHandle}
+	}
 	if a.released.Load() {
 		return "", a.lock.errorf("ticket", errReleased)
 	}
