@@ -10,6 +10,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -107,8 +108,8 @@ type optionSeed struct {
 }
 
 // options returns the options s stands for, and whether the documented
-// bounds call them valid.
-func (s optionSeed) options() (opts []mongolock.Option, valid bool) {
+// bounds call them valid in the database called db.
+func (s optionSeed) options(db string) (opts []mongolock.Option, valid bool) {
 	opts = []mongolock.Option{
 		mongolock.WithCollection(s.coll),
 		mongolock.WithExpiry(time.Duration(s.expiry)),
@@ -119,9 +120,16 @@ func (s optionSeed) options() (opts []mongolock.Option, valid bool) {
 		opts = append(opts, mongolock.WithExtensionCadence(time.Duration(s.cadence)))
 	}
 	cadence := s.effectiveCadence()
-	valid = s.coll != "" && s.expiry >= int64(100*time.Millisecond) &&
+	valid = validCollection(db, s.coll) && s.expiry >= int64(100*time.Millisecond) &&
 		cadence >= s.expiry/100 && cadence <= (s.expiry-s.margin())/2 && s.sleepMin > 0 && s.sleepMin <= s.sleepMax
 	return opts, valid
+}
+
+// validCollection reports whether WithCollection's documentation calls coll
+// valid in the database called db.
+func validCollection(db, coll string) bool {
+	return coll != "" && utf8.ValidString(coll) && !strings.ContainsAny(coll, "$\x00") && !strings.HasPrefix(coll, "system.") &&
+		len(db+"."+coll+"_semaphores") <= 255
 }
 
 // effectiveCadence is the extension cadence: the one set, else a third of
@@ -163,6 +171,8 @@ var optionSeeds = []optionSeed{
 	{"system.locks", 1000 * optMS, 0, false, 10 * optMS, 800 * optMS, false, "system collection"},
 	{"\xff\xfe", 1000 * optMS, 0, false, 10 * optMS, 800 * optMS, false, "collection not UTF-8"},
 	{strings.Repeat("c", 300), 1000 * optMS, 0, false, 10 * optMS, 800 * optMS, false, "300-byte collection"},
+	{strings.Repeat("c", 255-len("mongolock_test_fuzz_options._semaphores")), 1000 * optMS, 0, false, 10 * optMS, 800 * optMS, false, "longest collection"},
+	{strings.Repeat("c", 256-len("mongolock_test_fuzz_options._semaphores")), 1000 * optMS, 0, false, 10 * optMS, 800 * optMS, false, "collection a byte too long"},
 }
 
 // FuzzOptions: any option values are either refused by NewProvider, with an
@@ -191,7 +201,7 @@ func FuzzOptions(f *testing.F) {
 	f.Fuzz(func(t *testing.T, coll string, expiry, cadence int64, setCadence bool, sleepMin, sleepMax int64, adaptive bool) {
 		s := optionSeed{coll, expiry, cadence, setCadence, sleepMin, sleepMax, adaptive, ""}
 		label := labels[s]
-		opts, valid := s.options()
+		opts, valid := s.options(db.Name())
 		p, err := mongolock.NewProvider(db, opts...)
 		_, errNew := mongolock.New(db, "x", opts...)
 		require.Equal(t, err == nil, errNew == nil, "New and NewProvider disagree")
@@ -253,7 +263,7 @@ func TestOptionsOfTheFuzzSeedsOnTheServer(t *testing.T) {
 	db := testdb.Database(t)
 	otherDB := ownClient(t, db, nil)
 	for i, s := range optionSeeds {
-		opts, valid := s.options()
+		opts, valid := s.options(db.Name())
 		if !valid {
 			continue
 		}

@@ -25,6 +25,9 @@ type memStore struct {
 // providers of one s share their locks, as those of one database do.
 func newMemProvider(s *memdb.Store, db string, opts []Option) (*Provider, error) {
 	o, err := buildConfig(opts)
+	if err == nil {
+		err = checkNamespace(db, o.collection)
+	}
 	if err != nil {
 		return nil, &Error{Op: opNewProvider, Err: err}
 	}

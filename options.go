@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // Defaults, as in DistributedLock.MongoDB.
@@ -52,8 +54,8 @@ type config struct {
 }
 
 // WithOwner sets who the locks' acquisitions say holds them, as inspection
-// and elections show it. The owner must be 1 to MaxOwnerLen bytes long.
-// Default: the host name and process id, as "host/pid".
+// and elections show it. The owner must be 1 to MaxOwnerLen bytes long,
+// valid UTF-8. Default: the host name and process id, as "host/pid".
 //
 // It identifies; it does not exclude: two providers with the same owner
 // still exclude each other.
@@ -72,6 +74,12 @@ var defaultOwner = sync.OnceValue(func() string {
 
 // WithCollection sets the collection that holds the lock documents
 // (default "distributed_locks", the same as DistributedLock.MongoDB).
+//
+// Semaphores and RWLocks live beside it, in "<name>_semaphores". The name
+// must be one MongoDB accepts: not empty, valid UTF-8, without "$" or NUL,
+// not beginning with "system.", and "<database>.<name>_semaphores" at most
+// 255 bytes (a sharded collection's namespace may have 235 at most, which
+// the server checks).
 func WithCollection(name string) Option {
 	return func(o *config) { o.collection = name }
 }
@@ -189,10 +197,12 @@ func (o config) check() error {
 	switch err := o.telemetryConfig.check(); {
 	case o.owner == "" || len(o.owner) > MaxOwnerLen:
 		return invalidf("WithOwner(%q): the owner must be 1 to %d bytes long", shortName(o.owner), MaxOwnerLen)
+	case !utf8.ValidString(o.owner):
+		return invalidf("WithOwner(%q): the owner must be valid UTF-8, as BSON's strings are", shortName(o.owner))
 	case err != nil:
 		return err
-	case o.collection == "":
-		return invalidf("WithCollection(%q): the collection name must not be empty", o.collection)
+	case checkCollection(o.collection) != nil:
+		return checkCollection(o.collection)
 	case o.expiry < minExpiry:
 		return invalidf("WithExpiry(%v): the expiry must be at least %v", o.expiry, minExpiry)
 	case o.cadence < least:
@@ -206,6 +216,52 @@ func (o config) check() error {
 		return invalidf("WithStandbySleep(%v): the standby sleep must be at least the busy-wait max (%v)", o.standby, o.sleepMax)
 	}
 	return o.checkHolds()
+}
+
+// MongoDB's limits of names, from 4.4 on.
+const (
+	maxDatabaseName = 63  // bytes: fewer than 64
+	maxNamespace    = 255 // bytes of "<database>.<collection>" of an unsharded collection
+	// badDatabaseChars may not be in a database name: those MongoDB
+	// refuses on Windows, a superset of those it refuses elsewhere, so that
+	// a name works on every server.
+	badDatabaseChars = "/\\. \"$*<>:|?\x00"
+)
+
+// checkCollection refuses a WithCollection name that MongoDB would refuse,
+// for the locks' collection or the semaphores' beside it.
+func checkCollection(name string) error {
+	var why string
+	switch {
+	case name == "":
+		why = "the collection name must not be empty"
+	case !utf8.ValidString(name):
+		why = "the collection name must be valid UTF-8"
+	case strings.ContainsAny(name, "$\x00"):
+		why = "the collection name must not contain \"$\" or NUL"
+	case strings.HasPrefix(name, "system."):
+		why = "names beginning with \"system.\" are MongoDB's own"
+	default:
+		return nil
+	}
+	return invalidf("WithCollection(%q): %s", shortName(name), why)
+}
+
+// checkNamespace refuses a database name that MongoDB would refuse on some
+// platform, and a collection name whose semaphores' collection would make
+// too long a namespace in db.
+func checkNamespace(db, coll string) error {
+	ns := len(db) + len(".") + len(coll) + len(semSuffix)
+	switch {
+	case db == "" || len(db) > maxDatabaseName:
+		return invalidf("the database name %q: it must be 1 to %d bytes long", shortName(db), maxDatabaseName)
+	case !utf8.ValidString(db) || strings.ContainsAny(db, badDatabaseChars):
+		return invalidf("the database name %q: it must be valid UTF-8, without any of %q", shortName(db), badDatabaseChars)
+	case ns > maxNamespace:
+		return invalidf("WithCollection(%q): the semaphores' collection beside it (%s) in the database %q makes a namespace of %d bytes, more than MongoDB's %d",
+			shortName(coll), "<collection>"+semSuffix, shortName(db), ns, maxNamespace)
+	}
+	return nil
 }
 
 // checkHolds validates WithHoldAtLeast and WithHoldAtMost.

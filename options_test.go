@@ -4,6 +4,7 @@ package mongolock_test
 // and what they set.
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,15 @@ func TestInvalidOptionsAreRefusedNamingTheOptionAndValue(t *testing.T) {
 		want  []string // each must appear in the error message
 	}{
 		{"empty collection", []mongolock.Option{mongolock.WithCollection("")}, []string{`WithCollection("")`}},
+		{"collection with $", []mongolock.Option{mongolock.WithCollection("$bad")}, []string{`WithCollection("$bad")`, `"$"`}},
+		{"collection with NUL", []mongolock.Option{mongolock.WithCollection("lo\x00cks")}, []string{`WithCollection("lo\x00cks")`, "NUL"}},
+		{"system collection", []mongolock.Option{mongolock.WithCollection("system.foo")}, []string{`WithCollection("system.foo")`, `"system."`}},
+		{"collection not UTF-8", []mongolock.Option{mongolock.WithCollection("lo\xffcks")}, []string{`WithCollection("lo\xffcks")`, "UTF-8"}},
+		{"collection of 300 bytes", []mongolock.Option{mongolock.WithCollection(strings.Repeat("c", 300))},
+			[]string{`WithCollection("ccc`, "...", "_semaphores", "255"}},
+		{"collection a byte too long for the semaphores' namespace", []mongolock.Option{mongolock.WithCollection(strings.Repeat("c", 256-len(offlineDBName+"._semaphores")))},
+			[]string{`WithCollection("ccc`, "256 bytes", "255"}},
+		{"owner not UTF-8", []mongolock.Option{mongolock.WithOwner("\xff")}, []string{`WithOwner("\xff")`, "UTF-8"}},
 		{"expiry zero", []mongolock.Option{mongolock.WithExpiry(0)}, []string{"WithExpiry(0s)", "100ms"}},
 		{"expiry negative", []mongolock.Option{mongolock.WithExpiry(-time.Second)}, []string{"WithExpiry(-1s)"}},
 		{"expiry just under 100ms", []mongolock.Option{mongolock.WithExpiry(99 * time.Millisecond)}, []string{"WithExpiry(99ms)", "100ms"}},
@@ -121,6 +131,9 @@ func TestValidEdgeOptionsAreAccepted(t *testing.T) {
 		opts  []mongolock.Option
 	}{
 		{"no options", nil},
+		{"the longest collection", []mongolock.Option{mongolock.WithCollection(strings.Repeat("c", 255-len(offlineDBName+"._semaphores")))}},
+		{"a dotted collection", []mongolock.Option{mongolock.WithCollection("a.b")}},
+		{"a collection of spaces, unicode and backslashes", []mongolock.Option{mongolock.WithCollection(" lö\\cks ")}},
 		{"expiry exactly 100ms", []mongolock.Option{mongolock.WithExpiry(100 * time.Millisecond)}},
 		{"the default cadence at the shortest expiry", []mongolock.Option{mongolock.WithExpiry(100 * time.Millisecond)}},
 		{"the shortest cadence", []mongolock.Option{mongolock.WithExtensionCadence(300 * time.Millisecond)}},
@@ -193,4 +206,32 @@ func TestWithCollectionPutsDocumentsInThatCollection(t *testing.T) {
 	def := releaseAtCleanup(t, mustTryAcquire(t, ctx, newProvider(t, db).Lock("elsewhere")))
 	require.NoError(t, def.Release(ctx))
 	require.NoError(t, h.Release(ctx))
+}
+
+// offlineDBName is offlineDatabase's name.
+var offlineDBName = testdb.Prefix + "offline"
+
+// A database name that MongoDB refuses on some platform (empty, 64 bytes
+// or more, not UTF-8, or with one of /\. "$*<>:|?, a space or NUL) is
+// refused by NewProvider and New, naming it, before anything is sent; one
+// at the limits is accepted.
+func TestDatabaseNamesMongoDBRefusesAreRefused(t *testing.T) {
+	client := offlineDatabase(t).Client()
+	for _, name := range []string{"", strings.Repeat("d", 64), "a/b", "a\\b", "a.b", "a b", `a"b`, "$db", "a*b", "a<b", "a>b", "a:b", "a|b", "a?b", "a\x00b", "d\xff"} {
+		for _, c := range optionConstructors {
+			t.Run(fmt.Sprintf("%q/%s", name, c.label), func(t *testing.T) {
+				got, err := c.build(client.Database(name))
+				require.False(t, got)
+				require.ErrorContains(t, err, fmt.Sprintf("the database name %q", name))
+				requireInvalid(t, err, c.op)
+			})
+		}
+	}
+	for _, name := range []string{strings.Repeat("d", 63), "mongolock-test_ö", "D"} {
+		for _, c := range optionConstructors {
+			got, err := c.build(client.Database(name))
+			require.NoError(t, err, "%q", name)
+			require.True(t, got)
+		}
+	}
 }

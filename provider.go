@@ -63,7 +63,9 @@ const semSuffix = "_semaphores"
 
 // NewProvider returns a Provider for locks in db. It validates every option
 // and returns an error naming the bad one; it does no I/O. A nil db is an
-// error.
+// error, and so is a database name that MongoDB refuses on some platform
+// (empty, 64 bytes or more, not valid UTF-8, or with one of /\. "$*<>:|?,
+// a space or NUL): each wraps ErrInvalidArgument.
 //
 // A second Provider of the same client, database and collection
 // (WithCollection) joins the first's process: its lines of waiters, its
@@ -82,6 +84,9 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 		return nil, &Error{Op: opNewProvider, Err: invalid("nil *mongo.Database")}
 	}
 	o, err := buildConfig(opts)
+	if err == nil {
+		err = checkNamespace(db.Name(), o.collection)
+	}
 	if err != nil {
 		return nil, &Error{Op: opNewProvider, Err: err}
 	}
