@@ -48,6 +48,9 @@ func (l *Lock) compositeKey() (partKey, error) {
 	if l == nil {
 		return partKey{}, invalid("nil *Lock")
 	}
+	if err := checkName(l.name); err != nil {
+		return partKey{}, fmt.Errorf("%q: %w", shortName(l.name), err)
+	}
 	sp := l.collection()
 	return partKey{db: sp.db, coll: sp.name, name: l.name, kind: l.kind.describe()}, nil
 }
@@ -56,8 +59,8 @@ func (s *Semaphore) compositeKey() (partKey, error) {
 	if s == nil {
 		return partKey{}, invalid("nil *Semaphore")
 	}
-	k, _ := s.lock.compositeKey()
-	return k, s.err
+	k, err := s.lock.compositeKey()
+	return k, cmp.Or(err, s.err)
 }
 
 func (u *UpgradeableLock) compositeKey() (partKey, error) {

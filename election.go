@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // Leader election.
@@ -164,11 +165,12 @@ func (e *Election) read(ctx context.Context) (Leader, time.Duration, error) {
 // latest state, not a backlog (a leader that led for less than one read may
 // go unseen). Failed reads are retried. The channel is closed, and nothing
 // of Observe keeps running, once ctx ends, the provider is closed, or its
-// client is disconnected. A nil ctx gets a closed channel.
+// client is disconnected. A nil ctx, or an election whose name is not
+// valid UTF-8, gets a closed channel.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader)
 	p := e.lock.p
-	if ctx == nil || !p.enter() {
+	if ctx == nil || checkName(e.lock.name) != nil || !p.enter() {
 		close(out)
 		return out
 	}
@@ -308,8 +310,11 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 }
 
 func checkValue(value string) error {
-	if len(value) > MaxValueLen {
+	switch {
+	case len(value) > MaxValueLen:
 		return invalidf("a value of %d bytes: at most MaxValueLen (%d) are allowed", len(value), MaxValueLen)
+	case !utf8.ValidString(value):
+		return invalid("a value that is not valid UTF-8, as BSON's strings must be")
 	}
 	return nil
 }

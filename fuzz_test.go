@@ -34,7 +34,7 @@ func fuzzing() bool {
 }
 
 // FuzzLockName: any string is a lock of its own on the server, or a clear
-// error. A sentinel lock is held throughout: a name that matched another
+// error; one that is not valid UTF-8 is ErrInvalidArgument. A sentinel lock is held throughout: a name that matched another
 // lock's document would find it held (ErrNotAcquired). No call leaves a
 // goroutine behind.
 func FuzzLockName(f *testing.F) {
@@ -73,6 +73,7 @@ func FuzzLockName(f *testing.F) {
 		h, err := l.TryAcquire(ctx)
 		if err != nil {
 			require.NotErrorIs(t, err, mongolock.ErrNotAcquired, "a free name was taken for another lock")
+			require.Equal(t, !utf8.ValidString(name), errors.Is(err, mongolock.ErrInvalidArgument), "refused as not UTF-8: %v", err)
 			var le *mongolock.Error
 			require.ErrorAs(t, err, &le)
 			require.LessOrEqual(t, len(le.Name), 64)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"iter"
 	"time"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -173,6 +174,10 @@ func (p *Provider) infos(ctx context.Context, s *lockCollection, op, name string
 	}
 	return func(yield func(LockInfo, error) bool) {
 		fail := func(err error) { yield(LockInfo{}, p.Lock(name).errorf(op, err)) }
+		if err := checkName(name); err != nil {
+			fail(err)
+			return
+		}
 		if err := p.ensureCollection(ctx, s); err != nil {
 			fail(err)
 			return
@@ -240,8 +245,11 @@ func (p *Provider) ForceRelease(ctx context.Context, name string) (bool, error) 
 // an RWLock's holder.
 func (p *Provider) ForceReleaseHolder(ctx context.Context, name, id string) (bool, error) {
 	const op = "force release holder"
-	if id == "" {
+	switch {
+	case id == "":
 		return false, p.Lock(name).errorf(op, invalid("an empty holder id: HolderInfo.ID names one"))
+	case !utf8.ValidString(id):
+		return false, p.Lock(name).errorf(op, invalid("a holder id that is not valid UTF-8: HolderInfo.ID names one"))
 	}
 	return p.forceRelease(ctx, op, name, true,
 		forceUpdate{&p.locks, ownerFilter(name, id), forceReleaseUpdate},
@@ -260,6 +268,9 @@ type forceUpdate struct {
 // have all ended is left as it is); if one, it stops at the first that
 // did. Its errors are op's.
 func (p *Provider) forceRelease(ctx context.Context, op, name string, one bool, stmts ...forceUpdate) (bool, error) {
+	if err := checkName(name); err != nil {
+		return false, p.Lock(name).errorf(op, err)
+	}
 	ended := false
 	for _, u := range stmts {
 		if ended && one {
@@ -400,7 +411,10 @@ type slotsDoc struct {
 func (l *Lock) inspectSlots(ctx context.Context) (slotsDoc, error) {
 	var doc slotsDoc
 	found, decodeErr := false, error(nil)
-	err := l.p.ensureCollection(ctx, &l.p.slots)
+	err := checkName(l.name)
+	if err == nil {
+		err = l.p.ensureCollection(ctx, &l.p.slots)
+	}
 	if err == nil {
 		err = l.p.slots.store.aggregate(ctx, semInspectPipeline(acquireFilter(l.name)), 0, func(raw bson.Raw) bool {
 			found, decodeErr = true, bson.Unmarshal(raw, &doc)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // A Lock is a named distributed lock. It holds no state of its own: every
@@ -20,6 +21,18 @@ type Lock struct {
 
 // Name returns the lock's name, exactly as given.
 func (l *Lock) Name() string { return l.name }
+
+// checkName refuses a name that is not valid UTF-8: BSON's strings are
+// UTF-8, and a server may refuse or alter such a string. Every other Go
+// string is a name.
+func checkName(name string) error {
+	if !utf8.ValidString(name) {
+		return errNameNotUTF8
+	}
+	return nil
+}
+
+var errNameNotUTF8 error = invalid("the name is not valid UTF-8, as BSON's strings must be")
 
 // collection is where l's document is.
 func (l *Lock) collection() *lockCollection { return l.kind.collection(l.p) }
@@ -47,8 +60,11 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Handle, error) {
 // provider is open, told of its calls as trace. It calls them by name, so
 // that call stays on the stack.
 func (l *Lock) traced(ctx context.Context, op, trace string, wait bool) (h *Handle, err error) {
-	if ctx == nil {
+	switch {
+	case ctx == nil:
 		return nil, l.errorf(op, errNilContext)
+	case checkName(l.name) != nil: // before anything is sent or reported
+		return nil, l.errorf(op, errNameNotUTF8)
 	}
 	ctx, call := l.p.tel.startAcquire(ctx, l, trace)
 	defer func() { call.end(ctx, h, err) }()

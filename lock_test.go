@@ -22,6 +22,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -410,6 +411,11 @@ func TestLockNameIsReturnedExactly(t *testing.T) {
 	for _, n := range names {
 		require.Equal(t, n, p.Lock(n).Name())
 		l, err := mongolock.New(db, n)
+		if !utf8.ValidString(n) { // refused at once, as New can
+			require.ErrorIs(t, err, mongolock.ErrInvalidArgument)
+			require.Nil(t, l)
+			continue
+		}
 		require.NoError(t, err)
 		require.Equal(t, n, l.Name())
 	}
@@ -476,6 +482,7 @@ func TestHostileNamesAreLocksOfTheirOwnOrAClearError(t *testing.T) {
 			var le *mongolock.Error
 			require.ErrorAs(t, err, &le, n.label)
 			require.Less(t, len(err.Error()), 2000, "%s: the error repeats the name", n.label)
+			require.Equal(t, !utf8.ValidString(n.name), errors.Is(err, mongolock.ErrInvalidArgument), "%s: refused as not UTF-8", n.label)
 			t.Logf("%s: refused: %v", n.label, err)
 			refused = append(refused, n.label)
 			continue
@@ -483,6 +490,7 @@ func TestHostileNamesAreLocksOfTheirOwnOrAClearError(t *testing.T) {
 		releaseAtCleanup(t, h)
 		handles[n.name] = h
 		require.Equal(t, n.name, h.Name(), n.label)
+		require.True(t, utf8.ValidString(n.name), "%s: a name that is not UTF-8 was acquired", n.label)
 	}
 	t.Logf("%d of %d hostile names work on %s; refused: %q", len(handles), len(hostileNames), testdb.Info(t).Name(), refused)
 

@@ -22,6 +22,9 @@ func New(db *mongo.Database, name string, opts ...Option) (*Lock, error) {
 	if err != nil {
 		return nil, &Error{Op: "new", Name: shortName(name), Err: errors.Unwrap(err)}
 	}
+	if err := checkName(name); err != nil {
+		return nil, &Error{Op: "new", Name: shortName(name), Err: err}
+	}
 	return p.Lock(name), nil
 }
 
@@ -30,7 +33,10 @@ func New(db *mongo.Database, name string, opts ...Option) (*Lock, error) {
 // whichever Provider minted them.
 //
 // Names are arbitrary strings, used as the document's _id exactly as given
-// (case-sensitive, not hashed).
+// (case-sensitive, not hashed): "", " ", "\x00", any Unicode, a megabyte.
+// A name that is not valid UTF-8 (BSON's strings are UTF-8) makes every
+// call of the Lock fail with ErrInvalidArgument, before anything is sent;
+// New refuses it at once.
 func (p *Provider) Lock(name string) *Lock { return &Lock{p: p, name: name, kind: lockDriver{}} }
 
 // lockDriver is a lock's kind; an election's shares its documents.

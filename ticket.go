@@ -194,6 +194,8 @@ func (p *Provider) takeOver(ctx context.Context, t ticketContents, value *string
 	switch {
 	case ctx == nil:
 		return nil, l.errorf(op, errNilContext)
+	case checkName(t.Name) != nil:
+		return nil, l.errorf(op, errNameNotUTF8)
 	case t.Database != p.locks.db || t.Collection != p.locks.name:
 		return nil, l.errorf(op, invalidf("the ticket is of the collection %q of the database %q, the provider's is %q of %q",
 			t.Collection, t.Database, p.locks.name, p.locks.db))
