@@ -36,9 +36,11 @@ var (
 	ErrLockLost = errors.New("mongolock: lock lost")
 
 	// ErrInvalidArgument reports a bad argument: an option's value (New and
-	// NewProvider name the option and the value), a nil database, context or
-	// function, a Semaphore's n below 1, an election's value longer than
-	// MaxValueLen. It is returned at once, never retried, and the call sends
+	// NewProvider name the option and the value), a database name MongoDB
+	// refuses, a nil database, context or function, a Semaphore's n below
+	// 1, an election's value longer than MaxValueLen, a name, prefix or
+	// value that is not valid UTF-8, a call that needs a held handle on a
+	// nil one. It is returned at once, never retried, and the call sends
 	// nothing to the server.
 	ErrInvalidArgument = errors.New("mongolock: invalid argument")
 
@@ -182,6 +184,42 @@ func endedByDeadline(ctx context.Context, err error) bool {
 	var ce mongo.CommandError
 	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ce) && ce.IsMaxTimeMSExpiredError()
 }
+
+// withServerErrors returns err, and beside it, where err is a failed server
+// selection, each server's last error (a refused connection, a TLS
+// handshake, an authentication): the driver keeps those in its topology
+// description, out of the error chain, where errors.As would not find them.
+// The message stays err's, which shows them already.
+func withServerErrors(err error) error {
+	if causes := serverErrors(err); len(causes) > 0 {
+		return withCauses{err, append([]error{err}, causes...)}
+	}
+	return err
+}
+
+// serverErrors returns the servers' last errors that err, a failed server
+// selection, knows of; none for another error.
+func serverErrors(err error) []error {
+	var sse topology.ServerSelectionError
+	if !errors.As(err, &sse) {
+		return nil
+	}
+	var causes []error
+	for _, s := range sse.Desc.Servers {
+		if s.LastError != nil {
+			causes = append(causes, s.LastError)
+		}
+	}
+	return causes
+}
+
+// withCauses is an error whose chain holds other causes beside it.
+type withCauses struct {
+	error
+	causes []error // the error first
+}
+
+func (w withCauses) Unwrap() []error { return w.causes }
 
 // isAmbiguous reports whether an acquisition (or a hand-over) that returned
 // err may nevertheless have been applied on the server. Only two kinds of

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"time"
@@ -901,4 +902,18 @@ func ExampleElection_TakeOver() {
 	// a greater token: true
 	// version 1 was taken over: true true
 	// the ticket again: true
+}
+
+// An Acquire whose ctx ends while no server answers says why: not
+// contention, but the driver's error, found by errors.As.
+func ExampleLock_Acquire_unreachable() {
+	var lock *mongolock.Lock
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := lock.Acquire(ctx) // ctx: a 5 s deadline
+	var opErr *net.OpError
+	switch {
+	case errors.Is(err, mongolock.ErrNotAcquired): // someone else held it the whole time
+	case errors.As(err, &opErr): // no server answered: "dial tcp ...: connection refused"
+	}
 }

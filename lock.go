@@ -52,6 +52,12 @@ const (
 // waits), or another error if the attempt failed (the server, the network,
 // or ctx). ctx bounds only the round trip; the Handle lives until released
 // or lost. A refused TryAcquire leaves no trace: it claims no turn.
+//
+// With no server reachable, the round trip waits for one as long as the
+// driver's server selection does (serverSelectionTimeoutMS, 30 s by
+// default), unless ctx ends first: give ctx a deadline to bound it. The
+// error then wraps the driver's, and each server's last error beside it (a
+// refused connection), which errors.As finds.
 func (l *Lock) TryAcquire(ctx context.Context) (*Handle, error) {
 	return l.traced(ctx, "try acquire", opTryAcquireTrace, false)
 }
@@ -86,7 +92,7 @@ func (l *Lock) tryAcquire(ctx context.Context, call *acquireCall) (*Handle, erro
 	h, _, err := l.attempt(ctx, tryMode, 0)
 	call.attempted(ctx, err)
 	if err != nil {
-		return nil, l.errorf("try acquire", err)
+		return nil, l.errorf("try acquire", withServerErrors(err))
 	}
 	return h, nil
 }
@@ -118,6 +124,15 @@ func (l *Lock) tryAcquire(ctx context.Context, call *acquireCall) (*Handle, erro
 // told from an outage. A call that returns an error, whatever ended it,
 // leaves the line without disturbing the others, and withdraws its
 // process's claim if it may have made one: the next in line claims again.
+//
+// An outage says why: when the last round trip failed (no server
+// reachable, a network error), the error wraps its error too, and each
+// server's last error that a failed server selection knows of (a refused
+// connection), which errors.As finds. A round trip waits for a server as
+// long as the driver's server selection does (serverSelectionTimeoutMS, 30
+// s by default): give ctx a deadline. One still waiting when ctx ends, on
+// a collection this process has reached before, is left to finish in the
+// background, and the error says only that ctx ended.
 func (l *Lock) Acquire(ctx context.Context) (*Handle, error) {
 	return l.traced(ctx, "acquire", opAcquireTrace, true)
 }
@@ -125,13 +140,16 @@ func (l *Lock) Acquire(ctx context.Context) (*Handle, error) {
 // acquire is Acquire's wait, its attempts counted by call.
 func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err error) {
 	// A refused collection before the line: no claim to withdraw. Other
-	// errors of the check are the attempts' to retry.
-	if err := l.p.ensureCollection(ctx, l.collection()); errors.Is(err, ErrCollation) {
-		return nil, l.errorf("acquire", err)
+	// errors of the check are the attempts' to retry; one that ctx cut
+	// short may still say why (no server reachable).
+	checked := l.p.ensureCollection(ctx, l.collection())
+	if errors.Is(checked, ErrCollation) {
+		return nil, l.errorf("acquire", checked)
 	}
 	// The wait counts in a copy of call, given back as it ends: a pointer
 	// kept in the wait would move call to the heap.
 	a := &acquireWait{waitLoop: waitLoop{l: l, op: "acquire", w: l.collection().queues.join(l, false)}, call: *call}
+	a.cutShort(checked)
 	defer func() { *call = a.call; a.leave(err != nil && a.mayHaveClaimed) }()
 	err = a.run(ctx, a.try)
 	return a.handle, err
@@ -198,6 +216,20 @@ func (wt *waitLoop) refused() {
 		wt.watching = true
 		lc := wt.l.collection()
 		lc.notify.join(lc.store, lc.queues.wakeHead, &lc.bg)
+	}
+}
+
+// failed records err, a transient error of a try's round trip, as the
+// wait's last.
+func (wt *waitLoop) failed(err error) { wt.lastErr = withServerErrors(err) }
+
+// cutShort records what err, of a try's round trip that ctx cut short,
+// tells of the server: a server selection that ctx ended knows each
+// server's last error (a refused connection). Other such errors say only
+// that ctx ended.
+func (wt *waitLoop) cutShort(err error) {
+	if len(serverErrors(err)) > 0 {
+		wt.lastErr = withServerErrors(err)
 	}
 }
 
@@ -290,10 +322,11 @@ func (a *acquireWait) attempt(ctx context.Context, mode attemptMode, waitToken i
 		a.lastRefusal = doc
 		a.refused()
 		return sleepThenTry, qs.after(a.w, &doc, time.Since(sent)), nil
-	case ctx.Err() != nil || endedByDeadline(ctx, err): // cut short by ctx: it tells nothing
+	case ctx.Err() != nil || endedByDeadline(ctx, err): // cut short by ctx
+		a.cutShort(err)
 		return sleepThenTry, nil, nil
 	case isTransient(err):
-		a.lastErr = err
+		a.failed(err)
 		return sleepThenTry, qs.after(a.w, nil, 0), nil
 	}
 	return waitOver, nil, a.l.errorf("acquire", err)

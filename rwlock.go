@@ -247,9 +247,10 @@ func (u *upgradeWait) try(ctx context.Context) (afterTry, <-chan time.Time, erro
 		u.refused()
 	case isNoMatch(err):
 		return waitOver, nil, errHandleEnded
-	case ctx.Err() != nil || endedByDeadline(ctx, err): // cut short by ctx: it tells nothing
+	case ctx.Err() != nil || endedByDeadline(ctx, err): // cut short by ctx
+		u.cutShort(err)
 	case isTransient(err):
-		u.lastErr = err
+		u.failed(err)
 	default:
 		return waitOver, nil, u.l.errorf(u.op, err)
 	}
