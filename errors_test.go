@@ -478,6 +478,20 @@ func errorCases() []errorCase {
 			mongolocktest.Lose(l.Handle)
 			return l.Release(e.ctx)
 		}},
+		{call: "UpgradeableHandle.Release", path: "a nil context", op: "release", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.holdUpgradeable(t, e.p.RWLock("rw")).Release(noCtx)
+		}},
+		{call: "UpgradeableHandle.Release", path: "lost", op: "release", name: "rw", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			h := e.holdUpgradeable(t, e.p.RWLock("rw"))
+			mongolocktest.Lose(h.Handle)
+			return h.Release(e.ctx)
+		}},
+		{call: "UpgradeableHandle.Ticket", path: "released", op: "ticket", name: "rw", is: []error{mongolock.ErrReleased}, run: func(t *testing.T, e *errorEnv) error {
+			h := e.holdUpgradeable(t, e.p.RWLock("rw"))
+			require.NoError(t, h.Release(e.ctx))
+			_, err := h.Ticket()
+			return err
+		}},
 		{call: "Leadership.Ticket", path: "released", op: "ticket", name: "e", is: []error{mongolock.ErrReleased}, run: func(t *testing.T, e *errorEnv) error {
 			l := lead(t, e)
 			require.NoError(t, l.Release(e.ctx))

@@ -218,6 +218,47 @@ func (u *UpgradeableHandle) held() *acquisition {
 	return u.acquisition
 }
 
+// An UpgradeableHandle's methods of its Handle, each the Handle's, so that
+// a nil *UpgradeableHandle (a failed Acquire's) answers as a nil Handle
+// does rather than panic: Release returns nil, Context is done, Lost
+// closed, the accessors zero values.
+
+// handle returns u's Handle, nil for a nil UpgradeableHandle.
+func (u *UpgradeableHandle) handle() *Handle {
+	if u == nil {
+		return nil
+	}
+	return u.Handle
+}
+
+// Name is the Handle's: the RWLock's name.
+func (u *UpgradeableHandle) Name() string { return u.handle().Name() }
+
+// FencingToken is the Handle's: a new one at each Upgrade.
+func (u *UpgradeableHandle) FencingToken() int64 { return u.handle().FencingToken() }
+
+// AcquiredAt is the Handle's.
+func (u *UpgradeableHandle) AcquiredAt() time.Time { return u.handle().AcquiredAt() }
+
+// Owner is the Handle's.
+func (u *UpgradeableHandle) Owner() string { return u.handle().Owner() }
+
+// LeaseEnd is the Handle's.
+func (u *UpgradeableHandle) LeaseEnd() time.Time { return u.handle().LeaseEnd() }
+
+// Context is the Handle's: done when the lock is lost (cause ErrLockLost)
+// or released.
+func (u *UpgradeableHandle) Context() context.Context { return u.handle().Context() }
+
+// Lost is the Handle's: closed when the lock is lost.
+func (u *UpgradeableHandle) Lost() <-chan struct{} { return u.handle().Lost() }
+
+// Release is the Handle's.
+func (u *UpgradeableHandle) Release(ctx context.Context) error { return u.handle().Release(ctx) }
+
+// Ticket is the Handle's: a ticket of the acquisition, in its mode now.
+func (u *UpgradeableHandle) Ticket() (string, error) { return u.handle().Ticket() }
+
 // An upgradeWait is an Upgrade's wait, an Acquire's but for one
 // difference: its try is a poll of its own handle, which holds the lock
 // already, so it waits beside its process's line rather than in it, and
