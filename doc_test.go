@@ -27,18 +27,8 @@ var notYetReviewed = []string{
 	"errors.go",
 	"fence.go",
 	"handle.go",
-	"lease.go",
 	"lock.go",
-	"protocol.go",
-	"protocol_election.go",
-	"protocol_lock.go",
-	"protocol_rwlock.go",
-	"protocol_semaphore.go",
 	"provider.go",
-	"release.go",
-	"rwlock.go",
-	"ticket.go",
-	"mongolocktest/mongolocktest.go",
 }
 
 // maxOpening is how many lines a doc comment's first paragraph, its

@@ -70,6 +70,7 @@ func (a *acquisition) abandon() {
 // Context returns a context that is done when the lock is lost or released.
 // On loss, context.Cause returns ErrLockLost, or ErrTakenOver if the
 // acquisition was taken over by its ticket; on release, context.Canceled.
+//
 // A Release whose round trip outlasts the lease signals the loss at the
 // lease's end, as if it had not been called. The context's Err and Done
 // first look at the lease: once its local deadline has passed (a process
@@ -83,10 +84,12 @@ func (h *Handle) Context() context.Context {
 	return &h.lctx
 }
 
-// Lost returns a channel that is closed when the lock is lost. It is never
-// closed by a normal Release. Like the Context's Err and Done, it first
-// looks at the lease: once its local deadline has passed, the channel it
-// returns is closed. A nil Handle's is closed: nothing is held.
+// Lost returns a channel that is closed when the lock is lost, never by a
+// normal Release.
+//
+// Like the Context's Err and Done, it first looks at the lease: once its
+// local deadline has passed, the channel it returns is closed. A nil
+// Handle's is closed: nothing is held.
 func (h *Handle) Lost() <-chan struct{} {
 	if h.held() == nil {
 		return closedChan
@@ -102,26 +105,28 @@ func (h *acquisition) knownLost() error {
 	return h.lossError()
 }
 
-// Release releases the lock, if it is still held, in one owner-checked round
-// trip bounded by ctx: others can take it at once, and its fencing token is
-// kept for the next holder to outrank. The handle stops extending the lease
-// before Release returns. If an Acquire of this process waits for the lock,
-// the same round trip hands the lock over to it (a new acquisition, with a
-// higher fencing token), unless another process's turn has come.
+// Release releases the lock in one owner-checked round trip bounded by ctx.
+// The first call returns nil if the lock was still held or was taken over
+// by its ticket, else an error wrapping ErrLockLost; later calls, nil.
 //
-// The first call returns nil if the lock was still held, nil if the
-// acquisition was taken over by its ticket (Handle.Ticket: a hand-off by
-// choice, also when the taker runs in another process), and an error
-// wrapping ErrLockLost if it had been lost otherwise. A handle lost because its lease
-// ran out (extensions kept failing, or WithHoldAtMost's bound) leaves the
-// lock held on the server until that lease has ended there, so that nobody
-// else gets in while its work may still run; Release then frees it at
-// once, owner-checked and in the background, without waiting (call it once
-// the work has stopped). If ctx is done before the
-// round trip, or the round trip fails (ctx ended, network), Release returns
-// that error and frees the lock in the background with a short timeout;
-// failing that, the lock frees itself when its lease expires. Either way
-// the handle is released: its Context is done. Later calls return nil.
+// Others can take the lock at once, and its fencing token is kept for the
+// next holder to outrank. The handle stops extending the lease before
+// Release returns. If an Acquire of this process waits for the lock, the
+// same round trip hands the lock over to it (a new acquisition, with a
+// higher fencing token), unless another process's turn has come. A take-over
+// by ticket (Handle.Ticket) is a hand-off by choice, also when the taker
+// runs in another process, so it is no error here.
+//
+// A handle lost because its lease ran out (extensions kept failing, or
+// WithHoldAtMost's bound) leaves the lock held on the server until that
+// lease has ended there, so that nobody else gets in while its work may
+// still run; Release then frees it at once, owner-checked and in the
+// background, without waiting (call it once the work has stopped). If ctx
+// is done before the round trip, or the round trip fails (ctx ended,
+// network), Release returns that error and frees the lock in the
+// background with a short timeout; failing that, the lock frees itself when
+// its lease expires. Either way the handle is released: its Context is
+// done.
 //
 // With WithHoldAtLeast, the same round trip keeps the lock held until the
 // hold ends (by the server's clock) instead of freeing it, and hands it to

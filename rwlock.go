@@ -20,14 +20,14 @@ import (
 // (upgradePipeline, undone by upgradeTagFilter when it gives up) and
 // downgrade again (holderModeUpdate).
 
-// An RWLock is a distributed reader-writer lock, named as Lock's are.
+// An RWLock is a distributed reader-writer lock, named as Lock's are: its
+// Reader is held by any number of holders at once, its Writer by one, and
+// never together.
+//
 // RWLocks live in the collection "<collection>_semaphores" with the
 // Semaphores: a Semaphore's acquisition under an RWLock's name, or the
-// other way round, fails at once with an error (not ErrNotAcquired).
-//
-// Its Reader and its Writer are Locks of the same name: the Reader is held
-// by any number of holders at once, the Writer by one, and never together.
-// Acquire, TryAcquire and Do are a Lock's, with these rules. A writer that
+// other way round, fails at once with an error (not ErrNotAcquired). Its
+// Reader and its Writer are Locks of the same name. Acquire, TryAcquire and Do are a Lock's, with these rules. A writer that
 // waits blocks new readers, as with sync.RWMutex: once a Writer().Acquire
 // is refused, readers are refused until the writer has acquired (or
 // stopped asking), so a stream of readers cannot starve writers. A reader
@@ -69,8 +69,9 @@ func (rw *RWLock) Name() string { return rw.r.name }
 func (rw *RWLock) Reader() *Lock { return rw.r }
 
 // Writer returns the lock held for writing: its TryAcquire is refused if
-// anyone holds the lock, or a reader of another process waits for it; a
-// refused TryAcquire does not block readers. While its Acquire waits, new
+// anyone holds the lock, or a reader of another process waits for it.
+//
+// A refused TryAcquire does not block readers. While its Acquire waits, new
 // readers are refused; current readers keep the lock until they release it
 // or lose it. An Acquire that ends without the lock withdraws its claim,
 // and readers are let in again.
@@ -83,6 +84,7 @@ func (rw *RWLock) Upgradeable() *UpgradeableLock { return rw.u }
 
 // An UpgradeableLock is an RWLock held by an upgradeable reader, whose
 // handles can become the writer and a reader again (UpgradeableHandle).
+//
 // It can be a Part of a Composite: the composite's Handle of it upgrades
 // as UpgradeableHandle{Handle: h}.
 //
@@ -139,9 +141,10 @@ func upgradeable(h *Handle, err error) (*UpgradeableHandle, error) {
 }
 
 // An UpgradeableHandle is an upgradeable reader's acquisition of an
-// RWLock (UpgradeableLock), which Upgrade makes the writer and Downgrade
-// an upgradeable reader again, as often as needed: one Handle throughout,
-// its lease and owner going on.
+// RWLock, which Upgrade makes the writer and Downgrade an upgradeable
+// reader again, as often as needed.
+//
+// It is one Handle throughout, its lease and owner going on.
 //
 // UpgradeableLock's Acquire, TryAcquire and Do give one. A Handle of an
 // upgradeable reader that comes as a Handle (a Composite's part's,
@@ -345,8 +348,10 @@ func (h *acquisition) undoUpgrade(tag string, schedule []time.Duration) {
 
 // Downgrade makes u, upgraded, an upgradeable reader again, in one
 // owner-checked round trip bounded by ctx, without a moment in which a
-// writer could get in: the same handle, its lease and fencing token going
-// on, and it can upgrade again.
+// writer could get in.
+//
+// It is the same handle, its lease and fencing token going on, and it can
+// upgrade again.
 //
 // Readers can enter at once, unless a writer of another process claimed
 // the next turn first, as with any writer's release. If the round trip
@@ -426,6 +431,7 @@ func (h *acquisition) noHolder(op string) error {
 
 // RWLockInfo is the state of an RWLock as the server saw it at ServerTime.
 type RWLockInfo struct {
+	// Name is the lock's name, exactly as given.
 	Name string
 	// Holders are those whose lease had not ended at ServerTime, in the
 	// order they acquired: readers, or one writer; empty when the lock is

@@ -78,10 +78,11 @@ func parseTicket(s string) (ticketContents, error) {
 // once.
 var ticketed sync.Map // lockId -> *acquisition
 
-// Ticket returns a ticket of h's acquisition: a string that a process,
-// this one or another, passes to Provider.TakeOver (a leader's successor,
-// to Election.TakeOver) to take the acquisition over in one owner-checked
-// round trip, with no moment in which anyone else could get in. It is
+// Ticket returns a ticket of h's acquisition: a string that any process
+// passes to Provider.TakeOver (or Election.TakeOver) to take it over with
+// no moment in which anyone else could get in; an error if h has ended.
+//
+// The take-over is one owner-checked round trip. The ticket is
 // URL-safe, so a file, an HTTP header or an environment variable carries it
 // as it is, and opaque: its format is the library's, and a later one will
 // be told apart from this one.
@@ -131,10 +132,12 @@ func (a *acquisition) ticketContents() ticketContents {
 }
 
 // TakeOver takes over the acquisition of which ticket was made
-// (Handle.Ticket), of any kind: a lock, an election's leadership, a
-// semaphore's slot, an RWLock's reader, upgradeable reader or writer (an
-// upgraded or downgraded one as it is now). It returns a Handle of that
-// kind and mode, held by p: a new acquisition in every way but that nobody
+// (Handle.Ticket), of any kind, and returns a Handle of that kind and mode
+// held by p. A ticket whose acquisition has ended is ErrStaleTicket.
+//
+// A ticket may be of a lock, an election's leadership, a semaphore's slot,
+// an RWLock's reader, upgradeable reader or writer (an upgraded or
+// downgraded one as it is now). The Handle is a new acquisition in every way but that nobody
 // could get in between, with a new lease, the owner of p (WithOwner), and
 // a fencing token greater than every earlier one of the name. An election's
 // value stays (Election.TakeOver gives it a new one).
@@ -162,7 +165,9 @@ func (p *Provider) TakeOver(ctx context.Context, ticket string) (*Handle, error)
 
 // TakeOver makes the caller the leader of the election in the place of
 // the leader that made ticket (Leadership's Ticket), with value, as
-// Campaign would: the change of leader of a rolling deploy, in which the old
+// Campaign would.
+//
+// It is the change of leader of a rolling deploy, in which the old
 // leader passes its ticket to its successor, so that there is no moment
 // without a leader, and never two. It is Provider.TakeOver of an
 // election's ticket, with its errors; a ticket of another name or kind is

@@ -55,9 +55,10 @@ import (
 const dbName = "mongolocktest"
 
 // A Store is a database in process memory: the Providers of one Store
-// share its locks, as providers of one database do (by collection and
-// name), and exclude each other. The zero Store is not usable; NewStore
-// makes one. A Store is safe for concurrent use.
+// share its locks, as providers of one database do, and exclude each other.
+//
+// Locks are shared by collection and name. The zero Store is not usable;
+// NewStore makes one. A Store is safe for concurrent use.
 //
 // A Store is also the client of its Providers: they are one process, as
 // Providers of one client are (mongolock.Provider), with one line of
@@ -79,9 +80,10 @@ func (s *Store) NewProvider(opts ...mongolock.Option) (*mongolock.Provider, erro
 }
 
 // Partition cuts every Provider of s off from it until Heal, as a network
-// partition cuts a process off from its server: every statement fails at
-// once with the driver's server selection error, which the library treats
-// as transient. Handles are then lost as their leases run out, Acquire
+// partition cuts a process off from its server.
+//
+// Every statement fails at once with the driver's server selection error,
+// which the library treats as transient. Handles are then lost as their leases run out, Acquire
 // keeps trying until its ctx ends, and Release frees nothing.
 func (s *Store) Partition() { s.db.Faults.Partition() }
 
@@ -94,14 +96,15 @@ func NewProvider(opts ...mongolock.Option) (*mongolock.Provider, error) {
 	return NewStore().NewProvider(opts...)
 }
 
-// Lose makes h lost, as the server's verdict would: its holder is force
-// released in the store (ForceReleaseHolder), and h learns of it at once,
-// as its next extension would: h's Lost channel closes, its Context ends
+// Lose makes h lost, as the server's verdict would, and h learns of it at
+// once. It panics if h is not of a Provider of this package.
+//
+// Its holder is force released in the store (ForceReleaseHolder), and h
+// learns of it as its next extension would: h's Lost channel closes, its Context ends
 // with the cause mongolock.ErrLockLost, its lock (or slot) is free for
 // the next in line, and its Release returns an error wrapping
 // ErrLockLost. A handle released or lost already is left as it is. In a
-// partition the store keeps the holder until its lease ends. It panics if
-// h is not of a Provider of this package.
+// partition the store keeps the holder until its lease ends.
 func Lose(h *mongolock.Handle) {
 	if !backend.Lose(h) {
 		panic("mongolocktest.Lose: the handle is not of a mongolocktest Provider")
