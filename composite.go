@@ -19,11 +19,14 @@ import (
 // process, and keeps nothing of a failed call. It uses only what a Lock, a
 // Semaphore and a Handle offer every caller, but for the order of its parts.
 
-// A Part is a lock that a Composite can hold: a *Lock (an RWLock's Reader or
-// Writer included), a *Semaphore, whose part is one slot, or an
-// *UpgradeableLock. Its methods but Name are the library's: the library's
-// types alone are parts.
+// A Part is a lock that a Composite can hold: a *Lock, a *Semaphore or an
+// *UpgradeableLock, and only the library's types are parts.
+//
+// A *Lock includes an RWLock's Reader or Writer; a *Semaphore's part is one
+// slot. Its methods but Name are the library's, which is why its types
+// alone are parts.
 type Part interface {
+	// Name returns the name of the part's lock.
 	Name() string
 	// acquirePart is the part's Acquire (wait) or TryAcquire, as a Handle.
 	acquirePart(ctx context.Context, wait bool) (*Handle, error)
@@ -110,11 +113,13 @@ type Composite struct {
 	order []int  // indices into parts, in acquisition order
 }
 
-// NewComposite returns the composite of parts, at least one. It refuses nil
-// parts, a semaphore of fewer than 1 slot, and two parts of one lock (the
-// same name and kind twice, two modes of one RWLock, or a Semaphore and an
-// RWLock of one name), with an error that names them.
-// Parts of one database, collection and name are one lock even when they
+// NewComposite returns the composite of parts, at least one, or an error
+// that names the parts it refuses: nil parts, a semaphore of fewer than 1
+// slot, and two parts of one lock.
+//
+// Two parts of one lock are the same name and kind twice, two modes of one
+// RWLock, or a Semaphore and an RWLock of one name. Parts of one database,
+// collection and name are one lock even when they
 // come from Providers of different clients, which may reach one server.
 func NewComposite(parts ...Part) (*Composite, error) {
 	if len(parts) == 0 {
@@ -157,10 +162,13 @@ func samePart(a, b kindInfo) error {
 	return fmt.Errorf("%w (%s and %s of one name)", errOtherKind, a.part(), b.part())
 }
 
-// Acquire waits until it holds every part or ctx ends. It acquires the
-// parts in the Composite's order, each with its own Acquire, and returns
-// their handles as one. If a part it holds is lost while it waits for
-// another, it releases what it holds and starts again.
+// Acquire waits until it holds every part or ctx ends, and returns their
+// handles as one. On failure it holds nothing and returns the failed part's
+// error, with the part's name.
+//
+// It acquires the parts in the Composite's order, each with its own
+// Acquire. If a part it holds is lost while it waits for another, it
+// releases what it holds and starts again.
 //
 // On failure it frees every part it acquired at once before it returns
 // (without WithHoldAtLeast's hold: no job ran under them), and
@@ -181,12 +189,13 @@ func (c *Composite) Acquire(ctx context.Context) (*CompositeHandle, error) {
 	}
 }
 
-// TryAcquire makes one attempt to take each part, in the Composite's order,
-// with the part's TryAcquire: it returns a CompositeHandle if every part
-// was free, and otherwise frees the parts it took at once (without
-// WithHoldAtLeast's hold) and returns the first
-// refusal (ErrNotAcquired, with the part's name) or failure. ctx bounds only
-// the round trips.
+// TryAcquire makes one attempt to take each part: it returns a
+// CompositeHandle if every part was free, and otherwise the first refusal
+// (ErrNotAcquired, with the part's name) or failure, holding nothing.
+//
+// It takes the parts in the Composite's order, each with the part's
+// TryAcquire; on a refusal or failure it frees the parts it took at once
+// (without WithHoldAtLeast's hold). ctx bounds only the round trips.
 func (c *Composite) TryAcquire(ctx context.Context) (*CompositeHandle, error) {
 	if ctx == nil {
 		return nil, c.errorf("try acquire", errNilContext)
@@ -195,12 +204,14 @@ func (c *Composite) TryAcquire(ctx context.Context) (*CompositeHandle, error) {
 }
 
 // Do acquires every part (waiting, as Acquire), runs fn, and releases them,
-// also when fn panics. fn's ctx ends when ctx ends or a part is lost; its
-// cause is then ErrLockLost. Do returns fn's error as Lock.Do does: as fn
-// returned it, unless a part was lost while fn ran or a release failed
-// (then errors.Is(err, ErrLockLost) holds after a loss). If the parts
-// cannot be acquired, fn does not run and Do returns Acquire's error, as
-// its own. A nil fn is an error, returned before anything is acquired.
+// also when fn panics. It returns fn's error as Lock.Do does, or Acquire's
+// error, without running fn, if the parts cannot be acquired.
+//
+// fn's ctx ends when ctx ends or a part is lost; its cause is then
+// ErrLockLost. fn's error is returned as fn returned it, unless a part was
+// lost while fn ran or a release failed (then errors.Is(err, ErrLockLost)
+// holds after a loss). Acquire's error is returned as Do's own. A nil fn
+// is an error, returned before anything is acquired.
 func (c *Composite) Do(ctx context.Context, fn func(ctx context.Context) error) error {
 	return acquireAndDo(ctx, fn, c.errorf, c.Acquire)
 }
@@ -271,10 +282,12 @@ func compositeError[P interface{ Name() string }](op string, parts []P, err erro
 
 // A CompositeHandle is a Composite held: one Handle per part. Loss of any
 // part (see Handle) closes Lost and cancels Context with the cause
-// ErrLockLost. It is safe for concurrent use. Call Release when done; a
-// CompositeHandle that becomes unreachable while held is released as its
-// Handles are. A nil *CompositeHandle holds nothing, and no method of it
-// panics, as a nil Handle's.
+// ErrLockLost. Call Release when done.
+//
+// It is safe for concurrent use. A CompositeHandle that becomes
+// unreachable while held is released as its Handles are. A nil
+// *CompositeHandle holds nothing, and no method of it panics, as a nil
+// Handle's.
 type CompositeHandle struct {
 	handles []*Handle // in the order of the Composite's parts
 	*compositeState
@@ -339,11 +352,11 @@ func (s *compositeState) look() {
 }
 
 // Handles returns the handles of the parts, in the order the parts were
-// given to NewComposite: each part's FencingToken, for the resource it
-// guards, is its Handle's. Release the CompositeHandle rather than its
-// Handles; releasing one ends the CompositeHandle's Context.
+// given to NewComposite; a nil CompositeHandle's are none.
 //
-// A nil CompositeHandle's are none.
+// Each part's FencingToken, for the resource it guards, is its Handle's.
+// Release the CompositeHandle rather than its Handles; releasing one ends
+// the CompositeHandle's Context.
 func (h *CompositeHandle) Handles() []*Handle {
 	if h.held() == nil {
 		return nil
@@ -360,10 +373,12 @@ func (h *CompositeHandle) held() *compositeState {
 	return h.compositeState
 }
 
-// Context returns a context that is done when a part is lost or released
-// (by Release, by the part's own Release, or by its Provider's Close). On
-// loss, context.Cause returns ErrLockLost; on release, context.Canceled.
-// Its Err and Done first look at every part's lease, as a Handle's
+// Context returns a context that is done when a part is lost or released.
+// On loss, context.Cause returns ErrLockLost; on release, context.Canceled.
+//
+// A part is released by Release, by the part's own Release, or by its
+// Provider's Close. Its Err and Done first look at every part's lease, as
+// a Handle's
 // Context's do: once a part's local deadline has passed, the first answer
 // says done. A nil CompositeHandle's is done, as a nil Handle's.
 func (h *CompositeHandle) Context() context.Context {
@@ -373,9 +388,11 @@ func (h *CompositeHandle) Context() context.Context {
 	return &h.lctx
 }
 
-// Lost returns a channel that is closed when any part is lost. It is never
-// closed by a normal Release. Like the Context's Err and Done, it first
-// looks at every part's lease. A nil CompositeHandle's is closed.
+// Lost returns a channel that is closed when any part is lost, never by a
+// normal Release.
+//
+// Like the Context's Err and Done, it first looks at every part's lease. A
+// nil CompositeHandle's is closed.
 func (h *CompositeHandle) Lost() <-chan struct{} {
 	if h.held() == nil {
 		return closedChan
@@ -385,12 +402,13 @@ func (h *CompositeHandle) Lost() <-chan struct{} {
 }
 
 // Release releases every part, each as its Handle's Release does, within
-// ctx. The first call returns nil if every part was still held, otherwise
-// the error of the part that was not, or if several were not, an *Error
-// of the composite that joins theirs: errors.Is(err, ErrLockLost) holds if
-// a part had been lost. A part whose release fails is freed in the
-// background. Either way every part is released and Context is done. Later
-// calls return nil, and so does Release of a nil CompositeHandle.
+// ctx. The first call returns nil if every part was still held, else the
+// error of the part that was not; later calls, and a nil one's, nil.
+//
+// If several parts were not still held, the error is an *Error of the
+// composite that joins theirs: errors.Is(err, ErrLockLost) holds if a part
+// had been lost. A part whose release fails is freed in the background.
+// Either way every part is released and Context is done.
 func (h *CompositeHandle) Release(ctx context.Context) error {
 	if h.held() == nil {
 		return nil

@@ -27,9 +27,10 @@ const MaxValueLen = 16 << 10
 var errResigned = errors.New("the leadership was resigned")
 
 // An Election elects one leader at a time among those that campaign on its
-// name, in this process and in others. It is the lock of that name: a
-// campaign contends with Acquire calls of the lock, and Inspect shows the
-// leader as the holder. An Election is safe for concurrent use.
+// name, in this process and in others. It is safe for concurrent use.
+//
+// It is the lock of that name: a campaign contends with Acquire calls of
+// the lock, and Inspect shows the leader as the holder.
 type Election struct {
 	lock *Lock // without a value: campaigns make their own
 }
@@ -41,9 +42,10 @@ func (p *Provider) Election(name string) *Election { return &Election{p.Lock(nam
 func (e *Election) Name() string { return e.lock.name }
 
 // A Leadership is a campaign that won: the Handle of the election's lock,
-// and Proclaim. Release resigns: others can lead at once, and a campaign
-// of this process that waits for the election leads from the same round
-// trip on.
+// and Proclaim. Release resigns.
+//
+// On Release, others can lead at once, and a campaign of this process that
+// waits for the election leads from the same round trip on.
 //
 // Its FencingToken, Context and Lost are the Handle's: Context ends (cause
 // ErrLockLost) and Lost closes when leadership is lost, before anyone else
@@ -66,8 +68,11 @@ type Leader struct {
 }
 
 // Campaign waits until the caller leads the election with value, or ctx
-// ends. It is Acquire of the election's lock: campaigns of one process wait
-// in line, first come first served; campaigns of different processes take
+// ends. It returns the Leadership, or an error satisfying errors.Is(err,
+// ctx.Err()) if ctx ended first, or ErrClosed after the provider's Close.
+//
+// It is Acquire of the election's lock: campaigns of one process wait in
+// line, first come first served; campaigns of different processes take
 // turns, as Acquire calls do, but a turn is one term: a process whose leader
 // resigned campaigns again behind a campaign that waits in another process.
 // Transient errors are retried.
@@ -91,13 +96,16 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 }
 
 // Proclaim replaces the leader's value, in one owner-checked round trip
-// bounded by ctx. If leadership was lost (even if not noticed yet: someone
-// else leads, or the election's document was deleted), it writes nothing,
-// signals the loss (Lost, Context) and returns an error wrapping
-// ErrLockLost; a leadership known lost, or whose lease's local deadline
-// has passed, sends nothing. After Release, or with a value longer than
-// MaxValueLen, it returns an error and sends nothing. A failed round trip
-// returns its error: the value may or may not have been written.
+// bounded by ctx. If leadership was lost, it writes nothing and returns an
+// error wrapping ErrLockLost.
+//
+// A loss counts even if not noticed yet (someone else leads, or the
+// election's document was deleted); Proclaim then also signals it (Lost,
+// Context). A leadership known lost, or whose lease's local
+// deadline has passed, sends nothing. After Release, or with a value
+// longer than MaxValueLen, it returns an error and sends nothing. A failed
+// round trip returns its error: the value may or may not have been
+// written.
 func (l *Leadership) Proclaim(ctx context.Context, value string) (err error) {
 	h := l.handle().held()
 	if h == nil {
@@ -278,9 +286,11 @@ func (e *Election) watch(ctx context.Context, changed chan<- struct{}, streaming
 	}
 }
 
-// Run leads the election whenever it can, until ctx ends: it campaigns with
-// value and, while it leads, runs fn; when fn returns, it resigns (also if
-// fn panics, and the panic goes on) and campaigns again. fn's ctx ends when
+// Run campaigns with value, runs fn while it leads, and resigns and
+// campaigns again when fn returns, until ctx ends. It returns only with an
+// error: when ctx ends, after Close, or one that campaigning cannot fix.
+//
+// It resigns also if fn panics, and the panic goes on. fn's ctx ends when
 // ctx ends, or when leadership is lost, before anyone else can lead (its
 // cause is then ErrLockLost); fn should return then. A loss is not an
 // error: Run campaigns again. A fn that returns at once lets a campaign

@@ -14,34 +14,38 @@ import (
 
 var (
 	// ErrMismatch reports that a name is held with another size or kind than
-	// the call's: a Semaphore's acquisition with another n than its holders',
-	// or a Semaphore's name taken by an RWLock, or the other way round; or
-	// that a handle is not in the mode a call needs (an Upgrade of a handle
-	// that is not an upgradeable reader's, a Downgrade of one that is not a
-	// writer's). It is returned at once, not retried, and the call leaves
-	// nothing behind.
+	// the call's, or that a handle is not in the mode a call needs. It is
+	// returned at once, not retried, and the call leaves nothing behind.
+	//
+	// Another size or kind is a Semaphore's acquisition with another n than
+	// its holders', or a Semaphore's name taken by an RWLock, or the other
+	// way round. Another mode is an Upgrade of a handle that is not an
+	// upgradeable reader's, a Downgrade of one that is not a writer's.
 	ErrMismatch = errors.New("mongolock: held with another size or kind")
 
 	// ErrNotAcquired reports that the lock is held by someone else.
+	//
 	// TryAcquire returns it when its one attempt finds the lock held; Acquire
 	// wraps it, together with ctx.Err(), when ctx ends while the lock was held
 	// by someone else the whole time.
 	ErrNotAcquired = errors.New("mongolock: not acquired: held by another owner")
 
 	// ErrLockLost reports that a lock was lost while held: its lease expired
-	// before an extension succeeded, someone else took it over, or its document
-	// was deleted. Handle.Context's cause, Release and Do report it; a
-	// take-over by ticket is ErrTakenOver, which is an ErrLockLost too,
+	// before an extension succeeded, someone else took it over, or its
+	// document was deleted.
+	//
+	// Handle.Context's cause, Release and Do report it; a take-over by ticket is ErrTakenOver, which is an ErrLockLost too,
 	// and which Release does not report.
 	ErrLockLost = errors.New("mongolock: lock lost")
 
-	// ErrInvalidArgument reports a bad argument: an option's value (New and
-	// NewProvider name the option and the value), a database name MongoDB
-	// refuses, a nil database, context or function, a Semaphore's n below
-	// 1, an election's value longer than MaxValueLen, a name, prefix or
-	// value that is not valid UTF-8, a call that needs a held handle on a
-	// nil one. It is returned at once, never retried, and the call sends
-	// nothing to the server.
+	// ErrInvalidArgument reports a bad argument. It is returned at once,
+	// never retried, and the call sends nothing to the server.
+	//
+	// A bad argument is an option's value (New and NewProvider name the
+	// option and the value), a database name MongoDB refuses, a nil
+	// database, context or function, a Semaphore's n below 1, an election's
+	// value longer than MaxValueLen, a name, prefix or value that is not
+	// valid UTF-8, a call that needs a held handle on a nil one.
 	ErrInvalidArgument = errors.New("mongolock: invalid argument")
 
 	// ErrClosed reports that the lock's Provider was closed.
@@ -57,26 +61,29 @@ var (
 	ErrNoLeader = errors.New("mongolock: no leader")
 
 	// ErrFenced reports a fenced write refused because the document carries
-	// a higher fencing token than the write's: a holder acquired after the
-	// writer's acquisition has written it, so the writer has lost its lock
-	// (whether or not it was told yet). Nothing was written.
+	// a higher fencing token than the write's. Nothing was written.
+	//
+	// A holder acquired after the writer's acquisition has written it, so
+	// the writer has lost its lock (whether or not it was told yet).
 	ErrFenced = errors.New("mongolock: fenced: the document carries a higher fencing token")
 
 	// ErrCollation reports that a lock collection (the locks' or
 	// <collection>_semaphores) was created with a default collation other
-	// than the simple one: its _id comparisons, and its _id index, follow
-	// that collation ("Job" and "job" could be one lock), while names are
-	// promised to be compared exactly, byte for byte. Nothing is sent to
-	// such a collection; it is not retried. Create the collection without
-	// a collation (or with {locale: "simple"}), or use another
-	// (WithCollection).
+	// than the simple one. Nothing is sent to it; it is not retried.
+	//
+	// Its _id comparisons, and its _id index, follow that collation ("Job"
+	// and "job" could be one lock), while names are promised to be compared
+	// exactly, byte for byte. Create the collection without a collation (or
+	// with {locale: "simple"}), or use another (WithCollection).
 	ErrCollation = errors.New("mongolock: the lock collection has a non-simple default collation")
 )
 
 // ErrReleased reports a call that needs a held handle on one that was
-// released (Release, or its Provider's Close): a fenced write, Ticket,
-// Upgrade, Downgrade. Nothing is sent. A released handle was not lost:
-// its holder gave the lock up, and errors.Is(err, ErrLockLost) is false.
+// released (Release, or its Provider's Close). Nothing is sent.
+//
+// Such calls are a fenced write, Ticket, Upgrade, Downgrade. A released
+// handle was not lost: its holder gave the lock up, and errors.Is(err,
+// ErrLockLost) is false.
 var ErrReleased = errors.New("mongolock: the handle was released")
 
 // ErrStaleTicket reports a ticket (Handle.Ticket) whose acquisition is
@@ -85,9 +92,11 @@ var ErrReleased = errors.New("mongolock: the handle was released")
 var ErrStaleTicket = errors.New("mongolock: stale ticket: its acquisition is over")
 
 // ErrTakenOver reports that a holder's acquisition was taken over by its
-// ticket (Provider.TakeOver): a hand-off by choice, which is a loss of the
-// lock for the holder, so errors.Is(ErrTakenOver, ErrLockLost) holds. It
-// is the cause of the holder's Context, whose Release then returns nil.
+// ticket (Provider.TakeOver); errors.Is(ErrTakenOver, ErrLockLost) holds.
+//
+// A take-over is a hand-off by choice, which is a loss of the lock for the
+// holder. It is the cause of the holder's Context, whose Release then
+// returns nil.
 var ErrTakenOver error = takenOver{}
 
 type takenOver struct{}
@@ -256,14 +265,16 @@ var errNilContext error = invalid("nil context.Context")
 
 var errNilFunction error = invalid("nil function")
 
-// Error is the error type of every failed call: every error that a
-// function or method of this package returns is an *Error (errors.As
-// finds it, and so does a type assertion), as is every error a Locks
-// iteration yields. It names the call (Op) and its lock (Name), and wraps
-// the cause, which errors.Is and errors.As see through: ErrNotAcquired,
-// ErrLockLost, ErrClosed, ErrMismatch, ErrInvalidArgument, ErrNoLock,
-// ErrNoLeader, ErrFenced, ErrCollation, ErrStaleTicket, ErrTakenOver,
-// ErrReleased, ctx's error, or the server's or the network's.
+// Error is the error type of every failed call: every error that this
+// package's functions and methods return, or a Locks iteration yields, is
+// an *Error, which names the call and its lock and wraps the cause.
+//
+// errors.As finds it, and so does a type assertion. It names the call (Op)
+// and its lock (Name), and wraps the cause (Err), which errors.Is and
+// errors.As see through: ErrNotAcquired, ErrLockLost, ErrClosed,
+// ErrMismatch, ErrInvalidArgument, ErrNoLock, ErrNoLeader, ErrFenced,
+// ErrCollation, ErrStaleTicket, ErrTakenOver, ErrReleased, ctx's error, or
+// the server's or the network's.
 //
 // Three errors are not the library's, and are passed on as they are: the
 // error fn returned to Do, when Do has nothing to add to it (with a loss
@@ -272,28 +283,34 @@ var errNilFunction error = invalid("nil function")
 // or context.Canceled); and FencedFindOneAndUpdate's mongo.ErrNoDocuments,
 // which reports no match as FindOneAndUpdate does.
 type Error struct {
-	// Op names the call: "new", "new provider", "new composite", "close",
+	// Op names the call.
+	//
+	// It is one of "new", "new provider", "new composite", "close",
 	// "acquire", "try acquire", "do", "release", "upgrade", "downgrade",
 	// "inspect", "list", "force release", "force release holder",
-	// "campaign", "proclaim", "leader", "run", "fenced update
-	// one", "fenced find one and update", "ticket", "take over".
+	// "campaign", "proclaim", "leader", "run", "fenced update one",
+	// "fenced find one and update", "ticket", "take over".
 	Op string
-	// Name is the lock's name, a listing's prefix, or a composite's names
-	// (but a composite's Acquire or TryAcquire that a part failed, and
-	// the Release of a composite of which one part failed, name that
-	// part); a fenced write's is its token source's, if that has one (a
-	// Handle, a Leadership). None for "new provider", "new composite" and
-	// "close".
+	// Name is the lock's name, a listing's prefix, or a composite's names;
+	// none for "new provider", "new composite" and "close".
+	//
+	// A composite's Acquire or TryAcquire that a part failed, and the
+	// Release of a composite of which one part failed, name that part. A
+	// fenced write's is its token source's, if that has one (a Handle, a
+	// Leadership).
 	Name string
-	Err  error
+	// Err is the cause, which Unwrap returns.
+	Err error
 }
 
 // msgPrefix begins each of the package's messages.
 const msgPrefix = "mongolock: "
 
-// Error returns the message: the operation, the name quoted (as names may be
-// empty or blank) where the operation has one, and the cause. The package's
-// prefix is said once: not again before the cause, nor before a sentinel
+// Error returns the message: the operation, the name quoted where the
+// operation has one, and the cause.
+//
+// The name is quoted as names may be empty or blank. The package's prefix
+// is said once: not again before the cause, nor before a sentinel
 // the cause wraps, nor before each of several joined errors.
 func (e *Error) Error() string {
 	lines := strings.Split(e.Err.Error(), "\n")
