@@ -13,15 +13,18 @@ import (
 
 // FenceField is the field that FencedUpdateOne and FencedFindOneAndUpdate
 // keep in each document they write: the highest fencing token any fenced
-// write to the document carried, an int64. Index it, or read it, under
-// this name; do not write it yourself (a fenced update that writes it is
-// ErrInvalidArgument).
+// write to the document carried, an int64.
+//
+// Index it, or read it, under this name; do not write it yourself (a
+// fenced update that writes it is ErrInvalidArgument).
 const FenceField = "_mongolockFencingToken"
 
 // A TokenSource gives the fencing token a fenced write carries: a *Handle
-// of any kind (a Lock's, a Semaphore's slot, an RWLock's reader or
-// writer), a *Leadership, or one part of a CompositeHandle
-// (CompositeHandle.Handles()[i], for the resource that part guards).
+// of any kind, a *Leadership, or one part of a CompositeHandle.
+//
+// A *Handle of any kind is a Lock's, a Semaphore's slot, an RWLock's
+// reader or writer; a part of a CompositeHandle is
+// CompositeHandle.Handles()[i], for the resource that part guards.
 //
 // A fenced write asks its source whether it still holds before it sends
 // anything: a Handle or a Leadership looks at its lease and whether it was
@@ -32,13 +35,17 @@ const FenceField = "_mongolockFencingToken"
 // with FencingToken alone is trusted to hold; the token check on the
 // server still refuses it once a later holder has written.
 type TokenSource interface {
+	// FencingToken returns the token the write carries, as
+	// Handle.FencingToken does.
 	FencingToken() int64
 }
 
 // FencedUpdateOne is coll.UpdateOne(ctx, filter, update, opts...) applied
 // only if the matched document's FenceField is missing or at most
-// h.FencingToken(); the update also sets FenceField to that token (it
-// never lowers it). Filter and token check are one atomic round trip:
+// h.FencingToken(): against a higher token, it fails with ErrFenced.
+//
+// The update also sets FenceField to that token (it never lowers it).
+// Filter and token check are one atomic round trip:
 // a holder that lost its lock without knowing it (paused past its lease)
 // cannot overwrite what a later holder wrote. Its errors are *Error, of
 // "fenced update one", naming h's lock if h is a *Handle or a *Leadership;
@@ -97,14 +104,16 @@ func FencedUpdateOne(ctx context.Context, coll *mongo.Collection, h TokenSource,
 }
 
 // FencedFindOneAndUpdate is coll.FindOneAndUpdate(ctx, filter, update,
-// opts...) applied only if the matched document's FenceField is missing or
-// at most h.FencingToken(), as FencedUpdateOne is, with the same rules for
-// update, upsert and sessions. When nothing matched, the result's Err is
-// an error wrapping ErrFenced if the document filter matches carries a
-// higher token (read in a second round trip, only then), else
-// mongo.ErrNoDocuments itself, as FindOneAndUpdate reports no match. Its
-// other errors are *Error, of "fenced find one and update", as
-// FencedUpdateOne's.
+// opts...) fenced as FencedUpdateOne is: against a higher token, the
+// result's Err wraps ErrFenced.
+//
+// It is applied only if the matched document's FenceField is missing or at
+// most h.FencingToken(), with FencedUpdateOne's rules for update, upsert
+// and sessions. When nothing matched, the result's Err is an error
+// wrapping ErrFenced if the document filter matches carries a higher token
+// (read in a second round trip, only then), else mongo.ErrNoDocuments
+// itself, as FindOneAndUpdate reports no match. Its other errors are
+// *Error, of "fenced find one and update", as FencedUpdateOne's.
 func FencedFindOneAndUpdate(ctx context.Context, coll *mongo.Collection, h TokenSource, filter, update any,
 	opts ...options.Lister[options.FindOneAndUpdateOptions]) (res *mongo.SingleResult) {
 	defer func() {

@@ -7,10 +7,13 @@ import (
 	"time"
 )
 
-// A Handle is one acquisition of a lock, or of a slot of a Semaphore (what
-// it says of the lock then holds for the slot). While it is held, its lease is
-// extended every extension cadence, together with the other handles of its
-// Provider: one round trip per 500 handles, and no goroutine per handle.
+// A Handle is one acquisition of a lock, or of a slot of a Semaphore, held
+// until it is released or lost; its lease is extended while it is held.
+//
+// Of a Semaphore's slot, what it says of the lock holds for the slot. While
+// it is held, its lease is extended every extension cadence, together with
+// the other handles of its Provider: one round trip per 500 handles, and
+// no goroutine per handle.
 //
 // Loss (the lease could not be extended in time, or someone else took the
 // lock over, or its document was deleted) closes Lost and cancels Context
@@ -120,12 +123,15 @@ func (h *Handle) Name() string {
 	return h.lock.name
 }
 
-// FencingToken returns this acquisition's fencing token. Tokens of one lock
-// name strictly increase across acquisitions, including after an expiry, a
-// takeover or the deletion of the lock document. Pass it to the resource the
-// lock protects so that it can refuse writes from a holder that lost the
-// lock and does not know it yet (a write with a token lower than the last
-// one it accepted). A nil Handle's is 0, which no acquisition has.
+// FencingToken returns this acquisition's fencing token, greater than any
+// earlier acquisition's of the lock name; a nil Handle's is 0, which no
+// acquisition has.
+//
+// Tokens of one lock name strictly increase across acquisitions, including
+// after an expiry, a takeover or the deletion of the lock document. Pass it
+// to the resource the lock protects so that it can refuse writes from a
+// holder that lost the lock and does not know it yet (a write with a token
+// lower than the last one it accepted).
 func (h *Handle) FencingToken() int64 {
 	if h.held() == nil {
 		return 0
@@ -154,11 +160,13 @@ func (h *Handle) Owner() string {
 }
 
 // LeaseEnd returns until when, by this machine's wall clock, the lease is
-// known to last: the time the last acquisition or extension that the server
+// known to last; the server's lease ends at that or later. A nil Handle's
+// is the zero time.
+//
+// It is the time the last acquisition or extension that the server
 // confirmed was sent, plus the expiry, but no later than WithHoldAtMost's
-// bound after the acquisition was sent. The server's lease ends at that or
-// later. After a release or a loss it stays what it was last. A nil
-// Handle's is the zero time.
+// bound after the acquisition was sent. After a release or a loss it stays
+// what it was last.
 func (h *Handle) LeaseEnd() time.Time {
 	if h.held() == nil {
 		return time.Time{}

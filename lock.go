@@ -9,10 +9,11 @@ import (
 	"unicode/utf8"
 )
 
-// A Lock is a named distributed lock. It holds no state of its own: every
-// Acquire or TryAcquire that succeeds returns a new Handle, and the lock is
-// held until that Handle is released or lost. A Lock is safe for concurrent
-// use; two Acquire calls on the same Lock compete like any two holders.
+// A Lock is a named distributed lock. It is safe for concurrent use.
+//
+// It holds no state of its own: every Acquire or TryAcquire that succeeds
+// returns a new Handle, and the lock is held until that Handle is released
+// or lost. Two Acquire calls on the same Lock compete like any two holders.
 type Lock struct {
 	p    *Provider
 	name string
@@ -47,11 +48,13 @@ const (
 )
 
 // TryAcquire makes one attempt to take the lock. It returns a Handle if the
-// lock was free, ErrNotAcquired if someone else holds it (or this process
-// has just had a turn of several acquisitions in a row while another process
-// waits), or another error if the attempt failed (the server, the network,
-// or ctx). ctx bounds only the round trip; the Handle lives until released
-// or lost. A refused TryAcquire leaves no trace: it claims no turn.
+// lock was free, ErrNotAcquired if someone else holds it, or another error
+// if the attempt failed (the server, the network, or ctx).
+//
+// ErrNotAcquired is also returned if this process has just had a turn of
+// several acquisitions in a row while another process waits. ctx bounds
+// only the round trip; the Handle lives until released or lost. A refused
+// TryAcquire leaves no trace: it claims no turn.
 //
 // With no server reachable, the round trip waits for one as long as the
 // driver's server selection does (serverSelectionTimeoutMS, 30 s by
@@ -337,14 +340,17 @@ func (a *acquireWait) attempt(ctx context.Context, mode attemptMode, waitToken i
 var errHoldKind error = invalid("WithHoldAtLeast and WithHoldAtMost apply to locks only, not to elections, semaphores or RWLocks: use a Provider without them")
 
 // Do acquires the lock (waiting, as Acquire), runs fn, and releases the lock,
-// also when fn panics. fn's ctx ends when ctx ends or the lock is lost; its
-// cause is then ErrLockLost. Do returns fn's error as fn returned it; but if
-// the lock was lost while fn ran, or the release failed, it returns an
-// *Error of "do" that wraps the release's error and fn's, if any, so that
-// errors.Is(err, ErrLockLost) holds after a loss. If the lock cannot be
-// acquired, fn does not run and Do returns Acquire's error, as its own. A
-// nil fn is an error, returned before anything is acquired. With
-// WithHoldAtLeast, the release keeps the lock held until the hold ends.
+// also when fn panics. It returns fn's error (with ErrLockLost if the lock
+// was lost), or Acquire's if the lock cannot be acquired.
+//
+// fn's ctx ends when ctx ends or the lock is lost; its cause is then
+// ErrLockLost. Do returns fn's error as fn returned it; but if the lock was
+// lost while fn ran, or the release failed, it returns an *Error of "do"
+// that wraps the release's error and fn's, if any, so that errors.Is(err,
+// ErrLockLost) holds after a loss. If the lock cannot be acquired, fn does
+// not run and Do returns Acquire's error, as its own. A nil fn is an
+// error, returned before anything is acquired. With WithHoldAtLeast, the
+// release keeps the lock held until the hold ends.
 func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) error {
 	return acquireAndDo(ctx, fn, l.errorf, l.Acquire)
 }

@@ -61,11 +61,12 @@ type Provider struct {
 // semSuffix names the semaphores' collection after the locks'.
 const semSuffix = "_semaphores"
 
-// NewProvider returns a Provider for locks in db. It validates every option
-// and returns an error naming the bad one; it does no I/O. A nil db is an
-// error, and so is a database name that MongoDB refuses on some platform
-// (empty, 64 bytes or more, not valid UTF-8, or with one of /\. "$*<>:|?,
-// a space or NUL): each wraps ErrInvalidArgument.
+// NewProvider returns a Provider for locks in db, or an error wrapping
+// ErrInvalidArgument that names the bad option or argument; it does no I/O.
+//
+// It validates every option. A nil db is an error, and so is a database
+// name that MongoDB refuses on some platform (empty, 64 bytes or more, not
+// valid UTF-8, or with one of /\. "$*<>:|?, a space or NUL).
 //
 // A second Provider of the same client, database and collection
 // (WithCollection) joins the first's process: its lines of waiters, its
@@ -243,11 +244,14 @@ func sender(jobs <-chan func(), done <-chan struct{}, job func()) {
 }
 
 // Close releases every lock that this provider's handles hold, makes its
-// Acquire and TryAcquire calls in flight return ErrClosed, and waits for its
-// background work (releases of acquisitions nobody got a handle for, the
-// TTL index) to end. Later Acquire, TryAcquire and Do calls on its locks
-// return ErrClosed; Release of a handle that Close released returns nil.
-// Call it when a process shuts down: others get its locks at once.
+// calls in flight and later return ErrClosed, and waits for its background
+// work to end. It returns the releases' errors, or ctx's if it ends first.
+//
+// Acquire and TryAcquire calls in flight return ErrClosed, and so do later
+// Acquire, TryAcquire and Do calls on its locks; Release of a handle that
+// Close released returns nil. The background work is releases of
+// acquisitions nobody got a handle for, and the TTL index. Call it when a
+// process shuts down: others get its locks at once.
 //
 // ctx bounds the releases and the wait; if it ends first, Close returns an
 // error wrapping ctx's, and the rest goes on in the background for a few
