@@ -265,9 +265,9 @@ var errNilContext error = invalid("nil context.Context")
 
 var errNilFunction error = invalid("nil function")
 
-// Error is the error type of every failed call: every error that this
-// package's functions and methods return, or a Locks iteration yields, is
-// an *Error, which names the call and its lock and wraps the cause.
+// Error is the error type of the library's failed calls: it names the call
+// and its lock and wraps the cause. Only the three errors listed below are
+// passed on as they are, not as an *Error.
 //
 // errors.As finds it, and so does a type assertion. It names the call (Op)
 // and its lock (Name), and wraps the cause (Err), which errors.Is and
