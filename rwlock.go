@@ -202,7 +202,7 @@ func (u *UpgradeableHandle) Upgrade(ctx context.Context) error {
 	err := w.run(ctx, w.try)
 	switch {
 	case err == errHandleEnded:
-		return h.noHolder(op)
+		return h.noHolder(ctx, op)
 	case err != nil && w.marked != "":
 		h.undoUpgrade(w.marked, afterReply) // readers are let in again
 	}
@@ -377,7 +377,7 @@ func (u *UpgradeableHandle) Downgrade(ctx context.Context) error {
 	if err == nil {
 		var matched int64
 		if matched, _, err = l.collection().store.updateOne(ctx, filter, update); err == nil && matched == 0 {
-			return h.noHolder(op)
+			return h.noHolder(ctx, op)
 		}
 	}
 	if err != nil {
@@ -418,14 +418,13 @@ func notInMode(mode rwMode) error {
 }
 
 // noHolder is the error of op when h's holder is gone, or h ended while
-// op waited: a release, or a loss, signalled now if it was not yet.
-func (h *acquisition) noHolder(op string) error {
+// op waited: a release, or a loss, signalled now if it was not yet (as a
+// take-over by its ticket if the document records one).
+func (h *acquisition) noHolder(ctx context.Context, op string) error {
 	if h.released.Load() {
 		return h.lock.errorf(op, errReleased)
 	}
-	if h.lock.p.forget(h) != nil {
-		h.markLost(lossTakenOver, fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost))
-	}
+	h.loseUnmatched(ctx, fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost))
 	return h.lock.errorf(op, cmp.Or(h.lossError(), ErrLockLost))
 }
 

@@ -552,6 +552,41 @@ func TestAProclamationAfterATakeOverElsewhereSaysTakenOver(t *testing.T) {
 	})
 }
 
+// An upgradeable reader taken over in another program that upgrades, or
+// downgrades, before its next extension learns of the hand-off there: its
+// loss says taken over, and its Release returns nil.
+func TestAnUpgradeOrDowngradeAfterATakeOverElsewhereSaysTakenOver(t *testing.T) {
+	for _, switchMode := range []string{"upgrade", "downgrade"} {
+		t.Run(switchMode, func(t *testing.T) {
+			conformance.Over(t, func(e *conformance.Env) {
+				t, ctx := e.T, e.Ctx
+				// A lease of a minute: its next extension comes after the test.
+				old, _ := e.Process(mongolock.WithOwner("v1"), mongolock.WithExpiry(time.Minute))
+				next, _ := e.Process(append(slices.Clone(conformance.StallProof), mongolock.WithOwner("v2"))...)
+				h := must(old.RWLock("rw").Upgradeable().Acquire(ctx))
+				if switchMode == "downgrade" {
+					require.NoError(t, h.Upgrade(ctx))
+				}
+				taker, err := next.TakeOver(ctx, mongolock.UntrackedTicket(h.Handle))
+				require.NoError(t, err)
+				require.False(t, closedNow(h.Lost()), "told, though not of this program")
+
+				if switchMode == "upgrade" {
+					err = h.Upgrade(ctx)
+				} else {
+					err = h.Downgrade(ctx)
+				}
+				require.ErrorIs(t, err, mongolock.ErrTakenOver)
+				require.ErrorIs(t, err, mongolock.ErrLockLost)
+				require.True(t, closedNow(h.Lost()))
+				requireTakenOver(t, h.Handle)
+				require.NoError(t, h.Release(ctx), "the Release of an upgradeable reader taken over")
+				require.NoError(t, taker.Release(ctx))
+			})
+		})
+	}
+}
+
 // What is not a ticket of the provider's database and collection sends
 // nothing.
 func TestTakeOverOfWhatIsNoTicketSendsNothing(t *testing.T) {
