@@ -24,7 +24,9 @@ import (
 // MaxValueLen bounds an election's value, in bytes.
 const MaxValueLen = 16 << 10
 
-var errResigned = errors.New("the leadership was resigned")
+// errResigned reports a proclamation after the leadership's Release: an
+// ErrReleased, in an election's words.
+var errResigned = fmt.Errorf("%w: the leadership was resigned", ErrReleased)
 
 // An Election elects one leader at a time among those that campaign on its
 // name, in this process and in others. It is safe for concurrent use.
@@ -102,8 +104,9 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 // A loss counts even if not noticed yet (someone else leads, or the
 // election's document was deleted); Proclaim then also signals it (Lost,
 // Context). A leadership known lost, or whose lease's local
-// deadline has passed, sends nothing. After Release, or with a value
-// longer than MaxValueLen, it returns an error and sends nothing. A failed
+// deadline has passed, sends nothing. After Release it returns an error
+// wrapping ErrReleased, with a value longer than MaxValueLen one wrapping
+// ErrInvalidArgument, and sends nothing. A failed
 // round trip returns its error: the value may or may not have been
 // written.
 func (l *Leadership) Proclaim(ctx context.Context, value string) (err error) {

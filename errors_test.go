@@ -452,7 +452,7 @@ func errorCases() []errorCase {
 		{call: "Leadership.Proclaim", path: "a value too long", op: "proclaim", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
 			return lead(t, e).Proclaim(e.ctx, strings.Repeat("w", mongolock.MaxValueLen+1))
 		}},
-		{call: "Leadership.Proclaim", path: "resigned", op: "proclaim", name: "e", run: func(t *testing.T, e *errorEnv) error {
+		{call: "Leadership.Proclaim", path: "resigned", op: "proclaim", name: "e", is: []error{mongolock.ErrReleased}, run: func(t *testing.T, e *errorEnv) error {
 			l := lead(t, e)
 			require.NoError(t, l.Release(e.ctx))
 			return l.Proclaim(e.ctx, "w")

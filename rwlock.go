@@ -186,7 +186,7 @@ func (u *UpgradeableHandle) Upgrade(ctx context.Context) error {
 	const op = "upgrade"
 	h := u.held()
 	if h == nil {
-		return &Error{Op: op, Err: errNilUpgradeable}
+		return &Error{Op: op, Err: errNilHandle}
 	}
 	l, p := h.lock, h.lock.p
 	if err := h.beginSwitch(ctx, upgradeMode); err != nil {
@@ -208,10 +208,6 @@ func (u *UpgradeableHandle) Upgrade(ctx context.Context) error {
 	}
 	return err
 }
-
-// errNilUpgradeable reports an Upgrade or Downgrade of a nil or zero
-// UpgradeableHandle (a failed Acquire's), which holds nothing.
-var errNilUpgradeable = invalid("a nil handle: its Acquire failed")
 
 // held returns u's acquisition, nil for a nil or zero UpgradeableHandle.
 func (u *UpgradeableHandle) held() *acquisition {
@@ -363,7 +359,7 @@ func (u *UpgradeableHandle) Downgrade(ctx context.Context) error {
 	const op = "downgrade"
 	h := u.held()
 	if h == nil {
-		return &Error{Op: op, Err: errNilUpgradeable}
+		return &Error{Op: op, Err: errNilHandle}
 	}
 	l := h.lock
 	if err := h.beginSwitch(ctx, writeMode); err != nil {
