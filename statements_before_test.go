@@ -107,14 +107,7 @@ func TestStatementsOfBeforeUnitsAndClaimsDoTheSameOnTheirDocuments(t *testing.T)
 // there.
 func checkSameDoing(t *testing.T, dc diffCase, adds []string, then, got outcome, thenDocs, gotDocs []bson.Raw) {
 	t.Helper()
-	before := map[string]bson.Raw{}
-	for _, d := range dc.docs {
-		raw, err := bson.Marshal(d)
-		require.NoError(t, err)
-		before[d[0].Value.(string)] = raw
-	}
-	shown := got
-	shown.docs = nil
+	before := docsByID(t, dc)
 	for _, r := range got.docs {
 		doc := before[r.Lookup("_id").StringValue()]
 		for _, k := range adds {
@@ -122,9 +115,8 @@ func checkSameDoing(t *testing.T, dc diffCase, adds []string, then, got outcome,
 				t.Errorf("%s (case %s): the reply's %s is %v, the document's %v\nreply: %v\ndocument: %v", dc.file, dc.prefix, k, r.Lookup(k), doc.Lookup(k), r, doc)
 			}
 		}
-		shown.docs = append(shown.docs, withoutFields(r, adds...))
 	}
-	if shown.String() != then.String() {
+	if withoutFieldsOf(got, adds...).String() != then.String() {
 		t.Errorf("%s (case %s): the reply differs\nstate: %v\nbefore: %v\nnow:    %v", dc.file, dc.prefix, dc.docs, then, got)
 	}
 	require.Equal(t, len(thenDocs), len(gotDocs))
@@ -420,18 +412,8 @@ func withRecords(c chooser, docs []bson.D) []bson.D {
 // returns whether it took.
 func checkRecordedOnly(t *testing.T, dc diffCase, then, got outcome, thenDocs, gotDocs []bson.Raw) (tookAny bool) {
 	t.Helper()
-	before := map[string]bson.Raw{}
-	for _, d := range dc.docs {
-		raw, err := bson.Marshal(d)
-		require.NoError(t, err)
-		before[d[0].Value.(string)] = raw
-	}
-	shown := got
-	shown.docs = nil
-	for _, r := range got.docs {
-		shown.docs = append(shown.docs, withoutFields(r, takeOverRecords...))
-	}
-	if shown.String() != then.String() {
+	before := docsByID(t, dc)
+	if withoutFieldsOf(got, takeOverRecords...).String() != then.String() {
 		t.Errorf("%s (case %s): the reply differs\nstate: %v\nbefore: %v\nnow:    %v", dc.file, dc.prefix, dc.docs, then, got)
 	}
 	require.Equal(t, len(thenDocs), len(gotDocs))
@@ -470,18 +452,8 @@ func checkRecordedOnly(t *testing.T, dc diffCase, then, got outcome, thenDocs, g
 // document without (bare, bareDocs), or changed a record.
 func checkRecordsCarried(t *testing.T, dc diffCase, bare, recorded outcome, bareDocs, recordedDocs []bson.Raw) {
 	t.Helper()
-	records := map[string]bson.Raw{}
-	for _, d := range dc.docs {
-		raw, err := bson.Marshal(d)
-		require.NoError(t, err)
-		records[d[0].Value.(string)] = raw
-	}
-	shown := recorded
-	shown.docs = nil
-	for _, r := range recorded.docs {
-		shown.docs = append(shown.docs, withoutFields(r, takeOverRecords...))
-	}
-	if shown.String() != bare.String() {
+	records := docsByID(t, dc)
+	if withoutFieldsOf(recorded, takeOverRecords...).String() != bare.String() {
 		t.Errorf("%s (case %s): the reply differs with records\nstate: %v\nwithout: %v\nwith:    %v", dc.file, dc.prefix, dc.docs, bare, recorded)
 	}
 	require.Equal(t, len(bareDocs), len(recordedDocs), "%s (case %s)", dc.file, dc.prefix)
@@ -505,4 +477,26 @@ func checkRecordsCarried(t *testing.T, dc diffCase, bare, recorded outcome, bare
 			t.Errorf("%s (case %s): the document differs with records\nstate: %v\nwithout: %v\nwith:    %v", dc.file, dc.prefix, dc.docs, bareDocs[i], d)
 		}
 	}
+}
+
+// docsByID returns dc's documents, marshalled, by their _id.
+func docsByID(t *testing.T, dc diffCase) map[string]bson.Raw {
+	t.Helper()
+	byID := map[string]bson.Raw{}
+	for _, d := range dc.docs {
+		raw, err := bson.Marshal(d)
+		require.NoError(t, err)
+		byID[d[0].Value.(string)] = raw
+	}
+	return byID
+}
+
+// withoutFieldsOf returns o with fields left out of its documents.
+func withoutFieldsOf(o outcome, fields ...string) outcome {
+	shown := o
+	shown.docs = nil
+	for _, r := range o.docs {
+		shown.docs = append(shown.docs, withoutFields(r, fields...))
+	}
+	return shown
 }
