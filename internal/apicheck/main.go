@@ -202,46 +202,60 @@ func typeFeatures(prefix string, o *types.TypeName, qual types.Qualifier) []stri
 	name := o.Name()
 	var lines []string
 	add := func(format string, args ...any) { lines = append(lines, prefix+fmt.Sprintf(format, args...)) }
-	under := o.Type().Underlying()
-	switch u := under.(type) {
+	switch u := o.Type().Underlying().(type) {
 	case *types.Struct:
 		add("type %s struct", name)
-		for i := range u.NumFields() {
-			f := u.Field(i)
-			switch {
-			case !f.Exported():
-			case f.Embedded():
-				add("type %s struct, embedded %s", name, types.TypeString(f.Type(), qual))
-			default:
-				add("type %s struct, %s %s", name, f.Name(), types.TypeString(f.Type(), qual))
-			}
-		}
+		structFields(name, u, qual, add)
 	case *types.Interface:
 		add("type %s interface", name)
-		for i := range u.NumMethods() {
-			m := u.Method(i)
-			if m.Exported() {
-				add("type %s interface, %s%s", name, m.Name(), signature(m.Type().(*types.Signature), qual))
-			} else {
-				add("type %s interface, unexported methods", name)
-			}
-		}
+		interfaceMethods(name, u, qual, add)
+		return lines // its methods are listed already
 	default:
 		if o.IsAlias() {
 			add("type %s = %s", name, types.TypeString(o.Type(), qual))
 		} else {
-			add("type %s %s", name, types.TypeString(under, qual))
+			add("type %s %s", name, types.TypeString(u, qual))
 		}
 	}
-	if _, isInterface := under.(*types.Interface); isInterface {
-		return lines
+	methods(o, qual, add)
+	return lines
+}
+
+// structFields lists the exported fields of struct type name.
+func structFields(name string, u *types.Struct, qual types.Qualifier, add func(string, ...any)) {
+	for i := range u.NumFields() {
+		f := u.Field(i)
+		switch {
+		case !f.Exported():
+		case f.Embedded():
+			add("type %s struct, embedded %s", name, types.TypeString(f.Type(), qual))
+		default:
+			add("type %s struct, %s %s", name, f.Name(), types.TypeString(f.Type(), qual))
+		}
 	}
-	// Each method once: T's (promoted ones too), then those only *T has.
+}
+
+// interfaceMethods lists the methods of interface type name, an unexported
+// one as such: it keeps others from implementing the interface.
+func interfaceMethods(name string, u *types.Interface, qual types.Qualifier, add func(string, ...any)) {
+	for i := range u.NumMethods() {
+		m := u.Method(i)
+		if m.Exported() {
+			add("type %s interface, %s%s", name, m.Name(), signature(m.Type().(*types.Signature), qual))
+		} else {
+			add("type %s interface, unexported methods", name)
+		}
+	}
+}
+
+// methods lists each exported method of o once: T's (promoted ones too),
+// then those only *T has.
+func methods(o *types.TypeName, qual types.Qualifier, add func(string, ...any)) {
 	value, pointer := types.NewMethodSet(o.Type()), types.NewMethodSet(types.NewPointer(o.Type()))
 	for _, set := range []*types.MethodSet{value, pointer} {
-		recv := name
+		recv := o.Name()
 		if set == pointer {
-			recv = "*" + name
+			recv = "*" + recv
 		}
 		for i := range set.Len() {
 			m := set.At(i).Obj()
@@ -251,7 +265,6 @@ func typeFeatures(prefix string, o *types.TypeName, qual types.Qualifier) []stri
 			add("method (%s) %s%s", recv, m.Name(), signature(m.Type().(*types.Signature), qual))
 		}
 	}
-	return lines
 }
 
 // signature writes sig without its parameters' and results' names, which
