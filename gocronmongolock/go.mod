@@ -6,7 +6,7 @@ require (
 	github.com/go-co-op/gocron/v2 v2.21.2
 	github.com/google/uuid v1.6.0
 	github.com/jonboulle/clockwork v0.5.0
-	github.com/mongolock/mongolock v0.0.0
+	github.com/mongolock/mongolock v1.0.0
 	github.com/stretchr/testify v1.12.1
 )
 

@@ -3,7 +3,7 @@ module github.com/mongolock/mongolock/otelmongolock
 go 1.25.0
 
 require (
-	github.com/mongolock/mongolock v0.0.0
+	github.com/mongolock/mongolock v1.0.0
 	github.com/stretchr/testify v1.12.1
 	go.mongodb.org/mongo-driver/v2 v2.9.3
 	go.opentelemetry.io/otel v1.46.0

@@ -5,7 +5,7 @@ import "runtime/debug"
 // release is the newest release in CHANGELOG.md, as its tag ("v1.2.0"), or
 // "" while the changelog has only its Unreleased section. A release updates
 // both (scripts/release-prepare); a test fails when they disagree.
-const release = ""
+const release = "v1.0.0"
 
 // tagged is the tag of the release build that made this binary, set by the
 // linker (.goreleaser.yaml: -X main.tagged={{.Tag}}); "" in any other build.
