@@ -9,7 +9,7 @@ import (
 )
 
 // FerretDB's answers while its PostgreSQL is down, stopping or starting
-// (seen in TestFaultServerRestartWhileHeldAndAwaited's instance, FerretDB
+// (seen in the restart tests' instance, FerretDB
 // 2.7), all code 1 InternalError.
 var ferretDBOutageMessages = []string{
 	"terminating connection due to administrator command",

@@ -26,25 +26,45 @@ import (
 //
 // The test restarts a server of its own (a named instance of
 // scripts/testdb), never the one the other tests share.
-func TestFaultServerRestartWhileHeldAndAwaited(t *testing.T) {
+func TestFaultFerretDBStoppedWhileHeldAndAwaited(t *testing.T) {
+	// FerretDB serves open connections for a few seconds after it is told
+	// to stop.
+	restartTrials(t, []restartFault{{"FerretDB-stopped", "stop-ferretdb", restartExpiry / 4}})
+}
+
+// A crash of FerretDB: every connection drops at once; down longer than the
+// lease, so the holders lose their locks.
+func TestFaultFerretDBKilledWhileHeldAndAwaited(t *testing.T) {
+	restartTrials(t, []restartFault{{"FerretDB-killed-longer-than-the-lease", "kill-ferretdb", restartExpiry + restartExpiry/4}})
+}
+
+// PostgreSQL, under FerretDB, stopped and started again, shorter and longer
+// than the lease. Each of these tests has an instance of its own, so that
+// none runs long.
+func TestFaultPostgreSQLStoppedWhileHeldAndAwaited(t *testing.T) {
+	restartTrials(t, []restartFault{
+		{"PostgreSQL-stopped", "stop-postgres", restartExpiry / 4},
+		{"PostgreSQL-stopped-longer-than-the-lease", "stop-postgres", restartExpiry + restartExpiry/4},
+	})
+}
+
+// restartFault is one way the server goes down: the scripts/testdb command
+// that stops it, and how long it stays stopped on top of the stop and the
+// start.
+type restartFault struct {
+	name, stop string
+	downFor    time.Duration
+}
+
+// restartTrials runs a trial of each fault on an instance of scripts/testdb
+// of the test's own.
+func restartTrials(t *testing.T, faults []restartFault) {
 	if s := testdb.Info(t); s.Source != "scripts/testdb" {
 		t.Skipf("restarts FerretDB and PostgreSQL with scripts/testdb, which can only do that for its own servers; "+
 			"the tests' server comes from %s (%s)", s.Source, s.Name())
 	}
 	in := testdb.StartInstance(t)
-	for _, fault := range []struct {
-		name, stop string
-		downFor    time.Duration // how long it stays stopped, on top of the stop and the start
-	}{
-		// FerretDB serves open connections for a few seconds after it is
-		// told to stop.
-		{"FerretDB-stopped", "stop-ferretdb", restartExpiry / 4},
-		// A crash: every connection drops at once; down longer than the
-		// lease, so the holders lose their locks.
-		{"FerretDB-killed-longer-than-the-lease", "kill-ferretdb", restartExpiry + restartExpiry/4},
-		{"PostgreSQL-stopped", "stop-postgres", restartExpiry / 4},
-		{"PostgreSQL-stopped-longer-than-the-lease", "stop-postgres", restartExpiry + restartExpiry/4},
-	} {
+	for _, fault := range faults {
 		t.Run(fault.name, func(t *testing.T) { restartTrial(t, in, fault.name, fault.stop, fault.downFor) })
 	}
 }
