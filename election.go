@@ -236,20 +236,6 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 	}
 }
 
-// observeAgainIn is when Observe reads again, unless a change is signalled
-// first: every longest busy-wait sleep, or standby sleep while a change
-// stream runs, and just after a leader's lease ends.
-func (o config) observeAgainIn(streaming, led bool, left time.Duration) time.Duration {
-	next := o.sleepMax
-	if streaming {
-		next = o.standbySleep()
-	}
-	if led {
-		next = min(next, left+time.Millisecond)
-	}
-	return next
-}
-
 // watch signals changed on each change of the election's document, while
 // a change stream runs (streaming). It reopens a stream that ended, and
 // gives up on a server that refuses to open one, as streamRetry says.

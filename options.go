@@ -297,49 +297,6 @@ func (o config) clientLease() time.Duration {
 	return o.expiry.Truncate(time.Millisecond) - o.safetyMargin()
 }
 
-// The waiting schedule derives from the busy-wait sleep. Each
-// duration is capped at maxDerived: no overflow, and server-side dates stay
-// sane for sleeps of centuries.
-const maxDerived = 24 * time.Hour
-
-// claimantSleep is the longest sleep of the process whose claim on the next
-// turn is in the document: a sixth of the longest sleep, at most a second,
-// at least the shortest.
-func (o config) claimantSleep() time.Duration {
-	return min(max(o.sleepMin, min(o.sleepMax/6, time.Second)), maxDerived)
-}
-
-// claimLifetime is how long a claim counts after its process last asked:
-// long enough for a few of its sleeps and a round trip, short enough that a
-// claimant that went away soon stops making the holder's process step aside.
-func (o config) claimLifetime() time.Duration {
-	return min(4*o.claimantSleep()+250*time.Millisecond, maxDerived)
-}
-
-// watchingClaimantSleep is the claimant's sleep while release events
-// arrive: a lease that runs out (its holder crashed) sends none, so it
-// still looks every longest sleep, at most a second, but twice within its
-// claim's lifetime, so that the claim never lapses between looks.
-func (o config) watchingClaimantSleep() time.Duration {
-	return min(max(min(o.sleepMax, time.Second), o.sleepMin), o.claimLifetime()/2)
-}
-
-// nextLifetime is how long a place as next after a lock's claim counts
-// after its process last asked: longer than the standby sleep, so that a
-// waiter that looks rarely while the lock stays with one holder keeps it.
-func (o config) nextLifetime() time.Duration {
-	return min(3*o.standbySleep(), maxDerived)
-}
-
-// standbySleep is the longest sleep of a waiter while the lock stays with
-// one holder (WithStandbySleep).
-func (o config) standbySleep() time.Duration {
-	if o.standby > 0 {
-		return min(o.standby, maxDerived)
-	}
-	return min(o.sleepMax, maxDerived/16) * 16
-}
-
 // WithTrace sets hooks the provider calls on its operations' events.
 // NewProvider copies them, so changing t later changes nothing. A nil
 // Trace is an error.
