@@ -267,3 +267,31 @@ func wholeFileExample(f *ast.File) map[string]bool {
 	}
 	return names
 }
+
+// CONTRIBUTING.md's "How the package is laid out" names every file of the
+// root package's library code, and only files that exist: a file added,
+// renamed or removed updates the layout in the same change.
+func TestContributingLaysOutEveryLibraryFile(t *testing.T) {
+	skipInModuleDownload(t)
+	text, err := os.ReadFile("CONTRIBUTING.md")
+	require.NoError(t, err)
+	_, layout, ok := strings.Cut(string(text), "## How the package is laid out")
+	require.True(t, ok, "CONTRIBUTING.md has no layout section")
+	layout, _, _ = strings.Cut(layout, "\n## ")
+	named := map[string]bool{}
+	for _, m := range regexp.MustCompile("`([a-z_*]+\\.go)`").FindAllStringSubmatch(layout, -1) {
+		matches, err := filepath.Glob(m[1])
+		require.NoError(t, err)
+		require.NotEmpty(t, matches, "CONTRIBUTING.md's layout names %s, which is not in the root package", m[1])
+		for _, f := range matches {
+			named[f] = true
+		}
+	}
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	for _, f := range files {
+		if !strings.HasSuffix(f, "_test.go") && !named[f] {
+			t.Errorf("%s is not in CONTRIBUTING.md's layout: say what it holds, in the group of what it builds on", f)
+		}
+	}
+}
