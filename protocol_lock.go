@@ -19,7 +19,7 @@ import (
 // The first five are DistributedLock.MongoDB's, which judges "free" as
 // mongolock does and ignores the rest, so Go and .NET services can share
 // a lock. The fields from lastProcess on only decide whose turn it is
-// between processes (the rule: the pacer, backoff.go).
+// between processes (the rule: the pacer, pacer.go).
 
 // turnLength is how many acquisitions in a row make a process's turn: while
 // another process claims the next turn, a release hands the lock on within
