@@ -298,23 +298,30 @@ func delayed(schedule []time.Duration, d time.Duration) []time.Duration {
 func (p *Provider) extend(hs []*acquisition) {
 	retry := min(p.opts.cadence/4, 250*time.Millisecond)
 	for len(hs) > 0 {
-		sent, replied, lost, takenOver, err := p.sendExtension(hs)
+		sent, replied, unmatched, err := p.sendExtension(hs)
 		if refusedAsABatch(hs, err) {
 			go p.extend(hs[len(hs)/2:])
 			hs = hs[:len(hs)/2]
 			continue
 		}
-		p.loseUnmatched(hs, lost, takenOver, err)
+		p.loseUnmatched(hs, unmatched, err)
 		if hs = p.recordExtension(hs, err, sent, replied); err != nil && len(hs) > 0 {
 			time.Sleep(retry)
 		}
 	}
 }
 
+// unmatched are the handles an extension did not match (lost), and the
+// lock ids of those among them taken over by ticket.
+type unmatched struct {
+	lost      []*acquisition
+	takenOver map[string]bool
+}
+
 // sendExtension is one extension round trip of hs, given until the latest
-// of their deadlines: when it was sent, when its reply came, the handles
-// it did not match, and the lock ids of those taken over by ticket.
-func (p *Provider) sendExtension(hs []*acquisition) (sent, replied time.Time, lost []*acquisition, takenOver map[string]bool, err error) {
+// of their deadlines: when it was sent, when its reply came, and the
+// handles it did not match.
+func (p *Provider) sendExtension(hs []*acquisition) (sent, replied time.Time, u unmatched, err error) {
 	p.leases.mu.Lock()
 	var latest time.Time
 	for _, h := range hs {
@@ -327,10 +334,10 @@ func (p *Provider) sendExtension(hs []*acquisition) (sent, replied time.Time, lo
 	ctx, cancel := context.WithTimeout(context.Background(), latest.Sub(sent))
 	defer cancel()
 	ctx = p.tel.startExtension(ctx, hs)
-	lost, takenOver, err = p.extendLeases(ctx, hs)
+	u, err = p.extendLeases(ctx, hs)
 	replied = time.Now()
-	p.tel.endExtension(ctx, hs, lost, err, sent)
-	return sent, replied, lost, takenOver, err
+	p.tel.endExtension(ctx, hs, u.lost, err, sent)
+	return sent, replied, u, err
 }
 
 // refusedAsABatch reports whether hs failed together by an error that
@@ -342,11 +349,10 @@ func refusedAsABatch(hs []*acquisition, err error) bool {
 }
 
 // loseUnmatched marks lost the handles an extension did not match (those
-// whose lock ids are in takenOver, as taken over by ticket), and every one
-// of hs if their client was disconnected: nothing sent through it will
-// ever succeed.
-func (p *Provider) loseUnmatched(hs, lost []*acquisition, takenOver map[string]bool, err error) {
-	reason, why := lossTakenOver, fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost)
+// taken over by ticket as such), and every one of hs if their client was
+// disconnected: nothing sent through it will ever succeed.
+func (p *Provider) loseUnmatched(hs []*acquisition, u unmatched, err error) {
+	lost, reason, why := u.lost, lossTakenOver, fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost)
 	if isClosed(err) {
 		lost, reason, why = hs, lossClientClosed, fmt.Errorf("%w: its client was disconnected (%w)", ErrLockLost, err)
 	}
@@ -354,7 +360,7 @@ func (p *Provider) loseUnmatched(hs, lost []*acquisition, takenOver map[string]b
 		if p.forget(h) == nil {
 			continue
 		}
-		if takenOver[h.lockID] {
+		if u.takenOver[h.lockID] {
 			h.markLost(lossTakenOver, ErrTakenOver)
 		} else {
 			h.markLost(reason, why)
@@ -400,7 +406,7 @@ func (p *Provider) recordExtension(hs []*acquisition, err error, sent, replied t
 // it did not match, and the lock ids of those taken over by ticket. Only
 // when a batch matched fewer than all does it read their documents to find
 // out which, and whether by a take-over (the holders statement).
-func (p *Provider) extendLeases(ctx context.Context, hs []*acquisition) (lost []*acquisition, takenOver map[string]bool, err error) {
+func (p *Provider) extendLeases(ctx context.Context, hs []*acquisition) (unmatched, error) {
 	names, ids, named := make(bson.A, 0, len(hs)), make(bson.A, len(hs)), make(map[string]bool, len(hs))
 	for i, h := range hs {
 		if !named[h.lock.name] {
@@ -412,21 +418,32 @@ func (p *Provider) extendLeases(ctx context.Context, hs []*acquisition) (lost []
 	filter, update := kind.extend(p, names, ids)
 	matched, _, err := st.updateMany(ctx, filter, update)
 	if err != nil || len(names) == len(hs) && int(matched) == len(hs) {
-		return nil, nil, err // one handle per document: a match is its own
+		return unmatched{}, err // one handle per document: a match is its own
 	}
-	f, projection := kind.holders(names)
-	docs, err := st.find(ctx, f, projection)
-	seen := newHolderIDs()
-	for _, raw := range docs {
-		if err == nil {
-			err = kind.heldBy(raw, seen)
-		}
-	}
+	seen, err := readHolders(ctx, st, kind, names)
 	switch {
 	case err != nil && matched == 0:
-		return hs, nil, nil // every one lost, a take-over or not: no match is a loss at once
+		return unmatched{lost: hs}, nil // every one lost, a take-over or not: no match is a loss at once
 	case err != nil:
-		return nil, nil, err
+		return unmatched{}, err
 	}
-	return slices.DeleteFunc(slices.Clone(hs), func(h *acquisition) bool { return seen.held[h.lockID] }), seen.takenOver, nil
+	return unmatched{slices.DeleteFunc(slices.Clone(hs), func(h *acquisition) bool { return seen.held[h.lockID] }), seen.takenOver}, nil
+}
+
+// readHolders sends the holders statement of kind for names and returns
+// what its reply says: the lock ids that hold, and those taken over by
+// ticket.
+func readHolders(ctx context.Context, st store, kind kindDriver, names bson.A) (holderIDs, error) {
+	f, projection := kind.holders(names)
+	docs, err := st.find(ctx, f, projection)
+	if err != nil {
+		return holderIDs{}, err
+	}
+	seen := newHolderIDs()
+	for _, raw := range docs {
+		if err := kind.heldBy(raw, seen); err != nil {
+			return holderIDs{}, err
+		}
+	}
+	return seen, nil
 }

@@ -208,19 +208,9 @@ func (h *acquisition) loseUnmatched(ctx context.Context, why error) {
 // nothing, to tell a hand-off from a loss. It reads no more than an
 // extension does when it finds a handle lost (the holders statement).
 func (h *acquisition) wasTakenOver(ctx context.Context) bool {
-	kind := h.lock.kind
-	f, projection := kind.holders(bson.A{h.lock.name})
-	docs, err := h.lock.collection().store.find(ctx, f, projection)
-	if err != nil {
-		return false // a loss, as it was before it could be told apart
-	}
-	seen := newHolderIDs()
-	for _, raw := range docs {
-		if kind.heldBy(raw, seen) != nil {
-			return false
-		}
-	}
-	return seen.takenOver[h.lockID]
+	seen, err := readHolders(ctx, h.lock.collection().store, h.lock.kind, bson.A{h.lock.name})
+	// A failed read is a loss, as it was before the two could be told apart.
+	return err == nil && seen.takenOver[h.lockID]
 }
 
 // sendRelease releases h in one round trip: a hand-over to the head of its
