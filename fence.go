@@ -220,10 +220,11 @@ func notHeld(h TokenSource) error {
 		if ctx == nil || ctx.Err() == nil {
 			return nil
 		}
-		if cause := context.Cause(ctx); !errors.Is(cause, ErrLockLost) {
+		cause := context.Cause(ctx)
+		if !errors.Is(cause, ErrLockLost) {
 			return fmt.Errorf("%w: its Context ended: %w", ErrReleased, cause)
 		}
-		return context.Cause(ctx)
+		return cause
 	}
 	return nil
 }
