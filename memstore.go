@@ -21,8 +21,9 @@ type memStore struct {
 }
 
 // newMemProvider returns a Provider with opts over s, a database named db
-// in process memory, or the error NewProvider returns for them. Its
-// providers of one s share their locks, as those of one database do.
+// in process memory, or the error NewProvider returns for them. It is a
+// process of its own, as a replica of a service with its own client is;
+// the providers of one s share their locks, as those of one database do.
 func newMemProvider(s *memdb.Store, db string, opts []Option) (*Provider, error) {
 	o, err := buildConfig(opts)
 	if err == nil {
@@ -34,10 +35,10 @@ func newMemProvider(s *memdb.Store, db string, opts []Option) (*Provider, error)
 	return newProvider(o, memCollection(s, db, o.collection), memCollection(s, db, o.collection+semSuffix)), nil
 }
 
-// memCollection is the collection coll of s, whose state is kept per s as a
-// database's is per client.
+// memCollection is the collection coll of s, with state of its own: the
+// provider that has it is a process.
 func memCollection(s *memdb.Store, db, coll string) lockCollection {
-	return lockCollection{memStore{s, coll}, db, coll, collStateOf(s, db, coll)}
+	return lockCollection{memStore{s, coll}, db, coll, newCollState()}
 }
 
 // do runs op as one round trip. A ctx that has ended sends nothing, as the

@@ -129,10 +129,10 @@ func newCollection(db *mongo.Database, coll string) lockCollection {
 	return lockCollection{newMongoStore(db, coll), db.Name(), coll, collStateFor(db, coll)}
 }
 
-// collState is what this process keeps for one collection of one client, shared
-// by every Provider of it while the client lives: the process's id in lock
-// documents, its default collation checked once, the TTL index created
-// once, the lines of waiters and the release events.
+// collState is what a process keeps for one collection: the process's id in
+// lock documents, its default collation checked once, the TTL index created
+// once, the lines of waiters and the release events. A client is one
+// process, shared by its Providers; in process memory, each Provider is one.
 type collState struct {
 	process   string
 	collation collationCheck
@@ -155,37 +155,36 @@ type collationCheck struct {
 	running chan struct{} // closed when the check in flight ends
 }
 
-// collKey identifies a collection of one client, or of one database in
-// process memory. The client or the database is held weakly (owner is a
-// weak.Pointer of either), so that the registry does not keep disconnected
-// clients, or dropped databases, alive.
+// collKey identifies a collection of one client, held weakly so that the
+// registry does not keep disconnected clients alive.
 type collKey struct {
-	owner    any
+	client   weak.Pointer[mongo.Client]
 	db, coll string
 }
 
 var collStates sync.Map // collKey -> *collState
 
+// collStateFor returns the state of collection coll of db's client,
+// forgotten with the client.
 func collStateFor(db *mongo.Database, coll string) *collState {
-	return collStateOf(db.Client(), db.Name(), coll)
+	k := collKey{client: weak.Make(db.Client()), db: db.Name(), coll: coll}
+	if c, ok := collStates.Load(k); ok {
+		return c.(*collState)
+	}
+	c, loaded := collStates.LoadOrStore(k, newCollState())
+	if !loaded {
+		runtime.AddCleanup(db.Client(), func(k collKey) { collStates.Delete(k) }, k)
+	}
+	return c.(*collState)
+}
+
+// newCollState is the state of a collection that a process has not used yet.
+func newCollState() *collState {
+	return &collState{process: newLockID(), queues: queues{byName: map[string]*queue{}}, notify: notifier{source: watchReleases}}
 }
 
 // newLockID is a fresh lockId, or a process's id in lock documents.
 func newLockID() string { return strings.ReplaceAll(uuid.NewString(), "-", "") }
-
-// collStateOf returns the state of collection coll of database db of
-// owner (a client, or a database in process memory), forgotten with owner.
-func collStateOf[T any](owner *T, db, coll string) *collState {
-	k := collKey{owner: weak.Make(owner), db: db, coll: coll}
-	if c, ok := collStates.Load(k); ok {
-		return c.(*collState)
-	}
-	c, loaded := collStates.LoadOrStore(k, &collState{process: newLockID(), queues: queues{byName: map[string]*queue{}}, notify: notifier{source: watchReleases}})
-	if !loaded {
-		runtime.AddCleanup(owner, func(k collKey) { collStates.Delete(k) }, k)
-	}
-	return c.(*collState)
-}
 
 // background runs f in a goroutine counted by the provider's WaitGroup,
 // with a context that ends after timeout: every such goroutine has an end.

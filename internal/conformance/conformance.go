@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -77,6 +78,7 @@ var cases = []struct {
 	{"TryAcquireOfAHeldLockIsErrNotAcquired", tryAcquireHeld},
 	{"DoneContextAcquiresNothing", doneContextAcquiresNothing},
 	{"AcquireWaitsForTheRelease", acquireWaitsForRelease},
+	{"TwoProvidersAreTwoProcesses", twoProvidersAreTwoProcesses},
 	{"AcquireHeldUntilCtxEndsIsErrNotAcquiredAndCtxErr", acquireHeldUntilCtxEnds},
 	{"FencingTokensIncreasePerName", fencingTokensIncrease},
 	{"ForceReleaseMakesTheHolderLost", forceReleaseMakesLost},
@@ -204,6 +206,33 @@ func acquireWaitsForRelease(e *Env) {
 	e.notYet(waiting, "Acquire of a held lock")
 	e.release(h)
 	next := e.receive(waiting)
+	require.Greater(e.T, next.FencingToken(), h.FencingToken())
+	e.release(next)
+}
+
+// twoProvidersAreTwoProcesses: the providers of two replicas of a service
+// wait as two processes do. A refused Acquire claims the next turn in the
+// document; the holder's Release offers it nothing, and it takes the lock
+// by an attempt of its own.
+func twoProvidersAreTwoProcesses(e *Env) {
+	var offered atomic.Bool
+	done := make(chan mongolock.AcquireDoneInfo, 1)
+	a := e.provider(mongolock.WithTrace(&mongolock.Trace{HandOver: func(context.Context, mongolock.HandOverInfo) { offered.Store(true) }}))
+	b := e.provider(mongolock.WithTrace(&mongolock.Trace{AcquireDone: func(_ context.Context, info mongolock.AcquireDoneInfo) { done <- info }}))
+	h := e.acquire(a.Lock("a"))
+	waiting := start(func() (*mongolock.Handle, error) { return b.Lock("a").Acquire(e.Ctx) })
+	var info mongolock.LockInfo
+	e.pollUntil("the waiting Acquire's process claims the next turn", func() bool {
+		var err error
+		info, err = a.Inspect(e.Ctx, "a")
+		require.NoError(e.T, err)
+		return info.Waiting
+	})
+	require.NotEmpty(e.T, info.Claim.Process)
+	e.release(h)
+	next := e.receive(waiting)
+	require.False(e.T, offered.Load(), "the Release offered the lock to another provider's Acquire")
+	require.False(e.T, (<-done).HandedOver, "the waiting Acquire was handed the lock")
 	require.Greater(e.T, next.FencingToken(), h.FencingToken())
 	e.release(next)
 }
