@@ -562,19 +562,37 @@ func TestReleaseStreamThatLostItsHistoryIsReopenedAndTheWaiterStillGetsTheLock(t
 }
 
 // The state kept per client and collection is forgotten with the client
-// also after its waiters had release events: nothing of it keeps the
-// client's store once nobody waits.
+// also after its waiters joined the release events (and, where the server
+// has change streams, had them): nothing of it keeps the client once
+// nobody waits. Over a server: in process memory each provider's state is
+// its own, kept by nothing but the provider.
 func TestStateOfAClientWhoseWaitersHadReleaseEventsIsForgottenWithIt(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	server, db := testdb.Info(t), testdb.Database(t).Name()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	joined := func(n *notifier) bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.waiters > 0 && (n.run != nil && n.run.open || !server.ChangeStreams)
+	}
 	baseline := Locals()
 	for range 3 {
 		func() {
-			store := memdb.NewStore("mongolock_forget", nil)
-			holder, err := newMemProvider(store.Client(), "mongolock_forget", nil)
-			require.NoError(t, err)
-			waiter, err := newMemProvider(store.Client(), "mongolock_forget", nil)
-			require.NoError(t, err)
+			var clients []*mongo.Client
+			defer func() {
+				for _, c := range clients {
+					_ = c.Disconnect(context.Background())
+				}
+			}()
+			process := func() *Provider {
+				c, err := mongo.Connect(options.Client().ApplyURI(server.URI))
+				require.NoError(t, err)
+				clients = append(clients, c)
+				p, err := NewProvider(c.Database(db))
+				require.NoError(t, err)
+				return p
+			}
+			holder, waiter := process(), process()
 			defer closeAll(holder, waiter)
 			h, err := holder.Lock("ledger").Acquire(ctx)
 			require.NoError(t, err)
@@ -586,7 +604,7 @@ func TestStateOfAClientWhoseWaitersHadReleaseEventsIsForgottenWithIt(t *testing.
 				}
 				acquired <- err
 			}()
-			for !waiter.Lock("ledger").collection().notify.isOpen() {
+			for !joined(&waiter.Lock("ledger").collection().notify) {
 				require.NoError(t, ctx.Err(), "no release events while a waiter waits")
 				time.Sleep(time.Millisecond)
 			}

@@ -79,8 +79,8 @@ func TestCloseBoundedByItsContext(t *testing.T) {
 }
 
 // Providers made per request and clients made per tenant leave nothing
-// behind: the state kept per collection of a client goes with the client,
-// and a provider holds no memory once its handles are released. On the
+// behind: a provider in process memory keeps its state of its own, which
+// goes with it, and holds no memory once its handles are released. On the
 // real clock: what is measured is memory, and real time lets the
 // providers' idle senders end.
 func TestProvidersAndClientsLeaveNothingBehind(t *testing.T) {
