@@ -61,7 +61,8 @@ type LockInfo struct {
 // election, a semaphore or an RWLock, as its document keeps it.
 type ClaimInfo struct {
 	// Process is the waiting process's id: one per client, database and
-	// collection of a process, random (its owner is not stored).
+	// collection of a process (of a mongolocktest Provider, one per
+	// Provider), random (its owner is not stored).
 	Process string
 	// Since is the fencing token its process saw when it began to wait:
 	// the longest waiting process has the smallest. While one wait goes

@@ -29,7 +29,7 @@ import (
 // collection's default collation; and one creation of its TTL index. Each
 // keeps its own options, leases and Close. Providers of different clients
 // are different processes, also in one program, and take turns as processes
-// do.
+// do; so are the Providers of package mongolocktest, each a process of its own.
 type Provider struct {
 	locks lockCollection // the locks' and elections' collection
 	slots lockCollection // the semaphores' and RWLocks': <collection>_semaphores

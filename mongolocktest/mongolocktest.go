@@ -13,6 +13,10 @@
 // are lost when they cannot be, Semaphores, RWLocks, elections, the
 // scheduled jobs' holds, Inspect, Locks, ForceRelease and Close.
 //
+// Each Provider is a process of its own, as a replica of a service with its
+// own client would be: two Providers of one Store are two replicas that
+// share a database, taking turns as two processes do.
+//
 // The clock is time.Now. Inside a testing/synctest bubble it is the
 // bubble's fake clock: a Store and its Providers made in a bubble run
 // there, so a test can let a lease run out in microseconds of real time
@@ -60,9 +64,10 @@ const dbName = "mongolocktest"
 // Locks are shared by collection and name. The zero Store is not usable;
 // NewStore makes one. A Store is safe for concurrent use.
 //
-// A Store is also the client of its Providers: they are one process, as
-// Providers of one client are (mongolock.Provider), with one line of
-// waiters per name, in which a release hands the lock over to the next.
+// Each Provider is a process of its own, as a replica of a service with its
+// own client is: its Acquire calls wait in a line of their own, and take
+// turns with the other Providers' through the documents, as over a server.
+// A release hands the lock over only to a waiter of its own Provider.
 type Store struct {
 	db *memdb.Store
 }
@@ -73,7 +78,7 @@ func NewStore() *Store {
 }
 
 // NewProvider returns a Provider over s with opts, or the error
-// mongolock.NewProvider returns for them.
+// mongolock.NewProvider returns for them. It is a process of its own.
 func (s *Store) NewProvider(opts ...mongolock.Option) (*mongolock.Provider, error) {
 	p, err := backend.NewProvider(s.db, dbName, opts)
 	return p.(*mongolock.Provider), err
