@@ -196,11 +196,14 @@ func downgradeLetsReadersIn(e *Env) {
 	w := e.tryUpgradeable(pw.RWLock("rw").Upgradeable())
 	require.NoError(e.T, w.Upgrade(e.Ctx), "alone, at once")
 	token := w.FencingToken()
-	// Whether the reader waits yet is not told alike (the server's
-	// providers of one client are one process, whose reader waits without
-	// claiming), and a writer that came before it would keep it out: the
-	// writer asks once the reader is in.
+	// The reader waits, its process claiming; a writer that came before
+	// it would keep it out: the writer asks once the reader is in.
 	reader := start(func() (*mongolock.Handle, error) { return rw.Reader().Acquire(e.Ctx) })
+	e.pollUntil("the waiting reader's process claims", func() bool {
+		info, err := pl.Inspect(e.Ctx, "rw")
+		require.NoError(e.T, err)
+		return info.Waiting && !info.WriterWaiting
+	})
 	e.notYet(reader, "a reader while the writer holds")
 	require.NoError(e.T, w.Downgrade(e.Ctx))
 	require.Equal(e.T, token, w.FencingToken(), "a downgrade keeps the token")
