@@ -27,7 +27,8 @@ import (
 )
 
 // Open returns, for one test, a constructor of providers over a database
-// of the test's own: the providers it returns share their locks.
+// of the test's own: the providers it returns share their locks, each a
+// process of its own.
 type Open func(t *testing.T) func(opts ...mongolock.Option) (*mongolock.Provider, error)
 
 // Run runs the suite over the server, each case over a database of its
