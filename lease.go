@@ -298,14 +298,14 @@ func delayed(schedule []time.Duration, d time.Duration) []time.Duration {
 func (p *Provider) extend(hs []*acquisition) {
 	retry := min(p.opts.cadence/4, 250*time.Millisecond)
 	for len(hs) > 0 {
-		sent, replied, unmatched, err := p.sendExtension(hs)
-		if refusedAsABatch(hs, err) {
+		e := p.sendExtension(hs)
+		if refusedAsABatch(hs, e.err) {
 			go p.extend(hs[len(hs)/2:])
 			hs = hs[:len(hs)/2]
 			continue
 		}
-		p.loseUnmatched(hs, unmatched, err)
-		if hs = p.recordExtension(hs, err, sent, replied); err != nil && len(hs) > 0 {
+		p.loseUnmatched(hs, e.unmatched, e.err)
+		if hs = p.recordExtension(hs, e); e.err != nil && len(hs) > 0 {
 			time.Sleep(retry)
 		}
 	}
@@ -318,10 +318,17 @@ type unmatched struct {
 	takenOver map[string]bool
 }
 
+// An extension is one extension round trip's outcome: when it was sent,
+// when its reply came, the handles it did not match, and its error.
+type extension struct {
+	sent, replied time.Time
+	unmatched     unmatched
+	err           error
+}
+
 // sendExtension is one extension round trip of hs, given until the latest
-// of their deadlines: when it was sent, when its reply came, and the
-// handles it did not match.
-func (p *Provider) sendExtension(hs []*acquisition) (sent, replied time.Time, u unmatched, err error) {
+// of their deadlines.
+func (p *Provider) sendExtension(hs []*acquisition) (e extension) {
 	p.leases.mu.Lock()
 	var latest time.Time
 	for _, h := range hs {
@@ -330,14 +337,14 @@ func (p *Provider) sendExtension(hs []*acquisition) (sent, replied time.Time, u 
 		}
 	}
 	p.leases.mu.Unlock()
-	sent = p.now()
-	ctx, cancel := context.WithTimeout(context.Background(), latest.Sub(sent))
+	e.sent = p.now()
+	ctx, cancel := context.WithTimeout(context.Background(), latest.Sub(e.sent))
 	defer cancel()
 	ctx = p.tel.startExtension(ctx, hs)
-	u, err = p.extendLeases(ctx, hs)
-	replied = time.Now()
-	p.tel.endExtension(ctx, hs, u.lost, err, sent)
-	return sent, replied, u, err
+	e.unmatched, e.err = p.extendLeases(ctx, hs)
+	e.replied = time.Now()
+	p.tel.endExtension(ctx, hs, e.unmatched.lost, e.err, e.sent)
+	return e
 }
 
 // refusedAsABatch reports whether hs failed together by an error that
@@ -368,30 +375,30 @@ func (p *Provider) loseUnmatched(hs []*acquisition, u unmatched, err error) {
 	}
 }
 
-// recordExtension records the outcome, err, of the extension of hs sent at
-// sent for those still kept, and returns those to extend again at once.
-func (p *Provider) recordExtension(hs []*acquisition, err error, sent, replied time.Time) []*acquisition {
+// recordExtension records e, the outcome of the extension of hs, for those
+// still kept, and returns those to extend again at once.
+func (p *Provider) recordExtension(hs []*acquisition, e extension) []*acquisition {
 	ls, o := &p.leases, p.opts
 	var again []*acquisition
 	p.lookForSuspension()
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	slept := p.susp.since(sent) // while the round trip was on its way
+	slept := p.susp.since(e.sent) // while the round trip was on its way
 	now := p.susp.now()
 	for _, h := range hs {
 		l := ls.held[h]
 		switch {
 		case l == nil: // lost, released, or its lease ran out, meanwhile
-		case err != nil:
-			l.lastErr = err
+		case e.err != nil:
+			l.lastErr = e.err
 			again = append(again, h)
 		default:
 			l.lastErr, l.slept = nil, slept
-			p.setDeadline(h, l, l.until(o, sent.Add(-slept)))
-			h.lastSentAt.Store(sent.UnixNano())
-			h.lastReplyAt.Store(replied.UnixNano())
+			p.setDeadline(h, l, l.until(o, e.sent.Add(-slept)))
+			h.lastSentAt.Store(e.sent.UnixNano())
+			h.lastReplyAt.Store(e.replied.UnixNano())
 			l.loss.Reset(l.deadline.Sub(now))
-			l.busy = l.missed && l.tooLateForTheNextTick(o, sent, now)
+			l.busy = l.missed && l.tooLateForTheNextTick(o, e.sent, now)
 			if l.missed = false; l.busy {
 				again = append(again, h)
 			}

@@ -153,18 +153,27 @@ func (qs *queues) leave(w *waiter) (handedOver *Handle) {
 	return handedOver
 }
 
-// standing returns the handle handed over to w, if any; else whether w may
-// ask the database (it is the head, no handle of this process holds the
-// name, and no hand-over to it is under way), the token its line claims
-// with, and whether nobody waited for the lock lately (unclaimed first).
-func (qs *queues) standing(w *waiter) (handedOver *Handle, mayAttempt bool, waitToken int64, nobodyWaited bool) {
+// A standing is what a waiter may do now: take the handle handed over to
+// it, if any; else ask the database, if it may (it is the head, no handle
+// of this process holds the name, and no hand-over to it is under way),
+// with its line's wait token, and the unclaimed statement first if nobody
+// waited for the lock lately.
+type standing struct {
+	handedOver   *Handle
+	mayAttempt   bool
+	waitToken    int64
+	nobodyWaited bool
+}
+
+// standing returns w's standing, taking a hand-over to it, if any.
+func (qs *queues) standing(w *waiter) standing {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if h := w.handedOver; h != nil {
 		w.handedOver = nil
-		return h, false, 0, false
+		return standing{handedOver: h}
 	}
-	return nil, w.q.waiters[0] == w && !w.q.full(w.lock) && !w.offered, w.q.pace.waitToken(), w.q.pace.unclaimedFirst()
+	return standing{mayAttempt: w.q.waiters[0] == w && !w.q.full(w.lock) && !w.offered, waitToken: w.q.pace.waitToken(), nobodyWaited: w.q.pace.unclaimedFirst()}
 }
 
 // unclaimedRefused records that w's line found the lock held or reserved

@@ -127,20 +127,20 @@ type acquireWait struct {
 // try takes a hand-over to the wait, if any, else attempts if its line
 // lets it: it is the head, and no handle of this process fills the lock.
 func (a *acquireWait) try(ctx context.Context) (afterTry, <-chan time.Time, error) {
-	handedOver, mayAttempt, waitToken, nobodyWaited := a.l.collection().queues.standing(a.w)
+	s := a.l.collection().queues.standing(a.w)
 	switch {
-	case handedOver != nil:
-		a.takeHandOver(ctx, handedOver)
+	case s.handedOver != nil:
+		a.takeHandOver(ctx, s.handedOver)
 		return waitOver, nil, nil
-	case !mayAttempt:
+	case !s.mayAttempt:
 		a.contended = true // someone of this process goes first
 		return sleepThenTry, nil, nil
 	}
 	mode := waitMode
-	if nobodyWaited && a.l.kind.unclaimed() {
+	if s.nobodyWaited && a.l.kind.unclaimed() {
 		mode = unclaimedMode // nobody waited for it lately: the cheaper statement first
 	}
-	return a.attempt(ctx, mode, waitToken)
+	return a.attempt(ctx, mode, s.waitToken)
 }
 
 // takeHandOver takes h, handed over by a release in this process. An
