@@ -328,9 +328,17 @@ func newCompositeHandle(handles []*Handle) *CompositeHandle {
 	return &CompositeHandle{handles: handles, compositeState: s}
 }
 
+// markLost signals the loss of a part, with the first lost part's cause.
 func (s *compositeState) markLost() {
 	s.lostOnce.Do(func() {
-		s.cancel(ErrLockLost) // first: whoever wakes on Lost sees the cause
+		var cause error = ErrLockLost // a part's, always: it was lost first
+		for _, a := range s.parts {
+			if c := context.Cause(a.ctx); errors.Is(c, ErrLockLost) {
+				cause = c
+				break
+			}
+		}
+		s.cancel(cause) // first: whoever wakes on Lost sees the cause
 		close(s.lost)
 	})
 }
@@ -374,7 +382,8 @@ func (h *CompositeHandle) held() *compositeState {
 }
 
 // Context returns a context that is done when a part is lost or released.
-// On loss, context.Cause returns ErrLockLost; on release, context.Canceled.
+// On loss, context.Cause returns the lost part's Context's cause, which
+// wraps ErrLockLost; on release, context.Canceled.
 //
 // A part is released by Release, by the part's own Release, or by its
 // Provider's Close. Its Err and Done first look at every part's lease, as
@@ -431,7 +440,7 @@ func (h *CompositeHandle) Release(ctx context.Context) error {
 	case 1:
 		err = errs[0] // the part's
 	default:
-		err = compositeError("release", h.handles, errors.Join(errs...))
+		err = compositeError("release", h.handles, inner(errs...))
 	}
 	if errors.Is(err, ErrLockLost) {
 		h.markLost()

@@ -21,14 +21,14 @@ var (
 	// its holders', or a Semaphore's name taken by an RWLock, or the other
 	// way round. Another mode is an Upgrade of a handle that is not an
 	// upgradeable reader's, a Downgrade of one that is not a writer's.
-	ErrMismatch = errors.New("mongolock: held with another size or kind")
+	ErrMismatch = errors.New("held with another size or kind")
 
 	// ErrNotAcquired reports that the lock is held by someone else.
 	//
 	// TryAcquire returns it when its one attempt finds the lock held; Acquire
 	// wraps it, together with ctx.Err(), when ctx ends while the lock was held
 	// by someone else the whole time.
-	ErrNotAcquired = errors.New("mongolock: not acquired: held by another owner")
+	ErrNotAcquired = errors.New("not acquired: held by another owner")
 
 	// ErrLockLost reports that a lock was lost while held: its lease expired
 	// before an extension succeeded, someone else took it over, or its
@@ -36,7 +36,7 @@ var (
 	//
 	// Handle.Context's cause, Release and Do report it; a take-over by ticket is ErrTakenOver, which is an ErrLockLost too,
 	// and which Release does not report.
-	ErrLockLost = errors.New("mongolock: lock lost")
+	ErrLockLost = errors.New("lock lost")
 
 	// ErrInvalidArgument reports a bad argument. It is returned at once,
 	// never retried, and the call sends nothing to the server.
@@ -46,26 +46,26 @@ var (
 	// database, context or function, a Semaphore's n below 1, an election's
 	// value longer than MaxValueLen, a name, prefix or value that is not
 	// valid UTF-8, a call that needs a held handle on a nil one.
-	ErrInvalidArgument = errors.New("mongolock: invalid argument")
+	ErrInvalidArgument = errors.New("invalid argument")
 
 	// ErrClosed reports that the lock's Provider was closed.
-	ErrClosed = errors.New("mongolock: provider closed")
+	ErrClosed = errors.New("provider closed")
 
 	// ErrNoLock reports that a lock, a Semaphore or an RWLock has no
 	// document: it was never used, or its document was deleted a while
 	// after its last release.
-	ErrNoLock = errors.New("mongolock: no such lock")
+	ErrNoLock = errors.New("no such lock")
 
 	// ErrNoLeader reports that nobody leads an election: its lock is free,
 	// its last leader's lease ran out, or it was never held.
-	ErrNoLeader = errors.New("mongolock: no leader")
+	ErrNoLeader = errors.New("no leader")
 
 	// ErrFenced reports a fenced write refused because the document carries
 	// a higher fencing token than the write's. Nothing was written.
 	//
 	// A holder acquired after the writer's acquisition has written it, so
 	// the writer has lost its lock (whether or not it was told yet).
-	ErrFenced = errors.New("mongolock: fenced: the document carries a higher fencing token")
+	ErrFenced = errors.New("fenced: the document carries a higher fencing token")
 
 	// ErrCollation reports that a lock collection (the locks' or
 	// <collection>_semaphores) was created with a default collation other
@@ -75,7 +75,7 @@ var (
 	// and "job" could be one lock), while names are promised to be compared
 	// exactly, byte for byte. Create the collection without a collation (or
 	// with {locale: "simple"}), or use another (WithCollection).
-	ErrCollation = errors.New("mongolock: the lock collection has a non-simple default collation")
+	ErrCollation = errors.New("the lock collection has a non-simple default collation")
 )
 
 // ErrReleased reports a call that needs a held handle on one that was
@@ -84,12 +84,12 @@ var (
 // Such calls are a fenced write, Ticket, Upgrade, Downgrade. A released
 // handle was not lost: its holder gave the lock up, and errors.Is(err,
 // ErrLockLost) is false.
-var ErrReleased = errors.New("mongolock: the handle was released")
+var ErrReleased = errors.New("the handle was released")
 
 // ErrStaleTicket reports a ticket (Handle.Ticket) whose acquisition is
 // over: released, lost, run out, or taken over already (a ticket works
 // once). TakeOver returns it having changed nothing.
-var ErrStaleTicket = errors.New("mongolock: stale ticket: its acquisition is over")
+var ErrStaleTicket = errors.New("stale ticket: its acquisition is over")
 
 // ErrTakenOver reports that a holder's acquisition was taken over by its
 // ticket (Provider.TakeOver); errors.Is(ErrTakenOver, ErrLockLost) holds.
@@ -101,7 +101,7 @@ var ErrTakenOver error = takenOver{}
 
 type takenOver struct{}
 
-func (takenOver) Error() string { return "mongolock: lock lost: taken over by its ticket" }
+func (takenOver) Error() string { return "lock lost: taken over by its ticket" }
 
 func (takenOver) Is(target error) bool { return target == ErrLockLost }
 
@@ -265,9 +265,9 @@ var errNilContext error = invalid("nil context.Context")
 
 var errNilFunction error = invalid("nil function")
 
-// Error is the error type of the library's failed calls: it names the call
-// and its lock and wraps the cause. Only the three errors listed below are
-// passed on as they are, not as an *Error.
+// Error is the error type of the library's failed calls and of a lost
+// handle's Context cause: it names the call and its lock and wraps the
+// cause. Only the two errors listed below are passed on as they are.
 //
 // errors.As finds it, and so does a type assertion. It names the call (Op)
 // and its lock (Name), and wraps the cause (Err), which errors.Is and
@@ -276,12 +276,12 @@ var errNilFunction error = invalid("nil function")
 // ErrCollation, ErrStaleTicket, ErrTakenOver, ErrReleased, ctx's error, or
 // the server's or the network's.
 //
-// Three errors are not the library's, and are passed on as they are: the
+// Two errors are not the library's, and are passed on as they are: the
 // error fn returned to Do, when Do has nothing to add to it (with a loss
-// or a failed release, Do returns an *Error that wraps both); a Handle's
-// or a CompositeHandle's Context cause (ErrLockLost itself, ErrTakenOver,
-// or context.Canceled); and FencedFindOneAndUpdate's mongo.ErrNoDocuments,
-// which reports no match as FindOneAndUpdate does.
+// or a failed release, Do returns an *Error that wraps both); and
+// FencedFindOneAndUpdate's mongo.ErrNoDocuments, which reports no match as
+// FindOneAndUpdate does. A released handle's Context cause is
+// context.Canceled.
 type Error struct {
 	// Op names the call.
 	//
@@ -289,7 +289,8 @@ type Error struct {
 	// "acquire", "try acquire", "do", "release", "upgrade", "downgrade",
 	// "inspect", "list", "force release", "force release holder",
 	// "campaign", "proclaim", "leader", "run", "fenced update one",
-	// "fenced find one and update", "ticket", "take over".
+	// "fenced find one and update", "ticket", "take over"; none for a
+	// Handle's or a CompositeHandle's Context cause, which no call returns.
 	Op string
 	// Name is the lock's name, a listing's prefix, or a composite's names;
 	// none for "new provider", "new composite" and "close".
@@ -303,26 +304,52 @@ type Error struct {
 	Err error
 }
 
-// msgPrefix begins each of the package's messages.
+// msgPrefix begins each of the package's messages. Error alone writes it:
+// causes and sentinels do not carry it.
 const msgPrefix = "mongolock: "
 
-// Error returns the message: the operation, the name quoted where the
-// operation has one, and the cause.
+// Error returns the message: the package's prefix, the operation, the name
+// quoted where the operation has one, and the cause.
 //
-// The name is quoted as names may be empty or blank. The package's prefix
-// is said once: not again before the cause, nor before a sentinel
-// the cause wraps, nor before each of several joined errors.
-func (e *Error) Error() string {
-	lines := strings.Split(e.Err.Error(), "\n")
-	for i, l := range lines {
-		lines[i] = strings.ReplaceAll(strings.TrimPrefix(l, msgPrefix), ": "+msgPrefix, ": ")
+// The name is quoted as names may be empty or blank.
+func (e *Error) Error() string { return msgPrefix + e.unprefixed() }
+
+// unprefixed is e's message without the package's prefix.
+func (e *Error) unprefixed() string {
+	switch {
+	case e.Op == "": // a Handle's Context cause
+		return fmt.Sprintf("%q: %v", e.Name, e.Err)
+	case e.Op == opNewProvider || e.Op == opNewComposite || e.Op == opClose || e.Name == "" && isFencedOp(e.Op):
+		return fmt.Sprintf("%s: %v", e.Op, e.Err)
 	}
-	cause := strings.Join(lines, "\n")
-	if e.Op == opNewProvider || e.Op == opNewComposite || e.Op == opClose || e.Name == "" && isFencedOp(e.Op) {
-		return fmt.Sprintf("%s%s: %s", msgPrefix, e.Op, cause)
-	}
-	return fmt.Sprintf("%s%s %q: %s", msgPrefix, e.Op, e.Name, cause)
+	return fmt.Sprintf("%s %q: %v", e.Op, e.Name, e.Err)
 }
+
+// inner joins errs, as errors.Join does, into the cause of an *Error:
+// each of them that is an *Error too is said without the package's
+// prefix, which the outer one says.
+func inner(errs ...error) error {
+	if errs = slices.DeleteFunc(errs, func(err error) bool { return err == nil }); len(errs) == 0 {
+		return nil
+	}
+	return innerErrors(errs)
+}
+
+// innerErrors are errors within an *Error's cause, one a line.
+type innerErrors []error
+
+func (ie innerErrors) Error() string {
+	lines := make([]string, len(ie))
+	for i, err := range ie {
+		lines[i] = err.Error()
+		if e, ok := err.(*Error); ok {
+			lines[i] = e.unprefixed()
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (ie innerErrors) Unwrap() []error { return ie }
 
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }

@@ -932,3 +932,46 @@ func TestErrorShortensLongNamesWithoutSplittingCharacters(t *testing.T) {
 	require.NotContains(t, err.Error(), `\x`, "the message shows a split character")
 	require.NoError(t, h.Release(ctx))
 }
+
+// A lost handle's Context cause is printed on its own (a log of
+// context.Cause), so it says whose error it is and which lock was lost: a
+// Handle's, a CompositeHandle's (its lost part's), one taken over.
+func TestALostHandlesContextCauseNamesTheLibraryAndTheLock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		p, err := mongolocktest.NewProvider()
+		require.NoError(t, err)
+		defer p.Close(ctx)
+		causeOf := func(h interface{ Context() context.Context }) error {
+			require.Error(t, h.Context().Err(), "the handle is not done")
+			return context.Cause(h.Context())
+		}
+
+		h := mustTryAcquire(t, ctx, p.Lock("ledger"))
+		mongolocktest.Lose(h)
+		cause := causeOf(h)
+		require.ErrorIs(t, cause, mongolock.ErrLockLost)
+		require.EqualError(t, cause, `mongolock: "ledger": lock lost: its holder was force released (mongolocktest.Lose)`)
+
+		c, err := mongolock.NewComposite(p.Lock("a"), p.Lock("b"))
+		require.NoError(t, err)
+		ch, err := c.TryAcquire(ctx)
+		require.NoError(t, err)
+		mongolocktest.Lose(ch.Handles()[1])
+		cause = causeOf(ch)
+		require.ErrorIs(t, cause, mongolock.ErrLockLost)
+		require.EqualError(t, cause, `mongolock: "b": lock lost: its holder was force released (mongolocktest.Lose)`)
+		require.ErrorIs(t, ch.Release(ctx), mongolock.ErrLockLost)
+
+		h = mustTryAcquire(t, ctx, p.Lock("job"))
+		ticket, err := h.Ticket()
+		require.NoError(t, err)
+		taker, err := p.TakeOver(ctx, ticket)
+		require.NoError(t, err)
+		cause = causeOf(h)
+		require.ErrorIs(t, cause, mongolock.ErrTakenOver)
+		require.ErrorIs(t, cause, mongolock.ErrLockLost)
+		require.EqualError(t, cause, `mongolock: "job": lock lost: taken over by its ticket`)
+		require.NoError(t, taker.Release(ctx))
+	})
+}

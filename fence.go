@@ -185,22 +185,22 @@ func fence[O any](coll *mongo.Collection, h TokenSource, filter, update any, opt
 		return nil, err
 	}
 	if coll == nil || h == nil || filter == nil || update == nil {
-		return nil, invalidf("mongolock: fenced write: nil collection, token source, filter or update")
+		return nil, invalidf("fenced write: nil collection, token source, filter or update")
 	}
 	token := h.FencingToken()
 	if token <= 0 {
-		return nil, invalidf("mongolock: fenced write: fencing token %d: not an acquisition's", token)
+		return nil, invalidf("fenced write: fencing token %d: not an acquisition's", token)
 	}
 	if err := notHeld(h); err != nil {
-		return nil, fmt.Errorf("mongolock: fenced write with token %d: not sent: %w", token, err)
+		return nil, fmt.Errorf("fenced write with token %d: not sent: %w", token, err)
 	}
 	raw, err := marshalDoc(filter)
 	if err != nil {
-		return nil, invalidf("mongolock: fenced write: filter: %v", err)
+		return nil, invalidf("fenced write: filter: %v", err)
 	}
 	upsert := upsertOf(o) != nil && *upsertOf(o)
 	if upsert && !hasIDEquality(raw) {
-		return nil, invalidf("mongolock: fenced write: an upsert's filter needs an equality on _id")
+		return nil, invalidf("fenced write: an upsert's filter needs an equality on _id")
 	}
 	w := &fencedWrite{coll: coll, token: token, upsert: upsert, userFilter: raw}
 	w.filter = obj("$and", bson.A{raw, obj("$or", bson.A{obj(FenceField, obj("$exists", false)), obj(FenceField, obj("$lte", token))})})
@@ -224,7 +224,7 @@ func notHeld(h TokenSource) error {
 		if !errors.Is(cause, ErrLockLost) {
 			return fmt.Errorf("%w: its Context ended: %w", ErrReleased, cause)
 		}
-		return cause
+		return inner(cause)
 	}
 	return nil
 }
@@ -266,10 +266,10 @@ func fencePipeline(stages []any, token int64) (any, error) {
 	for _, s := range stages {
 		raw, err := marshalDoc(s)
 		if err != nil {
-			return nil, invalidf("mongolock: fenced write: pipeline stage: %v", err)
+			return nil, invalidf("fenced write: pipeline stage: %v", err)
 		}
 		if writesFence(raw) {
-			return nil, invalidf("mongolock: fenced write: the update writes %s", FenceField)
+			return nil, invalidf("fenced write: the update writes %s", FenceField)
 		}
 		out = append(out, raw)
 	}
@@ -281,29 +281,29 @@ func fencePipeline(stages []any, token int64) (any, error) {
 func fenceOperators(update any, token int64) (any, error) {
 	raw, err := marshalDoc(update)
 	if err != nil {
-		return nil, invalidf("mongolock: fenced write: update: %v", err)
+		return nil, invalidf("fenced write: update: %v", err)
 	}
 	elems, err := raw.Elements()
 	if err != nil || len(elems) == 0 {
-		return nil, invalidf("mongolock: fenced write: an empty update")
+		return nil, invalidf("fenced write: an empty update")
 	}
 	out := make(bson.D, 0, len(elems)+1)
 	var max bson.D
 	for _, e := range elems {
 		if !strings.HasPrefix(e.Key(), "$") {
-			return nil, invalidf("mongolock: fenced write: a replacement document (field %q): use an operator update or a pipeline", e.Key())
+			return nil, invalidf("fenced write: a replacement document (field %q): use an operator update or a pipeline", e.Key())
 		}
 		fields, ok := e.Value().DocumentOK()
 		if !ok {
-			return nil, invalidf("mongolock: fenced write: operator %s takes a document", e.Key())
+			return nil, invalidf("fenced write: operator %s takes a document", e.Key())
 		}
 		if touches(fields, e.Key() == "$rename") {
-			return nil, invalidf("mongolock: fenced write: the update writes %s", FenceField)
+			return nil, invalidf("fenced write: the update writes %s", FenceField)
 		}
 		if e.Key() == "$max" {
 			var d bson.D
 			if err := bson.Unmarshal(fields, &d); err != nil {
-				return nil, invalidf("mongolock: fenced write: $max: %v", err)
+				return nil, invalidf("fenced write: $max: %v", err)
 			}
 			max = d
 			continue
@@ -389,9 +389,9 @@ func (w *fencedWrite) noMatch(ctx context.Context) error {
 	case errors.Is(err, mongo.ErrNoDocuments):
 		return nil
 	case err != nil:
-		return fmt.Errorf("mongolock: fenced write: telling a refusal from no match: %w", err)
+		return fmt.Errorf("fenced write: telling a refusal from no match: %w", err)
 	case doc.Token != nil && *doc.Token > w.token:
-		return fmt.Errorf("mongolock: fenced write with token %d: %w (%d)", w.token, ErrFenced, *doc.Token)
+		return fmt.Errorf("fenced write with token %d: %w (%d)", w.token, ErrFenced, *doc.Token)
 	}
 	return nil
 }

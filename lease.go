@@ -65,7 +65,7 @@ func (p *Provider) releaseKept(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return inner(errs...)
 }
 
 // keep starts keeping h's lease, acquired by a request sent at sent (by

@@ -209,7 +209,7 @@ func do(ctx context.Context, h holding, fn func(ctx context.Context) error) (err
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 		if rerr := h.Release(rctx); rerr != nil {
-			err = doError(err, rerr)
+			err = doError(err, rerr, context.Cause(h.Context()))
 		}
 	}()
 	fctx, cancel := context.WithCancelCause(ctx)
@@ -219,13 +219,14 @@ func do(ctx context.Context, h holding, fn func(ctx context.Context) error) (err
 }
 
 // doError is Do's error when fn returned fnErr and the release failed
-// with rerr, an *Error.
-func doError(fnErr, rerr error) error {
+// with rerr, an *Error, after h's Context ended with cause. fnErr that is
+// cause adds nothing: the release's error says the loss.
+func doError(fnErr, rerr, cause error) error {
 	e, ok := renamed("do", rerr).(*Error)
 	switch {
 	case !ok: // not a Release's
 		return errors.Join(fnErr, rerr)
-	case fnErr != nil:
+	case fnErr != nil && fnErr != cause:
 		e.Err = errors.Join(fnErr, e.Err)
 	}
 	return e

@@ -68,8 +68,8 @@ func (a *acquisition) abandon() {
 }
 
 // Context returns a context that is done when the lock is lost or released.
-// On loss, context.Cause returns ErrLockLost, or ErrTakenOver if the
-// acquisition was taken over by its ticket; on release, context.Canceled.
+// On loss, context.Cause is an *Error that names the lock and wraps
+// ErrLockLost (ErrTakenOver after a take-over); on release, context.Canceled.
 //
 // A Release whose round trip outlasts the lease signals the loss at the
 // lease's end, as if it had not been called. The context's Err and Done
@@ -293,16 +293,14 @@ func (a *acquisition) releaseUntaken() {
 func (h *acquisition) markLost(reason lossReason, why error) {
 	h.lostOnce.Do(func() {
 		h.lostErr = why
-		cause := ErrLockLost
-		if errors.Is(why, ErrTakenOver) {
-			cause = ErrTakenOver
-		}
+		// The cause names its lock: it is printed on its own.
+		cause := &Error{Name: shortName(h.lock.name), Err: why}
 		// Cancel first: whoever wakes on Lost sees the cause already, and
 		// the loss counted (a few microseconds); logging may be slow, so
 		// it comes after the signal.
 		h.cancel(cause)
 		h.unhold()
-		h.lock.p.tel.countLoss(h, reason, why)
+		h.lock.p.tel.countLoss(h, reason, cause)
 		h.isLost.Store(true)
 		close(h.lost)
 		h.lock.p.tel.logLoss(h, reason, why)

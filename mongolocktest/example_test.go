@@ -85,5 +85,5 @@ func ExampleLose() {
 	// Output:
 	// written with a token: true
 	// <nil>
-	// mongolock: lock lost
+	// mongolock: "ledger": lock lost: its holder was force released (mongolocktest.Lose)
 }
