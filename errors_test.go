@@ -188,13 +188,20 @@ var fencedCalls = []struct {
 	}},
 }
 
+// errorCases are every exported call's error paths, a table per family.
 func errorCases() []errorCase {
+	return slices.Concat(argumentErrorCases(), acquireArgumentErrorCases(), handleArgumentErrorCases(), modeErrorCases(), lossErrorCases(),
+		closedErrorCases(), contentionErrorCases(), serverErrorCases(), fencedErrorCases(), ticketErrorCases())
+}
+
+// argumentErrorCases are the refusals of bad arguments (ErrInvalidArgument)
+// by the constructors, a composite's calls and an election's: nothing is
+// sent.
+func argumentErrorCases() []errorCase {
 	bad := mongolock.WithExpiry(0)
 	var noCtx context.Context // a nil context: every call refuses it
 	inv := []error{mongolock.ErrInvalidArgument}
-	notAcquiredInTime := []error{mongolock.ErrNotAcquired, context.DeadlineExceeded}
-	lost := []error{mongolock.ErrLockLost}
-	cases := []errorCase{
+	return []errorCase{
 		{call: "New", path: "a nil database", op: "new", name: "x", is: inv, run: func(t *testing.T, e *errorEnv) error {
 			_, err := mongolock.New(nil, "x")
 			return err
@@ -203,6 +210,7 @@ func errorCases() []errorCase {
 			_, err := mongolock.New(e.db, "x", bad)
 			return err
 		}},
+
 		{call: "NewProvider", path: "a nil database", op: "new provider", is: inv, run: func(t *testing.T, e *errorEnv) error {
 			_, err := mongolock.NewProvider(nil)
 			return err
@@ -211,6 +219,7 @@ func errorCases() []errorCase {
 			_, err := mongolock.NewProvider(e.db, bad)
 			return err
 		}},
+
 		{call: "mongolocktest.NewProvider", path: "a bad option", op: "new provider", is: inv, run: func(t *testing.T, e *errorEnv) error {
 			_, err := mongolocktest.NewProvider(bad)
 			return err
@@ -236,33 +245,13 @@ func errorCases() []errorCase {
 			_, err := mongolock.NewComposite(e.p.Semaphore("s", 0))
 			return err
 		}},
-		{call: "NewComposite", path: "a Semaphore and an RWLock of one name", op: "new composite", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
-			_, err := mongolock.NewComposite(e.p.Semaphore("s", 2), e.p.RWLock("s").Reader())
-			return err
-		}},
 
 		{call: "Composite.Acquire", path: "a nil context", op: "acquire", name: "a, b", is: inv, run: func(t *testing.T, e *errorEnv) error {
 			_, err := composite(t, e).Acquire(noCtx)
 			return err
 		}},
-		{call: "Composite.Acquire", path: "a part held until ctx ends", op: "acquire", name: "b", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
-			e.hold(t, e.rival.Lock("b"))
-			_, err := composite(t, e).Acquire(e.within(t, time.Minute))
-			return err
-		}},
-		{call: "Composite.Acquire", path: "a closed provider", op: "acquire", name: "a", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
-			c := composite(t, e)
-			require.NoError(t, e.p.Close(e.ctx))
-			_, err := c.Acquire(e.ctx)
-			return err
-		}},
 		{call: "Composite.TryAcquire", path: "a nil context", op: "try acquire", name: "a, b", is: inv, run: func(t *testing.T, e *errorEnv) error {
 			_, err := composite(t, e).TryAcquire(noCtx)
-			return err
-		}},
-		{call: "Composite.TryAcquire", path: "a part held", op: "try acquire", name: "b", is: []error{mongolock.ErrNotAcquired}, run: func(t *testing.T, e *errorEnv) error {
-			e.hold(t, e.rival.Lock("b"))
-			_, err := composite(t, e).TryAcquire(e.ctx)
 			return err
 		}},
 		{call: "Composite.Do", path: "a nil context", op: "do", name: "a, b", is: inv, run: func(t *testing.T, e *errorEnv) error {
@@ -270,35 +259,6 @@ func errorCases() []errorCase {
 		}},
 		{call: "Composite.Do", path: "a nil function", op: "do", name: "a, b", is: inv, run: func(t *testing.T, e *errorEnv) error {
 			return composite(t, e).Do(e.ctx, nil)
-		}},
-		{call: "Composite.Do", path: "a part held until ctx ends", op: "do", name: "b", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
-			e.hold(t, e.rival.Lock("b"))
-			return composite(t, e).Do(e.within(t, time.Minute), func(context.Context) error { return nil })
-		}},
-		{call: "Composite.Do", path: "a part lost while fn ran", op: "do", name: "a", is: lost, run: func(t *testing.T, e *errorEnv) error {
-			return composite(t, e).Do(e.ctx, doLosing(e, "a", nil))
-		}},
-		{call: "Composite.Do", path: "fn's error, and a part lost", op: "do", name: "a", is: []error{errJob, mongolock.ErrLockLost}, run: func(t *testing.T, e *errorEnv) error {
-			return composite(t, e).Do(e.ctx, doLosing(e, "a", errJob))
-		}},
-		{call: "Composite.Do", path: "fn's error alone", own: errJob, run: func(t *testing.T, e *errorEnv) error {
-			return composite(t, e).Do(e.ctx, func(context.Context) error { return errJob })
-		}},
-		{call: "CompositeHandle.Release", path: "a nil context", op: "release", name: "a, b", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			h := holdComposite(t, e)
-			return h.Release(noCtx)
-		}},
-		{call: "CompositeHandle.Release", path: "a part lost", op: "release", name: "a", is: lost, run: func(t *testing.T, e *errorEnv) error {
-			h := holdComposite(t, e)
-			mongolocktest.Lose(h.Handles()[0])
-			return h.Release(e.ctx)
-		}},
-		{call: "CompositeHandle.Release", path: "every part lost", op: "release", name: "a, b", is: lost, run: func(t *testing.T, e *errorEnv) error {
-			h := holdComposite(t, e)
-			for _, part := range h.Handles() {
-				mongolocktest.Lose(part)
-			}
-			return h.Release(e.ctx)
 		}},
 
 		{call: "Election.Campaign", path: "a nil context", op: "campaign", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
@@ -314,20 +274,6 @@ func errorCases() []errorCase {
 			_, err := p.Election("e").Campaign(e.ctx, "v")
 			return err
 		}},
-		{call: "Election.Campaign", path: "another leads until ctx ends", op: "campaign", name: "e", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
-			e.hold(t, e.rival.Lock("e"))
-			_, err := e.p.Election("e").Campaign(e.within(t, time.Minute), "v")
-			return err
-		}},
-		{call: "Election.Campaign", path: "a closed provider", op: "campaign", name: "e", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
-			require.NoError(t, e.p.Close(e.ctx))
-			_, err := e.p.Election("e").Campaign(e.ctx, "v")
-			return err
-		}},
-		{call: "Election.Leader", path: "nobody leads", op: "leader", name: "e", is: []error{mongolock.ErrNoLeader}, run: func(t *testing.T, e *errorEnv) error {
-			_, err := e.p.Election("e").Leader(e.ctx)
-			return err
-		}},
 		{call: "Election.Run", path: "a nil context", op: "run", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
 			return e.p.Election("e").Run(noCtx, "v", func(context.Context, *mongolock.Leadership) {})
 		}},
@@ -337,28 +283,92 @@ func errorCases() []errorCase {
 		{call: "Election.Run", path: "a value too long", op: "run", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
 			return e.p.Election("e").Run(e.ctx, strings.Repeat("v", mongolock.MaxValueLen+1), func(context.Context, *mongolock.Leadership) {})
 		}},
-		{call: "Election.Run", path: "another leads until ctx ends", op: "run", name: "e", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
-			e.hold(t, e.rival.Lock("e"))
-			return e.p.Election("e").Run(e.within(t, time.Minute), "v", func(context.Context, *mongolock.Leadership) {})
+	}
+}
+
+// acquireArgumentErrorCases are the refusals of bad arguments
+// (ErrInvalidArgument) by the acquisitions of a lock, a semaphore and an
+// upgradeable reader: nothing is sent.
+func acquireArgumentErrorCases() []errorCase {
+	var noCtx context.Context // a nil context: every call refuses it
+	inv := []error{mongolock.ErrInvalidArgument}
+	return []errorCase{
+		{call: "UpgradeableLock.Acquire", path: "a nil context", op: "acquire", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.RWLock("rw").Upgradeable().Acquire(noCtx)
+			return err
 		}},
-		{call: "Election.Run", path: "its provider closed", op: "run", name: "e", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
-			e.hold(t, e.rival.Lock("e"))
-			return later(func() error {
-				return e.p.Election("e").Run(e.ctx, "v", func(context.Context, *mongolock.Leadership) {})
-			}, func() { require.NoError(t, e.p.Close(e.ctx)) })
+		{call: "UpgradeableLock.TryAcquire", path: "a nil context", op: "try acquire", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.RWLock("rw").Upgradeable().TryAcquire(noCtx)
+			return err
+		}},
+		{call: "UpgradeableLock.Do", path: "a nil context", op: "do", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.RWLock("rw").Upgradeable().Do(noCtx, func(context.Context, *mongolock.UpgradeableHandle) error { return nil })
+		}},
+		{call: "UpgradeableLock.Do", path: "a nil function", op: "do", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.RWLock("rw").Upgradeable().Do(e.ctx, nil)
 		}},
 
+		{call: "Lock.Acquire", path: "a nil context", op: "acquire", name: "x", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.Lock("x").Acquire(noCtx)
+			return err
+		}},
+		{call: "Lock.TryAcquire", path: "a nil context", op: "try acquire", name: "x", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.Lock("x").TryAcquire(noCtx)
+			return err
+		}},
+		{call: "Lock.Do", path: "a nil context", op: "do", name: "x", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Lock("x").Do(noCtx, func(context.Context) error { return nil })
+		}},
+		{call: "Lock.Do", path: "a nil function", op: "do", name: "x", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Lock("x").Do(e.ctx, nil)
+		}},
+
+		{call: "Semaphore.Acquire", path: "a nil context", op: "acquire", name: "s", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.Semaphore("s", 1).Acquire(noCtx)
+			return err
+		}},
+		{call: "Semaphore.Acquire", path: "n out of range", op: "acquire", name: "s", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.Semaphore("s", mongolock.MaxSemaphoreSlots+1).Acquire(e.ctx)
+			return err
+		}},
+		{call: "Semaphore.TryAcquire", path: "a nil context", op: "try acquire", name: "s", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.Semaphore("s", 1).TryAcquire(noCtx)
+			return err
+		}},
+		{call: "Semaphore.TryAcquire", path: "n out of range", op: "try acquire", name: "s", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.Semaphore("s", 0).TryAcquire(e.ctx)
+			return err
+		}},
+		{call: "Semaphore.Do", path: "a nil context", op: "do", name: "s", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Semaphore("s", 1).Do(noCtx, func(context.Context) error { return nil })
+		}},
+		{call: "Semaphore.Do", path: "a nil function", op: "do", name: "s", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Semaphore("s", 1).Do(e.ctx, nil)
+		}},
+		{call: "Semaphore.Do", path: "n out of range", op: "do", name: "s", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Semaphore("s", -1).Do(e.ctx, func(context.Context) error { return nil })
+		}},
+	}
+}
+
+// handleArgumentErrorCases are the refusals of bad arguments
+// (ErrInvalidArgument) by the calls of a handle, a leadership or a provider.
+func handleArgumentErrorCases() []errorCase {
+	var noCtx context.Context // a nil context: every call refuses it
+	inv := []error{mongolock.ErrInvalidArgument}
+	return []errorCase{
 		{call: "Handle.Release", path: "a nil context", op: "release", name: "x", is: inv, run: func(t *testing.T, e *errorEnv) error {
 			return e.hold(t, e.p.Lock("x")).Release(noCtx)
 		}},
-		{call: "Handle.Release", path: "lost", op: "release", name: "x", is: lost, run: func(t *testing.T, e *errorEnv) error {
-			return e.lost(t, e.p.Lock("x")).Release(e.ctx)
+		{call: "Handle.Release", path: "a leadership's, with a nil context", op: "release", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return lead(t, e).Release(noCtx)
 		}},
-		{call: "Handle.Release", path: "the server unreachable", op: "release", name: "x", run: func(t *testing.T, e *errorEnv) error {
-			h := e.hold(t, e.p.Lock("x"))
-			e.net.Faults.Partition()
-			return h.Release(e.ctx)
+
+		{call: "CompositeHandle.Release", path: "a nil context", op: "release", name: "a, b", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			h := holdComposite(t, e)
+			return h.Release(noCtx)
 		}},
+
 		{call: "UpgradeableHandle.Upgrade", path: "a nil handle", op: "upgrade", is: inv, run: func(t *testing.T, e *errorEnv) error {
 			var h *mongolock.UpgradeableHandle // a failed Acquire's
 			return h.Upgrade(e.ctx)
@@ -373,77 +383,8 @@ func errorCases() []errorCase {
 		{call: "UpgradeableHandle.Upgrade", path: "a nil context", op: "upgrade", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
 			return e.holdUpgradeable(t, e.p.RWLock("rw")).Upgrade(noCtx)
 		}},
-		{call: "UpgradeableHandle.Upgrade", path: "the writer already", op: "upgrade", name: "rw", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
-			return e.upgraded(t, e.p.RWLock("rw")).Upgrade(e.ctx)
-		}},
-		{call: "UpgradeableHandle.Upgrade", path: "lost", op: "upgrade", name: "rw", is: lost, run: func(t *testing.T, e *errorEnv) error {
-			h := e.holdUpgradeable(t, e.p.RWLock("rw"))
-			mongolocktest.Lose(h.Handle)
-			return h.Upgrade(e.ctx)
-		}},
-		{call: "UpgradeableHandle.Upgrade", path: "another reader holds until ctx ends", op: "upgrade", name: "rw", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
-			h := e.holdUpgradeable(t, e.p.RWLock("rw"))
-			e.hold(t, e.rival.RWLock("rw").Reader())
-			return h.Upgrade(e.within(t, time.Minute))
-		}},
-		{call: "UpgradeableHandle.Upgrade", path: "its provider closed while it waits", op: "upgrade", name: "rw", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
-			h := e.holdUpgradeable(t, e.p.RWLock("rw"))
-			e.hold(t, e.rival.RWLock("rw").Reader())
-			return later(func() error { return h.Upgrade(e.ctx) }, func() { require.NoError(t, e.p.Close(e.ctx)) })
-		}},
 		{call: "UpgradeableHandle.Downgrade", path: "a nil context", op: "downgrade", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
 			return e.upgraded(t, e.p.RWLock("rw")).Downgrade(noCtx)
-		}},
-		{call: "UpgradeableHandle.Downgrade", path: "not the writer", op: "downgrade", name: "rw", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
-			return e.holdUpgradeable(t, e.p.RWLock("rw")).Downgrade(e.ctx)
-		}},
-		{call: "UpgradeableHandle.Downgrade", path: "lost", op: "downgrade", name: "rw", is: lost, run: func(t *testing.T, e *errorEnv) error {
-			h := e.upgraded(t, e.p.RWLock("rw"))
-			mongolocktest.Lose(h.Handle)
-			return h.Downgrade(e.ctx)
-		}},
-		{call: "UpgradeableHandle.Downgrade", path: "released", op: "downgrade", name: "rw", is: []error{mongolock.ErrReleased}, run: func(t *testing.T, e *errorEnv) error {
-			h := e.upgraded(t, e.p.RWLock("rw"))
-			require.NoError(t, h.Release(e.ctx))
-			return h.Downgrade(e.ctx)
-		}},
-		{call: "UpgradeableHandle.Downgrade", path: "the server unreachable", op: "downgrade", name: "rw", run: func(t *testing.T, e *errorEnv) error {
-			h := e.upgraded(t, e.p.RWLock("rw"))
-			e.net.Faults.Partition()
-			return h.Downgrade(e.ctx)
-		}},
-		{call: "UpgradeableLock.Acquire", path: "a nil context", op: "acquire", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			_, err := e.p.RWLock("rw").Upgradeable().Acquire(noCtx)
-			return err
-		}},
-		{call: "UpgradeableLock.Acquire", path: "a writer holds until ctx ends", op: "acquire", name: "rw", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
-			e.hold(t, e.rival.RWLock("rw").Writer())
-			_, err := e.p.RWLock("rw").Upgradeable().Acquire(e.within(t, time.Minute))
-			return err
-		}},
-		{call: "UpgradeableLock.TryAcquire", path: "a nil context", op: "try acquire", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			_, err := e.p.RWLock("rw").Upgradeable().TryAcquire(noCtx)
-			return err
-		}},
-		{call: "UpgradeableLock.TryAcquire", path: "another upgradeable reader holds", op: "try acquire", name: "rw", is: []error{mongolock.ErrNotAcquired}, run: func(t *testing.T, e *errorEnv) error {
-			e.holdUpgradeable(t, e.rival.RWLock("rw"))
-			_, err := e.p.RWLock("rw").Upgradeable().TryAcquire(e.ctx)
-			return err
-		}},
-		{call: "UpgradeableLock.TryAcquire", path: "a semaphore's name", op: "try acquire", name: "rw", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
-			e.hold(t, e.rival.Semaphore("rw", 2))
-			_, err := e.p.RWLock("rw").Upgradeable().TryAcquire(e.ctx)
-			return err
-		}},
-		{call: "UpgradeableLock.Do", path: "a nil context", op: "do", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			return e.p.RWLock("rw").Upgradeable().Do(noCtx, func(context.Context, *mongolock.UpgradeableHandle) error { return nil })
-		}},
-		{call: "UpgradeableLock.Do", path: "a nil function", op: "do", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			return e.p.RWLock("rw").Upgradeable().Do(e.ctx, nil)
-		}},
-		{call: "UpgradeableLock.Do", path: "a closed provider", op: "do", name: "rw", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
-			require.NoError(t, e.p.Close(e.ctx))
-			return e.p.RWLock("rw").Upgradeable().Do(e.ctx, func(context.Context, *mongolock.UpgradeableHandle) error { return nil })
 		}},
 
 		{call: "Leadership.Proclaim", path: "a nil context", op: "proclaim", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
@@ -452,52 +393,155 @@ func errorCases() []errorCase {
 		{call: "Leadership.Proclaim", path: "a value too long", op: "proclaim", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
 			return lead(t, e).Proclaim(e.ctx, strings.Repeat("w", mongolock.MaxValueLen+1))
 		}},
+		{call: "Leadership.Release", path: "a nil context", op: "release", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return lead(t, e).Release(noCtx)
+		}},
+
+		{call: "UpgradeableHandle.Release", path: "a nil context", op: "release", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.holdUpgradeable(t, e.p.RWLock("rw")).Release(noCtx)
+		}},
+
+		{call: "Provider.Close", path: "a nil context", op: "close", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Close(noCtx)
+		}},
+		{call: "Provider.ForceReleaseHolder", path: "an empty id", op: "force release holder", name: "x", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.ForceReleaseHolder(e.ctx, "x", "")
+			return err
+		}},
+	}
+}
+
+// modeErrorCases are the calls refused for another size, kind or mode
+// (ErrMismatch), or for a handle released already (ErrReleased).
+func modeErrorCases() []errorCase {
+	return []errorCase{
+		{call: "NewComposite", path: "a Semaphore and an RWLock of one name", op: "new composite", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
+			_, err := mongolock.NewComposite(e.p.Semaphore("s", 2), e.p.RWLock("s").Reader())
+			return err
+		}},
+
+		{call: "UpgradeableHandle.Upgrade", path: "the writer already", op: "upgrade", name: "rw", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
+			return e.upgraded(t, e.p.RWLock("rw")).Upgrade(e.ctx)
+		}},
+		{call: "UpgradeableHandle.Downgrade", path: "not the writer", op: "downgrade", name: "rw", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
+			return e.holdUpgradeable(t, e.p.RWLock("rw")).Downgrade(e.ctx)
+		}},
+		{call: "UpgradeableHandle.Downgrade", path: "released", op: "downgrade", name: "rw", is: []error{mongolock.ErrReleased}, run: func(t *testing.T, e *errorEnv) error {
+			h := e.upgraded(t, e.p.RWLock("rw"))
+			require.NoError(t, h.Release(e.ctx))
+			return h.Downgrade(e.ctx)
+		}},
+
+		{call: "UpgradeableLock.TryAcquire", path: "a semaphore's name", op: "try acquire", name: "rw", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Semaphore("rw", 2))
+			_, err := e.p.RWLock("rw").Upgradeable().TryAcquire(e.ctx)
+			return err
+		}},
+
 		{call: "Leadership.Proclaim", path: "resigned", op: "proclaim", name: "e", is: []error{mongolock.ErrReleased}, run: func(t *testing.T, e *errorEnv) error {
 			l := lead(t, e)
 			require.NoError(t, l.Release(e.ctx))
 			return l.Proclaim(e.ctx, "w")
 		}},
-		{call: "Leadership.Proclaim", path: "lost", op: "proclaim", name: "e", is: lost, run: func(t *testing.T, e *errorEnv) error {
-			l := lead(t, e)
-			mongolocktest.Lose(l.Handle)
-			return l.Proclaim(e.ctx, "w")
-		}},
-		{call: "Handle.Release", path: "a leadership's, with a nil context", op: "release", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			return lead(t, e).Release(noCtx)
-		}},
-		{call: "Handle.Release", path: "a leadership's, lost", op: "release", name: "e", is: lost, run: func(t *testing.T, e *errorEnv) error {
-			l := lead(t, e)
-			mongolocktest.Lose(l.Handle)
-			return l.Release(e.ctx)
-		}},
-		{call: "Leadership.Release", path: "a nil context", op: "release", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			return lead(t, e).Release(noCtx)
-		}},
-		{call: "Leadership.Release", path: "lost", op: "release", name: "e", is: lost, run: func(t *testing.T, e *errorEnv) error {
-			l := lead(t, e)
-			mongolocktest.Lose(l.Handle)
-			return l.Release(e.ctx)
-		}},
-		{call: "UpgradeableHandle.Release", path: "a nil context", op: "release", name: "rw", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			return e.holdUpgradeable(t, e.p.RWLock("rw")).Release(noCtx)
-		}},
-		{call: "UpgradeableHandle.Release", path: "lost", op: "release", name: "rw", is: lost, run: func(t *testing.T, e *errorEnv) error {
-			h := e.holdUpgradeable(t, e.p.RWLock("rw"))
-			mongolocktest.Lose(h.Handle)
-			return h.Release(e.ctx)
-		}},
+
 		{call: "UpgradeableHandle.Ticket", path: "released", op: "ticket", name: "rw", is: []error{mongolock.ErrReleased}, run: func(t *testing.T, e *errorEnv) error {
 			h := e.holdUpgradeable(t, e.p.RWLock("rw"))
 			require.NoError(t, h.Release(e.ctx))
 			_, err := h.Ticket()
 			return err
 		}},
+
 		{call: "Leadership.Ticket", path: "released", op: "ticket", name: "e", is: []error{mongolock.ErrReleased}, run: func(t *testing.T, e *errorEnv) error {
 			l := lead(t, e)
 			require.NoError(t, l.Release(e.ctx))
 			_, err := l.Ticket()
 			return err
 		}},
+
+		{call: "Semaphore.Acquire", path: "held with another n", op: "acquire", name: "s", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Semaphore("s", 2))
+			_, err := e.p.Semaphore("s", 3).Acquire(e.ctx)
+			return err
+		}},
+		{call: "Semaphore.TryAcquire", path: "an RWLock's name", op: "try acquire", name: "s", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.RWLock("s").Reader())
+			_, err := e.p.Semaphore("s", 1).TryAcquire(e.ctx)
+			return err
+		}},
+		{call: "Semaphore.Do", path: "held with another n", op: "do", name: "s", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Semaphore("s", 2))
+			return e.p.Semaphore("s", 3).Do(e.ctx, func(context.Context) error { return nil })
+		}},
+	}
+}
+
+// lossErrorCases are the calls that report a loss (ErrLockLost), and Do's
+// with fn's error.
+func lossErrorCases() []errorCase {
+	lost := []error{mongolock.ErrLockLost}
+	return []errorCase{
+		{call: "Composite.Do", path: "a part lost while fn ran", op: "do", name: "a", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			return composite(t, e).Do(e.ctx, doLosing(e, "a", nil))
+		}},
+		{call: "Composite.Do", path: "fn's error, and a part lost", op: "do", name: "a", is: []error{errJob, mongolock.ErrLockLost}, run: func(t *testing.T, e *errorEnv) error {
+			return composite(t, e).Do(e.ctx, doLosing(e, "a", errJob))
+		}},
+		{call: "Composite.Do", path: "fn's error alone", own: errJob, run: func(t *testing.T, e *errorEnv) error {
+			return composite(t, e).Do(e.ctx, func(context.Context) error { return errJob })
+		}},
+
+		{call: "CompositeHandle.Release", path: "a part lost", op: "release", name: "a", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			h := holdComposite(t, e)
+			mongolocktest.Lose(h.Handles()[0])
+			return h.Release(e.ctx)
+		}},
+		{call: "CompositeHandle.Release", path: "every part lost", op: "release", name: "a, b", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			h := holdComposite(t, e)
+			for _, part := range h.Handles() {
+				mongolocktest.Lose(part)
+			}
+			return h.Release(e.ctx)
+		}},
+
+		{call: "Handle.Release", path: "lost", op: "release", name: "x", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			return e.lost(t, e.p.Lock("x")).Release(e.ctx)
+		}},
+
+		{call: "UpgradeableHandle.Upgrade", path: "lost", op: "upgrade", name: "rw", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			h := e.holdUpgradeable(t, e.p.RWLock("rw"))
+			mongolocktest.Lose(h.Handle)
+			return h.Upgrade(e.ctx)
+		}},
+		{call: "UpgradeableHandle.Downgrade", path: "lost", op: "downgrade", name: "rw", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			h := e.upgraded(t, e.p.RWLock("rw"))
+			mongolocktest.Lose(h.Handle)
+			return h.Downgrade(e.ctx)
+		}},
+
+		{call: "Leadership.Proclaim", path: "lost", op: "proclaim", name: "e", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			l := lead(t, e)
+			mongolocktest.Lose(l.Handle)
+			return l.Proclaim(e.ctx, "w")
+		}},
+
+		{call: "Handle.Release", path: "a leadership's, lost", op: "release", name: "e", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			l := lead(t, e)
+			mongolocktest.Lose(l.Handle)
+			return l.Release(e.ctx)
+		}},
+
+		{call: "Leadership.Release", path: "lost", op: "release", name: "e", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			l := lead(t, e)
+			mongolocktest.Lose(l.Handle)
+			return l.Release(e.ctx)
+		}},
+
+		{call: "UpgradeableHandle.Release", path: "lost", op: "release", name: "rw", is: lost, run: func(t *testing.T, e *errorEnv) error {
+			h := e.holdUpgradeable(t, e.p.RWLock("rw"))
+			mongolocktest.Lose(h.Handle)
+			return h.Release(e.ctx)
+		}},
+
 		{call: "Leadership.Ticket", path: "lost", op: "ticket", name: "e", is: lost, run: func(t *testing.T, e *errorEnv) error {
 			l := lead(t, e)
 			mongolocktest.Lose(l.Handle)
@@ -505,54 +549,6 @@ func errorCases() []errorCase {
 			return err
 		}},
 
-		{call: "Lock.Acquire", path: "a nil context", op: "acquire", name: "x", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			_, err := e.p.Lock("x").Acquire(noCtx)
-			return err
-		}},
-		{call: "Lock.Acquire", path: "held until ctx ends", op: "acquire", name: "x", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
-			e.hold(t, e.rival.Lock("x"))
-			_, err := e.p.Lock("x").Acquire(e.within(t, time.Minute))
-			return err
-		}},
-		{call: "Lock.Acquire", path: "the server unreachable until ctx ends", op: "acquire", name: "x", is: []error{context.DeadlineExceeded}, run: func(t *testing.T, e *errorEnv) error {
-			e.net.Faults.Partition()
-			_, err := e.p.Lock("x").Acquire(e.within(t, time.Minute))
-			return err
-		}},
-		{call: "Lock.Acquire", path: "a closed provider", op: "acquire", name: "x", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
-			require.NoError(t, e.p.Close(e.ctx))
-			_, err := e.p.Lock("x").Acquire(e.ctx)
-			return err
-		}},
-		{call: "Lock.TryAcquire", path: "a nil context", op: "try acquire", name: "x", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			_, err := e.p.Lock("x").TryAcquire(noCtx)
-			return err
-		}},
-		{call: "Lock.TryAcquire", path: "held", op: "try acquire", name: "x", is: []error{mongolock.ErrNotAcquired}, run: func(t *testing.T, e *errorEnv) error {
-			e.hold(t, e.rival.Lock("x"))
-			_, err := e.p.Lock("x").TryAcquire(e.ctx)
-			return err
-		}},
-		{call: "Lock.TryAcquire", path: "the server unreachable", op: "try acquire", name: "x", run: func(t *testing.T, e *errorEnv) error {
-			e.net.Faults.Partition()
-			_, err := e.p.Lock("x").TryAcquire(e.ctx)
-			return err
-		}},
-		{call: "Lock.TryAcquire", path: "a closed provider", op: "try acquire", name: "x", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
-			require.NoError(t, e.p.Close(e.ctx))
-			_, err := e.p.Lock("x").TryAcquire(e.ctx)
-			return err
-		}},
-		{call: "Lock.Do", path: "a nil context", op: "do", name: "x", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			return e.p.Lock("x").Do(noCtx, func(context.Context) error { return nil })
-		}},
-		{call: "Lock.Do", path: "a nil function", op: "do", name: "x", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			return e.p.Lock("x").Do(e.ctx, nil)
-		}},
-		{call: "Lock.Do", path: "held until ctx ends", op: "do", name: "x", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
-			e.hold(t, e.rival.Lock("x"))
-			return e.p.Lock("x").Do(e.within(t, time.Minute), func(context.Context) error { return nil })
-		}},
 		{call: "Lock.Do", path: "lost while fn ran", op: "do", name: "x", is: lost, run: func(t *testing.T, e *errorEnv) error {
 			return e.p.Lock("x").Do(e.ctx, doLosing(e, "x", nil))
 		}},
@@ -562,10 +558,175 @@ func errorCases() []errorCase {
 		{call: "Lock.Do", path: "fn's error alone", own: errJob, run: func(t *testing.T, e *errorEnv) error {
 			return e.p.Lock("x").Do(e.ctx, func(context.Context) error { return errJob })
 		}},
+	}
+}
 
-		{call: "Provider.Close", path: "a nil context", op: "close", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			return e.p.Close(noCtx)
+// closedErrorCases are the calls of a closed provider (ErrClosed).
+func closedErrorCases() []errorCase {
+	return []errorCase{
+		{call: "Composite.Acquire", path: "a closed provider", op: "acquire", name: "a", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
+			c := composite(t, e)
+			require.NoError(t, e.p.Close(e.ctx))
+			_, err := c.Acquire(e.ctx)
+			return err
 		}},
+
+		{call: "Election.Campaign", path: "a closed provider", op: "campaign", name: "e", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
+			require.NoError(t, e.p.Close(e.ctx))
+			_, err := e.p.Election("e").Campaign(e.ctx, "v")
+			return err
+		}},
+		{call: "Election.Run", path: "its provider closed", op: "run", name: "e", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Lock("e"))
+			return later(func() error {
+				return e.p.Election("e").Run(e.ctx, "v", func(context.Context, *mongolock.Leadership) {})
+			}, func() { require.NoError(t, e.p.Close(e.ctx)) })
+		}},
+
+		{call: "UpgradeableHandle.Upgrade", path: "its provider closed while it waits", op: "upgrade", name: "rw", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
+			h := e.holdUpgradeable(t, e.p.RWLock("rw"))
+			e.hold(t, e.rival.RWLock("rw").Reader())
+			return later(func() error { return h.Upgrade(e.ctx) }, func() { require.NoError(t, e.p.Close(e.ctx)) })
+		}},
+
+		{call: "UpgradeableLock.Do", path: "a closed provider", op: "do", name: "rw", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
+			require.NoError(t, e.p.Close(e.ctx))
+			return e.p.RWLock("rw").Upgradeable().Do(e.ctx, func(context.Context, *mongolock.UpgradeableHandle) error { return nil })
+		}},
+
+		{call: "Lock.Acquire", path: "a closed provider", op: "acquire", name: "x", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
+			require.NoError(t, e.p.Close(e.ctx))
+			_, err := e.p.Lock("x").Acquire(e.ctx)
+			return err
+		}},
+		{call: "Lock.TryAcquire", path: "a closed provider", op: "try acquire", name: "x", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
+			require.NoError(t, e.p.Close(e.ctx))
+			_, err := e.p.Lock("x").TryAcquire(e.ctx)
+			return err
+		}},
+	}
+}
+
+// contentionErrorCases are the calls that found the lock held
+// (ErrNotAcquired, ErrNoLeader) or no lock at all (ErrNoLock).
+func contentionErrorCases() []errorCase {
+	notAcquiredInTime := []error{mongolock.ErrNotAcquired, context.DeadlineExceeded}
+	return []errorCase{
+		{call: "Composite.Acquire", path: "a part held until ctx ends", op: "acquire", name: "b", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Lock("b"))
+			_, err := composite(t, e).Acquire(e.within(t, time.Minute))
+			return err
+		}},
+		{call: "Composite.TryAcquire", path: "a part held", op: "try acquire", name: "b", is: []error{mongolock.ErrNotAcquired}, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Lock("b"))
+			_, err := composite(t, e).TryAcquire(e.ctx)
+			return err
+		}},
+		{call: "Composite.Do", path: "a part held until ctx ends", op: "do", name: "b", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Lock("b"))
+			return composite(t, e).Do(e.within(t, time.Minute), func(context.Context) error { return nil })
+		}},
+
+		{call: "Election.Campaign", path: "another leads until ctx ends", op: "campaign", name: "e", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Lock("e"))
+			_, err := e.p.Election("e").Campaign(e.within(t, time.Minute), "v")
+			return err
+		}},
+		{call: "Election.Leader", path: "nobody leads", op: "leader", name: "e", is: []error{mongolock.ErrNoLeader}, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.Election("e").Leader(e.ctx)
+			return err
+		}},
+		{call: "Election.Run", path: "another leads until ctx ends", op: "run", name: "e", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Lock("e"))
+			return e.p.Election("e").Run(e.within(t, time.Minute), "v", func(context.Context, *mongolock.Leadership) {})
+		}},
+
+		{call: "UpgradeableHandle.Upgrade", path: "another reader holds until ctx ends", op: "upgrade", name: "rw", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
+			h := e.holdUpgradeable(t, e.p.RWLock("rw"))
+			e.hold(t, e.rival.RWLock("rw").Reader())
+			return h.Upgrade(e.within(t, time.Minute))
+		}},
+
+		{call: "UpgradeableLock.Acquire", path: "a writer holds until ctx ends", op: "acquire", name: "rw", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.RWLock("rw").Writer())
+			_, err := e.p.RWLock("rw").Upgradeable().Acquire(e.within(t, time.Minute))
+			return err
+		}},
+		{call: "UpgradeableLock.TryAcquire", path: "another upgradeable reader holds", op: "try acquire", name: "rw", is: []error{mongolock.ErrNotAcquired}, run: func(t *testing.T, e *errorEnv) error {
+			e.holdUpgradeable(t, e.rival.RWLock("rw"))
+			_, err := e.p.RWLock("rw").Upgradeable().TryAcquire(e.ctx)
+			return err
+		}},
+
+		{call: "Lock.Acquire", path: "held until ctx ends", op: "acquire", name: "x", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Lock("x"))
+			_, err := e.p.Lock("x").Acquire(e.within(t, time.Minute))
+			return err
+		}},
+		{call: "Lock.TryAcquire", path: "held", op: "try acquire", name: "x", is: []error{mongolock.ErrNotAcquired}, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Lock("x"))
+			_, err := e.p.Lock("x").TryAcquire(e.ctx)
+			return err
+		}},
+		{call: "Lock.Do", path: "held until ctx ends", op: "do", name: "x", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Lock("x"))
+			return e.p.Lock("x").Do(e.within(t, time.Minute), func(context.Context) error { return nil })
+		}},
+
+		{call: "Provider.Inspect", path: "no such lock", op: "inspect", name: "x", is: []error{mongolock.ErrNoLock}, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.Inspect(e.ctx, "x")
+			return err
+		}},
+
+		{call: "RWLock.Inspect", path: "no such lock", op: "inspect", name: "rw", is: []error{mongolock.ErrNoLock}, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.RWLock("rw").Inspect(e.ctx)
+			return err
+		}},
+
+		{call: "Semaphore.Acquire", path: "every slot held until ctx ends", op: "acquire", name: "s", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Semaphore("s", 1))
+			_, err := e.p.Semaphore("s", 1).Acquire(e.within(t, time.Minute))
+			return err
+		}},
+		{call: "Semaphore.TryAcquire", path: "every slot held", op: "try acquire", name: "s", is: []error{mongolock.ErrNotAcquired}, run: func(t *testing.T, e *errorEnv) error {
+			e.hold(t, e.rival.Semaphore("s", 1))
+			_, err := e.p.Semaphore("s", 1).TryAcquire(e.ctx)
+			return err
+		}},
+		{call: "Semaphore.Inspect", path: "no such lock", op: "inspect", name: "s", is: []error{mongolock.ErrNoLock}, run: func(t *testing.T, e *errorEnv) error {
+			_, err := e.p.Semaphore("s", 1).Inspect(e.ctx)
+			return err
+		}},
+	}
+}
+
+// serverErrorCases are the calls whose server failed them (unreachable,
+// too slow for ctx), the one-round-trip calls among them.
+func serverErrorCases() []errorCase {
+	cases := []errorCase{
+		{call: "Handle.Release", path: "the server unreachable", op: "release", name: "x", run: func(t *testing.T, e *errorEnv) error {
+			h := e.hold(t, e.p.Lock("x"))
+			e.net.Faults.Partition()
+			return h.Release(e.ctx)
+		}},
+
+		{call: "UpgradeableHandle.Downgrade", path: "the server unreachable", op: "downgrade", name: "rw", run: func(t *testing.T, e *errorEnv) error {
+			h := e.upgraded(t, e.p.RWLock("rw"))
+			e.net.Faults.Partition()
+			return h.Downgrade(e.ctx)
+		}},
+
+		{call: "Lock.Acquire", path: "the server unreachable until ctx ends", op: "acquire", name: "x", is: []error{context.DeadlineExceeded}, run: func(t *testing.T, e *errorEnv) error {
+			e.net.Faults.Partition()
+			_, err := e.p.Lock("x").Acquire(e.within(t, time.Minute))
+			return err
+		}},
+		{call: "Lock.TryAcquire", path: "the server unreachable", op: "try acquire", name: "x", run: func(t *testing.T, e *errorEnv) error {
+			e.net.Faults.Partition()
+			_, err := e.p.Lock("x").TryAcquire(e.ctx)
+			return err
+		}},
+
 		{call: "Provider.Close", path: "ctx ended", op: "close", is: []error{context.Canceled}, run: func(t *testing.T, e *errorEnv) error {
 			e.hold(t, e.p.Lock("x"))
 			ctx, cancel := context.WithCancel(e.ctx)
@@ -577,73 +738,6 @@ func errorCases() []errorCase {
 			e.hold(t, e.p.Lock("y"))
 			e.net.Faults.Partition()
 			return e.p.Close(e.ctx)
-		}},
-		{call: "Provider.ForceReleaseHolder", path: "an empty id", op: "force release holder", name: "x", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			_, err := e.p.ForceReleaseHolder(e.ctx, "x", "")
-			return err
-		}},
-		{call: "Provider.Inspect", path: "no such lock", op: "inspect", name: "x", is: []error{mongolock.ErrNoLock}, run: func(t *testing.T, e *errorEnv) error {
-			_, err := e.p.Inspect(e.ctx, "x")
-			return err
-		}},
-
-		{call: "RWLock.Inspect", path: "no such lock", op: "inspect", name: "rw", is: []error{mongolock.ErrNoLock}, run: func(t *testing.T, e *errorEnv) error {
-			_, err := e.p.RWLock("rw").Inspect(e.ctx)
-			return err
-		}},
-
-		{call: "Semaphore.Acquire", path: "a nil context", op: "acquire", name: "s", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			_, err := e.p.Semaphore("s", 1).Acquire(noCtx)
-			return err
-		}},
-		{call: "Semaphore.Acquire", path: "n out of range", op: "acquire", name: "s", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			_, err := e.p.Semaphore("s", mongolock.MaxSemaphoreSlots+1).Acquire(e.ctx)
-			return err
-		}},
-		{call: "Semaphore.Acquire", path: "held with another n", op: "acquire", name: "s", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
-			e.hold(t, e.rival.Semaphore("s", 2))
-			_, err := e.p.Semaphore("s", 3).Acquire(e.ctx)
-			return err
-		}},
-		{call: "Semaphore.Acquire", path: "every slot held until ctx ends", op: "acquire", name: "s", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
-			e.hold(t, e.rival.Semaphore("s", 1))
-			_, err := e.p.Semaphore("s", 1).Acquire(e.within(t, time.Minute))
-			return err
-		}},
-		{call: "Semaphore.TryAcquire", path: "a nil context", op: "try acquire", name: "s", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			_, err := e.p.Semaphore("s", 1).TryAcquire(noCtx)
-			return err
-		}},
-		{call: "Semaphore.TryAcquire", path: "n out of range", op: "try acquire", name: "s", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			_, err := e.p.Semaphore("s", 0).TryAcquire(e.ctx)
-			return err
-		}},
-		{call: "Semaphore.TryAcquire", path: "every slot held", op: "try acquire", name: "s", is: []error{mongolock.ErrNotAcquired}, run: func(t *testing.T, e *errorEnv) error {
-			e.hold(t, e.rival.Semaphore("s", 1))
-			_, err := e.p.Semaphore("s", 1).TryAcquire(e.ctx)
-			return err
-		}},
-		{call: "Semaphore.TryAcquire", path: "an RWLock's name", op: "try acquire", name: "s", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
-			e.hold(t, e.rival.RWLock("s").Reader())
-			_, err := e.p.Semaphore("s", 1).TryAcquire(e.ctx)
-			return err
-		}},
-		{call: "Semaphore.Do", path: "a nil context", op: "do", name: "s", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			return e.p.Semaphore("s", 1).Do(noCtx, func(context.Context) error { return nil })
-		}},
-		{call: "Semaphore.Do", path: "a nil function", op: "do", name: "s", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			return e.p.Semaphore("s", 1).Do(e.ctx, nil)
-		}},
-		{call: "Semaphore.Do", path: "n out of range", op: "do", name: "s", is: inv, run: func(t *testing.T, e *errorEnv) error {
-			return e.p.Semaphore("s", -1).Do(e.ctx, func(context.Context) error { return nil })
-		}},
-		{call: "Semaphore.Do", path: "held with another n", op: "do", name: "s", is: []error{mongolock.ErrMismatch}, run: func(t *testing.T, e *errorEnv) error {
-			e.hold(t, e.rival.Semaphore("s", 2))
-			return e.p.Semaphore("s", 3).Do(e.ctx, func(context.Context) error { return nil })
-		}},
-		{call: "Semaphore.Inspect", path: "no such lock", op: "inspect", name: "s", is: []error{mongolock.ErrNoLock}, run: func(t *testing.T, e *errorEnv) error {
-			_, err := e.p.Semaphore("s", 1).Inspect(e.ctx)
-			return err
 		}},
 	}
 	cases = append(cases, roundTripCases("Election.Leader", "leader", "e", func(e *errorEnv, ctx context.Context) error {
@@ -673,6 +767,14 @@ func errorCases() []errorCase {
 		_, err := e.p.Semaphore("s", 1).Inspect(ctx)
 		return err
 	})...)
+	return cases
+}
+
+// fencedErrorCases are the fenced writes' refusals and losses.
+func fencedErrorCases() []errorCase {
+	inv := []error{mongolock.ErrInvalidArgument}
+	lost := []error{mongolock.ErrLockLost}
+	var cases []errorCase
 	for _, f := range fencedCalls {
 		for _, end := range []struct {
 			path string
@@ -690,6 +792,10 @@ func errorCases() []errorCase {
 			}})
 		}
 		cases = append(cases,
+			errorCase{call: f.call, path: "a lost handle's Context, through a type of another package", op: f.op, is: lost, run: func(t *testing.T, e *errorEnv) error {
+				h := e.lost(t, e.p.Lock("f"))
+				return f.write(e.ctx, e.coll, sourceWithContext{h.FencingToken(), h.Context()}, byID("doc"), setWriter("w"), false)
+			}},
 			errorCase{call: f.call, path: "a nil collection", op: f.op, name: "f", is: inv, run: func(t *testing.T, e *errorEnv) error {
 				return f.write(e.ctx, nil, e.hold(t, e.p.Lock("f")), byID("doc"), setWriter("w"), false)
 			}},
@@ -722,7 +828,6 @@ func errorCases() []errorCase {
 			}},
 		)
 	}
-	cases = append(cases, ticketErrorCases()...)
 	return append(cases, errorCase{call: "FencedFindOneAndUpdate", path: "no document matches", own: mongo.ErrNoDocuments, server: true,
 		run: func(t *testing.T, e *errorEnv) error {
 			return fencedCalls[1].write(e.ctx, e.coll, e.hold(t, e.p.Lock("f")), byID("none"), setWriter("w"), false)
