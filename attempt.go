@@ -53,14 +53,14 @@ func (l *Lock) acquireRoundTrip(ctx context.Context, a attempt) (reply, error) {
 		testHookSend(p, a.mode)
 		doc, err := l.kind.acquire(ctx, p, l.name, a)
 		if err = testHookReply(p, err); isAmbiguous(err) {
-			l.releaseInBackground(lockID, undoSchedule(err), 0, true)
+			l.releaseOrphan(lockID, undoSchedule(err))
 		}
 		return doc, err
 	}
 	return roundTrip(ctx, p, send, func(doc reply, err error) {
 		switch {
 		case err == nil && doc.LockID == lockID:
-			l.releaseInBackground(lockID, afterReply, 0, true)
+			l.releaseOrphan(lockID, afterReply)
 		case err == nil && a.mode == waitMode && doc.placed(lc.process):
 			l.withdraw()
 		}

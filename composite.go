@@ -28,8 +28,8 @@ import (
 type Part interface {
 	// Name returns the name of the part's lock.
 	Name() string
-	// acquirePart is the part's Acquire (wait) or TryAcquire, as a Handle.
-	acquirePart(ctx context.Context, wait bool) (*Handle, error)
+	// acquirePart is the part's Acquire or TryAcquire (how), as a Handle.
+	acquirePart(ctx context.Context, how howToAcquire) (*Handle, error)
 	// compositeKey is the part's place in every Composite's order, or why
 	// it cannot be a part.
 	compositeKey() (partKey, error)
@@ -73,15 +73,15 @@ func (u *UpgradeableLock) compositeKey() (partKey, error) {
 	return u.lock.compositeKey()
 }
 
-func (l *Lock) acquirePart(ctx context.Context, wait bool) (*Handle, error) {
-	if wait {
+func (l *Lock) acquirePart(ctx context.Context, how howToAcquire) (*Handle, error) {
+	if how == waitUntilHeld {
 		return l.Acquire(ctx)
 	}
 	return l.TryAcquire(ctx)
 }
 
-func (s *Semaphore) acquirePart(ctx context.Context, wait bool) (*Handle, error) {
-	if wait {
+func (s *Semaphore) acquirePart(ctx context.Context, how howToAcquire) (*Handle, error) {
+	if how == waitUntilHeld {
 		return s.Acquire(ctx)
 	}
 	return s.TryAcquire(ctx)
@@ -90,8 +90,8 @@ func (s *Semaphore) acquirePart(ctx context.Context, wait bool) (*Handle, error)
 // acquirePart: the handle is the upgradeable reader's, as a Handle (a
 // Composite's handles are Handles); UpgradeableHandle{Handle: h} upgrades
 // it.
-func (u *UpgradeableLock) acquirePart(ctx context.Context, wait bool) (*Handle, error) {
-	return u.lock.acquirePart(ctx, wait)
+func (u *UpgradeableLock) acquirePart(ctx context.Context, how howToAcquire) (*Handle, error) {
+	return u.lock.acquirePart(ctx, how)
 }
 
 // A Composite is several locks held as one, all or none: locks, slots of
@@ -182,7 +182,7 @@ func (c *Composite) Acquire(ctx context.Context) (*CompositeHandle, error) {
 		return nil, c.errorf("acquire", errNilContext)
 	}
 	for {
-		h, err := c.acquire(ctx, true)
+		h, err := c.acquire(ctx, waitUntilHeld)
 		if !errors.Is(err, errPartLost) {
 			return h, err
 		}
@@ -200,7 +200,7 @@ func (c *Composite) TryAcquire(ctx context.Context) (*CompositeHandle, error) {
 	if ctx == nil {
 		return nil, c.errorf("try acquire", errNilContext)
 	}
-	return c.acquire(ctx, false)
+	return c.acquire(ctx, tryOnce)
 }
 
 // Do acquires every part (waiting, as Acquire), runs fn, and releases them,
@@ -220,15 +220,15 @@ func (c *Composite) Do(ctx context.Context, fn func(ctx context.Context) error) 
 // lost: it starts again.
 var errPartLost = errors.New("a part acquired earlier was lost")
 
-// acquire takes every part in order, waiting (Acquire) or not (TryAcquire),
-// or none: it releases what it took before it returns an error.
-func (c *Composite) acquire(ctx context.Context, wait bool) (*CompositeHandle, error) {
+// acquire takes every part in order, each as how says, or none: it
+// releases what it took before it returns an error.
+func (c *Composite) acquire(ctx context.Context, how howToAcquire) (*CompositeHandle, error) {
 	handles := make([]*Handle, len(c.parts))
 	wctx, lose := context.WithCancelCause(ctx)
 	defer lose(nil)
 	for _, i := range c.order {
-		h, err := c.parts[i].acquirePart(wctx, wait)
-		if err == nil && wait {
+		h, err := c.parts[i].acquirePart(wctx, how)
+		if err == nil && how == waitUntilHeld {
 			// Waiting for the next part while this one is lost would keep
 			// the others from locks it no longer needs.
 			hctx := h.Context()

@@ -60,13 +60,22 @@ const (
 // error then wraps the driver's, and each server's last error beside it (a
 // refused connection), which errors.As finds.
 func (l *Lock) TryAcquire(ctx context.Context) (*Handle, error) {
-	return l.traced(ctx, "try acquire", opTryAcquireTrace, false)
+	return l.traced(ctx, "try acquire", opTryAcquireTrace, tryOnce)
 }
 
-// traced runs Acquire's wait (wait) or TryAcquire's attempt, op, while l's
+// howToAcquire is an acquisition call's way: Acquire's, which waits until
+// it holds, or TryAcquire's one attempt.
+type howToAcquire int
+
+const (
+	waitUntilHeld howToAcquire = iota
+	tryOnce
+)
+
+// traced runs Acquire's wait or TryAcquire's attempt (how), op, while l's
 // provider is open, told of its calls as trace. It calls them by name, so
 // that call stays on the stack.
-func (l *Lock) traced(ctx context.Context, op, trace string, wait bool) (h *Handle, err error) {
+func (l *Lock) traced(ctx context.Context, op, trace string, how howToAcquire) (h *Handle, err error) {
 	switch {
 	case ctx == nil:
 		return nil, l.errorf(op, errNilContext)
@@ -82,7 +91,7 @@ func (l *Lock) traced(ctx context.Context, op, trace string, wait bool) (h *Hand
 	if l.p.opts.holdOptionSet() && !l.kind.holdsApply() {
 		return nil, l.errorf(op, errHoldKind)
 	}
-	if wait {
+	if how == waitUntilHeld {
 		return l.acquire(ctx, &call)
 	}
 	return l.tryAcquire(ctx, &call)
@@ -135,7 +144,7 @@ func (l *Lock) tryAcquire(ctx context.Context, call *acquireCall) (*Handle, erro
 // a collection this process has reached before, is left to finish in the
 // background, and the error says only that ctx ended.
 func (l *Lock) Acquire(ctx context.Context) (*Handle, error) {
-	return l.traced(ctx, "acquire", opAcquireTrace, true)
+	return l.traced(ctx, "acquire", opAcquireTrace, waitUntilHeld)
 }
 
 // acquire is Acquire's wait, its attempts counted by call.
@@ -151,7 +160,13 @@ func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err e
 	// kept in the wait would move call to the heap.
 	a := &acquireWait{waitLoop: waitLoop{l: l, op: "acquire", w: l.collection().queues.join(l, false)}, call: *call}
 	a.cutShort(checked)
-	defer func() { *call = a.call; a.leave(err != nil && a.mayHaveClaimed) }()
+	defer func() {
+		*call = a.call
+		a.leave()
+		if err != nil && a.mayHaveClaimed {
+			a.l.withdraw() // a claim is its maker's: the next in line claims again
+		}
+	}()
 	err = a.run(ctx, a.try)
 	return a.handle, err
 }

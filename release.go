@@ -179,7 +179,7 @@ func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (e
 			// Lost at the local deadline, the lock stays held on the
 			// server until its lease ends there; its owner, done with it,
 			// frees it now, without waiting for the round trip.
-			h.lock.releaseInBackground(h.lockID, afterReply, hold, false)
+			h.lock.releaseInBackground(h.lockID, afterReply, hold)
 		}
 		if errors.Is(err, ErrTakenOver) {
 			return nil // a hand-off by choice, not a failure
@@ -249,7 +249,7 @@ func (h *acquisition) releaseAnswered(err error, hold time.Duration, takenOver b
 		h.markLost(lossTakenOver, fmt.Errorf("%w: at release, the lock was held by someone else or its document was gone", ErrLockLost))
 		return h.lock.errorf("release", h.lossError())
 	default:
-		h.lock.releaseInBackground(h.lockID, undoSchedule(err), hold, false)
+		h.lock.releaseInBackground(h.lockID, undoSchedule(err), hold)
 		h.cancel(context.Canceled)
 		if lost := h.lossError(); lost != nil { // the lease ran out meanwhile
 			err = fmt.Errorf("%w (and the release failed: %w)", lost, err)
@@ -328,7 +328,7 @@ func (h *acquisition) leaseOver(lastErr error, capped bool, slept time.Duration)
 	// Counted as background work before Lost closes, so that whoever wakes
 	// on Lost and waits for the background work waits for it.
 	h.serverMayHold.Store(true)
-	h.lock.releaseInBackground(h.lockID, delayed(afterNoReply, time.Until(h.serverEnd())), h.lock.p.opts.atLeast, false)
+	h.lock.releaseInBackground(h.lockID, delayed(afterNoReply, time.Until(h.serverEnd())), h.lock.p.opts.atLeast)
 	why := fmt.Errorf("%w: its lease ran out before an extension succeeded", ErrLockLost)
 	if slept > 0 {
 		why = fmt.Errorf("%w: its lease ran out while this machine was suspended (for %v)", ErrLockLost, slept.Round(time.Millisecond))
@@ -381,17 +381,18 @@ func undoSchedule(err error) []time.Duration {
 // Release whose round trip failed. It is owner-checked, so it can never free
 // someone else's acquisition. It stops once a try matches
 // (updateInBackground). It holds the lock until hold after its acquisition
-// (WithHoldAtLeast's, for a handle's release). An orphan (an acquisition
-// nobody got a handle for, so nobody used it: hold 0) is counted and
-// logged as it is released.
-func (l *Lock) releaseInBackground(lockID string, schedule []time.Duration, hold time.Duration, orphan bool) {
+// (WithHoldAtLeast's, for a handle's release).
+func (l *Lock) releaseInBackground(lockID string, schedule []time.Duration, hold time.Duration) {
 	filter, update := l.kind.release(l.name, lockID, hold)
-	l.updateInBackground(filter, update, schedule, func() bool {
-		if orphan {
-			l.p.tel.orphanReleased(l)
-		}
-		return true
-	})
+	l.updateInBackground(filter, update, schedule, func() bool { return true })
+}
+
+// releaseOrphan is releaseInBackground of an orphan, an acquisition nobody
+// got a handle for: nobody used it, so it holds nothing, and it is counted
+// and logged as it is released.
+func (l *Lock) releaseOrphan(lockID string, schedule []time.Duration) {
+	filter, update := l.kind.release(l.name, lockID, 0)
+	l.updateInBackground(filter, update, schedule, func() bool { l.p.tel.orphanReleased(l); return true })
 }
 
 // updateInBackground sends updateOne(filter, update) to l's collection

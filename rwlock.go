@@ -198,7 +198,7 @@ func (u *UpgradeableHandle) Upgrade(ctx context.Context) error {
 	}
 	defer p.calls.Done()
 	w := &upgradeWait{waitLoop: waitLoop{l: l, op: op, w: l.collection().queues.join(l, true), ended: h.ctx.Done()}, h: h, start: time.Now()}
-	defer w.leave(false)
+	defer w.leave()
 	err := w.run(ctx, w.try)
 	switch {
 	case err == errHandleEnded:

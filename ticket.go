@@ -237,13 +237,13 @@ func (l *Lock) takeOver(ctx context.Context, t ticketContents, value *string, ca
 			t.tellTaken()
 		}
 		if isAmbiguous(err) {
-			l.releaseInBackground(id, undoSchedule(err), 0, true)
+			l.releaseOrphan(id, undoSchedule(err))
 		}
 		return r, err
 	}
 	r, err := roundTrip(ctx, p, send, func(r takeOverReply, err error) {
 		if err == nil && r.LockID == id {
-			l.releaseInBackground(id, afterReply, 0, true)
+			l.releaseOrphan(id, afterReply)
 		}
 	})
 	if isNoMatch(err) || err == nil && r.LockID != id {

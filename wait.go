@@ -98,18 +98,14 @@ func (wt *waitLoop) gaveUp(ctx context.Context) error {
 }
 
 // leave takes the wait out of its line. A handle handed over to it as it
-// gave up is released, and its process's claim withdrawn if withdraw: a
-// claim is its maker's, and the next in line claims again.
-func (wt *waitLoop) leave(withdraw bool) {
+// gave up is released.
+func (wt *waitLoop) leave() {
 	lc := wt.l.collection()
 	if wt.watching {
 		lc.notify.leave()
 	}
 	if h := lc.queues.leave(wt.w); h != nil {
 		h.releaseUntaken()
-	}
-	if withdraw {
-		wt.l.withdraw()
 	}
 }
 
