@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -297,7 +298,7 @@ func fenceOperators(update any, token int64) (any, error) {
 		if !ok {
 			return nil, invalidf("fenced write: operator %s takes a document", e.Key())
 		}
-		if touches(fields, e.Key() == "$rename") {
+		if touches(fields) || e.Key() == "$rename" && renamesOntoFence(fields) {
 			return nil, invalidf("fenced write: the update writes %s", FenceField)
 		}
 		if e.Key() == "$max" {
@@ -335,19 +336,20 @@ func pipelineStages(update any) ([]any, bool) {
 // isFence reports whether a dotted path is FenceField or inside it.
 func isFence(path string) bool { return path == FenceField || strings.HasPrefix(path, FenceField+".") }
 
-// touches reports whether an operator's fields name FenceField (and, for
-// $rename, also its targets).
-func touches(fields bson.Raw, rename bool) bool {
+// touches reports whether an operator's fields name FenceField.
+func touches(fields bson.Raw) bool {
 	elems, _ := fields.Elements()
-	for _, e := range elems {
-		if isFence(e.Key()) {
-			return true
-		}
-		if s, ok := e.Value().StringValueOK(); rename && ok && isFence(s) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(elems, func(e bson.RawElement) bool { return isFence(e.Key()) })
+}
+
+// renamesOntoFence reports whether a $rename's fields have FenceField as
+// a target.
+func renamesOntoFence(fields bson.Raw) bool {
+	elems, _ := fields.Elements()
+	return slices.ContainsFunc(elems, func(e bson.RawElement) bool {
+		s, ok := e.Value().StringValueOK()
+		return ok && isFence(s)
+	})
 }
 
 // writesFence reports whether a pipeline stage writes FenceField: a $set,
@@ -358,7 +360,7 @@ func writesFence(stage bson.Raw) bool {
 	for _, e := range elems {
 		switch e.Key() {
 		case "$set", "$addFields":
-			if d, ok := e.Value().DocumentOK(); ok && touches(d, false) {
+			if d, ok := e.Value().DocumentOK(); ok && touches(d) {
 				return true
 			}
 		case "$unset": // a field, or an array of them

@@ -231,9 +231,13 @@ func (p *Provider) listBatchSize() int32 {
 // name them, and are left as they are), or that it has no document. After
 // an error, the lock's holder may have been ended, and not the semaphore's.
 func (p *Provider) ForceRelease(ctx context.Context, name string) (bool, error) {
-	return p.forceRelease(ctx, "force release", name, false,
-		forceUpdate{&p.locks, forceReleaseFilter(name), forceReleaseUpdate},
-		forceUpdate{&p.slots, semForceReleaseFilter(name), semForceReleaseUpdate})
+	const op = "force release"
+	lock, err := p.forceRelease(ctx, op, name, forceUpdate{&p.locks, forceReleaseFilter(name), forceReleaseUpdate})
+	if err != nil {
+		return false, err
+	}
+	slots, err := p.forceRelease(ctx, op, name, forceUpdate{&p.slots, semForceReleaseFilter(name), semForceReleaseUpdate})
+	return err == nil && (lock || slots), err
 }
 
 // ForceReleaseHolder ends one acquisition of name, the one whose
@@ -252,9 +256,11 @@ func (p *Provider) ForceReleaseHolder(ctx context.Context, name, id string) (boo
 	case !utf8.ValidString(id):
 		return false, p.Lock(name).errorf(op, invalid("a holder id that is not valid UTF-8: HolderInfo.ID names one"))
 	}
-	return p.forceRelease(ctx, op, name, true,
-		forceUpdate{&p.locks, ownerFilter(name, id), forceReleaseUpdate},
-		forceUpdate{&p.slots, semHolderFilter(name, id), semForceReleaseHolderUpdate(id)})
+	ended, err := p.forceRelease(ctx, op, name, forceUpdate{&p.locks, ownerFilter(name, id), forceReleaseUpdate})
+	if ended || err != nil { // the holder was the lock's: no slot is
+		return ended, err
+	}
+	return p.forceRelease(ctx, op, name, forceUpdate{&p.slots, semHolderFilter(name, id), semForceReleaseHolderUpdate(id)})
 }
 
 // forceUpdate is an updateOne statement on a lock collection.
@@ -264,33 +270,25 @@ type forceUpdate struct {
 	update any
 }
 
-// forceRelease sends each statement in turn, and reports whether any
-// ended a holder (changed its document: a document whose holders' leases
-// have all ended is left as it is); if one, it stops at the first that
-// did. Its errors are op's.
-func (p *Provider) forceRelease(ctx context.Context, op, name string, one bool, stmts ...forceUpdate) (bool, error) {
+// forceRelease sends u, and reports whether it ended a holder (changed
+// its document: a document whose holders' leases have all ended is left
+// as it is). Its errors are op's.
+func (p *Provider) forceRelease(ctx context.Context, op, name string, u forceUpdate) (bool, error) {
 	if err := checkName(name); err != nil {
 		return false, p.Lock(name).errorf(op, err)
 	}
-	ended := false
-	for _, u := range stmts {
-		if ended && one {
-			break
-		}
-		err := p.ensureCollection(ctx, u.sp)
-		var modified int64
-		if err == nil {
-			_, modified, err = u.sp.store.updateOne(ctx, u.filter, u.update)
-		}
-		switch {
-		case err != nil && u.sp == &p.slots && isUnauthorized(err):
-			continue // as in infos: no semaphores to release
-		case err != nil:
-			return false, p.Lock(name).errorf(op, err)
-		}
-		ended = ended || modified > 0
+	err := p.ensureCollection(ctx, u.sp)
+	var modified int64
+	if err == nil {
+		_, modified, err = u.sp.store.updateOne(ctx, u.filter, u.update)
 	}
-	return ended, nil
+	switch {
+	case err != nil && u.sp == &p.slots && isUnauthorized(err):
+		return false, nil // as in infos: no semaphores to release
+	case err != nil:
+		return false, p.Lock(name).errorf(op, err)
+	}
+	return modified > 0, nil
 }
 
 // infoDoc is what inspectPipeline returns per document.
