@@ -80,11 +80,9 @@ func (l *Lock) acquirePart(ctx context.Context, how howToAcquire) (*Handle, erro
 	return l.TryAcquire(ctx)
 }
 
+// acquirePart: a Semaphore's n was checked by NewComposite (compositeKey).
 func (s *Semaphore) acquirePart(ctx context.Context, how howToAcquire) (*Handle, error) {
-	if how == waitUntilHeld {
-		return s.Acquire(ctx)
-	}
-	return s.TryAcquire(ctx)
+	return s.lock.acquirePart(ctx, how)
 }
 
 // acquirePart: the handle is the upgradeable reader's, as a Handle (a
@@ -319,7 +317,7 @@ func newCompositeHandle(handles []*Handle) *CompositeHandle {
 		context.AfterFunc(hctx, func() {
 			switch {
 			case errors.Is(context.Cause(hctx), ErrLockLost):
-				s.markLost()
+				s.markLost(context.Cause(hctx))
 			case !s.releasing.Load(): // released on its own, or by its Provider's Close
 				s.cancel(context.Canceled)
 			}
@@ -328,16 +326,9 @@ func newCompositeHandle(handles []*Handle) *CompositeHandle {
 	return &CompositeHandle{handles: handles, compositeState: s}
 }
 
-// markLost signals the loss of a part, with the first lost part's cause.
-func (s *compositeState) markLost() {
+// markLost signals the loss of a part, with its Context's cause, once.
+func (s *compositeState) markLost(cause error) {
 	s.lostOnce.Do(func() {
-		var cause error = ErrLockLost // a part's, always: it was lost first
-		for _, a := range s.parts {
-			if c := context.Cause(a.ctx); errors.Is(c, ErrLockLost) {
-				cause = c
-				break
-			}
-		}
 		s.cancel(cause) // first: whoever wakes on Lost sees the cause
 		close(s.lost)
 	})
@@ -354,7 +345,7 @@ func (s *compositeState) look() {
 			p, now = a.lock.p, a.lock.p.lookForSuspension()
 		}
 		if a.lookAt(now); a.lossError() != nil {
-			s.markLost()
+			s.markLost(context.Cause(a.ctx))
 		}
 	}
 }
@@ -443,7 +434,7 @@ func (h *CompositeHandle) Release(ctx context.Context) error {
 		err = compositeError("release", h.handles, inner(errs...))
 	}
 	if errors.Is(err, ErrLockLost) {
-		h.markLost()
+		h.look() // the lost part's loss is known: it signals it
 	}
 	h.cancel(context.Canceled)
 	return err

@@ -304,25 +304,20 @@ func (p *Provider) extend(hs []*acquisition) {
 			hs = hs[:len(hs)/2]
 			continue
 		}
-		p.loseUnmatched(hs, e.unmatched, e.err)
+		p.loseUnmatched(hs, e)
 		if hs = p.recordExtension(hs, e); e.err != nil && len(hs) > 0 {
 			time.Sleep(retry)
 		}
 	}
 }
 
-// unmatched are the handles an extension did not match (lost), and the
-// lock ids of those among them taken over by ticket.
-type unmatched struct {
-	lost      []*acquisition
-	takenOver map[string]bool
-}
-
 // An extension is one extension round trip's outcome: when it was sent,
-// when its reply came, the handles it did not match, and its error.
+// when its reply came, the handles it did not match (lost) and the lock
+// ids of those among them taken over by ticket, and its error.
 type extension struct {
 	sent, replied time.Time
-	unmatched     unmatched
+	lost          []*acquisition
+	takenOver     map[string]bool
 	err           error
 }
 
@@ -341,9 +336,9 @@ func (p *Provider) sendExtension(hs []*acquisition) (e extension) {
 	ctx, cancel := context.WithTimeout(context.Background(), latest.Sub(e.sent))
 	defer cancel()
 	ctx = p.tel.startExtension(ctx, hs)
-	e.unmatched, e.err = p.extendLeases(ctx, hs)
+	e.lost, e.takenOver, e.err = p.extendLeases(ctx, hs)
 	e.replied = time.Now()
-	p.tel.endExtension(ctx, hs, e.unmatched.lost, e.err, e.sent)
+	p.tel.endExtension(ctx, hs, e.lost, e.err, e.sent)
 	return e
 }
 
@@ -358,16 +353,16 @@ func refusedAsABatch(hs []*acquisition, err error) bool {
 // loseUnmatched marks lost the handles an extension did not match (those
 // taken over by ticket as such), and every one of hs if their client was
 // disconnected: nothing sent through it will ever succeed.
-func (p *Provider) loseUnmatched(hs []*acquisition, u unmatched, err error) {
-	lost, reason, why := u.lost, lossTakenOver, fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost)
-	if isClosed(err) {
-		lost, reason, why = hs, lossClientClosed, fmt.Errorf("%w: its client was disconnected (%w)", ErrLockLost, err)
+func (p *Provider) loseUnmatched(hs []*acquisition, e extension) {
+	lost, reason, why := e.lost, lossTakenOver, fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost)
+	if isClosed(e.err) {
+		lost, reason, why = hs, lossClientClosed, fmt.Errorf("%w: its client was disconnected (%w)", ErrLockLost, e.err)
 	}
 	for _, h := range lost {
 		if p.forget(h) == nil {
 			continue
 		}
-		if u.takenOver[h.lockID] {
+		if e.takenOver[h.lockID] {
 			h.markLost(lossTakenOver, ErrTakenOver)
 		} else {
 			h.markLost(reason, why)
@@ -413,7 +408,7 @@ func (p *Provider) recordExtension(hs []*acquisition, e extension) []*acquisitio
 // it did not match, and the lock ids of those taken over by ticket. Only
 // when a batch matched fewer than all does it read their documents to find
 // out which, and whether by a take-over (the holders statement).
-func (p *Provider) extendLeases(ctx context.Context, hs []*acquisition) (unmatched, error) {
+func (p *Provider) extendLeases(ctx context.Context, hs []*acquisition) (lost []*acquisition, takenOver map[string]bool, err error) {
 	names, ids, named := make(bson.A, 0, len(hs)), make(bson.A, len(hs)), make(map[string]bool, len(hs))
 	for i, h := range hs {
 		if !named[h.lock.name] {
@@ -425,16 +420,16 @@ func (p *Provider) extendLeases(ctx context.Context, hs []*acquisition) (unmatch
 	filter, update := kind.extend(p, names, ids)
 	matched, _, err := st.updateMany(ctx, filter, update)
 	if err != nil || len(names) == len(hs) && int(matched) == len(hs) {
-		return unmatched{}, err // one handle per document: a match is its own
+		return nil, nil, err // one handle per document: a match is its own
 	}
 	seen, err := readHolders(ctx, st, kind, names)
 	switch {
 	case err != nil && matched == 0:
-		return unmatched{lost: hs}, nil // every one lost, a take-over or not: no match is a loss at once
+		return hs, nil, nil // every one lost, a take-over or not: no match is a loss at once
 	case err != nil:
-		return unmatched{}, err
+		return nil, nil, err
 	}
-	return unmatched{slices.DeleteFunc(slices.Clone(hs), func(h *acquisition) bool { return seen.held[h.lockID] }), seen.takenOver}, nil
+	return slices.DeleteFunc(slices.Clone(hs), func(h *acquisition) bool { return seen.held[h.lockID] }), seen.takenOver, nil
 }
 
 // readHolders sends the holders statement of kind for names and returns

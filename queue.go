@@ -159,10 +159,9 @@ func (qs *queues) leave(w *waiter) (handedOver *Handle) {
 // with its line's wait token, and the unclaimed statement first if nobody
 // waited for the lock lately.
 type standing struct {
-	handedOver   *Handle
-	mayAttempt   bool
-	waitToken    int64
-	nobodyWaited bool
+	handedOver               *Handle
+	mayAttempt, nobodyWaited bool
+	waitToken                int64
 }
 
 // standing returns w's standing, taking a hand-over to it, if any.
