@@ -279,8 +279,8 @@ func compositeError[P interface{ Name() string }](op string, parts []P, err erro
 }
 
 // A CompositeHandle is a Composite held: one Handle per part. Loss of any
-// part (see Handle) closes Lost and cancels Context with the cause
-// ErrLockLost. Call Release when done.
+// part (see Handle) closes Lost and cancels Context with the part's cause,
+// which wraps ErrLockLost. Call Release when done.
 //
 // It is safe for concurrent use. A CompositeHandle that becomes
 // unreachable while held is released as its Handles are. A nil
