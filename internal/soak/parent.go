@@ -263,6 +263,51 @@ func runChildren(cfg config, stdout, stderr io.Writer) (*Result, error) {
 	if !cfg.keep {
 		defer func() { _ = testdb.DropDatabase(context.Background(), db) }()
 	}
+	if err := prepare(ctx, db, cfg); err != nil {
+		return nil, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintln(stdout, announcement(cfg))
+	start := time.Now()
+	f := &fleet{cfg: cfg, exe: exe, until: start.Add(cfg.dur), stderr: stderr}
+	defer f.killAll() // on an early return: no child outlives the parent
+	r := &Result{N: cfg.n, GiveUp: cfg.giveUp()}
+	// Sweep from before the first child starts until the last has ended.
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	swept := make(chan struct{})
+	go func() {
+		defer close(swept)
+		r.Swept, r.SweepErrors = sweep(sweepCtx, db, cfg.sweepEvery, stderr)
+	}()
+	defer func() { stopSweep(); <-swept }() // on an early return
+
+	for nth := range cfg.procs {
+		if err := f.spawn(nth); err != nil {
+			return nil, err
+		}
+	}
+	killed, err := f.killNowAndThen(ctx, db, r)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.await(r); err != nil {
+		return nil, err
+	}
+	r.Elapsed = time.Since(start)
+	stopSweep()
+	<-swept
+	if err := r.report(ctx, db, killed, stdout); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// prepare writes, before any child starts, each name's fenced resource
+// and the TTL indexes.
+func prepare(ctx context.Context, db *mongo.Database, cfg config) error {
 	resources := db.Collection("soak_resources")
 	for kd := range numKinds {
 		for k := range cfg.names[kd] {
@@ -273,18 +318,15 @@ func runChildren(cfg config, stdout, stderr io.Writer) (*Result, error) {
 					bson.E{Key: fLastWriter, Value: int64(0)}, bson.E{Key: fWEntries, Value: 0}, bson.E{Key: fUEntries, Value: 0})
 			}
 			if _, err := resources.InsertOne(ctx, doc); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
-	if err := createTTL0(ctx, db); err != nil {
-		return nil, err
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
+	return createTTL0(ctx, db)
+}
 
+// announcement is the run's first line: its shape and its faults.
+func announcement(cfg config) string {
 	kills, drops := "no SIGKILLs", "no clients closed"
 	if cfg.killEvery > 0 {
 		kills = fmt.Sprintf("a SIGKILL about every %v", cfg.killEvery)
@@ -304,163 +346,195 @@ func runChildren(cfg config, stdout, stderr io.Writer) (*Result, error) {
 	for nth := range cfg.procs {
 		expiries = append(expiries, cfg.lease(nth).String())
 	}
-	fmt.Fprintf(stdout, "soak: %d processes x %d goroutines over %d mutex, %d semaphore (%d slots), %d rwlock and %d election names for %v"+
-		" (expiry[/cadence] by process %s; %s; %s, %s; TTL indexes %q with expireAfterSeconds 0, %s)\n",
+	return fmt.Sprintf("soak: %d processes x %d goroutines over %d mutex, %d semaphore (%d slots), %d rwlock and %d election names for %v"+
+		" (expiry[/cadence] by process %s; %s; %s, %s; TTL indexes %q with expireAfterSeconds 0, %s)",
 		cfg.procs, cfg.goroutines, cfg.names[mutex], cfg.names[semaphore], cfg.n, cfg.names[rwlock], cfg.names[election], cfg.dur,
 		strings.Join(expiries, ", "), long, kills, drops, ttl0Name, sweeps)
-	start := time.Now()
-	until := start.Add(cfg.dur)
-	var (
-		outMu   sync.Mutex // one child's line at a time
-		seq     int
-		running []*childProc
-		all     []*childProc
-	)
-	spawn := func(nth int) error {
-		seq++
-		id := "c" + strconv.Itoa(seq)
-		cmd := exec.Command(exe,
-			"-id", id, "-db", cfg.db, "-g", strconv.Itoa(cfg.goroutines), "-k", strconv.Itoa(cfg.names[mutex]),
-			"-ks", strconv.Itoa(cfg.names[semaphore]), "-kr", strconv.Itoa(cfg.names[rwlock]), "-ke", strconv.Itoa(cfg.names[election]),
-			"-n", strconv.Itoa(cfg.n), "-expiry", cfg.lease(nth).expiry.String(), "-cadence", cfg.lease(nth).cadence.String(),
-			"-hold", cfg.hold.String(), "-long-hold", cfg.longHold.String(), "-give-up", cfg.giveUp().String(),
-			"-drop-every", cfg.dropEvery.String(),
-			"-until", strconv.FormatInt(until.UnixNano(), 10), "-sabotage="+strconv.FormatBool(cfg.sabotage))
-		cmd.Env = append(os.Environ(), childEnv+"=1", testdb.EnvURI+"="+cfg.uri)
-		out := &lineWriter{mu: &outMu, w: stderr}
-		cmd.Stdout, cmd.Stderr = out, out
-		stdin, err := cmd.StdinPipe()
+}
+
+// A fleet is the parent's children: those running, and every one it
+// started, whose output it passes on a line at a time.
+type fleet struct {
+	cfg     config
+	exe     string
+	until   time.Time // when the children stop acquiring
+	stderr  io.Writer
+	outMu   sync.Mutex // one child's line at a time
+	seq     int
+	running []*childProc
+	all     []*childProc
+}
+
+// spawn starts a child as the nth of the -p processes.
+func (f *fleet) spawn(nth int) error {
+	f.seq++
+	id := "c" + strconv.Itoa(f.seq)
+	cmd := exec.Command(f.exe, f.childArgs(id, nth)...)
+	cmd.Env = append(os.Environ(), childEnv+"=1", testdb.EnvURI+"="+f.cfg.uri)
+	out := &lineWriter{mu: &f.outMu, w: f.stderr}
+	cmd.Stdout, cmd.Stderr = out, out
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	p := &childProc{id: id, nth: nth, expiry: f.cfg.lease(nth).expiry, cmd: cmd, stdin: stdin, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		_ = stdin.Close()
+		close(p.done)
+	}()
+	f.running = append(f.running, p)
+	f.all = append(f.all, p)
+	return nil
+}
+
+// childArgs are the flags of the child id, the nth of the -p processes.
+func (f *fleet) childArgs(id string, nth int) []string {
+	cfg := f.cfg
+	return []string{
+		"-id", id, "-db", cfg.db, "-g", strconv.Itoa(cfg.goroutines), "-k", strconv.Itoa(cfg.names[mutex]),
+		"-ks", strconv.Itoa(cfg.names[semaphore]), "-kr", strconv.Itoa(cfg.names[rwlock]), "-ke", strconv.Itoa(cfg.names[election]),
+		"-n", strconv.Itoa(cfg.n), "-expiry", cfg.lease(nth).expiry.String(), "-cadence", cfg.lease(nth).cadence.String(),
+		"-hold", cfg.hold.String(), "-long-hold", cfg.longHold.String(), "-give-up", cfg.giveUp().String(),
+		"-drop-every", cfg.dropEvery.String(),
+		"-until", strconv.FormatInt(f.until.UnixNano(), 10), "-sabotage=" + strconv.FormatBool(cfg.sabotage)}
+}
+
+// killAll kills every child started and waits for it to exit.
+func (f *fleet) killAll() {
+	for _, p := range f.all {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// killNowAndThen kills a child now and then, while there is time for its
+// locks to expire and be taken again before the end (a child of a long
+// expiry only early on), and starts another in its place. The victim is
+// one inside a critical section of the kind whose holders were killed
+// least so far, so that kills hit every kind. It returns the victims' ids.
+func (f *fleet) killNowAndThen(ctx context.Context, db *mongo.Database, r *Result) (bson.A, error) {
+	var hits [numKinds]int64
+	killed := bson.A{}
+	if f.cfg.killEvery <= 0 {
+		return killed, nil
+	}
+	shortest, _ := f.cfg.expiryRange()
+	for {
+		next := time.Now().Add(time.Duration(float64(f.cfg.killEvery) * (0.5 + rand.Float64())))
+		if next.After(f.until.Add(-2 * shortest)) {
+			return killed, nil
+		}
+		time.Sleep(time.Until(next))
+		candidates := f.killable()
+		if len(candidates) == 0 {
+			continue
+		}
+		victim, err := pickVictim(ctx, db.Collection("soak_resources"), candidates, f.cfg.names, hits)
+		if err != nil {
+			return nil, err
+		}
+		if err := f.kill(victim); err != nil {
+			return nil, err
+		}
+		r.Kills++
+		killed = append(killed, victim.id)
+		if err := recordKill(ctx, db, victim.id, &hits); err != nil {
+			return nil, err
+		}
+		if err := f.spawn(victim.nth); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// killable are the running children whose locks, were they killed now,
+// would expire with time to spare before the end.
+func (f *fleet) killable() []*childProc {
+	var candidates []*childProc
+	for _, p := range f.running {
+		if time.Until(f.until) > 2*p.expiry {
+			candidates = append(candidates, p)
+		}
+	}
+	return candidates
+}
+
+// kill SIGKILLs victim and waits for it to exit.
+func (f *fleet) kill(victim *childProc) error {
+	f.running = slices.DeleteFunc(f.running, func(p *childProc) bool { return p == victim })
+	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill %s: %w", victim.id, err)
+	}
+	<-victim.done
+	return nil
+}
+
+// recordKill records a victim that can write nothing more: whatever it
+// was inside of, it left dead. A request it sent just before may still
+// reach the server after this: an entrant refused by one of its holders
+// finds it in the list of the killed (reap), and so does the end of the
+// run. It adds to hits the kills of holders, by kind.
+func recordKill(ctx context.Context, db *mongo.Database, id string, hits *[numKinds]int64) error {
+	if _, err := db.Collection("soak_stats").UpdateOne(ctx, bson.D{{Key: "_id", Value: statsID}},
+		bson.D{{Key: "$addToSet", Value: bson.D{{Key: sKilled, Value: id}}}}, options.UpdateOne().SetUpsert(true)); err != nil {
+		return err
+	}
+	resources := db.Collection("soak_resources")
+	for kd := range numKinds {
+		n, err := markDead(ctx, resources, kd, bson.D{{Key: fKind, Value: kd.String()}}, bson.A{id})
 		if err != nil {
 			return err
 		}
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		p := &childProc{id: id, nth: nth, expiry: cfg.lease(nth).expiry, cmd: cmd, stdin: stdin, done: make(chan struct{})}
-		go func() {
-			p.err = cmd.Wait()
-			_ = stdin.Close()
-			close(p.done)
-		}()
-		running = append(running, p)
-		all = append(all, p)
-		return nil
+		hits[kd] += n
 	}
-	defer func() { // on an early return: no child outlives the parent
-		for _, p := range all {
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	}()
-	r := &Result{N: cfg.n, GiveUp: cfg.giveUp()}
-	// Sweep from before the first child starts until the last has ended.
-	sweepCtx, stopSweep := context.WithCancel(ctx)
-	swept := make(chan struct{})
-	go func() {
-		defer close(swept)
-		r.Swept, r.SweepErrors = sweep(sweepCtx, db, cfg.sweepEvery, stderr)
-	}()
-	defer func() { stopSweep(); <-swept }() // on an early return
+	return nil
+}
 
-	for nth := range cfg.procs {
-		if err := spawn(nth); err != nil {
-			return nil, err
-		}
-	}
-
-	// Kill a child now and then, while there is time for its locks to
-	// expire and be taken again before the end (a child of a long expiry
-	// only early on); start another. The victim is one inside a critical
-	// section of the kind whose holders were killed least so far, so that
-	// kills hit every kind.
-	var (
-		hits   [numKinds]int64
-		killed = bson.A{} // the victims' ids
-	)
-	shortest, longest := cfg.expiryRange()
-	if cfg.killEvery > 0 {
-		for {
-			next := time.Now().Add(time.Duration(float64(cfg.killEvery) * (0.5 + rand.Float64())))
-			if next.After(until.Add(-2 * shortest)) {
-				break
-			}
-			time.Sleep(time.Until(next))
-			var candidates []*childProc
-			for _, p := range running {
-				if time.Until(until) > 2*p.expiry {
-					candidates = append(candidates, p)
-				}
-			}
-			if len(candidates) == 0 {
-				continue
-			}
-			victim, err := pickVictim(ctx, resources, candidates, cfg.names, hits)
-			if err != nil {
-				return nil, err
-			}
-			running = slices.DeleteFunc(running, func(p *childProc) bool { return p == victim })
-			if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				return nil, fmt.Errorf("kill %s: %w", victim.id, err)
-			}
-			<-victim.done
-			r.Kills++
-			// The victim can write nothing more: whatever it was inside of,
-			// it left dead. A request it sent just before may still reach
-			// the server after this: an entrant refused by one of its
-			// holders finds it in the list of the killed (reap), and so
-			// does the end of the run.
-			killed = append(killed, victim.id)
-			if _, err := db.Collection("soak_stats").UpdateOne(ctx, bson.D{{Key: "_id", Value: statsID}},
-				bson.D{{Key: "$addToSet", Value: bson.D{{Key: sKilled, Value: victim.id}}}}, options.UpdateOne().SetUpsert(true)); err != nil {
-				return nil, err
-			}
-			for kd := range numKinds {
-				n, err := markDead(ctx, resources, kd, bson.D{{Key: fKind, Value: kd.String()}}, bson.A{victim.id})
-				if err != nil {
-					return nil, err
-				}
-				hits[kd] += n
-			}
-			if err := spawn(victim.nth); err != nil {
-				return nil, err
-			}
-		}
-	}
-
-	// The children stop acquiring at until; a section in progress ends
-	// within 2 expiries (a dropped client's loss) plus round trips.
-	grace := time.NewTimer(time.Until(until) + 2*longest + 30*time.Second)
+// await waits for the children running at the end: they stop acquiring
+// at until, and a section in progress ends within 2 expiries (a dropped
+// client's loss) plus round trips. It counts those that failed.
+func (f *fleet) await(r *Result) error {
+	_, longest := f.cfg.expiryRange()
+	grace := time.NewTimer(time.Until(f.until) + 2*longest + 30*time.Second)
 	defer grace.Stop()
-	for _, p := range running {
+	for _, p := range f.running {
 		select {
 		case <-p.done:
 		case <-grace.C:
-			return nil, fmt.Errorf("child %s did not end within 30 s of the end of the run", p.id)
+			return fmt.Errorf("child %s did not end within 30 s of the end of the run", p.id)
 		}
 		if p.err != nil {
 			r.ChildFailures++
-			fmt.Fprintf(stderr, "soak: child %s: %v\n", p.id, p.err)
+			fmt.Fprintf(f.stderr, "soak: child %s: %v\n", p.id, p.err)
 		}
 	}
-	r.Elapsed = time.Since(start)
-	stopSweep()
-	<-swept
+	return nil
+}
+
+// report marks the killed dead in every resource, reads the run's counts,
+// prints them, and checks that the run had the TTL indexes it says.
+func (r *Result) report(ctx context.Context, db *mongo.Database, killed bson.A, stdout io.Writer) error {
+	resources := db.Collection("soak_resources")
 	for kd := range numKinds {
 		if _, err := markDead(ctx, resources, kd, bson.D{{Key: fKind, Value: kd.String()}}, killed); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := r.read(ctx, db); err != nil {
-		return nil, err
+		return err
 	}
 	fmt.Fprintln(stdout, r)
 	if err := r.checkTTL(); err != nil {
-		return nil, err
+		return err
 	}
 	if r.Violations() > 0 {
 		fmt.Fprintln(stdout, "FAIL: violations")
 	}
-	return r, nil
+	return nil
 }
 
 // read sums the counts of the resource and stats documents.
