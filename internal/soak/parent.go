@@ -173,13 +173,27 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.uri, "uri", "", "server (default: "+testdb.EnvURI+", else the tests' server as internal/testdb finds it)")
 	fs.BoolVar(&c.sabotage, "sabotage", false, "children work after releasing: the run must report violations")
 	fs.BoolVar(&c.keep, "keep", false, "keep the database after the run")
-	if err := fs.Parse(args); err != nil {
+	err := fs.Parse(args)
+	if err != nil {
 		return c, err
 	}
 	if c.procs < 1 || c.goroutines < 1 || c.n < 1 || c.dur <= 0 || slices.Min(c.names[:]) < 0 || c.names == [numKinds]int{} {
 		return c, fmt.Errorf("need -p, -g, -n >= 1, -d > 0, and -k, -ks, -kr, -ke >= 0, not all 0")
 	}
-	for item := range strings.SplitSeq(*expiries, ",") {
+	if c.expiries, err = parseExpiries(*expiries); err != nil {
+		return c, err
+	}
+	if !strings.HasPrefix(c.db, testdb.Prefix) {
+		return c, fmt.Errorf("-db %q: the soak drops its database, so it takes only a name beginning with %q", c.db, testdb.Prefix)
+	}
+	return c, checkExpiries(c.db, c.expiries)
+}
+
+// parseExpiries reads -expiries: comma-separated durations, each with
+// /cadence or not.
+func parseExpiries(list string) ([]lease, error) {
+	var leases []lease
+	for item := range strings.SplitSeq(list, ",") {
 		var (
 			l   lease
 			err error
@@ -189,26 +203,28 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			l.cadence, err = time.ParseDuration(cadence)
 		}
 		if err != nil {
-			return c, fmt.Errorf("-expiries %q: want comma-separated durations, each with /cadence or not (1s/50ms,20s)", *expiries)
+			return nil, fmt.Errorf("-expiries %q: want comma-separated durations, each with /cadence or not (1s/50ms,20s)", list)
 		}
-		c.expiries = append(c.expiries, l)
+		leases = append(leases, l)
 	}
-	if !strings.HasPrefix(c.db, testdb.Prefix) {
-		return c, fmt.Errorf("-db %q: the soak drops its database, so it takes only a name beginning with %q", c.db, testdb.Prefix)
-	}
-	// The library checks that each expiry, and its cadence, is one it
-	// takes: NewProvider does no I/O, and this client never connects.
+	return leases, nil
+}
+
+// checkExpiries returns the library's refusal of an expiry, or its cadence,
+// if it refuses one. NewProvider does no I/O, and this client never
+// connects.
+func checkExpiries(db string, leases []lease) error {
 	unconnected, err := mongo.Connect(options.Client().ApplyURI("mongodb://127.0.0.1:1/"))
 	if err != nil {
-		return c, err
+		return err
 	}
 	defer func() { _ = unconnected.Disconnect(context.Background()) }()
-	for _, l := range c.expiries {
-		if _, err := mongolock.NewProvider(unconnected.Database(c.db), providerOptions(l.expiry, l.cadence)...); err != nil {
-			return c, fmt.Errorf("-expiries %v: %w", l, err)
+	for _, l := range leases {
+		if _, err := mongolock.NewProvider(unconnected.Database(db), providerOptions(l.expiry, l.cadence)...); err != nil {
+			return fmt.Errorf("-expiries %v: %w", l, err)
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // runParent runs a soak with the given flags, prints the result to stdout
