@@ -437,6 +437,23 @@ func (c *child) section(t target, floor int64, waited time.Duration, h *mongoloc
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tok := h.FencingToken()
+	if !c.enter(ctx, t, tok, floor, waited, h) {
+		return false
+	}
+	dropped, displaced := c.writeInside(ctx, t, tok, h, lead, g)
+	// Exit, unless a mutex's or an election's holder displaced already
+	// (counted once); a semaphore's or rwlock's takes itself out of the
+	// holders still.
+	if !displaced || !t.kind.Single() {
+		c.exit(ctx, t, tok, displaced)
+	}
+	return dropped
+}
+
+// enter enters t's resource with h's token tok, unless h was lost before
+// it began; floor and waited are section's. It reports whether it
+// entered.
+func (c *child) enter(ctx context.Context, t target, tok, floor int64, waited time.Duration, h *mongolock.Handle) bool {
 	if soakcheck.Closed(h.Lost()) {
 		// Lost before it began: nothing to protect, but it did wait.
 		c.update(c.res, t.name(), bson.D{{Key: "$max", Value: bson.D{{Key: t.waitField(), Value: waited.Nanoseconds()}}}}, false)
@@ -449,37 +466,20 @@ func (c *child) section(t target, floor int64, waited time.Duration, h *mongoloc
 	if t.kind == semaphore && tok <= floor {
 		c.violation(t, vOutOfOrder, "token %d acquired after token %d had entered", tok, floor)
 	}
-	var entered bool
 	if t.kind.Single() {
-		entered = c.enterSingle(ctx, t, tok, waited)
-	} else {
-		entered = c.enterShared(ctx, t, tok, waited)
+		return c.enterSingle(ctx, t, tok, waited)
 	}
-	if !entered {
-		return false
-	}
+	return c.enterShared(ctx, t, tok, waited)
+}
 
-	// Write: accepted only while this holder is inside, and for a mutex,
-	// an election or an rwlock only with a token at least the last one
-	// entered (of a writer, for a reader).
-	mine := bson.D{{Key: "_id", Value: t.name()}, {Key: fInside + ".tok", Value: tok}, {Key: fLast, Value: bson.D{{Key: "$lte", Value: tok}}}}
-	if !t.kind.Single() {
-		mine = bson.D{{Key: "_id", Value: t.name()}, {Key: fHolders + ".tok", Value: tok}}
-		if t.kind == rwlock {
-			mine = append(mine, bson.E{Key: t.fence(), Value: bson.D{{Key: "$lte", Value: tok}}})
-		}
-	}
-	displaced := false
-	writes, pause, end := 1+rand.IntN(3), c.hold, time.Time{}
-	if t.long {
-		// Long enough to be extended, and to outlast another process's
-		// shorter lease; over when the run is.
-		end = time.Now().Add(c.longHold/2 + rand.N(c.longHold/2+1))
-		if end.After(c.until) {
-			end = c.until
-		}
-		pause = 100 * time.Millisecond
-	}
+// writeInside writes to t's resource, inside it with token tok, a few
+// times (a long holder's for its length), dropping the client when a drop
+// is due, and checking the lock's own document before each write. It
+// stops at h's loss, at a violation, and at a write refused. It reports
+// whether it dropped the client, and whether a write found another holder
+// inside.
+func (c *child) writeInside(ctx context.Context, t target, tok int64, h *mongolock.Handle, lead *mongolock.Leadership, g *generation) (dropped, displaced bool) {
+	writes, pause, end := c.length(t)
 	for i := 0; i < writes || time.Now().Before(end); i++ {
 		if c.dueToDrop(t) {
 			dropped = true
@@ -496,41 +496,74 @@ func (c *child) section(t target, floor int64, waited time.Duration, h *mongoloc
 		if c.check(ctx, t, h, i == 0, lead, g) || soakcheck.Closed(h.Lost()) {
 			break // a violation counted, or told of a loss meanwhile
 		}
-		res, err := c.res.UpdateOne(ctx, mine, bson.D{{Key: "$inc", Value: bson.D{{Key: fWrites, Value: 1}}}})
-		if err != nil {
-			c.count(sErrors)
-			continue
-		}
-		if res.MatchedCount == 0 {
-			if soakcheck.Closed(h.Lost()) {
-				c.count(sFenced)
-			} else {
-				displaced = true
-				c.violation(t, vDisplaced, "token %d of %s: a write found someone else inside", tok, c.id)
-			}
-			break
+		if refused, displaced := c.write(ctx, t, tok, h); refused {
+			return dropped, displaced
 		}
 	}
+	return dropped, false
+}
 
-	// Exit, unless a mutex's or an election's holder displaced already
-	// (counted once); a semaphore's or rwlock's takes itself out of the
-	// holders still.
-	if !displaced || !t.kind.Single() {
-		filter := bson.D{{Key: "_id", Value: t.name()}, {Key: fInside + ".tok", Value: tok}}
-		exit := bson.D{{Key: "$unset", Value: bson.D{{Key: fInside, Value: ""}}}}
-		if !t.kind.Single() {
-			filter = bson.D{{Key: "_id", Value: t.name()}, {Key: fHolders + ".tok", Value: tok}}
-			exit = bson.D{{Key: "$pull", Value: bson.D{{Key: fHolders, Value: bson.D{{Key: "tok", Value: tok}}}}}}
+// length is how long t's section writes: at least writes times, each
+// after a pause of up to pause, and until end.
+func (c *child) length(t target) (writes int, pause time.Duration, end time.Time) {
+	writes, pause = 1+rand.IntN(3), c.hold
+	if t.long {
+		// Long enough to be extended, and to outlast another process's
+		// shorter lease; over when the run is.
+		end = time.Now().Add(c.longHold/2 + rand.N(c.longHold/2+1))
+		if end.After(c.until) {
+			end = c.until
 		}
-		res, err := c.res.UpdateOne(ctx, filter, exit)
-		switch {
-		case err != nil:
-			c.count(sErrors)
-		case res.MatchedCount == 0 && !displaced:
-			c.violation(t, vDisplaced, "token %d of %s: at exit, someone else was inside", tok, c.id)
+		pause = 100 * time.Millisecond
+	}
+	return writes, pause, end
+}
+
+// write writes once to t's resource: accepted only while this holder is
+// inside, and for a mutex, an election or an rwlock only with a token at
+// least the last one entered (of a writer, for a reader). It reports
+// whether the write was refused, and whether that was a violation:
+// another holder inside while h was not told of a loss.
+func (c *child) write(ctx context.Context, t target, tok int64, h *mongolock.Handle) (refused, displaced bool) {
+	mine := bson.D{{Key: "_id", Value: t.name()}, {Key: fInside + ".tok", Value: tok}, {Key: fLast, Value: bson.D{{Key: "$lte", Value: tok}}}}
+	if !t.kind.Single() {
+		mine = bson.D{{Key: "_id", Value: t.name()}, {Key: fHolders + ".tok", Value: tok}}
+		if t.kind == rwlock {
+			mine = append(mine, bson.E{Key: t.fence(), Value: bson.D{{Key: "$lte", Value: tok}}})
 		}
 	}
-	return dropped
+	res, err := c.res.UpdateOne(ctx, mine, bson.D{{Key: "$inc", Value: bson.D{{Key: fWrites, Value: 1}}}})
+	if err != nil {
+		c.count(sErrors)
+		return false, false
+	}
+	if res.MatchedCount > 0 {
+		return false, false
+	}
+	if soakcheck.Closed(h.Lost()) {
+		c.count(sFenced)
+		return true, false
+	}
+	c.violation(t, vDisplaced, "token %d of %s: a write found someone else inside", tok, c.id)
+	return true, true
+}
+
+// exit takes the holder of token tok out of t's resource. Finding it not
+// inside is a violation, unless a write found it displaced already.
+func (c *child) exit(ctx context.Context, t target, tok int64, displaced bool) {
+	filter := bson.D{{Key: "_id", Value: t.name()}, {Key: fInside + ".tok", Value: tok}}
+	exit := bson.D{{Key: "$unset", Value: bson.D{{Key: fInside, Value: ""}}}}
+	if !t.kind.Single() {
+		filter = bson.D{{Key: "_id", Value: t.name()}, {Key: fHolders + ".tok", Value: tok}}
+		exit = bson.D{{Key: "$pull", Value: bson.D{{Key: fHolders, Value: bson.D{{Key: "tok", Value: tok}}}}}}
+	}
+	res, err := c.res.UpdateOne(ctx, filter, exit)
+	switch {
+	case err != nil:
+		c.count(sErrors)
+	case res.MatchedCount == 0 && !displaced:
+		c.violation(t, vDisplaced, "token %d of %s: at exit, someone else was inside", tok, c.id)
+	}
 }
 
 // mode is an rwlock holder's mode in its resource: "w" for a writer, "r"
