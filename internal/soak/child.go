@@ -780,8 +780,28 @@ func (c *child) readResource(ctx context.Context, t target, doc any) bool {
 // A refusal is a violation: it is counted, and the holder enters anyway.
 // It records waited as the entrant's wait. It reports whether it entered.
 func (c *child) enterShared(ctx context.Context, t target, tok int64, waited time.Duration) bool {
-	me := bson.D{{Key: "tok", Value: tok}, {Key: "proc", Value: c.id}}
-	may := bson.D{{Key: "_id", Value: t.name()}}
+	may, me := c.sharedEntry(t, tok)
+	enter := mongo.Pipeline{{{Key: "$set", Value: sharedEntered(t, me, tok, waited)}}}
+	if ok, err := c.tryEnter(ctx, t, may, enter); ok || err != nil {
+		return ok
+	}
+	if !c.sharedRefused(ctx, t, tok) {
+		return false
+	}
+	// Enter anyway, so that the run goes on and those inside see it too.
+	if _, err := c.res.UpdateOne(ctx, bson.D{{Key: "_id", Value: t.name()}}, enter); err != nil {
+		c.count(sErrors)
+		return false
+	}
+	return true
+}
+
+// sharedEntry returns the filter of t's resource that lets the holder of
+// token tok in (enterShared's rules), and the holder as it is to be listed
+// inside.
+func (c *child) sharedEntry(t target, tok int64) (may, me bson.D) {
+	me = bson.D{{Key: "tok", Value: tok}, {Key: "proc", Value: c.id}}
+	may = bson.D{{Key: "_id", Value: t.name()}}
 	switch {
 	case t.kind == semaphore:
 		may = append(may,
@@ -796,6 +816,12 @@ func (c *child) enterShared(ctx context.Context, t target, tok int64, waited tim
 		me = append(me, bson.E{Key: "mode", Value: t.mode()})
 		may = append(may, bson.E{Key: t.fence(), Value: bson.D{{Key: "$lt", Value: tok}}})
 	}
+	return may, me
+}
+
+// sharedEntered is the $set of an entry into t's resource: me among the
+// holders, with its token tok, its wait and the counts.
+func sharedEntered(t target, me bson.D, tok int64, waited time.Duration) bson.D {
 	holders := bson.D{{Key: "$ifNull", Value: bson.A{"$" + fHolders, bson.A{}}}}
 	set := bson.D{
 		{Key: fHolders, Value: bson.D{{Key: "$concatArrays", Value: bson.A{holders, bson.A{bson.D{{Key: "$literal", Value: me}}}}}}},
@@ -813,12 +839,14 @@ func (c *child) enterShared(ctx context.Context, t target, tok int64, waited tim
 	if t.upgrade {
 		set = append(set, bson.E{Key: fUEntries, Value: bson.D{{Key: "$add", Value: bson.A{"$" + fUEntries, 1}}}})
 	}
-	enter := mongo.Pipeline{{{Key: "$set", Value: set}}}
-	if ok, err := c.tryEnter(ctx, t, may, enter); ok || err != nil {
-		return ok
-	}
-	// Refused: read why. The tokens only grow, so a token refused is still
-	// refused; the holders may have left meanwhile.
+	return set
+}
+
+// sharedRefused reads why t's resource refused the holder of token tok,
+// and counts the violation. The tokens only grow, so a token refused is
+// still refused; the holders may have left meanwhile. It reports whether
+// it could read the resource.
+func (c *child) sharedRefused(ctx context.Context, t target, tok int64) bool {
 	var doc struct {
 		Last       int64 `bson:"last"`
 		LastWriter int64 `bson:"lastW"`
@@ -849,11 +877,6 @@ func (c *child) enterShared(ctx context.Context, t target, tok int64, waited tim
 		c.violation(t, vOverlap, "%s entered while %d of %d slots were taken, now: [%s]", who, c.n, c.n, strings.Join(inside, ", "))
 	default:
 		c.violation(t, vOverlap, "%s entered while a conflicting holder was inside, now: [%s]", who, strings.Join(inside, ", "))
-	}
-	// Enter anyway, so that the run goes on and those inside see it too.
-	if _, err := c.res.UpdateOne(ctx, bson.D{{Key: "_id", Value: t.name()}}, enter); err != nil {
-		c.count(sErrors)
-		return false
 	}
 	return true
 }
