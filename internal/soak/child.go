@@ -144,38 +144,13 @@ func num(v any) int64 {
 	return 0
 }
 
+// runChild runs a soak child as the parent's flags say, until the run's
+// end or its parent's.
 func runChild(args []string) error {
-	fs := flag.NewFlagSet("soak child", flag.ContinueOnError)
-	c := &child{}
-	var (
-		goroutines int
-		until      int64
-	)
-	fs.StringVar(&c.id, "id", "", "process id in resource documents")
-	fs.StringVar(&c.db, "db", "", "database")
-	fs.IntVar(&goroutines, "g", 1, "goroutines")
-	fs.IntVar(&c.names[mutex], "k", 1, "mutex names")
-	fs.IntVar(&c.names[semaphore], "ks", 0, "semaphore names")
-	fs.IntVar(&c.names[rwlock], "kr", 0, "rwlock names")
-	fs.IntVar(&c.names[election], "ke", 0, "election names")
-	fs.IntVar(&c.n, "n", 1, "a semaphore's slots")
-	fs.DurationVar(&c.expiry, "expiry", 2*time.Second, "lock expiry")
-	fs.DurationVar(&c.cadence, "cadence", 0, "extension cadence (0: the library's default)")
-	fs.DurationVar(&c.hold, "hold", 5*time.Millisecond, "longest sleep between writes in a critical section")
-	fs.DurationVar(&c.longHold, "long-hold", 0, "a goroutine more holds semaphore slots and rwlock read locks for up to this long each (0: none)")
-	fs.DurationVar(&c.giveUp, "give-up", 20*time.Second, "an acquisition gives up after this long")
-	fs.Int64Var(&until, "until", 0, "unix nanos at which to stop acquiring")
-	fs.DurationVar(&c.every, "drop-every", 0, "close the client under a held lock this often (0: never)")
-	fs.BoolVar(&c.sabotage, "sabotage", false, "release before the critical section (the checks must see it)")
-	if err := fs.Parse(args); err != nil {
+	c, goroutines, err := parseChildFlags(args)
+	if err != nil {
 		return err
 	}
-	if len(c.kinds()) == 0 {
-		return errors.New("no names")
-	}
-	c.uri = os.Getenv(testdb.EnvURI) // the parent's server
-	c.until = time.Unix(0, until)
-
 	// The parent holds our stdin: when it goes away, so do we.
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin)
@@ -210,6 +185,39 @@ func runChild(args []string) error {
 	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer dcancel()
 	return c.gen.Load().client.Disconnect(dctx)
+}
+
+// parseChildFlags reads the flags the parent gives a child: the child, and
+// how many goroutines it runs.
+func parseChildFlags(args []string) (c *child, goroutines int, err error) {
+	fs := flag.NewFlagSet("soak child", flag.ContinueOnError)
+	c = &child{}
+	var until int64
+	fs.StringVar(&c.id, "id", "", "process id in resource documents")
+	fs.StringVar(&c.db, "db", "", "database")
+	fs.IntVar(&goroutines, "g", 1, "goroutines")
+	fs.IntVar(&c.names[mutex], "k", 1, "mutex names")
+	fs.IntVar(&c.names[semaphore], "ks", 0, "semaphore names")
+	fs.IntVar(&c.names[rwlock], "kr", 0, "rwlock names")
+	fs.IntVar(&c.names[election], "ke", 0, "election names")
+	fs.IntVar(&c.n, "n", 1, "a semaphore's slots")
+	fs.DurationVar(&c.expiry, "expiry", 2*time.Second, "lock expiry")
+	fs.DurationVar(&c.cadence, "cadence", 0, "extension cadence (0: the library's default)")
+	fs.DurationVar(&c.hold, "hold", 5*time.Millisecond, "longest sleep between writes in a critical section")
+	fs.DurationVar(&c.longHold, "long-hold", 0, "a goroutine more holds semaphore slots and rwlock read locks for up to this long each (0: none)")
+	fs.DurationVar(&c.giveUp, "give-up", 20*time.Second, "an acquisition gives up after this long")
+	fs.Int64Var(&until, "until", 0, "unix nanos at which to stop acquiring")
+	fs.DurationVar(&c.every, "drop-every", 0, "close the client under a held lock this often (0: never)")
+	fs.BoolVar(&c.sabotage, "sabotage", false, "release before the critical section (the checks must see it)")
+	if err := fs.Parse(args); err != nil {
+		return nil, 0, err
+	}
+	if len(c.kinds()) == 0 {
+		return nil, 0, errors.New("no names")
+	}
+	c.uri = os.Getenv(testdb.EnvURI) // the parent's server
+	c.until = time.Unix(0, until)
+	return c, goroutines, nil
 }
 
 // kinds returns the kinds that have names.
