@@ -170,46 +170,40 @@ func (b *Board) Enter(s Section, floor int64, waited time.Duration) bool {
 	b.total++
 	b.writes++
 	if s.Kind.Single() {
-		if r.last >= s.Tok {
-			b.violation(s.Kind, &c.OutOfOrder, "%s acquired after token %d was accepted", s.who(), r.last)
-		}
-		if r.inside != nil && !r.inside.dead {
-			b.violation(s.Kind, &c.Overlap, "%s entered while %s was inside", s.who(), r.inside)
-		}
-		r.inside = me
-		r.last = max(r.last, s.Tok)
-		c.MaxWait = max(c.MaxWait, waited)
-		return true
+		b.enterSingle(s, r, me, waited)
+	} else {
+		b.enterShared(s, r, me, floor, waited)
 	}
-	var inside []string
-	dup, writer, units := false, false, 0
-	for _, h := range r.holders {
-		inside = append(inside, h.String())
-		dup = dup || h.tok == s.Tok
-		writer = writer || h.write
-		units += h.units
+	return true
+}
+
+// enterSingle enters me, s's holder, into a mutex's or an election's
+// resource r, counting what its entry breaks of the rule.
+func (b *Board) enterSingle(s Section, r *resource, me *occupant, waited time.Duration) {
+	c := &b.per[s.Kind]
+	if r.last >= s.Tok {
+		b.violation(s.Kind, &c.OutOfOrder, "%s acquired after token %d was accepted", s.who(), r.last)
 	}
-	switch {
-	case s.Kind == Semaphore && s.Tok <= floor:
-		b.violation(s.Kind, &c.OutOfOrder, "%s acquired after token %d had entered", s.who(), floor)
-	case s.Kind == Semaphore && dup:
-		b.violation(s.Kind, &c.OutOfOrder, "%s entered while a holder with the same token was inside", s.who())
-	case s.Kind == RWLock && s.Write && r.last >= s.Tok:
-		b.violation(s.Kind, &c.OutOfOrder, "%s acquired after token %d had entered", s.who(), r.last)
-	case s.Kind == RWLock && !s.Write && r.lastW >= s.Tok:
-		b.violation(s.Kind, &c.OutOfOrder, "%s acquired after writer's token %d had entered", s.who(), r.lastW)
+	if r.inside != nil && !r.inside.dead {
+		b.violation(s.Kind, &c.Overlap, "%s entered while %s was inside", s.who(), r.inside)
 	}
-	switch {
-	case s.Kind == Semaphore && units+me.units > b.n:
-		b.violation(s.Kind, &c.Overlap, "%s entered, %d units, while %d of %d slots were taken: [%s]", s.who(), me.units, units, b.n, strings.Join(inside, ", "))
-	case s.Kind == RWLock && (s.Write && len(r.holders) > 0 || writer):
-		b.violation(s.Kind, &c.Overlap, "%s entered while a conflicting holder was inside: [%s]", s.who(), strings.Join(inside, ", "))
-	}
+	r.inside = me
+	r.last = max(r.last, s.Tok)
+	c.MaxWait = max(c.MaxWait, waited)
+}
+
+// enterShared enters me, s's holder, into a semaphore's or an rwlock's
+// resource r, counting what its entry breaks of the rule: its token's
+// order first, then the room.
+func (b *Board) enterShared(s Section, r *resource, me *occupant, floor int64, waited time.Duration) {
+	c := &b.per[s.Kind]
+	b.checkOrder(s, r, floor)
+	b.checkRoom(s, r, me)
 	r.holders = append(r.holders, me)
 	r.last = max(r.last, s.Tok)
 	c.Peak = max(c.Peak, int64(len(r.holders)))
 	if s.Kind == Semaphore {
-		c.Peak = max(c.Peak, int64(units+me.units))
+		c.Peak = max(c.Peak, int64(r.units()))
 	}
 	if s.Write {
 		r.lastW = max(r.lastW, s.Tok)
@@ -221,7 +215,54 @@ func (b *Board) Enter(s Section, floor int64, waited time.Duration) bool {
 	} else {
 		c.MaxWait = max(c.MaxWait, waited)
 	}
-	return true
+}
+
+// checkOrder counts an out-of-order token of s entering the shared
+// resource r: a semaphore's not above floor or held already, an rwlock
+// writer's not above the last entered, a reader's not above the last
+// writer's.
+func (b *Board) checkOrder(s Section, r *resource, floor int64) {
+	c := &b.per[s.Kind]
+	dup := slices.ContainsFunc(r.holders, func(h *occupant) bool { return h.tok == s.Tok })
+	switch {
+	case s.Kind == Semaphore && s.Tok <= floor:
+		b.violation(s.Kind, &c.OutOfOrder, "%s acquired after token %d had entered", s.who(), floor)
+	case s.Kind == Semaphore && dup:
+		b.violation(s.Kind, &c.OutOfOrder, "%s entered while a holder with the same token was inside", s.who())
+	case s.Kind == RWLock && s.Write && r.last >= s.Tok:
+		b.violation(s.Kind, &c.OutOfOrder, "%s acquired after token %d had entered", s.who(), r.last)
+	case s.Kind == RWLock && !s.Write && r.lastW >= s.Tok:
+		b.violation(s.Kind, &c.OutOfOrder, "%s acquired after writer's token %d had entered", s.who(), r.lastW)
+	}
+}
+
+// checkRoom counts an overlap of me, s's holder, entering the shared
+// resource r: a semaphore's beyond its slots, an rwlock's writer beside
+// anyone or anyone beside a writer.
+func (b *Board) checkRoom(s Section, r *resource, me *occupant) {
+	c := &b.per[s.Kind]
+	var inside []string
+	writer := false
+	for _, h := range r.holders {
+		inside = append(inside, h.String())
+		writer = writer || h.write
+	}
+	units := r.units()
+	switch {
+	case s.Kind == Semaphore && units+me.units > b.n:
+		b.violation(s.Kind, &c.Overlap, "%s entered, %d units, while %d of %d slots were taken: [%s]", s.who(), me.units, units, b.n, strings.Join(inside, ", "))
+	case s.Kind == RWLock && (s.Write && len(r.holders) > 0 || writer):
+		b.violation(s.Kind, &c.Overlap, "%s entered while a conflicting holder was inside: [%s]", s.who(), strings.Join(inside, ", "))
+	}
+}
+
+// units is the units of the holders inside r.
+func (r *resource) units() int {
+	n := 0
+	for _, h := range r.holders {
+		n += h.units
+	}
+	return n
 }
 
 // mine returns s's holder in its resource, if it is inside and its token
