@@ -322,21 +322,7 @@ func (i interrupted) Error() string { return i.sig.String() }
 // acquire takes the lock (or slot) as f says, for the command called cmd,
 // and ends the wait on the first of sigs.
 func (c *cli) acquire(s *session, cmd, name string, f *runFlags, sigs <-chan os.Signal) (*mongolock.Handle, error) {
-	var try, wait func(context.Context) (*mongolock.Handle, error)
-	switch {
-	case f.slots > 0:
-		sem := s.p.Semaphore(name, f.slots).Units(f.units)
-		try, wait = sem.TryAcquire, sem.Acquire
-	case f.read:
-		r := s.p.RWLock(name).Reader()
-		try, wait = r.TryAcquire, r.Acquire
-	case f.write:
-		w := s.p.RWLock(name).Writer()
-		try, wait = w.TryAcquire, w.Acquire
-	default:
-		l := s.p.Lock(name)
-		try, wait = l.TryAcquire, l.Acquire
-	}
+	try, wait := acquirers(s, name, f)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	acquire := wait
@@ -370,18 +356,44 @@ func (c *cli) acquire(s *session, cmd, name string, f *runFlags, sigs <-chan os.
 		}
 		return nil, fail(signalStatus(sig.sig), "%s: %s while waiting for %q: not acquired", cmd, sig.sig, name)
 	}
-	switch {
-	case err == nil:
-		return h, nil
-	case errors.Is(err, mongolock.ErrNotAcquired):
-		if f.verbose {
-			return nil, fail(exitNotAcquired, "%s: %s", cmd, oneLine(err))
-		}
-		return nil, fail(exitNotAcquired, "")
-	case isServerError(err):
-		return nil, serverError(err)
+	if err != nil {
+		return nil, notAcquired(cmd, err, f.verbose)
 	}
-	return nil, fail(exitFailed, "%s", oneLine(err))
+	return h, nil
+}
+
+// acquirers returns the TryAcquire and the Acquire of what f names: a
+// semaphore's slots, an RWLock's reader or writer, or a lock.
+func acquirers(s *session, name string, f *runFlags) (try, wait func(context.Context) (*mongolock.Handle, error)) {
+	switch {
+	case f.slots > 0:
+		sem := s.p.Semaphore(name, f.slots).Units(f.units)
+		return sem.TryAcquire, sem.Acquire
+	case f.read:
+		r := s.p.RWLock(name).Reader()
+		return r.TryAcquire, r.Acquire
+	case f.write:
+		w := s.p.RWLock(name).Writer()
+		return w.TryAcquire, w.Acquire
+	}
+	l := s.p.Lock(name)
+	return l.TryAcquire, l.Acquire
+}
+
+// notAcquired is the failure of the command cmd whose acquisition failed
+// with err: not acquired (said only when verbose), the server's error, or
+// another.
+func notAcquired(cmd string, err error, verbose bool) error {
+	switch {
+	case errors.Is(err, mongolock.ErrNotAcquired):
+		if verbose {
+			return fail(exitNotAcquired, "%s: %s", cmd, oneLine(err))
+		}
+		return fail(exitNotAcquired, "")
+	case isServerError(err):
+		return serverError(err)
+	}
+	return fail(exitFailed, "%s", oneLine(err))
 }
 
 // runHolding runs argv while h holds its lock, stops it if the lock is
