@@ -410,20 +410,8 @@ func (c *cli) runHolding(s *session, h *mongolock.Handle, argv []string, grace t
 		return 0, fail(exitLost, "run: lost %q before %s started: %s; not run", h.Name(), argv[0], lossReason(backend.ReleaseUnused(context.Background(), h)))
 	default:
 	}
-	started, exited := make(chan error, 1), make(chan error, 1)
-	go func() {
-		// A child's parent-death signal comes when the thread that
-		// started it ends: this one, kept until the child is waited for.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := child.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		exited <- child.Wait()
-	}()
-	if err := <-started; err != nil {
+	exited, err := startChild(child)
+	if err != nil {
 		c.release(s, h) // the command never ran: no hold, and a loss is moot
 		code := exitNoExec
 		if errors.Is(err, fs.ErrNotExist) {
@@ -431,46 +419,8 @@ func (c *cli) runHolding(s *session, h *mongolock.Handle, argv []string, grace t
 		}
 		return 0, fail(code, "run: %s", oneLine(err))
 	}
-
-	lost := h.Lost()
-	var kill <-chan time.Time
-	var lossErr error
-wait:
-	for {
-		select {
-		case <-exited: // its status is in child.ProcessState
-			break wait
-		case <-lost:
-			lost, s.lost = nil, true
-			terminate(child.Process)
-			kill = time.After(grace)
-			// The lock stays held on the server until its lease ends
-			// there, unless released: it is released once CMD has stopped.
-			if lossErr = backend.LossOf(h); lossErr == nil {
-				lossErr = mongolock.ErrLockLost
-			}
-			fmt.Fprintf(c.stderr, "mongolock: run: lost %q (fencing token %d) while %s ran: %s; sent it SIGTERM\n",
-				h.Name(), h.FencingToken(), argv[0], lossReason(lossErr))
-		case <-kill:
-			kill = nil
-			killGroup(child.Process)
-			fmt.Fprintf(c.stderr, "mongolock: run: %s still ran %v after SIGTERM: sent it SIGKILL\n", argv[0], grace)
-		case sig := <-sigs:
-			forward(child.Process, sig)
-		}
-	}
-	if lossErr != nil {
-		// What CMD started may outlive it: it gets SIGKILL at the end
-		// of the grace too.
-		if kill != nil && groupAlive(child.Process) {
-			<-kill
-			killGroup(child.Process)
-		}
-		// CMD has stopped: the release frees the lock at once (the lost
-		// lease is not extended; WithHoldAtLeast's hold still applies).
-		ctx, cancel := s.ctx()
-		_ = h.Release(ctx)
-		cancel()
+	if lost, kill := c.watch(s, h, child, exited, grace, sigs); lost {
+		c.releaseAfterLoss(s, h, child, kill)
 		return 0, fail(exitLost, "")
 	}
 	status := exitStatus(child)
@@ -483,6 +433,72 @@ wait:
 			argv[0], status, h.Name(), h.FencingToken(), lossReason(err))
 	}
 	return status, nil
+}
+
+// startChild starts child and returns the channel of its exit, or why it did
+// not start.
+func startChild(child *exec.Cmd) (exited <-chan error, err error) {
+	started, done := make(chan error, 1), make(chan error, 1)
+	go func() {
+		// A child's parent-death signal comes when the thread that
+		// started it ends: this one, kept until the child is waited for.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := child.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		done <- child.Wait()
+	}()
+	return done, <-started
+}
+
+// watch waits for child to exit while h holds, forwarding sigs to it. At
+// h's loss it sends child SIGTERM, and SIGKILL after grace. It reports
+// whether h was lost, and the timer of that SIGKILL if it is still to
+// come.
+func (c *cli) watch(s *session, h *mongolock.Handle, child *exec.Cmd, exited <-chan error, grace time.Duration, sigs <-chan os.Signal) (lost bool, kill <-chan time.Time) {
+	lostCh := h.Lost()
+	for {
+		select {
+		case <-exited: // its status is in child.ProcessState
+			return lost, kill
+		case <-lostCh:
+			lostCh, s.lost, lost = nil, true, true
+			terminate(child.Process)
+			kill = time.After(grace)
+			// The lock stays held on the server until its lease ends
+			// there, unless released: it is released once CMD has stopped.
+			lossErr := backend.LossOf(h)
+			if lossErr == nil {
+				lossErr = mongolock.ErrLockLost
+			}
+			fmt.Fprintf(c.stderr, "mongolock: run: lost %q (fencing token %d) while %s ran: %s; sent it SIGTERM\n",
+				h.Name(), h.FencingToken(), child.Args[0], lossReason(lossErr))
+		case <-kill:
+			kill = nil
+			killGroup(child.Process)
+			fmt.Fprintf(c.stderr, "mongolock: run: %s still ran %v after SIGTERM: sent it SIGKILL\n", child.Args[0], grace)
+		case sig := <-sigs:
+			forward(child.Process, sig)
+		}
+	}
+}
+
+// releaseAfterLoss releases the lost h once child has stopped: what CMD
+// started may outlive it, and gets SIGKILL at the end of the grace too
+// (kill, if it is still to come).
+func (c *cli) releaseAfterLoss(s *session, h *mongolock.Handle, child *exec.Cmd, kill <-chan time.Time) {
+	if kill != nil && groupAlive(child.Process) {
+		<-kill
+		killGroup(child.Process)
+	}
+	// CMD has stopped: the release frees the lock at once (the lost
+	// lease is not extended; WithHoldAtLeast's hold still applies).
+	ctx, cancel := s.ctx()
+	_ = h.Release(ctx)
+	cancel()
 }
 
 // lossReason says why a lock was lost, from its Release's error.
