@@ -57,21 +57,52 @@ func holderIDs(info mongolock.LockInfo) []string {
 	return ids
 }
 
+// A listedLock is what a listing and Inspect must show of a held name.
+type listedLock struct {
+	name    string
+	kind    mongolock.Kind
+	n       int
+	owner   string // and value: the lock's and the election's
+	value   string
+	holders []*mongolock.Handle
+	owners  []string
+	write   bool
+}
+
+// checkListed requires info to show w. ids are the holders' IDs seen so
+// far, each with its name and kind: an ID names one holder.
+func checkListed(e *Env, ids map[string]string, info mongolock.LockInfo, w listedLock) {
+	e.T.Helper()
+	what := fmt.Sprintf("%s (%s)", w.name, w.kind)
+	require.Equal(e.T, w.name, info.Name)
+	require.Equal(e.T, w.kind, info.Kind, what)
+	require.True(e.T, info.Held, what)
+	require.Equal(e.T, w.n, info.N, what)
+	require.Equal(e.T, w.owner, info.Owner, what)
+	require.Equal(e.T, w.value, info.Value, what)
+	require.Equal(e.T, tokens(w.holders, mongolock.LockInfo{}), tokens(nil, info), "%s: the holders, in the order they acquired", what)
+	for i, h := range info.Holders {
+		require.Equal(e.T, w.owners[i], h.Owner, what)
+		require.Equal(e.T, w.write, h.Write, what)
+		require.NotEmpty(e.T, h.ID, what)
+		if seen, ok := ids[h.ID]; ok {
+			require.Equal(e.T, what, seen, "one ID for two holders")
+		}
+		ids[h.ID] = what
+		require.True(e.T, h.ExpiresAt.After(info.ServerTime), what)
+	}
+	newest := info.Holders[len(info.Holders)-1]
+	require.Equal(e.T, newest.FencingToken, info.FencingToken, what)
+	require.Equal(e.T, newest.AcquiredAt, info.AcquiredAt, "%s: the newest holder's acquisition", what)
+	require.True(e.T, info.ExpiresAt.After(info.ServerTime), what)
+	require.False(e.T, info.Waiting || info.WriterWaiting, what)
+}
+
 func locksListEveryKind(e *Env) {
 	p, q := e.provider(mongolock.WithOwner("node-1")), e.provider(mongolock.WithOwner("node-2"))
 	leader, err := p.Election("k/leader").Campaign(e.Ctx, "http://10.0.0.7:8080")
 	require.NoError(e.T, err)
-	type want struct {
-		name    string
-		kind    mongolock.Kind
-		n       int
-		owner   string // and value: the lock's and the election's
-		value   string
-		holders []*mongolock.Handle
-		owners  []string
-		write   bool
-	}
-	wants := []want{
+	wants := []listedLock{
 		{"k/both", mongolock.KindLock, 0, "node-1", "", []*mongolock.Handle{e.try(p.Lock("k/both"))}, []string{"node-1"}, false},
 		{"k/both", mongolock.KindSemaphore, 2, "", "", []*mongolock.Handle{e.try(q.Semaphore("k/both", 2))}, []string{"node-2"}, false},
 		{"k/leader", mongolock.KindElection, 0, "node-1", "http://10.0.0.7:8080", []*mongolock.Handle{leader.Handle}, []string{"node-1"}, false},
@@ -82,44 +113,17 @@ func locksListEveryKind(e *Env) {
 	}
 	e.try(p.Lock("other"))
 	ids := map[string]string{} // a holder's ID: its name and kind
-	check := func(info mongolock.LockInfo, w want) {
-		e.T.Helper()
-		what := fmt.Sprintf("%s (%s)", w.name, w.kind)
-		require.Equal(e.T, w.name, info.Name)
-		require.Equal(e.T, w.kind, info.Kind, what)
-		require.True(e.T, info.Held, what)
-		require.Equal(e.T, w.n, info.N, what)
-		require.Equal(e.T, w.owner, info.Owner, what)
-		require.Equal(e.T, w.value, info.Value, what)
-		require.Equal(e.T, tokens(w.holders, mongolock.LockInfo{}), tokens(nil, info), "%s: the holders, in the order they acquired", what)
-		for i, h := range info.Holders {
-			require.Equal(e.T, w.owners[i], h.Owner, what)
-			require.Equal(e.T, w.write, h.Write, what)
-			require.NotEmpty(e.T, h.ID, what)
-			if seen, ok := ids[h.ID]; ok {
-				require.Equal(e.T, what, seen, "one ID for two holders")
-			}
-			ids[h.ID] = what
-			require.True(e.T, h.ExpiresAt.After(info.ServerTime), what)
-		}
-		newest := info.Holders[len(info.Holders)-1]
-		require.Equal(e.T, newest.FencingToken, info.FencingToken, what)
-		require.Equal(e.T, newest.AcquiredAt, info.AcquiredAt, "%s: the newest holder's acquisition", what)
-		require.True(e.T, info.ExpiresAt.After(info.ServerTime), what)
-		require.False(e.T, info.Waiting || info.WriterWaiting, what)
-	}
-
 	listed := 0
 	for info, err := range p.Locks(e.Ctx, "k/") {
 		require.NoError(e.T, err)
 		require.Less(e.T, listed, len(wants), "listed %s too", info.Name)
-		check(info, wants[listed])
+		checkListed(e, ids, info, wants[listed])
 		listed++
 	}
 	require.Equal(e.T, len(wants), listed)
 	for i, w := range wants {
 		if i != 1 { // k/both: Inspect shows the lock's
-			check(e.inspect(q, w.name), w)
+			checkListed(e, ids, e.inspect(q, w.name), w)
 		}
 	}
 	sem, err := q.Semaphore("k/both", 2).Inspect(e.Ctx)
