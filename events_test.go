@@ -53,202 +53,162 @@ type eventCase struct {
 	pipeline bool   // an update with a pipeline: a 5.0 update or a replace
 }
 
-func TestReleaseEventFiltersPassEveryReleaseShapeAndNothingElse(t *testing.T) {
+// An eventLog runs writes on the test server and stores the change events
+// MongoDB would report of each, for the watches' filters to run over.
+// Its claims and places as next last the whole test: no step depends on
+// timing.
+type eventLog struct {
+	t                    *testing.T
+	ctx                  context.Context
+	locks, slots, events *mongo.Collection
+	cases                []eventCase
+	seq                  int
+	owner                string
+	expiry, claim, next  time.Duration
+}
+
+// anyToken is a first attempt's wait token.
+const anyToken = math.MaxInt64
+
+func newEventLog(t *testing.T) *eventLog {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	db := testdb.Database(t)
-	locks, slots, events := db.Collection("locks"), db.Collection("locks_semaphores"), db.Collection("events")
-	const owner = "host/1"
-	// Claims and places as next that last the whole test: no step depends
-	// on timing.
-	expiry, claim, next := 30*time.Second, time.Hour, time.Hour
-	var cases []eventCase
-	seq := 0
-	// step runs write on coll's document name and stores the events
-	// MongoDB would report of it.
-	step := func(c eventCase, name string, write func(coll *mongo.Collection) error) {
-		t.Helper()
-		coll := locks
-		if c.coll == "slots" {
-			coll = slots
-		}
-		before := readDoc(ctx, t, coll, name)
-		require.NoError(t, write(coll), c.what)
-		after := readDoc(ctx, t, coll, name)
-		require.NotEqual(t, before, after, "%s: the write changed nothing", c.what)
-		cases = append(cases, c)
-		key := bson.D{{Key: "_id", Value: name}}
-		var shapes []bson.D
-		switch {
-		case before == nil:
-			shapes = append(shapes, bson.D{{Key: "operationType", Value: "insert"}, {Key: "documentKey", Value: key}, {Key: "fullDocument", Value: after}})
-		case after == nil:
-			shapes = append(shapes, bson.D{{Key: "operationType", Value: "delete"}, {Key: "documentKey", Value: key}})
-		default:
-			update := func(desc bson.D) bson.D {
-				return bson.D{{Key: "operationType", Value: "update"}, {Key: "documentKey", Value: key}, {Key: "updateDescription", Value: desc}}
-			}
-			if !c.pipeline {
-				shapes = append(shapes, update(updateDescription44(before, after)))
-			}
-			shapes = append(shapes, update(updateDescription50(before, after)))
-			if c.pipeline {
-				shapes = append(shapes, bson.D{{Key: "operationType", Value: "replace"}, {Key: "documentKey", Value: key}, {Key: "fullDocument", Value: after}})
-			}
-		}
-		for _, s := range shapes {
-			seq++
-			// The case's index and the shape's seq make the event's _id; the
-			// filters read none of it.
-			s = append(bson.D{{Key: "_id", Value: fmt.Sprintf("%03d/%d", seq, len(cases)-1)}}, s...)
-			_, err := events.InsertOne(ctx, s)
-			require.NoError(t, err, "%s: storing %v", c.what, s)
-		}
-	}
-	// acquire attempts for process proc with lockId id; a hand-over
-	// releases the lockId releasing.
-	acquire := func(name, proc, id, releasing string, mode attemptMode, waitToken int64, value *string, turn int) func(*mongo.Collection) error {
-		filter := acquireFilter(name)
-		if mode == handOverMode {
-			filter = ownerFilter(name, releasing)
-		}
-		return func(coll *mongo.Collection) error {
-			return coll.FindOneAndUpdate(ctx, filter, acquirePipeline(id, waitToken, value, newAcquireParts(acquirer{proc, owner, mode, expiry, claim, next, turn})), acquireOptions).Err()
-		}
-	}
-	update := func(filter bson.D, u any) func(*mongo.Collection) error {
-		return func(coll *mongo.Collection) error {
-			r, err := coll.UpdateOne(ctx, filter, u)
-			if err == nil && r.ModifiedCount != 1 {
-				err = fmt.Errorf("modified %d documents", r.ModifiedCount)
-			}
-			return err
-		}
-	}
-	insert := func(doc bson.D) func(*mongo.Collection) error {
-		return func(coll *mongo.Collection) error { _, err := coll.InsertOne(ctx, doc); return err }
-	}
-	const any = math.MaxInt64 // a first attempt's wait token
-	lock := func(what string, release, leader, pipeline bool) eventCase {
-		return eventCase{what: "lock: " + what, coll: "locks", release: release, leader: leader, pipeline: pipeline}
-	}
+	return &eventLog{t: t, ctx: ctx, locks: db.Collection("locks"), slots: db.Collection("locks_semaphores"), events: db.Collection("events"),
+		owner: "host/1", expiry: 30 * time.Second, claim: time.Hour, next: time.Hour}
+}
 
-	// A lock's life, and an election's, on the document "L".
-	const L = "L"
-	step(lock("create", false, true, false), L, insert(createDoc(L)))
-	step(lock("A acquires", false, true, true), L, acquire(L, "A", "a1", "", waitMode, any, nil, turnLength))
-	step(lock("A extends", false, false, true), L, func(coll *mongo.Collection) error {
-		_, err := coll.UpdateMany(ctx, extendFilter(bson.A{L}, bson.A{"a1"}), extendUpdate(expiry, 0))
-		return err
-	})
-	step(lock("B, refused, claims", false, false, true), L, acquire(L, "B", "b", "", waitMode, any, nil, turnLength))
-	step(lock("C, refused, takes the place as next", false, false, true), L, acquire(L, "C", "c", "", waitMode, any, nil, turnLength))
-	step(lock("A releases", true, true, false), L, update(ownerFilter(L, "a1"), releaseUpdate))
-	step(lock("D, refused on the free lock B claims, takes B's claim over", false, false, true), L, acquire(L, "D", "d", "", waitMode, 1, nil, turnLength))
-	step(lock("D acquires", false, true, true), L, acquire(L, "D", "d1", "", waitMode, 1, nil, turnLength))
-	step(lock("D hands over within its process", false, true, true), L, acquire(L, "D", "d2", "d1", handOverMode, 1, nil, turnLength))
-	step(lock("D extends", false, false, true), L, func(coll *mongo.Collection) error {
-		_, err := coll.UpdateMany(ctx, extendFilter(bson.A{L}, bson.A{"d2"}), extendUpdate(expiry, 0))
-		return err
-	})
-	step(lock("D's hand-over, refused (its turn is over, C claims), releases", true, true, true), L, acquire(L, "D", "d3", "d2", handOverMode, 1, nil, electionTurn))
-	step(lock("C acquires", false, true, true), L, acquire(L, "C", "c1", "", waitMode, any, nil, turnLength))
-	step(lock("C releases, holding", false, true, true), L, update(ownerFilter(L, "c1"), holdReleaseUpdate(time.Hour)))
-	step(lock("force release", true, true, true), L, update(forceReleaseFilter(L), forceReleaseUpdate))
-	step(lock("C acquires one nobody waits for", false, true, true), L, func(coll *mongo.Collection) error {
-		return coll.FindOneAndUpdate(ctx, acquireFilter(L), unclaimedPipeline("C", owner, expiry, "c2", nil), acquireOptions).Err()
-	})
-	step(lock("C releases, its hold over", true, true, true), L, update(ownerFilter(L, "c2"), holdReleaseUpdate(0)))
-	leaderValue := "http://10.0.0.7:8080"
-	step(lock("A campaigns and leads", false, true, true), L, acquire(L, "A", "a2", "", waitMode, any, &leaderValue, electionTurn))
-	step(lock("A proclaims", false, true, false), L, update(ownerFilter(L, "a2"), proclaimUpdate("http://10.0.0.7:9090")))
-	step(lock("A extends its leadership", false, false, true), L, func(coll *mongo.Collection) error {
-		_, err := coll.UpdateMany(ctx, extendFilter(bson.A{L}, bson.A{"a2"}), extendUpdate(expiry, 0))
-		return err
-	})
-	step(lock("B, refused, claims", false, false, true), L, acquire(L, "B", "b", "", waitMode, any, nil, electionTurn))
-	step(lock("B withdraws its claim", false, false, true), L, update(withdrawFilter(L, "B"), withdrawUpdate("B")))
-	step(lock("deleted (DistributedLock.MongoDB's release, the TTL monitor)", true, true, false), L, func(coll *mongo.Collection) error {
-		_, err := coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: L}})
-		return err
-	})
-
-	// A semaphore of 2 slots, "S", and an RWLock, "R".
-	slot := func(what string, release, pipeline bool) eventCase {
-		return eventCase{what: what, coll: "slots", release: release, pipeline: pipeline}
+// step runs write on c's collection's document name and stores the
+// events MongoDB would report of it.
+func (l *eventLog) step(c eventCase, name string, write func(coll *mongo.Collection) error) {
+	t := l.t
+	t.Helper()
+	coll := l.locks
+	if c.coll == "slots" {
+		coll = l.slots
 	}
-	take := func(name, proc, id, releasing string, n int, rw rwMode, mode attemptMode) func(*mongo.Collection) error {
-		filter := acquireFilter(name)
-		if mode == handOverMode {
-			filter = semHolderFilter(name, releasing)
-		}
-		a := slotAttempt{id: id, releasing: releasing, waitToken: any, proc: proc, owner: owner, n: n, rw: rw, mode: mode, expiry: expiry, claim: claim}
-		return func(coll *mongo.Collection) error {
-			opts := options.FindOneAndUpdate().SetReturnDocument(options.After).SetProjection(slotReplyFields)
-			return coll.FindOneAndUpdate(ctx, filter, slotPipeline(a), opts).Err()
-		}
+	before := readDoc(l.ctx, t, coll, name)
+	require.NoError(t, write(coll), c.what)
+	after := readDoc(l.ctx, t, coll, name)
+	require.NotEqual(t, before, after, "%s: the write changed nothing", c.what)
+	l.cases = append(l.cases, c)
+	for _, s := range eventShapes(name, before, after, c.pipeline) {
+		l.seq++
+		// The case's index and the shape's seq make the event's _id; the
+		// filters read none of it.
+		s = append(bson.D{{Key: "_id", Value: fmt.Sprintf("%03d/%d", l.seq, len(l.cases)-1)}}, s...)
+		_, err := l.events.InsertOne(l.ctx, s)
+		require.NoError(t, err, "%s: storing %v", c.what, s)
 	}
-	const S, R = "S", "R"
-	step(slot("semaphore: create", false, false), S, insert(createSemDoc(S, 2)))
-	step(slot("semaphore: A takes a slot", false, true), S, take(S, "A", "a1", "", 2, 0, waitMode))
-	step(slot("semaphore: B takes a slot", false, true), S, take(S, "B", "b1", "", 2, 0, waitMode))
-	step(slot("semaphore: C, refused, claims", false, true), S, take(S, "C", "c", "", 2, 0, waitMode))
-	step(slot("semaphore: A and B extend", false, true), S, func(coll *mongo.Collection) error {
-		_, err := coll.UpdateMany(ctx, semExtendFilter(bson.A{S}, bson.A{"a1", "b1"}), semExtendUpdate(bson.A{"a1", "b1"}, expiry))
+}
+
+// eventShapes are the events MongoDB may report of a write that changed
+// document name from before to after (nil: none), by a pipeline or not.
+func eventShapes(name string, before, after bson.D, pipeline bool) []bson.D {
+	key := bson.D{{Key: "_id", Value: name}}
+	switch {
+	case before == nil:
+		return []bson.D{{{Key: "operationType", Value: "insert"}, {Key: "documentKey", Value: key}, {Key: "fullDocument", Value: after}}}
+	case after == nil:
+		return []bson.D{{{Key: "operationType", Value: "delete"}, {Key: "documentKey", Value: key}}}
+	}
+	update := func(desc bson.D) bson.D {
+		return bson.D{{Key: "operationType", Value: "update"}, {Key: "documentKey", Value: key}, {Key: "updateDescription", Value: desc}}
+	}
+	var shapes []bson.D
+	if !pipeline {
+		shapes = append(shapes, update(updateDescription44(before, after)))
+	}
+	shapes = append(shapes, update(updateDescription50(before, after)))
+	if pipeline {
+		shapes = append(shapes, bson.D{{Key: "operationType", Value: "replace"}, {Key: "documentKey", Value: key}, {Key: "fullDocument", Value: after}})
+	}
+	return shapes
+}
+
+// acquire attempts for process proc with lockId id; a hand-over releases
+// the lockId releasing.
+func (l *eventLog) acquire(name, proc, id, releasing string, mode attemptMode, waitToken int64, value *string, turn int) func(*mongo.Collection) error {
+	filter := acquireFilter(name)
+	if mode == handOverMode {
+		filter = ownerFilter(name, releasing)
+	}
+	return func(coll *mongo.Collection) error {
+		return coll.FindOneAndUpdate(l.ctx, filter, acquirePipeline(id, waitToken, value, newAcquireParts(acquirer{proc, l.owner, mode, l.expiry, l.claim, l.next, turn})), acquireOptions).Err()
+	}
+}
+
+// extend extends the lock name's holder id.
+func (l *eventLog) extend(name, id string) func(*mongo.Collection) error {
+	return func(coll *mongo.Collection) error {
+		_, err := coll.UpdateMany(l.ctx, extendFilter(bson.A{name}, bson.A{id}), extendUpdate(l.expiry, 0))
 		return err
-	})
-	step(slot("semaphore: A releases", true, false), S, update(semHolderFilter(S, "a1"), semReleaseUpdate("a1")))
-	step(slot("semaphore: C takes its claimed slot", false, true), S, take(S, "C", "c1", "", 2, 0, waitMode))
-	step(slot("semaphore: B hands over within its process", false, true), S, take(S, "B", "b2", "b1", 2, 0, handOverMode))
-	step(slot("semaphore: D, refused, claims", false, true), S, take(S, "D", "d", "", 2, 0, waitMode))
-	step(slot("semaphore: B's hand-over, refused (D claims), releases", true, true), S, take(S, "B", "b3", "b2", 2, 0, handOverMode))
-	step(slot("semaphore: force release", true, true), S, update(semForceReleaseFilter(S), semForceReleaseUpdate))
-
-	step(slot("rwlock: create", false, false), R, insert(createRWDoc(R)))
-	step(slot("rwlock: A reads", false, true), R, take(R, "A", "a1", "", 1, readMode, waitMode))
-	step(slot("rwlock: B reads, upgradeable", false, true), R, take(R, "B", "b1", "", 1, upgradeMode, waitMode))
-	upgrade := func(tag string) func(*mongo.Collection) error {
-		return func(coll *mongo.Collection) error {
-			return coll.FindOneAndUpdate(ctx, semHolderFilter(R, "b1"), upgradePipeline("b1", tag, claim),
-				options.FindOneAndUpdate().SetReturnDocument(options.After).SetProjection(upgradeReplyFields("b1"))).Err()
-		}
 	}
-	step(slot("rwlock: B polls to upgrade, A reading", false, true), R, upgrade("t1"))
-	step(slot("rwlock: B gives its upgrade up", true, true), R, update(upgradeTagFilter(R, "b1", "t1"), holderModeUpdate("b1", upgradeMode)))
-	step(slot("rwlock: A releases", true, false), R, update(semHolderFilter(R, "a1"), semReleaseUpdate("a1")))
-	step(slot("rwlock: B upgrades, alone", false, true), R, upgrade("t2"))
-	step(slot("rwlock: B downgrades", true, true), R, update(semHolderFilter(R, "b1"), holderModeUpdate("b1", readMode)))
-	step(slot("rwlock: C, refused, claims to write", false, true), R, take(R, "C", "c", "", 1, writeMode, waitMode))
-	step(slot("rwlock: B's read hand-over, refused (C claims to write), releases", true, true), R, take(R, "B", "b2", "b1", 1, readMode, handOverMode))
-	step(slot("rwlock: C writes", false, true), R, take(R, "C", "c1", "", 1, writeMode, waitMode))
-	step(slot("rwlock: C hands over within its process", false, true), R, take(R, "C", "c2", "c1", 1, writeMode, handOverMode))
-	step(slot("rwlock: force release of the writer", true, true), R, update(semHolderFilter(R, "c2"), semForceReleaseHolderUpdate("c2")))
+}
 
-	// Run each watch's pipeline over the stored events.
+// update applies u to the one document filter matches.
+func (l *eventLog) update(filter bson.D, u any) func(*mongo.Collection) error {
+	return func(coll *mongo.Collection) error {
+		r, err := coll.UpdateOne(l.ctx, filter, u)
+		if err == nil && r.ModifiedCount != 1 {
+			err = fmt.Errorf("modified %d documents", r.ModifiedCount)
+		}
+		return err
+	}
+}
+
+func (l *eventLog) insert(doc bson.D) func(*mongo.Collection) error {
+	return func(coll *mongo.Collection) error { _, err := coll.InsertOne(l.ctx, doc); return err }
+}
+
+// take attempts a semaphore's or an RWLock's slot for process proc with
+// id; a hand-over releases the holder releasing.
+func (l *eventLog) take(name, proc, id, releasing string, n int, rw rwMode, mode attemptMode) func(*mongo.Collection) error {
+	filter := acquireFilter(name)
+	if mode == handOverMode {
+		filter = semHolderFilter(name, releasing)
+	}
+	a := slotAttempt{id: id, releasing: releasing, waitToken: anyToken, proc: proc, owner: l.owner, n: n, rw: rw, mode: mode, expiry: l.expiry, claim: l.claim}
+	return func(coll *mongo.Collection) error {
+		opts := options.FindOneAndUpdate().SetReturnDocument(options.After).SetProjection(slotReplyFields)
+		return coll.FindOneAndUpdate(l.ctx, filter, slotPipeline(a), opts).Err()
+	}
+}
+
+// requireWatchesPassTheirsAlone runs each watch's pipeline over the stored
+// events: the release events' must pass every case's events that are a
+// release and no other, and the leader events' of the election leader
+// ("": none) those of the locks' collection that its leader's watchers
+// must see.
+func (l *eventLog) requireWatchesPassTheirsAlone(leader string) {
+	t := l.t
 	passed := func(pipeline mongo.Pipeline) map[string]bool {
-		cur, err := events.Aggregate(ctx, pipeline)
+		cur, err := l.events.Aggregate(l.ctx, pipeline)
 		require.NoError(t, err)
 		var got []struct {
 			ID string `bson:"_id"`
 		}
-		require.NoError(t, cur.All(ctx, &got))
+		require.NoError(t, cur.All(l.ctx, &got))
 		ids := map[string]bool{}
 		for _, g := range got {
 			ids[g.ID] = true
 		}
 		return ids
 	}
-	releases, leaders := passed(releaseEvents), passed(leaderEvents(L))
-	cur, err := events.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	releases, leaders := passed(releaseEvents), map[string]bool{}
+	if leader != "" {
+		leaders = passed(leaderEvents(leader))
+	}
+	cur, err := l.events.Find(l.ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	require.NoError(t, err)
 	var all []bson.Raw
-	require.NoError(t, cur.All(ctx, &all))
+	require.NoError(t, cur.All(l.ctx, &all))
 	var wrong []string
 	for _, e := range all {
 		id := e.Lookup("_id").StringValue()
 		i, err := strconv.Atoi(id[slices.Index([]byte(id), '/')+1:])
 		require.NoError(t, err)
-		c := cases[i]
+		c := l.cases[i]
 		shape := e.Lookup("operationType").StringValue()
 		if shape == "update" {
 			shape += " (4.4)"
@@ -264,6 +224,96 @@ func TestReleaseEventFiltersPassEveryReleaseShapeAndNothingElse(t *testing.T) {
 		}
 	}
 	require.Empty(t, wrong)
+}
+
+// A lock's life, and an election's, on the document "L".
+func TestReleaseEventFiltersPassEveryReleaseOfALockAndAnElectionAndNothingElse(t *testing.T) {
+	l := newEventLog(t)
+	lock := func(what string, release, leader, pipeline bool) eventCase {
+		return eventCase{what: "lock: " + what, coll: "locks", release: release, leader: leader, pipeline: pipeline}
+	}
+	const L = "L"
+	l.step(lock("create", false, true, false), L, l.insert(createDoc(L)))
+	l.step(lock("A acquires", false, true, true), L, l.acquire(L, "A", "a1", "", waitMode, anyToken, nil, turnLength))
+	l.step(lock("A extends", false, false, true), L, l.extend(L, "a1"))
+	l.step(lock("B, refused, claims", false, false, true), L, l.acquire(L, "B", "b", "", waitMode, anyToken, nil, turnLength))
+	l.step(lock("C, refused, takes the place as next", false, false, true), L, l.acquire(L, "C", "c", "", waitMode, anyToken, nil, turnLength))
+	l.step(lock("A releases", true, true, false), L, l.update(ownerFilter(L, "a1"), releaseUpdate))
+	l.step(lock("D, refused on the free lock B claims, takes B's claim over", false, false, true), L, l.acquire(L, "D", "d", "", waitMode, 1, nil, turnLength))
+	l.step(lock("D acquires", false, true, true), L, l.acquire(L, "D", "d1", "", waitMode, 1, nil, turnLength))
+	l.step(lock("D hands over within its process", false, true, true), L, l.acquire(L, "D", "d2", "d1", handOverMode, 1, nil, turnLength))
+	l.step(lock("D extends", false, false, true), L, l.extend(L, "d2"))
+	l.step(lock("D's hand-over, refused (its turn is over, C claims), releases", true, true, true), L, l.acquire(L, "D", "d3", "d2", handOverMode, 1, nil, electionTurn))
+	l.step(lock("C acquires", false, true, true), L, l.acquire(L, "C", "c1", "", waitMode, anyToken, nil, turnLength))
+	l.step(lock("C releases, holding", false, true, true), L, l.update(ownerFilter(L, "c1"), holdReleaseUpdate(time.Hour)))
+	l.step(lock("force release", true, true, true), L, l.update(forceReleaseFilter(L), forceReleaseUpdate))
+	l.step(lock("C acquires one nobody waits for", false, true, true), L, func(coll *mongo.Collection) error {
+		return coll.FindOneAndUpdate(l.ctx, acquireFilter(L), unclaimedPipeline("C", l.owner, l.expiry, "c2", nil), acquireOptions).Err()
+	})
+	l.step(lock("C releases, its hold over", true, true, true), L, l.update(ownerFilter(L, "c2"), holdReleaseUpdate(0)))
+	leaderValue := "http://10.0.0.7:8080"
+	l.step(lock("A campaigns and leads", false, true, true), L, l.acquire(L, "A", "a2", "", waitMode, anyToken, &leaderValue, electionTurn))
+	l.step(lock("A proclaims", false, true, false), L, l.update(ownerFilter(L, "a2"), proclaimUpdate("http://10.0.0.7:9090")))
+	l.step(lock("A extends its leadership", false, false, true), L, l.extend(L, "a2"))
+	l.step(lock("B, refused, claims", false, false, true), L, l.acquire(L, "B", "b", "", waitMode, anyToken, nil, electionTurn))
+	l.step(lock("B withdraws its claim", false, false, true), L, l.update(withdrawFilter(L, "B"), withdrawUpdate("B")))
+	l.step(lock("deleted (DistributedLock.MongoDB's release, the TTL monitor)", true, true, false), L, func(coll *mongo.Collection) error {
+		_, err := coll.DeleteOne(l.ctx, bson.D{{Key: "_id", Value: L}})
+		return err
+	})
+	l.requireWatchesPassTheirsAlone(L)
+}
+
+// slotCase is a case of the semaphores' and RWLocks' collection.
+func slotCase(what string, release, pipeline bool) eventCase {
+	return eventCase{what: what, coll: "slots", release: release, pipeline: pipeline}
+}
+
+// A semaphore of 2 slots, "S".
+func TestReleaseEventFiltersPassEveryReleaseOfASemaphoreAndNothingElse(t *testing.T) {
+	l := newEventLog(t)
+	const S = "S"
+	l.step(slotCase("semaphore: create", false, false), S, l.insert(createSemDoc(S, 2)))
+	l.step(slotCase("semaphore: A takes a slot", false, true), S, l.take(S, "A", "a1", "", 2, 0, waitMode))
+	l.step(slotCase("semaphore: B takes a slot", false, true), S, l.take(S, "B", "b1", "", 2, 0, waitMode))
+	l.step(slotCase("semaphore: C, refused, claims", false, true), S, l.take(S, "C", "c", "", 2, 0, waitMode))
+	l.step(slotCase("semaphore: A and B extend", false, true), S, func(coll *mongo.Collection) error {
+		_, err := coll.UpdateMany(l.ctx, semExtendFilter(bson.A{S}, bson.A{"a1", "b1"}), semExtendUpdate(bson.A{"a1", "b1"}, l.expiry))
+		return err
+	})
+	l.step(slotCase("semaphore: A releases", true, false), S, l.update(semHolderFilter(S, "a1"), semReleaseUpdate("a1")))
+	l.step(slotCase("semaphore: C takes its claimed slot", false, true), S, l.take(S, "C", "c1", "", 2, 0, waitMode))
+	l.step(slotCase("semaphore: B hands over within its process", false, true), S, l.take(S, "B", "b2", "b1", 2, 0, handOverMode))
+	l.step(slotCase("semaphore: D, refused, claims", false, true), S, l.take(S, "D", "d", "", 2, 0, waitMode))
+	l.step(slotCase("semaphore: B's hand-over, refused (D claims), releases", true, true), S, l.take(S, "B", "b3", "b2", 2, 0, handOverMode))
+	l.step(slotCase("semaphore: force release", true, true), S, l.update(semForceReleaseFilter(S), semForceReleaseUpdate))
+	l.requireWatchesPassTheirsAlone("")
+}
+
+// An RWLock, "R".
+func TestReleaseEventFiltersPassEveryReleaseOfAnRWLockAndNothingElse(t *testing.T) {
+	l := newEventLog(t)
+	const R = "R"
+	upgrade := func(tag string) func(*mongo.Collection) error {
+		return func(coll *mongo.Collection) error {
+			return coll.FindOneAndUpdate(l.ctx, semHolderFilter(R, "b1"), upgradePipeline("b1", tag, l.claim),
+				options.FindOneAndUpdate().SetReturnDocument(options.After).SetProjection(upgradeReplyFields("b1"))).Err()
+		}
+	}
+	l.step(slotCase("rwlock: create", false, false), R, l.insert(createRWDoc(R)))
+	l.step(slotCase("rwlock: A reads", false, true), R, l.take(R, "A", "a1", "", 1, readMode, waitMode))
+	l.step(slotCase("rwlock: B reads, upgradeable", false, true), R, l.take(R, "B", "b1", "", 1, upgradeMode, waitMode))
+	l.step(slotCase("rwlock: B polls to upgrade, A reading", false, true), R, upgrade("t1"))
+	l.step(slotCase("rwlock: B gives its upgrade up", true, true), R, l.update(upgradeTagFilter(R, "b1", "t1"), holderModeUpdate("b1", upgradeMode)))
+	l.step(slotCase("rwlock: A releases", true, false), R, l.update(semHolderFilter(R, "a1"), semReleaseUpdate("a1")))
+	l.step(slotCase("rwlock: B upgrades, alone", false, true), R, upgrade("t2"))
+	l.step(slotCase("rwlock: B downgrades", true, true), R, l.update(semHolderFilter(R, "b1"), holderModeUpdate("b1", readMode)))
+	l.step(slotCase("rwlock: C, refused, claims to write", false, true), R, l.take(R, "C", "c", "", 1, writeMode, waitMode))
+	l.step(slotCase("rwlock: B's read hand-over, refused (C claims to write), releases", true, true), R, l.take(R, "B", "b2", "b1", 1, readMode, handOverMode))
+	l.step(slotCase("rwlock: C writes", false, true), R, l.take(R, "C", "c1", "", 1, writeMode, waitMode))
+	l.step(slotCase("rwlock: C hands over within its process", false, true), R, l.take(R, "C", "c2", "c1", 1, writeMode, handOverMode))
+	l.step(slotCase("rwlock: force release of the writer", true, true), R, l.update(semHolderFilter(R, "c2"), semForceReleaseHolderUpdate("c2")))
+	l.requireWatchesPassTheirsAlone("")
 }
 
 // readDoc returns coll's document name, nil if there is none.
