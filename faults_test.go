@@ -467,8 +467,7 @@ func TestFaultResetsDuringAcquireAndReleaseLeaveNoOrphansAndNeverTwoHolders(t *t
 	rival := newProvider(t, db, mongolock.WithExpiry(resetExpiry))
 	uri := testdb.Info(t).URI
 	ctx := boundedCtx(t, 3*time.Minute)
-	var mu sync.Mutex
-	var resets int
+	var resets atomic.Int64
 	batches := runTrials(t, workers, workers, func(w int) ([]resetTrial, error) {
 		px, c, closeAll, err := dialProxied(uri)
 		if err != nil {
@@ -484,132 +483,174 @@ func TestFaultResetsDuringAcquireAndReleaseLeaveNoOrphansAndNeverTwoHolders(t *t
 		// A few milliseconds each way widen the window in which a reset
 		// catches a request on its way or its reply.
 		px.SetLatency(2*time.Millisecond, 2*time.Millisecond)
-		name := fmt.Sprintf("reset-%d", w)
+		rw := &resetWorker{ctx: ctx, px: px, holder: holder, rival: rival, name: fmt.Sprintf("reset-%d", w), resets: &resets}
 		var trials []resetTrial
-		var lastToken int64
-		fence := func(who string, token int64) string {
-			if token <= lastToken {
-				return fmt.Sprintf("%s got fencing token %d, not above the previous %d", who, token, lastToken)
-			}
-			lastToken = token
-			return ""
-		}
-		// rivalTakes polls until the rival gets the lock (or bound passes),
-		// checks its token and releases it.
-		rivalTakes := func(bound time.Duration) (time.Duration, string, error) {
-			start := time.Now()
-			for {
-				h2, err := rival.Lock(name).TryAcquire(ctx)
-				if err == nil {
-					v := fence("the rival", h2.FencingToken())
-					return time.Since(start), v, h2.Release(ctx)
-				}
-				if !errors.Is(err, mongolock.ErrNotAcquired) {
-					return 0, "", fmt.Errorf("rival: %w", err)
-				}
-				if time.Since(start) > bound {
-					return time.Since(start), fmt.Sprintf("the lock was still held %v after the operation returned", bound), nil
-				}
-				time.Sleep(5 * time.Millisecond) // polling pace
-			}
-		}
-		// withReset runs op and resets every connection of the holder
-		// after a random delay of up to 10ms.
-		withReset := func(op func()) (reset bool) {
-			done := make(chan struct{})
-			go func() { defer close(done); op() }()
-			timer := time.NewTimer(time.Duration(rand.Int64N(int64(10 * time.Millisecond))))
-			select {
-			case <-timer.C:
-				px.Reset()
-				reset = true
-				mu.Lock()
-				resets++
-				mu.Unlock()
-			case <-done:
-				timer.Stop()
-			}
-			<-done
-			return reset
-		}
 		for i := range perWorker {
 			var tr resetTrial
+			var err error
 			switch i % 3 {
-			case 0, 1: // acquire (waiting, or one attempt) with a reset
-				tr.during = "acquire"
-				if i%3 == 1 {
-					tr.during = "try acquire"
-				}
-				var h *mongolock.Handle
-				var err error
-				tr.reset = withReset(func() {
-					actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-					defer cancel()
-					if i%3 == 0 {
-						h, err = holder.Lock(name).Acquire(actx)
-					} else {
-						h, err = holder.Lock(name).TryAcquire(actx)
-					}
-				})
-				if err != nil {
-					tr.failed = true
-					if i%3 == 0 {
-						return trials, fmt.Errorf("trial %d: Acquire gave up after a reset: %w", i, err)
-					}
-				} else {
-					tr.violation = fence("the holder", h.FencingToken())
-					if _, rerr := rival.Lock(name).TryAcquire(ctx); !errors.Is(rerr, mongolock.ErrNotAcquired) {
-						tr.violation = fmt.Sprintf("two holders: the rival's attempt while the holder had a handle returned %v", rerr)
-					}
-					// A reset that came just after the acquisition may have
-					// left broken connections in the driver's pool, so
-					// this Release can fail too: then it is cleaned up in
-					// the background, like a release cut by a reset.
-					if rerr := h.Release(ctx); rerr != nil {
-						tr.failed = true
-					}
-				}
-				d, v, err := rivalTakes(resetCleanupBound)
-				if err != nil {
-					return trials, err
-				}
-				tr.freedAfter = d
-				if tr.violation == "" {
-					tr.violation = v
-				}
+			case 0: // acquire, waiting, with a reset
+				tr, err = rw.acquireTrial(i, true)
+			case 1: // one attempt with a reset
+				tr, err = rw.acquireTrial(i, false)
 			case 2: // release with a reset
-				tr.during = "release"
-				actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				h, err := holder.Lock(name).Acquire(actx)
-				cancel()
-				if err != nil {
-					return trials, fmt.Errorf("trial %d: acquire without fault: %w", i, err)
-				}
-				tr.violation = fence("the holder", h.FencingToken())
-				var rerr error
-				tr.reset = withReset(func() {
-					rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-					defer cancel()
-					rerr = h.Release(rctx)
-				})
-				tr.failed = rerr != nil
-				bound := resetCleanupBound
-				if rerr == nil {
-					bound = 0 // released: free at once
-				}
-				d, v, err := rivalTakes(bound)
-				if err != nil {
-					return trials, err
-				}
-				tr.freedAfter = d
-				if tr.violation == "" {
-					tr.violation = v
-				}
+				tr, err = rw.releaseTrial(i)
+			}
+			if err != nil {
+				return trials, err
 			}
 			trials = append(trials, tr)
 		}
 		return trials, nil
 	})
+	tallyResetTrials(t, batches)
+	t.Logf("%d resets injected in %d trials", resets.Load(), workers*perWorker)
+}
+
+// A resetWorker runs reset trials on a lock name of its own: its holder
+// reaches the server through px, which resets its connections, and its
+// rival directly.
+type resetWorker struct {
+	ctx           context.Context
+	px            *faultproxy.Proxy
+	holder, rival *mongolock.Provider
+	name          string
+	lastToken     int64
+	resets        *atomic.Int64 // resets injected, every worker's
+}
+
+// fence returns a violation unless token, who's, is above the last one
+// seen.
+func (rw *resetWorker) fence(who string, token int64) string {
+	if token <= rw.lastToken {
+		return fmt.Sprintf("%s got fencing token %d, not above the previous %d", who, token, rw.lastToken)
+	}
+	rw.lastToken = token
+	return ""
+}
+
+// rivalTakes polls until the rival gets the lock (or bound passes),
+// checks its token and releases it.
+func (rw *resetWorker) rivalTakes(bound time.Duration) (time.Duration, string, error) {
+	start := time.Now()
+	for {
+		h2, err := rw.rival.Lock(rw.name).TryAcquire(rw.ctx)
+		if err == nil {
+			v := rw.fence("the rival", h2.FencingToken())
+			return time.Since(start), v, h2.Release(rw.ctx)
+		}
+		if !errors.Is(err, mongolock.ErrNotAcquired) {
+			return 0, "", fmt.Errorf("rival: %w", err)
+		}
+		if time.Since(start) > bound {
+			return time.Since(start), fmt.Sprintf("the lock was still held %v after the operation returned", bound), nil
+		}
+		time.Sleep(5 * time.Millisecond) // polling pace
+	}
+}
+
+// withReset runs op and resets every connection of the holder after a
+// random delay of up to 10ms.
+func (rw *resetWorker) withReset(op func()) (reset bool) {
+	done := make(chan struct{})
+	go func() { defer close(done); op() }()
+	timer := time.NewTimer(time.Duration(rand.Int64N(int64(10 * time.Millisecond))))
+	select {
+	case <-timer.C:
+		rw.px.Reset()
+		reset = true
+		rw.resets.Add(1)
+	case <-done:
+		timer.Stop()
+	}
+	<-done
+	return reset
+}
+
+// acquireTrial is trial i: an acquisition (Acquire if wait, else
+// TryAcquire) with a reset, the rival's attempt while it holds, its
+// release, and the rival's taking the lock after it.
+func (rw *resetWorker) acquireTrial(i int, wait bool) (resetTrial, error) {
+	tr := resetTrial{during: "acquire"}
+	if !wait {
+		tr.during = "try acquire"
+	}
+	var h *mongolock.Handle
+	var err error
+	tr.reset = rw.withReset(func() {
+		actx, cancel := context.WithTimeout(rw.ctx, 10*time.Second)
+		defer cancel()
+		if wait {
+			h, err = rw.holder.Lock(rw.name).Acquire(actx)
+		} else {
+			h, err = rw.holder.Lock(rw.name).TryAcquire(actx)
+		}
+	})
+	if err != nil {
+		tr.failed = true
+		if wait {
+			return tr, fmt.Errorf("trial %d: Acquire gave up after a reset: %w", i, err)
+		}
+	} else {
+		tr.violation = rw.fence("the holder", h.FencingToken())
+		if _, rerr := rw.rival.Lock(rw.name).TryAcquire(rw.ctx); !errors.Is(rerr, mongolock.ErrNotAcquired) {
+			tr.violation = fmt.Sprintf("two holders: the rival's attempt while the holder had a handle returned %v", rerr)
+		}
+		// A reset that came just after the acquisition may have
+		// left broken connections in the driver's pool, so
+		// this Release can fail too: then it is cleaned up in
+		// the background, like a release cut by a reset.
+		if rerr := h.Release(rw.ctx); rerr != nil {
+			tr.failed = true
+		}
+	}
+	return rw.rivalAfter(tr, resetCleanupBound)
+}
+
+// releaseTrial is trial i: an acquisition without fault, its release with
+// a reset, and the rival's taking the lock after it: at once if the
+// release returned no error.
+func (rw *resetWorker) releaseTrial(i int) (resetTrial, error) {
+	tr := resetTrial{during: "release"}
+	actx, cancel := context.WithTimeout(rw.ctx, 10*time.Second)
+	h, err := rw.holder.Lock(rw.name).Acquire(actx)
+	cancel()
+	if err != nil {
+		return tr, fmt.Errorf("trial %d: acquire without fault: %w", i, err)
+	}
+	tr.violation = rw.fence("the holder", h.FencingToken())
+	var rerr error
+	tr.reset = rw.withReset(func() {
+		rctx, cancel := context.WithTimeout(rw.ctx, 10*time.Second)
+		defer cancel()
+		rerr = h.Release(rctx)
+	})
+	tr.failed = rerr != nil
+	bound := resetCleanupBound
+	if rerr == nil {
+		bound = 0 // released: free at once
+	}
+	return rw.rivalAfter(tr, bound)
+}
+
+// rivalAfter completes tr with the rival's taking the lock within bound.
+func (rw *resetWorker) rivalAfter(tr resetTrial, bound time.Duration) (resetTrial, error) {
+	d, v, err := rw.rivalTakes(bound)
+	if err != nil {
+		return tr, err
+	}
+	tr.freedAfter = d
+	if tr.violation == "" {
+		tr.violation = v
+	}
+	return tr, nil
+}
+
+// tallyResetTrials fails t for each trial's violation and logs, per
+// operation, the trials, the resets, the errors and how long the lock
+// stayed held after an error.
+func tallyResetTrials(t *testing.T, batches [][]resetTrial) {
+	t.Helper()
 	type tally struct {
 		n, reset, failed, violations int
 		freed                        []time.Duration
@@ -641,7 +682,6 @@ func TestFaultResetsDuringAcquireAndReleaseLeaveNoOrphansAndNeverTwoHolders(t *t
 		t.Logf("reset during %s: %d trials, %d resets while it ran, %d errors returned; %d violations; after an error the rival got the lock after %s (expiry %v)",
 			op, tl.n, tl.reset, tl.failed, tl.violations, spread(tl.freed), resetExpiry)
 	}
-	t.Logf("%d resets injected in %d trials", resets, workers*perWorker)
 }
 
 // Errors that may hide an applied write.
