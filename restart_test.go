@@ -122,6 +122,10 @@ func (l *ledger) releasing(h *mongolock.Handle) {
 	}
 }
 
+// restartTrial holds names lock names, each with waiters of two other
+// processes, while the fault stop stops a process of the server for
+// downFor and it starts again; it checks that the holders release, the
+// waiters all acquire, and the ledgers see no two holders at once.
 func restartTrial(t *testing.T, in *testdb.Instance, what, stop string, downFor time.Duration) {
 	const names, waitersPerName = 4, 2
 	ctx := boundedCtx(t, 2*time.Minute)
@@ -158,10 +162,6 @@ func restartTrial(t *testing.T, in *testdb.Instance, what, stop string, downFor 
 	}
 
 	// The waiters: each acquires, holds a moment, releases.
-	type waited struct {
-		err     error
-		endedAt time.Time
-	}
 	results := make(chan waited, names*waitersPerName)
 	var gaveUp atomic.Int64 // Acquire calls that returned a FerretDB InternalError
 	var wg sync.WaitGroup
@@ -225,10 +225,28 @@ func restartTrial(t *testing.T, in *testdb.Instance, what, stop string, downFor 
 	require.NoError(t, in.Run("start"))
 	up := time.Now()
 
-	// Each holder has kept its lock if its extensions resumed: by a whole
-	// lease after the restart, it has either been told of a loss or
-	// extended. Then it releases, and the waiters take their turns.
-	kept, lost := 0, 0
+	kept, lost := releaseAfterRestart(ctx, t, held, ledgers, up)
+	lastEnd := awaitWaiters(ctx, t, results, names*waitersPerName)
+	violations, acquisitions := judgeLedgers(t, ledgers)
+	t.Logf("%s: the stop took %v, down %v more, running again %v after the stop began; %d holders (expiry %v): %d kept their lock, %d were told of its loss; "+
+		"%d waiters all acquired, the last done %v after the start command returned (negative: before); %d acquisitions, %d violations; "+
+		"%d Acquire calls returned a FerretDB InternalError instead of retrying",
+		what, stopped.Round(time.Millisecond), downFor, up.Sub(down).Round(time.Millisecond), names, restartExpiry, kept, lost,
+		names*waitersPerName, lastEnd.Sub(up).Round(time.Millisecond), acquisitions, violations, gaveUp.Load())
+}
+
+// A waited is how a restart trial's waiter ended.
+type waited struct {
+	err     error
+	endedAt time.Time
+}
+
+// releaseAfterRestart releases the holders, each once it has kept its lock
+// if its extensions resumed: by a whole lease after the restart (up), it
+// has either been told of a loss or extended. It returns how many kept
+// their lock and how many were told of its loss.
+func releaseAfterRestart(ctx context.Context, t *testing.T, held []*mongolock.Handle, ledgers []*ledger, up time.Time) (kept, lost int) {
+	t.Helper()
 	for i, h := range held {
 		deadline := time.NewTimer(time.Until(up.Add(restartExpiry + restartExpiry/3)))
 		select {
@@ -248,9 +266,14 @@ func restartTrial(t *testing.T, in *testdb.Instance, what, stop string, downFor 
 			require.NoError(t, err, "a holder that was not told of a loss released")
 		}
 	}
+	return kept, lost
+}
 
-	var lastEnd time.Time
-	for range names * waitersPerName {
+// awaitWaiters requires n waiters' results without an error before ctx
+// ends, and returns when the last ended.
+func awaitWaiters(ctx context.Context, t *testing.T, results <-chan waited, n int) (lastEnd time.Time) {
+	t.Helper()
+	for range n {
 		select {
 		case r := <-results:
 			require.NoError(t, r.err)
@@ -261,7 +284,13 @@ func restartTrial(t *testing.T, in *testdb.Instance, what, stop string, downFor 
 			require.FailNow(t, "the waiters did not all acquire in time")
 		}
 	}
-	violations, acquisitions := 0, 0
+	return lastEnd
+}
+
+// judgeLedgers fails t for each violation the ledgers saw, and returns
+// their violations and acquisitions.
+func judgeLedgers(t *testing.T, ledgers []*ledger) (violations, acquisitions int) {
+	t.Helper()
 	for _, l := range ledgers {
 		for _, v := range l.violations {
 			t.Error(v)
@@ -269,9 +298,5 @@ func restartTrial(t *testing.T, in *testdb.Instance, what, stop string, downFor 
 		violations += len(l.violations)
 		acquisitions += l.acquisitions
 	}
-	t.Logf("%s: the stop took %v, down %v more, running again %v after the stop began; %d holders (expiry %v): %d kept their lock, %d were told of its loss; "+
-		"%d waiters all acquired, the last done %v after the start command returned (negative: before); %d acquisitions, %d violations; "+
-		"%d Acquire calls returned a FerretDB InternalError instead of retrying",
-		what, stopped.Round(time.Millisecond), downFor, up.Sub(down).Round(time.Millisecond), names, restartExpiry, kept, lost,
-		names*waitersPerName, lastEnd.Sub(up).Round(time.Millisecond), acquisitions, violations, gaveUp.Load())
+	return violations, acquisitions
 }
