@@ -114,78 +114,16 @@ func (r *report) serialBound(csMS float64) float64 {
 	return 1000 / (csMS + a.CycleP50MS)
 }
 
+// markdown is the report: a section per workload that ran, then the
+// targets.
 func (r *report) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Server: %s. Go %s, %d CPUs. Started %s.\nLibrary: %s.\n", r.Server, r.GoVersion, r.CPUs, r.Started, r.Library)
 	if len(r.Results) > 0 {
-		fmt.Fprintf(&b, "\n### Workloads A–E (%g s each, per implementation; A and E in 5 interleaved slices, B–D one after another)\n\n", r.WindowS)
-		b.WriteString("| workload | impl | acq/s | wait p50 ms | wait p99 ms | acquire+release p50 ms | acquire+release p99 ms | ops/acq | min process share (floor) | starved workers | client CPU µs/acq |\n")
-		b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
-		for _, x := range r.Results {
-			share := "1 process"
-			if x.Processes > 1 {
-				share = fmt.Sprintf("%.3f (%.3f)", x.MinShare, x.FairFloor)
-			}
-			fmt.Fprintf(&b, "| %s | %s | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %s | %d/%d | %.0f |\n",
-				x.Workload, x.Impl, x.AcqPerSec, x.WaitP50MS, x.WaitP99MS, x.CycleP50MS, x.CycleP99MS,
-				x.OpsPerAcq, share, x.StarvedWorkers, x.Processes*x.Workers, x.ClientCPUPerAcqUS)
-		}
-		b.WriteString("\n")
-		for _, w := range workloads {
-			if r.result(w.id, "mongolock") != nil || r.result(w.id, "raw") != nil {
-				fmt.Fprintf(&b, "- **%s**: %s.", w.id, w.title)
-				if bound := r.serialBound(ms(w.criticalSection)); w.shared && bound > 0 {
-					fmt.Fprintf(&b, " Serial bound for one name: %.0f acq/s (1 / (critical section + raw's A acquire+release p50)).", bound)
-				}
-				b.WriteString("\n")
-			}
-		}
-		b.WriteString("- Each worker loops: acquire, hold for the critical section, release, 2 ms of work outside the lock. " +
-			"Processes are separate clients with their own provider.\n" +
-			"- **raw** is two driver round trips (findOneAndUpdate + updateOne) and excludes no one: in B–D it is the server's " +
-			"throughput without mutual exclusion, not a lock's.\n" +
-			"- **baseline** is DistributedLock.MongoDB's algorithm (pipeline upsert, one try then random 10–800 ms sleeps, " +
-			"deleteOne release); it omits lease extension, which these short holds never need.\n" +
-			"- wait = acquire call to handle; a wait still going when the window closed counts with its length so far. " +
-			"ops/acq = commands sent (command monitor, Started events, all clients) / acquisitions. " +
-			"min process share = the smallest process's fraction of acquisitions; floor = 1/(2P). " +
-			"starved = workers with no acquisition in the window. " +
-			"client CPU = the bench process's CPU time (all its clients, lockers and workers; the server's is not counted) / acquisitions.\n")
-		for _, x := range r.Results {
-			if x.Errors > 0 {
-				fmt.Fprintf(&b, "- %s %s: %d errors (first: %s)\n", x.Workload, x.Impl, x.Errors, x.FirstError)
-			}
-		}
+		r.resultsMarkdown(&b)
 	}
 	if len(r.Holds) > 0 {
-		fmt.Fprintf(&b, "\n### Workload F: %s (expiry %g s, cadence %g s)\n\n", holdTitle, r.HoldExpiry, r.HoldExpiry/3)
-		b.WriteString("| impl | N | acquired (s) | lost by hold end | extension round trips / cadence | goroutines before → during hold | heap / held lock | stack / held lock | release errors |\n")
-		b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
-		for _, h := range r.Holds {
-			all := 0
-			for _, v := range h.HoldOps {
-				all += v
-			}
-			ext := fmt.Sprintf("%.0f (all commands: %.0f)", h.ExtensionsPerCadence, float64(all)/float64(h.Cadences))
-			switch h.Impl {
-			case "raw":
-				ext = "n/a (no lease)"
-			case "baseline":
-				ext = fmt.Sprintf("n/a (omitted; DistributedLock: %d)", h.N)
-			}
-			fmt.Fprintf(&b, "| %s | %d | %d (%.1f s) | %d | %s | %d → %d | %.0f B | %.0f B | %d |\n",
-				h.Impl, h.N, h.Acquired, h.AcquireSeconds, h.LostByEnd, ext, h.GoroutinesBefore, h.GoroutinesDuring,
-				h.HeapPerLockB, h.StackPerLockB, h.ReleaseErrors)
-		}
-		fmt.Fprintf(&b, "\n- acquired = locks taken (32 goroutines) within %v, and how long that took; lost = of those, signalled lost (Handle.Lost) by the end of the hold. ", holdAcquireLimit)
-		b.WriteString("extension round trips / cadence = update commands sent during the hold / cadences held (all commands: of any kind). " +
-			"heap and stack per held lock = HeapAlloc and StackInuse after GC, held minus before, / N. " +
-			"release errors = releases that failed, e.g. locks lost during the hold.\n")
-		for _, h := range r.Holds {
-			if h.FirstError != "" {
-				fmt.Fprintf(&b, "- F %s N=%d: first release error: %s\n", h.Impl, h.N, h.FirstError)
-			}
-		}
+		r.holdsMarkdown(&b)
 	}
 	if len(r.Standby) > 0 {
 		r.standbyMarkdown(&b)
@@ -200,19 +138,98 @@ func (r *report) markdown() string {
 		r.holderMarkdown(&b)
 	}
 	if len(r.Targets) > 0 {
-		b.WriteString("\n### Targets (ratios from this run)\n\n")
-		b.WriteString("| target | measured | required | result |\n|---|---|---|---|\n")
-		pass := 0
-		for _, t := range r.Targets {
-			res := "FAIL"
-			if t.Pass {
-				res, pass = "PASS", pass+1
-			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.Name, t.Measured, t.Required, res)
-		}
-		fmt.Fprintf(&b, "\n%d of %d targets pass.\n", pass, len(r.Targets))
+		r.targetsMarkdown(&b)
 	}
 	return b.String()
+}
+
+// resultsMarkdown writes workloads A–E's table and notes.
+func (r *report) resultsMarkdown(b *strings.Builder) {
+	fmt.Fprintf(b, "\n### Workloads A–E (%g s each, per implementation; A and E in 5 interleaved slices, B–D one after another)\n\n", r.WindowS)
+	b.WriteString("| workload | impl | acq/s | wait p50 ms | wait p99 ms | acquire+release p50 ms | acquire+release p99 ms | ops/acq | min process share (floor) | starved workers | client CPU µs/acq |\n")
+	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, x := range r.Results {
+		share := "1 process"
+		if x.Processes > 1 {
+			share = fmt.Sprintf("%.3f (%.3f)", x.MinShare, x.FairFloor)
+		}
+		fmt.Fprintf(b, "| %s | %s | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %s | %d/%d | %.0f |\n",
+			x.Workload, x.Impl, x.AcqPerSec, x.WaitP50MS, x.WaitP99MS, x.CycleP50MS, x.CycleP99MS,
+			x.OpsPerAcq, share, x.StarvedWorkers, x.Processes*x.Workers, x.ClientCPUPerAcqUS)
+	}
+	b.WriteString("\n")
+	for _, w := range workloads {
+		if r.result(w.id, "mongolock") != nil || r.result(w.id, "raw") != nil {
+			fmt.Fprintf(b, "- **%s**: %s.", w.id, w.title)
+			if bound := r.serialBound(ms(w.criticalSection)); w.shared && bound > 0 {
+				fmt.Fprintf(b, " Serial bound for one name: %.0f acq/s (1 / (critical section + raw's A acquire+release p50)).", bound)
+			}
+			b.WriteString("\n")
+		}
+	}
+	b.WriteString("- Each worker loops: acquire, hold for the critical section, release, 2 ms of work outside the lock. " +
+		"Processes are separate clients with their own provider.\n" +
+		"- **raw** is two driver round trips (findOneAndUpdate + updateOne) and excludes no one: in B–D it is the server's " +
+		"throughput without mutual exclusion, not a lock's.\n" +
+		"- **baseline** is DistributedLock.MongoDB's algorithm (pipeline upsert, one try then random 10–800 ms sleeps, " +
+		"deleteOne release); it omits lease extension, which these short holds never need.\n" +
+		"- wait = acquire call to handle; a wait still going when the window closed counts with its length so far. " +
+		"ops/acq = commands sent (command monitor, Started events, all clients) / acquisitions. " +
+		"min process share = the smallest process's fraction of acquisitions; floor = 1/(2P). " +
+		"starved = workers with no acquisition in the window. " +
+		"client CPU = the bench process's CPU time (all its clients, lockers and workers; the server's is not counted) / acquisitions.\n")
+	for _, x := range r.Results {
+		if x.Errors > 0 {
+			fmt.Fprintf(b, "- %s %s: %d errors (first: %s)\n", x.Workload, x.Impl, x.Errors, x.FirstError)
+		}
+	}
+}
+
+// holdsMarkdown writes workload F's table and notes.
+func (r *report) holdsMarkdown(b *strings.Builder) {
+	fmt.Fprintf(b, "\n### Workload F: %s (expiry %g s, cadence %g s)\n\n", holdTitle, r.HoldExpiry, r.HoldExpiry/3)
+	b.WriteString("| impl | N | acquired (s) | lost by hold end | extension round trips / cadence | goroutines before → during hold | heap / held lock | stack / held lock | release errors |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, h := range r.Holds {
+		all := 0
+		for _, v := range h.HoldOps {
+			all += v
+		}
+		ext := fmt.Sprintf("%.0f (all commands: %.0f)", h.ExtensionsPerCadence, float64(all)/float64(h.Cadences))
+		switch h.Impl {
+		case "raw":
+			ext = "n/a (no lease)"
+		case "baseline":
+			ext = fmt.Sprintf("n/a (omitted; DistributedLock: %d)", h.N)
+		}
+		fmt.Fprintf(b, "| %s | %d | %d (%.1f s) | %d | %s | %d → %d | %.0f B | %.0f B | %d |\n",
+			h.Impl, h.N, h.Acquired, h.AcquireSeconds, h.LostByEnd, ext, h.GoroutinesBefore, h.GoroutinesDuring,
+			h.HeapPerLockB, h.StackPerLockB, h.ReleaseErrors)
+	}
+	fmt.Fprintf(b, "\n- acquired = locks taken (32 goroutines) within %v, and how long that took; lost = of those, signalled lost (Handle.Lost) by the end of the hold. ", holdAcquireLimit)
+	b.WriteString("extension round trips / cadence = update commands sent during the hold / cadences held (all commands: of any kind). " +
+		"heap and stack per held lock = HeapAlloc and StackInuse after GC, held minus before, / N. " +
+		"release errors = releases that failed, e.g. locks lost during the hold.\n")
+	for _, h := range r.Holds {
+		if h.FirstError != "" {
+			fmt.Fprintf(b, "- F %s N=%d: first release error: %s\n", h.Impl, h.N, h.FirstError)
+		}
+	}
+}
+
+// targetsMarkdown writes the targets' table and how many pass.
+func (r *report) targetsMarkdown(b *strings.Builder) {
+	b.WriteString("\n### Targets (ratios from this run)\n\n")
+	b.WriteString("| target | measured | required | result |\n|---|---|---|---|\n")
+	pass := 0
+	for _, t := range r.Targets {
+		res := "FAIL"
+		if t.Pass {
+			res, pass = "PASS", pass+1
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", t.Name, t.Measured, t.Required, res)
+	}
+	fmt.Fprintf(b, "\n%d of %d targets pass.\n", pass, len(r.Targets))
 }
 
 // evaluate judges the benchmark's targets for mongolock against the
