@@ -236,115 +236,156 @@ func (r *report) targetsMarkdown(b *strings.Builder) {
 // baseline of this same run (and the serial bound, from raw's A); targets
 // whose workloads did not run are left out.
 func evaluate(r report) []target {
-	var ts []target
-	add := func(name, measured, required string, pass bool) {
-		ts = append(ts, target{Name: name, Measured: measured, Required: required, Pass: pass})
-	}
-	// atMost: mongolock's figure over the other's must be at most limit;
-	// atLeast: at least limit.
-	ratio := func(name, unit string, m, o, limit float64, atLeast bool, vs string) {
-		q := m / o
-		req := fmt.Sprintf("≤ %gx %s", limit, vs)
-		pass := q <= limit
-		if atLeast {
-			req = fmt.Sprintf("≥ %gx %s", limit, vs)
-			pass = q >= limit
-		} else if limit == 1 {
-			req = fmt.Sprintf("≤ the %s's", vs)
-		}
-		if math.IsNaN(q) {
-			pass = false
-		}
-		add(name, fmt.Sprintf("%s vs %s = %sx", num(m, unit), num(o, unit), num(q, "")), req, pass)
-	}
-	// ofBound: mongolock's acquisitions/s must be at least share of the
-	// serial bound for one name (left out if raw's A did not run).
-	ofBound := func(name string, m *result, share float64) {
-		bound := r.serialBound(m.CriticalSectionMS)
-		if bound <= 0 {
-			return
-		}
-		q := m.AcqPerSec / bound
-		add(name, fmt.Sprintf("%s vs serial bound %s = %.1f%%", num(m.AcqPerSec, "/s"), num(bound, "/s"), 100*q),
-			fmt.Sprintf("≥ %.0f%% of the serial bound", 100*share), q >= share)
-	}
+	j := &judge{r: &r}
+	j.standby()
+	j.shared()
+	j.election()
+	j.locks()
+	j.holds()
+	return j.ts
+}
 
-	if len(standbySizes) >= 2 {
-		small, big := standbySizes[0], standbySizes[1]
-		m, base := r.standby("mongolock", small), r.standby("baseline", small)
-		if m != nil && base != nil {
-			ratio(fmt.Sprintf("G commands/s (P=%d)", small), "/s", m.OpsPerSec, base.OpsPerSec, 0.5, false, "baseline")
-			ratio(fmt.Sprintf("G takeover p50 (P=%d)", small), "ms", m.TakeoverP50MS, base.TakeoverP50MS, 2, false, "baseline")
-		}
-		if mBig := r.standby("mongolock", big); m != nil && mBig != nil {
-			g := mBig.OpsPerSec / m.OpsPerSec
-			measured := fmt.Sprintf("%s → %s = %sx", num(m.OpsPerSec, "/s"), num(mBig.OpsPerSec, "/s"), num(g, ""))
-			if bBig := r.standby("baseline", big); base != nil && bBig != nil {
-				measured += fmt.Sprintf(" (baseline: %s → %s = %sx)", num(base.OpsPerSec, "/s"), num(bBig.OpsPerSec, "/s"),
-					num(bBig.OpsPerSec/base.OpsPerSec, ""))
-			}
-			add(fmt.Sprintf("G commands/s growth, %d → %d waiting (P=%d → %d)", small-1, big-1, small, big), measured,
-				"≤ 1.5x", g <= 1.5 && !math.IsNaN(g))
-		}
+// A judge collects the targets judged from r's figures.
+type judge struct {
+	r  *report
+	ts []target
+}
+
+func (j *judge) add(name, measured, required string, pass bool) {
+	j.ts = append(j.ts, target{Name: name, Measured: measured, Required: required, Pass: pass})
+}
+
+// ratio judges mongolock's figure m over the other's o: at most limit, or
+// at least limit if atLeast.
+func (j *judge) ratio(name, unit string, m, o, limit float64, atLeast bool, vs string) {
+	q := m / o
+	req := fmt.Sprintf("≤ %gx %s", limit, vs)
+	pass := q <= limit
+	if atLeast {
+		req = fmt.Sprintf("≥ %gx %s", limit, vs)
+		pass = q >= limit
+	} else if limit == 1 {
+		req = fmt.Sprintf("≤ the %s's", vs)
 	}
-	for _, x := range r.Shared {
-		add(fmt.Sprintf("%s %s: %s (safety)", x.Workload, x.Impl, sharedRule(x)),
+	if math.IsNaN(q) {
+		pass = false
+	}
+	j.add(name, fmt.Sprintf("%s vs %s = %sx", num(m, unit), num(o, unit), num(q, "")), req, pass)
+}
+
+// ofBound judges mongolock's acquisitions/s: at least share of the serial
+// bound for one name (left out if raw's A did not run).
+func (j *judge) ofBound(name string, m *result, share float64) {
+	bound := j.r.serialBound(m.CriticalSectionMS)
+	if bound <= 0 {
+		return
+	}
+	q := m.AcqPerSec / bound
+	j.add(name, fmt.Sprintf("%s vs serial bound %s = %.1f%%", num(m.AcqPerSec, "/s"), num(bound, "/s"), 100*q),
+		fmt.Sprintf("≥ %.0f%% of the serial bound", 100*share), q >= share)
+}
+
+// standby judges workload G: commands/s and takeovers against the
+// baseline's, and how commands/s grow with the waiting processes.
+func (j *judge) standby() {
+	if len(standbySizes) < 2 {
+		return
+	}
+	r := j.r
+	small, big := standbySizes[0], standbySizes[1]
+	m, base := r.standby("mongolock", small), r.standby("baseline", small)
+	if m != nil && base != nil {
+		j.ratio(fmt.Sprintf("G commands/s (P=%d)", small), "/s", m.OpsPerSec, base.OpsPerSec, 0.5, false, "baseline")
+		j.ratio(fmt.Sprintf("G takeover p50 (P=%d)", small), "ms", m.TakeoverP50MS, base.TakeoverP50MS, 2, false, "baseline")
+	}
+	if mBig := r.standby("mongolock", big); m != nil && mBig != nil {
+		g := mBig.OpsPerSec / m.OpsPerSec
+		measured := fmt.Sprintf("%s → %s = %sx", num(m.OpsPerSec, "/s"), num(mBig.OpsPerSec, "/s"), num(g, ""))
+		if bBig := r.standby("baseline", big); base != nil && bBig != nil {
+			measured += fmt.Sprintf(" (baseline: %s → %s = %sx)", num(base.OpsPerSec, "/s"), num(bBig.OpsPerSec, "/s"),
+				num(bBig.OpsPerSec/base.OpsPerSec, ""))
+		}
+		j.add(fmt.Sprintf("G commands/s growth, %d → %d waiting (P=%d → %d)", small-1, big-1, small, big), measured,
+			"≤ 1.5x", g <= 1.5 && !math.IsNaN(g))
+	}
+}
+
+// shared judges workloads I and J: no violation of the resource's rule.
+func (j *judge) shared() {
+	for _, x := range j.r.Shared {
+		j.add(fmt.Sprintf("%s %s: %s (safety)", x.Workload, x.Impl, sharedRule(x)),
 			fmt.Sprintf("%d violations; most holders at once %d", x.Violations, x.MostHolders), "no violation", x.Violations == 0)
 	}
-	if m, base := r.election("mongolock"), r.election("baseline"); m != nil && base != nil {
-		ratio("H commands/s", "/s", m.OpsPerSec, base.OpsPerSec, 0.5, false, "baseline")
-		ratio("H failover p50 after a resignation", "ms", m.Resign.P50MS, base.Resign.P50MS, 1, false, "baseline")
-		ratio("H failover p50 after a stop", "ms", m.Stop.P50MS, base.Stop.P50MS, 1, false, "baseline")
+}
+
+// election judges workload H against the baseline.
+func (j *judge) election() {
+	if m, base := j.r.election("mongolock"), j.r.election("baseline"); m != nil && base != nil {
+		j.ratio("H commands/s", "/s", m.OpsPerSec, base.OpsPerSec, 0.5, false, "baseline")
+		j.ratio("H failover p50 after a resignation", "ms", m.Resign.P50MS, base.Resign.P50MS, 1, false, "baseline")
+		j.ratio("H failover p50 after a stop", "ms", m.Stop.P50MS, base.Stop.P50MS, 1, false, "baseline")
 	}
+}
+
+// locks judges workloads A–E: against the baseline, and the serial bound.
+func (j *judge) locks() {
+	r := j.r
 	if m, base := r.result("A", "mongolock"), r.result("A", "baseline"); m != nil && base != nil {
-		ratio("A acquire+release p50", "ms", m.CycleP50MS, base.CycleP50MS, 1.05, false, "baseline")
+		j.ratio("A acquire+release p50", "ms", m.CycleP50MS, base.CycleP50MS, 1.05, false, "baseline")
 	}
 	if m, base := r.result("E", "mongolock"), r.result("E", "baseline"); m != nil && base != nil {
-		ratio("E acq/s", "/s", m.AcqPerSec, base.AcqPerSec, 0.95, true, "baseline")
+		j.ratio("E acq/s", "/s", m.AcqPerSec, base.AcqPerSec, 0.95, true, "baseline")
 	}
 	if m, base := r.result("C", "mongolock"), r.result("C", "baseline"); m != nil {
-		ofBound("C acq/s", m, 0.90)
-		add("C ops/acq", num(m.OpsPerAcq, ""), "≤ 1.05", m.OpsPerAcq <= 1.05)
+		j.ofBound("C acq/s", m, 0.90)
+		j.add("C ops/acq", num(m.OpsPerAcq, ""), "≤ 1.05", m.OpsPerAcq <= 1.05)
 		if base != nil {
-			ratio("C wait p99", "ms", m.WaitP99MS, base.WaitP99MS, 0.2, false, "baseline")
+			j.ratio("C wait p99", "ms", m.WaitP99MS, base.WaitP99MS, 0.2, false, "baseline")
 		}
 	}
 	if m, base := r.result("D", "mongolock"), r.result("D", "baseline"); m != nil {
-		ofBound("D acq/s", m, 0.85)
+		j.ofBound("D acq/s", m, 0.85)
 		if base != nil {
-			ratio("D ops/acq", "", m.OpsPerAcq, base.OpsPerAcq, 0.5, false, "baseline")
+			j.ratio("D ops/acq", "", m.OpsPerAcq, base.OpsPerAcq, 0.5, false, "baseline")
 		}
-		add("D min process share", fmt.Sprintf("%.3f (per process: %v)", m.MinShare, m.PerProcess),
+		j.add("D min process share", fmt.Sprintf("%.3f (per process: %v)", m.MinShare, m.PerProcess),
 			fmt.Sprintf("≥ 1/(2P) = %.3f", m.FairFloor), m.MinShare >= m.FairFloor)
 		if base != nil {
-			ratio("D wait p99", "ms", m.WaitP99MS, base.WaitP99MS, 0.2, false, "baseline")
+			j.ratio("D wait p99", "ms", m.WaitP99MS, base.WaitP99MS, 0.2, false, "baseline")
 		}
 	}
 	if m, base := r.result("B", "mongolock"), r.result("B", "baseline"); m != nil {
-		ofBound("B acq/s", m, 0.75)
+		j.ofBound("B acq/s", m, 0.75)
 		if base != nil {
-			ratio("B wait p99", "ms", m.WaitP99MS, base.WaitP99MS, 1, false, "baseline")
+			j.ratio("B wait p99", "ms", m.WaitP99MS, base.WaitP99MS, 1, false, "baseline")
 		}
-		add("B every process's share", fmt.Sprintf("%.3f to %.3f (per process: %v)", m.MinShare, 1-m.MinShare, m.PerProcess),
+		j.add("B every process's share", fmt.Sprintf("%.3f to %.3f (per process: %v)", m.MinShare, 1-m.MinShare, m.PerProcess),
 			"within 0.40-0.60", m.MinShare >= 0.4)
 	}
+}
+
+// holds judges workload F: every lock held, the extensions batched, and
+// goroutines independent of N.
+func (j *judge) holds() {
+	r := j.r
 	n := r.largestHoldN()
-	if big, small := r.hold("mongolock", n), r.hold("mongolock", n/10); big != nil && small != nil {
-		add(fmt.Sprintf("F holds all N=%d locks through the hold (precondition)", n),
-			fmt.Sprintf("%d acquired in %.0f s, %d of them lost by the end", big.Acquired, big.AcquireSeconds, big.LostByEnd),
-			fmt.Sprintf("%d held, none lost", n), big.Acquired == n && big.LostByEnd == 0)
-		limit := math.Ceil(float64(n) / 500)
-		add(fmt.Sprintf("F extension round trips / cadence (N=%d)", n), fmt.Sprintf("%.0f", big.ExtensionsPerCadence),
-			fmt.Sprintf("≤ ceil(N/500) = %.0f", limit), big.ExtensionsPerCadence <= limit)
-		// Independent of N: going from N/10 to N held locks adds fewer
-		// goroutines than 1% of the locks added (a goroutine per lock adds
-		// one per lock; a shared scheduler adds none).
-		dBig, dSmall := big.GoroutinesDuring-big.GoroutinesBefore, small.GoroutinesDuring-small.GoroutinesBefore
-		allowed := (n - n/10) / 100
-		add("F goroutines independent of N", fmt.Sprintf("+%d while holding %d, +%d while holding %d", dSmall, n/10, dBig, n),
-			fmt.Sprintf("growth from N/10 to N ≤ %d (1%% of the locks added)", allowed), dBig-dSmall <= allowed)
+	big, small := r.hold("mongolock", n), r.hold("mongolock", n/10)
+	if big == nil || small == nil {
+		return
 	}
-	return ts
+	j.add(fmt.Sprintf("F holds all N=%d locks through the hold (precondition)", n),
+		fmt.Sprintf("%d acquired in %.0f s, %d of them lost by the end", big.Acquired, big.AcquireSeconds, big.LostByEnd),
+		fmt.Sprintf("%d held, none lost", n), big.Acquired == n && big.LostByEnd == 0)
+	limit := math.Ceil(float64(n) / 500)
+	j.add(fmt.Sprintf("F extension round trips / cadence (N=%d)", n), fmt.Sprintf("%.0f", big.ExtensionsPerCadence),
+		fmt.Sprintf("≤ ceil(N/500) = %.0f", limit), big.ExtensionsPerCadence <= limit)
+	// Independent of N: going from N/10 to N held locks adds fewer
+	// goroutines than 1% of the locks added (a goroutine per lock adds
+	// one per lock; a shared scheduler adds none).
+	dBig, dSmall := big.GoroutinesDuring-big.GoroutinesBefore, small.GoroutinesDuring-small.GoroutinesBefore
+	allowed := (n - n/10) / 100
+	j.add("F goroutines independent of N", fmt.Sprintf("+%d while holding %d, +%d while holding %d", dSmall, n/10, dBig, n),
+		fmt.Sprintf("growth from N/10 to N ≤ %d (1%% of the locks added)", allowed), dBig-dSmall <= allowed)
 }
 
 // standbyMarkdown writes workload G's table.
