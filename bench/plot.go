@@ -43,41 +43,7 @@ func (r *report) plot(path string) error {
 	const cols = 5
 	var rows [][]*plot.Plot
 	if len(r.Results) > 0 {
-		acq, wait, ops := make([]*plot.Plot, cols), make([]*plot.Plot, cols), make([]*plot.Plot, cols)
-		for i, w := range workloads {
-			var acqBars, waitBars, opsBars []bar
-			for _, im := range impls {
-				x := r.result(w.id, im.name)
-				if x == nil {
-					continue
-				}
-				// raw excludes no one: on one shared name its rate is not a
-				// lock's and would dwarf the others; the serial bound stands
-				// for it there.
-				if !(w.shared && im.name == "raw") {
-					acqBars = append(acqBars, bar{im.name, im.name, x.AcqPerSec, num(x.AcqPerSec, "")})
-				}
-				waitBars = append(waitBars, bar{im.name, im.name, x.WaitP99MS, num(x.WaitP99MS, "")})
-				opsBars = append(opsBars, bar{im.name, im.name, x.OpsPerAcq, num(x.OpsPerAcq, "")})
-			}
-			if len(waitBars) == 0 {
-				continue
-			}
-			var refs []refLine
-			if bound := r.serialBound(ms(w.criticalSection)); w.shared && bound > 0 {
-				refs = append(refs, refLine{bound, fmt.Sprintf("serial bound %.0f", bound)})
-			}
-			acq[i] = barPanel(w.id+": acquisitions/s", "", acqBars, refs)
-			wait[i] = barPanel(w.id+": wait p99 (ms)", "", waitBars, nil)
-			ops[i] = barPanel(w.id+": operations / acquisition", "", opsBars, nil)
-		}
-		for i := range acq {
-			if acq[i] != nil {
-				acq[i].Y.Label.Text, wait[i].Y.Label.Text, ops[i].Y.Label.Text = "acquisitions/s", "ms", "commands"
-				break
-			}
-		}
-		rows = append(rows, acq, wait, ops)
+		rows = append(rows, r.resultPanels(cols)...)
 	}
 	if len(r.Holds) > 0 {
 		rows = append(rows, r.holdPanels(cols))
@@ -100,7 +66,12 @@ func (r *report) plot(path string) error {
 			}
 		}
 	}
+	return r.draw(path, rows, cols)
+}
 
+// draw draws rows of panels, cols each, under the figure's title, into
+// the PNG file path.
+func (r *report) draw(path string, rows [][]*plot.Plot, cols int) error {
 	const titleH = vg.Length(52)
 	width, height := vg.Length(cols)*3.3*vg.Inch, vg.Length(len(rows))*2.9*vg.Inch+titleH
 	img := vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(100))
@@ -132,6 +103,46 @@ func (r *report) plot(path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// resultPanels are workloads A–E's rows, a column each: acquisitions/s,
+// wait p99 and operations per acquisition.
+func (r *report) resultPanels(cols int) [][]*plot.Plot {
+	acq, wait, ops := make([]*plot.Plot, cols), make([]*plot.Plot, cols), make([]*plot.Plot, cols)
+	for i, w := range workloads {
+		var acqBars, waitBars, opsBars []bar
+		for _, im := range impls {
+			x := r.result(w.id, im.name)
+			if x == nil {
+				continue
+			}
+			// raw excludes no one: on one shared name its rate is not a
+			// lock's and would dwarf the others; the serial bound stands
+			// for it there.
+			if !(w.shared && im.name == "raw") {
+				acqBars = append(acqBars, bar{im.name, im.name, x.AcqPerSec, num(x.AcqPerSec, "")})
+			}
+			waitBars = append(waitBars, bar{im.name, im.name, x.WaitP99MS, num(x.WaitP99MS, "")})
+			opsBars = append(opsBars, bar{im.name, im.name, x.OpsPerAcq, num(x.OpsPerAcq, "")})
+		}
+		if len(waitBars) == 0 {
+			continue
+		}
+		var refs []refLine
+		if bound := r.serialBound(ms(w.criticalSection)); w.shared && bound > 0 {
+			refs = append(refs, refLine{bound, fmt.Sprintf("serial bound %.0f", bound)})
+		}
+		acq[i] = barPanel(w.id+": acquisitions/s", "", acqBars, refs)
+		wait[i] = barPanel(w.id+": wait p99 (ms)", "", waitBars, nil)
+		ops[i] = barPanel(w.id+": operations / acquisition", "", opsBars, nil)
+	}
+	for i := range acq {
+		if acq[i] != nil {
+			acq[i].Y.Label.Text, wait[i].Y.Label.Text, ops[i].Y.Label.Text = "acquisitions/s", "ms", "commands"
+			break
+		}
+	}
+	return [][]*plot.Plot{acq, wait, ops}
 }
 
 // holdPanels is workload F's row: extension round trips per cadence,
