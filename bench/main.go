@@ -261,7 +261,6 @@ func runAll(ctx context.Context, dur, gDur, hDur time.Duration, selected map[str
 	}
 	defer func() { _ = db.Drop(context.Background()) }()
 
-	e := env{uri: uri, db: dbName}
 	rep := report{
 		Server:     server,
 		Library:    libraryVersion(),
@@ -274,117 +273,12 @@ func runAll(ctx context.Context, dur, gDur, hDur time.Duration, selected map[str
 		ElectionS:  hDur.Seconds(),
 	}
 	fmt.Fprintf(os.Stderr, "bench: %s; %v per workload and implementation (G: %v per size; H: %v)\n", server, dur, gDur, hDur)
-	for _, w := range workloads {
-		if !selected[w.id] {
-			continue
-		}
-		for _, im := range impls {
-			if err := db.CreateCollection(ctx, collection(w.id, im.name)); err != nil {
-				return err
-			}
-		}
-		fmt.Fprintf(os.Stderr, "bench: %s %s (%d round(s))\n", w.id, w.title, max(w.rounds, 1))
-		err := runWorkload(ctx, e, impls, w, dur, func(im impl, r result) {
-			fmt.Fprintf(os.Stderr, "bench: %s %-9s %.1f acq/s, wait p99 %.1f ms, %.2f ops/acq\n", w.id, im.name, r.AcqPerSec, r.WaitP99MS, r.OpsPerAcq)
-			rep.Results = append(rep.Results, r)
-		})
-		if err != nil {
+	b := &benchRun{ctx: ctx, e: env{uri: uri, db: dbName}, db: db, rep: &rep, selected: selected,
+		dur: dur, gDur: gDur, hDur: hDur, holdN: holdN, kRounds: kRounds}
+	for _, run := range []func() error{b.locks, b.holds, b.standby, b.elections, b.shared, b.holderCost} {
+		if err := run(); err != nil {
 			return err
 		}
-	}
-	if selected["F"] {
-		for _, im := range impls {
-			for _, n := range []int{holdN / 10, holdN} {
-				fmt.Fprintf(os.Stderr, "bench: F %-9s holding %d locks ... ", im.name, n)
-				if err := db.CreateCollection(ctx, collection(fmt.Sprintf("F%d", n), im.name)); err != nil {
-					return err
-				}
-				r, err := runHold(ctx, e, im, n, holdExpiry, holdCadences)
-				if err != nil {
-					return fmt.Errorf("workload F, %s, N=%d: %w", im.name, n, err)
-				}
-				fmt.Fprintf(os.Stderr, "%.0f extension round trips/cadence, goroutines %d -> %d\n",
-					r.ExtensionsPerCadence, r.GoroutinesBefore, r.GoroutinesDuring)
-				rep.Holds = append(rep.Holds, r)
-				settle()
-			}
-		}
-	}
-	if selected["G"] {
-		// raw excludes no one: with one name it has no standby to measure.
-		for _, procs := range standbySizes {
-			for _, im := range impls {
-				if im.name == "raw" {
-					continue
-				}
-				fmt.Fprintf(os.Stderr, "bench: G %-9s %d processes (%d waiting), %v window ... ", im.name, procs, procs-1, gDur)
-				if err := db.CreateCollection(ctx, collection(fmt.Sprintf("G%d", procs), im.name)); err != nil {
-					return err
-				}
-				r, err := runStandby(ctx, e, im, procs, gDur)
-				if err != nil {
-					return fmt.Errorf("workload G, %s, P=%d: %w", im.name, procs, err)
-				}
-				fmt.Fprintf(os.Stderr, "%.1f commands/s, %d acquisitions, takeover p50 %.0f ms, max %.0f ms\n",
-					r.OpsPerSec, r.Acquisitions, r.TakeoverP50MS, r.TakeoverMaxMS)
-				rep.Standby = append(rep.Standby, r)
-				settle()
-			}
-		}
-	}
-	if selected["H"] {
-		for _, im := range impls {
-			if electors[im.name] == nil {
-				continue // raw: it excludes no one, so it elects no one
-			}
-			fmt.Fprintf(os.Stderr, "bench: H %-9s %d processes, %v window ... ", im.name, electionProcs, hDur)
-			if err := db.CreateCollection(ctx, collection("H", im.name)); err != nil {
-				return err
-			}
-			r, err := runElection(ctx, e, im, hDur)
-			if err != nil {
-				return fmt.Errorf("workload H, %s: %w", im.name, err)
-			}
-			fmt.Fprintf(os.Stderr, "%.1f commands/s, %d terms, failover p50 %.0f ms after %d resignations, %.0f ms after %d stops\n",
-				r.OpsPerSec, r.Terms, r.Resign.P50MS, r.Resign.Count, r.Stop.P50MS, r.Stop.Count)
-			rep.Elections = append(rep.Elections, r)
-			settle()
-		}
-	}
-	for _, w := range sharedWorkloads {
-		if !selected[w.id] {
-			continue
-		}
-		fmt.Fprintf(os.Stderr, "bench: %s %s\n", w.id, w.title)
-		for _, im := range w.impls {
-			if err := db.CreateCollection(ctx, collection(w.id, im.name)); err != nil {
-				return err
-			}
-			r, err := runShared(ctx, e, w, im, dur)
-			if err != nil {
-				return fmt.Errorf("workload %s, %s: %w", w.id, im.name, err)
-			}
-			_, all := r.acquisitions()
-			fmt.Fprintf(os.Stderr, "bench: %s %-9s %.1f acq/s (%.0f%% of the bound), %.2f ops/acq, most holders at once %d, violations %d\n",
-				w.id, im.name, all, 100*r.ofBound(), r.OpsPerAcq, r.MostHolders, r.Violations)
-			rep.Shared = append(rep.Shared, r)
-			settle()
-		}
-	}
-	if selected["K"] {
-		fmt.Fprintf(os.Stderr, "bench: K %s ... ", holderTitle())
-		if err := db.CreateCollection(ctx, collection("K", "mongolock")); err != nil {
-			return err
-		}
-		k, err := runHolderCost(ctx, e, kRounds, holderPerRound)
-		if err != nil {
-			return fmt.Errorf("workload K: %w", err)
-		}
-		for _, c := range k.Sizes {
-			fmt.Fprintf(os.Stderr, "n=%d %.0f µs, ", c.N, c.Acquire.CallP50US)
-		}
-		fmt.Fprintf(os.Stderr, "per acquisition\n")
-		rep.HolderCost = &k
 	}
 	rep.Targets = evaluate(rep)
 	if err := rep.write(os.Stdout, outDir); err != nil {
@@ -393,6 +287,168 @@ func runAll(ctx context.Context, dur, gDur, hDur time.Duration, selected map[str
 	if n := rep.violations(); n > 0 {
 		return fmt.Errorf("VIOLATION: %d acquisitions broke their resource's rule (workloads I, J); see the report", n)
 	}
+	return nil
+}
+
+// A benchRun is a run in progress: its server and database, the
+// workloads selected and their flags, and the report it fills.
+type benchRun struct {
+	ctx             context.Context
+	e               env
+	db              *mongo.Database
+	rep             *report
+	selected        map[string]bool
+	dur, gDur, hDur time.Duration
+	holdN, kRounds  int
+}
+
+// locks runs the selected workloads of A–E, each implementation side by
+// side.
+func (b *benchRun) locks() error {
+	for _, w := range workloads {
+		if !b.selected[w.id] {
+			continue
+		}
+		for _, im := range impls {
+			if err := b.db.CreateCollection(b.ctx, collection(w.id, im.name)); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(os.Stderr, "bench: %s %s (%d round(s))\n", w.id, w.title, max(w.rounds, 1))
+		err := runWorkload(b.ctx, b.e, impls, w, b.dur, func(im impl, r result) {
+			fmt.Fprintf(os.Stderr, "bench: %s %-9s %.1f acq/s, wait p99 %.1f ms, %.2f ops/acq\n", w.id, im.name, r.AcqPerSec, r.WaitP99MS, r.OpsPerAcq)
+			b.rep.Results = append(b.rep.Results, r)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// holds runs workload F, if selected: each implementation holding N/10
+// locks, then N.
+func (b *benchRun) holds() error {
+	if !b.selected["F"] {
+		return nil
+	}
+	for _, im := range impls {
+		for _, n := range []int{b.holdN / 10, b.holdN} {
+			fmt.Fprintf(os.Stderr, "bench: F %-9s holding %d locks ... ", im.name, n)
+			if err := b.db.CreateCollection(b.ctx, collection(fmt.Sprintf("F%d", n), im.name)); err != nil {
+				return err
+			}
+			r, err := runHold(b.ctx, b.e, im, n, holdExpiry, holdCadences)
+			if err != nil {
+				return fmt.Errorf("workload F, %s, N=%d: %w", im.name, n, err)
+			}
+			fmt.Fprintf(os.Stderr, "%.0f extension round trips/cadence, goroutines %d -> %d\n",
+				r.ExtensionsPerCadence, r.GoroutinesBefore, r.GoroutinesDuring)
+			b.rep.Holds = append(b.rep.Holds, r)
+			settle()
+		}
+	}
+	return nil
+}
+
+// standby runs workload G, if selected: each size, each implementation
+// but raw, which excludes no one: with one name it has no standby to
+// measure.
+func (b *benchRun) standby() error {
+	if !b.selected["G"] {
+		return nil
+	}
+	for _, procs := range standbySizes {
+		for _, im := range impls {
+			if im.name == "raw" {
+				continue
+			}
+			fmt.Fprintf(os.Stderr, "bench: G %-9s %d processes (%d waiting), %v window ... ", im.name, procs, procs-1, b.gDur)
+			if err := b.db.CreateCollection(b.ctx, collection(fmt.Sprintf("G%d", procs), im.name)); err != nil {
+				return err
+			}
+			r, err := runStandby(b.ctx, b.e, im, procs, b.gDur)
+			if err != nil {
+				return fmt.Errorf("workload G, %s, P=%d: %w", im.name, procs, err)
+			}
+			fmt.Fprintf(os.Stderr, "%.1f commands/s, %d acquisitions, takeover p50 %.0f ms, max %.0f ms\n",
+				r.OpsPerSec, r.Acquisitions, r.TakeoverP50MS, r.TakeoverMaxMS)
+			b.rep.Standby = append(b.rep.Standby, r)
+			settle()
+		}
+	}
+	return nil
+}
+
+// elections runs workload H, if selected, for each implementation that
+// elects.
+func (b *benchRun) elections() error {
+	if !b.selected["H"] {
+		return nil
+	}
+	for _, im := range impls {
+		if electors[im.name] == nil {
+			continue // raw: it excludes no one, so it elects no one
+		}
+		fmt.Fprintf(os.Stderr, "bench: H %-9s %d processes, %v window ... ", im.name, electionProcs, b.hDur)
+		if err := b.db.CreateCollection(b.ctx, collection("H", im.name)); err != nil {
+			return err
+		}
+		r, err := runElection(b.ctx, b.e, im, b.hDur)
+		if err != nil {
+			return fmt.Errorf("workload H, %s: %w", im.name, err)
+		}
+		fmt.Fprintf(os.Stderr, "%.1f commands/s, %d terms, failover p50 %.0f ms after %d resignations, %.0f ms after %d stops\n",
+			r.OpsPerSec, r.Terms, r.Resign.P50MS, r.Resign.Count, r.Stop.P50MS, r.Stop.Count)
+		b.rep.Elections = append(b.rep.Elections, r)
+		settle()
+	}
+	return nil
+}
+
+// shared runs the selected workloads of I and J.
+func (b *benchRun) shared() error {
+	for _, w := range sharedWorkloads {
+		if !b.selected[w.id] {
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "bench: %s %s\n", w.id, w.title)
+		for _, im := range w.impls {
+			if err := b.db.CreateCollection(b.ctx, collection(w.id, im.name)); err != nil {
+				return err
+			}
+			r, err := runShared(b.ctx, b.e, w, im, b.dur)
+			if err != nil {
+				return fmt.Errorf("workload %s, %s: %w", w.id, im.name, err)
+			}
+			_, all := r.acquisitions()
+			fmt.Fprintf(os.Stderr, "bench: %s %-9s %.1f acq/s (%.0f%% of the bound), %.2f ops/acq, most holders at once %d, violations %d\n",
+				w.id, im.name, all, 100*r.ofBound(), r.OpsPerAcq, r.MostHolders, r.Violations)
+			b.rep.Shared = append(b.rep.Shared, r)
+			settle()
+		}
+	}
+	return nil
+}
+
+// holderCost runs workload K, if selected.
+func (b *benchRun) holderCost() error {
+	if !b.selected["K"] {
+		return nil
+	}
+	fmt.Fprintf(os.Stderr, "bench: K %s ... ", holderTitle())
+	if err := b.db.CreateCollection(b.ctx, collection("K", "mongolock")); err != nil {
+		return err
+	}
+	k, err := runHolderCost(b.ctx, b.e, b.kRounds, holderPerRound)
+	if err != nil {
+		return fmt.Errorf("workload K: %w", err)
+	}
+	for _, c := range k.Sizes {
+		fmt.Fprintf(os.Stderr, "n=%d %.0f µs, ", c.N, c.Acquire.CallP50US)
+	}
+	fmt.Fprintf(os.Stderr, "per acquisition\n")
+	b.rep.HolderCost = &k
 	return nil
 }
 
