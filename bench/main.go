@@ -52,82 +52,109 @@ const envURI = "MONGOLOCK_TEST_URI"
 const testPrefix = "mongolock_test_"
 
 func main() {
-	var (
-		dur    = flag.Duration("d", 10*time.Second, "how long each of workloads A–E, I and J runs, per implementation")
-		gDur   = flag.Duration("gd", 50*time.Second, "how long workload G's window is, per implementation and size (after a 2 s warm-up)")
-		hDur   = flag.Duration("hd", 60*time.Second, "how long workload H's window is, per implementation (after a 2 s warm-up)")
-		kRound = flag.Int("kr", 20, "workload K's rounds, each of 20 pairs and 20 refused tries per size")
-		quick  = flag.Bool("quick", false, "smoke run: -d 2s, -gd 10s, -hd 20s, -n 1000, -kr 5, -out out/quick (unless given)")
-		only   = flag.String("only", "", "comma-separated workloads to run, e.g. C,D (default: all, A to K)")
-		holdN  = flag.Int("n", 10000, "locks held in workload F (also measured at n/10, to see what grows with n)")
-		outDir = flag.String("out", "out", "directory for results.md, results.json and plot.png")
-		dbName = flag.String("db", testPrefix+"bench", "database to use (dropped before and after the run); its name must begin with "+testPrefix)
-		which  = flag.String("impls", "", "comma-separated implementations to run (default: raw,mongolock,baseline)")
-		prof   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-		from   = flag.String("from", "", "measure nothing: render the report and plot of a saved results.json")
-	)
-	flag.Parse()
-	if *quick {
-		set := map[string]bool{}
-		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		if !set["d"] {
-			*dur = 2 * time.Second
-		}
-		if !set["gd"] {
-			*gDur = 10 * time.Second
-		}
-		if !set["hd"] {
-			*hDur = 20 * time.Second
-		}
-		if !set["n"] {
-			*holdN = 1000
-		}
-		if !set["kr"] {
-			*kRound = 5
-		}
-		if !set["out"] { // out/ keeps the committed full run's results
-			*outDir = filepath.Join("out", "quick")
-		}
-	}
-	selected, err := parseOnly(*only)
-	if err == nil {
-		err = selectImpls(*which)
-	}
-	if err == nil && *holdN < 10 {
-		err = fmt.Errorf("-n %d: need at least 10", *holdN)
-	}
-	if err == nil {
-		err = checkDBName(*dbName)
-	}
-	if err == nil && *gDur < standbyHold+standbyAway {
-		err = fmt.Errorf("-gd %v: need at least %v (one hold and one time away)", *gDur, standbyHold+standbyAway)
-	}
-	if err == nil && *hDur < 2*electionHold {
-		err = fmt.Errorf("-hd %v: need at least %v (two terms)", *hDur, 2*electionHold)
-	}
-	if err == nil && *kRound < 1 {
-		err = fmt.Errorf("-kr %d: need at least 1", *kRound)
-	}
+	f := parseFlags()
+	selected, err := f.check()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
 
-	if *from != "" {
-		if err := rerender(*from, *outDir); err != nil {
+	if f.from != "" {
+		if err := rerender(f.from, f.outDir); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
 		return
 	}
-	if err := profiled(*prof, func() error {
+	if err := profiled(f.prof, func() error {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 		defer stop()
-		return runAll(ctx, *dur, *gDur, *hDur, selected, *holdN, *kRound, *outDir, *dbName)
+		return runAll(ctx, f.dur, f.gDur, f.hDur, selected, f.holdN, f.kRound, f.outDir, f.dbName)
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// benchFlags are the command's flags.
+type benchFlags struct {
+	dur, gDur, hDur             time.Duration
+	kRound, holdN               int
+	quick                       bool
+	only, outDir, dbName, which string
+	prof, from                  string
+}
+
+// parseFlags reads the command line, with -quick's values for the flags
+// it does not give.
+func parseFlags() benchFlags {
+	var f benchFlags
+	flag.DurationVar(&f.dur, "d", 10*time.Second, "how long each of workloads A–E, I and J runs, per implementation")
+	flag.DurationVar(&f.gDur, "gd", 50*time.Second, "how long workload G's window is, per implementation and size (after a 2 s warm-up)")
+	flag.DurationVar(&f.hDur, "hd", 60*time.Second, "how long workload H's window is, per implementation (after a 2 s warm-up)")
+	flag.IntVar(&f.kRound, "kr", 20, "workload K's rounds, each of 20 pairs and 20 refused tries per size")
+	flag.BoolVar(&f.quick, "quick", false, "smoke run: -d 2s, -gd 10s, -hd 20s, -n 1000, -kr 5, -out out/quick (unless given)")
+	flag.StringVar(&f.only, "only", "", "comma-separated workloads to run, e.g. C,D (default: all, A to K)")
+	flag.IntVar(&f.holdN, "n", 10000, "locks held in workload F (also measured at n/10, to see what grows with n)")
+	flag.StringVar(&f.outDir, "out", "out", "directory for results.md, results.json and plot.png")
+	flag.StringVar(&f.dbName, "db", testPrefix+"bench", "database to use (dropped before and after the run); its name must begin with "+testPrefix)
+	flag.StringVar(&f.which, "impls", "", "comma-separated implementations to run (default: raw,mongolock,baseline)")
+	flag.StringVar(&f.prof, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.StringVar(&f.from, "from", "", "measure nothing: render the report and plot of a saved results.json")
+	flag.Parse()
+	if f.quick {
+		f.quickDefaults()
+	}
+	return f
+}
+
+// quickDefaults sets -quick's values of the flags not given.
+func (f *benchFlags) quickDefaults() {
+	set := map[string]bool{}
+	flag.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if !set["d"] {
+		f.dur = 2 * time.Second
+	}
+	if !set["gd"] {
+		f.gDur = 10 * time.Second
+	}
+	if !set["hd"] {
+		f.hDur = 20 * time.Second
+	}
+	if !set["n"] {
+		f.holdN = 1000
+	}
+	if !set["kr"] {
+		f.kRound = 5
+	}
+	if !set["out"] { // out/ keeps the committed full run's results
+		f.outDir = filepath.Join("out", "quick")
+	}
+}
+
+// check refuses flags out of range, keeps the implementations -impls
+// names, and returns the workloads -only selects.
+func (f *benchFlags) check() (map[string]bool, error) {
+	selected, err := parseOnly(f.only)
+	if err == nil {
+		err = selectImpls(f.which)
+	}
+	if err == nil && f.holdN < 10 {
+		err = fmt.Errorf("-n %d: need at least 10", f.holdN)
+	}
+	if err == nil {
+		err = checkDBName(f.dbName)
+	}
+	if err == nil && f.gDur < standbyHold+standbyAway {
+		err = fmt.Errorf("-gd %v: need at least %v (one hold and one time away)", f.gDur, standbyHold+standbyAway)
+	}
+	if err == nil && f.hDur < 2*electionHold {
+		err = fmt.Errorf("-hd %v: need at least %v (two terms)", f.hDur, 2*electionHold)
+	}
+	if err == nil && f.kRound < 1 {
+		err = fmt.Errorf("-kr %d: need at least 1", f.kRound)
+	}
+	return selected, err
 }
 
 // rerender writes the report and plot of the run saved in path to dir.
