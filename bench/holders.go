@@ -136,120 +136,145 @@ func runHolderCost(ctx context.Context, e env, rounds, perRound int) (holderRun,
 		return run, err
 	}
 
-	// Fill each semaphore with n-1 holders, one at a time.
-	var fills []*mongolock.Handle
-	defer func() { releaseAll(fills) }()
-	fill := func(n, count int) error {
-		s := fp.Semaphore(holderName(n), n)
-		for range count {
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			h, err := s.TryAcquire(cctx)
-			cancel()
-			if err != nil {
-				return fmt.Errorf("filling the semaphore of n=%d: %w", n, err)
-			}
-			fills = append(fills, h)
-		}
-		return nil
-	}
+	hb := &holderBench{ctx: ctx, log: log, tc: tc, filler: fp, timer: tp, rounds: rounds, perRound: perRound,
+		samples: make([]holderSamples, len(holderSizes))}
+	defer func() { releaseAll(hb.fills) }()
+	// Fill each semaphore with n-1 holders, one at a time; time the pairs;
+	// fill the last slot; time the refused tries.
 	for _, n := range holderSizes {
-		if err := fill(n, n-1); err != nil {
+		if err := hb.fill(n, n-1); err != nil {
 			return run, err
 		}
 	}
-
-	samples := make([]holderSamples, len(holderSizes))
-	pair := func(i int, record bool) error {
-		n := holderSizes[i]
-		s, sm := tp.Semaphore(holderName(n), n), &samples[i]
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		var h *mongolock.Handle
-		acq, acqCmd, err := log.timed("findAndModify", func() (err error) {
-			h, err = s.TryAcquire(cctx)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("n=%d: TryAcquire with %d of %d slots held: %w", n, n-1, n, err)
-		}
-		rel, relCmd, err := log.timed("update", func() error { return h.Release(cctx) })
-		if err != nil {
-			return fmt.Errorf("n=%d: Release: %w", n, err)
-		}
-		if record {
-			sm.acq, sm.acqCmd = append(sm.acq, acq), append(sm.acqCmd, acqCmd.Duration)
-			sm.rel, sm.relCmd = append(sm.rel, rel), append(sm.relCmd, relCmd.Duration)
-			sm.reply = append(sm.reply, len(acqCmd.Reply))
-		}
-		return nil
-	}
-	refused := func(i int, record bool) error {
-		n := holderSizes[i]
-		s, sm := tp.Semaphore(holderName(n), n), &samples[i]
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		try, cmd, err := log.timed("findAndModify", func() error {
-			h, err := s.TryAcquire(cctx)
-			switch {
-			case err == nil:
-				_ = h.Release(cctx)
-				return errors.New("took a slot")
-			case errors.Is(err, mongolock.ErrNotAcquired):
-				return nil
-			}
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("n=%d: TryAcquire with all %d slots held: %w", n, n, err)
-		}
-		if record {
-			sm.ref, sm.refCmd = append(sm.ref, try), append(sm.refCmd, cmd.Duration)
-		}
-		return nil
-	}
-	var pings []time.Duration
-	rotate := func(f func(i int, record bool) error) error {
-		for i := range holderSizes { // warm-up: the index, the connections
-			if err := f(i, false); err != nil {
-				return err
-			}
-		}
-		for round := range rounds {
-			for k := range holderSizes {
-				i := (k + round) % len(holderSizes)
-				for range perRound {
-					if err := f(i, true); err != nil {
-						return err
-					}
-				}
-			}
-			_, cmd, err := log.timed("ping", func() error { return tc.Ping(ctx, nil) })
-			if err != nil {
-				return err
-			}
-			pings = append(pings, cmd.Duration)
-		}
-		return ctx.Err()
-	}
-	if err := rotate(pair); err != nil {
+	if err := hb.rotate(hb.pair); err != nil {
 		return run, err
 	}
 	for _, n := range holderSizes {
-		if err := fill(n, 1); err != nil {
+		if err := hb.fill(n, 1); err != nil {
 			return run, err
 		}
 	}
-	if err := rotate(refused); err != nil {
+	if err := hb.rotate(hb.refused); err != nil {
 		return run, err
 	}
 
-	run.PingP50US = us(percentile(pings, 50))
+	run.PingP50US = us(percentile(hb.pings, 50))
 	for i, n := range holderSizes {
-		sm := samples[i]
+		sm := hb.samples[i]
 		run.Sizes = append(run.Sizes, holderCost{N: n, ReplyBytes: percentile(sm.reply, 50),
 			Acquire: timingOf(sm.acq, sm.acqCmd), Release: timingOf(sm.rel, sm.relCmd), Refused: timingOf(sm.ref, sm.refCmd)})
 	}
 	return run, nil
+}
+
+// A holderBench is workload K in progress: the filling process's
+// provider and what it holds, the timed process's provider and client,
+// whose commands log sees, and the samples so far.
+type holderBench struct {
+	ctx              context.Context
+	log              *commandLog
+	tc               *mongo.Client
+	filler, timer    *mongolock.Provider
+	rounds, perRound int
+	fills            []*mongolock.Handle
+	samples          []holderSamples // by index of holderSizes
+	pings            []time.Duration
+}
+
+// fill takes count slots of the semaphore of n for the filling process.
+func (hb *holderBench) fill(n, count int) error {
+	s := hb.filler.Semaphore(holderName(n), n)
+	for range count {
+		cctx, cancel := context.WithTimeout(hb.ctx, 10*time.Second)
+		h, err := s.TryAcquire(cctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("filling the semaphore of n=%d: %w", n, err)
+		}
+		hb.fills = append(hb.fills, h)
+	}
+	return nil
+}
+
+// pair times a TryAcquire of the last free slot of the i-th size and its
+// Release, recording them if record.
+func (hb *holderBench) pair(i int, record bool) error {
+	n := holderSizes[i]
+	s, sm := hb.timer.Semaphore(holderName(n), n), &hb.samples[i]
+	cctx, cancel := context.WithTimeout(hb.ctx, 10*time.Second)
+	defer cancel()
+	var h *mongolock.Handle
+	acq, acqCmd, err := hb.log.timed("findAndModify", func() (err error) {
+		h, err = s.TryAcquire(cctx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("n=%d: TryAcquire with %d of %d slots held: %w", n, n-1, n, err)
+	}
+	rel, relCmd, err := hb.log.timed("update", func() error { return h.Release(cctx) })
+	if err != nil {
+		return fmt.Errorf("n=%d: Release: %w", n, err)
+	}
+	if record {
+		sm.acq, sm.acqCmd = append(sm.acq, acq), append(sm.acqCmd, acqCmd.Duration)
+		sm.rel, sm.relCmd = append(sm.rel, rel), append(sm.relCmd, relCmd.Duration)
+		sm.reply = append(sm.reply, len(acqCmd.Reply))
+	}
+	return nil
+}
+
+// refused times a TryAcquire of the i-th size with every slot held,
+// recording it if record.
+func (hb *holderBench) refused(i int, record bool) error {
+	n := holderSizes[i]
+	s, sm := hb.timer.Semaphore(holderName(n), n), &hb.samples[i]
+	cctx, cancel := context.WithTimeout(hb.ctx, 10*time.Second)
+	defer cancel()
+	try, cmd, err := hb.log.timed("findAndModify", func() error {
+		h, err := s.TryAcquire(cctx)
+		switch {
+		case err == nil:
+			_ = h.Release(cctx)
+			return errors.New("took a slot")
+		case errors.Is(err, mongolock.ErrNotAcquired):
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("n=%d: TryAcquire with all %d slots held: %w", n, n, err)
+	}
+	if record {
+		sm.ref, sm.refCmd = append(sm.ref, try), append(sm.refCmd, cmd.Duration)
+	}
+	return nil
+}
+
+// rotate runs f once per size to warm up, then perRound times per size in
+// each round, rotating which size goes first, with a ping timed after
+// each round.
+func (hb *holderBench) rotate(f func(i int, record bool) error) error {
+	for i := range holderSizes { // warm-up: the index, the connections
+		if err := f(i, false); err != nil {
+			return err
+		}
+	}
+	for round := range hb.rounds {
+		for k := range holderSizes {
+			i := (k + round) % len(holderSizes)
+			for range hb.perRound {
+				if err := f(i, true); err != nil {
+					return err
+				}
+			}
+		}
+		_, cmd, err := hb.log.timed("ping", func() error { return hb.tc.Ping(hb.ctx, nil) })
+		if err != nil {
+			return err
+		}
+		hb.pings = append(hb.pings, cmd.Duration)
+	}
+	return hb.ctx.Err()
 }
 
 func holderName(n int) string { return fmt.Sprintf("sem-%d", n) }
