@@ -393,10 +393,20 @@ func runElection(ctx context.Context, e env, im impl, d time.Duration) (election
 	window := to.Sub(from)
 	res.Seconds = window.Seconds()
 	res.commands = countCommands(diff(ops1, ops0), window)
+	r.log.tally(&res, from, to, cut)
+	res.Lost, res.errorCount = r.log.lost, r.log.errorCount
+	return res, ctx.Err()
+}
+
+// tally fills res with the terms that began in the window from..to, per
+// process, and the failovers after the terms that ended in it: a term
+// the run's end (cut) left unfollowed counts as unfinished. The terms
+// are done: no process logs more.
+func (l *electionLog) tally(res *electionResult, from, to, cut time.Time) {
 	res.PerProcess = make([]int, electionProcs)
 	in := func(t time.Time) bool { return !t.IsZero() && !t.Before(from) && !t.After(to) }
 	var resign, stop, left, after []time.Duration
-	terms := r.log.acqs
+	terms := l.acqs
 	for i, t := range terms {
 		if in(t.acquired) {
 			res.Terms++
@@ -416,7 +426,7 @@ func runElection(ctx context.Context, e env, im impl, d time.Duration) (election
 		}
 		next := terms[i+1].acquired
 		*ds = append(*ds, max(next.Sub(t.released), 0))
-		if end, ok := r.log.leaseEnds[i]; ok {
+		if end, ok := l.leaseEnds[i]; ok {
 			left = append(left, end.Sub(t.released))
 			after = append(after, next.Sub(end))
 		}
@@ -431,8 +441,6 @@ func runElection(ctx context.Context, e env, im impl, d time.Duration) (election
 	res.Stop.AfterExpiryP50MS = ms(percentile(after, 50))
 	res.Stop.AfterExpiryMaxMS = ms(percentile(after, 100))
 	res.Stop.AfterExpiryMS = msList(after)
-	res.Lost, res.errorCount = r.log.lost, r.log.errorCount
-	return res, ctx.Err()
 }
 
 // msList returns ds in milliseconds, to a hundredth.
