@@ -11,12 +11,12 @@ import (
 	"testing"
 )
 
-// The bounds on the size of functions: a function of the command or of
-// internal/ (the model, the simulation, the soak, the fault proxy) that is
-// past them is to be split into named steps, and a test past its bound
-// into a Test per family of cases.
+// The bounds on the size of functions: a function of the command, of
+// internal/ (the model, the simulation, the soak, the fault proxy) or of
+// the benchmark that is past them is to be split into named steps, and a
+// test past its bound into a Test per family of cases.
 const (
-	maxComplexity = 15  // a function of cmd/ or internal/, counted as gocyclo does
+	maxComplexity = 15  // a function of cmd/, internal/ or bench/, counted as gocyclo does
 	maxLines      = 60  // a function of cmd/ or internal/, from func to its closing brace
 	maxTestLines  = 150 // a function of any _test.go file, in every module
 )
@@ -29,9 +29,10 @@ var overBound = map[string]bool{
 }
 
 // Every function of a non-test file under cmd/ or internal/ is within
-// maxComplexity and maxLines, and every function of a _test.go file in
-// the repository, whichever its module, within maxTestLines. A function
-// literal counts in the function that holds it.
+// maxComplexity and maxLines, one under bench/ within maxComplexity, and
+// every function of a _test.go file in the repository, whichever its
+// module, within maxTestLines. A function literal counts in the function
+// that holds it.
 func TestFunctionsStayWithinTheirBounds(t *testing.T) {
 	over := map[string]bool{}
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
@@ -48,9 +49,16 @@ func TestFunctionsStayWithinTheirBounds(t *testing.T) {
 		if !strings.HasSuffix(name, ".go") {
 			return nil
 		}
-		test := strings.HasSuffix(name, "_test.go")
-		tool := strings.HasPrefix(path, "cmd"+string(filepath.Separator)) || strings.HasPrefix(path, "internal"+string(filepath.Separator))
-		if !test && !tool {
+		under := func(dir string) bool { return strings.HasPrefix(path, dir+string(filepath.Separator)) }
+		var kind fileKind
+		switch {
+		case strings.HasSuffix(name, "_test.go"):
+			kind = testFile
+		case under("cmd") || under("internal"):
+			kind = toolFile
+		case under("bench"):
+			kind = benchFile
+		default:
 			return nil
 		}
 		fset := gotoken.NewFileSet()
@@ -59,7 +67,7 @@ func TestFunctionsStayWithinTheirBounds(t *testing.T) {
 			return err
 		}
 		for _, fn := range boundedFuncs(f) {
-			for _, past := range pastBounds(fset, fn, test) {
+			for _, past := range pastBounds(fset, fn, kind) {
 				key := filepath.ToSlash(path) + ": " + fn.name
 				over[key] = true
 				if !overBound[key] {
@@ -79,17 +87,26 @@ func TestFunctionsStayWithinTheirBounds(t *testing.T) {
 	}
 }
 
-// pastBounds says how fn, of a test file or not, is past its bounds.
-func pastBounds(fset *gotoken.FileSet, fn boundedFunc, test bool) []string {
+// A fileKind says which bounds a file's functions keep.
+type fileKind int
+
+const (
+	testFile  fileKind = iota // maxTestLines
+	toolFile                  // maxComplexity and maxLines
+	benchFile                 // maxComplexity
+)
+
+// pastBounds says how fn, of a file of kind, is past its bounds.
+func pastBounds(fset *gotoken.FileSet, fn boundedFunc, kind fileKind) []string {
 	var past []string
 	lines := fset.Position(fn.node.End()).Line - fset.Position(fn.node.Pos()).Line + 1
 	switch {
-	case test && lines > maxTestLines:
+	case kind == testFile && lines > maxTestLines:
 		past = append(past, fmt.Sprintf("%d lines, over %d: split its cases by what they test", lines, maxTestLines))
-	case !test && lines > maxLines:
+	case kind == toolFile && lines > maxLines:
 		past = append(past, fmt.Sprintf("%d lines, over %d: split it into named steps", lines, maxLines))
 	}
-	if c := cyclomatic(fn.node); !test && c > maxComplexity {
+	if c := cyclomatic(fn.node); kind != testFile && c > maxComplexity {
 		past = append(past, fmt.Sprintf("complexity %d, over %d: split it into named steps", c, maxComplexity))
 	}
 	return past
