@@ -21,20 +21,12 @@ const (
 	maxTestLines  = 150 // a function of any _test.go file, in every module
 )
 
-// overBound are the functions known to be past their bound, by file and
-// name, until they are split: one that is no longer past it is reported,
-// so that its entry goes too.
-var overBound = map[string]bool{
-	"errors_test.go: errorCases": true,
-}
-
 // Every function of a non-test file under cmd/ or internal/ is within
 // maxComplexity and maxLines, one under bench/ within maxComplexity, and
 // every function of a _test.go file in the repository, whichever its
 // module, within maxTestLines. A function literal counts in the function
 // that holds it.
 func TestFunctionsStayWithinTheirBounds(t *testing.T) {
-	over := map[string]bool{}
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -68,22 +60,13 @@ func TestFunctionsStayWithinTheirBounds(t *testing.T) {
 		}
 		for _, fn := range boundedFuncs(f) {
 			for _, past := range pastBounds(fset, fn, kind) {
-				key := filepath.ToSlash(path) + ": " + fn.name
-				over[key] = true
-				if !overBound[key] {
-					t.Errorf("%s: %s: %s", fset.Position(fn.node.Pos()), fn.name, past)
-				}
+				t.Errorf("%s: %s: %s", fset.Position(fn.node.Pos()), fn.name, past)
 			}
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	for key := range overBound {
-		if !over[key] {
-			t.Errorf("%s is within its bounds now: remove it from overBound", key)
-		}
 	}
 }
 
