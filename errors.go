@@ -89,7 +89,7 @@ var ErrReleased = errors.New("the handle was released")
 // ErrStaleTicket reports a ticket (Handle.Ticket) whose acquisition is
 // over: released, lost, run out, or taken over already (a ticket works
 // once). TakeOver returns it having changed nothing.
-var ErrStaleTicket = errors.New("stale ticket: its acquisition is over")
+var ErrStaleTicket = errors.New("stale ticket: the handle it was made for no longer holds")
 
 // ErrTakenOver reports that a holder's acquisition was taken over by its
 // ticket (Provider.TakeOver); errors.Is(ErrTakenOver, ErrLockLost) holds.

@@ -218,6 +218,9 @@ func (o config) check() error {
 	return o.checkHolds()
 }
 
+// semSuffix names the semaphores' collection after the locks'.
+const semSuffix = "_semaphores"
+
 // MongoDB's limits of names, from 4.4 on.
 const (
 	maxDatabaseName = 63  // bytes: fewer than 64
@@ -322,4 +325,15 @@ func WithTrace(t *Trace) Option {
 // (Debug).
 func WithLogger(l *slog.Logger) Option {
 	return func(o *config) { o.logger = l }
+}
+
+// check validates what WithTrace and WithLogger set.
+func (c telemetryConfig) check() error {
+	switch {
+	case c.nilTrace:
+		return invalid("WithTrace(nil): pass hooks, or leave the option out")
+	case c.logger == nil:
+		return invalid("WithLogger(nil): pass a logger, or leave the option out to log nothing")
+	}
+	return nil
 }

@@ -58,9 +58,6 @@ type Provider struct {
 	closeErr error         // its outcome; set before drained closes
 }
 
-// semSuffix names the semaphores' collection after the locks'.
-const semSuffix = "_semaphores"
-
 // NewProvider returns a Provider for locks in db, or an error wrapping
 // ErrInvalidArgument that names the bad option or argument; it does no I/O.
 //

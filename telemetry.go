@@ -511,17 +511,6 @@ func defaultTelemetryConfig() telemetryConfig {
 	return telemetryConfig{logger: slog.New(slog.DiscardHandler)}
 }
 
-// check validates what WithTrace and WithLogger set.
-func (c telemetryConfig) check() error {
-	switch {
-	case c.nilTrace:
-		return invalid("WithTrace(nil): pass hooks, or leave the option out")
-	case c.logger == nil:
-		return invalid("WithLogger(nil): pass a logger, or leave the option out to log nothing")
-	}
-	return nil
-}
-
 // info says which lock l is.
 func (l *Lock) info() TraceLock {
 	sp, d := l.collection(), l.kind.describe()
