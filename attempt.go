@@ -19,7 +19,7 @@ func (l *Lock) attempt(ctx context.Context, mode attemptMode, waitToken int64) (
 	for tries := 1; ; tries++ {
 		// A fresh lockId per round trip: a cleanup of one can never free
 		// another.
-		lockID, sent := newLockID(), l.p.now()
+		lockID, sent := newLockID(), l.p.leases.now()
 		doc, err := l.acquireRoundTrip(ctx, attempt{id: lockID, waitToken: waitToken, mode: mode})
 		switch {
 		case err == nil && doc.LockID == lockID:

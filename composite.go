@@ -342,7 +342,7 @@ func (s *compositeState) look() {
 	var now time.Time
 	for _, a := range s.parts {
 		if a.lock.p != p {
-			p, now = a.lock.p, a.lock.p.lookForSuspension()
+			p, now = a.lock.p, a.lock.p.leases.lookForSuspension()
 		}
 		if a.lookAt(now); a.lossError() != nil {
 			s.markLost(context.Cause(a.ctx))

@@ -25,7 +25,7 @@ type kindDriver interface {
 	// extend is the owner-checked extension of a batch, and holders the
 	// query that tells its lost handles when it matched too few, and
 	// which of them were taken over by ticket.
-	extend(p *Provider, names, ids bson.A) (filter bson.D, update any)
+	extend(lockUpdate bson.A, expiry time.Duration, names, ids bson.A) (filter bson.D, update any)
 	holders(names bson.A) (filter, projection bson.D)
 	// heldBy reads one document of holders' reply into seen.
 	heldBy(doc bson.Raw, seen holderIDs) error

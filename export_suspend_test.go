@@ -21,7 +21,7 @@ type Clocks struct {
 func FakeClocks(p *Provider, boot bool) *Clocks {
 	c := &Clocks{noBoot: !boot, monoAt: time.Now()}
 	c.bootAt, _ = systemClocks{}.boot()
-	p.susp = newSuspensions(c, p.opts.expiry)
+	p.leases.susp = newSuspensions(c, p.opts.expiry)
 	return c
 }
 

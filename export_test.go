@@ -116,8 +116,8 @@ func LockID(h *Handle) string { return h.lockID }
 // request sent at sent, stops keeping it, and returns its client deadline.
 func KeptDeadline(l *Lock, sent time.Time) time.Time {
 	h := &acquisition{lock: l, extendingStopped: make(chan struct{})}
-	l.p.keep(h, sent)
-	return l.p.forget(h).deadline
+	l.p.leases.keep(h, sent)
+	return l.p.leases.forget(h).deadline
 }
 
 // SetReplyError makes f replace the error of each of p's acquisition round
@@ -241,4 +241,4 @@ func (qs *queues) waiters(name string) int {
 func Abandon(h *Handle) { h.abandoned() }
 
 // Tick extends at once every lease p keeps, as its next tick would.
-func Tick(p *Provider) { p.tick() }
+func Tick(p *Provider) { p.leases.tick() }

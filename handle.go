@@ -178,6 +178,133 @@ func (h *Handle) LeaseEnd() time.Time {
 	return end
 }
 
+// Context returns a context that is done when the lock is lost or released.
+// On loss, context.Cause is an *Error that names the lock and wraps
+// ErrLockLost (ErrTakenOver after a take-over); on release, context.Canceled.
+//
+// A Release whose round trip outlasts the lease signals the loss at the
+// lease's end, as if it had not been called. The context's Err and Done
+// first look at the lease: once its local deadline has passed (a process
+// stopped past it, a machine suspended), the first answer says done, and
+// Done's channel is closed already. A nil Handle's is done, its cause
+// ErrInvalidArgument.
+func (h *Handle) Context() context.Context {
+	if h.held() == nil {
+		return nothingHeld
+	}
+	return &h.lctx
+}
+
+// Lost returns a channel that is closed when the lock is lost, never by a
+// normal Release.
+//
+// Like the Context's Err and Done, it first looks at the lease: once its
+// local deadline has passed, the channel it returns is closed. A nil
+// Handle's is closed: nothing is held.
+func (h *Handle) Lost() <-chan struct{} {
+	if h.held() == nil {
+		return closedChan
+	}
+	h.look()
+	return h.lost
+}
+
+// knownLost returns why h was lost, looking at its lease first, or nil. A
+// fenced write asks before it is sent.
+func (h *acquisition) knownLost() error {
+	h.look()
+	return h.lossError()
+}
+
+// Release releases the lock in one owner-checked round trip bounded by ctx.
+// The first call returns nil if the lock was still held or was taken over
+// by its ticket, else an error wrapping ErrLockLost; later calls, nil.
+//
+// Others can take the lock at once, and its fencing token is kept for the
+// next holder to outrank. The handle stops extending the lease before
+// Release returns. If an Acquire of this process waits for the lock, the
+// same round trip hands the lock over to it (a new acquisition, with a
+// higher fencing token), unless another process's turn has come. A take-over
+// by ticket (Handle.Ticket) is a hand-off by choice, also when the taker
+// runs in another process, so it is no error here.
+//
+// A handle lost because its lease ran out (extensions kept failing, or
+// WithHoldAtMost's bound) leaves the lock held on the server until that
+// lease has ended there, so that nobody else gets in while its work may
+// still run; Release then frees it at once, owner-checked and in the
+// background, without waiting (call it once the work has stopped). If ctx
+// is done before the round trip, or the round trip fails (ctx ended,
+// network), Release returns that error and frees the lock in the
+// background with a short timeout; failing that, the lock frees itself when
+// its lease expires. Either way the handle is released: its Context is
+// done.
+//
+// With WithHoldAtLeast, the same round trip keeps the lock held until the
+// hold ends (by the server's clock) instead of freeing it, and hands it to
+// nobody.
+//
+// Release of a nil Handle returns nil: a deferred Release written before
+// the Acquire's error check does nothing.
+func (h *Handle) Release(ctx context.Context) error {
+	if h.held() == nil {
+		return nil
+	}
+	return h.release(ctx)
+}
+
+// releaseUnused is Release of a handle whose job never ran (a part of a
+// composite call that failed): it frees the lock at once, whatever
+// WithHoldAtLeast says.
+func (h *Handle) releaseUnused(ctx context.Context) error { return h.releaseHolding(ctx, 0) }
+
+// ticketed are this program's acquisitions that made a ticket, by lockId,
+// until they end: a take-over in this program tells the one it took at
+// once.
+var ticketed sync.Map // lockId -> *acquisition
+
+// Ticket returns a ticket of h's acquisition: a string that any process
+// passes to Provider.TakeOver (or Election.TakeOver) to take it over with
+// no moment in which anyone else could get in; an error if h has ended.
+//
+// The take-over is one owner-checked round trip. The ticket is
+// URL-safe, so a file, an HTTP header or an environment variable carries it
+// as it is, and opaque: its format is the library's, and a later one will
+// be told apart from this one.
+//
+// A ticket is a bearer credential for this one acquisition: whoever
+// presents it takes the acquisition from h while h holds it, with a
+// connection of its own to the database. Pass it as a secret, and only to
+// the process that is to take over. It grants nothing else (no access to
+// the database), and nothing once the acquisition has ended: released,
+// lost, run out, or taken over already, as a ticket works once.
+//
+// Making a ticket sends nothing: h holds as before until it is taken over,
+// released or lost. Taken over, h is lost (Lost closes, Context ends with
+// ErrTakenOver, which is an ErrLockLost): at once if the taker runs in
+// this program, else at h's next extension, within the extension cadence;
+// h's Release then frees nothing and returns nil, as the hand-off was
+// chosen. So stop the work the lock protects before passing the ticket:
+// the taker's fencing token outranks h's, and a fenced write of h's is
+// refused once the taker has written. A released handle, or one known
+// lost, has no ticket: Ticket returns an error, wrapping ErrLockLost if it
+// was lost.
+func (h *Handle) Ticket() (string, error) {
+	a := h.held()
+	if a == nil {
+		return "", &Error{Op: "ticket", Err: errNilHandle}
+	}
+	if a.released.Load() {
+		return "", a.lock.errorf("ticket", ErrReleased)
+	}
+	if err := a.knownLost(); err != nil {
+		return "", a.lock.errorf("ticket", err)
+	}
+	if _, loaded := ticketed.LoadOrStore(a.lockID, a); !loaded {
+		context.AfterFunc(a.ctx, func() { ticketed.CompareAndDelete(a.lockID, a) })
+	}
+	return a.ticketContents().encode(), nil
+}
+
 // lossError returns why the lock was lost, or nil. It touches no channel:
 // the garbage collector's cleanup (abandoned) asks it outside the
 // testing/synctest bubble, if any, that the handle was made in.

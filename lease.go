@@ -30,13 +30,19 @@ const maxBatch = 500
 
 // leases keeps the leases of one provider's handles.
 type leases struct {
+	opts         config
+	extendUpdate bson.A       // the extension's update of a lock's lease (extendUpdate)
+	susp         *suspensions // the machine's suspended time, which shortens them
+	tel          *telemetry
+
 	mu     sync.Mutex
-	held   map[*acquisition]*lease
+	held   map[*acquisition]*keptLease
 	timer  *time.Timer // the next tick, while handles are held
 	looker *time.Timer // the next look for a suspension, while handles are held
 }
 
-type lease struct {
+// A keptLease is what leases keeps of one handle's lease.
+type keptLease struct {
 	deadline time.Time     // the client's end of the lease
 	cap      time.Time     // WithHoldAtMost's client end of the lease; zero: none
 	loss     *time.Timer   // fires at deadline
@@ -46,15 +52,17 @@ type lease struct {
 	slept    time.Duration // suspended time by which deadline came earlier
 }
 
-func newLeases() leases { return leases{held: make(map[*acquisition]*lease)} }
+func newLeases(o config, susp *suspensions, tel *telemetry) leases {
+	return leases{opts: o, extendUpdate: extendUpdate(o.expiry, o.atMost), susp: susp, tel: tel, held: make(map[*acquisition]*keptLease)}
+}
 
 // releaseKept releases, at once, every handle whose lease p keeps (Close),
 // and returns the errors of the releases that failed; a lock already lost
 // is not an error here.
-func (p *Provider) releaseKept(ctx context.Context) error {
-	p.leases.mu.Lock()
-	held := slices.Collect(maps.Keys(p.leases.held))
-	p.leases.mu.Unlock()
+func (ls *leases) releaseKept(ctx context.Context) error {
+	ls.mu.Lock()
+	held := slices.Collect(maps.Keys(ls.held))
+	ls.mu.Unlock()
 	errs := make([]error, len(held))
 	var wg sync.WaitGroup
 	for i, h := range held {
@@ -71,23 +79,23 @@ func (p *Provider) releaseKept(ctx context.Context) error {
 // keep starts keeping h's lease, acquired by a request sent at sent (by
 // now, after a look for a suspension). A lease that a suspension during
 // the round trip ended is lost before keep returns.
-func (p *Provider) keep(h *acquisition, sent time.Time) {
-	ls, o := &p.leases, p.opts
-	p.lookForSuspension()
+func (ls *leases) keep(h *acquisition, sent time.Time) {
+	o := ls.opts
+	ls.lookForSuspension()
 	ls.mu.Lock()
-	l := &lease{slept: p.susp.since(sent)}
+	l := &keptLease{slept: ls.susp.since(sent)}
 	if !h.atMostFromSent.IsZero() {
 		l.cap = h.atMostFromSent.Add(-o.safetyMargin() - l.slept)
 	}
-	p.setDeadline(h, l, l.until(o, sent.Add(-l.slept)))
-	now := p.susp.now()
-	l.loss = time.AfterFunc(l.deadline.Sub(now), func() { p.expire(h) })
+	ls.setDeadline(h, l, l.until(o, sent.Add(-l.slept)))
+	now := ls.susp.now()
+	l.loss = time.AfterFunc(l.deadline.Sub(now), func() { ls.expire(h) })
 	ls.held[h] = l
 	if ls.timer == nil {
-		ls.timer = time.AfterFunc(o.cadence, p.tick)
+		ls.timer = time.AfterFunc(o.cadence, ls.tick)
 	}
 	if ls.looker == nil {
-		ls.looker = time.AfterFunc(lookEvery, p.lookRegularly)
+		ls.looker = time.AfterFunc(lookEvery, ls.lookRegularly)
 	}
 	ended := !now.Before(l.deadline)
 	// The deadline counts from the send, the first tick from now.
@@ -96,29 +104,29 @@ func (p *Provider) keep(h *acquisition, sent time.Time) {
 	ls.mu.Unlock()
 	switch {
 	case ended:
-		p.expire(h)
+		ls.expire(h)
 	case soon:
-		go p.extend([]*acquisition{h})
+		go ls.extend([]*acquisition{h})
 	}
 }
 
 // now is the monotonic time for a request that a lease will count from:
 // it looks for a suspension first, so that one found later came after it.
-func (p *Provider) now() time.Time {
-	p.lookForSuspension()
-	return p.susp.now()
+func (ls *leases) now() time.Time {
+	ls.lookForSuspension()
+	return ls.susp.now()
 }
 
 // look is a look on behalf of h's owner: for a suspension, and at h's
 // deadline, which, passed, is h's loss now, whether or not its timer has
 // run.
-func (h *acquisition) look() { h.lookAt(h.lock.p.lookForSuspension()) }
+func (h *acquisition) look() { h.lookAt(h.lock.p.leases.lookForSuspension()) }
 
 // lookAt is look at h's deadline, by now, what a look for a suspension
 // read.
 func (h *acquisition) lookAt(now time.Time) {
-	if p := h.lock.p; now.Sub(p.susp.monoAt) >= time.Duration(h.deadline.Load()) {
-		p.expire(h)
+	if ls := &h.lock.p.leases; now.Sub(ls.susp.monoAt) >= time.Duration(h.deadline.Load()) {
+		ls.expire(h)
 	}
 }
 
@@ -126,19 +134,18 @@ func (h *acquisition) lookAt(now time.Time) {
 // suspended since the last look, every kept lease's deadline moves earlier
 // by the suspension, and the handles whose leases it ended are lost now.
 // It returns the monotonic time it read first.
-func (p *Provider) lookForSuspension() time.Time {
-	mono, ahead := p.susp.ahead()
+func (ls *leases) lookForSuspension() time.Time {
+	mono, ahead := ls.susp.ahead()
 	if !ahead {
 		return mono
 	}
-	ls := &p.leases
 	ls.mu.Lock()
-	d := p.susp.find()
+	d := ls.susp.find()
 	var ended []*acquisition
 	if d > 0 {
-		now := p.susp.now()
+		now := ls.susp.now()
 		for h, l := range ls.held {
-			p.setDeadline(h, l, l.deadline.Add(-d))
+			ls.setDeadline(h, l, l.deadline.Add(-d))
 			l.slept += d
 			if !l.cap.IsZero() {
 				l.cap = l.cap.Add(-d)
@@ -152,24 +159,23 @@ func (p *Provider) lookForSuspension() time.Time {
 	}
 	ls.mu.Unlock()
 	for _, h := range ended {
-		p.expire(h)
+		ls.expire(h)
 	}
 	return mono
 }
 
 // setDeadline moves the deadline of l, h's lease, to d; looks read it
 // from h without a lock. leases.mu is held.
-func (p *Provider) setDeadline(h *acquisition, l *lease, d time.Time) {
+func (ls *leases) setDeadline(h *acquisition, l *keptLease, d time.Time) {
 	l.deadline = d
-	h.deadline.Store(int64(d.Sub(p.susp.monoAt)))
+	h.deadline.Store(int64(d.Sub(ls.susp.monoAt)))
 }
 
 // lookRegularly looks for a suspension, and again after lookEvery while any
 // lease is kept: the timer's own wait stands with the monotonic clock,
 // so it comes within lookEvery after the machine resumes.
-func (p *Provider) lookRegularly() {
-	p.lookForSuspension()
-	ls := &p.leases
+func (ls *leases) lookRegularly() {
+	ls.lookForSuspension()
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if len(ls.held) == 0 || ls.looker == nil {
@@ -182,13 +188,13 @@ func (p *Provider) lookRegularly() {
 // tooLateForTheNextTick reports whether an extension sent at the next
 // tick, as slow as the round trip sent at sent and answered by now, could
 // come back after l's deadline: then l is extended at once instead.
-func (l *lease) tooLateForTheNextTick(o config, sent, now time.Time) bool {
+func (l *keptLease) tooLateForTheNextTick(o config, sent, now time.Time) bool {
 	return l.deadline.Sub(now) < o.cadence+now.Sub(sent)
 }
 
 // until is the client's end of l once an acquisition or extension sent at
 // sent succeeded: a lease's, but never past its cap.
-func (l *lease) until(o config, sent time.Time) time.Time {
+func (l *keptLease) until(o config, sent time.Time) time.Time {
 	if d := sent.Add(o.clientLease()); l.cap.IsZero() || d.Before(l.cap) {
 		return d
 	}
@@ -198,15 +204,14 @@ func (l *lease) until(o config, sent time.Time) time.Time {
 // tick extends every lease not already being extended, in batches, and
 // sets the next tick while any lease is kept. A lease whose Handle became
 // unreachable is released instead.
-func (p *Provider) tick() {
-	ls := &p.leases
+func (ls *leases) tick() {
 	ls.mu.Lock()
 	if len(ls.held) == 0 {
 		ls.timer = nil
 		ls.mu.Unlock()
 		return
 	}
-	ls.timer.Reset(p.opts.cadence)
+	ls.timer.Reset(ls.opts.cadence)
 	due := map[*lockCollection][]*acquisition{} // a batch is of one collection
 	var dropped []*acquisition
 	for h, l := range ls.held {
@@ -225,7 +230,7 @@ func (p *Provider) tick() {
 	}
 	for _, hs := range due {
 		for batch := range slices.Chunk(hs, maxBatch) {
-			go p.extend(batch)
+			go ls.extend(batch)
 		}
 	}
 }
@@ -234,16 +239,15 @@ func (p *Provider) tick() {
 // returns it, or nil if it was not kept. No extension of h starts
 // afterwards; one on its way cannot match once the release has cleared
 // the lockId.
-func (p *Provider) forget(h *acquisition) *lease {
-	p.leases.mu.Lock()
-	defer p.leases.mu.Unlock()
-	return p.drop(h)
+func (ls *leases) forget(h *acquisition) *keptLease {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.drop(h)
 }
 
 // drop removes h's lease and returns it, or nil if it was not kept;
 // leases.mu must be held.
-func (p *Provider) drop(h *acquisition) *lease {
-	ls := &p.leases
+func (ls *leases) drop(h *acquisition) *keptLease {
 	l := ls.held[h]
 	if l != nil {
 		l.loss.Stop()
@@ -266,16 +270,16 @@ func (p *Provider) drop(h *acquisition) *lease {
 // deadline past: unless an extension moved the deadline meanwhile, the
 // lease ran out (while the machine was suspended, if it would still run
 // but for the suspension).
-func (p *Provider) expire(h *acquisition) {
-	p.leases.mu.Lock()
-	l := p.leases.held[h]
-	now := p.susp.now()
+func (ls *leases) expire(h *acquisition) {
+	ls.mu.Lock()
+	l := ls.held[h]
+	now := ls.susp.now()
 	if l == nil || now.Before(l.deadline) {
-		p.leases.mu.Unlock()
+		ls.mu.Unlock()
 		return
 	}
-	p.drop(h)
-	p.leases.mu.Unlock()
+	ls.drop(h)
+	ls.mu.Unlock()
 	var slept time.Duration
 	if now.Before(l.deadline.Add(l.slept)) {
 		slept = l.slept
@@ -295,17 +299,17 @@ func delayed(schedule []time.Duration, d time.Duration) []time.Duration {
 // none needs extending again at once: after a transient error (until its
 // lease is extended or runs out), or where a tick came meanwhile and the
 // next could be too late (round trips slower than the cadence).
-func (p *Provider) extend(hs []*acquisition) {
-	retry := min(p.opts.cadence/4, 250*time.Millisecond)
+func (ls *leases) extend(hs []*acquisition) {
+	retry := min(ls.opts.cadence/4, 250*time.Millisecond)
 	for len(hs) > 0 {
-		e := p.sendExtension(hs)
+		e := ls.sendExtension(hs)
 		if refusedAsABatch(hs, e.err) {
-			go p.extend(hs[len(hs)/2:])
+			go ls.extend(hs[len(hs)/2:])
 			hs = hs[:len(hs)/2]
 			continue
 		}
-		p.loseUnmatched(hs, e)
-		if hs = p.recordExtension(hs, e); e.err != nil && len(hs) > 0 {
+		ls.loseUnmatched(hs, e)
+		if hs = ls.recordExtension(hs, e); e.err != nil && len(hs) > 0 {
 			time.Sleep(retry)
 		}
 	}
@@ -323,22 +327,22 @@ type extension struct {
 
 // sendExtension is one extension round trip of hs, given until the latest
 // of their deadlines.
-func (p *Provider) sendExtension(hs []*acquisition) (e extension) {
-	p.leases.mu.Lock()
+func (ls *leases) sendExtension(hs []*acquisition) (e extension) {
+	ls.mu.Lock()
 	var latest time.Time
 	for _, h := range hs {
-		if l := p.leases.held[h]; l != nil && l.deadline.After(latest) {
+		if l := ls.held[h]; l != nil && l.deadline.After(latest) {
 			latest = l.deadline
 		}
 	}
-	p.leases.mu.Unlock()
-	e.sent = p.now()
+	ls.mu.Unlock()
+	e.sent = ls.now()
 	ctx, cancel := context.WithTimeout(context.Background(), latest.Sub(e.sent))
 	defer cancel()
-	ctx = p.tel.startExtension(ctx, hs)
-	e.lost, e.takenOver, e.err = p.extendLeases(ctx, hs)
+	ctx = ls.tel.startExtension(ctx, hs)
+	e.lost, e.takenOver, e.err = ls.extendLeases(ctx, hs)
 	e.replied = time.Now()
-	p.tel.endExtension(ctx, hs, e.lost, e.err, e.sent)
+	ls.tel.endExtension(ctx, hs, e.lost, e.err, e.sent)
 	return e
 }
 
@@ -353,13 +357,13 @@ func refusedAsABatch(hs []*acquisition, err error) bool {
 // loseUnmatched marks lost the handles an extension did not match (those
 // taken over by ticket as such), and every one of hs if their client was
 // disconnected: nothing sent through it will ever succeed.
-func (p *Provider) loseUnmatched(hs []*acquisition, e extension) {
+func (ls *leases) loseUnmatched(hs []*acquisition, e extension) {
 	lost, reason, why := e.lost, lossTakenOver, fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost)
 	if isClosed(e.err) {
 		lost, reason, why = hs, lossClientClosed, fmt.Errorf("%w: its client was disconnected (%w)", ErrLockLost, e.err)
 	}
 	for _, h := range lost {
-		if p.forget(h) == nil {
+		if ls.forget(h) == nil {
 			continue
 		}
 		if e.takenOver[h.lockID] {
@@ -372,14 +376,14 @@ func (p *Provider) loseUnmatched(hs []*acquisition, e extension) {
 
 // recordExtension records e, the outcome of the extension of hs, for those
 // still kept, and returns those to extend again at once.
-func (p *Provider) recordExtension(hs []*acquisition, e extension) []*acquisition {
-	ls, o := &p.leases, p.opts
+func (ls *leases) recordExtension(hs []*acquisition, e extension) []*acquisition {
+	o := ls.opts
 	var again []*acquisition
-	p.lookForSuspension()
+	ls.lookForSuspension()
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	slept := p.susp.since(e.sent) // while the round trip was on its way
-	now := p.susp.now()
+	slept := ls.susp.since(e.sent) // while the round trip was on its way
+	now := ls.susp.now()
 	for _, h := range hs {
 		l := ls.held[h]
 		switch {
@@ -389,7 +393,7 @@ func (p *Provider) recordExtension(hs []*acquisition, e extension) []*acquisitio
 			again = append(again, h)
 		default:
 			l.lastErr, l.slept = nil, slept
-			p.setDeadline(h, l, l.until(o, e.sent.Add(-slept)))
+			ls.setDeadline(h, l, l.until(o, e.sent.Add(-slept)))
 			h.lastSentAt.Store(e.sent.UnixNano())
 			h.lastReplyAt.Store(e.replied.UnixNano())
 			l.loss.Reset(l.deadline.Sub(now))
@@ -408,7 +412,7 @@ func (p *Provider) recordExtension(hs []*acquisition, e extension) []*acquisitio
 // it did not match, and the lock ids of those taken over by ticket. Only
 // when a batch matched fewer than all does it read their documents to find
 // out which, and whether by a take-over (the holders statement).
-func (p *Provider) extendLeases(ctx context.Context, hs []*acquisition) (lost []*acquisition, takenOver map[string]bool, err error) {
+func (ls *leases) extendLeases(ctx context.Context, hs []*acquisition) (lost []*acquisition, takenOver map[string]bool, err error) {
 	names, ids, named := make(bson.A, 0, len(hs)), make(bson.A, len(hs)), make(map[string]bool, len(hs))
 	for i, h := range hs {
 		if !named[h.lock.name] {
@@ -417,7 +421,7 @@ func (p *Provider) extendLeases(ctx context.Context, hs []*acquisition) (lost []
 		ids[i] = h.lockID
 	}
 	kind, st := hs[0].lock.kind, hs[0].lock.collection().store
-	filter, update := kind.extend(p, names, ids)
+	filter, update := kind.extend(ls.extendUpdate, ls.opts.expiry, names, ids)
 	matched, _, err := st.updateMany(ctx, filter, update)
 	if err != nil || len(names) == len(hs) && int(matched) == len(hs) {
 		return nil, nil, err // one handle per document: a match is its own

@@ -50,7 +50,7 @@ func (a *acquisition) lose() {
 	// Ended in the store: a waiter takes the lock at its next attempt. In
 	// a partition the holder stays until its lease ends, as on a server.
 	_, _ = a.lock.p.ForceReleaseHolder(context.Background(), a.lock.name, a.lockID)
-	if a.lock.p.forget(a) != nil {
+	if a.lock.p.leases.forget(a) != nil {
 		a.markLost(lossTakenOver, fmt.Errorf("%w: its holder was force released (mongolocktest.Lose)", ErrLockLost))
 	}
 }

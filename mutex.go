@@ -80,8 +80,8 @@ func (lockDriver) release(name, id string, hold time.Duration) (bson.D, any) {
 	return ownerFilter(name, id), releaseUpdate
 }
 
-func (lockDriver) extend(p *Provider, names, ids bson.A) (bson.D, any) {
-	return extendFilter(names, ids), p.extendUpdate
+func (lockDriver) extend(lockUpdate bson.A, _ time.Duration, names, ids bson.A) (bson.D, any) {
+	return extendFilter(names, ids), lockUpdate
 }
 
 func (lockDriver) holders(names bson.A) (bson.D, bson.D) { return holdersQuery(names) }

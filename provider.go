@@ -10,7 +10,6 @@ import (
 	"weak"
 
 	"github.com/google/uuid"
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
@@ -37,13 +36,11 @@ type Provider struct {
 
 	// The statements of this provider that do not change per attempt:
 	// the constant parts of a lock's and of a campaign's acquisition
-	// pipeline by mode, and the extension.
-	acquire      [attemptModes]acquireParts
-	campaign     [attemptModes]acquireParts
-	extendUpdate bson.A
+	// pipeline by mode.
+	acquire  [attemptModes]acquireParts
+	campaign [attemptModes]acquireParts
 
-	leases leases       // the leases of its handles
-	susp   *suspensions // the machine's suspended time, which shortens them
+	leases leases // the leases of its handles
 	tel    telemetry
 
 	senders chan func() // hands a round trip to an idle sender; unbuffered
@@ -95,17 +92,15 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 // locks and slots.
 func newProvider(o config, locks, slots lockCollection) *Provider {
 	p := &Provider{
-		locks:        locks,
-		slots:        slots,
-		opts:         o,
-		extendUpdate: extendUpdate(o.expiry, o.atMost),
-		leases:       newLeases(),
-		susp:         newSuspensions(systemClocks{}, o.expiry),
-		tel:          newTelemetry(o.telemetryConfig),
-		senders:      make(chan func()),
-		done:         make(chan struct{}),
-		drained:      make(chan struct{}),
+		locks:   locks,
+		slots:   slots,
+		opts:    o,
+		tel:     newTelemetry(o.telemetryConfig),
+		senders: make(chan func()),
+		done:    make(chan struct{}),
+		drained: make(chan struct{}),
 	}
+	p.leases = newLeases(o, newSuspensions(systemClocks{}, o.expiry), &p.tel)
 	for m := range attemptModes {
 		a := acquirer{proc: p.locks.process, owner: o.owner, mode: m, expiry: o.expiry, claim: o.claimLifetime(), next: o.nextLifetime(), turn: turnLength}
 		p.acquire[m], a.turn = newAcquireParts(a), electionTurn
@@ -282,7 +277,7 @@ func (p *Provider) Close(ctx context.Context) error {
 // for the background work.
 func (p *Provider) shutdown(ctx context.Context) error {
 	p.calls.Wait()
-	err := p.releaseKept(ctx)
+	err := p.leases.releaseKept(ctx)
 	p.bg.Wait()
 	p.locks.notify.stopIdle()
 	p.slots.notify.stopIdle()

@@ -38,7 +38,7 @@ func newHandle(l *Lock, lockID string, doc reply, sent time.Time) *Handle {
 	a.lctx = leaseContext{a.ctx, a}
 	l.collection().queues.hold(a, time.Now())
 	l.p.tel.acquired(l)
-	l.p.keep(a, sent)
+	l.p.leases.keep(a, sent)
 	h := &Handle{a}
 	runtime.AddCleanup(h, (*acquisition).abandoned, a)
 	return h
@@ -67,85 +67,6 @@ func (a *acquisition) abandon() {
 	a.lock.p.background(cleanupTimeout, func(ctx context.Context) { _ = a.release(ctx) })
 }
 
-// Context returns a context that is done when the lock is lost or released.
-// On loss, context.Cause is an *Error that names the lock and wraps
-// ErrLockLost (ErrTakenOver after a take-over); on release, context.Canceled.
-//
-// A Release whose round trip outlasts the lease signals the loss at the
-// lease's end, as if it had not been called. The context's Err and Done
-// first look at the lease: once its local deadline has passed (a process
-// stopped past it, a machine suspended), the first answer says done, and
-// Done's channel is closed already. A nil Handle's is done, its cause
-// ErrInvalidArgument.
-func (h *Handle) Context() context.Context {
-	if h.held() == nil {
-		return nothingHeld
-	}
-	return &h.lctx
-}
-
-// Lost returns a channel that is closed when the lock is lost, never by a
-// normal Release.
-//
-// Like the Context's Err and Done, it first looks at the lease: once its
-// local deadline has passed, the channel it returns is closed. A nil
-// Handle's is closed: nothing is held.
-func (h *Handle) Lost() <-chan struct{} {
-	if h.held() == nil {
-		return closedChan
-	}
-	h.look()
-	return h.lost
-}
-
-// knownLost returns why h was lost, looking at its lease first, or nil. A
-// fenced write asks before it is sent.
-func (h *acquisition) knownLost() error {
-	h.look()
-	return h.lossError()
-}
-
-// Release releases the lock in one owner-checked round trip bounded by ctx.
-// The first call returns nil if the lock was still held or was taken over
-// by its ticket, else an error wrapping ErrLockLost; later calls, nil.
-//
-// Others can take the lock at once, and its fencing token is kept for the
-// next holder to outrank. The handle stops extending the lease before
-// Release returns. If an Acquire of this process waits for the lock, the
-// same round trip hands the lock over to it (a new acquisition, with a
-// higher fencing token), unless another process's turn has come. A take-over
-// by ticket (Handle.Ticket) is a hand-off by choice, also when the taker
-// runs in another process, so it is no error here.
-//
-// A handle lost because its lease ran out (extensions kept failing, or
-// WithHoldAtMost's bound) leaves the lock held on the server until that
-// lease has ended there, so that nobody else gets in while its work may
-// still run; Release then frees it at once, owner-checked and in the
-// background, without waiting (call it once the work has stopped). If ctx
-// is done before the round trip, or the round trip fails (ctx ended,
-// network), Release returns that error and frees the lock in the
-// background with a short timeout; failing that, the lock frees itself when
-// its lease expires. Either way the handle is released: its Context is
-// done.
-//
-// With WithHoldAtLeast, the same round trip keeps the lock held until the
-// hold ends (by the server's clock) instead of freeing it, and hands it to
-// nobody.
-//
-// Release of a nil Handle returns nil: a deferred Release written before
-// the Acquire's error check does nothing.
-func (h *Handle) Release(ctx context.Context) error {
-	if h.held() == nil {
-		return nil
-	}
-	return h.release(ctx)
-}
-
-// releaseUnused is Release of a handle whose job never ran (a part of a
-// composite call that failed): it frees the lock at once, whatever
-// WithHoldAtLeast says.
-func (h *Handle) releaseUnused(ctx context.Context) error { return h.releaseHolding(ctx, 0) }
-
 // release is Release, holding the lock as its provider's WithHoldAtLeast
 // says.
 func (h *acquisition) release(ctx context.Context) error {
@@ -168,8 +89,8 @@ func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (e
 	// round trip ends: a release stuck behind a partition must not leave
 	// work running under a live Context.
 	p := h.lock.p
-	if l := p.forget(h); l != nil {
-		defer time.AfterFunc(l.deadline.Sub(p.susp.now()), func() {
+	if l := p.leases.forget(h); l != nil {
+		defer time.AfterFunc(l.deadline.Sub(p.leases.susp.now()), func() {
 			h.markLost(lossExpired, fmt.Errorf("%w: its lease ran out before the release's round trip ended", ErrLockLost))
 		}).Stop()
 	}
@@ -194,7 +115,7 @@ func (h *acquisition) releaseHolding(ctx context.Context, hold time.Duration) (e
 // write of it matched nothing (why): as taken over by its ticket
 // (ErrTakenOver) if its document records so, else for why.
 func (h *acquisition) loseUnmatched(ctx context.Context, why error) {
-	if h.lock.p.forget(h) == nil {
+	if h.lock.p.leases.forget(h) == nil {
 		return
 	}
 	if h.wasTakenOver(ctx) {
@@ -263,7 +184,7 @@ func (h *acquisition) releaseAnswered(err error, hold time.Duration, takenOver b
 // another process's turn has come, the round trip only releases, and w goes
 // on waiting. It returns the round trip's error.
 func (h *acquisition) handOver(ctx context.Context, w *waiter) error {
-	lockID, sent := newLockID(), w.lock.p.now()
+	lockID, sent := newLockID(), w.lock.p.leases.now()
 	doc, err := w.lock.acquireRoundTrip(ctx, attempt{id: lockID, releasing: h.lockID, mode: handOverMode})
 	var next *Handle
 	if err == nil && doc.LockID == lockID {

@@ -154,9 +154,6 @@ type UpgradeableHandle struct {
 	*Handle
 }
 
-// errReleased reports an Upgrade or Downgrade of a released handle.
-var errReleased = ErrReleased
-
 // Upgrade makes u, an upgradeable reader, the writer of its lock, with no
 // moment in which another writer could get in: the same handle, its lease
 // going on, with a new fencing token greater than every earlier one.
@@ -394,7 +391,7 @@ func (h *acquisition) beginSwitch(ctx context.Context, mode rwMode) error {
 	case ctx == nil:
 		return errNilContext
 	case h.released.Load():
-		return errReleased
+		return ErrReleased
 	case h.lossError() != nil:
 		return h.lossError()
 	case h.lock.kind.describe().mode != upgradeMode: // a Handle of another kind, made an UpgradeableHandle
@@ -418,7 +415,7 @@ func notInMode(mode rwMode) error {
 // take-over by its ticket if the document records one).
 func (h *acquisition) noHolder(ctx context.Context, op string) error {
 	if h.released.Load() {
-		return h.lock.errorf(op, errReleased)
+		return h.lock.errorf(op, ErrReleased)
 	}
 	h.loseUnmatched(ctx, fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost))
 	return h.lock.errorf(op, cmp.Or(h.lossError(), ErrLockLost))

@@ -246,8 +246,8 @@ func (semDriver) release(name, id string, _ time.Duration) (bson.D, any) {
 	return semHolderFilter(name, id), semReleaseUpdate(id)
 }
 
-func (semDriver) extend(p *Provider, names, ids bson.A) (bson.D, any) {
-	return semExtendFilter(names, ids), semExtendUpdate(ids, p.opts.expiry)
+func (semDriver) extend(_ bson.A, expiry time.Duration, names, ids bson.A) (bson.D, any) {
+	return semExtendFilter(names, ids), semExtendUpdate(ids, expiry)
 }
 
 func (semDriver) holders(names bson.A) (bson.D, bson.D) { return semHoldersQuery(names) }
