@@ -315,10 +315,10 @@ func (ls *leases) extend(hs []*acquisition) {
 	}
 }
 
-// An extension is one extension round trip's outcome: when it was sent,
+// An extensionOutcome is one extension round trip's outcome: when it was sent,
 // when its reply came, the handles it did not match (lost) and the lock
 // ids of those among them taken over by ticket, and its error.
-type extension struct {
+type extensionOutcome struct {
 	sent, replied time.Time
 	lost          []*acquisition
 	takenOver     map[string]bool
@@ -327,7 +327,7 @@ type extension struct {
 
 // sendExtension is one extension round trip of hs, given until the latest
 // of their deadlines.
-func (ls *leases) sendExtension(hs []*acquisition) (e extension) {
+func (ls *leases) sendExtension(hs []*acquisition) (e extensionOutcome) {
 	ls.mu.Lock()
 	var latest time.Time
 	for _, h := range hs {
@@ -357,7 +357,7 @@ func refusedAsABatch(hs []*acquisition, err error) bool {
 // loseUnmatched marks lost the handles an extension did not match (those
 // taken over by ticket as such), and every one of hs if their client was
 // disconnected: nothing sent through it will ever succeed.
-func (ls *leases) loseUnmatched(hs []*acquisition, e extension) {
+func (ls *leases) loseUnmatched(hs []*acquisition, e extensionOutcome) {
 	lost, reason, why := e.lost, lossTakenOver, fmt.Errorf("%w: someone else holds it, or its document was deleted", ErrLockLost)
 	if isClosed(e.err) {
 		lost, reason, why = hs, lossClientClosed, fmt.Errorf("%w: its client was disconnected (%w)", ErrLockLost, e.err)
@@ -376,7 +376,7 @@ func (ls *leases) loseUnmatched(hs []*acquisition, e extension) {
 
 // recordExtension records e, the outcome of the extension of hs, for those
 // still kept, and returns those to extend again at once.
-func (ls *leases) recordExtension(hs []*acquisition, e extension) []*acquisition {
+func (ls *leases) recordExtension(hs []*acquisition, e extensionOutcome) []*acquisition {
 	o := ls.opts
 	var again []*acquisition
 	ls.lookForSuspension()
