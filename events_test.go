@@ -562,7 +562,7 @@ func closeAll(providers ...*Provider) {
 // deployment) is reopened while the waiter waits, notifyRetry after it
 // ended, as a stream that ended otherwise is; a release that the lost
 // stream never delivered is found by the waiter's polls within its sleep
-// as a watching claimant. Nothing stays open after the providers close.
+// as a notified claimant. Nothing stays open after the providers close.
 func TestReleaseStreamThatLostItsHistoryIsReopenedAndTheWaiterStillGetsTheLock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const db, name, history = "mongolock_history", "ledger", 8
@@ -601,8 +601,8 @@ func TestReleaseStreamThatLostItsHistoryIsReopenedAndTheWaiterStillGetsTheLock(t
 		require.NoError(t, h.Release(ctx))
 		w := <-acquired
 		require.NoError(t, w.err)
-		require.LessOrEqual(t, time.Since(released), waiter.opts.watchingClaimantSleep(),
-			"the waiter missed the free lock for longer than its sleep as a watching claimant")
+		require.LessOrEqual(t, time.Since(released), waiter.opts.notifiedClaimantSleep(),
+			"the waiter missed the free lock for longer than its sleep as a notified claimant")
 		require.NoError(t, w.h.Release(ctx))
 		require.NoError(t, holder.Close(ctx))
 		require.NoError(t, waiter.Close(ctx))
@@ -753,7 +753,7 @@ func testObserverReopensItsStream(t *testing.T, form memdb.Events) {
 
 // An Upgrade waiting for another process's reader, where release events
 // arrive (the in-memory store reports changes as MongoDB's change streams
-// do), is paced as a watching claimant: it polls about every
+// do), is paced as a notified claimant: it polls about every
 // watchingClaimantSleep, not at the claimant's sleep, and the reader's
 // release wakes it at once.
 func TestUpgradeWhileReleaseEventsArriveIsPacedAsAWatchingClaimant(t *testing.T) {
@@ -789,10 +789,10 @@ func testUpgradePace(t *testing.T, form memdb.Events) {
 	synctest.Wait()
 	o := upgrader.opts
 	// The polls, and the two providers' lease extensions in the window.
-	ops, most := store.Ops()-before, int64(window/o.watchingClaimantSleep())+2*int64(window/(o.expiry/3))+2
+	ops, most := store.Ops()-before, int64(window/o.notifiedClaimantSleep())+2*int64(window/(o.expiry/3))+2
 	if ops > most {
-		t.Errorf("%d operations in %v while the upgrade waits, want at most %d (its claimant's sleep would be %v, a watching claimant's is %v)",
-			ops, window, most, o.claimantSleep(), o.watchingClaimantSleep())
+		t.Errorf("%d operations in %v while the upgrade waits, want at most %d (its claimant's sleep would be %v, a notified claimant's is %v)",
+			ops, window, most, o.claimantSleep(), o.notifiedClaimantSleep())
 	}
 	select {
 	case err := <-upgraded:
@@ -803,7 +803,7 @@ func testUpgradePace(t *testing.T, form memdb.Events) {
 	require.NoError(t, r.Release(ctx))
 	released := time.Now()
 	require.NoError(t, <-upgraded)
-	require.Less(t, time.Since(released), o.watchingClaimantSleep()/2, "the reader's release event wakes the upgrade")
+	require.Less(t, time.Since(released), o.notifiedClaimantSleep()/2, "the reader's release event wakes the upgrade")
 	require.NoError(t, u.Release(ctx))
 	// Nothing either provider started outlives its Close: the bubble
 	// would report a goroutine left blocked.

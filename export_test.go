@@ -61,14 +61,14 @@ func CollectionName(p *Provider) string { return p.locks.name }
 const CalmWaits = unclaimedAfter
 
 // QueueLen is the number of Acquire calls of this process waiting in line
-// for name; QueueNames the number of names with a local queue entry.
+// for name; QueueNames the number of names with a local line.
 // SlotQueueLen is QueueLen for a Semaphore's or an RWLock's name.
-func QueueLen(p *Provider, name string) int { return p.locks.queues.waiters(name) }
+func QueueLen(p *Provider, name string) int { return p.locks.lines.waiters(name) }
 
-func SlotQueueLen(p *Provider, name string) int { return p.slots.queues.waiters(name) }
+func SlotQueueLen(p *Provider, name string) int { return p.slots.lines.waiters(name) }
 
 func QueueNames(p *Provider) int {
-	qs := &p.locks.queues
+	qs := &p.locks.lines
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	return len(qs.byName)
@@ -227,7 +227,7 @@ func StatementRoundTrips(ctx context.Context, l *Lock, statement string) error {
 }
 
 // waiters returns how many Acquire calls wait in line for name.
-func (qs *queues) waiters(name string) int {
+func (qs *lines) waiters(name string) int {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if q := qs.byName[name]; q != nil {

@@ -106,7 +106,7 @@ type acquisition struct {
 	isLost     atomic.Bool // set as lost closes; lossError reads it where lost may not be read
 	unholdOnce sync.Once   // tells the local line, once, that this handle no longer holds
 
-	// Guarded by the local lines' mutex (queues.mu): whether its line counts
+	// Guarded by the local lines' mutex (lines.mu): whether its line counts
 	// it among the name's local holders, and as exclusive (an RWLock's writer's).
 	heldLocally, exclusive bool
 

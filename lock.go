@@ -158,7 +158,7 @@ func (l *Lock) acquire(ctx context.Context, call *acquireCall) (h *Handle, err e
 	}
 	// The wait counts in a copy of call, given back as it ends: a pointer
 	// kept in the wait would move call to the heap.
-	a := &acquireWait{waitLoop: waitLoop{l: l, op: "acquire", w: l.collection().queues.join(l, false)}, call: *call}
+	a := &acquireWait{waitLoop: waitLoop{l: l, op: "acquire", w: l.collection().lines.join(l, false)}, call: *call}
 	a.cutShort(checked)
 	defer func() {
 		*call = a.call

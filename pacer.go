@@ -78,7 +78,7 @@ func average(running, sample time.Duration) time.Duration {
 // next: it is next after the claim; ownWasLast: it made the lock's last
 // acquisition; changing: the holder's process is on a streak, or the lock
 // changed hands since a recent observation; slot: a semaphore's or an
-// RWLock's, no turns to time; watched: release events arrive.
+// RWLock's, no turns to time; notified: release events arrive.
 type observation struct {
 	*pacer
 	o           config
@@ -86,14 +86,14 @@ type observation struct {
 	now         time.Time
 	prevStandby time.Duration // the standby sleep before this observation
 
-	first, claimant, next, ownWasLast, changing, slot, watched bool
+	first, claimant, next, ownWasLast, changing, slot, notified bool
 }
 
 // refused returns the sleep after a refusal that returned doc, for an
 // Acquire of process proc with options o.
-func (w *pacer) refused(o config, proc string, doc reply, now time.Time, trip time.Duration, watched bool) time.Duration {
+func (w *pacer) refused(o config, proc string, doc reply, now time.Time, trip time.Duration, notified bool) time.Duration {
 	s := w.observe(o, proc, doc, now, trip)
-	s.watched, s.prevStandby, w.standby = watched, w.standby, 0 // only the standby rule keeps it
+	s.notified, s.prevStandby, w.standby = notified, w.standby, 0 // only the standby rule keeps it
 	for _, r := range rules {
 		if r.applies(&s) {
 			return r.sleep(&s)
@@ -109,10 +109,10 @@ var rules = [...]struct {
 	applies func(*observation) bool
 	sleep   func(*observation) time.Duration
 }{
-	// The claimant, watched: a lease that runs out sends no event, so it looks twice per claim lifetime.
-	{func(s *observation) bool { return s.watched && s.claimant }, func(s *observation) time.Duration { return s.o.watchingClaimantSleep() }},
+	// The claimant, notified: a lease that runs out sends no event, so it looks twice per claim lifetime.
+	{func(s *observation) bool { return s.notified && s.claimant }, func(s *observation) time.Duration { return s.o.notifiedClaimantSleep() }},
 	// Watched: a release wakes every waiter, so polls are a safety net.
-	{func(s *observation) bool { return s.watched }, func(s *observation) time.Duration { return s.o.standbySleep() }},
+	{func(s *observation) bool { return s.notified }, func(s *observation) time.Duration { return s.o.standbySleep() }},
 	// The lock is the claimant's once freed: look again as its holder should leave.
 	{(*observation).freedForTheClaimant, (*observation).halfAHold},
 	// A slot's claimant: no turns to time, so look again as the newest holder may leave.
@@ -129,7 +129,7 @@ var rules = [...]struct {
 	// Next after the claim while turns pass: it claims once the claimant has the lock, and must ask before its place lapses.
 	{func(s *observation) bool { return s.next && s.changing }, func(s *observation) time.Duration { return max(min(s.o.claimantSleep(), s.configured()), s.o.sleepMin) }},
 	// One holder keeps the lock: a lock held for long costs little to wait for, so the sleep quadruples.
-	{(*observation).oneHolderKeepsIt, (*observation).standbySleep},
+	{(*observation).oneHolderKeepsIt, (*observation).growStandby},
 	// A slot's other waiters: no turns to time, so the configured sleep.
 	{func(s *observation) bool { return s.slot }, (*observation).configured},
 	// The pace unknown: learn it.
@@ -161,7 +161,10 @@ func (s *observation) heldFor() time.Duration { return s.now.Sub(s.holderSince) 
 
 func (s *observation) configured() time.Duration { return s.o.backoff().next(s.failures) }
 
-func (s *observation) standbySleep() time.Duration {
+// growStandby is the standby rule's sleep: four times the last standby,
+// at least the configured sleep, at most WithStandbySleep's; the pacer
+// keeps it for the next refusal.
+func (s *observation) growStandby() time.Duration {
 	s.standby = min(max(s.prevStandby*4, s.configured()), s.o.standbySleep())
 	return max(s.standby, s.o.sleepMin)
 }
@@ -227,7 +230,7 @@ func (w *pacer) failed(o config) time.Duration {
 
 // acquired records an acquisition by this process at now. Two in a row,
 // less than streakGap apart, time the pace of a streak, which other
-// processes' streaks tend to share. What the schedule learnt of its failures
+// processes' streaks tend to share. What the pacer learnt of its failures
 // is forgotten.
 func (w *pacer) acquired(now time.Time, streakGap time.Duration) {
 	if d := now.Sub(w.lastAcquired); d < streakGap {
@@ -253,7 +256,7 @@ func (w *pacer) released(now time.Time) {
 // began to wait, or, before any refusal, one that outranks every other.
 func (w *pacer) waitToken() int64 { return cmp.Or(w.firstToken, math.MaxInt64) }
 
-// The waiting schedule derives from the busy-wait sleep. Each
+// The pacer's sleeps derive from the busy-wait sleep. Each
 // duration is capped at maxDerived: no overflow, and server-side dates stay
 // sane for sleeps of centuries.
 const maxDerived = 24 * time.Hour
@@ -276,7 +279,7 @@ func (o config) claimLifetime() time.Duration {
 // arrive: a lease that runs out (its holder crashed) sends none, so it
 // still looks every longest sleep, at most a second, but twice within its
 // claim's lifetime, so that the claim never lapses between looks.
-func (o config) watchingClaimantSleep() time.Duration {
+func (o config) notifiedClaimantSleep() time.Duration {
 	return min(max(min(o.sleepMax, time.Second), o.sleepMin), o.claimLifetime()/2)
 }
 

@@ -263,7 +263,7 @@ func TestSleepsKeepTheirDocumentedBounds(t *testing.T) {
 // the next wait of a process that takes the lock now and then; the memory is
 // swept of paces older than paceMemory as it grows.
 func TestALinesPaceOutlivesTheLineForAWhile(t *testing.T) {
-	qs := queues{byName: map[string]*queue{}}
+	qs := lines{byName: map[string]*line{}}
 	q := qs.get("x")
 	q.pace.holdTime, q.pace.failures = 5*time.Millisecond, 3
 	qs.drop("x", q)

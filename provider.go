@@ -130,7 +130,7 @@ type collState struct {
 	collation collationCheck
 	indexOnce sync.Once
 	bg        sync.WaitGroup // the release source
-	queues    queues
+	lines     lines
 	notify    notifier
 }
 
@@ -172,7 +172,7 @@ func collStateFor(db *mongo.Database, coll string) *collState {
 
 // newCollState is the state of a collection that a process has not used yet.
 func newCollState() *collState {
-	return &collState{process: newLockID(), queues: queues{byName: map[string]*queue{}}, notify: notifier{source: watchReleases}}
+	return &collState{process: newLockID(), lines: lines{byName: map[string]*line{}}, notify: notifier{source: watchReleases}}
 }
 
 // newLockID is a fresh lockId, or a process's id in lock documents.

@@ -13,7 +13,7 @@ import (
 
 // A Handle's life. newHandle begins it: the lease kept with the
 // provider's others (lease.go), the name held in its process's line
-// (queue.go). It ends by a release, which may hand the lock over to the
+// (line.go). It ends by a release, which may hand the lock over to the
 // next in line in the same round trip, or by a loss; Context and Lost
 // signal either.
 
@@ -36,7 +36,7 @@ func newHandle(l *Lock, lockID string, doc reply, sent time.Time) *Handle {
 	}
 	a.ctx, a.cancel = context.WithCancelCause(context.Background())
 	a.lctx = leaseContext{a.ctx, a}
-	l.collection().queues.hold(a, time.Now())
+	l.collection().lines.hold(a, time.Now())
 	l.p.tel.acquired(l)
 	l.p.leases.keep(a, sent)
 	h := &Handle{a}
@@ -140,7 +140,7 @@ func (h *acquisition) wasTakenOver(ctx context.Context) bool {
 // the waiter must wait for the hold's end anyway.
 func (h *acquisition) sendRelease(ctx context.Context, hold time.Duration) error {
 	if hold == 0 {
-		if w := h.lock.collection().queues.offer(h.lock.name); w != nil {
+		if w := h.lock.collection().lines.offer(h.lock.name); w != nil {
 			return h.handOver(ctx, w) // sends nothing if ctx is done
 		}
 	}
@@ -191,7 +191,7 @@ func (h *acquisition) handOver(ctx context.Context, w *waiter) error {
 		next = newHandle(w.lock, lockID, doc, sent)
 	}
 	h.lock.p.tel.handOver(ctx, h.lock, next != nil)
-	if !w.lock.collection().queues.deliver(w, next) && next != nil {
+	if !w.lock.collection().lines.deliver(w, next) && next != nil {
 		next.releaseUntaken() // its Acquire ended meanwhile
 	}
 	return err
@@ -231,7 +231,7 @@ func (h *acquisition) markLost(reason lossReason, why error) {
 // unhold tells local waiters, once, that this handle holds the lock no more.
 func (h *acquisition) unhold() {
 	h.unholdOnce.Do(func() {
-		h.lock.collection().queues.unhold(h)
+		h.lock.collection().lines.unhold(h)
 		h.lock.p.tel.unheld(h.lock)
 	})
 }

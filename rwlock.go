@@ -194,7 +194,7 @@ func (u *UpgradeableHandle) Upgrade(ctx context.Context) error {
 		return l.errorf(op, ErrClosed)
 	}
 	defer p.calls.Done()
-	w := &upgradeWait{waitLoop: waitLoop{l: l, op: op, w: l.collection().queues.join(l, true), ended: h.ctx.Done()}, h: h, start: time.Now()}
+	w := &upgradeWait{waitLoop: waitLoop{l: l, op: op, w: l.collection().lines.join(l, true), ended: h.ctx.Done()}, h: h, start: time.Now()}
 	defer w.leave()
 	err := w.run(ctx, w.try)
 	switch {
@@ -268,7 +268,7 @@ type upgradeWait struct {
 
 // try sends one poll: h is the writer, or holds new readers off while
 // other readers hold. Its polls are paced as a slot's claimant's; while
-// release events arrive, one wakes it, and it looks as a watching
+// release events arrive, one wakes it, and it looks as a notified
 // claimant does.
 func (u *upgradeWait) try(ctx context.Context) (afterTry, <-chan time.Time, error) {
 	tag, o := newLockID(), u.l.p.opts
@@ -277,7 +277,7 @@ func (u *upgradeWait) try(ctx context.Context) (afterTry, <-chan time.Time, erro
 	case err == nil && token != 0:
 		u.h.token.Store(token)
 		u.h.mode.Store(uint32(writeMode))
-		u.l.collection().queues.setExclusive(u.h, true)
+		u.l.collection().lines.setExclusive(u.h, true)
 		return waitOver, nil, nil
 	case err == nil:
 		u.marked, u.lastErr = tag, nil // contended since the last error
@@ -292,7 +292,7 @@ func (u *upgradeWait) try(ctx context.Context) (afterTry, <-chan time.Time, erro
 		return waitOver, nil, u.l.errorf(u.op, err)
 	}
 	if u.l.collection().notify.isOpen() {
-		return sleepThenTry, time.After(o.watchingClaimantSleep()), nil
+		return sleepThenTry, time.After(o.notifiedClaimantSleep()), nil
 	}
 	return sleepThenTry, time.After(o.slotClaimantSleep(time.Since(u.start))), nil
 }
@@ -364,7 +364,7 @@ func (u *UpgradeableHandle) Downgrade(ctx context.Context) error {
 	}
 	defer h.changing.Store(false)
 	h.mode.Store(uint32(upgradeMode)) // a reader from now on, whatever the round trip does
-	l.collection().queues.setExclusive(h, false)
+	l.collection().lines.setExclusive(h, false)
 	filter, update := semHolderFilter(l.name, h.lockID), holderModeUpdate(h.lockID, upgradeMode)
 	err := ctx.Err()
 	if err == nil {

@@ -171,7 +171,7 @@ func (l *Lock) takeOver(ctx context.Context, t ticketContents, value *string, ca
 	h := newHandle(l, id, r.reply, sent)
 	if r.mode != 0 && r.mode != rwMode(h.mode.Load()) { // upgraded or downgraded
 		h.mode.Store(uint32(r.mode))
-		l.collection().queues.setExclusive(h.acquisition, r.mode == writeMode)
+		l.collection().lines.setExclusive(h.acquisition, r.mode == writeMode)
 	}
 	call.attempted(ctx, nil) // after Acquired, as an Acquire's
 	return h, nil

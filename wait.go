@@ -16,7 +16,7 @@ type waitLoop struct {
 	op        string          // the operation its errors name
 	w         *waiter         // its place in its process's line, or beside it
 	ended     <-chan struct{} // an Upgrade's handle's end (release, loss); nil for an Acquire
-	watching  bool            // counted among the waiters that release events wake
+	notified  bool            // counted among the waiters that release events wake
 	contended bool            // someone else held the lock when it looked
 	lastErr   error           // the last transient error
 }
@@ -64,10 +64,10 @@ func (wt *waitLoop) run(ctx context.Context, try func(context.Context) (afterTry
 // events wake the wait too.
 func (wt *waitLoop) refused() {
 	wt.contended = true
-	if !wt.watching {
-		wt.watching = true
+	if !wt.notified {
+		wt.notified = true
 		lc := wt.l.collection()
-		lc.notify.join(lc.store, lc.queues.wakeHead, &lc.bg)
+		lc.notify.join(lc.store, lc.lines.wakeHead, &lc.bg)
 	}
 }
 
@@ -101,10 +101,10 @@ func (wt *waitLoop) gaveUp(ctx context.Context) error {
 // gave up is released.
 func (wt *waitLoop) leave() {
 	lc := wt.l.collection()
-	if wt.watching {
+	if wt.notified {
 		lc.notify.leave()
 	}
-	if h := lc.queues.leave(wt.w); h != nil {
+	if h := lc.lines.leave(wt.w); h != nil {
 		h.releaseUntaken()
 	}
 }
@@ -123,7 +123,7 @@ type acquireWait struct {
 // try takes a hand-over to the wait, if any, else attempts if its line
 // lets it: it is the head, and no handle of this process fills the lock.
 func (a *acquireWait) try(ctx context.Context) (afterTry, <-chan time.Time, error) {
-	s := a.l.collection().queues.standing(a.w)
+	s := a.l.collection().lines.standing(a.w)
 	switch {
 	case s.handedOver != nil:
 		a.takeHandOver(ctx, s.handedOver)
@@ -155,7 +155,7 @@ func (a *acquireWait) takeHandOver(ctx context.Context, h *Handle) {
 // try is due, or the end of the wait.
 func (a *acquireWait) attempt(ctx context.Context, mode attemptMode, waitToken int64) (afterTry, <-chan time.Time, error) {
 	a.mayHaveClaimed = a.mayHaveClaimed || mode == waitMode && ctx.Err() == nil // else it claims nothing
-	qs, sent := &a.l.collection().queues, time.Now()
+	qs, sent := &a.l.collection().lines, time.Now()
 	h, doc, err := a.l.attempt(ctx, mode, waitToken)
 	a.call.attempted(ctx, err)
 	switch {
@@ -191,6 +191,6 @@ func (l *Lock) withdraw() {
 func (l *Lock) withdrawNow(ctx context.Context) error {
 	lc := l.collection()
 	_, _, err := lc.store.updateOne(ctx, withdrawFilter(l.name, lc.process), withdrawUpdate(lc.process))
-	lc.queues.wakeHead(l.name)
+	lc.lines.wakeHead(l.name)
 	return err
 }

@@ -14,8 +14,9 @@ import (
 // those handles' releases or losses, and each wakes the head. A release
 // hands the lock or slot to the head in its own round trip (Release).
 
-// queue is the line of one lock name.
-type queue struct {
+// A line is the Acquire calls of one process for one lock name, first come
+// first served.
+type line struct {
 	waiters   []*waiter // waiters[0] is the head
 	upgrades  []*waiter // Upgrade calls: woken with the head, never its turn
 	held      int       // handles of this process that hold the name
@@ -29,10 +30,10 @@ type waiter struct {
 	// released", or "a hand-over to you ended". A signal is never lost.
 	wake    chan struct{}
 	lock    *Lock
-	q       *queue // its line; nil once it left
-	upgrade bool   // an Upgrade's: beside the line, woken with its head
+	q       *line // its line; nil once it left
+	upgrade bool  // an Upgrade's: beside the line, woken with its head
 
-	// A hand-over, guarded by queues.mu: one under way, or one done whose
+	// A hand-over, guarded by lines.mu: one under way, or one done whose
 	// handle the waiter has not taken yet. Either stops another.
 	offered    bool
 	handedOver *Handle
@@ -45,13 +46,13 @@ func (w *waiter) signal() {
 	}
 }
 
-// queues holds the lines of one collection, by lock name. A line exists
-// only while it has waiters or local holders; what its schedule learnt of
+// lines holds the lines of one collection, by lock name. A line exists
+// only while it has waiters or local holders; what its pacer learnt of
 // the lock's pace is kept for paceMemory after, for the line that comes
 // next (a process that takes a lock now and then has a line at a time).
-type queues struct {
+type lines struct {
 	mu     sync.Mutex
-	byName map[string]*queue
+	byName map[string]*line
 	paces  map[string]remembered // of names without a line
 	swept  int                   // len(paces) after the last sweep
 }
@@ -65,10 +66,10 @@ type remembered struct {
 // paceMemory is how long a lock's pace is remembered without a line.
 const paceMemory = time.Minute
 
-func (qs *queues) get(name string) *queue {
+func (qs *lines) get(name string) *line {
 	q := qs.byName[name]
 	if q == nil {
-		q = &queue{}
+		q = &line{}
 		if r, ok := qs.paces[name]; ok {
 			if time.Since(r.at) <= paceMemory { // else not yet swept, and stale
 				q.pace = r.pace
@@ -83,7 +84,7 @@ func (qs *queues) get(name string) *queue {
 // drop forgets name's line once nobody waits or holds there, and
 // remembers its pace. The memory is swept of old paces whenever it has
 // doubled since the last sweep.
-func (qs *queues) drop(name string, q *queue) {
+func (qs *lines) drop(name string, q *line) {
 	if len(q.waiters) > 0 || len(q.upgrades) > 0 || q.held > 0 {
 		return
 	}
@@ -108,7 +109,7 @@ func (qs *queues) drop(name string, q *queue) {
 // name already, so it takes no turn, and the line's head goes on asking
 // (a writer of its process claims the lock meanwhile); what wakes the head
 // wakes it too, and it is never handed a lock.
-func (qs *queues) join(l *Lock, upgrade bool) *waiter {
+func (qs *lines) join(l *Lock, upgrade bool) *waiter {
 	qs.mu.Lock()
 	w := &waiter{wake: make(chan struct{}, 1), lock: l, q: qs.get(l.name), upgrade: upgrade}
 	switch {
@@ -129,11 +130,11 @@ func (qs *queues) join(l *Lock, upgrade bool) *waiter {
 }
 
 // waiting is how many calls wait in q: its waiters, and Upgrade calls.
-func (q *queue) waiting() int { return len(q.waiters) + len(q.upgrades) }
+func (q *line) waiting() int { return len(q.waiters) + len(q.upgrades) }
 
 // leave takes w out of its line and signals the next head if w was the
 // head. It returns a handle handed over to w that w did not take.
-func (qs *queues) leave(w *waiter) (handedOver *Handle) {
+func (qs *lines) leave(w *waiter) (handedOver *Handle) {
 	qs.mu.Lock()
 	q := w.q
 	if w.upgrade {
@@ -165,7 +166,7 @@ type standing struct {
 }
 
 // standing returns w's standing, taking a hand-over to it, if any.
-func (qs *queues) standing(w *waiter) standing {
+func (qs *lines) standing(w *waiter) standing {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if h := w.handedOver; h != nil {
@@ -177,7 +178,7 @@ func (qs *queues) standing(w *waiter) standing {
 
 // unclaimedRefused records that w's line found the lock held or reserved
 // and claimed nothing: its next attempt claims.
-func (qs *queues) unclaimedRefused(w *waiter) {
+func (qs *lines) unclaimedRefused(w *waiter) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	w.q.pace.unrefusedWaits = 0
@@ -185,15 +186,15 @@ func (qs *queues) unclaimedRefused(w *waiter) {
 
 // full reports whether this process's handles hold all of the name that l
 // could take, by its kind's limit.
-func (q *queue) full(l *Lock) bool {
+func (q *line) full(l *Lock) bool {
 	n, _ := l.kind.limit()
 	return q.exclusive > 0 || n > 0 && q.held >= n
 }
 
-// after returns when the next attempt of w is due, by its line's schedule:
+// after returns when the next attempt of w is due, by its line's pacer:
 // after a refusal that returned doc and took trip, or after a transient
 // error (nil doc).
-func (qs *queues) after(w *waiter, doc *reply, trip time.Duration) <-chan time.Time {
+func (qs *lines) after(w *waiter, doc *reply, trip time.Duration) <-chan time.Time {
 	p, lc := w.lock.p, w.lock.collection()
 	notified := lc.notify.isOpen()
 	qs.mu.Lock()
@@ -206,7 +207,7 @@ func (qs *queues) after(w *waiter, doc *reply, trip time.Duration) <-chan time.T
 
 // hold records that a, an acquisition of this process, acquired its
 // lock's name at now, exclusively if its kind's limit says so.
-func (qs *queues) hold(a *acquisition, now time.Time) {
+func (qs *lines) hold(a *acquisition, now time.Time) {
 	l := a.lock
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
@@ -222,7 +223,7 @@ func (qs *queues) hold(a *acquisition, now time.Time) {
 
 // unhold records that a no longer holds its lock's name, and wakes the
 // head to attempt at once.
-func (qs *queues) unhold(a *acquisition) {
+func (qs *lines) unhold(a *acquisition) {
 	l := a.lock
 	qs.mu.Lock()
 	q := qs.get(l.name)
@@ -240,7 +241,7 @@ func (qs *queues) unhold(a *acquisition) {
 // setExclusive records that a, while it holds, holds its lock's name
 // exclusively or not (an RWLock's handle that upgraded or downgraded).
 // Shared again, it wakes the head to attempt at once.
-func (qs *queues) setExclusive(a *acquisition, exclusive bool) {
+func (qs *lines) setExclusive(a *acquisition, exclusive bool) {
 	qs.mu.Lock()
 	if a.heldLocally && a.exclusive != exclusive {
 		a.exclusive = exclusive
@@ -258,7 +259,7 @@ func (qs *queues) setExclusive(a *acquisition, exclusive bool) {
 
 // wakeHead wakes the head of name's line to attempt at once: the lock was
 // released somewhere.
-func (qs *queues) wakeHead(name string) {
+func (qs *lines) wakeHead(name string) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if q := qs.byName[name]; q != nil {
@@ -274,7 +275,7 @@ func (qs *queues) wakeHead(name string) {
 // offer returns the head of name's line, marked as being handed the lock,
 // or nil if nobody waits or the head has a hand-over under way or not yet
 // taken.
-func (qs *queues) offer(name string) *waiter {
+func (qs *lines) offer(name string) *waiter {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	q := qs.byName[name]
@@ -288,7 +289,7 @@ func (qs *queues) offer(name string) *waiter {
 // deliver ends the hand-over to w: h is the handle handed over, or nil if
 // the lock was not handed over. It wakes w, and reports whether w still
 // waits; if not, h is not delivered.
-func (qs *queues) deliver(w *waiter, h *Handle) bool {
+func (qs *lines) deliver(w *waiter, h *Handle) bool {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	w.offered = false

@@ -1,6 +1,6 @@
 package mongolock_test
 
-// The line of a process (queue.go, and the hand-over in release.go).
+// The line of a process (line.go, and the hand-over in release.go).
 
 import (
 	"context"
@@ -69,7 +69,7 @@ func TestLocalWaitersAcquireInArrivalOrder(t *testing.T) {
 		got = append(got, i)
 	}
 	require.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7}, got)
-	require.Zero(t, mongolock.QueueNames(e.p), "no queue is kept once nobody waits or holds")
+	require.Zero(t, mongolock.QueueNames(e.p), "no line is kept once nobody waits or holds")
 }
 
 func TestLocalWaitersSendNothingWhileAHandleOfTheirProcessHolds(t *testing.T) {
