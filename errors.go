@@ -339,14 +339,14 @@ func inner(errs ...error) error {
 type innerErrors []error
 
 func (ie innerErrors) Error() string {
-	lines := make([]string, len(ie))
+	msgs := make([]string, len(ie))
 	for i, err := range ie {
-		lines[i] = err.Error()
+		msgs[i] = err.Error()
 		if e, ok := err.(*Error); ok {
-			lines[i] = e.unprefixed()
+			msgs[i] = e.unprefixed()
 		}
 	}
-	return strings.Join(lines, "\n")
+	return strings.Join(msgs, "\n")
 }
 
 func (ie innerErrors) Unwrap() []error { return ie }
