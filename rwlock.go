@@ -56,7 +56,7 @@ type RWLock struct {
 
 // RWLock returns the reader-writer lock called name.
 func (p *Provider) RWLock(name string) *RWLock {
-	mode := func(rw rwMode) *Lock { return &Lock{p: p, name: name, kind: rwDriver{semDriver{1}, rw}} }
+	mode := func(rw rwMode) *Lock { return &Lock{p: p, name: name, kind: rwDriver{semDriver{n: 1}, rw}} }
 	return &RWLock{r: mode(readMode), w: mode(writeMode), u: &UpgradeableLock{mode(upgradeMode)}}
 }
 
@@ -457,7 +457,7 @@ type rwDriver struct {
 func (rwDriver) create(name string) bson.D { return createRWDoc(name) }
 
 func (d rwDriver) acquire(ctx context.Context, p *Provider, name string, a attempt) (reply, error) {
-	return acquireSlot(ctx, p, name, a, 1, d.mode)
+	return acquireSlot(ctx, p, name, a, slotAttempt{n: 1, rw: d.mode})
 }
 
 // limit: readers share, an upgradeable reader with them; a writer keeps

@@ -55,7 +55,7 @@ type Semaphore struct {
 // as Lock's are. An n below 1 or above MaxSemaphoreSlots makes every
 // acquisition fail with ErrInvalidArgument, before anything is sent.
 func (p *Provider) Semaphore(name string, n int) *Semaphore {
-	s := &Semaphore{lock: &Lock{p: p, name: name, kind: semDriver{n}}}
+	s := &Semaphore{lock: &Lock{p: p, name: name, kind: semDriver{n: n, units: 1}}}
 	if n < 1 || n > MaxSemaphoreSlots {
 		s.err = invalidf("semaphore of %d slots: need 1 <= n <= %d", n, MaxSemaphoreSlots)
 	}
@@ -75,7 +75,7 @@ func (p *Provider) Semaphore(name string, n int) *Semaphore {
 // process, so a stream of smaller requests cannot starve a larger one.
 func (s *Semaphore) Units(k int) *Semaphore {
 	n := s.lock.kind.describe().slots
-	w := &Semaphore{lock: &Lock{p: s.lock.p, name: s.lock.name, kind: unitsDriver{semDriver{n}, k}}, err: s.err}
+	w := &Semaphore{lock: &Lock{p: s.lock.p, name: s.lock.name, kind: semDriver{n: n, units: k}}, err: s.err}
 	if w.err == nil && (k < 1 || k > n) {
 		w.err = invalidf("%d units of a semaphore of %d slots: need 1 <= k <= n", k, n)
 	}
@@ -161,34 +161,22 @@ func (s *Semaphore) Inspect(ctx context.Context) (SemaphoreInfo, error) {
 	return SemaphoreInfo{Name: d.Name, N: d.N, Holders: d.holders(false), FencingToken: d.FencingToken, ServerTime: d.Now}, err
 }
 
-// semDriver is a Semaphore's kind: its documents list the holders. A
+// semDriver is a Semaphore's kind: its documents list the holders, and
+// each acquisition takes units of its n slots (Semaphore.Units). A
 // reader-writer lock's share them.
 type semDriver struct {
-	n int
+	n     int
+	units int // 0 in a reader-writer lock's
 }
 
 func (semDriver) collection(p *Provider) *lockCollection { return &p.slots }
 
 func (d semDriver) create(name string) bson.D { return createSemDoc(name, d.n) }
 
-func (d semDriver) acquire(ctx context.Context, p *Provider, name string, a attempt) (reply, error) {
-	return acquireSlot(ctx, p, name, a, d.n, 0)
-}
-
-// unitsDriver is a Semaphore's kind whose acquisitions take units slots
-// each (Semaphore.Units). Only the acquisition differs: the rest finds the
+// acquire: only the acquisition asks how many units; the rest finds the
 // holder by its id, whatever its units.
-type unitsDriver struct {
-	semDriver
-	units int
-}
-
-func (d unitsDriver) describe() kindInfo {
-	return kindInfo{kind: KindSemaphore, slots: d.n, units: d.units}
-}
-
-func (d unitsDriver) acquire(ctx context.Context, p *Provider, name string, a attempt) (reply, error) {
-	return acquireUnits(ctx, p, name, a, slotAttempt{n: d.n, units: d.units})
+func (d semDriver) acquire(ctx context.Context, p *Provider, name string, a attempt) (reply, error) {
+	return acquireSlot(ctx, p, name, a, slotAttempt{n: d.n, units: d.units})
 }
 
 // semDoc is a slot's acquisition's reply: the document after the update.
@@ -206,16 +194,11 @@ type semHolder struct {
 	AcquiredAt time.Time `bson:"acquiredAt"`
 }
 
-// acquireSlot sends one acquisition of one of n slots in mode rw (0: a
-// semaphore's), or a hand-over from the holder releasing (slotPipeline), and
-// returns its reply as a lock's: LockID is the newest holder's, a.id if it
-// took a slot.
-func acquireSlot(ctx context.Context, p *Provider, name string, a attempt, n int, rw rwMode) (reply, error) {
-	return acquireUnits(ctx, p, name, a, slotAttempt{n: n, rw: rw})
-}
-
-// acquireUnits is acquireSlot of sa's n, units and mode rw.
-func acquireUnits(ctx context.Context, p *Provider, name string, a attempt, sa slotAttempt) (reply, error) {
+// acquireSlot sends one acquisition of sa's units of its n slots in its
+// mode rw (0: a semaphore's), or a hand-over from the holder releasing
+// (slotPipeline), and returns its reply as a lock's: LockID is the newest
+// holder's, a.id if it took a slot.
+func acquireSlot(ctx context.Context, p *Provider, name string, a attempt, sa slotAttempt) (reply, error) {
 	filter, n, rw := acquireFilter(name), sa.n, sa.rw
 	if a.releasing != "" {
 		filter = semHolderFilter(name, a.releasing)
@@ -274,4 +257,6 @@ func (semDriver) unclaimed() bool { return false }
 
 func (semDriver) holdsApply() bool { return false }
 
-func (d semDriver) describe() kindInfo { return kindInfo{kind: KindSemaphore, slots: d.n, units: 1} }
+func (d semDriver) describe() kindInfo {
+	return kindInfo{kind: KindSemaphore, slots: d.n, units: d.units}
+}

@@ -186,9 +186,9 @@ func (t ticketContents) lock(p *Provider) *Lock {
 	case KindElection:
 		k = electionDriver{} // its value is only for campaigns to acquire with
 	case KindSemaphore:
-		k = unitsDriver{semDriver{t.Slots}, t.Units}
+		k = semDriver{n: t.Slots, units: t.Units}
 	case KindRWLock:
-		k = rwDriver{semDriver{1}, rwMode(t.Mode[0])}
+		k = rwDriver{semDriver{n: 1}, rwMode(t.Mode[0])}
 	}
 	return &Lock{p: p, name: t.Name, kind: k}
 }
