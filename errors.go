@@ -200,26 +200,20 @@ func endedByDeadline(ctx context.Context, err error) bool {
 // description, out of the error chain, where errors.As would not find them.
 // The message stays err's, which shows them already.
 func withServerErrors(err error) error {
-	if causes := serverErrors(err); len(causes) > 0 {
-		return withCauses{err, append([]error{err}, causes...)}
-	}
-	return err
-}
-
-// serverErrors returns the servers' last errors that err, a failed server
-// selection, knows of; none for another error.
-func serverErrors(err error) []error {
 	var sse topology.ServerSelectionError
 	if !errors.As(err, &sse) {
-		return nil
+		return err
 	}
-	var causes []error
+	causes := []error{err}
 	for _, s := range sse.Desc.Servers {
 		if s.LastError != nil {
 			causes = append(causes, s.LastError)
 		}
 	}
-	return causes
+	if len(causes) == 1 { // no server's error is known
+		return err
+	}
+	return withCauses{err, causes}
 }
 
 // withCauses is an error whose chain holds other causes beside it.

@@ -80,8 +80,8 @@ func (wt *waitLoop) failed(err error) { wt.lastErr = withServerErrors(err) }
 // server's last error (a refused connection). Other such errors say only
 // that ctx ended.
 func (wt *waitLoop) cutShort(err error) {
-	if len(serverErrors(err)) > 0 {
-		wt.lastErr = withServerErrors(err)
+	if e, ok := withServerErrors(err).(withCauses); ok {
+		wt.lastErr = e
 	}
 }
 
