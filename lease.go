@@ -255,13 +255,9 @@ func (ls *leases) drop(h *acquisition) *keptLease {
 		delete(ls.held, h)
 		close(h.extendingStopped)
 	}
-	if len(ls.held) == 0 && ls.timer != nil { // nothing to tick for
-		ls.timer.Stop()
-		ls.timer = nil
-	}
-	if len(ls.held) == 0 && ls.looker != nil { // nor to look for
-		ls.looker.Stop()
-		ls.looker = nil
+	if len(ls.held) == 0 {
+		stopTimer(&ls.timer)  // nothing to tick for
+		stopTimer(&ls.looker) // nor to look for
 	}
 	return l
 }

@@ -112,10 +112,7 @@ func (n *notifier) join(st store, wake func(name string), bg *sync.WaitGroup) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.waiters++
-	if n.linger != nil {
-		n.linger.Stop()
-		n.linger = nil
-	}
+	stopTimer(&n.linger)
 	n.st, n.wake, n.bg = st, wake, bg
 	n.startLocked()
 }
@@ -126,10 +123,7 @@ func (n *notifier) startLocked() {
 	if n.run != nil || n.none || time.Now().Before(n.retryAt) {
 		return
 	}
-	if n.reopen != nil {
-		n.reopen.Stop()
-		n.reopen = nil
-	}
+	stopTimer(&n.reopen)
 	source, st, wake := n.source, n.st, n.wake
 	ctx, stop := context.WithCancel(context.Background())
 	run := &sourceRun{stop: stop}
@@ -180,10 +174,7 @@ func (n *notifier) leave() {
 	if n.waiters > 0 {
 		return
 	}
-	if n.reopen != nil { // nobody is left to wake
-		n.reopen.Stop()
-		n.reopen = nil
-	}
+	stopTimer(&n.reopen) // nobody is left to wake
 	// The state of a collection is kept per client while the client is
 	// reachable: it must not keep the client reachable itself.
 	n.st, n.wake, n.bg = nil, nil, nil
@@ -214,11 +205,17 @@ func (n *notifier) stopIdleLocked(run *sourceRun) {
 	if n.waiters > 0 || run == nil || n.run != run {
 		return
 	}
-	if n.linger != nil {
-		n.linger.Stop() // false when called by the linger itself
-	}
+	stopTimer(&n.linger) // called by the linger itself too, whose Stop then does nothing
 	run.stop()
-	n.run, n.linger = nil, nil
+	n.run = nil
+}
+
+// stopTimer stops *t, if set, and forgets it.
+func stopTimer(t **time.Timer) {
+	if *t != nil {
+		(*t).Stop()
+		*t = nil
+	}
 }
 
 // isOpen reports whether release events are arriving: the source runs and
