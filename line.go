@@ -39,9 +39,13 @@ type waiter struct {
 	handedOver *Handle
 }
 
-func (w *waiter) signal() {
+func (w *waiter) signal() { signalTo(w.wake) }
+
+// signalTo leaves a signal in ch, which has room for one, unless one is
+// pending already.
+func signalTo(ch chan<- struct{}) {
 	select {
-	case w.wake <- struct{}{}:
+	case ch <- struct{}{}:
 	default: // a signal is pending already
 	}
 }
