@@ -241,12 +241,7 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 // gives up on a server that refuses to open one, as streamRetry says.
 func (e *Election) watch(ctx context.Context, changed chan<- struct{}, streaming *atomic.Bool) {
 	p := e.lock.p
-	signal := func(string) {
-		select {
-		case changed <- struct{}{}:
-		default: // a signal is pending already
-		}
-	}
+	signal := func(string) { signalTo(changed) }
 	var retry streamRetry
 	for {
 		var opened time.Time
@@ -265,11 +260,9 @@ func (e *Election) watch(ctx context.Context, changed chan<- struct{}, streaming
 		if final {
 			return
 		}
-		t := time.NewTimer(wait)
 		select {
-		case <-t.C:
+		case <-time.After(wait):
 		case <-ctx.Done():
-			t.Stop()
 			return
 		}
 	}
