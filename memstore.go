@@ -25,10 +25,7 @@ type memStore struct {
 // process of its own, as a replica of a service with its own client is;
 // the providers of one s share their locks, as those of one database do.
 func newMemProvider(s *memdb.Store, db string, opts []Option) (*Provider, error) {
-	o, err := buildConfig(opts)
-	if err == nil {
-		err = checkNamespace(db, o.collection)
-	}
+	o, err := buildConfig(db, opts)
 	if err != nil {
 		return nil, &Error{Op: opNewProvider, Err: err}
 	}

@@ -1,6 +1,7 @@
 package mongolock
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"os"
@@ -176,7 +177,9 @@ func WithHoldAtMost(d time.Duration) Option {
 	return func(o *config) { o.atMost, o.atMostSet = d, true }
 }
 
-func buildConfig(opts []Option) (config, error) {
+// buildConfig is the configuration opts make for a provider over the
+// database named db, and why MongoDB or the library would refuse it.
+func buildConfig(db string, opts []Option) (config, error) {
 	o := config{collection: DefaultCollection, expiry: DefaultExpiry, sleepMin: DefaultBusyWaitMin, sleepMax: DefaultBusyWaitMax, owner: defaultOwner(),
 		telemetryConfig: defaultTelemetryConfig()}
 	for _, opt := range opts {
@@ -188,7 +191,7 @@ func buildConfig(opts []Option) (config, error) {
 	if !o.cadenceSet {
 		o.cadence = o.expiry / 3
 	}
-	return o, o.check()
+	return o, cmp.Or(o.check(), checkNamespace(db, o.collection))
 }
 
 // check validates the options, WithHoldAtLeast's and WithHoldAtMost's last.

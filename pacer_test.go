@@ -196,7 +196,7 @@ func TestAShortAcquisitionSeenTwiceIsNotALongHold(t *testing.T) {
 
 // defaultConfig is the configuration of a provider made without options.
 func defaultConfig() config {
-	o, err := buildConfig(nil)
+	o, err := buildConfig("db", nil)
 	if err != nil {
 		panic(err)
 	}

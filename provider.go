@@ -78,10 +78,7 @@ func NewProvider(db *mongo.Database, opts ...Option) (*Provider, error) {
 	if db == nil {
 		return nil, &Error{Op: opNewProvider, Err: invalid("nil *mongo.Database")}
 	}
-	o, err := buildConfig(opts)
-	if err == nil {
-		err = checkNamespace(db.Name(), o.collection)
-	}
+	o, err := buildConfig(db.Name(), opts)
 	if err != nil {
 		return nil, &Error{Op: opNewProvider, Err: err}
 	}
