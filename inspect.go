@@ -184,7 +184,7 @@ func (p *Provider) infos(ctx context.Context, s *lockCollection, op, name string
 			return
 		}
 		read, stopped := false, false // stopped: by a decoding error, or by yield
-		err := s.store.aggregate(ctx, pipeline, p.listBatchSize(), func(doc bson.Raw) bool {
+		err := s.store.aggregate(ctx, pipeline, cmp.Or(testHookListBatch(p), listBatchSize), func(doc bson.Raw) bool {
 			read = true
 			info, err := decode(doc)
 			if err != nil {
@@ -201,14 +201,6 @@ func (p *Provider) infos(ctx context.Context, s *lockCollection, op, name string
 			fail(err)
 		}
 	}
-}
-
-// listBatchSize is how many documents one reply of p's listings carries.
-func (p *Provider) listBatchSize() int32 {
-	if testHookListBatch != nil {
-		return cmp.Or(testHookListBatch(p), listBatchSize)
-	}
-	return listBatchSize
 }
 
 // ForceRelease ends whatever acquisitions hold name, of any process

@@ -4,5 +4,5 @@ package mongolock
 var (
 	testHookSend      = func(p *Provider, mode attemptMode) {}            // as an acquisition round trip is about to be sent
 	testHookReply     = func(p *Provider, err error) error { return err } // replaces a round trip's error
-	testHookListBatch func(p *Provider) int32                             // a listing's batch size, if not 0; nil: none
+	testHookListBatch = func(p *Provider) int32 { return 0 }              // a listing's batch size, if not 0
 )
