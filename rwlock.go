@@ -207,12 +207,7 @@ func (u *UpgradeableHandle) Upgrade(ctx context.Context) error {
 }
 
 // held returns u's acquisition, nil for a nil or zero UpgradeableHandle.
-func (u *UpgradeableHandle) held() *acquisition {
-	if u == nil || u.Handle == nil {
-		return nil
-	}
-	return u.acquisition
-}
+func (u *UpgradeableHandle) held() *acquisition { return u.handle().held() }
 
 // An UpgradeableHandle's methods of its Handle, each the Handle's, so that
 // a nil *UpgradeableHandle (a failed Acquire's) answers as a nil Handle
