@@ -181,7 +181,7 @@ func WithHoldAtMost(d time.Duration) Option {
 // database named db, and why MongoDB or the library would refuse it.
 func buildConfig(db string, opts []Option) (config, error) {
 	o := config{collection: DefaultCollection, expiry: DefaultExpiry, sleepMin: DefaultBusyWaitMin, sleepMax: DefaultBusyWaitMax, owner: defaultOwner(),
-		telemetryConfig: defaultTelemetryConfig()}
+		telemetryConfig: telemetryConfig{logger: slog.New(slog.DiscardHandler)}}
 	for _, opt := range opts {
 		if opt == nil {
 			return o, invalid("nil Option")

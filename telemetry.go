@@ -507,10 +507,6 @@ type telemetryConfig struct {
 	logger   *slog.Logger
 }
 
-func defaultTelemetryConfig() telemetryConfig {
-	return telemetryConfig{logger: slog.New(slog.DiscardHandler)}
-}
-
 // info says which lock l is.
 func (l *Lock) info() TraceLock {
 	sp, d := l.collection(), l.kind.describe()
