@@ -171,9 +171,16 @@ func (h *Handle) LeaseEnd() time.Time {
 	if h.held() == nil {
 		return time.Time{}
 	}
-	end := time.Unix(0, h.lastSentAt.Load()).Add(h.lock.p.opts.expiry)
-	if !h.atMostFromSent.IsZero() && h.atMostFromSent.Before(end) {
-		return h.atMostFromSent.Round(0) // by the wall clock, which counts suspended time
+	return h.leaseEndFrom(h.lastSentAt.Load(), h.atMostFromSent)
+}
+
+// leaseEndFrom is the end of a lease counted from unixNanos (when an
+// acquisition or extension was sent, or its reply came): the expiry after
+// it, but no later than bound, WithHoldAtMost's (zero: none).
+func (h *acquisition) leaseEndFrom(unixNanos int64, bound time.Time) time.Time {
+	end := time.Unix(0, unixNanos).Add(h.lock.p.opts.expiry)
+	if !bound.IsZero() && bound.Before(end) {
+		return bound.Round(0) // by the wall clock, which counts suspended time
 	}
 	return end
 }

@@ -267,11 +267,7 @@ func (h *acquisition) leaseOver(lastErr error, capped bool, slept time.Duration)
 // its expiresAt counts from, and WithHoldAtMost's bound counts from the
 // acquisition's, whose reply came later still.
 func (h *acquisition) serverEnd() time.Time {
-	end := time.Unix(0, h.lastReplyAt.Load()).Add(h.lock.p.opts.expiry)
-	if !h.atMostFromReply.IsZero() && h.atMostFromReply.Before(end) {
-		return h.atMostFromReply.Round(0) // by the wall clock, which counts suspended time
-	}
-	return end
+	return h.leaseEndFrom(h.lastReplyAt.Load(), h.atMostFromReply)
 }
 
 // Releasing in the background what no caller will keep: an acquisition
