@@ -47,8 +47,6 @@ type kindDriver interface {
 // (the documents keep the last ones taken).
 type holderIDs struct{ held, takenOver map[string]bool }
 
-func newHolderIDs() holderIDs { return holderIDs{map[string]bool{}, map[string]bool{}} }
-
 // kindInfo is what a kind says of itself.
 type kindInfo struct {
 	kind     Kind

@@ -441,7 +441,7 @@ func readHolders(ctx context.Context, st store, kind kindDriver, names bson.A) (
 	if err != nil {
 		return holderIDs{}, err
 	}
-	seen := newHolderIDs()
+	seen := holderIDs{held: map[string]bool{}, takenOver: map[string]bool{}}
 	for _, raw := range docs {
 		if err := kind.heldBy(raw, seen); err != nil {
 			return holderIDs{}, err
