@@ -1,6 +1,7 @@
 package mongolock
 
 import (
+	"cmp"
 	"context"
 	"runtime"
 	"strings"
@@ -92,7 +93,7 @@ func newProvider(o config, locks, slots lockCollection) *Provider {
 		locks:   locks,
 		slots:   slots,
 		opts:    o,
-		tel:     newTelemetry(o.telemetryConfig),
+		tel:     telemetry{trace: cmp.Or(o.trace, &Trace{}), log: o.logger},
 		senders: make(chan func()),
 		done:    make(chan struct{}),
 		drained: make(chan struct{}),

@@ -1,7 +1,6 @@
 package mongolock
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -297,10 +296,6 @@ const (
 type telemetry struct {
 	trace *Trace // never nil: without WithTrace, every hook is nil
 	log   *slog.Logger
-}
-
-func newTelemetry(c telemetryConfig) telemetry {
-	return telemetry{trace: cmp.Or(c.trace, &Trace{}), log: c.logger}
 }
 
 // result is how a call that returned err ended; ok names its success.
