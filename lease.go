@@ -212,7 +212,7 @@ func (ls *leases) tick() {
 		return
 	}
 	ls.timer.Reset(ls.opts.cadence)
-	due := map[*lockCollection][]*acquisition{} // a batch is of one collection
+	due := map[store][]*acquisition{} // a batch is of one collection, by its store
 	var dropped []*acquisition
 	for h, l := range ls.held {
 		if h.dropped.CompareAndSwap(true, false) {
@@ -220,8 +220,8 @@ func (ls *leases) tick() {
 			continue
 		}
 		if l.missed = l.busy; !l.busy { // busy: extend again once it is back
-			sp := h.lock.collection()
-			l.busy, due[sp] = true, append(due[sp], h)
+			st := h.lock.collection().store
+			l.busy, due[st] = true, append(due[st], h)
 		}
 	}
 	ls.mu.Unlock()

@@ -192,7 +192,7 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) error
 }
 
 // acquireAndDo is Do's, of a Lock or a Composite: acquire, then do fn.
-func acquireAndDo[H holding](ctx context.Context, fn func(ctx context.Context) error, errorf func(op string, err error) error, acquire func(context.Context) (H, error)) error {
+func acquireAndDo[H doHandle](ctx context.Context, fn func(ctx context.Context) error, errorf func(op string, err error) error, acquire func(context.Context) (H, error)) error {
 	switch {
 	case ctx == nil:
 		return errorf("do", errNilContext)
@@ -206,9 +206,9 @@ func acquireAndDo[H holding](ctx context.Context, fn func(ctx context.Context) e
 	return do(ctx, h, fn)
 }
 
-// A holding is what Do runs a function under: a Handle or a
+// A doHandle is what Do runs a function under: a Handle or a
 // CompositeHandle.
-type holding interface {
+type doHandle interface {
 	Context() context.Context
 	Release(ctx context.Context) error
 }
@@ -217,7 +217,7 @@ type holding interface {
 // ErrLockLost), then releases h, also when fn panics. It returns fn's
 // error as it is if the release succeeded, else Release's error as Do's,
 // its cause joined with fn's error.
-func do(ctx context.Context, h holding, fn func(ctx context.Context) error) (err error) {
+func do(ctx context.Context, h doHandle, fn func(ctx context.Context) error) (err error) {
 	defer func() {
 		// Release even when ctx is already over: the caller is done with
 		// the lock, and others should not wait for its lease to expire.
@@ -245,6 +245,12 @@ func doError(fnErr, rerr, cause error) error {
 		e.Err = errors.Join(fnErr, e.Err)
 	}
 	return e
+}
+
+// info says which lock l is.
+func (l *Lock) info() TraceLock {
+	sp, d := l.collection(), l.kind.describe()
+	return TraceLock{Name: shortName(l.name), Kind: d.kind, Mode: d.modeName, Slots: d.slots, Units: d.units, Database: sp.db, Collection: sp.name}
 }
 
 // errorf wraps err with the operation and the lock's name, shortened

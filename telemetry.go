@@ -334,10 +334,17 @@ func errorType(err error) string {
 	return "_OTHER"
 }
 
+// A reported is what the telemetry reports on: a Lock, which names and
+// describes itself.
+type reported interface {
+	Name() string
+	info() TraceLock
+}
+
 // acquireCall follows one Acquire, TryAcquire or TakeOver call for its hooks.
 type acquireCall struct {
 	t          *telemetry
-	l          *Lock
+	l          reported
 	op         string // opAcquireTrace, opTryAcquireTrace or opTakeOverTrace
 	start      time.Time
 	attempts   int
@@ -347,7 +354,7 @@ type acquireCall struct {
 // startAcquire tells the hooks that l's Acquire, TryAcquire or TakeOver
 // (op) begins, and returns its context and the call that counts its
 // attempts; the call ends with end.
-func (t *telemetry) startAcquire(ctx context.Context, l *Lock, op string) (context.Context, acquireCall) {
+func (t *telemetry) startAcquire(ctx context.Context, l reported, op string) (context.Context, acquireCall) {
 	call := acquireCall{t: t, l: l, op: op}
 	if t.trace.AcquireDone != nil {
 		call.start = time.Now()
@@ -366,7 +373,7 @@ func (c *acquireCall) attempted(ctx context.Context, err error) {
 		hook(ctx, AttemptInfo{Lock: c.l.info(), Operation: c.op, Attempt: c.attempts, TraceResult: result(err, "acquired")})
 	}
 	if err != nil && c.t.log.Enabled(ctx, slog.LevelDebug) && isTransient(err) {
-		c.t.log.DebugContext(ctx, "mongolock: acquisition attempt failed; retrying", "lock", shortName(c.l.name), "error", err)
+		c.t.log.DebugContext(ctx, "mongolock: acquisition attempt failed; retrying", "lock", shortName(c.l.Name()), "error", err)
 	}
 }
 
@@ -384,7 +391,7 @@ func (c *acquireCall) end(ctx context.Context, h *Handle, err error) {
 
 // waiting tells the hooks that an acquisition call of l joined its line
 // (joined) or left it, which n calls wait in now.
-func (t *telemetry) waiting(l *Lock, joined bool, n int) {
+func (t *telemetry) waiting(l reported, joined bool, n int) {
 	if hook := t.trace.Waiting; hook != nil {
 		hook(WaitingInfo{Lock: l.info(), Waiting: joined, Count: n})
 	}
@@ -410,20 +417,20 @@ func (t *telemetry) endHolderWrite(ctx context.Context, h *acquisition, op, ok s
 
 // handOver tells the hooks that a Release of l offered it to an Acquire
 // of this process, which got it if ok.
-func (t *telemetry) handOver(ctx context.Context, l *Lock, ok bool) {
+func (t *telemetry) handOver(ctx context.Context, l reported, ok bool) {
 	if hook := t.trace.HandOver; hook != nil {
 		hook(ctx, HandOverInfo{Lock: l.info(), HandedOver: ok})
 	}
 }
 
 // acquired tells the hooks that a handle of l was made.
-func (t *telemetry) acquired(l *Lock) { lockEvent(t.trace.Acquired, l) }
+func (t *telemetry) acquired(l reported) { lockEvent(t.trace.Acquired, l) }
 
 // unheld tells the hooks that a handle of l no longer holds.
-func (t *telemetry) unheld(l *Lock) { lockEvent(t.trace.Unheld, l) }
+func (t *telemetry) unheld(l reported) { lockEvent(t.trace.Unheld, l) }
 
 // lockEvent calls hook, if set, with l's TraceLock.
-func lockEvent(hook func(TraceLock), l *Lock) {
+func lockEvent(hook func(TraceLock), l reported) {
 	if hook != nil {
 		hook(l.info())
 	}
@@ -474,15 +481,15 @@ func (t *telemetry) endExtension(ctx context.Context, hs, lost []*acquisition, e
 
 // orphanReleased tells the hooks, and logs (Info), that an acquisition of
 // l that nobody got a handle for was released.
-func (t *telemetry) orphanReleased(l *Lock) {
+func (t *telemetry) orphanReleased(l reported) {
 	lockEvent(t.trace.OrphanReleased, l)
-	t.log.Info("mongolock: released an acquisition nobody got a handle for", "lock", shortName(l.name))
+	t.log.Info("mongolock: released an acquisition nobody got a handle for", "lock", shortName(l.Name()))
 }
 
 // retrying logs (Debug) a background release of l that failed with err and
 // is tried again.
-func (t *telemetry) retrying(l *Lock, err error) {
-	t.log.Debug("mongolock: background release failed; retrying", "lock", shortName(l.name), "error", err)
+func (t *telemetry) retrying(l reported, err error) {
+	t.log.Debug("mongolock: background release failed; retrying", "lock", shortName(l.Name()), "error", err)
 }
 
 // abandoned tells the hooks, and logs (Warn), that h's Handle became
@@ -500,10 +507,4 @@ type telemetryConfig struct {
 	trace    *Trace
 	nilTrace bool
 	logger   *slog.Logger
-}
-
-// info says which lock l is.
-func (l *Lock) info() TraceLock {
-	sp, d := l.collection(), l.kind.describe()
-	return TraceLock{Name: shortName(l.name), Kind: d.kind, Mode: d.modeName, Slots: d.slots, Units: d.units, Database: sp.db, Collection: sp.name}
 }
