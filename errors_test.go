@@ -283,6 +283,19 @@ func argumentErrorCases() []errorCase {
 		{call: "Election.Run", path: "a value too long", op: "run", name: "e", is: inv, run: func(t *testing.T, e *errorEnv) error {
 			return e.p.Election("e").Run(e.ctx, strings.Repeat("v", mongolock.MaxValueLen+1), func(context.Context, *mongolock.Leadership) {})
 		}},
+
+		{call: "Fleet.Run", path: "a nil context", op: "run", name: "f", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Fleet("f", 2).Run(noCtx, func(context.Context, mongolock.Shard) error { return nil })
+		}},
+		{call: "Fleet.Run", path: "a nil function", op: "run", name: "f", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Fleet("f", 2).Run(e.ctx, nil)
+		}},
+		{call: "Fleet.Run", path: "no shards", op: "run", name: "f", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Fleet("f", 0).Run(e.ctx, func(context.Context, mongolock.Shard) error { return nil })
+		}},
+		{call: "Fleet.Run", path: "a drain timeout of 0", op: "run", name: "f", is: inv, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Fleet("f", 2).DrainTimeout(0).Run(e.ctx, func(context.Context, mongolock.Shard) error { return nil })
+		}},
 	}
 }
 
@@ -558,6 +571,9 @@ func lossErrorCases() []errorCase {
 		{call: "Lock.Do", path: "fn's error alone", own: errJob, run: func(t *testing.T, e *errorEnv) error {
 			return e.p.Lock("x").Do(e.ctx, func(context.Context) error { return errJob })
 		}},
+		{call: "Fleet.Run", path: "a shard's fn's error alone", own: errJob, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Fleet("f", 2).Run(e.ctx, func(context.Context, mongolock.Shard) error { return errJob })
+		}},
 	}
 }
 
@@ -575,6 +591,15 @@ func closedErrorCases() []errorCase {
 			require.NoError(t, e.p.Close(e.ctx))
 			_, err := e.p.Election("e").Campaign(e.ctx, "v")
 			return err
+		}},
+		{call: "Fleet.Run", path: "a closed provider", op: "run", name: "f", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
+			require.NoError(t, e.p.Close(e.ctx))
+			return e.p.Fleet("f", 2).Run(e.ctx, func(context.Context, mongolock.Shard) error { return nil })
+		}},
+		{call: "Fleet.Run", path: "its provider closed", op: "run", name: "f", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
+			return later(func() error {
+				return e.p.Fleet("f", 2).Run(e.ctx, func(ctx context.Context, _ mongolock.Shard) error { <-ctx.Done(); return nil })
+			}, func() { require.NoError(t, e.p.Close(e.ctx)) })
 		}},
 		{call: "Election.Run", path: "its provider closed", op: "run", name: "e", is: []error{mongolock.ErrClosed}, run: func(t *testing.T, e *errorEnv) error {
 			e.hold(t, e.rival.Lock("e"))
@@ -635,6 +660,9 @@ func contentionErrorCases() []errorCase {
 		{call: "Election.Leader", path: "nobody leads", op: "leader", name: "e", is: []error{mongolock.ErrNoLeader}, run: func(t *testing.T, e *errorEnv) error {
 			_, err := e.p.Election("e").Leader(e.ctx)
 			return err
+		}},
+		{call: "Fleet.Run", path: "ctx ends", op: "run", name: "f", is: []error{context.DeadlineExceeded}, run: func(t *testing.T, e *errorEnv) error {
+			return e.p.Fleet("f", 2).Run(e.within(t, time.Minute), func(ctx context.Context, _ mongolock.Shard) error { <-ctx.Done(); return nil })
 		}},
 		{call: "Election.Run", path: "another leads until ctx ends", op: "run", name: "e", is: notAcquiredInTime, run: func(t *testing.T, e *errorEnv) error {
 			e.hold(t, e.rival.Lock("e"))
