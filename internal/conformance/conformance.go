@@ -116,6 +116,7 @@ var cases = []struct {
 	{"TakeOverHandsEveryKindOverWithAHigherToken", takeOverEveryKind},
 	{"ATicketWorksOnceAndAStaleOneChangesNothing", ticketWorksOnce},
 	{"ElectionTakeOverHandsLeadershipToTheSuccessor", electionTakeOver},
+	{"FleetSpreadsItsShardsAndHandsThemOnWithoutTwins", fleetSpreadsAndHandsOn},
 }
 
 func optionsValidated(e *Env) {
