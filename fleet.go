@@ -139,7 +139,16 @@ type worker struct {
 	ended      chan *runningShard // each shard's, once fn returned and it was released
 	gone       chan struct{}      // closed when Run no longer reads ended
 	slept      time.Duration      // the last sleep between passes while unbalanced
+
+	// What the last full read said: this worker's target, the live
+	// workers, and how many steady passes followed it.
+	target       int
+	workers      map[string]int
+	steadyPasses int
 }
+
+// fullReadEvery is how often a steady worker reads its whole fleet.
+const fullReadEvery = 8
 
 // A runningShard is a shard a worker holds: its fn runs, or has been told
 // to stop (moving) and must return by deadline.
@@ -191,21 +200,46 @@ func (w *worker) pass(ctx context.Context) time.Duration {
 			w.member = h
 		}
 	}
-	v, err := w.f.read(ctx)
+	if w.steady(ctx) {
+		return w.soon(true)
+	}
+	v, err := w.f.read(ctx, false)
 	if err != nil {
 		return w.soon(false)
 	}
 	v.members[w.id] = max(v.members[w.id], 0) // it counts itself while it rejoins
 	targets := fleetTargets(w.f.n, v.members)
-	active := w.active()
-	switch target := targets[w.id]; {
-	case active > target:
-		w.move(active - target)
-	case active < target:
-		w.take(ctx, v, targets, target-active)
+	w.target, w.workers, w.steadyPasses = targets[w.id], v.members, 0
+	switch active := w.active(); {
+	case active > w.target:
+		w.move(active - w.target)
+	case active < w.target:
+		w.take(ctx, v, targets, w.target-active)
 	}
-	balanced := w.active() == targets[w.id] && w.moving() == 0
+	balanced := w.active() == w.target && w.moving() == 0
 	return min(w.soon(balanced), w.untilDeadline())
+}
+
+// steady reports whether the worker holds its target and the live workers
+// are those of its last full read, as a listing of the memberships alone
+// shows: then nothing needs to move. Every fullReadEvery passes it reads
+// all anyway, since targets computed from reads at different moments may
+// disagree, and leave a shard free that no worker's target counts.
+func (w *worker) steady(ctx context.Context) bool {
+	if w.member == nil || w.workers == nil || w.active() != w.target || w.moving() > 0 || w.steadyPasses+1 >= fullReadEvery {
+		return false
+	}
+	v, err := w.f.read(ctx, true)
+	if err != nil || len(v.members) != len(w.workers) {
+		return false
+	}
+	for id := range v.members {
+		if _, ok := w.workers[id]; !ok {
+			return false
+		}
+	}
+	w.steadyPasses++
+	return true
 }
 
 // soon returns the wait before the next pass: the cadence when balanced,
@@ -371,13 +405,18 @@ type fleetView struct {
 	free    []int          // the shards nobody holds, in order
 }
 
-// read lists f's documents in one round trip (one per 1000 documents).
-func (f *Fleet) read(ctx context.Context) (fleetView, error) {
+// read lists f's documents in one round trip (one per 1000 documents); if
+// membersOnly, only the workers' memberships, whose counts it leaves 0.
+func (f *Fleet) read(ctx context.Context, membersOnly bool) (fleetView, error) {
 	prefix := f.name + "/"
+	list := prefix
+	if membersOnly {
+		list += "workers/"
+	}
 	v := fleetView{members: map[string]int{}}
 	held := make([]bool, f.n)
 	holders := map[string]int{}
-	for info, err := range f.p.infos(ctx, &f.p.locks, "list", prefix, listPipeline(prefix)) {
+	for info, err := range f.p.infos(ctx, &f.p.locks, "list", list, listPipeline(list)) {
 		if err != nil {
 			return fleetView{}, err
 		}

@@ -218,3 +218,29 @@ func TestFleetRunEndsWithErrClosedWhenItsProviderCloses(t *testing.T) {
 		require.Zero(t, running, "every shard's fn returned")
 	})
 }
+
+// A steady worker sends one extension of all its leases and one listing
+// per cadence, however many shards it holds (under 500, one batch).
+func TestFleetSteadyWorkerSendsAnExtensionAndAListingPerCadence(t *testing.T) {
+	perCadence := func(n int) float64 {
+		var sent float64
+		synctest.Test(t, func(t *testing.T) {
+			d := newMemDB(t)
+			l := conformance.NewFleetLedger()
+			p, net := d.process(fleetOpts...)
+			conformance.RunWorker(t, p.Fleet("orders", n), l, "a", 0)
+			q, _ := d.process(fleetOpts...)
+			conformance.RunWorker(t, q.Fleet("orders", n), l, "b", 0)
+			pollUntil(t, 10*time.Second, "balanced", func() bool { return l.Balanced(n, "a", "b") })
+			time.Sleep(10 * time.Second)
+			before := net.Sent()
+			time.Sleep(80 * time.Second) // 80 cadences
+			sent = float64(net.Sent()-before) / 80
+		})
+		return sent
+	}
+	few, many := perCadence(4), perCadence(200)
+	t.Logf("round trips per cadence of a worker: %.3f with 2 shards, %.3f with 100", few, many)
+	require.LessOrEqual(t, few, 2.125, "an extension and a listing of the memberships; every 8th a listing of all")
+	require.LessOrEqual(t, many, few*1.2, "round trips flat in the shards")
+}
