@@ -25,7 +25,7 @@ GORELEASER         ?= $(TOOLS)/goreleaser-$(GORELEASER_VERSION)/goreleaser
 # The tests, the benchmark and the soak create and drop only databases whose
 # names begin with mongolock_test_.
 
-.PHONY: test lint api demo demo-schedule bench soak simulate testdb testdb-stop
+.PHONY: test lint api demo demo-schedule demo-fleet bench soak simulate testdb testdb-stop
 
 # One package at a time (-p 1): the root package's fault and guarantee tests
 # time leases to tens of milliseconds, and on two cores the other packages'
@@ -86,6 +86,12 @@ demo:
 demo-schedule:
 	@if [ -n "$$MONGOLOCK_TEST_URI" ]; then echo "using MONGOLOCK_TEST_URI"; else ./scripts/testdb start >/dev/null; fi
 	MONGODB_URI="$${MONGOLOCK_TEST_URI:-$$(./scripts/testdb uri)}" $(GO) run ./examples/schedule
+
+# Three workers share a fleet's shards; one is killed, one leaves, and the
+# shards move each time; the same server as demo.
+demo-fleet:
+	@if [ -n "$$MONGOLOCK_TEST_URI" ]; then echo "using MONGOLOCK_TEST_URI"; else ./scripts/testdb start >/dev/null; fi
+	MONGODB_URI="$${MONGOLOCK_TEST_URI:-$$(./scripts/testdb uri)}" $(GO) run ./examples/fleet
 
 # The benchmark (BENCHMARKS.md): mongolock, the raw driver round trips
 # and DistributedLock.MongoDB's algorithm side by side on one server. bench/ is

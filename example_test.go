@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -466,6 +467,40 @@ func ExampleElection_Run() {
 	fmt.Println("stopped:", errors.Is(err, context.Canceled))
 	// Output:
 	// leading
+	// stopped: true
+}
+
+func ExampleFleet_Run() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(os.Getenv("MONGODB_DATABASE")) // the application's database
+	_ = db.Collection("distributed_locks").Drop(ctx)     // start afresh (for the checked output)
+
+	locks, err := mongolock.NewProvider(db)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Work on this worker's share of 4 partitions, until the process is interrupted.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
+	defer stop()
+	var started sync.WaitGroup             // (for the checked output)
+	started.Add(4)                         // (for the checked output)
+	go func() { started.Wait(); stop() }() // interrupted once all run (for the checked output)
+	err = locks.Fleet("partitions", 4).Run(ctx, func(ctx context.Context, s mongolock.Shard) error {
+		started.Done() // (for the checked output)
+		// ... consume partition s.Index, with fenced writes by s.Handle,
+		// until ctx ends: the shard moves to another worker, or was lost,
+		// or Run's ctx ended ...
+		<-ctx.Done()
+		return nil
+	})
+	fmt.Println("stopped:", errors.Is(err, context.Canceled))
+	// Output:
 	// stopped: true
 }
 
