@@ -13,12 +13,13 @@ import (
 // Work spread over a fleet of workers.
 //
 // A fleet's shard is the election "<name>/<i>", whose value is the id of
-// the worker that holds it; a worker's membership is the lock
-// "<name>/workers/<id>". Both are leases as every lock's: extended in the
-// provider's batch, lost before anyone else gets them, ended at a
-// crashed worker's lease end. A worker reads the fleet in one listing per
-// pass; from it every worker computes the same targets, and each takes
-// free shards up to its own and gives up those above it.
+// the worker that holds it; a worker's membership is the election
+// "<name>/workers/<id>", whose value is how many shards it holds. Both are
+// leases as every lock's: extended in the provider's batch, lost before
+// anyone else gets them, ended at a crashed worker's lease end. From a
+// listing every worker computes the same targets, and each takes free
+// shards up to its own and gives up those above it. A steady pass lists
+// the memberships alone, whatever the number of shards.
 
 // A Fleet spreads n shards over the workers that Run it, in this process
 // and in others, evenly and sticking to where they run. It is safe for
@@ -106,7 +107,7 @@ func (f *Fleet) Run(ctx context.Context, fn func(ctx context.Context, s Shard) e
 	defer f.p.calls.Done()
 	w := &worker{f: f, fn: fn, runCtx: ctx, id: newLockID()[:16], shards: map[int]*runningShard{},
 		ended: make(chan *runningShard), gone: make(chan struct{})}
-	w.membership = f.p.Lock(f.name + "/workers/" + w.id)
+	w.membership = &Lock{p: f.p, name: f.name + "/workers/" + w.id, kind: electionDriver{value: "0"}}
 	defer w.leave()
 	switch err := w.run(ctx); {
 	case err != nil:
@@ -140,15 +141,13 @@ type worker struct {
 	gone       chan struct{}      // closed when Run no longer reads ended
 	slept      time.Duration      // the last sleep between passes while unbalanced
 
-	// What the last full read said: this worker's target, the live
-	// workers, and how many steady passes followed it.
-	target       int
-	workers      map[string]int
-	steadyPasses int
+	target     int // of the last pass
+	proclaimed int // the count its membership's value says
 }
 
-// fullReadEvery is how often a steady worker reads its whole fleet.
-const fullReadEvery = 8
+// maxTakes bounds the shards a pass takes, so that a worker that finds
+// many free reads the fleet again soon: others may have joined meanwhile.
+const maxTakes = 64
 
 // A runningShard is a shard a worker holds: its fn runs, or has been told
 // to stop (moving) and must return by deadline.
@@ -197,9 +196,10 @@ func (w *worker) pass(ctx context.Context) time.Duration {
 	w.releaseOverdue()
 	if w.member == nil {
 		if h, err := w.membership.TryAcquire(ctx); err == nil {
-			w.member = h
+			w.member, w.proclaimed = h, 0
 		}
 	}
+	defer w.proclaim(ctx)
 	if w.steady(ctx) {
 		return w.soon(true)
 	}
@@ -207,39 +207,47 @@ func (w *worker) pass(ctx context.Context) time.Duration {
 	if err != nil {
 		return w.soon(false)
 	}
-	v.members[w.id] = max(v.members[w.id], 0) // it counts itself while it rejoins
+	if _, ok := v.members[w.id]; !ok {
+		v.members[w.id] = len(w.shards) // it counts itself while it rejoins
+	}
 	targets := fleetTargets(w.f.n, v.members)
-	w.target, w.workers, w.steadyPasses = targets[w.id], v.members, 0
+	w.target = targets[w.id]
 	switch active := w.active(); {
 	case active > w.target:
 		w.move(active - w.target)
 	case active < w.target:
-		w.take(ctx, v, targets, w.target-active)
+		w.take(ctx, v, targets, min(w.target-active, maxTakes))
 	}
 	balanced := w.active() == w.target && w.moving() == 0
 	return min(w.soon(balanced), w.untilDeadline())
 }
 
-// steady reports whether the worker holds its target and the live workers
-// are those of its last full read, as a listing of the memberships alone
-// shows: then nothing needs to move. Every fullReadEvery passes it reads
-// all anyway, since targets computed from reads at different moments may
-// disagree, and leave a shard free that no worker's target counts.
+// steady reports whether the worker holds its target and every shard is
+// held by a live worker, as a listing of the memberships alone shows (each
+// says how many shards its worker holds): then nothing needs to move.
 func (w *worker) steady(ctx context.Context) bool {
-	if w.member == nil || w.workers == nil || w.active() != w.target || w.moving() > 0 || w.steadyPasses+1 >= fullReadEvery {
+	if w.member == nil || w.moving() > 0 || w.active() != w.target {
 		return false
 	}
 	v, err := w.f.read(ctx, true)
-	if err != nil || len(v.members) != len(w.workers) {
+	if err != nil {
 		return false
 	}
-	for id := range v.members {
-		if _, ok := w.workers[id]; !ok {
-			return false
+	held := 0
+	for _, n := range v.members {
+		held += n
+	}
+	return held == w.f.n && fleetTargets(w.f.n, v.members)[w.id] == w.target
+}
+
+// proclaim sets the worker's membership's value to how many shards it
+// holds, if that changed.
+func (w *worker) proclaim(ctx context.Context) {
+	if w.member != nil && len(w.shards) != w.proclaimed {
+		if (&Leadership{w.member}).Proclaim(ctx, strconv.Itoa(len(w.shards))) == nil {
+			w.proclaimed = len(w.shards)
 		}
 	}
-	w.steadyPasses++
-	return true
 }
 
 // soon returns the wait before the next pass: the cadence when balanced,
@@ -406,7 +414,7 @@ type fleetView struct {
 }
 
 // read lists f's documents in one round trip (one per 1000 documents); if
-// membersOnly, only the workers' memberships, whose counts it leaves 0.
+// membersOnly, only the workers' memberships, whose counts their values say.
 func (f *Fleet) read(ctx context.Context, membersOnly bool) (fleetView, error) {
 	prefix := f.name + "/"
 	list := prefix
@@ -423,7 +431,7 @@ func (f *Fleet) read(ctx context.Context, membersOnly bool) (fleetView, error) {
 		rest := info.Name[len(prefix):]
 		if id, ok := strings.CutPrefix(rest, "workers/"); ok {
 			if info.Held {
-				v.members[id] += 0
+				v.members[id], _ = strconv.Atoi(info.Value)
 			}
 			continue
 		}
@@ -433,6 +441,9 @@ func (f *Fleet) read(ctx context.Context, membersOnly bool) (fleetView, error) {
 		}
 		held[i] = true
 		holders[info.Value]++
+	}
+	if membersOnly {
+		return v, nil
 	}
 	for id := range v.members {
 		v.members[id] = holders[id]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/conformance"
+	"github.com/mongolock/mongolock/internal/testdb"
 )
 
 // fleetOpts are the fleet tests' leases: 3 s, extended every second.
@@ -179,14 +181,15 @@ func TestFleetShardsShowTheirWorkerInTheListing(t *testing.T) {
 		var shards, workers []mongolock.LockInfo
 		for info, err := range p.Locks(t.Context(), "orders/") {
 			require.NoError(t, err)
-			if info.Kind == mongolock.KindElection {
-				shards = append(shards, info)
-			} else {
+			if strings.HasPrefix(info.Name, "orders/workers/") {
 				workers = append(workers, info)
+			} else {
+				shards = append(shards, info)
 			}
 		}
 		require.Len(t, shards, 3)
 		require.Len(t, workers, 1)
+		require.Equal(t, "3", workers[0].Value, "a worker's value is how many shards it holds")
 		for i, s := range shards {
 			require.Equal(t, fmt.Sprintf("orders/%d", i), s.Name)
 			require.True(t, s.Held)
@@ -243,4 +246,76 @@ func TestFleetSteadyWorkerSendsAnExtensionAndAListingPerCadence(t *testing.T) {
 	t.Logf("round trips per cadence of a worker: %.3f with 2 shards, %.3f with 100", few, many)
 	require.LessOrEqual(t, few, 2.125, "an extension and a listing of the memberships; every 8th a listing of all")
 	require.LessOrEqual(t, many, few*1.2, "round trips flat in the shards")
+}
+
+// BenchmarkFleetSteadyWorker: the commands per second that one worker of
+// a steady fleet of 8 sends, at 16, 256 and 4,096 shards, on the server;
+// and "by-hand", 8 workers that try each of 256 Locks once per cadence, as
+// a fleet built by hand from N Locks does. It also reports how long the
+// fleet took to hold every shard, evenly, from its start. Run it with
+// -benchtime 1x: each run is a fixed window of 5 cadences.
+func BenchmarkFleetSteadyWorker(b *testing.B) {
+	const workers, cadence, window = 8, time.Second, 5 * time.Second
+	opts := []mongolock.Option{mongolock.WithExpiry(3 * cadence), fastPolls}
+	db := testdb.Database(b)
+	measure := func(b *testing.B, run func(p *mongolock.Provider, worker string), ready func()) {
+		counts := make([]*commandCounter, workers)
+		for i := range counts {
+			counts[i] = &commandCounter{}
+			run(newProvider(b, ownClient(b, db, counts[i]), opts...), fmt.Sprint(i))
+		}
+		ready()
+		time.Sleep(2 * cadence) // past the first passes' takes
+		var before int64
+		for _, c := range counts {
+			before += c.commands.Load()
+		}
+		time.Sleep(window)
+		var after int64
+		for _, c := range counts {
+			after += c.commands.Load()
+		}
+		b.ReportMetric(float64(after-before)/workers/window.Seconds(), "commands/s/worker")
+	}
+	for _, n := range []int{16, 256, 4096} {
+		b.Run(fmt.Sprint("fleet-", n), func(b *testing.B) {
+			for b.Loop() {
+				l := conformance.NewFleetLedger()
+				start := time.Now()
+				var names []string
+				measure(b, func(p *mongolock.Provider, worker string) {
+					names = append(names, worker)
+					conformance.RunWorker(b, p.Fleet(fmt.Sprint("bench-", n), n), l, worker, 0)
+				}, func() {
+					pollUntil(b, time.Minute, "balanced", func() bool { return l.Balanced(n, names...) })
+					b.ReportMetric(time.Since(start).Seconds(), "s-to-balance")
+				})
+			}
+		})
+	}
+	b.Run("by-hand-256", func(b *testing.B) {
+		for b.Loop() {
+			ctx, cancel := context.WithCancel(context.Background())
+			b.Cleanup(cancel)
+			measure(b, func(p *mongolock.Provider, _ string) {
+				go func() {
+					held := map[int]*mongolock.Handle{}
+					for ctx.Err() == nil {
+						for i := range 256 {
+							if held[i] == nil {
+								if h, err := p.Lock(fmt.Sprint("by-hand-", i)).TryAcquire(ctx); err == nil {
+									held[i] = h
+								}
+							}
+						}
+						select {
+						case <-ctx.Done():
+						case <-time.After(cadence):
+						}
+					}
+				}()
+			}, func() {})
+			cancel()
+		}
+	})
 }

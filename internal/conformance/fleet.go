@@ -101,7 +101,7 @@ func (l *FleetLedger) CheckNoTwins(t *testing.T) {
 
 // RunWorker runs f as worker, its fn l's Work, until the test ends or the
 // returned cancel is called; Run's error arrives on the channel.
-func RunWorker(t *testing.T, f *mongolock.Fleet, l *FleetLedger, worker string, linger time.Duration) (context.CancelFunc, <-chan error) {
+func RunWorker(t testing.TB, f *mongolock.Fleet, l *FleetLedger, worker string, linger time.Duration) (context.CancelFunc, <-chan error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done, ended := make(chan error, 1), make(chan struct{})
 	go func() { defer close(ended); done <- f.Run(ctx, l.Work(worker, linger)) }()
