@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -157,7 +158,33 @@ type runningShard struct {
 	stop     context.CancelFunc
 	moving   bool
 	deadline time.Time
-	err      error // fn's, read once ended delivers s
+	err      error                    // fn's, read once ended delivers s
+	told     atomic.Pointer[stopCall] // why and when it was told to stop
+}
+
+// A stopCall is why a shard's fn was told to stop, "moved" or "left"
+// (ShardInfo.Reason), and when.
+type stopCall struct {
+	reason string
+	at     time.Time
+}
+
+// ShardInfo is about one shard of a fleet, as its worker runs it.
+type ShardInfo struct {
+	Fleet                string // the fleet's name, shortened past 64 bytes as Error.Name is
+	Index                int    // the shard's number
+	Database, Collection string // where its document is
+	FencingToken         int64  // its acquisition's
+	// Reason says why a stopped shard's function returned; "" when it
+	// started.
+	//
+	// "moved": the balance moved it; "left": Run ended; "lost": its lease
+	// was lost; "failed": it returned an error; "returned": it returned nil
+	// of its own.
+	Reason string
+	// Drained is, of a moved or left shard, the time from its ctx's end to
+	// its release, which its function's return began.
+	Drained time.Duration
 }
 
 // run makes a pass over the fleet at once, then whenever one is due, until
@@ -321,11 +348,18 @@ func (w *worker) start(i int, h *Handle) {
 	stopAfter := context.AfterFunc(h.Context(), func() { cancel(context.Cause(h.Context())) })
 	s := &runningShard{index: i, h: h, stop: func() { cancel(nil) }}
 	w.shards[i] = s
+	tr := w.f.p.tel.trace
+	if tr.ShardStarted != nil {
+		tr.ShardStarted(w.shardInfo(s))
+	}
 	go func() {
 		defer func() {
 			stopAfter()
 			cancel(nil)
 			w.release(h)
+			if tr.ShardStopped != nil {
+				tr.ShardStopped(w.stopped(s))
+			}
 			select {
 			case w.ended <- s:
 			case <-w.gone: // a shard released at its drain timeout, after Run
@@ -346,15 +380,42 @@ func (w *worker) move(k int) {
 	}
 	slices.Sort(idx)
 	for _, i := range idx[len(idx)-k:] {
-		w.stop(w.shards[i])
+		w.stop(w.shards[i], "moved")
 	}
 }
 
-func (w *worker) stop(s *runningShard) {
+// stop tells s's fn to stop, for reason; it must return by the drain
+// timeout.
+func (w *worker) stop(s *runningShard, reason string) {
 	if !s.moving {
 		s.moving, s.deadline = true, time.Now().Add(w.f.drainTimeout())
+		s.told.Store(&stopCall{reason, time.Now()})
 		s.stop()
 	}
+}
+
+// shardInfo is s as the Trace hooks see it.
+func (w *worker) shardInfo(s *runningShard) ShardInfo {
+	l := w.f.p.locks
+	return ShardInfo{Fleet: shortName(w.f.name), Index: s.index, Database: l.db, Collection: l.name, FencingToken: s.h.FencingToken()}
+}
+
+// stopped is s, whose fn returned and which was released, as ShardStopped
+// sees it.
+func (w *worker) stopped(s *runningShard) ShardInfo {
+	info := w.shardInfo(s)
+	told := s.told.Load()
+	switch {
+	case errors.Is(context.Cause(s.h.Context()), ErrLockLost):
+		info.Reason = "lost"
+	case s.err != nil:
+		info.Reason = "failed"
+	case told != nil:
+		info.Reason, info.Drained = told.reason, time.Since(told.at)
+	default:
+		info.Reason = "returned"
+	}
+	return info
 }
 
 // forget drops s, whose fn returned and which was released; a shard
@@ -393,7 +454,7 @@ func (w *worker) leave() {
 		w.release(w.member)
 	}
 	for _, s := range w.shards {
-		w.stop(s)
+		w.stop(s, "left")
 	}
 	for len(w.shards) > 0 {
 		t := time.NewTimer(w.untilDeadline())

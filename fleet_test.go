@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -316,6 +317,47 @@ func BenchmarkFleetSteadyWorker(b *testing.B) {
 				}()
 			}, func() {})
 			cancel()
+		}
+	})
+}
+
+func TestFleetTellsTheTraceHooksOfShardsStartedAndStopped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		running, reasons := map[int]bool{}, map[string]int{}
+		var drained []time.Duration
+		trace := &mongolock.Trace{
+			ShardStarted: func(i mongolock.ShardInfo) {
+				mu.Lock()
+				defer mu.Unlock()
+				require.Equal(t, "orders", i.Fleet)
+				require.Positive(t, i.FencingToken)
+				running[i.Index] = true
+			},
+			ShardStopped: func(i mongolock.ShardInfo) {
+				mu.Lock()
+				defer mu.Unlock()
+				delete(running, i.Index)
+				reasons[i.Reason]++
+				drained = append(drained, i.Drained)
+			},
+		}
+		d := newMemDB(t)
+		l := conformance.NewFleetLedger()
+		p, _ := d.process(append(fleetOpts, mongolock.WithTrace(trace))...)
+		leave, left := conformance.RunWorker(t, p.Fleet("orders", 4), l, "a", 100*time.Millisecond)
+		pollUntil(t, 2*time.Second, "4 shards", func() bool { return l.Balanced(4, "a") })
+		q, _ := d.process(fleetOpts...)
+		conformance.RunWorker(t, q.Fleet("orders", 4), l, "b", 0)
+		pollUntil(t, 10*time.Second, "2 shards each", func() bool { return l.Balanced(4, "a", "b") })
+		leave()
+		<-left
+		mu.Lock()
+		defer mu.Unlock()
+		require.Empty(t, running, "every shard started was stopped")
+		require.Equal(t, map[string]int{"moved": 2, "left": 2}, reasons)
+		for _, d := range drained {
+			require.Equal(t, 100*time.Millisecond, d, "the functions' time to return, the release in no time")
 		}
 	})
 }

@@ -87,6 +87,13 @@ type Trace struct {
 	// IndexFailed is called when the TTL index of a collection could not
 	// be created or raised; locking goes on without it.
 	IndexFailed func(info IndexInfo)
+
+	// ShardStarted is called when a fleet's worker starts a shard's
+	// function (Fleet.Run).
+	ShardStarted func(info ShardInfo)
+	// ShardStopped is called when that function has returned and the
+	// shard was released, with why it stopped.
+	ShardStopped func(info ShardInfo)
 }
 
 // TraceLock says which lock a Trace event is about.
@@ -240,7 +247,8 @@ func (t *Trace) then(u *Trace) *Trace {
 		Acquired:    chain(t.Acquired, u.Acquired), Unheld: chain(t.Unheld, u.Unheld), Lost: chain(t.Lost, u.Lost),
 		ExtendStart: chainStart(t.ExtendStart, u.ExtendStart), ExtendDone: chainCtx(t.ExtendDone, u.ExtendDone),
 		OrphanReleased: chain(t.OrphanReleased, u.OrphanReleased), Abandoned: chain(t.Abandoned, u.Abandoned),
-		IndexFailed: chain(t.IndexFailed, u.IndexFailed),
+		IndexFailed:  chain(t.IndexFailed, u.IndexFailed),
+		ShardStarted: chain(t.ShardStarted, u.ShardStarted), ShardStopped: chain(t.ShardStopped, u.ShardStopped),
 	}
 }
 

@@ -4,8 +4,10 @@ package otelmongolock_test
 // simulated time (testing/synctest): what needs no server.
 
 import (
+	"context"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
@@ -76,5 +78,44 @@ func TestATakeOverIsASpanAndAnAcquisitionDuration(t *testing.T) {
 		require.NoError(t, h.Release(ctx))
 		require.NoError(t, holder.Close(ctx))
 		require.NoError(t, taker.Close(ctx))
+	})
+}
+
+// A fleet's shards count up as their functions start and down as they
+// stop; the stops count by reason, and a moved or left shard's drain is a
+// duration.
+func TestAFleetsShardsAreCountedRunningAndStoppedByReason(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tel := newSDKTelemetry(t)
+		store := mongolocktest.NewStore()
+		p, err := store.NewProvider(tel.options(nil)...)
+		require.NoError(t, err)
+		other, err := store.NewProvider()
+		require.NoError(t, err)
+		work := func(ctx context.Context, _ mongolock.Shard) error { <-ctx.Done(); return nil }
+		ctx, leave := context.WithCancel(t.Context())
+		left := make(chan error, 1)
+		go func() { left <- p.Fleet("f", 4).Run(ctx, work) }()
+		synctest.Wait()
+		require.Equal(t, int64(4), tel.total(t, "mongolock.fleet.shards.running"))
+
+		octx, stop := context.WithCancel(t.Context())
+		stopped := make(chan error, 1)
+		go func() { stopped <- other.Fleet("f", 4).Run(octx, work) }()
+		for deadline := time.Now().Add(time.Minute); tel.total(t, "mongolock.fleet.shards.running") != 2; time.Sleep(100 * time.Millisecond) {
+			require.True(t, time.Now().Before(deadline), "the traced worker moved 2 shards within a minute")
+		}
+		leave()
+		require.ErrorIs(t, <-left, context.Canceled)
+		require.Equal(t, int64(0), tel.total(t, "mongolock.fleet.shards.running"))
+		for _, reason := range []string{"moved", "left"} {
+			by := attribute.String("mongolock.fleet.stop.reason", reason)
+			require.Equal(t, int64(2), tel.total(t, "mongolock.fleet.shards.stopped", by), reason)
+			require.Equal(t, int64(2), tel.total(t, "mongolock.fleet.drain.duration", by), reason)
+		}
+		stop()
+		require.ErrorIs(t, <-stopped, context.Canceled)
+		require.NoError(t, p.Close(t.Context()))
+		require.NoError(t, other.Close(t.Context()))
 	})
 }

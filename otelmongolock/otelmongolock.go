@@ -9,7 +9,9 @@
 // mongolock.release, mongolock.proclaim and mongolock.extend. Metrics: mongolock.acquire.duration,
 // mongolock.acquire.attempts, mongolock.acquire.pending,
 // mongolock.acquisitions, mongolock.losses, mongolock.handles.held,
-// mongolock.extension.duration and mongolock.orphans.released. Their
+// mongolock.extension.duration, mongolock.orphans.released,
+// mongolock.fleet.shards.running, mongolock.fleet.shards.stopped and
+// mongolock.fleet.drain.duration. Their
 // attributes follow the semantic conventions for databases where they have
 // one.
 package otelmongolock
@@ -55,6 +57,8 @@ const (
 	keyMatched    = attribute.Key("mongolock.matched")
 	keyLost       = attribute.Key("mongolock.lost")
 	keyReason     = attribute.Key("mongolock.loss.reason")
+	keyFleet      = attribute.Key("mongolock.fleet.name")
+	keyStop       = attribute.Key("mongolock.fleet.stop.reason")
 )
 
 // An Option configures Trace.
@@ -121,6 +125,7 @@ func Trace(opts ...Option) *mongolock.Trace {
 		Acquired: t.acquired, Unheld: t.unheld, Lost: t.lost,
 		ExtendStart: t.extendStart, ExtendDone: t.extendDone,
 		OrphanReleased: t.orphanReleased,
+		ShardStarted:   t.shardStarted, ShardStopped: t.shardStopped,
 	}
 }
 
@@ -135,15 +140,18 @@ type telemetry struct {
 	acquisitions metric.Int64Counter       // handles made
 	losses       metric.Int64Counter       // handles lost
 	held         metric.Int64UpDownCounter
-	extensions   metric.Float64Histogram // extension round trips
-	orphans      metric.Int64Counter     // acquisitions nobody got, released
+	extensions   metric.Float64Histogram   // extension round trips
+	orphans      metric.Int64Counter       // acquisitions nobody got, released
+	shards       metric.Int64UpDownCounter // fleet shards whose function runs
+	stops        metric.Int64Counter       // fleet shards stopped, by reason
+	drains       metric.Float64Histogram   // a moved or left shard's time to stop
 }
 
 func newTelemetry(c config) *telemetry {
 	m := c.meters.Meter(instrumentation)
 	secs := []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
 	t := &telemetry{tracer: c.tracers.Tracer(instrumentation), spanNames: c.spanNames, metricNames: c.metricNames}
-	var errs [8]error
+	var errs [11]error
 	t.waited, errs[0] = m.Float64Histogram("mongolock.acquire.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time from an Acquire, TryAcquire or TakeOver call to its return, by outcome."),
 		metric.WithExplicitBucketBoundaries(secs...))
@@ -165,6 +173,13 @@ func newTelemetry(c config) *telemetry {
 	// (db.client.connection.pending_requests), under the acquisition's.
 	t.pending, errs[7] = m.Int64UpDownCounter("mongolock.acquire.pending", metric.WithUnit("{call}"),
 		metric.WithDescription("Acquire calls of this process that wait in line for their lock."))
+	t.shards, errs[8] = m.Int64UpDownCounter("mongolock.fleet.shards.running", metric.WithUnit("{shard}"),
+		metric.WithDescription("Shards of fleets whose function runs in this process."))
+	t.stops, errs[9] = m.Int64Counter("mongolock.fleet.shards.stopped", metric.WithUnit("{shard}"),
+		metric.WithDescription("Shards of fleets whose function returned and which were released, by reason: moved ones are rebalances."))
+	t.drains, errs[10] = m.Float64Histogram("mongolock.fleet.drain.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time from a moved or left shard's stop to its release."),
+		metric.WithExplicitBucketBoundaries(secs...))
 	if err := errors.Join(errs[:]...); err != nil {
 		otel.Handle(err)
 	}
@@ -329,5 +344,36 @@ func (t *telemetry) extendDone(ctx context.Context, i mongolock.ExtendDoneInfo) 
 func (t *telemetry) orphanReleased(l mongolock.TraceLock) {
 	if ctx := context.Background(); t.orphans.Enabled(ctx) {
 		t.orphans.Add(ctx, 1, t.measure(l))
+	}
+}
+
+// fleetAttrs are the attributes of a fleet's shard (names: with the
+// fleet's name), then extra.
+func fleetAttrs(i mongolock.ShardInfo, names bool, extra ...attribute.KeyValue) metric.MeasurementOption {
+	kv := dbAttrs(make([]attribute.KeyValue, 0, 5+len(extra)), i.Database, i.Collection)
+	if names {
+		kv = append(kv, keyFleet.String(i.Fleet))
+	}
+	return metric.WithAttributes(append(kv, extra...)...)
+}
+
+func (t *telemetry) shardStarted(i mongolock.ShardInfo) {
+	if ctx := context.Background(); t.shards.Enabled(ctx) {
+		t.shards.Add(ctx, 1, fleetAttrs(i, t.metricNames))
+	}
+}
+
+// shardStopped counts a shard down, and its stop by reason, with a moved
+// or left one's drain.
+func (t *telemetry) shardStopped(i mongolock.ShardInfo) {
+	ctx := context.Background()
+	if t.shards.Enabled(ctx) {
+		t.shards.Add(ctx, -1, fleetAttrs(i, t.metricNames))
+	}
+	if t.stops.Enabled(ctx) {
+		t.stops.Add(ctx, 1, fleetAttrs(i, t.metricNames, keyStop.String(i.Reason)))
+	}
+	if (i.Reason == "moved" || i.Reason == "left") && t.drains.Enabled(ctx) {
+		t.drains.Record(ctx, i.Drained.Seconds(), fleetAttrs(i, t.metricNames, keyStop.String(i.Reason)))
 	}
 }
