@@ -15,7 +15,8 @@
 //
 // Each Provider is a process of its own, as a replica of a service with its
 // own client would be: two Providers of one Store are two replicas that
-// share a database, taking turns as two processes do.
+// share a database, taking turns as two processes do. Store.Crash makes
+// one die, as a process killed while it holds.
 //
 // The clock is time.Now. Inside a testing/synctest bubble it is the
 // bubble's fake clock: a Store and its Providers made in a bubble run
@@ -50,6 +51,8 @@
 package mongolocktest
 
 import (
+	"sync"
+
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/backend"
 	"github.com/mongolock/mongolock/internal/memdb"
@@ -70,18 +73,34 @@ const dbName = "mongolocktest"
 // A release hands the lock over only to a waiter of its own Provider.
 type Store struct {
 	db *memdb.Store
+
+	mu          sync.Mutex
+	clients     map[*mongolock.Provider]*memdb.Store // each Provider's way to db, with its faults
+	crashed     map[*mongolock.Provider]bool
+	partitioned bool
 }
 
 // NewStore returns an empty Store.
 func NewStore() *Store {
-	return &Store{memdb.NewStore(dbName, nil)}
+	return &Store{db: memdb.NewStore(dbName, nil), clients: map[*mongolock.Provider]*memdb.Store{}, crashed: map[*mongolock.Provider]bool{}}
 }
 
 // NewProvider returns a Provider over s with opts, or the error
 // mongolock.NewProvider returns for them. It is a process of its own.
 func (s *Store) NewProvider(opts ...mongolock.Option) (*mongolock.Provider, error) {
-	p, err := backend.NewProvider(s.db, dbName, opts)
-	return p.(*mongolock.Provider), err
+	c := s.db.Client()
+	p, err := backend.NewProvider(c, dbName, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pp := p.(*mongolock.Provider)
+	s.clients[pp] = c
+	if s.partitioned {
+		c.Faults.Partition()
+	}
+	return pp, nil
 }
 
 // Partition cuts every Provider of s off from it until Heal, as a network
@@ -90,10 +109,44 @@ func (s *Store) NewProvider(opts ...mongolock.Option) (*mongolock.Provider, erro
 // Every statement fails at once with the driver's server selection error,
 // which the library treats as transient. Handles are then lost as their leases run out, Acquire
 // keeps trying until its ctx ends, and Release frees nothing.
-func (s *Store) Partition() { s.db.Faults.Partition() }
+func (s *Store) Partition() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.partitioned = true
+	for _, c := range s.clients {
+		c.Faults.Partition()
+	}
+}
 
-// Heal ends a partition.
-func (s *Store) Heal() { s.db.Faults.Heal() }
+// Heal ends a partition, but for the Providers that crashed.
+func (s *Store) Heal() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.partitioned = false
+	for p, c := range s.clients {
+		if !s.crashed[p] {
+			c.Faults.Heal()
+		}
+	}
+}
+
+// Crash cuts p, a Provider of s, off from s for good, as the process that
+// dies: its locks stay held until their leases run out, as a crashed
+// holder's do. It panics if p is not a Provider of s.
+//
+// Nothing p sends arrives from then on; Heal does not undo it. p itself
+// goes on, as a process that hangs would: its handles are lost as their
+// leases run out, and its Close releases nothing.
+func (s *Store) Crash(p *mongolock.Provider) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.clients[p]
+	if !ok {
+		panic("mongolocktest.Store.Crash: the Provider is not of this Store")
+	}
+	s.crashed[p] = true
+	c.Faults.Partition()
+}
 
 // NewProvider returns a Provider over a Store of its own: its locks are
 // shared with no other Provider.
