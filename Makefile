@@ -140,11 +140,17 @@ soak: testdb
 # under ten (docs/reliability.md). `make test` runs a small form
 # (TestSimulate: 3,000, 1,000 under -race). SIMULATEFLAGS='-simulate.seed=N'
 # replays a seed; go test ./internal/simulate -args -h lists the flags.
-SIMULATE_N    ?= 100000
-SIMULATEFLAGS ?=
+# Then the fleet worlds (TestSimulateFleet): workers of a fleet of 32 shards
+# join, leave, crash, are cut off and stall, until its shards have moved
+# SIMULATE_FLEET_MOVES times; no shard may run in two workers at once, and
+# each burst of changes must settle within its bound (make test: 1,000).
+SIMULATE_N           ?= 100000
+SIMULATE_FLEET_MOVES ?= 100000
+SIMULATEFLAGS        ?=
 
 simulate:
 	$(GO) test -count=1 -timeout 30m -run 'TestSimulate$$' -v ./internal/simulate -simulate.n=$(SIMULATE_N) $(SIMULATEFLAGS)
+	$(GO) test -count=1 -timeout 30m -run 'TestSimulateFleet$$' -v ./internal/simulate -simulate.fleet.moves=$(SIMULATE_FLEET_MOVES) $(SIMULATEFLAGS)
 
 $(TOOLS)/goreleaser-%/goreleaser:
 	@echo "building goreleaser $* into $(@D) (once)"
