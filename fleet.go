@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -192,6 +193,12 @@ type ShardInfo struct {
 func (w *worker) run(ctx context.Context) error {
 	next := time.NewTimer(0)
 	defer next.Stop()
+	wctx, stopWatching := context.WithCancel(ctx)
+	var watching sync.WaitGroup
+	defer watching.Wait()
+	defer stopWatching()
+	released := make(chan struct{}, 1)
+	watching.Go(func() { w.watch(wctx, released) })
 	for {
 		var lost <-chan struct{}
 		if w.member != nil {
@@ -210,9 +217,41 @@ func (w *worker) run(ctx context.Context) error {
 			continue
 		case <-lost:
 			w.member = nil
+		case <-released:
 		case <-next.C:
 		}
 		next.Reset(w.pass(ctx))
+	}
+}
+
+// watch signals released on each release of the fleet's documents, while
+// a change stream runs, so that a taker passes at once. It reopens a
+// stream that ended as streamRetry says; where the server has none, the
+// passes find releases.
+func (w *worker) watch(ctx context.Context, released chan<- struct{}) {
+	prefix := w.f.name + "/"
+	var retry streamRetry
+	for {
+		var opened time.Time
+		err := watchNames(ctx, w.f.p.locks.store, releaseEvents, func() { opened = time.Now() }, func(name string) {
+			if strings.HasPrefix(name, prefix) {
+				select {
+				case released <- struct{}{}:
+				default: // a signal is pending already
+				}
+			}
+		})
+		wait, final := retry.ended(opened, err)
+		if ctx.Err() != nil || final {
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
 	}
 }
 

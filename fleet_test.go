@@ -81,7 +81,9 @@ func TestFleetWorkerThatLeavesHandsItsShardsOnAtOnce(t *testing.T) {
 		require.ErrorIs(t, err, context.Canceled)
 		require.ErrorContains(t, err, `run "orders"`)
 		pollUntil(t, 3*time.Second, "12 shards over the 2 left", func() bool { return l.Balanced(12, "a", "b") })
-		require.LessOrEqual(t, time.Since(start), time.Second+100*time.Millisecond, "taken at the others' next pass, long before the leaver's leases would have ended")
+		// The leaver's functions take 50 ms to return; its releases wake the
+		// others at once, where the store has change streams, as the model does.
+		require.LessOrEqual(t, time.Since(start), 100*time.Millisecond, "taken within moments of their release, long before the next pass")
 		l.CheckNoTwins(t)
 	})
 }
