@@ -143,7 +143,8 @@ soak: testdb
 # Then the fleet worlds (TestSimulateFleet): workers of a fleet of 32 shards
 # join, leave, crash, are cut off and stall, until its shards have moved
 # SIMULATE_FLEET_MOVES times; no shard may run in two workers at once, and
-# each burst of changes must settle within its bound (make test: 1,000).
+# each burst of changes must settle within its bound (make test: 1,000,
+# 300 under -race).
 SIMULATE_N           ?= 100000
 SIMULATE_FLEET_MOVES ?= 100000
 SIMULATEFLAGS        ?=

@@ -18,10 +18,6 @@ import (
 	"github.com/mongolock/mongolock/internal/memdb"
 )
 
-// defaultFleetMoves is -simulate.fleet.moves's default: make test's small
-// form.
-const defaultFleetMoves = 1000
-
 var flagFleetMoves = flag.Int("simulate.fleet.moves", defaultFleetMoves,
 	"stop the fleet worlds once their shards have moved this many times, in all worlds together")
 

@@ -5,3 +5,6 @@ package simulate
 // defaultN is -simulate.n's default: make test's small form, smaller
 // under the race detector, which slows the simulation about fivefold.
 const defaultN = 1000
+
+// defaultFleetMoves is -simulate.fleet.moves's default, as defaultN.
+const defaultFleetMoves = 300
