@@ -146,8 +146,9 @@ func (w *fleetWorld) change() (heal func()) {
 		_ = k.p.Close(context.Background())
 	case r < 6:
 		k := w.pick()
-		k.client.Faults.Partition() // crashes, for good
+		k.client.Faults.Partition() // crashes, for good: its leases run out in the store
 		k.crashed = true
+		k.stop() // and the process's work stops, with nothing it sends arriving
 		w.gone = append(w.gone, k)
 	case r < 8:
 		k := w.live[w.rng.IntN(len(w.live))]
