@@ -12,6 +12,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/backend"
 	"github.com/mongolock/mongolock/internal/conformance"
@@ -129,6 +131,25 @@ func (w *fleetWorld) run(moves int) {
 			h()
 		}
 		w.settled()
+		w.sweep()
+	}
+}
+
+// sweep deletes the memberships that ended a lease ago, as a server's TTL
+// monitor would: the model has none, and every worker that ever joined
+// would otherwise stay in each listing.
+func (w *fleetWorld) sweep() {
+	ended := bson.D{{Key: "_id", Value: bson.D{{Key: "$gte", Value: "fleet/workers/"}, {Key: "$lt", Value: "fleet/workers0"}}},
+		{Key: "expiresAt", Value: bson.D{{Key: "$lt", Value: time.Now().Add(-fleetExpiry)}}}}
+	err := w.store.Do(context.Background(), "distributed_locks", func(c *memdb.Table, now time.Time) error {
+		for {
+			if deleted, err := c.DeleteOne(now, ended); !deleted || err != nil {
+				return err
+			}
+		}
+	})
+	if err != nil {
+		w.t.Fatal(err)
 	}
 }
 
