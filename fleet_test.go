@@ -363,3 +363,24 @@ func TestFleetTellsTheTraceHooksOfShardsStartedAndStopped(t *testing.T) {
 		}
 	})
 }
+
+func TestFleetShardLostToAForceReleaseRunsAgainWithAGreaterToken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newMemDB(t)
+		l := conformance.NewFleetLedger()
+		p, _ := d.process(fleetOpts...)
+		conformance.RunWorker(t, p.Fleet("orders", 4), l, "a", 0)
+		q, _ := d.process(fleetOpts...)
+		conformance.RunWorker(t, q.Fleet("orders", 4), l, "b", 0)
+		pollUntil(t, 2*time.Second, "2 shards each", func() bool { return l.Balanced(4, "a", "b") })
+		before := l.Starts()
+
+		forced, err := q.ForceRelease(t.Context(), "orders/1")
+		require.NoError(t, err)
+		require.True(t, forced)
+		pollUntil(t, 2*time.Second, "shard 1 runs again", func() bool { return l.Starts() == before+1 && l.Balanced(4, "a", "b") })
+		time.Sleep(time.Minute)
+		require.Equal(t, before+1, l.Starts(), "only the lost shard moved")
+		l.CheckNoTwins(t) // its start's token was above the lost one's
+	})
+}
