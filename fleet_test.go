@@ -14,6 +14,7 @@ import (
 
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/conformance"
+	"github.com/mongolock/mongolock/internal/memdb"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
 
@@ -92,18 +93,21 @@ func TestFleetShardsOfACutOffWorkerMoveAtItsLeasesEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newMemDB(t)
 		l := conformance.NewFleetLedger()
-		var net = map[string]func(){}
+		net := map[string]*memdb.Faults{}
 		for _, w := range []string{"a", "b", "c"} {
 			p, faults := d.process(fleetOpts...)
-			net[w] = faults.Partition
+			net[w] = faults
 			conformance.RunWorker(t, p.Fleet("orders", 12), l, w, 0)
 		}
 		pollUntil(t, 2*time.Second, "4 shards each", func() bool { return l.Balanced(12, "a", "b", "c") })
 
-		net["c"]()
-		cut := time.Now()
+		net["c"].Partition()
+		cut, sent := time.Now(), net["a"].Sent()
 		pollUntil(t, 10*time.Second, "12 shards over the 2 reachable", func() bool { return l.Balanced(12, "a", "b") })
 		require.Less(t, time.Since(cut), 3*time.Second+2*time.Second, "held again within the lease and a cadence or so")
+		// The gone worker's membership and shards end together, extended in
+		// one batch: a survivor sees both at one pass, and polls no sooner.
+		require.Less(t, net["a"].Sent()-sent, int64(20), "a few passes, two takes, their extensions")
 		l.CheckNoTwins(t)
 	})
 }
