@@ -33,6 +33,7 @@ type holdResult struct {
 	LostByEnd            int            `json:"lostByHoldEnd"`   // signalled lost by the end of the hold
 	HoldOps              map[string]int `json:"holdOpsByCommand"`
 	ExtensionsPerCadence float64        `json:"extensionRoundTripsPerCadence"` // update commands during the hold / cadences
+	SlowestExtensionMs   float64        `json:"slowestExtensionMs"`            // the slowest update reply during the hold
 	GoroutinesBefore     int            `json:"goroutinesBefore"`
 	GoroutinesDuring     int            `json:"goroutinesDuring"` // the most seen during the hold
 	GoroutinesAfter      int            `json:"goroutinesAfter"`  // after releasing all
@@ -88,6 +89,7 @@ func runHold(ctx context.Context, e env, im impl, n int, expiry time.Duration, c
 	hs = slices.DeleteFunc(hs, func(h held) bool { return h.release == nil })
 	r.Acquired = len(hs)
 	atHold := p.ops.snapshot()
+	p.ops.takeSlowest("update")
 	for _, v := range atHold {
 		r.AcquireOps += v
 	}
@@ -103,6 +105,7 @@ func runHold(ctx context.Context, e env, im impl, n int, expiry time.Duration, c
 	r.HoldOps = diff(p.ops.snapshot(), atHold)
 	r.LostByEnd = countLost(hs)
 	r.ExtensionsPerCadence = float64(r.HoldOps["update"]) / float64(cadences)
+	r.SlowestExtensionMs = float64(p.ops.takeSlowest("update")) / float64(time.Millisecond)
 	if len(hs) > 0 {
 		r.HeapPerLockB = float64(int64(during.HeapAlloc)-int64(before.HeapAlloc)) / float64(len(hs))
 		r.StackPerLockB = float64(int64(during.StackInuse)-int64(before.StackInuse)) / float64(len(hs))

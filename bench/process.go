@@ -14,10 +14,12 @@ import (
 )
 
 // opCounter counts the commands one client sends, by command name, from the
-// driver's command monitor (Started events).
+// driver's command monitor (Started events), and keeps the slowest reply
+// of each (Succeeded events).
 type opCounter struct {
-	mu sync.Mutex
-	n  map[string]int
+	mu      sync.Mutex
+	n       map[string]int
+	slowest map[string]time.Duration
 }
 
 func (c *opCounter) monitor() *event.CommandMonitor {
@@ -25,7 +27,21 @@ func (c *opCounter) monitor() *event.CommandMonitor {
 		c.mu.Lock()
 		c.n[e.CommandName]++
 		c.mu.Unlock()
+	}, Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
+		c.mu.Lock()
+		c.slowest[e.CommandName] = max(c.slowest[e.CommandName], e.Duration)
+		c.mu.Unlock()
 	}}
+}
+
+// takeSlowest returns the slowest reply to a command called name since the
+// last call, and forgets it.
+func (c *opCounter) takeSlowest(name string) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d := c.slowest[name]
+	delete(c.slowest, name)
+	return d
 }
 
 func (c *opCounter) snapshot() map[string]int {
@@ -81,7 +97,7 @@ func startProcess(ctx context.Context, e env, im impl, coll string, expiry time.
 
 // connect opens a process's client, with a counter of its commands.
 func connect(ctx context.Context, e env) (*mongo.Client, *opCounter, error) {
-	ops := &opCounter{n: map[string]int{}}
+	ops := &opCounter{n: map[string]int{}, slowest: map[string]time.Duration{}}
 	client, err := mongo.Connect(options.Client().ApplyURI(e.uri).SetMonitor(ops.monitor()))
 	if err != nil {
 		return nil, nil, err

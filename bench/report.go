@@ -195,7 +195,7 @@ func (r *report) holdsMarkdown(b *strings.Builder) {
 		for _, v := range h.HoldOps {
 			all += v
 		}
-		ext := fmt.Sprintf("%.0f (all commands: %.0f)", h.ExtensionsPerCadence, float64(all)/float64(h.Cadences))
+		ext := fmt.Sprintf("%.0f (all commands: %.0f; slowest %.0f ms)", h.ExtensionsPerCadence, float64(all)/float64(h.Cadences), h.SlowestExtensionMs)
 		switch h.Impl {
 		case "raw":
 			ext = "n/a (no lease)"
@@ -207,7 +207,7 @@ func (r *report) holdsMarkdown(b *strings.Builder) {
 			h.HeapPerLockB, h.StackPerLockB, h.ReleaseErrors)
 	}
 	fmt.Fprintf(b, "\n- acquired = locks taken (32 goroutines) within %v, and how long that took; lost = of those, signalled lost (Handle.Lost) by the end of the hold. ", holdAcquireLimit)
-	b.WriteString("extension round trips / cadence = update commands sent during the hold / cadences held (all commands: of any kind). " +
+	b.WriteString("extension round trips / cadence = update commands sent during the hold / cadences held (all commands: of any kind; slowest: the slowest update's reply). " +
 		"heap and stack per held lock = HeapAlloc and StackInuse after GC, held minus before, / N. " +
 		"release errors = releases that failed, e.g. locks lost during the hold.\n")
 	for _, h := range r.Holds {
