@@ -237,35 +237,16 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 }
 
 // watch signals changed on each change of the election's document, while
-// a change stream runs (streaming). It reopens a stream that ended, and
-// gives up on a server that refuses to open one, as streamRetry says.
+// a change stream runs (streaming), and once more as each stream ends.
 func (e *Election) watch(ctx context.Context, changed chan<- struct{}, streaming *atomic.Bool) {
-	p := e.lock.p
-	signal := func(string) { signalTo(changed) }
-	var retry streamRetry
-	for {
-		var opened time.Time
-		err := watchNames(ctx, p.locks.store, leaderEvents(e.lock.name), func() {
-			opened = time.Now()
-			streaming.Store(true)
-			signal("") // a change before the stream opened is read now
-		}, signal)
+	keepWatching(ctx, e.lock.p.locks.store, leaderEvents(e.lock.name), func() {
+		streaming.Store(true)
+		signalTo(changed) // a change before the stream opened is read now
+	}, func(string) { signalTo(changed) }, func() {
 		if streaming.Swap(false) {
-			signal("") // read now, and poll at the shorter period from then on
+			signalTo(changed) // read now, and poll at the shorter period from then on
 		}
-		if ctx.Err() != nil {
-			return
-		}
-		wait, final := retry.ended(opened, err)
-		if final {
-			return
-		}
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return
-		}
-	}
+	})
 }
 
 // Run campaigns with value, runs fn while it leads, and resigns and

@@ -225,34 +225,15 @@ func (w *worker) run(ctx context.Context) error {
 }
 
 // watch signals released on each release of the fleet's documents, while
-// a change stream runs, so that a taker passes at once. It reopens a
-// stream that ended as streamRetry says; where the server has none, the
-// passes find releases.
+// a change stream runs, so that a taker passes at once; where the server
+// has none, the passes find releases.
 func (w *worker) watch(ctx context.Context, released chan<- struct{}) {
 	prefix := w.f.name + "/"
-	var retry streamRetry
-	for {
-		var opened time.Time
-		err := watchNames(ctx, w.f.p.locks.store, releaseEvents, func() { opened = time.Now() }, func(name string) {
-			if strings.HasPrefix(name, prefix) {
-				select {
-				case released <- struct{}{}:
-				default: // a signal is pending already
-				}
-			}
-		})
-		wait, final := retry.ended(opened, err)
-		if ctx.Err() != nil || final {
-			return
+	keepWatching(ctx, w.f.p.locks.store, releaseEvents, nil, func(name string) {
+		if strings.HasPrefix(name, prefix) {
+			signalTo(released)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return
-		}
-	}
+	}, nil)
 }
 
 // pass reads the fleet, takes or gives up shards toward this worker's

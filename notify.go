@@ -37,8 +37,7 @@ const (
 )
 
 // streamRetry is the policy for reopening a change stream that ended, a
-// collection's release events' (notifier) and an election observer's
-// (Election.watch): a refusal to open one that retrying cannot fix is
+// collection's release events' (notifier) and those of keepWatching: a refusal to open one that retrying cannot fix is
 // final; after any other end, the next open comes no sooner than
 // notifyRetry after it, doubling while streams keep ending (or failing to
 // open) within notifyRetryMax of opening, up to notifyRetryMax. The zero
@@ -81,6 +80,36 @@ func watchNames(ctx context.Context, st store, pipeline mongo.Pipeline, ready fu
 			event(name)
 		}
 	})
+}
+
+// keepWatching runs change streams of st's events that match pipeline
+// until ctx ends, or until the server refuses one for good: each stream
+// calls ready once open and event per event's name, and ended once over;
+// an ended stream is reopened as streamRetry says. ready and ended may be
+// nil.
+func keepWatching(ctx context.Context, st store, pipeline mongo.Pipeline, ready func(), event func(name string), ended func()) {
+	var retry streamRetry
+	for {
+		var opened time.Time
+		err := watchNames(ctx, st, pipeline, func() {
+			opened = time.Now()
+			if ready != nil {
+				ready()
+			}
+		}, event)
+		if ended != nil {
+			ended()
+		}
+		wait, final := retry.ended(opened, err)
+		if ctx.Err() != nil || final {
+			return
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // notifier runs a collection's release source while it has waiters.
