@@ -17,7 +17,7 @@
 //     the lock for at most that long.
 //   - An extension moves a held lease's end to the server's now plus the
 //     expiry; a Provider extends its handles' leases together, one round
-//     trip per 500, every extension cadence (WithExtensionCadence).
+//     trip per 1,000, every extension cadence (WithExtensionCadence).
 //   - A loss is a lease that could not be kept: the Handle's Lost channel
 //     closes and its Context ends (cause ErrLockLost) before the server
 //     would let anyone else in.

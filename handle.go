@@ -12,7 +12,7 @@ import (
 //
 // Of a Semaphore's slot, what it says of the lock holds for the slot. While
 // it is held, its lease is extended every extension cadence, together with
-// the other handles of its Provider: one round trip per 500 handles, and
+// the other handles of its Provider: one round trip per 1,000 handles, and
 // no goroutine per handle.
 //
 // Loss (the lease could not be extended in time, or someone else took the

@@ -25,8 +25,10 @@ import (
 // that ran again with that timer overdue. Suspended time (suspend.go) moves
 // every deadline earlier.
 
-// maxBatch bounds how many handles one extension round trip covers.
-const maxBatch = 500
+// maxBatch bounds how many handles one extension round trip covers: a
+// larger batch saves round trips but takes the server longer, and a batch
+// whose names are past the server's limits is split.
+const maxBatch = 1000
 
 // leases keeps the leases of one provider's handles.
 type leases struct {

@@ -296,11 +296,11 @@ func TestALossByFailingExtensionsKeepsTheLockUntilTheConfirmedLeaseEnds(t *testi
 	})
 }
 
-// Many held locks are extended together: one updateMany per 500 handles
+// Many held locks are extended together: one updateMany per 1,000 handles
 // per cadence, not one goroutine and one round trip per handle.
 func TestManyHeldLocksAreExtendedInBatches(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const n, cadence = 600, time.Second
+		const n, cadence = 1200, time.Second
 		d := newMemDB(t)
 		p, net := d.process(mongolock.WithExpiry(6*time.Second), mongolock.WithExtensionCadence(cadence))
 		before := runtime.NumGoroutine()
@@ -309,11 +309,11 @@ func TestManyHeldLocksAreExtendedInBatches(t *testing.T) {
 		require.Less(t, during-before, 20, "goroutines grew with the number of held locks: %d before, %d with %d held", before, during, n)
 
 		// Acquired at one instant of the bubble's clock: every tick
-		// extends them all, in ceil(n/500) round trips.
+		// extends them all, in ceil(n/1000) round trips.
 		start := net.Sent()
 		time.Sleep(3*cadence + cadence/2)
 		synctest.Wait()
-		require.Equal(t, int64(3*((n+499)/500)), net.Sent()-start, "extension round trips in three cadences")
+		require.Equal(t, int64(3*((n+999)/1000)), net.Sent()-start, "extension round trips in three cadences")
 		extendedAndReleased(t, handles, 3*cadence, 6*time.Second)
 	})
 }

@@ -376,9 +376,9 @@ func (j *judge) holds() {
 	j.add(fmt.Sprintf("F holds all N=%d locks through the hold (precondition)", n),
 		fmt.Sprintf("%d acquired in %.0f s, %d of them lost by the end", big.Acquired, big.AcquireSeconds, big.LostByEnd),
 		fmt.Sprintf("%d held, none lost", n), big.Acquired == n && big.LostByEnd == 0)
-	limit := math.Ceil(float64(n) / 500)
+	limit := math.Ceil(float64(n) / 1000)
 	j.add(fmt.Sprintf("F extension round trips / cadence (N=%d)", n), fmt.Sprintf("%.0f", big.ExtensionsPerCadence),
-		fmt.Sprintf("≤ ceil(N/500) = %.0f", limit), big.ExtensionsPerCadence <= limit)
+		fmt.Sprintf("≤ ceil(N/1000) = %.0f", limit), big.ExtensionsPerCadence <= limit)
 	// Independent of N: going from N/10 to N held locks adds fewer
 	// goroutines than 1% of the locks added (a goroutine per lock adds
 	// one per lock; a shared scheduler adds none).
