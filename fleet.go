@@ -259,13 +259,18 @@ func (w *worker) pass(ctx context.Context) time.Duration {
 	}
 	targets := fleetTargets(w.f.n, v.members)
 	w.target = targets[w.id]
+	held := len(w.shards)
 	switch active := w.active(); {
 	case active > w.target:
 		w.move(active - w.target)
 	case active < w.target:
 		w.take(ctx, v, targets, min(w.target-active, maxTakes))
 	}
-	balanced := w.active() == w.target && w.moving() == 0
+	// A shard left free is another's to take; but the targets of workers
+	// that read before the others took theirs may not count it yet, so
+	// each reads again soon until none is free.
+	settled := len(v.free) == len(w.shards)-held
+	balanced := w.active() == w.target && w.moving() == 0 && settled
 	return min(w.soon(balanced), w.untilDeadline())
 }
 

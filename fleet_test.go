@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -110,6 +111,51 @@ func TestFleetShardsOfACutOffWorkerMoveAtItsLeasesEnd(t *testing.T) {
 		require.Less(t, net["a"].Sent()-sent, int64(20), "a few passes, two takes, their extensions")
 		l.CheckNoTwins(t)
 	})
+}
+
+// Workers that read the fleet at different moments may each count a freed
+// shard as another's: the one whose target it is, once all have taken
+// theirs, must take it within moments, not at its next cadence.
+func TestFleetShardsOfACutOffWorkerAreHeldWithinACadenceOfItsLeasesEnd(t *testing.T) {
+	for _, apart := range []time.Duration{7 * time.Millisecond, 333 * time.Millisecond} {
+		t.Run(fmt.Sprint("started ", apart, " apart"), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := newMemDB(t)
+				l := conformance.NewFleetLedger()
+				net := map[string]*memdb.Faults{}
+				workers := []string{"0", "1", "2", "3", "4", "5", "6", "7"}
+				var p *mongolock.Provider
+				for _, w := range workers {
+					p, net[w] = d.process(fleetOpts...)
+					conformance.RunWorker(t, p.Fleet("orders", 64), l, w, 0)
+					time.Sleep(apart) // passes out of step, as of processes started apart
+				}
+				pollUntil(t, 10*time.Second, "8 shards each", func() bool { return l.Balanced(64, workers...) })
+				time.Sleep(2 * time.Second)
+
+				net["1"].Partition()
+				reachable := slices.DeleteFunc(slices.Clone(workers), func(w string) bool { return w == "1" })
+				pollUntil(t, 10*time.Second, "every shard held by the 7 reachable", func() bool {
+					c, _ := l.Counts()
+					held := 0
+					for _, w := range reachable {
+						held += c[w]
+					}
+					return held == 64
+				})
+				var leaseEnd time.Time // the cut worker's membership's, its shards' too
+				for info, err := range p.Locks(t.Context(), "orders/workers/") {
+					require.NoError(t, err)
+					if !info.Held {
+						leaseEnd = info.ExpiresAt
+					}
+				}
+				require.LessOrEqual(t, time.Since(leaseEnd), time.Second+100*time.Millisecond,
+					"a cadence to find the shards free, and a few passes at the busy-wait sleep")
+				l.CheckNoTwins(t)
+			})
+		})
+	}
 }
 
 func TestFleetShardMovesOnlyAfterItsFunctionReturned(t *testing.T) {
