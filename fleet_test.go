@@ -7,14 +7,17 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/mongolock/mongolock"
 	"github.com/mongolock/mongolock/internal/conformance"
+	"github.com/mongolock/mongolock/internal/faultproxy"
 	"github.com/mongolock/mongolock/internal/memdb"
 	"github.com/mongolock/mongolock/internal/testdb"
 )
@@ -371,6 +374,261 @@ func BenchmarkFleetSteadyWorker(b *testing.B) {
 			cancel()
 		}
 	})
+}
+
+// BenchmarkFleetChanges: how soon a fleet of 256 shards and 8 workers on
+// the server holds its shards after each change: from its start (every
+// shard held, then evenly); after a ninth worker joins (evenly again);
+// after a worker leaves (from each of its shards' release to its next
+// start); after a worker is cut off (from the cut to every shard held by
+// the others). "by-hand" is 8 workers that try each of 256 Locks once per
+// cadence, through the same changes but the join, which nothing balances.
+// Run it with -benchtime 1x: its figures are seconds, the cadence 1 s.
+func BenchmarkFleetChanges(b *testing.B) {
+	const n, cadence = 256, time.Second
+	eight := []string{"0", "1", "2", "3", "4", "5", "6", "7"}
+	b.Run("fleet-256", func(b *testing.B) {
+		for b.Loop() {
+			workers := slices.Clone(eight)
+			clock := &releaseClock{released: map[int]time.Time{}}
+			trace := &mongolock.Trace{
+				ShardStopped: func(s mongolock.ShardInfo) {
+					if s.Reason == "left" {
+						clock.release(s.Index)
+					}
+				},
+				ShardStarted: func(s mongolock.ShardInfo) { clock.take(s.Index) },
+			}
+			db := testdb.Database(b)
+			l := conformance.NewFleetLedger()
+			cuts, leaves := map[string]*faultproxy.Proxy{}, map[string]context.CancelFunc{}
+			join := func(w string) {
+				px, pdb := proxiedDB(b, db)
+				cuts[w] = px
+				p := newProvider(b, pdb, mongolock.WithExpiry(3*cadence), fastPolls, mongolock.WithTrace(trace))
+				leaves[w], _ = conformance.RunWorker(b, p.Fleet("changes", n), l, w, 0)
+				b.Cleanup(func() { px.Reset(); _ = px.Restore() }) // before the worker's end, for a cut one
+			}
+			heldBy := func(ws []string) func() bool {
+				return func() bool {
+					c, _ := l.Counts()
+					sum := 0
+					for _, w := range ws {
+						sum += c[w]
+					}
+					return sum == n
+				}
+			}
+
+			start := time.Now()
+			for _, w := range workers {
+				join(w)
+			}
+			pollUntil(b, time.Minute, "every shard held", heldBy(workers))
+			b.ReportMetric(time.Since(start).Seconds(), "s-start-held")
+			pollUntil(b, time.Minute, "balanced", func() bool { return l.Balanced(n, workers...) })
+			b.ReportMetric(time.Since(start).Seconds(), "s-start-balanced")
+
+			joined := time.Now()
+			join("8")
+			workers = append(workers, "8")
+			pollUntil(b, time.Minute, "balanced over 9", func() bool { return l.Balanced(n, workers...) })
+			b.ReportMetric(time.Since(joined).Seconds(), "s-join-balanced")
+
+			leaves["0"]()
+			workers = workers[1:]
+			pollUntil(b, time.Minute, "balanced over the 8 left", func() bool { return l.Balanced(n, workers...) })
+			b.ReportMetric(clock.longest().Seconds(), "s-leave-release-to-held")
+
+			cut := time.Now()
+			cuts["1"].Blackhole()
+			workers = workers[1:]
+			pollUntil(b, time.Minute, "every shard held by the 7 reachable", heldBy(workers))
+			b.ReportMetric(time.Since(cut).Seconds(), "s-kill-held")
+			held := time.Now()
+			// The cut worker's membership ended with its shards' leases, in
+			// one batch; the leaver's ended at its release, before the cut.
+			var leaseEnd time.Time
+			for info, err := range newProvider(b, db).Locks(context.Background(), "changes/workers/") {
+				require.NoError(b, err)
+				if !info.Held && info.ExpiresAt.After(leaseEnd) {
+					leaseEnd = info.ExpiresAt
+				}
+			}
+			b.ReportMetric(held.Sub(leaseEnd).Seconds(), "s-kill-held-after-lease-end")
+		}
+	})
+	b.Run("by-hand-256", func(b *testing.B) {
+		for b.Loop() {
+			workers := slices.Clone(eight)
+			db := testdb.Database(b)
+			hand := &byHand{n: n, cadence: cadence, clock: releaseClock{released: map[int]time.Time{}}, holder: map[int]string{}}
+			cuts, stops := map[string]*faultproxy.Proxy{}, map[string]func(release bool){}
+			start := time.Now()
+			for _, w := range workers {
+				px, pdb := proxiedDB(b, db)
+				cuts[w] = px
+				stops[w] = hand.run(b, newProvider(b, pdb, mongolock.WithExpiry(3*cadence)), w)
+			}
+			pollUntil(b, time.Minute, "every lock held", func() bool { return hand.heldBy(workers) == n })
+			b.ReportMetric(time.Since(start).Seconds(), "s-start-held")
+
+			stops["0"](true)
+			workers = workers[1:]
+			pollUntil(b, time.Minute, "every lock held by the 7 left", func() bool { return hand.heldBy(workers) == n })
+			b.ReportMetric(hand.clock.longest().Seconds(), "s-leave-release-to-held")
+
+			one := hand.heldOne("1")
+			cut := time.Now()
+			cuts["1"].Blackhole()
+			stops["1"](false)
+			workers = workers[1:]
+			leaseEnd := leaseEndOf(b, newProvider(b, db), one)
+			pollUntil(b, time.Minute, "every lock held by the 6 reachable", func() bool { return hand.heldBy(workers) == n })
+			b.ReportMetric(time.Since(cut).Seconds(), "s-kill-held")
+			b.ReportMetric(time.Since(leaseEnd).Seconds(), "s-kill-held-after-lease-end")
+		}
+	})
+}
+
+// leaseEndOf returns when the lease of name's holder ends, in server
+// time, once it has ended: it reads name until another holds it or none.
+func leaseEndOf(b *testing.B, p *mongolock.Provider, name string) time.Time {
+	var end time.Time
+	var token int64
+	pollUntil(b, time.Minute, name+"'s holder's lease over", func() bool {
+		info, err := p.Inspect(context.Background(), name)
+		require.NoError(b, err)
+		if token == 0 {
+			token = info.FencingToken
+		}
+		if !info.Held || info.FencingToken != token {
+			return true
+		}
+		end = info.ExpiresAt // an extension sent before the cut may land after it
+		return false
+	})
+	return end
+}
+
+// proxiedDB returns db on a client of its own behind a fault proxy, both
+// closed when the benchmark ends.
+func proxiedDB(b *testing.B, db *mongo.Database) (*faultproxy.Proxy, *mongo.Database) {
+	b.Helper()
+	px, c, closeAll, err := dialProxied(testdb.Info(b).URI)
+	require.NoError(b, err)
+	b.Cleanup(closeAll)
+	return px, c.Database(db.Name())
+}
+
+// A releaseClock times each released shard or lock from its release to its
+// next acquisition.
+type releaseClock struct {
+	mu       sync.Mutex
+	released map[int]time.Time
+	gaps     []time.Duration
+}
+
+func (c *releaseClock) release(i int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.released[i] = time.Now()
+}
+
+func (c *releaseClock) take(i int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if at, ok := c.released[i]; ok {
+		c.gaps = append(c.gaps, time.Since(at))
+		delete(c.released, i)
+	}
+}
+
+// longest is the longest time from a release to the next acquisition.
+func (c *releaseClock) longest() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Max(append(c.gaps, 0))
+}
+
+// byHand is a fleet built by hand from n Locks: each worker tries every
+// Lock it does not hold once per cadence.
+type byHand struct {
+	n       int
+	cadence time.Duration
+	clock   releaseClock
+
+	mu     sync.Mutex
+	holder map[int]string // lock: the worker that holds it
+}
+
+// run starts worker on p, and returns stop, which ends it: it releases
+// what it holds if release, and leaves it held (a dead process) if not.
+func (h *byHand) run(b *testing.B, p *mongolock.Provider, worker string) (stop func(release bool)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var release atomic.Bool
+	held := map[int]*mongolock.Handle{}
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			for i := range h.n {
+				if held[i] != nil && held[i].Context().Err() == nil {
+					continue
+				}
+				if hd, err := p.Lock(fmt.Sprint("by-hand-", i)).TryAcquire(ctx); err == nil {
+					held[i] = hd
+					h.mu.Lock()
+					h.holder[i] = worker
+					h.mu.Unlock()
+					h.clock.take(i)
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(h.cadence):
+			}
+		}
+		if release.Load() {
+			for i, hd := range held {
+				if hd.Release(context.Background()) == nil {
+					h.clock.release(i)
+				}
+			}
+		}
+	})
+	stop = func(r bool) {
+		release.Store(r)
+		cancel()
+		wg.Wait()
+	}
+	b.Cleanup(func() { cancel(); wg.Wait() })
+	return stop
+}
+
+// heldOne is the name of a Lock that worker holds.
+func (h *byHand) heldOne(worker string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, w := range h.holder {
+		if w == worker {
+			return fmt.Sprint("by-hand-", i)
+		}
+	}
+	return ""
+}
+
+// heldBy is how many of the Locks workers hold, as their last acquisitions
+// say.
+func (h *byHand) heldBy(workers []string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	sum := 0
+	for _, w := range h.holder {
+		if slices.Contains(workers, w) {
+			sum++
+		}
+	}
+	return sum
 }
 
 func TestFleetTellsTheTraceHooksOfShardsStartedAndStopped(t *testing.T) {
