@@ -1,0 +1,251 @@
+package replset
+
+import (
+	"bytes"
+	"context"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/mongolock/mongolock/internal/memdb"
+)
+
+// Member is one mongod of a set: a database, a clock and an oplog.
+type Member struct {
+	set         *Set
+	id          int
+	clock       Clock
+	lag         time.Duration
+	store       *memdb.Store
+	oplog       []entry
+	committed   int // entries known majority-committed: the commit point
+	primary     bool
+	term        int64     // the term it is primary of, when primary
+	side        int       // its side of a partition: 0 or 1
+	since       time.Time // when its side took its present shape
+	lostPrimary time.Time // when an election on its side last failed
+}
+
+// ID returns the member's index in its set.
+func (m *Member) ID() int { return m.id }
+
+// Now returns the member's clock's time: the $$NOW of its database.
+func (m *Member) Now() time.Time {
+	b := m.set.base()
+	drift := time.Duration(float64(b.Sub(m.set.start)) * m.clock.Drift)
+	return b.Add(m.clock.Offset + drift)
+}
+
+// IsPrimary reports whether the member is a primary now, as its hello
+// reply says: a cut-off primary says so until it steps down.
+func (m *Member) IsPrimary() bool {
+	m.set.mu.Lock()
+	defer m.set.mu.Unlock()
+	m.set.advance()
+	return m.primary
+}
+
+// LastOpTime returns the optime of the last entry the member applied.
+func (m *Member) LastOpTime() OpTime {
+	m.set.mu.Lock()
+	defer m.set.mu.Unlock()
+	m.set.advance()
+	return m.last()
+}
+
+// Concern is a write concern's w.
+type Concern int
+
+// The write concerns modelled.
+const (
+	W1       Concern = iota // acknowledged once the primary applied it
+	Majority                // acknowledged once a majority applied it
+)
+
+// Write runs op on the member's collection coll, as a write: refused with
+// NotWritablePrimary (10107) unless the member is primary. At W1 it returns
+// once applied; at Majority once a majority applied it, or with
+// PrimarySteppedDown (189) if the member steps down first, or ctx's error
+// if ctx ends first (the write stays applied). op's error is returned as
+// is, and a failed op writes nothing to the oplog.
+func (m *Member) Write(ctx context.Context, w Concern, coll string, op func(c *memdb.Table, now time.Time) error) error {
+	s := m.set
+	s.mu.Lock()
+	s.advance()
+	if !m.primary {
+		s.mu.Unlock()
+		return errNotWritablePrimary
+	}
+	var changes []change
+	err := m.store.Do(ctx, coll, func(c *memdb.Table, now time.Time) error {
+		before := c.Docs()
+		err := op(c, now)
+		changes = diff(before, c.Docs())
+		return err
+	})
+	if len(changes) > 0 {
+		m.appendEntry(entry{at: s.base(), coll: coll, changes: changes})
+		s.commit(m)
+	}
+	target, term := len(m.oplog), m.term
+	s.mu.Unlock()
+	if err != nil || w == W1 {
+		return err
+	}
+	return m.awaitCommit(ctx, target, term)
+}
+
+// awaitCommit waits until the member, primary of term, has committed its
+// first n entries.
+func (m *Member) awaitCommit(ctx context.Context, n int, term int64) error {
+	s := m.set
+	for {
+		s.mu.Lock()
+		s.advance()
+		switch {
+		case !m.primary || m.term != term:
+			s.mu.Unlock()
+			return errSteppedDown
+		case m.committed >= n:
+			s.mu.Unlock()
+			return nil
+		}
+		changed, next := s.changed, s.nextDue()
+		s.mu.Unlock()
+		var tick <-chan time.Time
+		t := time.NewTimer(next.Sub(s.base()))
+		if !next.IsZero() {
+			tick = t.C
+		}
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-changed:
+		case <-tick:
+		}
+		t.Stop()
+	}
+}
+
+// ReadConcern is a read concern's level.
+type ReadConcern int
+
+// The read concerns modelled.
+const (
+	Local        ReadConcern = iota // what the member applied
+	MajorityRead                    // what the member knows a majority applied
+)
+
+// Read runs op on the member's collection coll as the read concern rc
+// sees it. op must not write.
+func (m *Member) Read(ctx context.Context, rc ReadConcern, coll string, op func(c *memdb.Table, now time.Time) error) error {
+	s := m.set
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advance()
+	if rc == Local {
+		return m.store.Do(ctx, coll, op)
+	}
+	// The majority-committed state: the data as it is, with the entries
+	// past the commit point undone on a copy.
+	var docs []bson.Raw
+	_ = m.store.Do(ctx, coll, func(c *memdb.Table, _ time.Time) error { docs = c.Docs(); return nil })
+	view := memdb.NewStore("", m.Now)
+	return view.Do(ctx, coll, func(c *memdb.Table, now time.Time) error {
+		for _, d := range docs {
+			if err := c.InsertOne(now, d); err != nil {
+				return err
+			}
+		}
+		for i := len(m.oplog) - 1; i >= m.committed; i-- {
+			if m.oplog[i].coll == coll {
+				undo(c, now, m.oplog[i])
+			}
+		}
+		return op(c, now)
+	})
+}
+
+func (m *Member) last() OpTime { return m.oplog[len(m.oplog)-1].optime }
+
+// appendEntry writes e to the primary's oplog at its next optime, and
+// nowhere else: replicate brings it to the secondaries.
+func (m *Member) appendEntry(e entry) {
+	e.optime = OpTime{Term: m.term, Index: int64(len(m.oplog)) + 1}
+	m.oplog = append(m.oplog, e)
+}
+
+// apply applies a primary's entry on a secondary.
+func (m *Member) apply(e entry) {
+	m.oplog = append(m.oplog, e)
+	if len(e.changes) == 0 {
+		return
+	}
+	_ = m.store.Do(context.Background(), e.coll, func(c *memdb.Table, now time.Time) error {
+		for _, ch := range e.changes {
+			put(c, now, ch.id, ch.after)
+		}
+		return nil
+	})
+}
+
+// rollBackTo undoes the member's entries that p's oplog lacks, newest
+// first, as MongoDB's rollback does back to the common point; the member
+// then replicates from p.
+func (m *Member) rollBackTo(p *Member) {
+	common := 0
+	for common < len(m.oplog) && common < len(p.oplog) && m.oplog[common].optime == p.oplog[common].optime {
+		common++
+	}
+	for i := len(m.oplog) - 1; i >= common; i-- {
+		e := m.oplog[i]
+		_ = m.store.Do(context.Background(), e.coll, func(c *memdb.Table, now time.Time) error {
+			undo(c, now, e)
+			return nil
+		})
+	}
+	m.oplog = m.oplog[:common]
+	m.committed = min(m.committed, common)
+}
+
+func undo(c *memdb.Table, now time.Time, e entry) {
+	for i := len(e.changes) - 1; i >= 0; i-- {
+		put(c, now, e.changes[i].id, e.changes[i].before)
+	}
+}
+
+// put makes the document of _id id be doc (nil: absent).
+func put(c *memdb.Table, now time.Time, id bson.RawValue, doc bson.Raw) {
+	_, _ = c.DeleteOne(now, bson.D{{Key: "_id", Value: id}})
+	if doc != nil {
+		_ = c.InsertOne(now, doc)
+	}
+}
+
+// diff returns the documents that differ between before and after, by
+// _id.
+func diff(before, after []bson.Raw) []change {
+	key := func(d bson.Raw) string {
+		v := d.Lookup("_id")
+		return string(rune(v.Type)) + string(v.Value)
+	}
+	old := map[string]bson.Raw{}
+	for _, d := range before {
+		old[key(d)] = d
+	}
+	var out []change
+	for _, d := range after {
+		k := key(d)
+		if b, ok := old[k]; !ok || !bytes.Equal(b, d) {
+			out = append(out, change{id: d.Lookup("_id"), before: old[k], after: d})
+		}
+		delete(old, k)
+	}
+	for _, d := range before {
+		if _, ok := old[key(d)]; ok {
+			out = append(out, change{id: d.Lookup("_id"), before: d})
+		}
+	}
+	return out
+}

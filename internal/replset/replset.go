@@ -1,0 +1,415 @@
+// Package replset is a model of a MongoDB 8.0 replica set over the model of
+// one database (internal/memdb), for the simulation's failovers.
+//
+// Each member is a memdb.Store of its own, with a clock of its own (an
+// offset and a drift over the base clock) and an oplog of the writes it
+// applied. The primary applies a write at once; each secondary applies it
+// after its replication lag. A write at w:"majority" is acknowledged once a
+// majority applied it; a read at "majority" sees the member's majority
+// commit point. A primary cut off from a majority keeps answering until its
+// election timeout, then steps down; the majority side then elects the
+// member with the highest optime, which holds every majority-committed
+// write. When a cut-off member rejoins, the writes it applied that no
+// majority applied are rolled back and it syncs from the primary.
+//
+// Time is the base clock's (time.Now, the bubble's inside testing/synctest):
+// the set has no goroutine, and catches up on replication, step-downs and
+// elections whenever it is used.
+//
+// Not modelled yet: change streams at "majority", the driver's server
+// selection and its retry of a write to the new primary, replSetStepDown as
+// a command (StepDown is its force: true, without the secondaries'
+// catch-up), the election's random delay, chained replication and arbiters.
+package replset
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/mongolock/mongolock/internal/memdb"
+)
+
+// DefaultElectionTimeout is MongoDB's electionTimeoutMillis default.
+const DefaultElectionTimeout = 10 * time.Second
+
+// Errors as MongoDB 8.0 replies them; the driver classes both as transient.
+var (
+	errNotWritablePrimary = mongo.CommandError{Code: 10107, Name: "NotWritablePrimary",
+		Message: "replset: not primary"}
+	errSteppedDown = mongo.CommandError{Code: 189, Name: "PrimarySteppedDown",
+		Message: "replset: primary stepped down while waiting for replication"}
+)
+
+// Clock is a member's clock: the base clock, ahead by Offset, running
+// faster by Drift (0.001: one millisecond a second) from the set's start.
+type Clock struct {
+	Offset time.Duration
+	Drift  float64
+}
+
+// Config describes a set: one Clock and one replication lag per member.
+type Config struct {
+	DB              string          // the database's name
+	Clocks          []Clock         // one per member; their number is the set's size
+	Lags            []time.Duration // replication lag per member (nil or short: 0)
+	ElectionTimeout time.Duration   // 0: DefaultElectionTimeout
+}
+
+// Set is a replica set. Member 0 is the first primary, in term 1. Safe for
+// concurrent use.
+type Set struct {
+	mu      sync.Mutex
+	base    func() time.Time
+	start   time.Time
+	timeout time.Duration
+	members []*Member
+	changed chan struct{} // closed and replaced at each change of topology
+	term    int64         // the highest term any member has seen
+}
+
+// New returns a set as cfg describes, all members connected, member 0 its
+// primary.
+func New(cfg Config) *Set {
+	if len(cfg.Clocks) == 0 {
+		panic("replset: a set needs at least one member")
+	}
+	s := &Set{base: time.Now, start: time.Now(), timeout: cfg.ElectionTimeout, changed: make(chan struct{})}
+	if s.timeout == 0 {
+		s.timeout = DefaultElectionTimeout
+	}
+	for i, c := range cfg.Clocks {
+		m := &Member{set: s, id: i, clock: c, side: 0, since: s.start}
+		if i < len(cfg.Lags) {
+			m.lag = cfg.Lags[i]
+		}
+		m.store = memdb.NewStore(cfg.DB, m.Now)
+		s.members = append(s.members, m)
+	}
+	s.term = 1
+	p := s.members[0]
+	p.primary, p.term = true, 1
+	p.appendEntry(entry{at: s.start})
+	for _, m := range s.members[1:] {
+		m.apply(p.oplog[0])
+	}
+	s.commit(p)
+	return s
+}
+
+// Member returns member i.
+func (s *Set) Member(i int) *Member { return s.members[i] }
+
+// Size returns the number of members.
+func (s *Set) Size() int { return len(s.members) }
+
+// Primary returns the primary of the highest term, as a driver that sees
+// every member picks it, and whether there is one.
+func (s *Set) Primary() (*Member, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advance()
+	var best *Member
+	for _, m := range s.members {
+		if m.primary && (best == nil || m.term > best.term) {
+			best = m
+		}
+	}
+	return best, best != nil
+}
+
+// Partition cuts the members given from the others, from now on until
+// Heal: each side replicates, steps down and elects on its own.
+func (s *Set) Partition(members ...int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advance()
+	now := s.base()
+	for _, m := range s.members {
+		m.side, m.since = 0, now
+	}
+	for _, i := range members {
+		s.members[i].side = 1
+	}
+	s.topologyChanged()
+}
+
+// Heal reconnects every member. A member whose oplog diverged from the
+// primary's rolls back the writes no majority applied and syncs from it;
+// of two primaries, the one of the lower term steps down.
+func (s *Set) Heal() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advance()
+	now := s.base()
+	for _, m := range s.members {
+		m.side, m.since = 0, now
+	}
+	s.topologyChanged()
+}
+
+// StepDown makes the primary of the highest term step down now, and its
+// side elect another member at once, as replSetStepDown with force: true
+// does. It reports whether there was a primary to step down.
+func (s *Set) StepDown() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advance()
+	var p *Member
+	for _, m := range s.members {
+		if m.primary && (p == nil || m.term > p.term) {
+			p = m
+		}
+	}
+	if p == nil {
+		return false
+	}
+	p.primary = false
+	s.elect(p.side, p)
+	s.topologyChanged()
+	return true
+}
+
+func (s *Set) topologyChanged() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.resolve()
+}
+
+// resolve settles each side after a change of topology: of its primaries
+// only the one of the highest term stays, and every member that diverged
+// from it rolls back.
+func (s *Set) resolve() {
+	for side := range 2 {
+		p := s.primaryOf(side)
+		if p == nil {
+			continue
+		}
+		for _, m := range s.members {
+			if m.side != side || m == p {
+				continue
+			}
+			if m.primary && m.term < p.term {
+				m.primary = false
+			}
+			if !m.primary {
+				m.rollBackTo(p)
+			}
+		}
+	}
+}
+
+// primaryOf returns the primary of the highest term on side, or nil.
+func (s *Set) primaryOf(side int) *Member {
+	var p *Member
+	for _, m := range s.members {
+		if m.side == side && m.primary && (p == nil || m.term > p.term) {
+			p = m
+		}
+	}
+	return p
+}
+
+// hasMajority reports whether side holds a majority of the members.
+func (s *Set) hasMajority(side int) bool {
+	n := 0
+	for _, m := range s.members {
+		if m.side == side {
+			n++
+		}
+	}
+	return 2*n > len(s.members)
+}
+
+// sideSince returns when side took its present shape.
+func (s *Set) sideSince(side int) (t time.Time) {
+	for _, m := range s.members {
+		if m.side == side && m.since.After(t) {
+			t = m.since
+		}
+	}
+	return t
+}
+
+// advance brings the set up to the base clock's now: replication, then
+// each step-down and election in time order.
+func (s *Set) advance() {
+	now := s.base()
+	for {
+		at, do := s.nextChange()
+		if do == nil || at.After(now) {
+			break
+		}
+		s.replicate(at)
+		do()
+	}
+	s.replicate(now)
+}
+
+// nextChange returns the earliest step-down or election to come, and what
+// makes it; nil if none is due at any time.
+func (s *Set) nextChange() (at time.Time, do func()) {
+	for side := range 2 {
+		since := s.sideSince(side)
+		p := s.primaryOf(side)
+		switch {
+		case p != nil && !s.hasMajority(side):
+			// A primary that cannot see a majority steps down.
+			t := since.Add(s.timeout)
+			if do == nil || t.Before(at) {
+				at, do = t, func() { p.primary = false }
+			}
+		case p == nil && s.hasMajority(side):
+			// A majority without a primary elects one.
+			t := since.Add(s.timeout)
+			for _, m := range s.members {
+				if m.side == side && m.lostPrimary.After(since) {
+					t = m.lostPrimary.Add(s.timeout)
+				}
+			}
+			if do == nil || t.Before(at) {
+				side := side
+				at, do = t, func() { s.elect(side, nil) }
+			}
+		}
+	}
+	return at, do
+}
+
+// elect makes the member of side with the highest optime, other than not,
+// primary of a new term, and writes the term's first entry, as a new
+// primary writes its "new primary" no-op.
+func (s *Set) elect(side int, not *Member) {
+	now := s.base()
+	var best *Member
+	for _, m := range s.members {
+		if m.side == side && m != not && (best == nil || best.last().less(m.last())) {
+			best = m
+		}
+	}
+	if best == nil || !s.hasMajority(side) {
+		for _, m := range s.members {
+			if m.side == side {
+				m.lostPrimary = now
+			}
+		}
+		return
+	}
+	s.term++
+	best.primary, best.term = true, s.term
+	best.appendEntry(entry{at: now})
+	for _, m := range s.members {
+		if m.side == side && m != best {
+			m.primary = false
+			m.since = now
+			m.rollBackTo(best)
+		}
+	}
+}
+
+// replicate applies, on each secondary, the entries of its side's primary
+// due by now: written, and reachable, at least a lag ago.
+func (s *Set) replicate(now time.Time) {
+	for side := range 2 {
+		p := s.primaryOf(side)
+		if p == nil {
+			continue
+		}
+		for _, m := range s.members {
+			if m.side != side || m.primary {
+				continue
+			}
+			for n := len(m.oplog); n < len(p.oplog); n++ {
+				e := p.oplog[n]
+				due := e.at
+				if m.since.After(due) {
+					due = m.since
+				}
+				if due.Add(m.lag).After(now) {
+					break
+				}
+				m.apply(e)
+			}
+		}
+		s.commit(p)
+		for _, m := range s.members {
+			if m.side == side && !m.primary {
+				m.committed = min(p.committed, len(m.oplog))
+			}
+		}
+	}
+}
+
+// commit advances p's commit point to the last entry of its term that a
+// majority applied, and with it every entry before.
+func (s *Set) commit(p *Member) {
+	for n := len(p.oplog); n > p.committed; n-- {
+		e := p.oplog[n-1]
+		if e.optime.Term != p.term {
+			break
+		}
+		have := 0
+		for _, m := range s.members {
+			if len(m.oplog) >= n && m.oplog[n-1].optime == e.optime {
+				have++
+			}
+		}
+		if 2*have > len(s.members) {
+			p.committed = n
+			return
+		}
+	}
+}
+
+// nextDue returns when the set may next change by itself, zero if never.
+func (s *Set) nextDue() (t time.Time) {
+	if at, do := s.nextChange(); do != nil {
+		t = at
+	}
+	for side := range 2 {
+		p := s.primaryOf(side)
+		if p == nil {
+			continue
+		}
+		for _, m := range s.members {
+			if m.side != side || m.primary || len(m.oplog) >= len(p.oplog) {
+				continue
+			}
+			due := p.oplog[len(m.oplog)].at
+			if m.since.After(due) {
+				due = m.since
+			}
+			due = due.Add(m.lag)
+			if t.IsZero() || due.Before(t) {
+				t = due
+			}
+		}
+	}
+	return t
+}
+
+// OpTime is an oplog entry's place: its primary's term and its index.
+type OpTime struct{ Term, Index int64 }
+
+func (a OpTime) less(b OpTime) bool {
+	return a.Term < b.Term || a.Term == b.Term && a.Index < b.Index
+}
+
+func (a OpTime) String() string { return fmt.Sprintf("(%d, %d)", a.Term, a.Index) }
+
+// entry is one write in an oplog: the documents it changed, before and
+// after (nil: absent), so that a rollback can undo it.
+type entry struct {
+	optime  OpTime
+	at      time.Time // when the primary applied it, on the base clock
+	coll    string
+	changes []change
+}
+
+type change struct {
+	id            bson.RawValue
+	before, after bson.Raw
+}

@@ -1,0 +1,223 @@
+package replset
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/mongolock/mongolock/internal/memdb"
+)
+
+const lag = 100 * time.Millisecond
+
+// three returns a set of three members, each secondary lag behind.
+func three() *Set {
+	return New(Config{DB: "test", Clocks: make([]Clock, 3), Lags: []time.Duration{0, lag, lag}})
+}
+
+func insert(ctx context.Context, m *Member, w Concern, id string) error {
+	return m.Write(ctx, w, "locks", func(c *memdb.Table, now time.Time) error {
+		return c.InsertOne(now, bson.D{{Key: "_id", Value: id}})
+	})
+}
+
+// has reports whether m holds the document id, read at rc.
+func has(t *testing.T, m *Member, rc ReadConcern, id string) bool {
+	t.Helper()
+	var n int
+	err := m.Read(t.Context(), rc, "locks", func(c *memdb.Table, now time.Time) error {
+		docs, err := c.Find(now, bson.D{{Key: "_id", Value: id}}, nil)
+		n = len(docs)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
+}
+
+func code(err error) int {
+	var ce mongo.CommandError
+	if errors.As(err, &ce) {
+		return int(ce.Code)
+	}
+	return 0
+}
+
+func TestMajorityWriteWaitsForAMajorityAndW1DoesNot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := three()
+		p := s.Member(0)
+		start := time.Now()
+		if err := insert(t.Context(), p, W1, "a"); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d != 0 {
+			t.Fatalf("w:1 took %v, want 0", d)
+		}
+		if !has(t, p, Local, "a") || has(t, p, MajorityRead, "a") || has(t, s.Member(1), Local, "a") {
+			t.Fatal("before replication: want a on the primary at local only")
+		}
+		if err := insert(t.Context(), p, Majority, "b"); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d != lag {
+			t.Fatalf("w:majority took %v, want the lag %v", d, lag)
+		}
+		for _, id := range []string{"a", "b"} {
+			if !has(t, p, MajorityRead, id) || !has(t, s.Member(1), Local, id) {
+				t.Fatalf("after w:majority: %s not majority-committed", id)
+			}
+		}
+	})
+}
+
+func TestSecondaryRefusesWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := three()
+		if err := insert(t.Context(), s.Member(1), W1, "a"); code(err) != 10107 {
+			t.Fatalf("write to a secondary: got %v, want NotWritablePrimary (10107)", err)
+		}
+	})
+}
+
+func TestCutOffPrimaryAnswersUntilItsElectionTimeoutThenStepsDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := three()
+		old := s.Member(0)
+		s.Partition(0)
+		time.Sleep(DefaultElectionTimeout - time.Millisecond)
+		if err := insert(t.Context(), old, W1, "a"); err != nil {
+			t.Fatalf("cut-off primary before its timeout: %v", err)
+		}
+		time.Sleep(time.Millisecond)
+		if err := insert(t.Context(), old, W1, "b"); code(err) != 10107 {
+			t.Fatalf("cut-off primary at its timeout: got %v, want NotWritablePrimary (10107)", err)
+		}
+		p, ok := s.Primary()
+		if !ok || p == old {
+			t.Fatalf("no new primary on the majority side: %v", p)
+		}
+	})
+}
+
+func TestMajorityWriteOnACutOffPrimaryFailsWhenItStepsDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := three()
+		s.Partition(0)
+		start := time.Now()
+		err := insert(t.Context(), s.Member(0), Majority, "a")
+		if code(err) != 189 || time.Since(start) != DefaultElectionTimeout {
+			t.Fatalf("got %v after %v, want PrimarySteppedDown (189) after %v", err, time.Since(start), DefaultElectionTimeout)
+		}
+		s.Heal()
+		if has(t, s.Member(0), Local, "a") {
+			t.Fatal("the unacknowledged write was not rolled back")
+		}
+	})
+}
+
+func TestW1WriteOfACutOffPrimaryIsRolledBackAfterAFailover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := three()
+		old := s.Member(0)
+		s.Partition(0)
+		if err := insert(t.Context(), old, W1, "lost"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(DefaultElectionTimeout)
+		p, _ := s.Primary()
+		if err := insert(t.Context(), p, Majority, "kept"); err != nil {
+			t.Fatal(err)
+		}
+		s.Heal()
+		if has(t, old, Local, "lost") {
+			t.Fatal("the old primary still has its w:1 write after rejoining")
+		}
+		time.Sleep(lag)
+		if !has(t, old, Local, "kept") {
+			t.Fatal("the old primary did not sync from the new one")
+		}
+		if old.LastOpTime() != p.LastOpTime() {
+			t.Fatalf("oplogs differ: %v, %v", old.LastOpTime(), p.LastOpTime())
+		}
+	})
+}
+
+func TestMajorityWritesSurviveEveryFailover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New(Config{DB: "test", Clocks: make([]Clock, 5), Lags: []time.Duration{0, lag, 2 * lag, 3 * lag, 4 * lag}})
+		var acked []string
+		for round := range 10 {
+			p, ok := s.Primary()
+			if !ok {
+				t.Fatalf("round %d: no primary", round)
+			}
+			for i := range 3 {
+				id := string(rune('a'+round)) + string(rune('0'+i))
+				if err := insert(t.Context(), p, Majority, id); err != nil {
+					t.Fatal(err)
+				}
+				acked = append(acked, id)
+				_ = insert(t.Context(), p, W1, id+"-w1")
+			}
+			// Cut the primary off with one other member, or step it down.
+			if round%2 == 0 {
+				s.Partition(p.ID(), (p.ID()+1+round)%5)
+				time.Sleep(DefaultElectionTimeout)
+				s.Heal()
+			} else {
+				s.StepDown()
+			}
+			time.Sleep(5 * lag)
+		}
+		for _, m := range s.members {
+			for _, id := range acked {
+				if !has(t, m, Local, id) || !has(t, m, MajorityRead, id) {
+					t.Fatalf("member %d lacks the w:majority write %s", m.ID(), id)
+				}
+			}
+		}
+	})
+}
+
+func TestElectionNeverPicksAMemberLackingAMajorityCommittedWrite(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// Member 2 is so far behind that the write is committed without it;
+		// member 1 holds it.
+		s := New(Config{DB: "test", Clocks: make([]Clock, 3), Lags: []time.Duration{0, lag, time.Hour}})
+		if err := insert(t.Context(), s.Member(0), Majority, "a"); err != nil {
+			t.Fatal(err)
+		}
+		s.Partition(0)
+		time.Sleep(DefaultElectionTimeout)
+		p, ok := s.Primary()
+		if !ok || p.ID() != 1 {
+			t.Fatalf("elected %v, want member 1, the one holding the committed write", p)
+		}
+		if !has(t, p, Local, "a") {
+			t.Fatal("the new primary lacks the committed write")
+		}
+	})
+}
+
+func TestMemberClockAheadMakesItsNowAhead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 3 * time.Second
+		s := New(Config{DB: "test", Clocks: []Clock{{}, {Offset: d}, {Drift: 0.001}}})
+		time.Sleep(time.Minute)
+		var now time.Time
+		err := s.Member(1).Read(t.Context(), Local, "locks", func(_ *memdb.Table, n time.Time) error { now = n; return nil })
+		if err != nil || now.Sub(time.Now()) != d {
+			t.Fatalf("member 1's $$NOW is %v ahead (%v), want %v", now.Sub(time.Now()), err, d)
+		}
+		if got := s.Member(2).Now().Sub(time.Now()); got != 60*time.Millisecond {
+			t.Fatalf("member 2 drifted %v in a minute at 0.001, want 60ms", got)
+		}
+	})
+}
