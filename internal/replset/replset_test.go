@@ -111,7 +111,9 @@ func TestMajorityWriteOnACutOffPrimaryFailsWhenItStepsDown(t *testing.T) {
 		s := three()
 		s.Partition(0)
 		start := time.Now()
-		err := insert(t.Context(), s.Member(0), Majority, "a")
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		err := insert(ctx, s.Member(0), Majority, "a")
 		if code(err) != 189 || time.Since(start) != DefaultElectionTimeout {
 			t.Fatalf("got %v after %v, want PrimarySteppedDown (189) after %v", err, time.Since(start), DefaultElectionTimeout)
 		}
@@ -213,11 +215,56 @@ func TestMemberClockAheadMakesItsNowAhead(t *testing.T) {
 		time.Sleep(time.Minute)
 		var now time.Time
 		err := s.Member(1).Read(t.Context(), Local, "locks", func(_ *memdb.Table, n time.Time) error { now = n; return nil })
-		if err != nil || now.Sub(time.Now()) != d {
-			t.Fatalf("member 1's $$NOW is %v ahead (%v), want %v", now.Sub(time.Now()), err, d)
+		if err != nil || time.Until(now) != d {
+			t.Fatalf("member 1's $$NOW is %v ahead (%v), want %v", time.Until(now), err, d)
 		}
-		if got := s.Member(2).Now().Sub(time.Now()); got != 60*time.Millisecond {
+		if got := time.Until(s.Member(2).Now()); got != 60*time.Millisecond {
 			t.Fatalf("member 2 drifted %v in a minute at 0.001, want 60ms", got)
+		}
+	})
+}
+
+func TestCutOffPrimaryHealedBeforeItsTimeoutKeepsItsWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := three()
+		old := s.Member(0)
+		s.Partition(0)
+		if err := insert(t.Context(), old, W1, "a"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(DefaultElectionTimeout / 2)
+		s.Heal()
+		start := time.Now()
+		if err := insert(t.Context(), old, Majority, "b"); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d != lag {
+			t.Fatalf("w:majority after the heal took %v, want the lag %v", d, lag)
+		}
+		if p, _ := s.Primary(); p != old || !has(t, s.Member(2), MajorityRead, "a") {
+			t.Fatal("the primary changed, or its write made while cut off was lost")
+		}
+	})
+}
+
+func TestMajorityReadSeesOnlyWhatAMajorityApplied(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// Member 1 applies a write before the primary learns a majority has.
+		s := New(Config{DB: "test", Clocks: make([]Clock, 3), Lags: []time.Duration{0, lag, time.Hour}})
+		if err := insert(t.Context(), s.Member(0), W1, "a"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(lag)
+		sec := s.Member(1)
+		if !has(t, sec, Local, "a") || !has(t, sec, MajorityRead, "a") {
+			t.Fatal("after the lag: want a on member 1 at local and majority")
+		}
+		s.Partition(1)
+		if err := insert(t.Context(), s.Member(0), W1, "b"); err != nil {
+			t.Fatal(err)
+		}
+		if has(t, s.Member(0), MajorityRead, "b") || !has(t, s.Member(0), Local, "b") {
+			t.Fatal("a write only the primary applied is majority-committed")
 		}
 	})
 }
