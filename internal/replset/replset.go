@@ -19,7 +19,8 @@
 // Not modelled yet: change streams at "majority", the driver's server
 // selection and its retry of a write to the new primary, replSetStepDown as
 // a command (StepDown is its force: true, without the secondaries'
-// catch-up), the election's random delay, chained replication and arbiters.
+// catch-up), the election's random delay, a secondary's delay in learning
+// the commit point, a capped oplog, chained replication and arbiters.
 package replset
 
 import (
