@@ -111,7 +111,9 @@ func TestFleetShardsOfACutOffWorkerMoveAtItsLeasesEnd(t *testing.T) {
 		require.Less(t, time.Since(cut), 3*time.Second+2*time.Second, "held again within the lease and a cadence or so")
 		// The gone worker's membership and shards end together, extended in
 		// one batch: a survivor sees both at one pass, and polls no sooner.
-		require.Less(t, net["a"].Sent()-sent, int64(20), "a few passes, two takes, their extensions")
+		// Both survivors may try the same freed shards, which adds a few
+		// tries; a survivor polling at the busy-wait sleep would send hundreds.
+		require.Less(t, net["a"].Sent()-sent, int64(30), "a few passes, the takes, their extensions")
 		l.CheckNoTwins(t)
 	})
 }
