@@ -18,7 +18,7 @@ import (
 // nothing for them.
 
 func init() {
-	backend.NewProvider = func(s *memdb.Store, db string, opts any) (any, error) {
+	backend.NewProvider = func(s memdb.Conn, db string, opts any) (any, error) {
 		return newMemProvider(s, db, opts.([]Option)) // a nil *Provider on an error
 	}
 	backend.Lose = func(h any) bool {

@@ -16,7 +16,7 @@ import (
 // driver's replies and errors. It adds nothing of its own: no waiting, no
 // lines, no grants; those are the engine's, as over MongoDB.
 type memStore struct {
-	db   *memdb.Store
+	db   memdb.Conn
 	coll string
 }
 
@@ -24,7 +24,7 @@ type memStore struct {
 // in process memory, or the error NewProvider returns for them. It is a
 // process of its own, as a replica of a service with its own client is;
 // the providers of one s share their locks, as those of one database do.
-func newMemProvider(s *memdb.Store, db string, opts []Option) (*Provider, error) {
+func newMemProvider(s memdb.Conn, db string, opts []Option) (*Provider, error) {
 	o, err := buildConfig(db, opts)
 	if err != nil {
 		return nil, &Error{Op: opNewProvider, Err: err}
@@ -34,22 +34,30 @@ func newMemProvider(s *memdb.Store, db string, opts []Option) (*Provider, error)
 
 // memCollection is the collection coll of s, with state of its own: the
 // provider that has it is a process.
-func memCollection(s *memdb.Store, db, coll string) lockCollection {
+func memCollection(s memdb.Conn, db, coll string) lockCollection {
 	return lockCollection{memStore{s, coll}, db, coll, newCollState()}
 }
 
-// do runs op as one round trip. A ctx that has ended sends nothing, as the
-// driver does not.
-func (m memStore) do(ctx context.Context, op func(c *memdb.Table, now time.Time) error) error {
+// write runs op, a statement that may write, as one round trip. A ctx
+// that has ended sends nothing, as the driver does not.
+func (m memStore) write(ctx context.Context, op func(c *memdb.Table, now time.Time) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return m.db.Do(ctx, m.coll, op)
+	return m.db.Write(ctx, m.coll, op)
 }
 
-// doReturning is do of op, a statement with a result.
-func doReturning[T any](ctx context.Context, m memStore, op func(c *memdb.Table, now time.Time) (T, error)) (res T, err error) {
-	err = m.do(ctx, func(c *memdb.Table, now time.Time) (err error) {
+// read is write of op, which only reads, at read concern "local".
+func (m memStore) read(ctx context.Context, op func(c *memdb.Table, now time.Time) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return m.db.Read(ctx, m.coll, op)
+}
+
+// returning is send (write or read) of op, a statement with a result.
+func returning[T any](ctx context.Context, send func(context.Context, func(*memdb.Table, time.Time) error) error, op func(c *memdb.Table, now time.Time) (T, error)) (res T, err error) {
+	err = send(ctx, func(c *memdb.Table, now time.Time) (err error) {
 		res, err = op(c, now)
 		return err
 	})
@@ -57,7 +65,7 @@ func doReturning[T any](ctx context.Context, m memStore, op func(c *memdb.Table,
 }
 
 func (m memStore) findOneAndUpdate(ctx context.Context, filter, update, projection any) (bson.Raw, error) {
-	return doReturning(ctx, m, func(c *memdb.Table, now time.Time) (bson.Raw, error) {
+	return returning(ctx, m.write, func(c *memdb.Table, now time.Time) (bson.Raw, error) {
 		return c.FindOneAndUpdate(now, filter, update, memdb.FindOneAndUpdateOptions{After: true, Projection: projection})
 	})
 }
@@ -72,7 +80,7 @@ func (m memStore) updateMany(ctx context.Context, filter, update any) (int64, in
 
 // update is do of op, an update, with the counts of its reply.
 func (m memStore) update(ctx context.Context, op func(*memdb.Table, time.Time, any, any) (int, int, error), filter, update any) (matched, modified int64, err error) {
-	err = m.do(ctx, func(c *memdb.Table, now time.Time) error {
+	err = m.write(ctx, func(c *memdb.Table, now time.Time) error {
 		n, k, err := op(c, now, filter, update)
 		matched, modified = int64(n), int64(k)
 		return err
@@ -81,18 +89,18 @@ func (m memStore) update(ctx context.Context, op func(*memdb.Table, time.Time, a
 }
 
 func (m memStore) insertOne(ctx context.Context, doc any) error {
-	return m.do(ctx, func(c *memdb.Table, now time.Time) error { return c.InsertOne(now, doc) })
+	return m.write(ctx, func(c *memdb.Table, now time.Time) error { return c.InsertOne(now, doc) })
 }
 
 func (m memStore) find(ctx context.Context, filter, projection any) ([]bson.Raw, error) {
-	return doReturning(ctx, m, func(c *memdb.Table, now time.Time) ([]bson.Raw, error) { return c.Find(now, filter, projection) })
+	return returning(ctx, m.read, func(c *memdb.Table, now time.Time) ([]bson.Raw, error) { return c.Find(now, filter, projection) })
 }
 
 // aggregate runs the whole pipeline in one round trip (one $$NOW, as the
 // server's), then hands the documents over one by one: batchSize changes
 // nothing.
 func (m memStore) aggregate(ctx context.Context, pipeline any, _ int32, each func(bson.Raw) bool) error {
-	docs, err := doReturning(ctx, m, func(c *memdb.Table, now time.Time) ([]bson.Raw, error) { return c.Aggregate(now, pipeline) })
+	docs, err := returning(ctx, m.read, func(c *memdb.Table, now time.Time) ([]bson.Raw, error) { return c.Aggregate(now, pipeline) })
 	for _, d := range docs {
 		if !each(d) {
 			break
@@ -119,7 +127,7 @@ func (memStore) collMod(context.Context, bson.D) error { return nil }
 // listCollections reports no options: the model compares strings byte by
 // byte, the simple collation.
 func (m memStore) listCollections(ctx context.Context) ([]bson.Raw, error) {
-	return nil, m.do(ctx, func(*memdb.Table, time.Time) error { return nil })
+	return nil, m.read(ctx, func(*memdb.Table, time.Time) error { return nil })
 }
 
 // watch opens a change stream of the collection in one round trip, then
@@ -129,7 +137,10 @@ func (m memStore) listCollections(ctx context.Context) ([]bson.Raw, error) {
 // events within a read, so the stream is never idle while it runs, and a
 // stream whose reply was lost, which nobody reads, times out.
 func (m memStore) watch(ctx context.Context, pipeline mongo.Pipeline, ready func(), event func(bson.RawValue)) error {
-	s, err := doReturning(ctx, m, func(c *memdb.Table, _ time.Time) (*memdb.Stream, error) { return c.Watch(pipeline) })
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s, err := m.db.Watch(ctx, m.coll, pipeline)
 	if err != nil {
 		return err
 	}

@@ -16,9 +16,9 @@ var (
 	// NewProvider validates opts (a []mongolock.Option) as
 	// mongolock.NewProvider does, and returns a *mongolock.Provider whose
 	// engine is the one that runs over MongoDB, its statements applied to
-	// s, a database named db in process memory; on an error, a nil
-	// *mongolock.Provider.
-	NewProvider func(s *memdb.Store, db string, opts any) (any, error)
+	// s, a database named db in process memory (a memdb.Store, or a
+	// replica set's client); on an error, a nil *mongolock.Provider.
+	NewProvider func(s memdb.Conn, db string, opts any) (any, error)
 	// Lose ends h's acquisition, h a *mongolock.Handle of such a provider,
 	// as a force release of its holder does through the store, and
 	// signals the loss at once, as the extension that finds it ended

@@ -104,7 +104,55 @@ func (s *Store) Client() *Store { return &Store{data: s.data} }
 // reply delayed or lost. A Stream op opens (Table.Watch) is read outside
 // Do: each read is an operation of the database, alone as op is.
 func (s *Store) Do(ctx context.Context, coll string, op func(c *Table, now time.Time) error) error {
-	lose, hole, err := s.Faults.before()
+	return s.Faults.Send(ctx, func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.colls[coll] == nil {
+			s.colls[coll] = &Table{DB: s.db, Name: coll, Events: s.events, hist: s.hist}
+		}
+		s.ops++
+		return op(s.colls[coll], s.now())
+	})
+}
+
+// A Conn is a client's way to a database as the library's engine uses it:
+// a Store's, or a replica set's (internal/replset), which routes each
+// operation to a member as the driver does.
+type Conn interface {
+	// Write runs op, a statement that may write, as Store.Do does, and
+	// returns once the write concern acknowledged it.
+	Write(ctx context.Context, coll string, op func(c *Table, now time.Time) error) error
+	// Read runs op, which does not write, at read concern "local".
+	Read(ctx context.Context, coll string, op func(c *Table, now time.Time) error) error
+	// Watch opens a change stream of coll, in one operation.
+	Watch(ctx context.Context, coll string, pipeline any) (*Stream, error)
+}
+
+// Write is Do: one server acknowledges its own writes.
+func (s *Store) Write(ctx context.Context, coll string, op func(c *Table, now time.Time) error) error {
+	return s.Do(ctx, coll, op)
+}
+
+// Read is Do.
+func (s *Store) Read(ctx context.Context, coll string, op func(c *Table, now time.Time) error) error {
+	return s.Do(ctx, coll, op)
+}
+
+// Watch opens a change stream of coll (Table.Watch) in one Do.
+func (s *Store) Watch(ctx context.Context, coll string, pipeline any) (st *Stream, err error) {
+	err = s.Do(ctx, coll, func(c *Table, _ time.Time) (err error) {
+		st, err = c.Watch(pipeline)
+		return err
+	})
+	return st, err
+}
+
+// Send runs apply through the faults, as Store.Do runs its operation: it
+// may be refused or unreachable (apply does not run), dropped (it does not
+// either, and Send returns when ctx ends), or applied and its reply
+// delayed or lost.
+func (f *Faults) Send(ctx context.Context, apply func() error) error {
+	lose, hole, err := f.before()
 	switch {
 	case err != nil:
 		return err
@@ -112,15 +160,9 @@ func (s *Store) Do(ctx context.Context, coll string, op func(c *Table, now time.
 		<-ctx.Done()
 		return lostReply(ctx.Err())
 	}
-	s.mu.Lock()
-	if s.colls[coll] == nil {
-		s.colls[coll] = &Table{DB: s.db, Name: coll, Events: s.events, hist: s.hist}
-	}
-	err = op(s.colls[coll], s.now())
-	s.ops++
-	s.mu.Unlock()
+	err = apply()
 	var d time.Duration
-	s.Faults.set(func() { d = s.Faults.delay })
+	f.set(func() { d = f.delay })
 	if d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
