@@ -113,13 +113,8 @@ func (s *Set) Primary() (*Member, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.advance()
-	var best *Member
-	for _, m := range s.members {
-		if m.primary && (best == nil || m.term > best.term) {
-			best = m
-		}
-	}
-	return best, best != nil
+	p := s.primaryOfAll()
+	return p, p != nil
 }
 
 // Partition cuts the members given from the others, from now on until
