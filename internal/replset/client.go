@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 
@@ -67,6 +68,7 @@ func (c *Client) WriteAt(w Concern) {
 // Write runs op on the primary at the client's write concern.
 func (c *Client) Write(ctx context.Context, coll string, op func(t *memdb.Table, now time.Time) error) error {
 	return c.Faults.Send(ctx, func() error {
+		c.set.ops.Add(1)
 		m, w, err := c.selectPrimary(ctx)
 		if err != nil {
 			return err
@@ -89,12 +91,16 @@ func (c *Client) Write(ctx context.Context, coll string, op func(t *memdb.Table,
 // no longer primary refuses it, and it is retried once, as retryable
 // reads are.
 func (c *Client) Read(ctx context.Context, coll string, op func(t *memdb.Table, now time.Time) error) error {
-	return c.Faults.Send(ctx, func() error { return c.read(ctx, coll, op) })
+	return c.Faults.Send(ctx, func() error {
+		c.set.ops.Add(1)
+		return c.read(ctx, coll, op)
+	})
 }
 
 // Watch opens a change stream of coll on the primary.
 func (c *Client) Watch(ctx context.Context, coll string, pipeline any) (st *memdb.Stream, err error) {
 	err = c.Faults.Send(ctx, func() error {
+		c.set.ops.Add(1)
 		return c.read(ctx, coll, func(t *memdb.Table, _ time.Time) (err error) {
 			st, err = t.Watch(pipeline)
 			return err
@@ -211,4 +217,22 @@ func isNotPrimary(err error) bool {
 func hasCode(err error, code int32) bool {
 	var ce mongo.CommandError
 	return errors.As(err, &ce) && ce.Code == code
+}
+
+// Ops returns how many operations the set's clients sent that reached it.
+func (s *Set) Ops() int64 { return s.ops.Load() }
+
+// Docs returns the documents of coll as the primary of the highest term
+// has them (nil if there is none).
+func (s *Set) Docs(coll string) (docs []bson.Raw) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advance()
+	if p := s.primaryOfAll(); p != nil {
+		_ = p.store.Do(context.Background(), coll, func(t *memdb.Table, _ time.Time) error {
+			docs = t.Docs()
+			return nil
+		})
+	}
+	return docs
 }

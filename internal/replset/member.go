@@ -205,6 +205,9 @@ func (m *Member) rollBackTo(p *Member) {
 			return nil
 		})
 	}
+	if len(m.oplog) > common {
+		m.set.rolled++
+	}
 	m.oplog = m.oplog[:common]
 	m.committed = min(m.committed, common)
 }

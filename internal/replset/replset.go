@@ -26,6 +26,7 @@ package replset
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -54,10 +55,11 @@ type Clock struct {
 
 // Config describes a set: one Clock and one replication lag per member.
 type Config struct {
-	DB              string          // the database's name
-	Clocks          []Clock         // one per member; their number is the set's size
-	Lags            []time.Duration // replication lag per member (nil or short: 0)
-	ElectionTimeout time.Duration   // 0: DefaultElectionTimeout
+	DB              string              // the database's name
+	Clocks          []Clock             // one per member; their number is the set's size
+	Lags            []time.Duration     // replication lag per member (nil or short: 0)
+	ElectionTimeout time.Duration       // 0: DefaultElectionTimeout
+	Store           []memdb.StoreOption // each member's database's
 }
 
 // Set is a replica set. Member 0 is the first primary, in term 1. Safe for
@@ -70,6 +72,8 @@ type Set struct {
 	members []*Member
 	changed chan struct{} // closed and replaced at each change of topology
 	term    int64         // the highest term any member has seen
+	rolled  int64         // rollbacks so far: a member undid writes
+	ops     atomic.Int64  // operations its clients sent that reached it
 }
 
 // New returns a set as cfg describes, all members connected, member 0 its
@@ -87,7 +91,7 @@ func New(cfg Config) *Set {
 		if i < len(cfg.Lags) {
 			m.lag = cfg.Lags[i]
 		}
-		m.store = memdb.NewStore(cfg.DB, m.Now)
+		m.store = memdb.NewStore(cfg.DB, m.Now, cfg.Store...)
 		s.members = append(s.members, m)
 	}
 	s.term = 1
@@ -99,6 +103,23 @@ func New(cfg Config) *Set {
 	}
 	s.commit(p)
 	return s
+}
+
+// SetEvents sets the form of every member's change events, as
+// memdb.Store.SetEvents does.
+func (s *Set) SetEvents(e memdb.Events) {
+	for _, m := range s.members {
+		m.store.SetEvents(e)
+	}
+}
+
+// Stats returns how many elections followed the first primary's, and how
+// many times a member rolled back writes.
+func (s *Set) Stats() (elections, rollbacks int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advance()
+	return s.term - 1, s.rolled
 }
 
 // Member returns member i.

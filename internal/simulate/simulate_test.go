@@ -68,6 +68,11 @@ type config struct {
 	dropEvery, killEvery time.Duration // a client closed under a holder; a process dying (0: none)
 	sabotage             bool          // work after release: the checks must see it
 	stuck                bool          // every client partitioned from the store: nothing is entered
+	members              []int         // world i's database: one server (1) or a replica set, the (i mod count)-th
+	failoverEvery        time.Duration // a replica set's failover (0: none)
+	skew, ahead          time.Duration // a member's clock ahead of the first's: up to skew, plus ahead times its index
+	w1                   bool          // the library writes at w: 1: the checks must see it
+	untilViolation       bool          // stop at the first violation
 }
 
 // A lease is a process's expiry and extension cadence (0: the library's
@@ -136,6 +141,10 @@ func defaultConfig(t *testing.T) config {
 	if err != nil {
 		t.Fatal(err)
 	}
+	members, err := parseList("members", *flagMembers, parseMembers)
+	if err != nil {
+		t.Fatal(err)
+	}
 	seed := *flagSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
@@ -145,6 +154,7 @@ func defaultConfig(t *testing.T) config {
 		names: [numKinds]int{mutex: 4, semaphore: 1, rwlock: 2, election: 2}, slots: 3,
 		expiries: expiries, events: events, history: history, hold: 5 * time.Millisecond, longHold: 3 * time.Second,
 		faultEvery: 50 * time.Millisecond, dropEvery: time.Second, killEvery: 4 * time.Second,
+		members: members, failoverEvery: *flagFailover, skew: *flagSkew,
 	}
 }
 
@@ -154,8 +164,8 @@ func (c config) replay() string {
 	if c.d > 0 {
 		d = " -simulate.d=" + c.d.String()
 	}
-	return fmt.Sprintf("go test -run 'TestSimulate$' ./internal/simulate -v -simulate.seed=%d -simulate.worlds=%d -simulate.n=%d%s -simulate.p=%d -simulate.g=%d -simulate.expiries=%s -simulate.events=%s -simulate.history=%s",
-		c.seed, c.worlds, c.n, d, c.procs, c.goroutines, join(c.expiries, ","), join(c.events, ","), join(c.history, ","))
+	return fmt.Sprintf("go test -run 'TestSimulate$' ./internal/simulate -v -simulate.seed=%d -simulate.worlds=%d -simulate.n=%d%s -simulate.p=%d -simulate.g=%d -simulate.expiries=%s -simulate.events=%s -simulate.history=%s -simulate.members=%s -simulate.failover=%v -simulate.skew=%v",
+		c.seed, c.worlds, c.n, d, c.procs, c.goroutines, join(c.expiries, ","), join(c.events, ","), join(c.history, ","), join(c.members, ","), c.failoverEvery, c.skew)
 }
 
 // join joins the values of xs, as fmt.Sprint says them, with sep.
@@ -175,7 +185,7 @@ func nth[T any](xs []T, i int) []T { return xs[i%len(xs) : i%len(xs)+1] }
 func (c config) world(i int) config {
 	w := c
 	w.seed, w.worlds, w.n = c.seed+uint64(i), 1, c.share()
-	w.events, w.history = nth(c.events, i), nth(c.history, i)
+	w.events, w.history, w.members = nth(c.events, i), nth(c.history, i), nth(c.members, i)
 	return w
 }
 
@@ -306,6 +316,7 @@ type result struct {
 	takeOvers                           int64 // acquisitions taken over by ticket
 	weighted                            int64 // semaphore sections of several units
 	ops                                 int64 // operations the store applied
+	failovers, rollbacks                int64 // a replica set's elections, and its members' rollbacks
 	reports                             []string
 	simulated, wall                     time.Duration
 	stalled                             bool          // it entered no critical section for stallAfter
@@ -345,6 +356,8 @@ func (r *result) add(o *result) {
 	r.takeOvers += o.takeOvers
 	r.weighted += o.weighted
 	r.ops += o.ops
+	r.failovers += o.failovers
+	r.rollbacks += o.rollbacks
 	r.simulated += o.simulated
 	r.reports = append(r.reports, o.reports...)
 }
@@ -373,6 +386,9 @@ func (r *result) String() string {
 	faults := fmt.Sprintf("faults injected %d (%d process deaths, %d clients closed under a held handle, %d delays, %d lost replies, %d refusals, %d partitions)",
 		r.kills+r.drops+r.delays+r.lostReplies+r.refusals+r.cuts, r.kills, r.drops, r.delays, r.lostReplies, r.refusals, r.cuts)
 	var b strings.Builder
+	if r.failovers+r.rollbacks > 0 {
+		faults += fmt.Sprintf("; in the replica sets, %d failovers and %d rollbacks", r.failovers, r.rollbacks)
+	}
 	b.WriteString(soakcheck.Summary(&r.per, r.cfg.slots, r.cfg.giveUp(), faults))
 	fmt.Fprintf(&b, "\n  also: %d writes accepted, %d refused after a loss, %d losses reported, %d take-overs by ticket, %d semaphore sections of %d units, %d errors, %d operations applied by the store; %v simulated in %v of wall time (seed %d, %d worlds, change events of MongoDB %s, histories of %s events)",
 		r.writes, r.fenced, r.losses, r.takeOvers, r.weighted, weightedUnits, r.errs, r.ops, r.simulated.Round(time.Millisecond), r.wall.Round(time.Millisecond), r.cfg.seed, r.cfg.worlds,
@@ -393,7 +409,7 @@ func (c config) giveUp() time.Duration {
 // sim is one simulation: processes over one store, in a synctest bubble.
 type sim struct {
 	cfg   config
-	store *memdb.Store
+	db    database
 	board *soakcheck.Board
 	ctx   context.Context // ends when the run does
 	wg    sync.WaitGroup  // every goroutine the simulation starts
@@ -428,7 +444,8 @@ type proc struct {
 
 // A generation is the client a process's locks use, until it is closed.
 type generation struct {
-	client *memdb.Store
+	client memdb.Conn
+	faults *memdb.Faults // its network's
 	locks  *mongolock.Provider
 	ctx    context.Context // ends when the client is closed
 	cancel context.CancelFunc
@@ -441,7 +458,7 @@ type generation struct {
 func (g *generation) cutOff() {
 	g.mu.Lock()
 	g.cut = true
-	g.client.Faults.Partition()
+	g.faults.Partition()
 	g.mu.Unlock()
 	g.cancel()
 }
@@ -451,7 +468,7 @@ func (g *generation) fault(f func(*memdb.Faults)) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.cut {
-		f(&g.client.Faults)
+		f(g.faults)
 	}
 	return !g.cut
 }
@@ -464,8 +481,7 @@ func run(t *testing.T, cfg config, board *soakcheck.Board) *result {
 		start := time.Now()
 		ctx, stop := context.WithTimeout(context.Background(), cfg.limit())
 		defer stop()
-		s := &sim{cfg: cfg, store: memdb.NewStore("mongolock_simulate", nil, memdb.WithHistory(cfg.history[0])), board: board, ctx: ctx}
-		s.store.SetEvents(cfg.events[0])
+		s := &sim{cfg: cfg, db: newDatabase(cfg), board: board, ctx: ctx}
 		s.board.Explain = s.explain
 		for nth := range cfg.procs {
 			if err := s.spawn(nth); err != nil {
@@ -488,7 +504,8 @@ func run(t *testing.T, cfg config, board *soakcheck.Board) *result {
 			cancel()
 		}
 		r.simulated = time.Since(start)
-		r.ops = s.store.Ops()
+		r.ops = s.db.ops()
+		r.failovers, r.rollbacks = s.db.failovers()
 		lingerAfterClose()
 		r.per, r.writes, r.reports = s.board.End()
 		r.entries = 0
@@ -539,15 +556,15 @@ func (s *sim) connect(p *proc) (*generation, error) {
 	if p.lease.cadence != 0 {
 		opts = append(opts, mongolock.WithExtensionCadence(p.lease.cadence))
 	}
-	client := s.store.Client()
+	client, faults := s.db.connect()
 	if s.cfg.stuck {
-		client.Faults.Partition()
+		faults.Partition()
 	}
 	prov, err := backend.NewProvider(client, "mongolock_simulate", opts)
 	if err != nil {
 		return nil, err
 	}
-	g := &generation{client: client, locks: prov.(*mongolock.Provider)}
+	g := &generation{client: client, faults: faults, locks: prov.(*mongolock.Provider)}
 	g.ctx, g.cancel = context.WithCancel(p.ctx)
 	return g, nil
 }
@@ -581,6 +598,10 @@ func (s *sim) chaos(stop context.CancelFunc) {
 		return now.Add(s.jitter(rng, every))
 	}
 	nextFault, nextDrop, nextKill := next(s.cfg.faultEvery), next(s.cfg.dropEvery), next(s.cfg.killEvery)
+	var nextFailover time.Time
+	if _, ok := s.db.(replicaSet); ok {
+		nextFailover = next(s.cfg.failoverEvery)
+	}
 	deadline, _ := s.ctx.Deadline()
 	start, entered, enteredAt := now, int64(0), now
 	for {
@@ -589,7 +610,7 @@ func (s *sim) chaos(stop context.CancelFunc) {
 			return
 		}
 		n := s.board.Entries()
-		if n >= int64(s.cfg.n) {
+		if n >= int64(s.cfg.n) || s.cfg.untilViolation && s.board.Violations() > 0 {
 			stop()
 			return
 		}
@@ -607,6 +628,10 @@ func (s *sim) chaos(stop context.CancelFunc) {
 		if !nextFault.IsZero() && !now.Before(nextFault) {
 			nextFault = next(s.cfg.faultEvery)
 			s.fault(rng, procs[rng.IntN(len(procs))])
+		}
+		if !nextFailover.IsZero() && !now.Before(nextFailover) {
+			nextFailover = next(s.cfg.failoverEvery)
+			s.failover(rng)
 		}
 		if !nextDrop.IsZero() && !now.Before(nextDrop) {
 			nextDrop = next(s.cfg.dropEvery)
@@ -1068,14 +1093,11 @@ func (s *sim) vanished(ctx context.Context, p *proc, sec soakcheck.Section, h *m
 func (s *sim) explain(name string) string {
 	var docs []string
 	for _, coll := range []string{mongolock.DefaultCollection, mongolock.DefaultCollection + "_semaphores"} {
-		_ = s.store.Do(context.Background(), coll, func(c *memdb.Table, _ time.Time) error {
-			for _, d := range c.Docs() {
-				if d.Lookup("_id").StringValue() == name {
-					docs = append(docs, d.String())
-				}
+		for _, d := range s.db.docs(coll) {
+			if d.Lookup("_id").StringValue() == name {
+				docs = append(docs, d.String())
 			}
-			return nil
-		})
+		}
 	}
 	return fmt.Sprintf("at %s the store had: %s", clock(time.Now()), strings.Join(docs, "; "))
 }
@@ -1181,7 +1203,7 @@ func liveHeap() uint64 {
 func TestSimulatedHolderStopsCheckingAtItsLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := defaultConfig(t)
-		s := &sim{cfg: cfg, store: memdb.NewStore("mongolock_simulate", nil), board: soakcheck.NewBoard(cfg.slots), ctx: t.Context()}
+		s := &sim{cfg: cfg, db: oneServer{memdb.NewStore("mongolock_simulate", nil)}, board: soakcheck.NewBoard(cfg.slots), ctx: t.Context()}
 		p := &proc{id: "p1", lease: lease{expiry: time.Second}}
 		p.ctx, p.cancel = context.WithCancel(s.ctx)
 		g, err := s.connect(p)
@@ -1194,7 +1216,7 @@ func TestSimulatedHolderStopsCheckingAtItsLoss(t *testing.T) {
 			t.Fatal(err)
 		}
 		sec := soakcheck.Section{Kind: semaphore, Name: tgt.name(), Tok: h.FencingToken(), Proc: p.id}
-		g.client.Faults.Delay(3 * time.Second) // every reply, the extensions' too
+		g.faults.Delay(3 * time.Second) // every reply, the extensions' too
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -1207,7 +1229,7 @@ func TestSimulatedHolderStopsCheckingAtItsLoss(t *testing.T) {
 		default:
 			t.Fatal("the holder was still waiting for its check's reply after it was told of its loss")
 		}
-		g.client.Faults.Delay(0)
+		g.faults.Delay(0)
 		_ = h.Release(context.Background())
 		if err := g.locks.Close(context.Background()); err != nil {
 			t.Error(err)

@@ -32,14 +32,15 @@ import (
 // so that the run goes on and those inside see it too. A Board is safe
 // for concurrent use.
 type Board struct {
-	mu      sync.Mutex
-	n       int // a semaphore's slots
-	per     [NumKinds]Counts
-	res     map[string]*resource
-	dead    map[string]bool // processes that died: they write nothing more
-	writes  int64
-	reports []string // the violations, as said, the first few
-	total   int64    // entries, every kind
+	mu         sync.Mutex
+	n          int // a semaphore's slots
+	per        [NumKinds]Counts
+	res        map[string]*resource
+	dead       map[string]bool // processes that died: they write nothing more
+	writes     int64
+	reports    []string // the violations, as said, the first few
+	total      int64    // entries, every kind
+	violations int64    // found so far, every kind
 
 	// Explain, if set, returns what to add to the report of an overlap or
 	// an out-of-order token on the resource of a lock name (the lock's
@@ -121,6 +122,7 @@ func (b *Board) resource(kd Kind, name string) *resource {
 
 func (b *Board) violation(kd Kind, field *int64, format string, args ...any) {
 	*field++
+	b.violations++
 	if len(b.reports) < 20 {
 		b.reports = append(b.reports, kd.String()+": "+fmt.Sprintf(format, args...))
 	}
@@ -405,6 +407,13 @@ func (b *Board) Entries() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.total
+}
+
+// Violations is the number of violations found so far, of every kind.
+func (b *Board) Violations() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.violations
 }
 
 // End counts the live holders still inside, once every process has ended,
