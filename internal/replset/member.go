@@ -24,6 +24,16 @@ type Member struct {
 	side        int       // its side of a partition: 0 or 1
 	since       time.Time // when its side took its present shape
 	lostPrimary time.Time // when an election on its side last failed
+	down        bool      // crashed, until upAt
+	upAt        time.Time
+	changedAt   time.Time // when it last went down or came back
+}
+
+// stepDown makes the primary m a secondary; err is why its operations in
+// flight end.
+func (m *Member) stepDown(err error) {
+	_ = err // for the change streams it will end
+	m.primary = false
 }
 
 // ID returns the member's index in its set.
@@ -72,7 +82,11 @@ func (m *Member) Write(ctx context.Context, w Concern, coll string, op func(c *m
 	s := m.set
 	s.mu.Lock()
 	s.advance()
-	if !m.primary {
+	switch {
+	case m.down:
+		s.mu.Unlock()
+		return errDown(m)
+	case !m.primary:
 		s.mu.Unlock()
 		return errNotWritablePrimary
 	}
@@ -103,6 +117,9 @@ func (m *Member) awaitCommit(ctx context.Context, n int, term int64) error {
 		s.mu.Lock()
 		s.advance()
 		switch {
+		case m.down:
+			s.mu.Unlock()
+			return errDown(m)
 		case !m.primary || m.term != term:
 			s.mu.Unlock()
 			return errSteppedDown
@@ -144,6 +161,9 @@ func (m *Member) Read(ctx context.Context, rc ReadConcern, coll string, op func(
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.advance()
+	if m.down {
+		return errDown(m)
+	}
 	if rc == Local {
 		return m.store.Do(ctx, coll, op)
 	}

@@ -10,7 +10,9 @@
 // election timeout, then steps down; the majority side then elects the
 // member with the highest optime, which holds every majority-committed
 // write. When a cut-off member rejoins, the writes it applied that no
-// majority applied are rolled back and it syncs from the primary.
+// majority applied are rolled back and it syncs from the primary. A member
+// may go down and come back (Restart), as a mongod that crashes and
+// restarts: absent meanwhile, its journaled data kept.
 //
 // Time is the base clock's (time.Now, the bubble's inside testing/synctest):
 // the set has no goroutine, and catches up on replication, step-downs and
@@ -44,6 +46,13 @@ var (
 	errSteppedDown = mongo.CommandError{Code: 189, Name: "PrimarySteppedDown",
 		Message: "replset: primary stepped down while waiting for replication"}
 )
+
+// errDown is the error of an operation on a member that is down, as the
+// driver returns a connection refused or cut: a network error.
+func errDown(m *Member) error {
+	return mongo.CommandError{Labels: []string{"NetworkError"}, Name: "NetworkError",
+		Message: fmt.Sprintf("replset: member %d is down", m.id)}
+}
 
 // Clock is a member's clock: the base clock, ahead by Offset, running
 // faster by Drift (0.001: one millisecond a second) from the set's start.
@@ -168,10 +177,41 @@ func (s *Set) StepDown() bool {
 	if p == nil {
 		return false
 	}
-	p.primary = false
+	p.stepDown(errSteppedDown)
 	s.elect(p.side, p)
 	s.topologyChanged()
 	return true
+}
+
+// Restart takes member i down now, as a crash does, and brings it back
+// after down. While down it answers nothing (Member.Write and Read fail
+// with a network error), applies nothing, and counts for no majority and
+// no election: a primary that goes down is replaced by an election on its
+// side an election timeout later. Its data and oplog survive (they are
+// journaled); when it comes back it is a secondary, rolls back the writes
+// its side's primary lacks (those no majority applied), and catches up.
+// A Restart of a member that is down already moves its return.
+func (s *Set) Restart(i int, down time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advance()
+	now := s.base()
+	m := s.members[i]
+	m.down, m.upAt, m.changedAt = true, now.Add(down), now
+	if m.primary {
+		m.stepDown(errDown(m))
+	}
+	s.topologyChanged()
+}
+
+// comeBack brings m back up at at, a secondary that syncs from its side's
+// primary, if it has one (else from the one its side elects).
+func (s *Set) comeBack(m *Member, at time.Time) {
+	m.down, m.changedAt = false, at
+	if p := s.primaryOf(m.side); p != nil {
+		m.rollBackTo(p)
+	}
+	s.topologyChanged()
 }
 
 func (s *Set) topologyChanged() {
@@ -190,11 +230,11 @@ func (s *Set) resolve() {
 			continue
 		}
 		for _, m := range s.members {
-			if m.side != side || m == p {
+			if m.side != side || m == p || m.down {
 				continue
 			}
 			if m.primary && m.term < p.term {
-				m.primary = false
+				m.stepDown(errSteppedDown)
 			}
 			if !m.primary {
 				m.rollBackTo(p)
@@ -214,22 +254,27 @@ func (s *Set) primaryOf(side int) *Member {
 	return p
 }
 
-// hasMajority reports whether side holds a majority of the members.
+// hasMajority reports whether side holds a majority of the members, of
+// those up.
 func (s *Set) hasMajority(side int) bool {
 	n := 0
 	for _, m := range s.members {
-		if m.side == side {
+		if m.side == side && !m.down {
 			n++
 		}
 	}
 	return 2*n > len(s.members)
 }
 
-// sideSince returns when side took its present shape.
+// sideSince returns when side took its present shape: its members, and
+// which of them are up.
 func (s *Set) sideSince(side int) (t time.Time) {
 	for _, m := range s.members {
 		if m.side == side && m.since.After(t) {
 			t = m.since
+		}
+		if m.side == side && m.changedAt.After(t) {
+			t = m.changedAt
 		}
 	}
 	return t
@@ -250,9 +295,15 @@ func (s *Set) advance() {
 	s.replicate(now)
 }
 
-// nextChange returns the earliest step-down or election to come, and what
-// makes it; nil if none is due at any time.
+// nextChange returns the earliest step-down, election or return of a
+// member to come, and what makes it; nil if none is due at any time.
 func (s *Set) nextChange() (at time.Time, do func()) {
+	for _, m := range s.members {
+		if m.down && (do == nil || m.upAt.Before(at)) {
+			m, t := m, m.upAt
+			at, do = t, func() { s.comeBack(m, t) }
+		}
+	}
 	for side := range 2 {
 		since := s.sideSince(side)
 		p := s.primaryOf(side)
@@ -261,7 +312,7 @@ func (s *Set) nextChange() (at time.Time, do func()) {
 			// A primary that cannot see a majority steps down.
 			t := since.Add(s.timeout)
 			if do == nil || t.Before(at) {
-				at, do = t, func() { p.primary = false }
+				at, do = t, func() { p.stepDown(errSteppedDown) }
 			}
 		case p == nil && s.hasMajority(side):
 			// A majority without a primary elects one.
@@ -287,7 +338,7 @@ func (s *Set) elect(side int, not *Member) {
 	now := s.base()
 	var best *Member
 	for _, m := range s.members {
-		if m.side == side && m != not && (best == nil || best.last().less(m.last())) {
+		if m.side == side && m != not && !m.down && (best == nil || best.last().less(m.last())) {
 			best = m
 		}
 	}
@@ -303,8 +354,10 @@ func (s *Set) elect(side int, not *Member) {
 	best.primary, best.term = true, s.term
 	best.appendEntry(entry{at: now})
 	for _, m := range s.members {
-		if m.side == side && m != best {
-			m.primary = false
+		if m.side == side && m != best && !m.down {
+			if m.primary {
+				m.stepDown(errSteppedDown)
+			}
 			m.since = now
 			m.rollBackTo(best)
 		}
@@ -320,7 +373,7 @@ func (s *Set) replicate(now time.Time) {
 			continue
 		}
 		for _, m := range s.members {
-			if m.side != side || m.primary {
+			if m.side != side || m.primary || m.down {
 				continue
 			}
 			for n := len(m.oplog); n < len(p.oplog); n++ {
@@ -337,7 +390,7 @@ func (s *Set) replicate(now time.Time) {
 		}
 		s.commit(p)
 		for _, m := range s.members {
-			if m.side == side && !m.primary {
+			if m.side == side && !m.primary && !m.down {
 				m.committed = min(p.committed, len(m.oplog))
 			}
 		}
@@ -376,7 +429,7 @@ func (s *Set) nextDue() (t time.Time) {
 			continue
 		}
 		for _, m := range s.members {
-			if m.side != side || m.primary || len(m.oplog) >= len(p.oplog) {
+			if m.side != side || m.primary || m.down || len(m.oplog) >= len(p.oplog) {
 				continue
 			}
 			due := p.oplog[len(m.oplog)].at

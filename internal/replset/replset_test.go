@@ -268,3 +268,81 @@ func TestMajorityReadSeesOnlyWhatAMajorityApplied(t *testing.T) {
 		}
 	})
 }
+
+func isNetworkError(err error) bool {
+	var ce mongo.CommandError
+	return errors.As(err, &ce) && ce.HasErrorLabel("NetworkError")
+}
+
+func TestMemberThatIsDownAnswersNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := three()
+		s.Restart(1, time.Minute)
+		if err := insert(t.Context(), s.Member(1), W1, "a"); !isNetworkError(err) {
+			t.Fatalf("write to a member that is down: got %v, want a network error", err)
+		}
+		err := s.Member(1).Read(t.Context(), Local, "locks", func(*memdb.Table, time.Time) error { return nil })
+		if !isNetworkError(err) {
+			t.Fatalf("read from a member that is down: got %v, want a network error", err)
+		}
+	})
+}
+
+func TestPrimaryThatGoesDownIsReplacedAndRollsBackWhenItComesBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := three()
+		old := s.Member(0)
+		if err := insert(t.Context(), old, Majority, "kept"); err != nil {
+			t.Fatal(err)
+		}
+		if err := insert(t.Context(), old, W1, "lost"); err != nil {
+			t.Fatal(err)
+		}
+		s.Restart(0, time.Minute)
+		if _, ok := s.Primary(); ok {
+			t.Fatal("a primary at once after the primary went down")
+		}
+		time.Sleep(DefaultElectionTimeout)
+		p, ok := s.Primary()
+		if !ok || p == old {
+			t.Fatalf("no new primary an election timeout after the primary went down: %v", p)
+		}
+		if err := insert(t.Context(), p, Majority, "new"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Minute - DefaultElectionTimeout)
+		if old.IsPrimary() || has(t, old, Local, "lost") {
+			t.Fatal("back up: still primary, or its write no majority applied is still there")
+		}
+		time.Sleep(lag)
+		if !has(t, old, Local, "kept") || !has(t, old, Local, "new") || old.LastOpTime() != p.LastOpTime() {
+			t.Fatal("back up: it lost a committed write, or did not catch up")
+		}
+	})
+}
+
+func TestMajorityWriteWaitsForAMemberThatIsDownAndFailsIfItsPrimaryGoesDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := three()
+		s.Restart(1, time.Minute)
+		// One secondary up: a majority with the primary.
+		if err := insert(t.Context(), s.Member(0), Majority, "a"); err != nil {
+			t.Fatal(err)
+		}
+		s.Restart(2, 5*time.Second)
+		start := time.Now()
+		if err := insert(t.Context(), s.Member(0), Majority, "b"); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d != 5*time.Second {
+			t.Fatalf("w:majority with two members down took %v, want until one is back, 5s", d)
+		}
+		errs := make(chan error)
+		go func() { errs <- insert(t.Context(), s.Member(0), Majority, "c") }()
+		synctest.Wait()
+		s.Restart(0, time.Minute)
+		if err := <-errs; !isNetworkError(err) {
+			t.Fatalf("w:majority on a primary that went down: got %v, want a network error", err)
+		}
+	})
+}
