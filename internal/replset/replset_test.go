@@ -3,6 +3,7 @@ package replset
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -345,4 +346,32 @@ func TestMajorityWriteWaitsForAMemberThatIsDownAndFailsIfItsPrimaryGoesDown(t *t
 			t.Fatalf("w:majority on a primary that went down: got %v, want a network error", err)
 		}
 	})
+}
+
+// BenchmarkWrite is the cost of one w:majority write to a set of three
+// members (without lag, so that none waits), an update of one document
+// of a collection of docs documents, the oplog kept as the set keeps it.
+func BenchmarkWrite(b *testing.B) {
+	for _, docs := range []int{10, 1000} {
+		b.Run(fmt.Sprintf("docs=%d", docs), func(b *testing.B) {
+			s := New(Config{DB: "test", Clocks: make([]Clock, 3)})
+			p := s.Member(0)
+			for i := range docs {
+				if err := insert(b.Context(), p, Majority, fmt.Sprint(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				err := p.Write(b.Context(), Majority, "locks", func(c *memdb.Table, now time.Time) error {
+					_, _, err := c.UpdateOne(now, bson.D{{Key: "_id", Value: fmt.Sprint(i % docs)}},
+						bson.D{{Key: "$set", Value: bson.D{{Key: "n", Value: i}}}})
+					return err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
