@@ -1,7 +1,6 @@
 package replset
 
 import (
-	"bytes"
 	"context"
 	"time"
 
@@ -90,11 +89,9 @@ func (m *Member) Write(ctx context.Context, w Concern, coll string, op func(c *m
 		s.mu.Unlock()
 		return errNotWritablePrimary
 	}
-	var changes []change
-	err := m.store.Do(ctx, coll, func(c *memdb.Table, now time.Time) error {
-		before := c.Docs()
-		err := op(c, now)
-		changes = diff(before, c.Docs())
+	var changes []memdb.Change
+	err := m.store.Do(ctx, coll, func(c *memdb.Table, now time.Time) (err error) {
+		changes, err = c.Record(func() error { return op(c, now) })
 		return err
 	})
 	if len(changes) > 0 {
@@ -204,7 +201,7 @@ func (m *Member) apply(e entry) {
 	}
 	_ = m.store.Do(context.Background(), e.coll, func(c *memdb.Table, now time.Time) error {
 		for _, ch := range e.changes {
-			put(c, now, ch.id, ch.after)
+			put(c, now, ch.ID, ch.After)
 		}
 		return nil
 	})
@@ -231,41 +228,13 @@ func (m *Member) rollBackTo(p *Member) {
 
 func undo(c *memdb.Table, now time.Time, e entry) {
 	for i := len(e.changes) - 1; i >= 0; i-- {
-		put(c, now, e.changes[i].id, e.changes[i].before)
+		put(c, now, e.changes[i].ID, e.changes[i].Before)
 	}
 }
 
 // put makes the document of _id id be doc (nil: absent).
 func put(c *memdb.Table, now time.Time, id bson.RawValue, doc bson.Raw) {
-	_, _ = c.DeleteOne(now, bson.D{{Key: "_id", Value: id}})
-	if doc != nil {
-		_ = c.InsertOne(now, doc)
+	if err := c.Put(now, id, doc); err != nil {
+		panic(err) // the model's own documents: always modelled
 	}
-}
-
-// diff returns the documents that differ between before and after, by
-// _id.
-func diff(before, after []bson.Raw) []change {
-	key := func(d bson.Raw) string {
-		v := d.Lookup("_id")
-		return string(rune(v.Type)) + string(v.Value)
-	}
-	old := map[string]bson.Raw{}
-	for _, d := range before {
-		old[key(d)] = d
-	}
-	var out []change
-	for _, d := range after {
-		k := key(d)
-		if b, ok := old[k]; !ok || !bytes.Equal(b, d) {
-			out = append(out, change{id: d.Lookup("_id"), before: old[k], after: d})
-		}
-		delete(old, k)
-	}
-	for _, d := range before {
-		if _, ok := old[key(d)]; ok {
-			out = append(out, change{id: d.Lookup("_id"), before: d})
-		}
-	}
-	return out
 }

@@ -30,7 +30,6 @@ import (
 	"sync"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/mongolock/mongolock/internal/memdb"
@@ -460,10 +459,5 @@ type entry struct {
 	optime  OpTime
 	at      time.Time // when the primary applied it, on the base clock
 	coll    string
-	changes []change
-}
-
-type change struct {
-	id            bson.RawValue
-	before, after bson.Raw
+	changes []memdb.Change
 }
