@@ -16,7 +16,7 @@ type Member struct {
 	clock       Clock
 	lag         time.Duration
 	store       *memdb.Store
-	oplog       []entry
+	oplog       oplog
 	committed   int // entries known majority-committed: the commit point
 	primary     bool
 	term        int64     // the term it is primary of, when primary
@@ -98,7 +98,7 @@ func (m *Member) Write(ctx context.Context, w Concern, coll string, op func(c *m
 		m.appendEntry(entry{at: s.base(), coll: coll, changes: changes})
 		s.commit(m)
 	}
-	target, term := len(m.oplog), m.term
+	target, term := m.oplog.len(), m.term
 	s.mu.Unlock()
 	if err != nil || w == W1 {
 		return err
@@ -161,7 +161,7 @@ func (m *Member) Read(ctx context.Context, rc ReadConcern, coll string, op func(
 	if m.down {
 		return errDown(m)
 	}
-	if rc == Local {
+	if rc == Local || !m.uncommitted(coll) {
 		return m.store.Do(ctx, coll, op)
 	}
 	// The majority-committed state: the data as it is, with the entries
@@ -175,27 +175,38 @@ func (m *Member) Read(ctx context.Context, rc ReadConcern, coll string, op func(
 				return err
 			}
 		}
-		for i := len(m.oplog) - 1; i >= m.committed; i-- {
-			if m.oplog[i].coll == coll {
-				undo(c, now, m.oplog[i])
+		for i := m.oplog.len() - 1; i >= m.committed; i-- {
+			if e := m.oplog.at(i); e.coll == coll {
+				undo(c, now, *e)
 			}
 		}
 		return op(c, now)
 	})
 }
 
-func (m *Member) last() OpTime { return m.oplog[len(m.oplog)-1].optime }
+// uncommitted reports whether an entry past the member's commit point
+// changed coll.
+func (m *Member) uncommitted(coll string) bool {
+	for i := m.committed; i < m.oplog.len(); i++ {
+		if e := m.oplog.at(i); e.coll == coll && len(e.changes) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Member) last() OpTime { return m.oplog.last().optime }
 
 // appendEntry writes e to the primary's oplog at its next optime, and
 // nowhere else: replicate brings it to the secondaries.
 func (m *Member) appendEntry(e entry) {
-	e.optime = OpTime{Term: m.term, Index: int64(len(m.oplog)) + 1}
-	m.oplog = append(m.oplog, e)
+	e.optime = OpTime{Term: m.term, Index: int64(m.oplog.len()) + 1}
+	m.oplog.add(e)
 }
 
 // apply applies a primary's entry on a secondary.
 func (m *Member) apply(e entry) {
-	m.oplog = append(m.oplog, e)
+	m.oplog.add(e)
 	if len(e.changes) == 0 {
 		return
 	}
@@ -211,18 +222,18 @@ func (m *Member) apply(e entry) {
 // first, as MongoDB's rollback does back to the common point; the member
 // then replicates from p.
 func (m *Member) rollBackTo(p *Member) {
-	common := 0
-	for common < len(m.oplog) && common < len(p.oplog) && m.oplog[common].optime == p.oplog[common].optime {
+	common := max(m.oplog.start, p.oplog.start)
+	for common < m.oplog.len() && p.oplog.matches(common, m.oplog.at(common)) {
 		common++
 	}
-	for i := len(m.oplog) - 1; i >= common; i-- {
-		e := m.oplog[i]
+	for i := m.oplog.len() - 1; i >= common; i-- {
+		e := m.oplog.at(i)
 		_ = m.store.Do(context.Background(), e.coll, func(c *memdb.Table, now time.Time) error {
-			undo(c, now, e)
+			undo(c, now, *e)
 			return nil
 		})
 	}
-	m.oplog = m.oplog[:common]
+	m.oplog.truncate(common)
 	m.committed = min(m.committed, common)
 }
 

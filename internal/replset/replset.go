@@ -103,7 +103,7 @@ func New(cfg Config) *Set {
 	p.primary, p.term = true, 1
 	p.appendEntry(entry{at: s.start})
 	for _, m := range s.members[1:] {
-		m.apply(p.oplog[0])
+		m.apply(*p.oplog.at(0))
 	}
 	s.commit(p)
 	return s
@@ -292,6 +292,20 @@ func (s *Set) advance() {
 		do()
 	}
 	s.replicate(now)
+	s.trim()
+}
+
+// trim drops from every oplog the entries that no rollback can need: those
+// every member applied and knows majority-committed, as MongoDB's capped
+// oplog drops its oldest (MongoDB keeps more, by size).
+func (s *Set) trim() {
+	n := s.members[0].committed
+	for _, m := range s.members[1:] {
+		n = min(n, m.committed)
+	}
+	for _, m := range s.members {
+		m.oplog.drop(n)
+	}
 }
 
 // nextChange returns the earliest step-down, election or return of a
@@ -375,8 +389,8 @@ func (s *Set) replicate(now time.Time) {
 			if m.side != side || m.primary || m.down {
 				continue
 			}
-			for n := len(m.oplog); n < len(p.oplog); n++ {
-				e := p.oplog[n]
+			for n := m.oplog.len(); n < p.oplog.len(); n++ {
+				e := *p.oplog.at(n)
 				due := e.at
 				if m.since.After(due) {
 					due = m.since
@@ -390,7 +404,7 @@ func (s *Set) replicate(now time.Time) {
 		s.commit(p)
 		for _, m := range s.members {
 			if m.side == side && !m.primary && !m.down {
-				m.committed = min(p.committed, len(m.oplog))
+				m.committed = min(p.committed, m.oplog.len())
 			}
 		}
 	}
@@ -399,14 +413,14 @@ func (s *Set) replicate(now time.Time) {
 // commit advances p's commit point to the last entry of its term that a
 // majority applied, and with it every entry before.
 func (s *Set) commit(p *Member) {
-	for n := len(p.oplog); n > p.committed; n-- {
-		e := p.oplog[n-1]
+	for n := p.oplog.len(); n > p.committed; n-- {
+		e := p.oplog.at(n - 1)
 		if e.optime.Term != p.term {
 			break
 		}
 		have := 0
 		for _, m := range s.members {
-			if len(m.oplog) >= n && m.oplog[n-1].optime == e.optime {
+			if m.oplog.matches(n-1, e) {
 				have++
 			}
 		}
@@ -428,10 +442,10 @@ func (s *Set) nextDue() (t time.Time) {
 			continue
 		}
 		for _, m := range s.members {
-			if m.side != side || m.primary || m.down || len(m.oplog) >= len(p.oplog) {
+			if m.side != side || m.primary || m.down || m.oplog.len() >= p.oplog.len() {
 				continue
 			}
-			due := p.oplog[len(m.oplog)].at
+			due := p.oplog.at(m.oplog.len()).at
 			if m.since.After(due) {
 				due = m.since
 			}

@@ -375,3 +375,43 @@ func BenchmarkWrite(b *testing.B) {
 		})
 	}
 }
+
+func TestOplogStaysBoundedWhileEveryMemberIsUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New(Config{DB: "test", Clocks: make([]Clock, 3), Lags: []time.Duration{0, lag, 2 * lag}})
+		p := s.Member(0)
+		const writes, bound = 100_000, 2 * dropAtLeast
+		most := 0
+		for i := range writes {
+			w := W1
+			if i%10 == 9 {
+				w = Majority
+			}
+			err := p.Write(t.Context(), w, "locks", func(c *memdb.Table, now time.Time) error {
+				_, err := c.DeleteOne(now, bson.D{{Key: "_id", Value: i - 5}})
+				if err == nil {
+					err = c.InsertOne(now, bson.D{{Key: "_id", Value: i}})
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range s.members {
+				most = max(most, len(m.oplog.entries))
+			}
+		}
+		if most > bound {
+			t.Fatalf("an oplog held %d entries over %d writes, want at most %d", most, writes, bound)
+		}
+		time.Sleep(2 * lag)
+		for _, m := range s.members {
+			var docs []bson.Raw
+			err := m.Read(t.Context(), MajorityRead, "locks", func(c *memdb.Table, _ time.Time) error { docs = c.Docs(); return nil })
+			if err != nil || len(docs) != 5 || m.LastOpTime() != p.LastOpTime() {
+				t.Fatalf("member %d: %d documents at majority (%v), optime %v, want the primary's 5 and %v",
+					m.ID(), len(docs), err, m.LastOpTime(), p.LastOpTime())
+			}
+		}
+	})
+}
