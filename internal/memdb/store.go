@@ -80,6 +80,25 @@ func (s *Store) Cursors() int {
 	return s.hist.open()
 }
 
+// Position returns the position in the database's change history that its
+// next change event will take: each write's events take the next ones.
+func (s *Store) Position() uint64 {
+	s.hist.mu.Lock()
+	defer s.hist.mu.Unlock()
+	return s.hist.next
+}
+
+// SetVisible makes the database's change streams deliver only the events
+// before position pos (Position), until it is called again, as a change
+// stream delivers only majority-committed events: pos is the commit
+// point's. A Store's streams deliver every event until it is called.
+func (s *Store) SetVisible(pos uint64) { s.hist.setVisible(pos) }
+
+// EndStreams ends every change stream open on the database: the next
+// read of each returns err, and those after CursorNotFound, as a member
+// that steps down or goes down ends its cursors.
+func (s *Store) EndStreams(err error) { s.hist.endAll(err) }
+
 // SetEvents sets the form of the change events of the database's updates,
 // in every collection, from now on: MongoDB 8.0's (Events8, a new Store's)
 // or 4.4's (Events44).

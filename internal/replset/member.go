@@ -28,11 +28,20 @@ type Member struct {
 	changedAt   time.Time // when it last went down or came back
 }
 
-// stepDown makes the primary m a secondary; err is why its operations in
-// flight end.
+// stepDown makes m a secondary, if it was primary, and ends its change
+// streams with err.
 func (m *Member) stepDown(err error) {
-	_ = err // for the change streams it will end
 	m.primary = false
+	m.store.EndStreams(err)
+}
+
+// commitTo sets the member's commit point to its first n entries, and lets
+// its change streams deliver their events.
+func (m *Member) commitTo(n int) {
+	if n > m.committed {
+		m.store.SetVisible(m.oplog.at(n - 1).pos)
+	}
+	m.committed = n
 }
 
 // ID returns the member's index in its set.
@@ -201,21 +210,22 @@ func (m *Member) last() OpTime { return m.oplog.last().optime }
 // nowhere else: replicate brings it to the secondaries.
 func (m *Member) appendEntry(e entry) {
 	e.optime = OpTime{Term: m.term, Index: int64(m.oplog.len()) + 1}
+	e.pos = m.store.Position()
 	m.oplog.add(e)
 }
 
 // apply applies a primary's entry on a secondary.
 func (m *Member) apply(e entry) {
-	m.oplog.add(e)
-	if len(e.changes) == 0 {
-		return
+	if len(e.changes) > 0 {
+		_ = m.store.Do(context.Background(), e.coll, func(c *memdb.Table, now time.Time) error {
+			for _, ch := range e.changes {
+				put(c, now, ch.ID, ch.After)
+			}
+			return nil
+		})
 	}
-	_ = m.store.Do(context.Background(), e.coll, func(c *memdb.Table, now time.Time) error {
-		for _, ch := range e.changes {
-			put(c, now, ch.ID, ch.After)
-		}
-		return nil
-	})
+	e.pos = m.store.Position()
+	m.oplog.add(e)
 }
 
 // rollBackTo undoes the member's entries that p's oplog lacks, newest

@@ -44,6 +44,13 @@ var (
 		Message: "replset: not primary"}
 	errSteppedDown = mongo.CommandError{Code: 189, Name: "PrimarySteppedDown",
 		Message: "replset: primary stepped down while waiting for replication"}
+	errNotPrimaryNoSecondaryOk = mongo.CommandError{Code: 13435, Name: "NotPrimaryNoSecondaryOk",
+		Message: "replset: not primary and secondaryOk=false"}
+	// A change stream's getMore on a member that stepped down: resumable,
+	// so the driver opens the stream again on the new primary.
+	errInterrupted = mongo.CommandError{Code: 11602, Name: "InterruptedDueToReplStateChange",
+		Labels:  []string{"ResumableChangeStreamError"},
+		Message: "replset: operation was interrupted because the node stepped down"}
 )
 
 // errDown is the error of an operation on a member that is down, as the
@@ -176,7 +183,7 @@ func (s *Set) StepDown() bool {
 	if p == nil {
 		return false
 	}
-	p.stepDown(errSteppedDown)
+	p.stepDown(errInterrupted)
 	s.elect(p.side, p)
 	s.topologyChanged()
 	return true
@@ -197,9 +204,7 @@ func (s *Set) Restart(i int, down time.Duration) {
 	now := s.base()
 	m := s.members[i]
 	m.down, m.upAt, m.changedAt = true, now.Add(down), now
-	if m.primary {
-		m.stepDown(errDown(m))
-	}
+	m.stepDown(errDown(m))
 	s.topologyChanged()
 }
 
@@ -233,7 +238,7 @@ func (s *Set) resolve() {
 				continue
 			}
 			if m.primary && m.term < p.term {
-				m.stepDown(errSteppedDown)
+				m.stepDown(errInterrupted)
 			}
 			if !m.primary {
 				m.rollBackTo(p)
@@ -325,7 +330,7 @@ func (s *Set) nextChange() (at time.Time, do func()) {
 			// A primary that cannot see a majority steps down.
 			t := since.Add(s.timeout)
 			if do == nil || t.Before(at) {
-				at, do = t, func() { p.stepDown(errSteppedDown) }
+				at, do = t, func() { p.stepDown(errInterrupted) }
 			}
 		case p == nil && s.hasMajority(side):
 			// A majority without a primary elects one.
@@ -369,7 +374,7 @@ func (s *Set) elect(side int, not *Member) {
 	for _, m := range s.members {
 		if m.side == side && m != best && !m.down {
 			if m.primary {
-				m.stepDown(errSteppedDown)
+				m.stepDown(errInterrupted)
 			}
 			m.since = now
 			m.rollBackTo(best)
@@ -404,7 +409,7 @@ func (s *Set) replicate(now time.Time) {
 		s.commit(p)
 		for _, m := range s.members {
 			if m.side == side && !m.primary && !m.down {
-				m.committed = min(p.committed, m.oplog.len())
+				m.commitTo(min(p.committed, m.oplog.len()))
 			}
 		}
 	}
@@ -425,7 +430,7 @@ func (s *Set) commit(p *Member) {
 			}
 		}
 		if 2*have > len(s.members) {
-			p.committed = n
+			p.commitTo(n)
 			return
 		}
 	}
@@ -471,6 +476,7 @@ func (a OpTime) String() string { return fmt.Sprintf("(%d, %d)", a.Term, a.Index
 // after (nil: absent), so that a rollback can undo it.
 type entry struct {
 	optime  OpTime
+	pos     uint64    // the member's change history's position after it
 	at      time.Time // when the primary applied it, on the base clock
 	coll    string
 	changes []memdb.Change
