@@ -184,7 +184,7 @@ func (s *Set) StepDown() bool {
 		return false
 	}
 	p.stepDown(errInterrupted)
-	s.elect(p.side, p)
+	s.elect(p.side, p, s.base())
 	s.topologyChanged()
 	return true
 }
@@ -342,7 +342,7 @@ func (s *Set) nextChange() (at time.Time, do func()) {
 			}
 			if do == nil || t.Before(at) {
 				side := side
-				at, do = t, func() { s.elect(side, nil) }
+				at, do = t, func() { s.elect(side, nil, t) }
 			}
 		}
 	}
@@ -352,8 +352,7 @@ func (s *Set) nextChange() (at time.Time, do func()) {
 // elect makes the member of side with the highest optime, other than not,
 // primary of a new term, and writes the term's first entry, as a new
 // primary writes its "new primary" no-op.
-func (s *Set) elect(side int, not *Member) {
-	now := s.base()
+func (s *Set) elect(side int, not *Member, now time.Time) {
 	var best *Member
 	for _, m := range s.members {
 		if m.side == side && m != not && !m.down && (best == nil || best.last().less(m.last())) {

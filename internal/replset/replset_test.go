@@ -415,3 +415,51 @@ func TestOplogStaysBoundedWhileEveryMemberIsUp(t *testing.T) {
 		}
 	})
 }
+
+// Members 0, 2 and 0 again are primary in turn, 0 of terms 1 and 3, each
+// writing at w:1 while cut off; then 0 goes down and the set heals. Term
+// 2's primary holds the newest history (its last optime is of the highest
+// term but 0's), so it wins the election, and the write term 1 made on two
+// members is rolled back rather than overriding term 2's; every write
+// acknowledged at w:majority survives.
+func TestANewerTermsHistoryOverridesAnOlderTermsWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New(Config{DB: "test", Clocks: make([]Clock, 5), Lags: []time.Duration{lag, lag, lag, lag, lag}})
+		if err := insert(t.Context(), s.Member(0), Majority, "kept"); err != nil {
+			t.Fatal(err)
+		}
+		s.Partition(0, 1)
+		acked := make(chan error)
+		go func() { acked <- insert(t.Context(), s.Member(0), Majority, "a") }() // term 1: member 1 applies it
+		time.Sleep(DefaultElectionTimeout)
+		if err := <-acked; code(err) != 189 {
+			t.Fatalf("w:majority on a primary cut off with a minority: got %v, want PrimarySteppedDown", err)
+		}
+		if p, _ := s.Primary(); p.ID() != 2 {
+			t.Fatalf("term 2's primary is %d, want 2", p.ID())
+		}
+		s.Partition(2) // before its first entry of term 2 replicates
+		if err := insert(t.Context(), s.Member(2), W1, "b"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(DefaultElectionTimeout)
+		if p, _ := s.Primary(); p.ID() != 0 || p.term != 3 {
+			t.Fatalf("the primary is %d of term %d, want 0 of term 3", p.ID(), p.term)
+		}
+		if !has(t, s.Member(1), Local, "a") || has(t, s.Member(0), MajorityRead, "a") {
+			t.Fatal("term 1's write: want it on member 1, and not committed")
+		}
+		s.Restart(0, time.Hour)
+		s.Heal()
+		time.Sleep(DefaultElectionTimeout + lag)
+		if p, _ := s.Primary(); p.ID() != 2 || p.term != 4 {
+			t.Fatalf("the primary is %d of term %d, want 2 of term 4", p.ID(), p.term)
+		}
+		for _, i := range []int{1, 2, 3, 4} {
+			m := s.Member(i)
+			if has(t, m, Local, "a") || !has(t, m, Local, "b") || !has(t, m, MajorityRead, "kept") {
+				t.Fatalf("member %d: want b and kept, and not a", i)
+			}
+		}
+	})
+}
