@@ -12,21 +12,27 @@
 // write. When a cut-off member rejoins, the writes it applied that no
 // majority applied are rolled back and it syncs from the primary. A member
 // may go down and come back (Restart), as a mongod that crashes and
-// restarts: absent meanwhile, its journaled data kept.
+// restarts: absent meanwhile, its journaled data kept. A change stream
+// (Member.Watch) delivers the events of majority-committed writes alone,
+// and ends when its member steps down or goes down. The oplogs drop the
+// entries every member applied and knows majority-committed. With a
+// Config.Rand, each election comes a random offset after its timeout.
 //
 // Time is the base clock's (time.Now, the bubble's inside testing/synctest):
 // the set has no goroutine, and catches up on replication, step-downs and
 // elections whenever it is used.
 //
-// Not modelled yet: change streams at "majority", the driver's server
-// selection and its retry of a write to the new primary, replSetStepDown as
-// a command (StepDown is its force: true, without the secondaries'
-// catch-up), the election's random delay, a secondary's delay in learning
-// the commit point, a capped oplog, chained replication and arbiters.
+// Not modelled yet: the driver's server selection and its retry of a write
+// to the new primary, replSetStepDown as a command (StepDown is its force:
+// true, without the secondaries' catch-up), a secondary's delay in
+// learning the commit point, an oplog capped by size (a member down or cut
+// off holds back what every oplog drops, where MongoDB would drop it and
+// have the member resync), chained replication and arbiters.
 package replset
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -37,6 +43,11 @@ import (
 
 // DefaultElectionTimeout is MongoDB's electionTimeoutMillis default.
 const DefaultElectionTimeout = 10 * time.Second
+
+// electionOffsetLimit is the most an election comes after its timeout, as
+// a fraction of it: MongoDB's electionTimeoutOffsetLimitFraction, by which
+// it randomizes each member's election timer.
+const electionOffsetLimit = 0.15
 
 // Errors as MongoDB 8.0 replies them; the driver classes both as transient.
 var (
@@ -73,6 +84,11 @@ type Config struct {
 	Clocks          []Clock         // one per member; their number is the set's size
 	Lags            []time.Duration // replication lag per member (nil or short: 0)
 	ElectionTimeout time.Duration   // 0: DefaultElectionTimeout
+	// Rand, if not nil, delays each election after its timeout by a
+	// random offset of up to 15% of the timeout, as MongoDB randomizes
+	// its election timers; nil: no offset. The set draws from it under
+	// its lock: give it a source of its own, seeded to replay a run.
+	Rand *rand.Rand
 }
 
 // Set is a replica set. Member 0 is the first primary, in term 1. Safe for
@@ -85,6 +101,8 @@ type Set struct {
 	members []*Member
 	changed chan struct{} // closed and replaced at each change of topology
 	term    int64         // the highest term any member has seen
+	rand    *rand.Rand
+	offset  [2]time.Duration // each side's next election's random offset
 }
 
 // New returns a set as cfg describes, all members connected, member 0 its
@@ -93,7 +111,7 @@ func New(cfg Config) *Set {
 	if len(cfg.Clocks) == 0 {
 		panic("replset: a set needs at least one member")
 	}
-	s := &Set{base: time.Now, start: time.Now(), timeout: cfg.ElectionTimeout, changed: make(chan struct{})}
+	s := &Set{base: time.Now, start: time.Now(), timeout: cfg.ElectionTimeout, changed: make(chan struct{}), rand: cfg.Rand}
 	if s.timeout == 0 {
 		s.timeout = DefaultElectionTimeout
 	}
@@ -219,6 +237,7 @@ func (s *Set) comeBack(m *Member, at time.Time) {
 }
 
 func (s *Set) topologyChanged() {
+	s.drawOffsets()
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.resolve()
@@ -334,10 +353,10 @@ func (s *Set) nextChange() (at time.Time, do func()) {
 			}
 		case p == nil && s.hasMajority(side):
 			// A majority without a primary elects one.
-			t := since.Add(s.timeout)
+			t := since.Add(s.timeout + s.offset[side])
 			for _, m := range s.members {
 				if m.side == side && m.lostPrimary.After(since) {
-					t = m.lostPrimary.Add(s.timeout)
+					t = m.lostPrimary.Add(s.timeout + s.offset[side])
 				}
 			}
 			if do == nil || t.Before(at) {
@@ -353,6 +372,7 @@ func (s *Set) nextChange() (at time.Time, do func()) {
 // primary of a new term, and writes the term's first entry, as a new
 // primary writes its "new primary" no-op.
 func (s *Set) elect(side int, not *Member, now time.Time) {
+	s.drawOffsets()
 	var best *Member
 	for _, m := range s.members {
 		if m.side == side && m != not && !m.down && (best == nil || best.last().less(m.last())) {
@@ -378,6 +398,18 @@ func (s *Set) elect(side int, not *Member, now time.Time) {
 			m.since = now
 			m.rollBackTo(best)
 		}
+	}
+}
+
+// drawOffsets draws each side's next election's random offset, if the set
+// has a source: anew whenever an election timer starts again.
+func (s *Set) drawOffsets() {
+	if s.rand == nil {
+		return
+	}
+	limit := int64(float64(s.timeout) * electionOffsetLimit)
+	for side := range s.offset {
+		s.offset[side] = time.Duration(s.rand.Int64N(limit + 1))
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -462,4 +463,39 @@ func TestANewerTermsHistoryOverridesAnOlderTermsWrites(t *testing.T) {
 			}
 		}
 	})
+}
+
+// electionDelay returns how long after its primary was cut off a set whose
+// elections draw from seed elects another, to the millisecond.
+func electionDelay(t *testing.T, seed uint64) (d time.Duration) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New(Config{DB: "test", Clocks: make([]Clock, 3), Rand: rand.New(rand.NewPCG(seed, 0))})
+		start := time.Now()
+		s.Partition(0)
+		for {
+			if p, _ := s.Primary(); p != nil && p.ID() != 0 {
+				d = time.Since(start)
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	return d
+}
+
+func TestElectionComesUpTo15PercentOfItsTimeoutLateAsItsSeedSays(t *testing.T) {
+	delays := map[time.Duration]bool{}
+	for seed := range uint64(10) {
+		d := electionDelay(t, seed)
+		if d < DefaultElectionTimeout || d > DefaultElectionTimeout*115/100 {
+			t.Fatalf("seed %d: elected after %v, want within 15%% past %v", seed, d, DefaultElectionTimeout)
+		}
+		if again := electionDelay(t, seed); again != d {
+			t.Fatalf("seed %d: elected after %v, then after %v", seed, d, again)
+		}
+		delays[d] = true
+	}
+	if len(delays) < 5 {
+		t.Fatalf("10 seeds gave %d delays, want them random", len(delays))
+	}
 }
