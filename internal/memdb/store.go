@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -78,6 +80,14 @@ func (s *Store) Cursors() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.hist.open()
+}
+
+// Collections returns the names of the database's collections, those
+// written or read so far, in no order.
+func (s *Store) Collections() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Collect(maps.Keys(s.colls))
 }
 
 // Position returns the position in the database's change history that its

@@ -2,6 +2,7 @@ package replset
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -232,6 +233,10 @@ func (m *Member) apply(e entry) {
 // first, as MongoDB's rollback does back to the common point; the member
 // then replicates from p.
 func (m *Member) rollBackTo(p *Member) {
+	if m.committed < p.oplog.start {
+		m.resync(p) // p dropped what would find the common point
+		return
+	}
 	common := max(m.oplog.start, p.oplog.start)
 	for common < m.oplog.len() && p.oplog.matches(common, m.oplog.at(common)) {
 		common++
@@ -245,6 +250,34 @@ func (m *Member) rollBackTo(p *Member) {
 	}
 	m.oplog.truncate(common)
 	m.committed = min(m.committed, common)
+}
+
+// resync makes the member a copy of p, data and oplog, as MongoDB's
+// initial sync does for a member that fell off the end of its sync
+// source's oplog, or diverged before it: what it held that p lacks is
+// lost, as no majority applied it.
+func (m *Member) resync(p *Member) {
+	colls := append(m.store.Collections(), p.store.Collections()...)
+	for _, coll := range colls {
+		var docs []bson.Raw
+		_ = p.store.Do(context.Background(), coll, func(c *memdb.Table, _ time.Time) error { docs = c.Docs(); return nil })
+		_ = m.store.Do(context.Background(), coll, func(c *memdb.Table, now time.Time) error {
+			for _, d := range c.Docs() {
+				put(c, now, d.Lookup("_id"), nil)
+			}
+			for _, d := range docs {
+				put(c, now, d.Lookup("_id"), d)
+			}
+			return nil
+		})
+	}
+	pos := m.store.Position()
+	m.oplog = oplog{start: p.oplog.start, entries: slices.Clone(p.oplog.entries)}
+	for i := range m.oplog.entries {
+		m.oplog.entries[i].pos = pos
+	}
+	m.committed = min(p.committed, m.oplog.len())
+	m.store.SetVisible(pos)
 }
 
 func undo(c *memdb.Table, now time.Time, e entry) {

@@ -15,7 +15,9 @@
 // restarts: absent meanwhile, its journaled data kept. A change stream
 // (Member.Watch) delivers the events of majority-committed writes alone,
 // and ends when its member steps down or goes down. The oplogs drop the
-// entries every member applied and knows majority-committed. With a
+// entries every member applied and knows majority-committed, and, past
+// their size, the oldest their member knows majority-committed: a member
+// that needed them resyncs from the primary's data. With a
 // Config.Rand, each election comes a random offset after its timeout.
 //
 // Time is the base clock's (time.Now, the bubble's inside testing/synctest):
@@ -25,9 +27,8 @@
 // Not modelled yet: the driver's server selection and its retry of a write
 // to the new primary, replSetStepDown as a command (StepDown is its force:
 // true, without the secondaries' catch-up), a secondary's delay in
-// learning the commit point, an oplog capped by size (a member down or cut
-// off holds back what every oplog drops, where MongoDB would drop it and
-// have the member resync), chained replication and arbiters.
+// learning the commit point, an oplog's size in bytes (it is counted in
+// entries), chained replication and arbiters.
 package replset
 
 import (
@@ -48,6 +49,11 @@ const DefaultElectionTimeout = 10 * time.Second
 // a fraction of it: MongoDB's electionTimeoutOffsetLimitFraction, by which
 // it randomizes each member's election timer.
 const electionOffsetLimit = 0.15
+
+// DefaultOplogSize is how many entries an oplog keeps at most, beyond the
+// last its member knows majority-committed: enough for a member down or
+// cut off for minutes of a simulation's writes to catch up from it.
+const DefaultOplogSize = 10_000
 
 // Errors as MongoDB 8.0 replies them; the driver classes both as transient.
 var (
@@ -84,6 +90,7 @@ type Config struct {
 	Clocks          []Clock         // one per member; their number is the set's size
 	Lags            []time.Duration // replication lag per member (nil or short: 0)
 	ElectionTimeout time.Duration   // 0: DefaultElectionTimeout
+	OplogSize       int             // 0: DefaultOplogSize
 	// Rand, if not nil, delays each election after its timeout by a
 	// random offset of up to 15% of the timeout, as MongoDB randomizes
 	// its election timers; nil: no offset. The set draws from it under
@@ -102,6 +109,7 @@ type Set struct {
 	changed chan struct{} // closed and replaced at each change of topology
 	term    int64         // the highest term any member has seen
 	rand    *rand.Rand
+	size    int              // of an oplog: Config.OplogSize
 	offset  [2]time.Duration // each side's next election's random offset
 }
 
@@ -114,6 +122,9 @@ func New(cfg Config) *Set {
 	s := &Set{base: time.Now, start: time.Now(), timeout: cfg.ElectionTimeout, changed: make(chan struct{}), rand: cfg.Rand}
 	if s.timeout == 0 {
 		s.timeout = DefaultElectionTimeout
+	}
+	if s.size = cfg.OplogSize; s.size == 0 {
+		s.size = DefaultOplogSize
 	}
 	for i, c := range cfg.Clocks {
 		m := &Member{set: s, id: i, clock: c, side: 0, since: s.start}
@@ -320,15 +331,16 @@ func (s *Set) advance() {
 }
 
 // trim drops from every oplog the entries that no rollback can need: those
-// every member applied and knows majority-committed, as MongoDB's capped
-// oplog drops its oldest (MongoDB keeps more, by size).
+// every member applied and knows majority-committed; and, past the oplog's
+// size, those its member knows majority-committed, as MongoDB's capped
+// oplog drops its oldest (by size): a member that needed them resyncs.
 func (s *Set) trim() {
 	n := s.members[0].committed
 	for _, m := range s.members[1:] {
 		n = min(n, m.committed)
 	}
 	for _, m := range s.members {
-		m.oplog.drop(n)
+		m.oplog.drop(max(n, min(m.committed, m.oplog.len()-s.size)))
 	}
 }
 
@@ -424,6 +436,9 @@ func (s *Set) replicate(now time.Time) {
 		for _, m := range s.members {
 			if m.side != side || m.primary || m.down {
 				continue
+			}
+			if m.committed < p.oplog.start {
+				m.resync(p)
 			}
 			for n := m.oplog.len(); n < p.oplog.len(); n++ {
 				e := *p.oplog.at(n)

@@ -499,3 +499,60 @@ func TestElectionComesUpTo15PercentOfItsTimeoutLateAsItsSeedSays(t *testing.T) {
 		t.Fatalf("10 seeds gave %d delays, want them random", len(delays))
 	}
 }
+
+// writeMany writes n documents at w:majority to the primary of s, with
+// ids prefix0, prefix1, …
+func writeMany(t *testing.T, s *Set, prefix string, n int) {
+	t.Helper()
+	p, _ := s.Primary()
+	for i := range n {
+		if err := insert(t.Context(), p, Majority, fmt.Sprint(prefix, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestMemberThatFellOffTheOplogResyncs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const size = 100
+		s := New(Config{DB: "test", Clocks: make([]Clock, 3), Lags: []time.Duration{0, lag, lag}, OplogSize: size})
+		s.Restart(2, time.Hour)
+		writeMany(t, s, "w", 10*size)
+		if n := len(s.Member(0).oplog.entries); n > 2*size {
+			t.Fatalf("the primary's oplog holds %d entries while a member is down, want at most %d", n, 2*size)
+		}
+		time.Sleep(time.Hour + lag)
+		back := s.Member(2)
+		for _, id := range []string{"w0", fmt.Sprint("w", 10*size-1)} {
+			if !has(t, back, Local, id) {
+				t.Fatalf("back up, the member lacks %s", id)
+			}
+		}
+		if back.LastOpTime() != s.Member(0).LastOpTime() {
+			t.Fatalf("back up, the member is at %v, the primary at %v", back.LastOpTime(), s.Member(0).LastOpTime())
+		}
+	})
+}
+
+func TestCutOffPrimaryThatFellOffTheOplogResyncsWithoutItsWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const size = 100
+		s := New(Config{DB: "test", Clocks: make([]Clock, 3), Lags: []time.Duration{lag, lag, lag}, OplogSize: size})
+		old := s.Member(0)
+		s.Partition(0)
+		if err := insert(t.Context(), old, W1, "lost"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(DefaultElectionTimeout)
+		writeMany(t, s, "w", 10*size)
+		s.Heal()
+		time.Sleep(lag)
+		if has(t, old, Local, "lost") || !has(t, old, Local, "w0") || !has(t, old, MajorityRead, "w0") {
+			t.Fatal("the old primary kept its write no majority applied, or lacks the new primary's")
+		}
+		p, _ := s.Primary()
+		if old.LastOpTime() != p.LastOpTime() {
+			t.Fatalf("the old primary is at %v, the primary at %v", old.LastOpTime(), p.LastOpTime())
+		}
+	})
+}
