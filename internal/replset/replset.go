@@ -347,50 +347,51 @@ func (s *Set) trim() {
 // nextChange returns the earliest step-down, election or return of a
 // member to come, and what makes it; nil if none is due at any time.
 func (s *Set) nextChange() (at time.Time, do func()) {
+	earliest := func(t time.Time, f func()) {
+		if do == nil || t.Before(at) {
+			at, do = t, f
+		}
+	}
 	for _, m := range s.members {
-		if m.down && (do == nil || m.upAt.Before(at)) {
-			m, t := m, m.upAt
-			at, do = t, func() { s.comeBack(m, t) }
+		if m.down {
+			earliest(m.upAt, func() { s.comeBack(m, m.upAt) })
 		}
 	}
 	for side := range 2 {
-		since := s.sideSince(side)
 		p := s.primaryOf(side)
 		switch {
 		case p != nil && !s.hasMajority(side):
 			// A primary that cannot see a majority steps down.
-			t := since.Add(s.timeout)
-			if do == nil || t.Before(at) {
-				at, do = t, func() { p.stepDown(errInterrupted) }
-			}
+			earliest(s.sideSince(side).Add(s.timeout), func() { p.stepDown(errInterrupted) })
 		case p == nil && s.hasMajority(side):
 			// A majority without a primary elects one.
-			t := since.Add(s.timeout + s.offset[side])
-			for _, m := range s.members {
-				if m.side == side && m.lostPrimary.After(since) {
-					t = m.lostPrimary.Add(s.timeout + s.offset[side])
-				}
-			}
-			if do == nil || t.Before(at) {
-				side := side
-				at, do = t, func() { s.elect(side, nil, t) }
-			}
+			t := s.electionDue(side)
+			earliest(t, func() { s.elect(side, nil, t) })
 		}
 	}
 	return at, do
 }
 
-// elect makes the member of side with the highest optime, other than not,
-// primary of a new term, and writes the term's first entry, as a new
-// primary writes its "new primary" no-op.
-func (s *Set) elect(side int, not *Member, now time.Time) {
-	s.drawOffsets()
-	var best *Member
+// electionDue returns when side, a majority without a primary, elects
+// one: an election timeout, and its random offset, after it took its
+// shape or after its last failed election.
+func (s *Set) electionDue(side int) time.Time {
+	since := s.sideSince(side)
 	for _, m := range s.members {
-		if m.side == side && m != not && !m.down && (best == nil || best.last().less(m.last())) {
-			best = m
+		if m.side == side && m.lostPrimary.After(since) {
+			since = m.lostPrimary
 		}
 	}
+	return since.Add(s.timeout + s.offset[side])
+}
+
+// elect makes the member of side with the highest optime, other than not,
+// primary of a new term, and writes the term's first entry, as a new
+// primary writes its "new primary" no-op. Without a majority, or a member
+// to elect, the election fails, and its side tries again a timeout later.
+func (s *Set) elect(side int, not *Member, now time.Time) {
+	s.drawOffsets()
+	best := s.candidate(side, not)
 	if best == nil || !s.hasMajority(side) {
 		for _, m := range s.members {
 			if m.side == side {
@@ -411,6 +412,17 @@ func (s *Set) elect(side int, not *Member, now time.Time) {
 			m.rollBackTo(best)
 		}
 	}
+}
+
+// candidate returns the member of side that is up, other than not, with
+// the highest optime (the first of several), or nil.
+func (s *Set) candidate(side int, not *Member) (best *Member) {
+	for _, m := range s.members {
+		if m.side == side && m != not && !m.down && (best == nil || best.last().less(m.last())) {
+			best = m
+		}
+	}
+	return best
 }
 
 // drawOffsets draws each side's next election's random offset, if the set
