@@ -3,6 +3,7 @@ package memdb
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -40,6 +41,7 @@ type history struct {
 	timeout time.Duration
 	ring    []entry // position p at ring[p%size], for p from next-len(ring)
 	next    uint64  // the position of the next event
+	visible uint64  // streams read the events before it alone (SetVisible)
 	streams []*Stream
 	cursors int64 // cursor ids given
 }
@@ -53,7 +55,7 @@ type entry struct {
 // newHistory returns an empty history read at the clock now, whose
 // reads are operations of the database that op orders.
 func newHistory(now func() time.Time, op *sync.Mutex) *history {
-	return &history{op: op, now: now, size: DefaultHistory, timeout: DefaultCursorTimeout}
+	return &history{op: op, now: now, size: DefaultHistory, timeout: DefaultCursorTimeout, visible: math.MaxUint64}
 }
 
 // history returns the history c's events go to: its database's, or one
@@ -84,6 +86,32 @@ func (h *history) add(coll *Table, ev bson.D) {
 			s.wake()
 		}
 	}
+}
+
+// setVisible lets streams read the events before position pos alone,
+// and wakes those that may read more.
+func (h *history) setVisible(pos uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.visible = pos
+	for _, s := range h.streams {
+		if s.pos < pos {
+			s.wake()
+		}
+	}
+}
+
+// endAll ends every open stream with err, which its next read returns.
+func (h *history) endAll(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, s := range h.streams {
+		if s.err == nil {
+			s.cause = err
+			s.end(err)
+		}
+	}
+	h.sweep()
 }
 
 // open returns the number of open cursors.
@@ -126,6 +154,7 @@ type Stream struct {
 	used     time.Time // when last read, or waited on
 	awaiting int       // calls of Wait under way: a getMore in progress is never idle
 	err      error     // why it ended: its next read's error
+	cause    error     // an error EndStreams ended it with, for its next read
 }
 
 // Watch opens a change stream over the collection's writes from now on.
@@ -169,6 +198,9 @@ func (s *Stream) Next() (event bson.Raw, err error) {
 	defer h.mu.Unlock()
 	now := h.now()
 	switch {
+	case s.cause != nil:
+		err, s.cause = s.cause, nil
+		return nil, err
 	case s.err != nil:
 		return nil, cursorNotFound(s.id) // killed on the server with its error
 	case s.idle(now):
@@ -176,7 +208,7 @@ func (s *Stream) Next() (event bson.Raw, err error) {
 		return nil, s.err
 	}
 	s.used = now
-	for ; s.pos < h.next; s.pos++ {
+	for ; s.pos < min(h.next, h.visible); s.pos++ {
 		if h.next-s.pos > uint64(len(h.ring)) {
 			s.end(historyLost)
 			return nil, s.err

@@ -76,8 +76,45 @@ type Table struct {
 	DB, Name string // the namespace its change events name
 	Events   Events // the form of its updates' change events
 	docs     []bson.D
-	hist     *history // where its change events go; nil: one of its own, made on first use
-	seq      uint32   // events so far
+	hist     *history  // where its change events go; nil: one of its own, made on first use
+	seq      uint32    // events so far
+	rec      *[]Change // where Record keeps the changes, while it runs
+}
+
+// Change is a document a write changed: its _id, and the document before
+// and after the write (nil: absent).
+type Change struct {
+	ID            bson.RawValue
+	Before, After bson.Raw
+}
+
+// Record runs op, which operates on c, and returns the changes op made to
+// c's documents, in the order it made them (a document changed twice
+// twice), with op's error. It costs what the changes cost to encode,
+// whatever the collection's size.
+func (c *Table) Record(op func() error) (changes []Change, err error) {
+	c.rec = &changes
+	defer func() { c.rec = nil }()
+	err = op()
+	return changes, err
+}
+
+// record keeps the change of a document from before to after (nil:
+// absent) for Record, if it runs.
+func (c *Table) record(before, after bson.D) {
+	if c.rec == nil {
+		return
+	}
+	var ch Change
+	if before != nil {
+		ch.Before = encode(before)
+		ch.ID = ch.Before.Lookup("_id")
+	}
+	if after != nil {
+		ch.After = encode(after)
+		ch.ID = ch.After.Lookup("_id")
+	}
+	*c.rec = append(*c.rec, ch)
 }
 
 // norm turns a statement's part (bson.D, bson.Raw, bson.A,
@@ -260,6 +297,7 @@ func (c *Table) InsertOne(now time.Time, doc any) (err error) {
 		return mongo.WriteException{WriteErrors: []mongo.WriteError{{Code: 11000, Message: fmt.Sprintf("E11000 duplicate key error: _id %v", id)}}}
 	}
 	c.docs = append(c.docs, d)
+	c.record(nil, d)
 	c.emit(now, "insert", d, nil)
 	return nil
 }
@@ -369,6 +407,7 @@ func (c *Table) update(now time.Time, i int, update any) bool {
 		op, desc = c.Events.operatorsEvent(before, after, written)
 	}
 	c.docs[i] = after
+	c.record(before, after)
 	c.emit(now, op, after, desc)
 	return true
 }
@@ -379,10 +418,51 @@ func (c *Table) DeleteOne(now time.Time, filter any) (deleted bool, err error) {
 	defer guard(&err)
 	hits := c.matching(filter, 1)
 	for _, i := range hits {
+		c.record(c.docs[i], nil)
 		c.emit(now, "delete", c.docs[i], nil)
 		c.docs = slices.Delete(c.docs, i, i+1)
 	}
 	return len(hits) > 0, nil
+}
+
+// Put makes doc the document of _id id (nil: none), in place of the one
+// there was, as a secondary applies an oplog entry: with the change event
+// of an insert, a replace or a delete, and without evaluating a statement.
+func (c *Table) Put(now time.Time, id bson.RawValue, doc bson.Raw) (err error) {
+	defer guard(&err)
+	key, ok := rawValue(id)
+	if !ok {
+		panic(notModelled("_id %v", id))
+	}
+	i := slices.IndexFunc(c.docs, func(x bson.D) bool { return sameID(get(x, "_id"), key) })
+	switch {
+	case doc == nil && i >= 0:
+		c.record(c.docs[i], nil)
+		c.emit(now, "delete", c.docs[i], nil)
+		c.docs = slices.Delete(c.docs, i, i+1)
+	case doc == nil:
+	case i < 0:
+		d := as[bson.D](norm(doc), "document")
+		c.docs = append(c.docs, d)
+		c.record(nil, d)
+		c.emit(now, "insert", d, nil)
+	default:
+		d := as[bson.D](norm(doc), "document")
+		before := c.docs[i]
+		c.docs[i] = d
+		c.record(before, d)
+		c.emit(now, "replace", d, nil)
+	}
+	return nil
+}
+
+// sameID is equal for two _ids, at a string's cost for strings.
+func sameID(a, b any) bool {
+	if x, ok := a.(string); ok {
+		y, ok := b.(string)
+		return ok && x == y
+	}
+	return equal(a, b)
 }
 
 // Find returns the documents filter matches, in insertion order, with

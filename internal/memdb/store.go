@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 )
@@ -80,6 +83,33 @@ func (s *Store) Cursors() int {
 	return s.hist.open()
 }
 
+// Collections returns the names of the database's collections, those
+// written or read so far, in no order.
+func (s *Store) Collections() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Collect(maps.Keys(s.colls))
+}
+
+// Position returns the position in the database's change history that its
+// next change event will take: each write's events take the next ones.
+func (s *Store) Position() uint64 {
+	s.hist.mu.Lock()
+	defer s.hist.mu.Unlock()
+	return s.hist.next
+}
+
+// SetVisible makes the database's change streams deliver only the events
+// before position pos (Position), until it is called again, as a change
+// stream delivers only majority-committed events: pos is the commit
+// point's. A Store's streams deliver every event until it is called.
+func (s *Store) SetVisible(pos uint64) { s.hist.setVisible(pos) }
+
+// EndStreams ends every change stream open on the database: the next
+// read of each returns err, and those after CursorNotFound, as a member
+// that steps down or goes down ends its cursors.
+func (s *Store) EndStreams(err error) { s.hist.endAll(err) }
+
 // SetEvents sets the form of the change events of the database's updates,
 // in every collection, from now on: MongoDB 8.0's (Events8, a new Store's)
 // or 4.4's (Events44).
@@ -125,7 +155,15 @@ type Conn interface {
 	// Read runs op, which does not write, at read concern "local".
 	Read(ctx context.Context, coll string, op func(c *Table, now time.Time) error) error
 	// Watch opens a change stream of coll, in one operation.
-	Watch(ctx context.Context, coll string, pipeline any) (*Stream, error)
+	Watch(ctx context.Context, coll string, pipeline any) (Cursor, error)
+}
+
+// A Cursor is a change stream as a client reads it: a Stream, or one a
+// replica set's member serves at "majority".
+type Cursor interface {
+	Next() (event bson.Raw, err error)
+	Wait(ctx context.Context) error
+	Close()
 }
 
 // Write is Do: one server acknowledges its own writes.
@@ -139,12 +177,16 @@ func (s *Store) Read(ctx context.Context, coll string, op func(c *Table, now tim
 }
 
 // Watch opens a change stream of coll (Table.Watch) in one Do.
-func (s *Store) Watch(ctx context.Context, coll string, pipeline any) (st *Stream, err error) {
-	err = s.Do(ctx, coll, func(c *Table, _ time.Time) (err error) {
+func (s *Store) Watch(ctx context.Context, coll string, pipeline any) (Cursor, error) {
+	var st *Stream
+	err := s.Do(ctx, coll, func(c *Table, _ time.Time) (err error) {
 		st, err = c.Watch(pipeline)
 		return err
 	})
-	return st, err
+	if err != nil {
+		return nil, err // not a Cursor holding a nil *Stream
+	}
+	return st, nil
 }
 
 // Send runs apply through the faults, as Store.Do runs its operation: it

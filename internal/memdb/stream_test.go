@@ -188,3 +188,55 @@ func TestUnreadCursorIsKilledAfterTheCursorTimeout(t *testing.T) {
 		}
 	})
 }
+
+func TestStreamDeliversOnlyVisibleEventsAndEndsWithTheErrorItWasEndedWith(t *testing.T) {
+	s := NewStore("test", nil)
+	st := watch(t, s, "c")
+	insertN(t, s, "c", 1)
+	pos := s.Position()
+	s.SetVisible(pos)
+	insertN(t, s, "c", 2)
+	if n, err := read(st); n != 1 || err != nil {
+		t.Fatalf("read %d events (%v), want the 1 before the visible position", n, err)
+	}
+	s.SetVisible(s.Position())
+	if n, err := read(st); n != 2 || err != nil {
+		t.Fatalf("read %d events (%v), want the 2 made visible", n, err)
+	}
+	ended := errors.New("stepped down")
+	s.EndStreams(ended)
+	if _, err := st.Next(); !errors.Is(err, ended) {
+		t.Fatalf("first read after EndStreams: %v, want its error", err)
+	}
+	var ce mongo.CommandError
+	if _, err := st.Next(); !errors.As(err, &ce) || ce.Code != 43 {
+		t.Fatalf("second read after EndStreams: %v, want CursorNotFound", err)
+	}
+}
+
+func TestRecordReportsTheDocumentsAWriteChanged(t *testing.T) {
+	c := &Table{}
+	now := time.Now()
+	_ = c.InsertOne(now, bson.D{{Key: "_id", Value: "a"}, {Key: "n", Value: 1}})
+	changes, err := c.Record(func() error {
+		if _, _, err := c.UpdateOne(now, bson.D{{Key: "_id", Value: "a"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "n", Value: 2}}}}); err != nil {
+			return err
+		}
+		if err := c.InsertOne(now, bson.D{{Key: "_id", Value: "b"}}); err != nil {
+			return err
+		}
+		_, err := c.DeleteOne(now, bson.D{{Key: "_id", Value: "b"}})
+		return err
+	})
+	if err != nil || len(changes) != 3 {
+		t.Fatalf("%d changes (%v), want 3", len(changes), err)
+	}
+	a, b := changes[0], changes[2]
+	if a.ID.StringValue() != "a" || a.Before.Lookup("n").Int32() != 1 || a.After.Lookup("n").Int32() != 2 ||
+		b.ID.StringValue() != "b" || b.Before == nil || b.After != nil {
+		t.Fatalf("changes: %v", changes)
+	}
+	if err := c.Put(now, a.ID, a.Before); err != nil || c.docs[0][1].Value != int32(1) {
+		t.Fatalf("Put of the document before: %v, %v", err, c.docs)
+	}
+}

@@ -26,11 +26,6 @@ const (
 // errNoPrimary is server selection's failure when no member is primary.
 var errNoPrimary = errors.New("replset: no primary")
 
-// errNotPrimaryNoSecondaryOk is a member's reply to a read at read
-// preference primary once it is no longer primary.
-var errNotPrimaryNoSecondaryOk = mongo.CommandError{Code: 13435, Name: "NotPrimaryNoSecondaryOk",
-	Message: "replset: not primary and secondaryOk=false"}
-
 // Client is a driver's client of a set, a memdb.Conn: it sends each
 // operation to the member it takes for the primary, through a network of
 // its own (Faults). As the driver's monitoring does, it learns of a new
@@ -97,12 +92,13 @@ func (c *Client) Read(ctx context.Context, coll string, op func(t *memdb.Table, 
 	})
 }
 
-// Watch opens a change stream of coll on the primary.
-func (c *Client) Watch(ctx context.Context, coll string, pipeline any) (st *memdb.Stream, err error) {
+// Watch opens a change stream at "majority" of coll on the primary
+// (Member.Watch).
+func (c *Client) Watch(ctx context.Context, coll string, pipeline any) (st memdb.Cursor, err error) {
 	err = c.Faults.Send(ctx, func() error {
 		c.set.ops.Add(1)
-		return c.read(ctx, coll, func(t *memdb.Table, _ time.Time) (err error) {
-			st, err = t.Watch(pipeline)
+		return c.onPrimary(ctx, func(m *Member) (err error) {
+			st, err = m.Watch(coll, pipeline)
 			return err
 		})
 	})
@@ -110,13 +106,19 @@ func (c *Client) Watch(ctx context.Context, coll string, pipeline any) (st *memd
 }
 
 func (c *Client) read(ctx context.Context, coll string, op func(t *memdb.Table, now time.Time) error) error {
+	return c.onPrimary(ctx, func(m *Member) error { return m.readAsPrimary(ctx, coll, op) })
+}
+
+// onPrimary runs do on the primary c selected, and once more on the next
+// if that one replied that it is not primary, as retryable reads do.
+func (c *Client) onPrimary(ctx context.Context, do func(m *Member) error) error {
 	var err error
 	for range 2 {
 		var m *Member
 		if m, _, err = c.selectPrimary(ctx); err != nil {
 			return err
 		}
-		if err = m.readAsPrimary(ctx, coll, op); !isNotPrimary(err) {
+		if err = do(m); !isNotPrimary(err) {
 			return err
 		}
 		c.deselect(m)
@@ -130,7 +132,10 @@ func (m *Member) readAsPrimary(ctx context.Context, coll string, op func(t *memd
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.advance()
-	if !m.primary {
+	switch {
+	case m.down:
+		return errDown(m)
+	case !m.primary:
 		return errNotPrimaryNoSecondaryOk
 	}
 	return m.store.Do(ctx, coll, op)

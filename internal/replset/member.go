@@ -1,8 +1,8 @@
 package replset
 
 import (
-	"bytes"
 	"context"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -17,13 +17,32 @@ type Member struct {
 	clock       Clock
 	lag         time.Duration
 	store       *memdb.Store
-	oplog       []entry
+	oplog       oplog
 	committed   int // entries known majority-committed: the commit point
 	primary     bool
 	term        int64     // the term it is primary of, when primary
 	side        int       // its side of a partition: 0 or 1
 	since       time.Time // when its side took its present shape
 	lostPrimary time.Time // when an election on its side last failed
+	down        bool      // crashed, until upAt
+	upAt        time.Time
+	changedAt   time.Time // when it last went down or came back
+}
+
+// stepDown makes m a secondary, if it was primary, and ends its change
+// streams with err.
+func (m *Member) stepDown(err error) {
+	m.primary = false
+	m.store.EndStreams(err)
+}
+
+// commitTo sets the member's commit point to its first n entries, and lets
+// its change streams deliver their events.
+func (m *Member) commitTo(n int) {
+	if n > m.committed {
+		m.store.SetVisible(m.oplog.at(n - 1).pos)
+	}
+	m.committed = n
 }
 
 // ID returns the member's index in its set.
@@ -72,22 +91,24 @@ func (m *Member) Write(ctx context.Context, w Concern, coll string, op func(c *m
 	s := m.set
 	s.mu.Lock()
 	s.advance()
-	if !m.primary {
+	switch {
+	case m.down:
+		s.mu.Unlock()
+		return errDown(m)
+	case !m.primary:
 		s.mu.Unlock()
 		return errNotWritablePrimary
 	}
-	var changes []change
-	err := m.store.Do(ctx, coll, func(c *memdb.Table, now time.Time) error {
-		before := c.Docs()
-		err := op(c, now)
-		changes = diff(before, c.Docs())
+	var changes []memdb.Change
+	err := m.store.Do(ctx, coll, func(c *memdb.Table, now time.Time) (err error) {
+		changes, err = c.Record(func() error { return op(c, now) })
 		return err
 	})
 	if len(changes) > 0 {
 		m.appendEntry(entry{at: s.base(), coll: coll, changes: changes})
 		s.commit(m)
 	}
-	target, term := len(m.oplog), m.term
+	target, term := m.oplog.len(), m.term
 	s.mu.Unlock()
 	if err != nil || w == W1 {
 		return err
@@ -103,6 +124,9 @@ func (m *Member) awaitCommit(ctx context.Context, n int, term int64) error {
 		s.mu.Lock()
 		s.advance()
 		switch {
+		case m.down:
+			s.mu.Unlock()
+			return errDown(m)
 		case !m.primary || m.term != term:
 			s.mu.Unlock()
 			return errSteppedDown
@@ -144,7 +168,10 @@ func (m *Member) Read(ctx context.Context, rc ReadConcern, coll string, op func(
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.advance()
-	if rc == Local {
+	if m.down {
+		return errDown(m)
+	}
+	if rc == Local || !m.uncommitted(coll) {
 		return m.store.Do(ctx, coll, op)
 	}
 	// The majority-committed state: the data as it is, with the entries
@@ -158,97 +185,113 @@ func (m *Member) Read(ctx context.Context, rc ReadConcern, coll string, op func(
 				return err
 			}
 		}
-		for i := len(m.oplog) - 1; i >= m.committed; i-- {
-			if m.oplog[i].coll == coll {
-				undo(c, now, m.oplog[i])
+		for i := m.oplog.len() - 1; i >= m.committed; i-- {
+			if e := m.oplog.at(i); e.coll == coll {
+				undo(c, now, *e)
 			}
 		}
 		return op(c, now)
 	})
 }
 
-func (m *Member) last() OpTime { return m.oplog[len(m.oplog)-1].optime }
+// uncommitted reports whether an entry past the member's commit point
+// changed coll.
+func (m *Member) uncommitted(coll string) bool {
+	for i := m.committed; i < m.oplog.len(); i++ {
+		if e := m.oplog.at(i); e.coll == coll && len(e.changes) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Member) last() OpTime { return m.oplog.last().optime }
 
 // appendEntry writes e to the primary's oplog at its next optime, and
 // nowhere else: replicate brings it to the secondaries.
 func (m *Member) appendEntry(e entry) {
-	e.optime = OpTime{Term: m.term, Index: int64(len(m.oplog)) + 1}
-	m.oplog = append(m.oplog, e)
+	e.optime = OpTime{Term: m.term, Index: int64(m.oplog.len()) + 1}
+	e.pos = m.store.Position()
+	m.oplog.add(e)
 }
 
 // apply applies a primary's entry on a secondary.
 func (m *Member) apply(e entry) {
-	m.oplog = append(m.oplog, e)
-	if len(e.changes) == 0 {
-		return
+	if len(e.changes) > 0 {
+		_ = m.store.Do(context.Background(), e.coll, func(c *memdb.Table, now time.Time) error {
+			for _, ch := range e.changes {
+				put(c, now, ch.ID, ch.After)
+			}
+			return nil
+		})
 	}
-	_ = m.store.Do(context.Background(), e.coll, func(c *memdb.Table, now time.Time) error {
-		for _, ch := range e.changes {
-			put(c, now, ch.id, ch.after)
-		}
-		return nil
-	})
+	e.pos = m.store.Position()
+	m.oplog.add(e)
 }
 
 // rollBackTo undoes the member's entries that p's oplog lacks, newest
 // first, as MongoDB's rollback does back to the common point; the member
 // then replicates from p.
 func (m *Member) rollBackTo(p *Member) {
-	common := 0
-	for common < len(m.oplog) && common < len(p.oplog) && m.oplog[common].optime == p.oplog[common].optime {
+	if m.committed < p.oplog.start {
+		m.resync(p) // p dropped what would find the common point
+		return
+	}
+	common := max(m.oplog.start, p.oplog.start)
+	for common < m.oplog.len() && p.oplog.matches(common, m.oplog.at(common)) {
 		common++
 	}
-	for i := len(m.oplog) - 1; i >= common; i-- {
-		e := m.oplog[i]
+	for i := m.oplog.len() - 1; i >= common; i-- {
+		e := m.oplog.at(i)
 		_ = m.store.Do(context.Background(), e.coll, func(c *memdb.Table, now time.Time) error {
-			undo(c, now, e)
+			undo(c, now, *e)
 			return nil
 		})
 	}
-	if len(m.oplog) > common {
+	if m.oplog.len() > common {
 		m.set.rolled++
 	}
-	m.oplog = m.oplog[:common]
+	m.oplog.truncate(common)
 	m.committed = min(m.committed, common)
+}
+
+// resync makes the member a copy of p, data and oplog, as MongoDB's
+// initial sync does for a member that fell off the end of its sync
+// source's oplog, or diverged before it: what it held that p lacks is
+// lost, as no majority applied it.
+func (m *Member) resync(p *Member) {
+	colls := append(m.store.Collections(), p.store.Collections()...)
+	for _, coll := range colls {
+		var docs []bson.Raw
+		_ = p.store.Do(context.Background(), coll, func(c *memdb.Table, _ time.Time) error { docs = c.Docs(); return nil })
+		_ = m.store.Do(context.Background(), coll, func(c *memdb.Table, now time.Time) error {
+			for _, d := range c.Docs() {
+				put(c, now, d.Lookup("_id"), nil)
+			}
+			for _, d := range docs {
+				put(c, now, d.Lookup("_id"), d)
+			}
+			return nil
+		})
+	}
+	pos := m.store.Position()
+	m.oplog = oplog{start: p.oplog.start, entries: slices.Clone(p.oplog.entries)}
+	for i := range m.oplog.entries {
+		m.oplog.entries[i].pos = pos
+	}
+	m.committed = min(p.committed, m.oplog.len())
+	m.store.SetVisible(pos)
 }
 
 func undo(c *memdb.Table, now time.Time, e entry) {
 	for i := len(e.changes) - 1; i >= 0; i-- {
-		put(c, now, e.changes[i].id, e.changes[i].before)
+		put(c, now, e.changes[i].ID, e.changes[i].Before)
 	}
 }
 
 // put makes the document of _id id be doc (nil: absent).
 func put(c *memdb.Table, now time.Time, id bson.RawValue, doc bson.Raw) {
-	_, _ = c.DeleteOne(now, bson.D{{Key: "_id", Value: id}})
-	if doc != nil {
-		_ = c.InsertOne(now, doc)
+	if err := c.Put(now, id, doc); err != nil {
+		panic(err) // the model's own documents: always modelled
 	}
-}
-
-// diff returns the documents that differ between before and after, by
-// _id.
-func diff(before, after []bson.Raw) []change {
-	key := func(d bson.Raw) string {
-		v := d.Lookup("_id")
-		return string(rune(v.Type)) + string(v.Value)
-	}
-	old := map[string]bson.Raw{}
-	for _, d := range before {
-		old[key(d)] = d
-	}
-	var out []change
-	for _, d := range after {
-		k := key(d)
-		if b, ok := old[k]; !ok || !bytes.Equal(b, d) {
-			out = append(out, change{id: d.Lookup("_id"), before: old[k], after: d})
-		}
-		delete(old, k)
-	}
-	for _, d := range before {
-		if _, ok := old[key(d)]; ok {
-			out = append(out, change{id: d.Lookup("_id"), before: d})
-		}
-	}
-	return out
 }

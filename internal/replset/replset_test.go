@@ -3,6 +3,8 @@ package replset
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -265,6 +267,292 @@ func TestMajorityReadSeesOnlyWhatAMajorityApplied(t *testing.T) {
 		}
 		if has(t, s.Member(0), MajorityRead, "b") || !has(t, s.Member(0), Local, "b") {
 			t.Fatal("a write only the primary applied is majority-committed")
+		}
+	})
+}
+
+func isNetworkError(err error) bool {
+	var ce mongo.CommandError
+	return errors.As(err, &ce) && ce.HasErrorLabel("NetworkError")
+}
+
+func TestMemberThatIsDownAnswersNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := three()
+		s.Restart(1, time.Minute)
+		if err := insert(t.Context(), s.Member(1), W1, "a"); !isNetworkError(err) {
+			t.Fatalf("write to a member that is down: got %v, want a network error", err)
+		}
+		err := s.Member(1).Read(t.Context(), Local, "locks", func(*memdb.Table, time.Time) error { return nil })
+		if !isNetworkError(err) {
+			t.Fatalf("read from a member that is down: got %v, want a network error", err)
+		}
+	})
+}
+
+func TestPrimaryThatGoesDownIsReplacedAndRollsBackWhenItComesBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := three()
+		old := s.Member(0)
+		if err := insert(t.Context(), old, Majority, "kept"); err != nil {
+			t.Fatal(err)
+		}
+		if err := insert(t.Context(), old, W1, "lost"); err != nil {
+			t.Fatal(err)
+		}
+		s.Restart(0, time.Minute)
+		if _, ok := s.Primary(); ok {
+			t.Fatal("a primary at once after the primary went down")
+		}
+		time.Sleep(DefaultElectionTimeout)
+		p, ok := s.Primary()
+		if !ok || p == old {
+			t.Fatalf("no new primary an election timeout after the primary went down: %v", p)
+		}
+		if err := insert(t.Context(), p, Majority, "new"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Minute - DefaultElectionTimeout)
+		if old.IsPrimary() || has(t, old, Local, "lost") {
+			t.Fatal("back up: still primary, or its write no majority applied is still there")
+		}
+		time.Sleep(lag)
+		if !has(t, old, Local, "kept") || !has(t, old, Local, "new") || old.LastOpTime() != p.LastOpTime() {
+			t.Fatal("back up: it lost a committed write, or did not catch up")
+		}
+	})
+}
+
+func TestMajorityWriteWaitsForAMemberThatIsDownAndFailsIfItsPrimaryGoesDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := three()
+		s.Restart(1, time.Minute)
+		// One secondary up: a majority with the primary.
+		if err := insert(t.Context(), s.Member(0), Majority, "a"); err != nil {
+			t.Fatal(err)
+		}
+		s.Restart(2, 5*time.Second)
+		start := time.Now()
+		if err := insert(t.Context(), s.Member(0), Majority, "b"); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d != 5*time.Second {
+			t.Fatalf("w:majority with two members down took %v, want until one is back, 5s", d)
+		}
+		errs := make(chan error)
+		go func() { errs <- insert(t.Context(), s.Member(0), Majority, "c") }()
+		synctest.Wait()
+		s.Restart(0, time.Minute)
+		if err := <-errs; !isNetworkError(err) {
+			t.Fatalf("w:majority on a primary that went down: got %v, want a network error", err)
+		}
+	})
+}
+
+// BenchmarkWrite is the cost of one w:majority write to a set of three
+// members (without lag, so that none waits), an update of one document
+// of a collection of docs documents, the oplog kept as the set keeps it.
+func BenchmarkWrite(b *testing.B) {
+	for _, docs := range []int{10, 1000} {
+		b.Run(fmt.Sprintf("docs=%d", docs), func(b *testing.B) {
+			s := New(Config{DB: "test", Clocks: make([]Clock, 3)})
+			p := s.Member(0)
+			for i := range docs {
+				if err := insert(b.Context(), p, Majority, fmt.Sprint(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				err := p.Write(b.Context(), Majority, "locks", func(c *memdb.Table, now time.Time) error {
+					_, _, err := c.UpdateOne(now, bson.D{{Key: "_id", Value: fmt.Sprint(i % docs)}},
+						bson.D{{Key: "$set", Value: bson.D{{Key: "n", Value: i}}}})
+					return err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func TestOplogStaysBoundedWhileEveryMemberIsUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New(Config{DB: "test", Clocks: make([]Clock, 3), Lags: []time.Duration{0, lag, 2 * lag}})
+		p := s.Member(0)
+		const writes, bound = 100_000, 2 * dropAtLeast
+		most := 0
+		for i := range writes {
+			w := W1
+			if i%10 == 9 {
+				w = Majority
+			}
+			err := p.Write(t.Context(), w, "locks", func(c *memdb.Table, now time.Time) error {
+				_, err := c.DeleteOne(now, bson.D{{Key: "_id", Value: i - 5}})
+				if err == nil {
+					err = c.InsertOne(now, bson.D{{Key: "_id", Value: i}})
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range s.members {
+				most = max(most, len(m.oplog.entries))
+			}
+		}
+		if most > bound {
+			t.Fatalf("an oplog held %d entries over %d writes, want at most %d", most, writes, bound)
+		}
+		time.Sleep(2 * lag)
+		for _, m := range s.members {
+			var docs []bson.Raw
+			err := m.Read(t.Context(), MajorityRead, "locks", func(c *memdb.Table, _ time.Time) error { docs = c.Docs(); return nil })
+			if err != nil || len(docs) != 5 || m.LastOpTime() != p.LastOpTime() {
+				t.Fatalf("member %d: %d documents at majority (%v), optime %v, want the primary's 5 and %v",
+					m.ID(), len(docs), err, m.LastOpTime(), p.LastOpTime())
+			}
+		}
+	})
+}
+
+// Members 0, 2 and 0 again are primary in turn, 0 of terms 1 and 3, each
+// writing at w:1 while cut off; then 0 goes down and the set heals. Term
+// 2's primary holds the newest history (its last optime is of the highest
+// term but 0's), so it wins the election, and the write term 1 made on two
+// members is rolled back rather than overriding term 2's; every write
+// acknowledged at w:majority survives.
+func TestANewerTermsHistoryOverridesAnOlderTermsWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New(Config{DB: "test", Clocks: make([]Clock, 5), Lags: []time.Duration{lag, lag, lag, lag, lag}})
+		if err := insert(t.Context(), s.Member(0), Majority, "kept"); err != nil {
+			t.Fatal(err)
+		}
+		s.Partition(0, 1)
+		acked := make(chan error)
+		go func() { acked <- insert(t.Context(), s.Member(0), Majority, "a") }() // term 1: member 1 applies it
+		time.Sleep(DefaultElectionTimeout)
+		if err := <-acked; code(err) != 189 {
+			t.Fatalf("w:majority on a primary cut off with a minority: got %v, want PrimarySteppedDown", err)
+		}
+		if p, _ := s.Primary(); p.ID() != 2 {
+			t.Fatalf("term 2's primary is %d, want 2", p.ID())
+		}
+		s.Partition(2) // before its first entry of term 2 replicates
+		if err := insert(t.Context(), s.Member(2), W1, "b"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(DefaultElectionTimeout)
+		if p, _ := s.Primary(); p.ID() != 0 || p.term != 3 {
+			t.Fatalf("the primary is %d of term %d, want 0 of term 3", p.ID(), p.term)
+		}
+		if !has(t, s.Member(1), Local, "a") || has(t, s.Member(0), MajorityRead, "a") {
+			t.Fatal("term 1's write: want it on member 1, and not committed")
+		}
+		s.Restart(0, time.Hour)
+		s.Heal()
+		time.Sleep(DefaultElectionTimeout + lag)
+		if p, _ := s.Primary(); p.ID() != 2 || p.term != 4 {
+			t.Fatalf("the primary is %d of term %d, want 2 of term 4", p.ID(), p.term)
+		}
+		for _, i := range []int{1, 2, 3, 4} {
+			m := s.Member(i)
+			if has(t, m, Local, "a") || !has(t, m, Local, "b") || !has(t, m, MajorityRead, "kept") {
+				t.Fatalf("member %d: want b and kept, and not a", i)
+			}
+		}
+	})
+}
+
+// electionDelay returns how long after its primary was cut off a set whose
+// elections draw from seed elects another, to the millisecond.
+func electionDelay(t *testing.T, seed uint64) (d time.Duration) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New(Config{DB: "test", Clocks: make([]Clock, 3), Rand: rand.New(rand.NewPCG(seed, 0))})
+		start := time.Now()
+		s.Partition(0)
+		for {
+			if p, _ := s.Primary(); p != nil && p.ID() != 0 {
+				d = time.Since(start)
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	return d
+}
+
+func TestElectionComesUpTo15PercentOfItsTimeoutLateAsItsSeedSays(t *testing.T) {
+	delays := map[time.Duration]bool{}
+	for seed := range uint64(10) {
+		d := electionDelay(t, seed)
+		if d < DefaultElectionTimeout || d > DefaultElectionTimeout*115/100 {
+			t.Fatalf("seed %d: elected after %v, want within 15%% past %v", seed, d, DefaultElectionTimeout)
+		}
+		if again := electionDelay(t, seed); again != d {
+			t.Fatalf("seed %d: elected after %v, then after %v", seed, d, again)
+		}
+		delays[d] = true
+	}
+	if len(delays) < 5 {
+		t.Fatalf("10 seeds gave %d delays, want them random", len(delays))
+	}
+}
+
+// writeMany writes n documents at w:majority to the primary of s, with
+// ids prefix0, prefix1, …
+func writeMany(t *testing.T, s *Set, prefix string, n int) {
+	t.Helper()
+	p, _ := s.Primary()
+	for i := range n {
+		if err := insert(t.Context(), p, Majority, fmt.Sprint(prefix, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestMemberThatFellOffTheOplogResyncs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const size = 100
+		s := New(Config{DB: "test", Clocks: make([]Clock, 3), Lags: []time.Duration{0, lag, lag}, OplogSize: size})
+		s.Restart(2, time.Hour)
+		writeMany(t, s, "w", 10*size)
+		if n := len(s.Member(0).oplog.entries); n > 2*size {
+			t.Fatalf("the primary's oplog holds %d entries while a member is down, want at most %d", n, 2*size)
+		}
+		time.Sleep(time.Hour + lag)
+		back := s.Member(2)
+		for _, id := range []string{"w0", fmt.Sprint("w", 10*size-1)} {
+			if !has(t, back, Local, id) {
+				t.Fatalf("back up, the member lacks %s", id)
+			}
+		}
+		if back.LastOpTime() != s.Member(0).LastOpTime() {
+			t.Fatalf("back up, the member is at %v, the primary at %v", back.LastOpTime(), s.Member(0).LastOpTime())
+		}
+	})
+}
+
+func TestCutOffPrimaryThatFellOffTheOplogResyncsWithoutItsWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const size = 100
+		s := New(Config{DB: "test", Clocks: make([]Clock, 3), Lags: []time.Duration{lag, lag, lag}, OplogSize: size})
+		old := s.Member(0)
+		s.Partition(0)
+		if err := insert(t.Context(), old, W1, "lost"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(DefaultElectionTimeout)
+		writeMany(t, s, "w", 10*size)
+		s.Heal()
+		time.Sleep(lag)
+		if has(t, old, Local, "lost") || !has(t, old, Local, "w0") || !has(t, old, MajorityRead, "w0") {
+			t.Fatal("the old primary kept its write no majority applied, or lacks the new primary's")
+		}
+		p, _ := s.Primary()
+		if old.LastOpTime() != p.LastOpTime() {
+			t.Fatalf("the old primary is at %v, the primary at %v", old.LastOpTime(), p.LastOpTime())
 		}
 	})
 }

@@ -93,7 +93,7 @@ func newDatabase(cfg config) database {
 	rng := rand.New(rand.NewPCG(cfg.seed, 2<<32))
 	n := cfg.members[0]
 	cc := replset.Config{DB: name, Clocks: make([]replset.Clock, n), Lags: make([]time.Duration, n),
-		ElectionTimeout: electionTimeout, Store: []memdb.StoreOption{history}}
+		ElectionTimeout: electionTimeout, Store: []memdb.StoreOption{history}, Rand: rand.New(rand.NewPCG(cfg.seed, 3<<32))}
 	for i := 1; i < n; i++ {
 		cc.Clocks[i].Offset = time.Duration(rng.Int64N(int64(cfg.skew)+1)) + time.Duration(i)*cfg.ahead
 		cc.Lags[i] = time.Duration(1 + rng.Int64N(int64(maxLag)))
@@ -107,14 +107,16 @@ func newDatabase(cfg config) database {
 // steps down (replSetStepDown), or is cut off from the others for up to
 // twice the election timeout (it steps down at its timeout, the others
 // elect, and it rolls back what no majority applied when it rejoins), or
-// a secondary is cut off for as long (it falls behind, then catches up).
+// a secondary is cut off for as long (it falls behind, then catches up),
+// or a member restarts after being down for up to the election timeout
+// (a primary's restart is a failover without a step-down).
 func (s *sim) failover(rng *rand.Rand) {
 	set := s.db.(replicaSet).Set
 	p, ok := set.Primary()
 	if !ok {
 		return
 	}
-	switch rng.IntN(3) {
+	switch rng.IntN(4) {
 	case 0:
 		set.StepDown()
 	case 1:
@@ -123,6 +125,8 @@ func (s *sim) failover(rng *rand.Rand) {
 	case 2:
 		set.Partition((p.ID() + 1 + rng.IntN(set.Size()-1)) % set.Size())
 		s.later(dur(rng, 2*electionTimeout), set.Heal)
+	case 3:
+		set.Restart(rng.IntN(set.Size()), dur(rng, electionTimeout))
 	}
 }
 
