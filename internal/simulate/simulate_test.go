@@ -72,6 +72,7 @@ type config struct {
 	failoverEvery        time.Duration // a replica set's failover (0: none)
 	skew, ahead          time.Duration // a member's clock ahead of the first's: up to skew, plus ahead times its index
 	w1                   bool          // the library writes at w: 1: the checks must see it
+	cutPrimaries         bool          // every failover cuts the primary off
 	untilViolation       bool          // stop at the first violation
 }
 
@@ -418,6 +419,7 @@ type sim struct {
 	procs []*proc // the live ones
 	seq   int
 
+	cutting                                           atomic.Bool // a replica set's member is cut off
 	kills, drops, delays, lostReplies, refusals, cuts atomic.Int64
 	fenced, losses, errs, takeOvers, weighted         atomic.Int64
 	errLogged                                         atomic.Int64
