@@ -19,11 +19,11 @@ import (
 // cadence and maxBatch handles per round trip: no goroutine per handle. A
 // lease counts on the monotonic clock from when its last successful
 // acquisition or extension was sent, as the server's $$NOW came later, less
-// the safety margin: the client's deadline comes first. A timer per handle
-// signals the loss at that deadline, however slow a round trip; a look on
-// the owner's behalf compares the clock with the deadline too, for a process
-// that ran again with that timer overdue. Suspended time (suspend.go) moves
-// every deadline earlier.
+// the safety margin and the members' clock skew: the client's deadline
+// comes first. A timer per handle signals the loss at that deadline, however
+// slow a round trip; a look on the owner's behalf compares the clock with
+// the deadline too, for a process that ran again with that timer overdue.
+// Suspended time (suspend.go) moves every deadline earlier.
 
 // maxBatch bounds how many handles one extension round trip covers: a
 // larger batch saves round trips but takes the server longer, and a batch
@@ -87,7 +87,7 @@ func (ls *leases) keep(h *acquisition, sent time.Time) {
 	ls.mu.Lock()
 	l := &keptLease{slept: ls.susp.since(sent)}
 	if !h.atMostFromSent.IsZero() {
-		l.cap = h.atMostFromSent.Add(-o.safetyMargin() - l.slept)
+		l.cap = h.atMostFromSent.Add(-o.earlier() - l.slept)
 	}
 	ls.setDeadline(h, l, l.until(o, sent.Add(-l.slept)))
 	now := ls.susp.now()

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongolock/mongolock"
+	"github.com/mongolock/mongolock/internal/backend"
 	"github.com/mongolock/mongolock/internal/conformance"
 	"github.com/mongolock/mongolock/internal/memdb"
 	"github.com/mongolock/mongolock/internal/testdb"
@@ -473,6 +475,137 @@ func deletedAmongManyLosesOnlyItsOwn(e *conformance.Env) {
 			require.ErrorIs(t, h.Release(ctx), mongolock.ErrLockLost)
 		} else {
 			require.NoError(t, h.Release(ctx))
+		}
+	}
+}
+
+// Clock skew between a replica set's members (WithMaxClockSkew).
+
+// WithMaxClockSkew moves every local deadline earlier by the skew: a
+// holder whose extensions all fail is lost exactly at its acquisition's
+// send plus the expiry, less the safety margin and the skew; one held to
+// WithHoldAtMost's bound, at the bound less both.
+func TestMaxClockSkewSignalsTheLossThatMuchEarlier(t *testing.T) {
+	const margin, most = memExpiry / 10, 2 * memExpiry
+	for _, skew := range []time.Duration{0, 50 * time.Millisecond, 200 * time.Millisecond} {
+		for _, c := range []struct {
+			label     string
+			opts      []mongolock.Option
+			cut       bool
+			lostAfter time.Duration
+		}{
+			{"extensions failing", nil, true, memExpiry - margin - skew},
+			{"held to WithHoldAtMost's bound", []mongolock.Option{mongolock.WithHoldAtMost(most)}, false, most - margin - skew},
+		} {
+			t.Run(fmt.Sprintf("skew %v, %s", skew, c.label), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					d := newMemDB(t)
+					p, net := d.process(append(c.opts, mongolock.WithExpiry(memExpiry), mongolock.WithMaxClockSkew(skew))...)
+					sent := time.Now()
+					h := releaseAtCleanup(t, mustTryAcquire(t, t.Context(), p.Lock("skew")))
+					if c.cut {
+						net.Partition()
+					}
+					<-h.Lost()
+					require.Equal(t, c.lostAfter, time.Since(sent), "Lost closed at the wrong time after the acquisition was sent")
+					require.ErrorIs(t, context.Cause(h.Context()), mongolock.ErrLockLost)
+				})
+			})
+		}
+	}
+}
+
+// skewedModel is a model database whose $$NOW runs ahead of the bubble's
+// clock by what the returned value holds, as a new primary's clock may
+// after a failover. process returns a provider with opts on a client of its
+// own, closed when the test ends, and that client's network.
+func skewedModel(t *testing.T) (process func(opts ...mongolock.Option) (*mongolock.Provider, *memdb.Faults), ahead *atomic.Int64) {
+	// The bubble ends once every goroutine has: a closed provider's idle
+	// senders end within this of its clock.
+	t.Cleanup(func() { time.Sleep(time.Minute) })
+	ahead = new(atomic.Int64)
+	store := memdb.NewStore(memDBName, func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) })
+	return func(opts ...mongolock.Option) (*mongolock.Provider, *memdb.Faults) {
+		t.Helper()
+		client := store.Client()
+		p, err := backend.NewProvider(client, memDBName, opts)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = p.(*mongolock.Provider).Close(context.Background()) })
+		return p.(*mongolock.Provider), &client.Faults
+	}, ahead
+}
+
+// A holder cut off just as the database's clock jumps ahead by δ (a
+// failover to a member whose clock is ahead, while no extension gets
+// through) keeps its lease δ less on the server. Up to the skew the
+// holder was given plus half the safety margin, a rival trying every
+// millisecond gets in no earlier than the holder is told, by at least the
+// margin and the skew less δ. Past the skew plus the margin, the rival
+// gets in while the holder's Lost is still open: the overlap that the
+// skew is there to prevent, which the same jump shows without it.
+func TestAFailoverToAMemberAheadWithinTheSkewLosesTheHolderBeforeAnotherGetsIn(t *testing.T) {
+	const margin = memExpiry / 10
+	for _, c := range []struct {
+		skew, ahead time.Duration
+		overlap     bool
+	}{
+		{0, 0, false},
+		{0, margin / 2, false},
+		{0, 250 * time.Millisecond, true},
+		{200 * time.Millisecond, 250 * time.Millisecond, false},
+		{200 * time.Millisecond, 400 * time.Millisecond, true},
+	} {
+		// Just after the acquisition, and just after the first extension.
+		for _, phase := range []time.Duration{0, memExpiry/3 + time.Millisecond} {
+			t.Run(fmt.Sprintf("skew %v, ahead %v, at %v", c.skew, c.ahead, phase), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					ctx := t.Context()
+					process, ahead := skewedModel(t)
+					opts := []mongolock.Option{mongolock.WithExpiry(memExpiry), mongolock.WithMaxClockSkew(c.skew)}
+					holder, net := process(opts...)
+					rival, _ := process(opts...)
+					h := releaseAtCleanup(t, mustTryAcquire(t, ctx, holder.Lock("failover")))
+					time.Sleep(phase)
+					synctest.Wait()
+					require.False(t, closedNow(h.Lost()), "lost before the failover")
+
+					var lost time.Time
+					lostCh := make(chan struct{})
+					go func() {
+						select {
+						case <-h.Lost():
+							lost = time.Now()
+							close(lostCh)
+						case <-ctx.Done():
+						}
+					}()
+					ahead.Store(int64(c.ahead))
+					net.Partition()
+					var next *mongolock.Handle
+					var won time.Time
+					for next == nil {
+						require.Less(t, time.Since(h.AcquiredAt()), 3*memExpiry, "the rival did not get in")
+						won = time.Now()
+						h2, err := rival.Lock("failover").TryAcquire(ctx)
+						if err == nil {
+							next = releaseAtCleanup(t, h2)
+							break
+						}
+						require.ErrorIs(t, err, mongolock.ErrNotAcquired, "the rival")
+						time.Sleep(time.Millisecond)
+					}
+					toldFirst := closedNow(lostCh)
+					<-lostCh
+					require.Greater(t, next.FencingToken(), h.FencingToken())
+					if c.overlap {
+						require.False(t, toldFirst, "the holder was told at %v, before the rival got in at %v", lost, won)
+						require.GreaterOrEqual(t, lost.Sub(won), c.ahead-margin-c.skew, "the overlap")
+						return
+					}
+					require.True(t, toldFirst, "the rival got in at %v while the holder's Lost was still open", won)
+					require.GreaterOrEqual(t, won.Sub(lost), margin+c.skew-c.ahead-time.Millisecond, "Lost closed only %v before the rival got in", won.Sub(lost))
+				})
+			})
 		}
 	}
 }

@@ -51,6 +51,7 @@ type config struct {
 	atLeast    time.Duration // WithHoldAtLeast; 0: none
 	atMost     time.Duration // WithHoldAtMost; 0: none
 	atMostSet  bool
+	skew       time.Duration // WithMaxClockSkew
 	telemetryConfig
 }
 
@@ -96,7 +97,7 @@ func WithExpiry(d time.Duration) Option {
 
 // WithExtensionCadence sets how often a held lock's lease is extended
 // (default expiry/3). It must be at least expiry/100 and at most
-// (expiry - min(expiry/10, 1s)) / 2.
+// (expiry - min(expiry/10, 1s)) / 2, less half WithMaxClockSkew's skew.
 //
 // That is from 300ms to 14.5s for an expiry of 30s, from 10ms to 450ms for
 // 1s. So an extension that fails or comes back late is followed by another
@@ -166,15 +167,31 @@ func WithHoldAtLeast(d time.Duration) Option {
 //
 // The handle is then lost as it is when its lease runs out: Lost closes and
 // Context ends with the cause ErrLockLost, a safety margin before the bound
-// (min(expiry/10, 1s)), and Release and Do report ErrLockLost. The lock
-// stays held until the bound, the job's time to stop, unless the lost
-// handle's Release (call it once the job has stopped) frees it at once. d
-// must be at least the expiry (WithExpiry), which an acquisition's lease
-// lasts from the start, and at least WithHoldAtLeast's.
+// (min(expiry/10, 1s), and WithMaxClockSkew's skew), and Release and Do
+// report ErrLockLost. The lock stays held until the bound, the job's time
+// to stop, unless the lost handle's Release (call it once the job has
+// stopped) frees it at once. d must be at least the expiry (WithExpiry),
+// which an acquisition's lease lasts from the start, and at least
+// WithHoldAtLeast's.
 //
 // It applies to locks, as WithHoldAtLeast.
 func WithHoldAtMost(d time.Duration) Option {
 	return func(o *config) { o.atMost, o.atMostSet = d, true }
+}
+
+// WithMaxClockSkew sets how far apart the replica set members' clocks may
+// be: every local deadline comes d earlier, so that a holder is lost before
+// anyone else gets in across a failover to a member up to d ahead.
+//
+// Default 0: members synchronised by NTP are within milliseconds of each
+// other, which the safety margin (min(expiry/10, 1s), at least 10ms)
+// covers. Give d where they may be further apart: no NTP, VMs resumed from
+// a pause, a member whose clock is stepped. A loss at WithHoldAtMost's
+// bound comes d earlier too. d must be under what the expiry leaves after
+// the safety margin, and leave the cadence room: the cadence must be at
+// most (expiry - margin - d) / 2.
+func WithMaxClockSkew(d time.Duration) Option {
+	return func(o *config) { o.skew = d }
 }
 
 // buildConfig is the configuration opts make for a provider over the
@@ -218,7 +235,23 @@ func (o config) check() error {
 	case o.standby != 0 && o.standby < o.sleepMax:
 		return invalidf("WithStandbySleep(%v): the standby sleep must be at least the busy-wait max (%v)", o.standby, o.sleepMax)
 	}
-	return o.checkHolds()
+	return cmp.Or(o.checkSkew(), o.checkHolds())
+}
+
+// checkSkew validates WithMaxClockSkew: it must leave a lease, and the
+// cadence room for a failed extension's retry within it.
+func (o config) checkSkew() error {
+	left := o.expiry - o.safetyMargin()
+	switch {
+	case o.skew < 0:
+		return invalidf("WithMaxClockSkew(%v): the skew must not be negative", o.skew)
+	case o.skew >= left:
+		return invalidf("WithMaxClockSkew(%v): the skew must be under what the expiry (%v) leaves after the safety margin (%v); lengthen WithExpiry", o.skew, o.expiry, o.safetyMargin())
+	case o.cadence > (left-o.skew)/2:
+		return invalidf("WithMaxClockSkew(%v): the cadence (%v) must be at most %v, half of what the expiry (%v) leaves after the safety margin (%v) and the skew, so that a failed extension is retried before the lease ends; shorten WithExtensionCadence or lengthen WithExpiry",
+			o.skew, o.cadence, (left-o.skew)/2, o.expiry, o.safetyMargin())
+	}
+	return nil
 }
 
 // semSuffix names the semaphores' collection after the locks'.
@@ -291,17 +324,23 @@ func (o config) holdOptionSet() bool { return o.atLeast > 0 || o.atMostSet }
 // safetyMargin is how much earlier than the server the client considers its
 // lease over: a tenth of the expiry, at most a second (10ms at the shortest
 // expiry). It covers clocks that run at different rates and $$NOW's own
-// truncation to the millisecond; the cadence never shrinks it.
+// truncation to the millisecond; the cadence never shrinks it. The members'
+// clock skew (WithMaxClockSkew) comes on top of it.
 func (o config) safetyMargin() time.Duration {
 	return min(o.expiry/safetyMarginDivisor, maxSafetyMargin)
 }
 
 // clientLease is how long after sending a successful acquisition or
 // extension the client holds the lock: the expiry the server adds to its
-// $$NOW (whole milliseconds), less the safety margin.
+// $$NOW (whole milliseconds), less the safety margin and the skew.
 func (o config) clientLease() time.Duration {
-	return o.expiry.Truncate(time.Millisecond) - o.safetyMargin()
+	return o.expiry.Truncate(time.Millisecond) - o.earlier()
 }
+
+// earlier is how much sooner than the server's lease, or WithHoldAtMost's
+// bound, the client's ends: the safety margin, and the members' skew, as a
+// failover to a member whose clock is ahead ends the lease that much sooner.
+func (o config) earlier() time.Duration { return o.safetyMargin() + o.skew }
 
 // WithTrace sets hooks the provider calls on its operations' events.
 // NewProvider copies them, so changing t later changes nothing. A nil

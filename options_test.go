@@ -108,6 +108,16 @@ func TestInvalidOptionsAreRefusedNamingTheOptionAndValue(t *testing.T) {
 			[]string{"WithHoldAtMost(59s)", "expiry (1m0s)"}},
 		{"hold at most under the hold at least", []mongolock.Option{mongolock.WithHoldAtLeast(2 * time.Minute), mongolock.WithHoldAtMost(time.Minute)},
 			[]string{"WithHoldAtMost(1m0s)", "WithHoldAtLeast's (2m0s)"}},
+		{"max clock skew negative", []mongolock.Option{mongolock.WithMaxClockSkew(-time.Millisecond)}, []string{"WithMaxClockSkew(-1ms)", "negative"}},
+		{"max clock skew all the lease leaves", []mongolock.Option{mongolock.WithExpiry(time.Second), mongolock.WithMaxClockSkew(900 * time.Millisecond)},
+			[]string{"WithMaxClockSkew(900ms)", "expiry (1s)", "safety margin (100ms)"}},
+		{"max clock skew past the lease", []mongolock.Option{mongolock.WithMaxClockSkew(time.Hour)}, []string{"WithMaxClockSkew(1h0m0s)", "expiry (30s)"}},
+		{"max clock skew that leaves the default cadence no room", []mongolock.Option{mongolock.WithExpiry(time.Second), mongolock.WithMaxClockSkew(300 * time.Millisecond)},
+			[]string{"WithMaxClockSkew(300ms)", "cadence (333.333333ms)", "at most 300ms", "WithExtensionCadence"}},
+		{"max clock skew just past the default cadence's room", []mongolock.Option{mongolock.WithMaxClockSkew(9*time.Second + time.Millisecond)},
+			[]string{"WithMaxClockSkew(9.001s)", "cadence (10s)", "at most 9.9995s"}},
+		{"max clock skew that leaves the longest cadence no room", []mongolock.Option{mongolock.WithExtensionCadence(14500 * time.Millisecond), mongolock.WithMaxClockSkew(time.Millisecond)},
+			[]string{"WithMaxClockSkew(1ms)", "cadence (14.5s)", "at most 14.4995s"}},
 	} {
 		for _, c := range optionConstructors {
 			t.Run(tc.label+"/"+c.label, func(t *testing.T) {
@@ -150,6 +160,10 @@ func TestValidEdgeOptionsAreAccepted(t *testing.T) {
 		{"hold at least zero", []mongolock.Option{mongolock.WithHoldAtLeast(0)}},
 		{"hold at most equal to the expiry", []mongolock.Option{mongolock.WithExpiry(time.Second), mongolock.WithHoldAtMost(time.Second)}},
 		{"holds at least and at most equal", []mongolock.Option{mongolock.WithHoldAtLeast(time.Minute), mongolock.WithHoldAtMost(time.Minute)}},
+		{"max clock skew zero", []mongolock.Option{mongolock.WithMaxClockSkew(0)}},
+		{"the most max clock skew the default cadence leaves", []mongolock.Option{mongolock.WithMaxClockSkew(9 * time.Second)}},
+		{"max clock skew with a cadence that leaves it room", []mongolock.Option{mongolock.WithExpiry(time.Second), mongolock.WithExtensionCadence(10 * time.Millisecond),
+			mongolock.WithMaxClockSkew(880 * time.Millisecond)}},
 		{"everything", []mongolock.Option{
 			mongolock.WithCollection("locks"),
 			mongolock.WithExpiry(2 * time.Second),
