@@ -18,8 +18,8 @@ import (
 
 var (
 	flagMembers  = flag.String("simulate.members", "1,3", "each world's database: 1, one server; n, a replica set of n members; comma-separated: world i has the (i mod count)-th")
-	flagFailover = flag.Duration("simulate.failover", 20*time.Second, "about how often a replica set's primary steps down or is cut off, or a member is cut off (0: never)")
-	flagSkew     = flag.Duration("simulate.skew", 50*time.Millisecond, "a replica set's member clocks are each ahead of the first's by up to this much")
+	flagFailover = flag.Duration("simulate.failover", 10*time.Second, "about how often a replica set's primary steps down or is cut off, a member is cut off, or one restarts (0: never)")
+	flagSkew     = flag.Duration("simulate.skew", 250*time.Millisecond, "a replica set's member clocks are each ahead of the first's by up to this much, which its processes give as WithMaxClockSkew")
 )
 
 // The replica sets' settings besides: MongoDB's election timeout, and

@@ -555,6 +555,9 @@ func (s *sim) spawn(nth int) error {
 
 func (s *sim) connect(p *proc) (*generation, error) {
 	opts := []mongolock.Option{mongolock.WithExpiry(p.lease.expiry), mongolock.WithOwner(p.id)}
+	if _, ok := s.db.(replicaSet); ok {
+		opts = append(opts, mongolock.WithMaxClockSkew(s.cfg.skew)) // the members' bound
+	}
 	if p.lease.cadence != 0 {
 		opts = append(opts, mongolock.WithExtensionCadence(p.lease.cadence))
 	}
