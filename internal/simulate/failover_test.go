@@ -156,7 +156,8 @@ func parseMembers(s string) (int, error) {
 func mustFind(t *testing.T, seed uint64, change func(*config)) *result {
 	cfg := defaultConfig(t)
 	cfg.seed, cfg.worlds, cfg.n = seed, 1, 20000
-	cfg.members, cfg.failoverEvery, cfg.untilViolation = []int{3}, 3*time.Second, true
+	cfg.members, cfg.failoverEvery, cfg.untilViolation = []int{3}, 2*time.Second, true
+	cfg.procs, cfg.goroutines = 3, 2
 	change(&cfg)
 	return run(t, cfg, soakcheck.NewBoard(cfg.slots))
 }
@@ -165,8 +166,9 @@ func mustFind(t *testing.T, seed uint64, change func(*config)) *result {
 // primary acknowledged: the simulation must find two holders at once. Its
 // failovers cut the primary off, the failover whose rollbacks show it.
 func TestSimulateFindsTwoHoldersWhenTheLibraryWritesAtW1(t *testing.T) {
-	for seed := range uint64(3) {
+	for seed := range uint64(mustFindSeeds) {
 		t.Run(fmt.Sprint("seed ", seed+1), func(t *testing.T) {
+			t.Parallel()
 			r := mustFind(t, seed+1, func(c *config) { c.w1, c.cutPrimaries = true, true })
 			if r.violations() == 0 {
 				t.Fatalf("no violation found in %d critical sections over %d failovers and %d rollbacks", r.entries, r.failovers, r.rollbacks)
@@ -180,8 +182,9 @@ func TestSimulateFindsTwoHoldersWhenTheLibraryWritesAtW1(t *testing.T) {
 // leases written before a failover to it that much early: the simulation
 // must find two holders at once.
 func TestSimulateFindsTwoHoldersPastTheClockSkewBound(t *testing.T) {
-	for seed := range uint64(3) {
+	for seed := range uint64(mustFindSeeds) {
 		t.Run(fmt.Sprint("seed ", seed+1), func(t *testing.T) {
+			t.Parallel()
 			r := mustFind(t, seed+1, func(c *config) { c.ahead = 2 * time.Second })
 			if r.violations() == 0 {
 				t.Fatalf("no violation found in %d critical sections over %d failovers", r.entries, r.failovers)

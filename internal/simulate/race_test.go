@@ -8,3 +8,6 @@ const defaultN = 1000
 
 // defaultFleetMoves is -simulate.fleet.moves's default, as defaultN.
 const defaultFleetMoves = 300
+
+// mustFindSeeds is how many seeds each must-find test runs, as defaultN.
+const mustFindSeeds = 2
