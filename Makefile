@@ -131,7 +131,10 @@ soak: testdb
 # reader-writer locks (upgradeable readers among them) and elections,
 # while their replies are delayed, lost after the operation applied,
 # refused, cut off by partitions, clients are closed under held handles
-# and processes die. It stops after SIMULATE_N critical sections, over one
+# and processes die; half the worlds run over a replica set of three
+# members with skewed clocks, whose primary steps down, is cut off (its
+# unreplicated writes rolled back when it rejoins) or restarts about every
+# 10 s. It stops after SIMULATE_N critical sections, over one
 # simulation per core (-simulate.worlds), and prints the seed first and
 # the soak's summary lines at the end; a violation fails it with the
 # command that replays its seed, and so does a world that stops entering

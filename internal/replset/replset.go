@@ -20,15 +20,24 @@
 // that needed them resyncs from the primary's data. With a
 // Config.Rand, each election comes a random offset after its timeout.
 //
+// A Client (Set.Client) is a driver's client of the set and a memdb.Conn,
+// through which the library's engine runs over it: it sends to the
+// primary it selected until a heartbeat or a "not primary" reply finds
+// another, waits for a primary as server selection does, and retries a
+// write or read refused unapplied once, as retryable writes and reads do.
+//
 // Time is the base clock's (time.Now, the bubble's inside testing/synctest):
 // the set has no goroutine, and catches up on replication, step-downs and
 // elections whenever it is used.
 //
-// Not modelled yet: the driver's server selection and its retry of a write
-// to the new primary, replSetStepDown as a command (StepDown is its force:
-// true, without the secondaries' catch-up), a secondary's delay in
-// learning the commit point, an oplog's size in bytes (it is counted in
-// entries), chained replication and arbiters.
+// Not modelled yet: the driver's retry of a write that may have been
+// applied (its reply lost, or PrimarySteppedDown while it waited for the
+// majority), which needs the server's record of retried writes; the model
+// returns the error, and the library retries it as its own. Nor
+// replSetStepDown as a command (StepDown is its force: true, without the
+// secondaries' catch-up), a secondary's delay in learning the commit
+// point, an oplog's size in bytes (it is counted in entries), chained
+// replication and arbiters.
 package replset
 
 import (

@@ -65,6 +65,28 @@
 // far and how fast, so that a long run shows whether it slows down as it
 // goes on.
 //
+// A world's database is one server or a replica set (-simulate.members,
+// by the same rule as the events below: 1,3 by default, so that with two
+// worlds or more, half run over a replica set of three): internal/replset's
+// model, whose members each have a clock ahead of the first's by up to
+// -simulate.skew (250 ms; the processes give it as WithMaxClockSkew) and
+// replicate with lags of up to 30 ms. Each process's client is a driver's
+// (replset.Client): it sends to the primary it selected, learns of a new
+// one at its next heartbeat or when refused, and writes at w: "majority",
+// reads at "local" and opens its change streams at "majority", as the
+// library asks. About every -simulate.failover (10 s), the set's primary
+// steps down, or is cut off from the others for one to two election
+// timeouts (it keeps answering the clients that selected it until it
+// steps down; the others elect one of themselves; its writes that no
+// majority applied are rolled back when it rejoins), or a secondary is cut
+// off as long, or a member restarts; the summary counts the elections and
+// rollbacks. Two tests show that the checks see what the library's
+// settings prevent: TestSimulateFindsTwoHoldersWhenTheLibraryWritesAtW1
+// (its clients write at w: 1) and
+// TestSimulateFindsTwoHoldersPastTheClockSkewBound (a member's clock 2 s
+// ahead of the one before it, past every process's margin and bound): each
+// must find a violation in every seed it runs.
+//
 // -simulate.worlds (default: one per core) worlds run side by side, each
 // with its own store, processes and clock, world i with seed+i: one
 // bubble keeps about one core busy. The worlds' stores report change
