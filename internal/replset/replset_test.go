@@ -381,7 +381,7 @@ func TestOplogStaysBoundedWhileEveryMemberIsUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := New(Config{DB: "test", Clocks: make([]Clock, 3), Lags: []time.Duration{0, lag, 2 * lag}})
 		p := s.Member(0)
-		const writes, bound = 100_000, 2 * dropAtLeast
+		const writes, bound = 10_000, 2 * dropAtLeast
 		most := 0
 		for i := range writes {
 			w := W1
