@@ -233,6 +233,24 @@ type IndexInfo struct {
 	Err                  error  // why it could not be created or raised
 }
 
+// ShardInfo is about one shard of a fleet, as its worker runs it.
+type ShardInfo struct {
+	Fleet                string // the fleet's name, shortened past 64 bytes as Error.Name is
+	Index                int    // the shard's number
+	Database, Collection string // where its document is
+	FencingToken         int64  // its acquisition's
+	// Reason says why a stopped shard's function returned; "" when it
+	// started.
+	//
+	// "moved": the balance moved it; "left": Run ended; "lost": its lease
+	// was lost; "failed": it returned an error; "returned": it returned nil
+	// of its own.
+	Reason string
+	// Drained is, of a moved or left shard, the time from its ctx's end to
+	// its release, which its function's return began.
+	Drained time.Duration
+}
+
 // then returns hooks that call t's, then u's; t may be nil.
 func (t *Trace) then(u *Trace) *Trace {
 	if t == nil {
