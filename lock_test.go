@@ -1,9 +1,9 @@
 package mongolock_test
 
-// The behaviour of Lock and its Handle (lock.go, handle.go, mutex.go): the
-// acquire path, names, the lock document, loss, Do, misuse and orphaned
-// attempts, as one process sees it, with a second client where a test
-// needs a rival. Every other area's tests are beside its source, in the
+// The behaviour of Lock and its Handle (lock.go, acquire.go, handle.go,
+// mutex.go): the acquire path, names, the lock document, loss, Do, misuse
+// and orphaned attempts, as one process sees it, with a second client where
+// a test needs a rival. Every other area's tests are beside its source, in the
 // file named after it.
 // Several tests are ported from DistributedLock.MongoDB's own test suite.
 
