@@ -216,13 +216,6 @@ func (h *Handle) Lost() <-chan struct{} {
 	return h.lost
 }
 
-// knownLost returns why h was lost, looking at its lease first, or nil. A
-// fenced write asks before it is sent.
-func (h *acquisition) knownLost() error {
-	h.look()
-	return h.lossError()
-}
-
 // Release releases the lock in one owner-checked round trip bounded by ctx.
 // The first call returns nil if the lock was still held or was taken over
 // by its ticket, else an error wrapping ErrLockLost; later calls, nil.
@@ -318,39 +311,6 @@ func (h *Handle) Ticket() (string, error) {
 func (h *acquisition) lossError() error {
 	if h.isLost.Load() {
 		return h.lostErr
-	}
-	return nil
-}
-
-// leaseContext is a Handle's or a CompositeHandle's context, which looks
-// at the lease whenever it is asked whether it is done. Everything else,
-// Value (and so context.Cause, and the cancellation of contexts derived
-// from it) among it, is the handle's cancelable context's. Each handle
-// keeps one, so that Context allocates nothing.
-type leaseContext struct {
-	context.Context
-	h interface{ look() }
-}
-
-func (c leaseContext) Done() <-chan struct{} {
-	c.h.look()
-	return c.Context.Done()
-}
-
-func (c leaseContext) Err() error {
-	c.h.look()
-	return c.Context.Err()
-}
-
-// heldState returns why h no longer holds, looking at its lease first, or
-// nil: its loss, else ErrReleased once Release was called. A fenced write
-// asks before it is sent.
-func (h *acquisition) heldState() error {
-	if err := h.knownLost(); err != nil {
-		return err
-	}
-	if h.released.Load() {
-		return ErrReleased
 	}
 	return nil
 }

@@ -132,6 +132,46 @@ func (h *acquisition) lookAt(now time.Time) {
 	}
 }
 
+// knownLost returns why h was lost, looking at its lease first, or nil. A
+// fenced write asks before it is sent.
+func (h *acquisition) knownLost() error {
+	h.look()
+	return h.lossError()
+}
+
+// heldState returns why h no longer holds, looking at its lease first, or
+// nil: its loss, else ErrReleased once Release was called. A fenced write
+// asks before it is sent.
+func (h *acquisition) heldState() error {
+	if err := h.knownLost(); err != nil {
+		return err
+	}
+	if h.released.Load() {
+		return ErrReleased
+	}
+	return nil
+}
+
+// leaseContext is a Handle's or a CompositeHandle's context, which looks
+// at the lease whenever it is asked whether it is done. Everything else,
+// Value (and so context.Cause, and the cancellation of contexts derived
+// from it) among it, is the handle's cancelable context's. Each handle
+// keeps one, so that Context allocates nothing.
+type leaseContext struct {
+	context.Context
+	h interface{ look() }
+}
+
+func (c leaseContext) Done() <-chan struct{} {
+	c.h.look()
+	return c.Context.Done()
+}
+
+func (c leaseContext) Err() error {
+	c.h.look()
+	return c.Context.Err()
+}
+
 // lookForSuspension looks at the clocks (suspend.go): if the machine was
 // suspended since the last look, every kept lease's deadline moves earlier
 // by the suspension, and the handles whose leases it ended are lost now.
