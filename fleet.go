@@ -526,13 +526,18 @@ func (f *Fleet) read(ctx context.Context, membersOnly bool) (fleetView, error) {
 
 // fleetTargets returns how many of n shards each member should hold, given
 // how many each holds: n/W each, and one more for the n%W that hold the
-// most (ties to the smaller id), so that as few shards as can be move.
+// most (ties to the smaller id), so that as few shards as can be move. A
+// hold above ceil(n/W) counts as ceil(n/W): it is coming down, and while
+// workers give shards up at different moments, who keeps one more must
+// not change, or one would take back what another just gave up.
 func fleetTargets(n int, holds map[string]int) map[string]int {
 	ids := make([]string, 0, len(holds))
 	for id := range holds {
 		ids = append(ids, id)
 	}
-	slices.SortFunc(ids, func(a, b string) int { return cmp.Or(cmp.Compare(holds[b], holds[a]), strings.Compare(a, b)) })
+	most := (n + len(ids) - 1) / max(len(ids), 1)
+	held := func(id string) int { return min(holds[id], most) }
+	slices.SortFunc(ids, func(a, b string) int { return cmp.Or(cmp.Compare(held(b), held(a)), strings.Compare(a, b)) })
 	targets := make(map[string]int, len(ids))
 	for rank, id := range ids {
 		targets[id] = n / len(ids)

@@ -18,6 +18,10 @@ func TestFleetTargetsGiveTheExtraShardsToThoseThatHoldMost(t *testing.T) {
 		{"a leaver's shards spread over the rest", 12, map[string]int{"a": 4, "b": 4}, map[string]int{"a": 6, "b": 6}},
 		{"more workers than shards", 2, map[string]int{"a": 0, "b": 1, "c": 1}, map[string]int{"a": 0, "b": 1, "c": 1}},
 		{"the most loaded keeps the most", 7, map[string]int{"a": 1, "b": 6}, map[string]int{"a": 3, "b": 4}},
+		// From a: 5, b: 5 to a: 4, b: 3, c: 3, workers give shards up at
+		// different moments; the one that keeps one more stays a.
+		{"who keeps one more stays so while the others give up theirs", 10, map[string]int{"a": 4, "b": 5, "c": 0}, map[string]int{"a": 4, "b": 3, "c": 3}},
+		{"the same, later", 10, map[string]int{"a": 4, "b": 4, "c": 1}, map[string]int{"a": 4, "b": 3, "c": 3}},
 	} {
 		require.Equal(t, c.want, fleetTargets(c.n, c.holds), c.name)
 	}
