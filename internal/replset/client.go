@@ -106,7 +106,7 @@ func (c *Client) Watch(ctx context.Context, coll string, pipeline any) (st memdb
 }
 
 func (c *Client) read(ctx context.Context, coll string, op func(t *memdb.Table, now time.Time) error) error {
-	return c.onPrimary(ctx, func(m *Member) error { return m.readAsPrimary(ctx, coll, op) })
+	return c.onPrimary(ctx, func(m *Member) error { return m.asPrimary(ctx, coll, op) })
 }
 
 // onPrimary runs do on the primary c selected, and once more on the next
@@ -124,21 +124,6 @@ func (c *Client) onPrimary(ctx context.Context, do func(m *Member) error) error 
 		c.deselect(m)
 	}
 	return err
-}
-
-// readAsPrimary is Read at Local, refused unless m is primary now.
-func (m *Member) readAsPrimary(ctx context.Context, coll string, op func(t *memdb.Table, now time.Time) error) error {
-	s := m.set
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.advance()
-	switch {
-	case m.down:
-		return errDown(m)
-	case !m.primary:
-		return errNotPrimaryNoSecondaryOk
-	}
-	return m.store.Do(ctx, coll, op)
 }
 
 // selectPrimary returns the member c sends to, and the write concern:

@@ -194,6 +194,23 @@ func (m *Member) Read(ctx context.Context, rc ReadConcern, coll string, op func(
 	})
 }
 
+// asPrimary runs op on the member's collection coll at "local", refused
+// unless the member is up and primary now: a read at read preference
+// primary, or the opening of a change stream.
+func (m *Member) asPrimary(ctx context.Context, coll string, op func(t *memdb.Table, now time.Time) error) error {
+	s := m.set
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advance()
+	switch {
+	case m.down:
+		return errDown(m)
+	case !m.primary:
+		return errNotPrimaryNoSecondaryOk
+	}
+	return m.store.Do(ctx, coll, op)
+}
+
 // uncommitted reports whether an entry past the member's commit point
 // changed coll.
 func (m *Member) uncommitted(coll string) bool {

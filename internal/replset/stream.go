@@ -27,19 +27,9 @@ type Stream struct {
 // read failing with InterruptedDueToReplStateChange (11602), which the
 // driver resumes on the new primary; when it goes down, with a network
 // error.
-func (m *Member) Watch(coll string, pipeline any) (st *Stream, err error) {
-	s := m.set
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.advance()
-	switch {
-	case m.down:
-		return nil, errDown(m)
-	case !m.primary:
-		return nil, errNotPrimaryNoSecondaryOk
-	}
-	st = &Stream{m: m}
-	err = m.store.Do(context.Background(), coll, func(c *memdb.Table, _ time.Time) (err error) {
+func (m *Member) Watch(coll string, pipeline any) (*Stream, error) {
+	st := &Stream{m: m}
+	err := m.asPrimary(context.Background(), coll, func(c *memdb.Table, _ time.Time) (err error) {
 		st.Stream, err = c.Watch(pipeline)
 		return err
 	})
