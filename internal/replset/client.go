@@ -62,80 +62,64 @@ func (c *Client) WriteAt(w Concern) {
 
 // Write runs op on the primary at the client's write concern.
 func (c *Client) Write(ctx context.Context, coll string, op func(t *memdb.Table, now time.Time) error) error {
-	return c.Faults.Send(ctx, func() error {
-		c.set.ops.Add(1)
-		m, w, err := c.selectPrimary(ctx)
-		if err != nil {
-			return err
-		}
-		err = m.Write(ctx, w, coll, op)
-		if isNotPrimary(err) {
-			c.deselect(m)
-			if m, w, err = c.selectPrimary(ctx); err == nil {
-				err = m.Write(ctx, w, coll, op)
-			}
-		}
-		if isNotPrimary(err) || hasCode(err, errSteppedDown.Code) {
+	c.mu.Lock()
+	w := c.w
+	c.mu.Unlock()
+	return c.onPrimary(ctx, func(m *Member) error {
+		err := m.Write(ctx, w, coll, op)
+		if hasCode(err, errSteppedDown.Code) {
 			c.deselect(m)
 		}
 		return err
 	})
 }
 
-// Read runs op on the primary at read concern "local". A member that is
-// no longer primary refuses it, and it is retried once, as retryable
-// reads are.
+// Read runs op on the primary at read concern "local".
 func (c *Client) Read(ctx context.Context, coll string, op func(t *memdb.Table, now time.Time) error) error {
-	return c.Faults.Send(ctx, func() error {
-		c.set.ops.Add(1)
-		return c.read(ctx, coll, op)
-	})
+	return c.onPrimary(ctx, func(m *Member) error { return m.asPrimary(ctx, coll, op) })
 }
 
 // Watch opens a change stream at "majority" of coll on the primary
 // (Member.Watch).
 func (c *Client) Watch(ctx context.Context, coll string, pipeline any) (st memdb.Cursor, err error) {
-	err = c.Faults.Send(ctx, func() error {
-		c.set.ops.Add(1)
-		return c.onPrimary(ctx, func(m *Member) (err error) {
-			st, err = m.Watch(coll, pipeline)
-			return err
-		})
+	err = c.onPrimary(ctx, func(m *Member) (err error) {
+		st, err = m.Watch(coll, pipeline)
+		return err
 	})
 	return st, err
 }
 
-func (c *Client) read(ctx context.Context, coll string, op func(t *memdb.Table, now time.Time) error) error {
-	return c.onPrimary(ctx, func(m *Member) error { return m.asPrimary(ctx, coll, op) })
-}
-
-// onPrimary runs do on the primary c selected, and once more on the next
-// if that one replied that it is not primary, as retryable reads do.
+// onPrimary sends do through c's network to the primary c selected, and
+// once more to the next if that one refused it unapplied (not primary),
+// as retryable writes and reads do.
 func (c *Client) onPrimary(ctx context.Context, do func(m *Member) error) error {
-	var err error
-	for range 2 {
-		var m *Member
-		if m, _, err = c.selectPrimary(ctx); err != nil {
-			return err
+	return c.Faults.Send(ctx, func() error {
+		c.set.ops.Add(1)
+		var err error
+		for range 2 {
+			var m *Member
+			if m, err = c.selectPrimary(ctx); err != nil {
+				return err
+			}
+			if err = do(m); !isNotPrimary(err) {
+				return err
+			}
+			c.deselect(m)
 		}
-		if err = do(m); !isNotPrimary(err) {
-			return err
-		}
-		c.deselect(m)
-	}
-	return err
+		return err
+	})
 }
 
-// selectPrimary returns the member c sends to, and the write concern:
-// the one it selected, unless a heartbeat is due, else the primary of the
-// highest term, waiting for one as server selection does.
-func (c *Client) selectPrimary(ctx context.Context) (*Member, Concern, error) {
+// selectPrimary returns the member c sends to: the one it selected,
+// unless a heartbeat is due, else the primary of the highest term,
+// waiting for one as server selection does.
+func (c *Client) selectPrimary(ctx context.Context) (*Member, error) {
 	c.mu.Lock()
-	m, w, at := c.primary, c.w, c.selected
+	m, at := c.primary, c.selected
 	c.mu.Unlock()
 	s := c.set
 	if m != nil && s.base().Sub(at) < HeartbeatFrequency {
-		return m, w, nil
+		return m, nil
 	}
 	timeout := time.NewTimer(ServerSelectionTimeout)
 	defer timeout.Stop()
@@ -148,17 +132,17 @@ func (c *Client) selectPrimary(ctx context.Context) (*Member, Concern, error) {
 			c.mu.Lock()
 			c.primary, c.selected = p, s.base()
 			c.mu.Unlock()
-			return p, w, nil
+			return p, nil
 		}
 		if err := awaitChange(ctx, timeout.C, changed, next); err != nil {
-			return nil, w, topology.ServerSelectionError{Wrapped: err}
+			return nil, topology.ServerSelectionError{Wrapped: err}
 		}
 	}
 }
 
 // awaitChange waits until the set's topology changes (changed is closed)
 // or its next change by itself is due (next; zero: none), or fails when
-// ctx ends or timeout fires.
+// ctx ends or timeout (nil: never) fires.
 func awaitChange(ctx context.Context, timeout <-chan time.Time, changed <-chan struct{}, next time.Time) error {
 	var due <-chan time.Time
 	if !next.IsZero() {

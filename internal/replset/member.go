@@ -136,19 +136,9 @@ func (m *Member) awaitCommit(ctx context.Context, n int, term int64) error {
 		}
 		changed, next := s.changed, s.nextDue()
 		s.mu.Unlock()
-		var tick <-chan time.Time
-		t := time.NewTimer(next.Sub(s.base()))
-		if !next.IsZero() {
-			tick = t.C
+		if err := awaitChange(ctx, nil, changed, next); err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-changed:
-		case <-tick:
-		}
-		t.Stop()
 	}
 }
 
